@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend.h - where a tier's frames live and how bytes move between tiers.
+ *
+ * The engine above this line is the same for every backend. A backend
+ * allocates a tier's memory (something a client can map: an fd) and copies
+ * runs of bytes between the device and host tiers. The `shm` backend keeps
+ * both tiers in sealed memfds and copies with memcpy; the `cuda` backend
+ * (later) keeps the device tier in cuMemCreate allocations and copies with
+ * cudaMemcpyAsync on its own streams.
+ */
+#ifndef KVPOOL_BACKEND_H
+#define KVPOOL_BACKEND_H
+
+#include <stdint.h>
+
+#include "errbuf.h"
+#include "kvpool.h"
+
+struct tier_mem {
+	void *base;     /* mapped in the daemon; NULL where not host-visible */
+	uint64_t bytes;
+	int fd;         /* what clients map; -1 if none */
+};
+
+/* One contiguous copy: bytes from src_off of one tier to dst_off of the other. */
+struct copy_run {
+	uint64_t dst_off;
+	uint64_t src_off;
+	uint64_t bytes;
+};
+
+enum copy_dir {
+	COPY_D2H = 0, /* device tier -> host tier (offload, demotion) */
+	COPY_H2D = 1, /* host tier -> device tier (onload) */
+};
+
+struct backend_ops {
+	const char *name;
+	/* Allocate a zeroed tier of bytes (> 0); -errno with a message. */
+	int (*tier_alloc)(void *ctx, enum kvp_tier tier, uint64_t bytes,
+			  struct tier_mem *out, struct errbuf *e);
+	void (*tier_free)(void *ctx, struct tier_mem *m);
+	/* Copy n runs; returns once every byte has landed. */
+	int (*copy)(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
+		    const struct tier_mem *src, const struct copy_run *runs,
+		    uint32_t n, struct errbuf *e);
+};
+
+extern const struct backend_ops backend_shm;
+
+#endif /* KVPOOL_BACKEND_H */

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * copy.h - the one copy engine: page copies between tiers, batched in runs.
+ *
+ * Callers add (dst frame, src frame) pairs; pairs that continue the last run
+ * on both sides extend it, so contiguous pages move as one copy. A batch has
+ * a fixed capacity and flushes itself through the backend when full, so
+ * adding never fails for want of memory halfway through an operation.
+ */
+#ifndef KVPOOL_COPY_H
+#define KVPOOL_COPY_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+#define COPY_BATCH_RUNS 256
+
+struct copy_batch {
+	const struct backend_ops *be;
+	void *be_ctx;
+	enum copy_dir dir;
+	const struct tier_mem *dst, *src;
+	uint64_t page_bytes;
+	uint64_t bytes;   /* total bytes added since copy_begin() */
+	uint32_t n;
+	int err;          /* first backend error, sticky until copy_begin() */
+	struct errbuf errmsg;
+	struct copy_run runs[COPY_BATCH_RUNS];
+};
+
+void copy_begin(struct copy_batch *b, const struct backend_ops *be,
+		void *be_ctx, enum copy_dir dir, const struct tier_mem *dst,
+		const struct tier_mem *src, uint64_t page_bytes);
+void copy_page(struct copy_batch *b, uint32_t dst_frame, uint32_t src_frame);
+/* Land everything added; returns 0 or the first backend error. */
+int copy_end(struct copy_batch *b, struct errbuf *e);
+
+#endif /* KVPOOL_COPY_H */

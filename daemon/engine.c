@@ -1,0 +1,635 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine.c - the pool's life cycle and the history operations: info,
+ * prepare, commit, release. Eviction, offload and demotion live in evict.c;
+ * the consistency walk in engine_check.c.
+ *
+ * Every operation that can fail does all of its checks and all of its
+ * allocations before it changes anything, so an error leaves the engine as it
+ * was: a prepare plans its eviction (are there enough unpinned frames?) before
+ * evicting a single user.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* Positions stay below 2^63 so start + len never wraps. */
+#define POS_LIMIT (1ull << 63)
+
+/* ------------------------------------------------------------ life cycle */
+
+int engine_create(struct engine **out, const struct engine_config *cfg,
+		  struct errbuf *e)
+{
+	const struct kvp_layout *l = &cfg->layout;
+	uint32_t nframes[KVP_TIERS] = { cfg->device_frames, cfg->host_frames };
+	struct engine *eng;
+	int ret;
+
+	if (!l->page_bytes || !l->page_tokens)
+		return errbuf_set(e, -EINVAL, "engine: layout not initialised "
+				  "(use kvp_layout_init or kvp_layout_parse)");
+	if (!cfg->device_frames)
+		return errbuf_set(e, -EINVAL, "engine: the device tier needs at least "
+				  "one page of %" PRIu64 " bytes; raise device_mem",
+				  l->page_bytes);
+	if (cfg->max_tokens_per_user && cfg->max_tokens_per_user < l->page_tokens)
+		return errbuf_set(e, -EINVAL, "engine: max_tokens_per_user %" PRIu64
+				  " is less than one page (%" PRIu32 " tokens); use 0 "
+				  "for unlimited or at least %" PRIu32,
+				  cfg->max_tokens_per_user, l->page_tokens, l->page_tokens);
+	for (int t = 0; t < KVP_TIERS; t++) {
+		uint64_t bytes;
+
+		if (__builtin_mul_overflow((uint64_t)nframes[t], l->page_bytes, &bytes))
+			return errbuf_set(e, -EINVAL, "engine: %s tier of %" PRIu32
+					  " pages overflows", kvp_tier_name(t), nframes[t]);
+	}
+
+	eng = calloc(1, sizeof(*eng));
+	if (!eng)
+		return errbuf_set(e, -ENOMEM, "engine: out of memory");
+	eng->layout = *l;
+	eng->P = l->page_tokens;
+	eng->max_tokens = cfg->max_tokens_per_user;
+	eng->be = cfg->backend ? cfg->backend : &backend_shm;
+	eng->be_ctx = cfg->backend_ctx;
+	eng->lease_free = UINT32_MAX;
+	for (int t = 0; t < KVP_TIERS; t++) {
+		eng->mem[t].fd = -1;
+		eng->lru[t] = (struct lru_list){ 0 };
+	}
+	ret = user_table_init(&eng->users);
+	if (ret)
+		goto err_nomem;
+	for (int t = 0; t < KVP_TIERS; t++) {
+		ret = frames_init(&eng->frames[t], nframes[t]);
+		if (ret)
+			goto err_nomem;
+		if (!nframes[t])
+			continue;
+		ret = eng->be->tier_alloc(eng->be_ctx, t,
+					  (uint64_t)nframes[t] * l->page_bytes,
+					  &eng->mem[t], e);
+		if (ret)
+			goto err;
+	}
+	*out = eng;
+	return 0;
+
+err_nomem:
+	ret = errbuf_set(e, -ENOMEM, "engine: out of memory for the page tables");
+err:
+	engine_destroy(eng);
+	return ret;
+}
+
+static int free_history_cb(struct history *h, void *arg)
+{
+	history_free(arg, h);
+	return 0;
+}
+
+void engine_destroy(struct engine *eng)
+{
+	if (!eng)
+		return;
+	if (eng->users.buckets) {
+		user_table_foreach(&eng->users, free_history_cb, eng);
+		user_table_fini(&eng->users);
+	}
+	for (int t = 0; t < KVP_TIERS; t++) {
+		if (eng->mem[t].base || eng->mem[t].fd >= 0)
+			eng->be->tier_free(eng->be_ctx, &eng->mem[t]);
+		frames_fini(&eng->frames[t]);
+	}
+	free(eng->leases);
+	free(eng->view);
+	free(eng);
+}
+
+const struct kvp_layout *engine_layout(const struct engine *eng)
+{
+	return &eng->layout;
+}
+
+const struct tier_mem *engine_tier(const struct engine *eng, enum kvp_tier t)
+{
+	return &eng->mem[t];
+}
+
+/* ------------------------------------------------------------ pages */
+
+void page_set_frame(struct engine *eng, struct history *h, uint32_t i,
+		    enum kvp_tier t, uint32_t frame)
+{
+	h->pages[i].frame[t] = frame;
+	h->nres[t]++;
+	if (h->lru == (int)t)
+		eng->lru[t].frames++;
+}
+
+void page_free_frame(struct engine *eng, struct history *h, uint32_t i,
+		     enum kvp_tier t)
+{
+	uint32_t f = h->pages[i].frame[t];
+
+	if (f == FRAME_NONE)
+		return;
+	frames_free(&eng->frames[t], f);
+	h->pages[i].frame[t] = FRAME_NONE;
+	h->nres[t]--;
+	if (h->lru == (int)t)
+		eng->lru[t].frames--;
+}
+
+/* Drop pages [from, npages) of h, every tier. */
+static void history_truncate(struct engine *eng, struct history *h,
+			     uint32_t from)
+{
+	while (h->npages > from) {
+		h->npages--;
+		page_free_frame(eng, h, h->npages, KVP_TIER_DEVICE);
+		page_free_frame(eng, h, h->npages, KVP_TIER_HOST);
+	}
+}
+
+void history_free(struct engine *eng, struct history *h)
+{
+	history_truncate(eng, h, 0);
+	free(h->pages);
+	free(h);
+}
+
+static int history_reserve_pages(struct history *h, uint32_t n)
+{
+	uint32_t cap = h->cap ? h->cap : 4;
+	struct page_ref *p;
+
+	if (n <= h->cap)
+		return 0;
+	while (cap < n)
+		cap = cap > UINT32_MAX / 2 ? n : cap * 2;
+	p = realloc(h->pages, (size_t)cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	h->pages = p;
+	h->cap = cap;
+	return 0;
+}
+
+/*
+ * Trim whole pages off the head of an unpinned history past max_tokens.
+ * Page j holds tokens [start + jP, start + (j+1)P), so dropping k head pages
+ * advances start by kP and keeps that true. max_tokens >= P (checked at
+ * create) so at most ceil(len/P) - 1 pages go and len stays > 0.
+ */
+static void history_trim_head(struct engine *eng, struct history *h)
+{
+	uint64_t over;
+	uint32_t k;
+
+	if (!eng->max_tokens || h->len <= eng->max_tokens)
+		return;
+	over = h->len - eng->max_tokens;
+	k = pages_for(eng, over);
+	for (uint32_t i = 0; i < k; i++) {
+		page_free_frame(eng, h, i, KVP_TIER_DEVICE);
+		page_free_frame(eng, h, i, KVP_TIER_HOST);
+	}
+	memmove(h->pages, h->pages + k, (size_t)(h->npages - k) * sizeof(*h->pages));
+	h->npages -= k;
+	h->start += (uint64_t)k * eng->P;
+	h->len -= (uint64_t)k * eng->P;
+	eng->st.trimmed_pages += k;
+}
+
+/* ------------------------------------------------------------ leases */
+
+static inline uint64_t lease_id(const struct engine *eng, uint32_t idx)
+{
+	return (uint64_t)eng->leases[idx].gen << 32 | idx;
+}
+
+static struct lease *lease_lookup(struct engine *eng, uint64_t id)
+{
+	uint32_t idx = (uint32_t)id;
+
+	if (idx >= eng->leases_cap || !eng->leases[idx].h ||
+	    eng->leases[idx].gen != (uint32_t)(id >> 32))
+		return NULL;
+	return &eng->leases[idx];
+}
+
+/* Make sure a free lease slot exists; the only step that can fail. */
+static int lease_reserve(struct engine *eng, struct errbuf *e)
+{
+	uint32_t cap, old = eng->leases_cap;
+	struct lease *l;
+
+	if (eng->lease_free != UINT32_MAX)
+		return 0;
+	if (old >= LEASE_MAX)
+		return errbuf_set(e, -ENOSPC, "%u leases are outstanding; release "
+				  "leases before preparing more", LEASE_MAX);
+	cap = old ? old * 2 : 64;
+	l = realloc(eng->leases, (size_t)cap * sizeof(*l));
+	if (!l)
+		return errbuf_set(e, -ENOMEM, "out of memory for the lease table");
+	eng->leases = l;
+	for (uint32_t i = old; i < cap; i++) {
+		l[i] = (struct lease){ .gen = 1, .next_free = i + 1 };
+	}
+	l[cap - 1].next_free = UINT32_MAX;
+	eng->lease_free = old;
+	eng->leases_cap = cap;
+	return 0;
+}
+
+static uint32_t lease_take(struct engine *eng)
+{
+	uint32_t idx = eng->lease_free;
+
+	eng->lease_free = eng->leases[idx].next_free;
+	eng->leases_live++;
+	return idx;
+}
+
+static void lease_put(struct engine *eng, struct lease *l)
+{
+	uint32_t idx = (uint32_t)(l - eng->leases);
+
+	l->h = NULL;
+	l->gen = l->gen + 1 ? l->gen + 1 : 1;
+	l->next_free = eng->lease_free;
+	eng->lease_free = idx;
+	eng->leases_live--;
+}
+
+static int view_reserve(struct engine *eng, uint32_t n, struct errbuf *e)
+{
+	uint32_t *v;
+
+	if (n <= eng->view_cap)
+		return 0;
+	v = realloc(eng->view, (size_t)n * sizeof(*v));
+	if (!v)
+		return errbuf_set(e, -ENOMEM, "out of memory for a page table of "
+				  "%" PRIu32 " pages", n);
+	eng->view = v;
+	eng->view_cap = n;
+	return 0;
+}
+
+/* ------------------------------------------------------------ info */
+
+void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out)
+{
+	struct history *h = user_table_find(&eng->users, user);
+
+	memset(out, 0, sizeof(*out));
+	if (!h)
+		return;
+	out->exists = true;
+	out->start = h->start;
+	out->len = h->len;
+	out->pages = pages_for(eng, h->len);
+	out->leases = h->pins;
+	for (uint32_t i = 0; i < out->pages; i++) {
+		out->pages_device += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE;
+		out->pages_host += h->pages[i].frame[KVP_TIER_HOST] != FRAME_NONE;
+	}
+}
+
+/* ------------------------------------------------------------ prepare */
+
+/*
+ * seq_check_continuity - start_pos must continue the cached history exactly.
+ * The messages are the seed's, with the user and what to send instead.
+ */
+static int seq_check_continuity(const struct history *h, uint64_t user,
+				uint64_t start_pos, uint32_t n_new,
+				struct errbuf *e)
+{
+	uint64_t end;
+
+	if (!h || !h->len)
+		return 0; /* nothing cached: a history may start anywhere */
+	end = h->start + h->len;
+	if (start_pos > end)
+		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": the input sequence "
+				  "has missing tokens from %" PRIu64 " to %" PRIu64
+				  " (both inclusive); the cache holds [%" PRIu64 ", %"
+				  PRIu64 "), send the history from position %" PRIu64,
+				  user, end, start_pos - 1, h->start, end, end);
+	if (start_pos < end) {
+		/* The overlap is the part of the input the cache already has. */
+		uint64_t last = end - 1;
+
+		if (n_new && start_pos + n_new - 1 < last)
+			last = start_pos + n_new - 1;
+		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": the input sequence "
+				  "has overlapping tokens from %" PRIu64 " to %" PRIu64
+				  " (both inclusive); the cache holds [%" PRIu64 ", %"
+				  PRIu64 "), remove them and send from position %" PRIu64,
+				  user, start_pos, last, h->start, end, end);
+	}
+	return 0;
+}
+
+/* Frames the device LRU could give up, not counting h's own. */
+static uint64_t device_evictable(const struct engine *eng,
+				 const struct history *h)
+{
+	uint64_t n = eng->lru[LRU_DEVICE].frames;
+
+	if (h && h->lru == LRU_DEVICE)
+		n -= h->nres[KVP_TIER_DEVICE];
+	return n;
+}
+
+int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
+		   uint32_t n_new, uint32_t owner, struct engine_lease *out,
+		   struct errbuf *e)
+{
+	struct history *h = user_table_find(&eng->users, user);
+	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
+	uint64_t len = h ? h->len : 0, avail;
+	uint32_t old_pages = h ? h->npages : 0;
+	uint32_t onload, new_pages, total, idx;
+	bool created = false;
+	struct lease *l;
+	int ret;
+
+	if (h && h->write_lease)
+		return errbuf_set(e, -EBUSY, "user %" PRIu64 ": tokens from %" PRIu64
+				  " are reserved by another lease that has not "
+				  "committed; commit or release it first", user,
+				  h->start + h->len);
+	ret = seq_check_continuity(h, user, start_pos, n_new, e);
+	if (ret)
+		return ret;
+	if (start_pos >= POS_LIMIT || n_new > POS_LIMIT - start_pos)
+		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": position %" PRIu64
+				  " + %" PRIu32 " tokens is past 2^63", user,
+				  start_pos, n_new);
+
+	/* Plan: device frames for host-only pages and for the new tokens. */
+	onload = h ? h->npages - h->nres[KVP_TIER_DEVICE] : 0;
+	new_pages = pages_for(eng, len + n_new) - old_pages;
+	total = onload + new_pages;
+	if (total > dev->total)
+		return errbuf_set(e, -E2BIG, "user %" PRIu64 ": %" PRIu32 " pages "
+				  "needed but the device tier holds only %" PRIu32
+				  "; send fewer tokens or raise device_mem", user,
+				  total, dev->total);
+	avail = dev->nfree + device_evictable(eng, h);
+	if (total > avail)
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": device tier out of "
+				  "memory: %" PRIu32 " pages needed, %" PRIu32 " free "
+				  "and %" PRIu64 " evictable, the rest pinned by %" PRIu32
+				  " leases; release leases or raise device_mem", user,
+				  total, dev->nfree, avail - dev->nfree,
+				  eng->leases_live);
+
+	/* Allocate everything that can fail before changing anything. */
+	ret = lease_reserve(eng, e);
+	if (ret)
+		return ret;
+	ret = view_reserve(eng, old_pages + new_pages, e);
+	if (ret)
+		return ret;
+	if (!h) {
+		if (user_table_reserve(&eng->users) ||
+		    !(h = calloc(1, sizeof(*h))))
+			return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of "
+					  "memory for a new history", user);
+		h->user = user;
+		h->lru = LRU_NONE;
+		created = true;
+	}
+	if (history_reserve_pages(h, old_pages + new_pages)) {
+		if (created)
+			free(h);
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory "
+				  "for a page table of %" PRIu32 " pages", user,
+				  old_pages + new_pages);
+	}
+
+	/* Commit point: from here on nothing fails. */
+	if (created)
+		user_table_insert(&eng->users, h);
+	lru_remove(eng, h); /* pinned from now on: never its own victim */
+	if (dev->nfree < total)
+		evict_for_device(eng, total);
+
+	if (onload) {
+		copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D,
+			   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
+			   eng->layout.page_bytes);
+		for (uint32_t i = 0; i < h->npages; i++) {
+			if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE)
+				continue;
+			page_set_frame(eng, h, i, KVP_TIER_DEVICE, frames_alloc(dev));
+			copy_page(&eng->copy, h->pages[i].frame[KVP_TIER_DEVICE],
+				  h->pages[i].frame[KVP_TIER_HOST]);
+		}
+		/* The shm backend cannot fail; a device backend that does is a
+		 * hardware fault, reported by the backend itself. */
+		copy_end(&eng->copy, NULL);
+		eng->st.onloaded_pages += onload;
+		eng->st.bytes_h2d += eng->copy.bytes;
+	}
+
+	if (!len && n_new)
+		h->start = start_pos;
+	/* The partly filled last page is about to change: its host copy would
+	 * be stale, so it goes now. */
+	if (n_new && len % eng->P)
+		page_free_frame(eng, h, old_pages - 1, KVP_TIER_HOST);
+	for (uint32_t i = 0; i < new_pages; i++) {
+		h->pages[h->npages] = (struct page_ref){
+			.frame = { frames_alloc(dev), FRAME_NONE } };
+		h->nres[KVP_TIER_DEVICE]++;
+		h->npages++;
+	}
+
+	idx = lease_take(eng);
+	l = &eng->leases[idx];
+	l->h = h;
+	l->len0 = len;
+	l->n_new = n_new;
+	l->owner = owner;
+	l->committed = false;
+	h->pins++;
+	if (n_new)
+		h->write_lease = lease_id(eng, idx);
+
+	eng->st.prepares++;
+	eng->st.hit_tokens += len;
+
+	for (uint32_t i = 0; i < h->npages; i++)
+		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
+	*out = (struct engine_lease){
+		.id = lease_id(eng, idx),
+		.start = h->start,
+		.len = len,
+		.n_new = n_new,
+		.npages = h->npages,
+		.frames = eng->view,
+		.last_page_len = h->npages ?
+			(uint32_t)((len + n_new - 1) % eng->P) + 1 : 0,
+		.hit_tokens = len,
+		.onloaded_pages = onload,
+	};
+	return 0;
+}
+
+int engine_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
+		       uint32_t n, struct kvp_slot *out, struct errbuf *e)
+{
+	struct lease *l = lease_lookup(eng, id);
+
+	if (!l)
+		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
+				  "(released, or never prepared)", id);
+	if (l->committed)
+		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 " has committed; "
+				  "its slots are no longer writable", id);
+	if (first > l->n_new || n > l->n_new - first)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": slots [%" PRIu32
+				  ", %" PRIu32 ") past its %" PRIu32 " new tokens",
+				  id, first, first + n, l->n_new);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t q = l->len0 + first + i;
+
+		out[i].frame = l->h->pages[q / eng->P].frame[KVP_TIER_DEVICE];
+		out[i].slot = (uint32_t)(q % eng->P);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ commit / release */
+
+/* End l's reservation keeping n tokens; free the pages they do not reach. */
+static void lease_settle(struct engine *eng, struct lease *l, uint32_t n)
+{
+	struct history *h = l->h;
+
+	h->len = l->len0 + n;
+	history_truncate(eng, h, pages_for(eng, h->len));
+	h->write_lease = 0;
+	l->committed = true;
+}
+
+int engine_commit(struct engine *eng, uint64_t id, uint32_t n,
+		  struct errbuf *e)
+{
+	struct lease *l = lease_lookup(eng, id);
+
+	if (!l)
+		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
+				  "(released, or never prepared)", id);
+	if (l->committed)
+		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 " has already "
+				  "committed; prepare again for more tokens", id);
+	if (n > l->n_new)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": commit of %"
+				  PRIu32 " tokens but only %" PRIu32 " were prepared",
+				  id, n, l->n_new);
+	lease_settle(eng, l, n);
+	eng->st.commits++;
+	eng->st.committed_tokens += n;
+	return 0;
+}
+
+static void lease_end(struct engine *eng, struct lease *l)
+{
+	struct history *h = l->h;
+
+	if (!l->committed)
+		lease_settle(eng, l, 0); /* roll the reservation back */
+	lease_put(eng, l);
+	eng->st.releases++;
+	if (--h->pins)
+		return;
+	history_trim_head(eng, h);
+	if (!h->npages) {
+		user_table_remove(&eng->users, h);
+		history_free(eng, h);
+		return;
+	}
+	lru_insert(eng, h);
+}
+
+int engine_release(struct engine *eng, uint64_t id, struct errbuf *e)
+{
+	struct lease *l = lease_lookup(eng, id);
+
+	if (!l)
+		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
+				  "(released already, or never prepared)", id);
+	lease_end(eng, l);
+	return 0;
+}
+
+uint32_t engine_release_owner(struct engine *eng, uint32_t owner)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < eng->leases_cap; i++) {
+		struct lease *l = &eng->leases[i];
+
+		if (l->h && l->owner == owner) {
+			lease_end(eng, l);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* ------------------------------------------------------------ stats */
+
+void engine_stats(const struct engine *eng, struct kvp_stats *out)
+{
+	*out = eng->st;
+	for (int t = 0; t < KVP_TIERS; t++) {
+		const struct frames *f = &eng->frames[t];
+
+		out->tier[t] = (struct kvp_tier_stats){
+			.frames_total = f->total,
+			.frames_used = frames_used(f),
+			.frames_free = f->nfree,
+			.bytes_total = (uint64_t)f->total * eng->layout.page_bytes,
+		};
+	}
+	out->users = eng->users.count;
+	out->leases = eng->leases_live;
+}
+
+int engine_read_tokens(struct engine *eng, uint64_t user, uint64_t pos,
+		       uint32_t n, void *out, struct errbuf *e)
+{
+	struct history *h = user_table_find(&eng->users, user);
+	unsigned char *dst = out;
+
+	if (!h || pos < h->start || pos - h->start > h->len ||
+	    n > h->len - (pos - h->start))
+		return errbuf_set(e, -ERANGE, "user %" PRIu64 ": tokens [%" PRIu64
+				  ", %" PRIu64 ") are not all cached", user, pos,
+				  pos + n);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t q = pos - h->start + i;
+		const struct page_ref *p = &h->pages[q / eng->P];
+		int t = p->frame[KVP_TIER_DEVICE] != FRAME_NONE ? KVP_TIER_DEVICE
+								 : KVP_TIER_HOST;
+		struct kvp_slot s = { p->frame[t], (uint32_t)(q % eng->P) };
+
+		kvp_read_cpu(&eng->layout, eng->mem[t].base, &s, 1, dst);
+		dst += eng->layout.token_bytes;
+	}
+	return 0;
+}

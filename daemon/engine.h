@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine.h - one KV page pool: two tiers of frames, user histories, leases,
+ * LRU eviction, offload and onload.
+ *
+ * The engine is what kvpoold serves; it knows nothing of sockets or rings and
+ * is linked straight into the unit tests and `kvbench engine`. One engine is
+ * one pool of one tenant (a tenant's frames live in allocations of its own).
+ * It is not thread-safe: the caller serialises calls on one engine.
+ *
+ * Semantics (DESIGN.md, "The operations"):
+ *
+ *  - A user history holds tokens [start, start+len). Page j of it holds
+ *    tokens [start + j*P, start + (j+1)*P), P = layout.page_tokens; every
+ *    page has a frame in the device tier, the host tier, or both.
+ *  - prepare(user, start_pos, n_new) checks continuity (start_pos must be
+ *    start+len, unless nothing is cached), onloads host-only pages, allocates
+ *    pages for the n_new tokens (evicting unpinned users in LRU order when the
+ *    device tier is full), pins the history and returns a lease. On any error
+ *    nothing is changed.
+ *  - commit(lease, n) makes the first n new tokens part of the history and
+ *    frees the pages no committed token uses. A lease commits at most once.
+ *  - release(lease) unpins; an uncommitted reservation is rolled back. When a
+ *    history is unpinned and longer than max_tokens_per_user, whole pages are
+ *    trimmed from its head and start advances.
+ *  - One write reservation per user at a time: a prepare with n_new > 0 while
+ *    another lease of the user has not committed fails with -EBUSY. Read-only
+ *    leases (n_new == 0) may be held by many at once.
+ *
+ * Eviction: users not pinned by a lease sit on two LRU lists: those holding
+ * device frames (device LRU) and those holding only host frames (host LRU,
+ * in the order they got there). When a prepare needs device frames, the
+ * device LRU's oldest user is demoted: its pages are copied to the host tier
+ * (room is made by dropping the host LRU's oldest users) or, when the host
+ * tier cannot take them, dropped. If the frames cannot be found because the
+ * rest is pinned, the prepare fails with -ENOMEM and evicts nothing.
+ */
+#ifndef KVPOOL_ENGINE_H
+#define KVPOOL_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "errbuf.h"
+#include "kvpool.h"
+
+struct engine;
+
+struct engine_config {
+	struct kvp_layout layout;
+	uint32_t device_frames;       /* pages the device tier holds (> 0) */
+	uint32_t host_frames;         /* pages the host tier holds (may be 0) */
+	uint64_t max_tokens_per_user; /* 0: unlimited; else >= page_tokens */
+	const struct backend_ops *backend; /* NULL: the shm backend */
+	void *backend_ctx;
+};
+
+/* Create a pool; -EINVAL / -ENOMEM with a message in e. */
+int engine_create(struct engine **out, const struct engine_config *cfg,
+		  struct errbuf *e);
+void engine_destroy(struct engine *eng);
+
+const struct kvp_layout *engine_layout(const struct engine *eng);
+/* The tier's memory as the backend mapped it (for clients: fd and size). */
+const struct tier_mem *engine_tier(const struct engine *eng, enum kvp_tier t);
+
+struct engine_user_info {
+	uint64_t start;        /* first cached token position */
+	uint64_t len;          /* committed tokens cached */
+	uint32_t pages;        /* pages holding committed tokens */
+	uint32_t pages_device; /* of those, with a device frame */
+	uint32_t pages_host;   /* of those, with a host frame */
+	uint32_t leases;       /* leases held on the user */
+	bool exists;           /* false: nothing cached, no lease */
+};
+
+/* Never fails: an unknown user has exists == false and zeros elsewhere. */
+void engine_info(struct engine *eng, uint64_t user,
+		 struct engine_user_info *out);
+
+/*
+ * What a prepare returns. The pointers stay valid until the next call on the
+ * engine; copy what you keep.
+ */
+struct engine_lease {
+	uint64_t id;             /* handle for commit / release */
+	uint64_t start;          /* history start */
+	uint64_t len;            /* committed tokens before this lease */
+	uint32_t n_new;          /* tokens reserved for writing */
+	uint32_t npages;         /* page table entries, new pages included */
+	const uint32_t *frames;  /* device frame of each page, in order */
+	uint32_t last_page_len;  /* tokens in the last page once n_new are written */
+	uint64_t hit_tokens;     /* == len: cached tokens the caller reuses */
+	uint32_t onloaded_pages; /* host -> device copies this prepare made */
+};
+
+/*
+ * Prepare user's history for n_new tokens from start_pos (see the top of this
+ * file). owner tags the lease for engine_release_owner() (a client id).
+ * Errors (nothing changed):
+ *   -EINVAL  gap or overlap ("missing tokens from A to B (both inclusive)" /
+ *            "overlapping tokens from A to B (both inclusive)"), or a history
+ *            position past 2^63
+ *   -EBUSY   another lease of the user holds an uncommitted reservation
+ *   -ENOMEM  the device tier cannot hold the pages with everything else pinned
+ *   -E2BIG   more pages than the whole device tier
+ *   -ENOSPC  no lease slot left (2^24 leases outstanding)
+ */
+int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
+		   uint32_t n_new, uint32_t owner, struct engine_lease *out,
+		   struct errbuf *e);
+
+/* Slots of the lease's new tokens [first, first+n) in write order. */
+int engine_lease_slots(struct engine *eng, uint64_t lease, uint32_t first,
+		       uint32_t n, struct kvp_slot *out, struct errbuf *e);
+
+/* -ENOENT unknown/released lease, -EALREADY committed twice, -EINVAL n > n_new. */
+int engine_commit(struct engine *eng, uint64_t lease, uint32_t n,
+		  struct errbuf *e);
+/* -ENOENT unknown or already released lease. */
+int engine_release(struct engine *eng, uint64_t lease, struct errbuf *e);
+/* Release every lease of owner (a dead client); returns how many. */
+uint32_t engine_release_owner(struct engine *eng, uint32_t owner);
+
+/*
+ * Copy the user's committed device pages to the host tier; both copies stay
+ * valid. Returns pages copied, -ENOENT for an unknown user, -ENOSPC when the
+ * host tier cannot take them (nothing changed).
+ */
+int engine_offload(struct engine *eng, uint64_t user, struct errbuf *e);
+/* Offload every user; returns pages copied or -ENOSPC once the host is full. */
+int engine_offload_all(struct engine *eng, struct errbuf *e);
+
+/*
+ * Drop the user's pages from the selected tiers. KVP_SEL_DEVICE alone demotes
+ * (pages without a host copy are copied there when it has room, else the user
+ * is dropped); a user left with no frames is dropped. Returns pages freed,
+ * -ENOENT unknown user, -EBUSY when a lease holds the user.
+ */
+int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
+		 struct errbuf *e);
+/* The same for every unpinned user; returns users affected; *skipped gets
+ * how many were passed over because a lease holds them. */
+int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped);
+
+void engine_stats(const struct engine *eng, struct kvp_stats *out);
+
+/*
+ * Walk every structure and check that frames, lists and counters agree
+ * (free + used == total per tier, every used frame owned by exactly one page,
+ * LRU lists hold exactly the unpinned resident users). Returns 0 or -EFAULT
+ * with what disagreed in e. O(users + frames): for tests and debug builds.
+ */
+int engine_check(struct engine *eng, struct errbuf *e);
+
+/* For tests: read committed tokens [pos, pos+n) of a user into out
+ * ([n][layers][2][heads][dim]) from whichever tier holds them. */
+int engine_read_tokens(struct engine *eng, uint64_t user, uint64_t pos,
+		       uint32_t n, void *out, struct errbuf *e);
+
+#endif /* KVPOOL_ENGINE_H */

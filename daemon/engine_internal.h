@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine_internal.h - the engine's data structures, shared by engine.c
+ * (histories, leases, the operations) and evict.c (LRU, demotion, offload).
+ *
+ * Invariants (engine_check() verifies every one of them):
+ *  - every page of a history has a frame in at least one tier; a frame in
+ *    use belongs to exactly one page of one history;
+ *  - h->nres[t] counts h's pages with a frame in tier t;
+ *  - h->pins == 0 and h holds frames <=> h is on exactly one LRU list:
+ *    lru[DEVICE] when nres[DEVICE] > 0, else lru[HOST];
+ *    pinned histories are on no list, so eviction never sees them;
+ *  - lru[t].frames == sum of nres[t] over the histories on lru[t];
+ *  - a history with len == 0, no pages and no pins does not exist;
+ *  - pages [0, ceil(len / P)) hold committed tokens; pages after them are
+ *    reserved by the one write lease (h->write_lease) and have only a
+ *    device frame.
+ */
+#ifndef KVPOOL_ENGINE_INTERNAL_H
+#define KVPOOL_ENGINE_INTERNAL_H
+
+#include "copy.h"
+#include "engine.h"
+#include "frames.h"
+#include "user_table.h"
+
+enum lru_id {
+	LRU_NONE = -1,
+	LRU_DEVICE = KVP_TIER_DEVICE, /* unpinned, holding device frames */
+	LRU_HOST = KVP_TIER_HOST,     /* unpinned, holding host frames only */
+};
+
+struct page_ref {
+	uint32_t frame[KVP_TIERS]; /* FRAME_NONE where the tier has no copy */
+};
+
+struct history {
+	uint64_t user;
+	uint64_t start;          /* position of the first cached token */
+	uint64_t len;            /* committed tokens */
+	struct page_ref *pages;
+	uint32_t npages;         /* committed + reserved pages */
+	uint32_t cap;
+	uint32_t nres[KVP_TIERS];
+	uint32_t pins;           /* leases held on this history */
+	int lru;                 /* enum lru_id */
+	uint64_t write_lease;    /* lease with an uncommitted reservation, or 0 */
+	struct history *hnext;   /* user_table chain */
+	struct history *prev, *next; /* LRU links */
+};
+
+struct lru_list {
+	struct history *head;    /* least recently used */
+	struct history *tail;
+	uint64_t frames;         /* frames of the list's tier its histories hold */
+};
+
+#define LEASE_MAX (1u << 24)
+
+struct lease {
+	struct history *h;       /* NULL: slot free */
+	uint32_t gen;            /* bumped on every reuse: stale ids miss */
+	uint32_t next_free;
+	uint64_t len0;           /* committed len when prepared */
+	uint32_t n_new;
+	uint32_t owner;
+	bool committed;
+};
+
+struct engine {
+	struct kvp_layout layout;
+	uint32_t P;              /* page_tokens */
+	uint64_t max_tokens;     /* 0: unlimited */
+	const struct backend_ops *be;
+	void *be_ctx;
+	struct tier_mem mem[KVP_TIERS];
+	struct frames frames[KVP_TIERS];
+	struct user_table users;
+	struct lru_list lru[KVP_TIERS];
+	struct lease *leases;
+	uint32_t leases_cap;
+	uint32_t lease_free;     /* head of the free slot list, or UINT32_MAX */
+	uint32_t leases_live;
+	uint32_t *view;          /* page table handed out by prepare */
+	uint32_t view_cap;
+	struct copy_batch copy;
+	struct kvp_stats st;
+};
+
+static inline uint32_t pages_for(const struct engine *eng, uint64_t tokens)
+{
+	return (uint32_t)((tokens + eng->P - 1) / eng->P);
+}
+
+/* evict.c */
+void lru_remove(struct engine *eng, struct history *h);
+/* Put an unpinned history on the list its residency says, as most recent. */
+void lru_insert(struct engine *eng, struct history *h);
+/* Make device frames free until `need` are; the caller checked it can. */
+void evict_for_device(struct engine *eng, uint32_t need);
+/* Demote h to the host tier when it fits there, else drop it. */
+uint32_t demote_or_drop(struct engine *eng, struct history *h);
+/* Free every frame of h and h itself. h must be unpinned. */
+uint32_t history_drop(struct engine *eng, struct history *h);
+
+/* engine.c */
+void history_free(struct engine *eng, struct history *h);
+void page_set_frame(struct engine *eng, struct history *h, uint32_t i,
+		    enum kvp_tier t, uint32_t frame);
+void page_free_frame(struct engine *eng, struct history *h, uint32_t i,
+		     enum kvp_tier t);
+
+#endif /* KVPOOL_ENGINE_INTERNAL_H */

@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * evict.c - where frames come back from: the LRU lists, demotion to the host
+ * tier, dropping, offload and the evict operations.
+ *
+ * The one eviction path is demote_or_drop(): pressure from a prepare, an
+ * operator's `evict --tier device` and evict_all all go through it. The host
+ * tier is a victim cache: a demoted history goes to the tail of the host
+ * LRU, and room for it is made by dropping the host LRU's head. Offload is
+ * different on purpose: it adds copies of data the device tier still holds,
+ * so it only uses free host frames and never drops anyone to make room.
+ */
+#include <errno.h>
+#include <inttypes.h>
+
+#include "engine_internal.h"
+
+/* ------------------------------------------------------------ LRU lists */
+
+void lru_remove(struct engine *eng, struct history *h)
+{
+	struct lru_list *l;
+
+	if (h->lru == LRU_NONE)
+		return;
+	l = &eng->lru[h->lru];
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		l->head = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	else
+		l->tail = h->prev;
+	l->frames -= h->nres[h->lru];
+	h->prev = h->next = NULL;
+	h->lru = LRU_NONE;
+}
+
+void lru_insert(struct engine *eng, struct history *h)
+{
+	int id = h->nres[KVP_TIER_DEVICE] ? LRU_DEVICE : LRU_HOST;
+	struct lru_list *l = &eng->lru[id];
+
+	h->lru = id;
+	h->next = NULL;
+	h->prev = l->tail;
+	if (l->tail)
+		l->tail->next = h;
+	else
+		l->head = h;
+	l->tail = h;
+	l->frames += h->nres[id];
+}
+
+/* ------------------------------------------------------------ drop / demote */
+
+uint32_t history_drop(struct engine *eng, struct history *h)
+{
+	uint32_t pages = h->npages;
+
+	lru_remove(eng, h);
+	user_table_remove(&eng->users, h);
+	history_free(eng, h);
+	eng->st.evicted_users++;
+	eng->st.evicted_pages += pages;
+	return pages;
+}
+
+/* Pages of h that have a device frame and no host copy. */
+static uint32_t host_copies_missing(const struct history *h)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < h->npages; i++)
+		n += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&
+		     h->pages[i].frame[KVP_TIER_HOST] == FRAME_NONE;
+	return n;
+}
+
+/*
+ * Free `need` host frames by dropping the host LRU's oldest histories, h
+ * excluded. Drops nothing and returns false when even that is not enough.
+ */
+static bool host_make_room(struct engine *eng, uint32_t need,
+			   const struct history *h)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	uint64_t droppable = eng->lru[LRU_HOST].frames;
+
+	if (h->lru == LRU_HOST)
+		droppable -= h->nres[KVP_TIER_HOST];
+	if (host->nfree + droppable < need)
+		return false;
+	while (host->nfree < need) {
+		struct history *victim = eng->lru[LRU_HOST].head;
+
+		if (victim == h)
+			victim = victim->next;
+		history_drop(eng, victim);
+	}
+	return true;
+}
+
+/* Copy h's device pages that lack a host copy to the host tier. The caller
+ * made sure enough host frames are free. Returns pages copied. */
+static uint32_t copy_to_host(struct engine *eng, struct history *h, uint32_t limit)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	uint32_t n = 0;
+
+	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_D2H,
+		   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
+		   eng->layout.page_bytes);
+	for (uint32_t i = 0; i < limit; i++) {
+		struct page_ref *p = &h->pages[i];
+
+		if (p->frame[KVP_TIER_DEVICE] == FRAME_NONE ||
+		    p->frame[KVP_TIER_HOST] != FRAME_NONE)
+			continue;
+		page_set_frame(eng, h, i, KVP_TIER_HOST, frames_alloc(host));
+		copy_page(&eng->copy, p->frame[KVP_TIER_HOST],
+			  p->frame[KVP_TIER_DEVICE]);
+		n++;
+	}
+	copy_end(&eng->copy, NULL);
+	eng->st.bytes_d2h += eng->copy.bytes;
+	return n;
+}
+
+/*
+ * Demote unpinned h: every page gets a host copy (room made on the host LRU),
+ * then its device frames go. When the host tier cannot take it, h is
+ * dropped. Returns the device frames freed.
+ */
+uint32_t demote_or_drop(struct engine *eng, struct history *h)
+{
+	uint32_t freed = h->nres[KVP_TIER_DEVICE];
+
+	if (!host_make_room(eng, host_copies_missing(h), h)) {
+		history_drop(eng, h);
+		return freed;
+	}
+	copy_to_host(eng, h, h->npages);
+	lru_remove(eng, h);
+	for (uint32_t i = 0; i < h->npages; i++)
+		page_free_frame(eng, h, i, KVP_TIER_DEVICE);
+	lru_insert(eng, h); /* now host-only: the host LRU's newest */
+	eng->st.demoted_users++;
+	eng->st.demoted_pages += freed;
+	return freed;
+}
+
+void evict_for_device(struct engine *eng, uint32_t need)
+{
+	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
+
+	while (dev->nfree < need) {
+		/* The caller counted lru[DEVICE].frames: the list cannot run dry. */
+		demote_or_drop(eng, eng->lru[LRU_DEVICE].head);
+	}
+}
+
+/* ------------------------------------------------------------ offload */
+
+/*
+ * Pages of h that may be copied: all when no write is pending; otherwise
+ * only the full pages below the one the writer is filling, whose bytes can
+ * no longer change.
+ */
+static uint32_t offload_limit(const struct engine *eng, const struct history *h)
+{
+	return h->write_lease ? (uint32_t)(h->len / eng->P) : h->npages;
+}
+
+static int history_offload(struct engine *eng, struct history *h,
+			   struct errbuf *e)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	uint32_t limit = offload_limit(eng, h), need = 0, n;
+
+	for (uint32_t i = 0; i < limit; i++)
+		need += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&
+			h->pages[i].frame[KVP_TIER_HOST] == FRAME_NONE;
+	if (need > host->nfree)
+		return errbuf_set(e, -ENOSPC, "user %" PRIu64 ": the host tier has "
+				  "%" PRIu32 " free pages, offload needs %" PRIu32
+				  "; evict host pages (kvctl evict --tier host) or "
+				  "raise host_mem", h->user, host->nfree, need);
+	n = copy_to_host(eng, h, limit);
+	eng->st.offloaded_pages += n;
+	return (int)n;
+}
+
+int engine_offload(struct engine *eng, uint64_t user, struct errbuf *e)
+{
+	struct history *h = user_table_find(&eng->users, user);
+
+	if (!h || !h->npages)
+		return errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
+				  user);
+	return history_offload(eng, h, e);
+}
+
+struct offload_all_ctx {
+	struct engine *eng;
+	struct errbuf *e;
+	uint64_t pages;
+};
+
+static int offload_all_cb(struct history *h, void *arg)
+{
+	struct offload_all_ctx *c = arg;
+	int ret = history_offload(c->eng, h, c->e);
+
+	if (ret < 0)
+		return ret;
+	c->pages += (uint64_t)ret;
+	return 0;
+}
+
+int engine_offload_all(struct engine *eng, struct errbuf *e)
+{
+	struct offload_all_ctx c = { eng, e, 0 };
+	int ret = user_table_foreach(&eng->users, offload_all_cb, &c);
+
+	if (ret < 0)
+		return errbuf_set(e, ret, "the host tier filled after %" PRIu64
+				  " pages were offloaded; evict host pages or raise "
+				  "host_mem", c.pages);
+	return c.pages > INT32_MAX ? INT32_MAX : (int)c.pages;
+}
+
+/* ------------------------------------------------------------ evict */
+
+static uint32_t history_evict(struct engine *eng, struct history *h,
+			      uint32_t sel)
+{
+	uint32_t freed;
+
+	if ((sel & KVP_SEL_ALL) == KVP_SEL_ALL)
+		return history_drop(eng, h);
+	if (sel & KVP_SEL_DEVICE)
+		return h->nres[KVP_TIER_DEVICE] ? demote_or_drop(eng, h) : 0;
+	/* Host only: a history whose only copy is there is lost entirely. */
+	freed = h->nres[KVP_TIER_HOST];
+	if (h->nres[KVP_TIER_DEVICE] < h->npages)
+		return history_drop(eng, h);
+	for (uint32_t i = 0; i < h->npages; i++)
+		page_free_frame(eng, h, i, KVP_TIER_HOST);
+	return freed;
+}
+
+static int check_sel(uint32_t sel, struct errbuf *e)
+{
+	if (!sel || (sel & ~(uint32_t)KVP_SEL_ALL))
+		return errbuf_set(e, -EINVAL, "evict: tier selection %#" PRIx32
+				  " is not device, host or all", sel);
+	return 0;
+}
+
+int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
+		 struct errbuf *e)
+{
+	struct history *h = user_table_find(&eng->users, user);
+	int ret = check_sel(sel, e);
+
+	if (ret)
+		return ret;
+	if (!h)
+		return errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
+				  user);
+	if (h->pins)
+		return errbuf_set(e, -EBUSY, "user %" PRIu64 " is held by %" PRIu32
+				  " lease(s); release them first", user, h->pins);
+	return (int)history_evict(eng, h, sel);
+}
+
+static int count_pinned_cb(struct history *h, void *arg)
+{
+	*(uint32_t *)arg += h->pins > 0;
+	return 0;
+}
+
+/*
+ * Walk the LRU lists rather than the user table: demoting one history may
+ * drop others from the host LRU, which would pull entries out from under a
+ * table walk. Pinned histories are on no list, so they are passed over.
+ */
+int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
+{
+	struct lru_list *dev = &eng->lru[LRU_DEVICE], *host = &eng->lru[LRU_HOST];
+	uint32_t affected = 0, pinned = 0;
+	struct history *h, *next;
+	int ret = check_sel(sel, NULL);
+
+	if (ret)
+		return ret;
+	user_table_foreach(&eng->users, count_pinned_cb, &pinned);
+	if (sel & KVP_SEL_DEVICE) {
+		/* Each demotion moves the head off this list (or drops it). */
+		while (dev->head) {
+			history_evict(eng, dev->head, sel);
+			affected++;
+		}
+	} else {
+		for (h = dev->head; h; h = next) {
+			next = h->next; /* host-only eviction drops at most h */
+			affected += history_evict(eng, h, sel) > 0;
+		}
+	}
+	if (sel & KVP_SEL_HOST) {
+		while (host->head) {
+			history_drop(eng, host->head);
+			affected++;
+		}
+	}
+	if (skipped)
+		*skipped = pinned;
+	return (int)affected;
+}
