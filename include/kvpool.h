@@ -143,6 +143,8 @@ struct kvp_stats {
 	uint64_t trimmed_pages;   /* head pages dropped by max_tokens_per_user */
 	uint64_t bytes_d2h;
 	uint64_t bytes_h2d;
+	uint64_t clients;         /* gauge: attached clients (daemon only) */
+	uint64_t tenants;         /* gauge: tenants summed over (daemon only) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -170,6 +172,160 @@ void kvp_append_cpu(const struct kvp_layout *l, void *tier_base,
  */
 void kvp_read_cpu(const struct kvp_layout *l, const void *tier_base,
 		  const struct kvp_slot *slots, uint32_t n, void *out);
+
+/* ------------------------------------------------------------------------ */
+/* Client: attach to kvpoold.                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Where kvpoold listens unless told otherwise ($KVPOOL_SOCKET overrides). */
+#define KVP_DEFAULT_SOCKET "/run/kvpool/kvpoold.sock"
+
+struct kvp_client;
+
+struct kvp_connect_opts {
+	const char *socket;    /* NULL: $KVPOOL_SOCKET, else KVP_DEFAULT_SOCKET */
+	const char *name;      /* shown by `kvctl clients`; NULL: program name */
+	uint32_t sq_entries;   /* 0: daemon default (256) */
+	uint32_t arena_bytes;  /* 0: daemon default (4 MiB) */
+	uint32_t spin_us;      /* how long a wait spins before it sleeps; 0: 20 us */
+};
+
+/*
+ * Attach to the daemon: connect, check versions, map the rings and the
+ * tenant's device tier. opts may be NULL. Returns 0, or -errno with the reason
+ * in err (e.g. -ECONNREFUSED "no kvpoold at PATH", -EACCES "uid 1001 is not
+ * in allow_uids of kvpoold at PATH", -EPROTO version mismatch).
+ */
+int kvp_connect(struct kvp_client **out, const struct kvp_connect_opts *opts,
+		char *err, size_t errlen);
+/* Detach: the daemon releases every lease the client still holds. */
+void kvp_close(struct kvp_client *c);
+
+/* The message of the client's last failed call ("" after a success). */
+const char *kvp_last_error(const struct kvp_client *c);
+const struct kvp_layout *kvp_client_layout(const struct kvp_client *c);
+/* The device tier as mapped in this process (shm backend: a host pointer). */
+void *kvp_device_base(const struct kvp_client *c);
+uint32_t kvp_client_id(const struct kvp_client *c);
+/* 1 when the daemon granted admin rights (kvctl evict --all, ...). */
+int kvp_client_is_admin(const struct kvp_client *c);
+
+/* ------------------------------------------------------------------------ */
+/* Client: synchronous calls. Each returns >= 0 or -errno; on failure         */
+/* kvp_last_error() says what was wrong. They return -EBUSY while            */
+/* asynchronous operations are in flight (reap them first).                   */
+/* ------------------------------------------------------------------------ */
+
+struct kvp_user_info {
+	uint64_t user;
+	uint64_t start;        /* first cached token position */
+	uint64_t len;          /* committed tokens cached (0: nothing cached) */
+	uint32_t pages_device;
+	uint32_t pages_host;
+	uint32_t leases;
+	uint32_t tenant;       /* tenant index (for admins listing all) */
+};
+
+/* What prepare returns: the pinned page table and where the new tokens go. */
+struct kvp_lease {
+	uint64_t id;
+	uint64_t user;
+	uint64_t start;          /* history start */
+	uint64_t len;            /* committed tokens before this lease */
+	uint32_t n_new;          /* reserved new tokens: positions [start+len, start+len+n_new) */
+	uint32_t npages;         /* page table entries (history + new pages) */
+	uint32_t last_page_len;  /* tokens in the last page once n_new are written */
+	uint32_t onloaded_pages; /* pages brought back from the host tier */
+	/* Device frame of each page: FlashInfer's kv_indices with kv_indptr
+	 * {0, npages} and kv_last_page_len last_page_len. Points into the
+	 * client's arena: valid until the next call (sync) or submit (async). */
+	const int32_t *indices;
+};
+
+int kvp_info(struct kvp_client *c, uint64_t user, struct kvp_user_info *out);
+/* See DESIGN.md: start_pos must be start + len of the cached history. */
+int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
+		uint32_t n_new, struct kvp_lease *out);
+/*
+ * Data op, no round trip: write new tokens [first, first + n) of the lease
+ * from kv ([n][layers][2][kv_heads][head_dim]) into their page slots.
+ * -EINVAL when the range is outside the lease's n_new.
+ */
+int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
+	       uint32_t n, const void *kv);
+int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n);
+int kvp_release(struct kvp_client *c, uint64_t lease);
+/* Returns pages copied to the host tier. */
+int kvp_offload(struct kvp_client *c, uint64_t user);
+/* Admin: every user of every tenant. */
+int kvp_offload_all(struct kvp_client *c);
+/* sel: enum kvp_tier_sel. Returns pages freed. */
+int kvp_evict(struct kvp_client *c, uint64_t user, uint32_t sel);
+/* Admin: every unleased user of every tenant. Returns users affected. */
+int kvp_evict_all(struct kvp_client *c, uint32_t sel);
+/* all_tenants (admin): sum over every tenant; else the client's tenant. */
+int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
+/*
+ * List users, max rows at a time from cursor (start with 0); *next is the
+ * cursor for the next call, 0 when the list is done. Admins see every
+ * tenant's users; others their tenant's. Returns rows written.
+ */
+int kvp_users(struct kvp_client *c, uint64_t cursor, struct kvp_user_info *rows,
+	      uint32_t max, uint64_t *next);
+
+struct kvp_client_info {
+	uint32_t client_id;
+	uint32_t pid;
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t tenant;       /* UINT32_MAX: none (admin-only client) */
+	uint32_t flags;        /* 1: admin */
+	uint64_t ops;          /* operations completed */
+	uint64_t leases;       /* leases held now */
+	char name[32];
+};
+
+/* Admin: list attached clients, like kvp_users. */
+int kvp_clients(struct kvp_client *c, uint64_t cursor,
+		struct kvp_client_info *rows, uint32_t max, uint64_t *next);
+
+/* ------------------------------------------------------------------------ */
+/* Client: asynchronous batches. Queue many operations (many users), submit  */
+/* them with one wake-up, reap the completions. Operations on one user take  */
+/* effect in queue order; completions come back in submission order.         */
+/* At most sq_entries operations may be queued or unreaped at once (-EBUSY). */
+/* ------------------------------------------------------------------------ */
+
+enum kvp_async_op {
+	KVP_ASYNC_INFO = 1,
+	KVP_ASYNC_PREPARE = 2,
+	KVP_ASYNC_COMMIT = 3,
+	KVP_ASYNC_RELEASE = 4,
+};
+
+struct kvp_completion {
+	uint64_t tag;          /* the caller's */
+	int32_t res;           /* >= 0 or -errno */
+	uint32_t op;           /* enum kvp_async_op */
+	struct kvp_user_info info;   /* INFO */
+	struct kvp_lease lease;      /* PREPARE: valid until the next kvp_submit */
+	const char *error;           /* on failure: the message; valid likewise */
+};
+
+int kvp_queue_info(struct kvp_client *c, uint64_t user, uint64_t tag);
+int kvp_queue_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
+		      uint32_t n_new, uint64_t tag);
+/* release != 0: release the lease in the same operation. */
+int kvp_queue_commit(struct kvp_client *c, uint64_t lease, uint32_t n,
+		     int release, uint64_t tag);
+int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag);
+/* Publish everything queued; wakes the daemon only if it sleeps. Returns
+ * how many operations were submitted. */
+int kvp_submit(struct kvp_client *c);
+/* Reap up to max completions, waiting until at least min_complete are there
+ * (spin, then sleep). Returns how many were written to out. */
+int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
+	     uint32_t min_complete);
 
 #ifdef __cplusplus
 }

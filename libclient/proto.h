@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto.h - the wire protocol between libkvpool and kvpoold. Not installed:
+ * both sides are built from this tree and the attach handshake checks the
+ * version, so the layout below can change with KVP_PROTO_VERSION.
+ *
+ * ATTACH. The client connects to the daemon's SOCK_SEQPACKET Unix socket and
+ * sends one struct kvp_hello. The daemon checks the peer with SO_PEERCRED
+ * (allow_uids / allow_gids, tenant mapping, admin_uids), then answers one
+ * struct kvp_welcome. On success the welcome carries, with SCM_RIGHTS, in
+ * this order:
+ *     fds[0]  the client's shm: a memfd sealed against grow/shrink/seal,
+ *             laid out as struct kvp_shm_hdr says;
+ *     fds[1]  the tenant's device tier (absent for a client with no tenant,
+ *             i.e. an admin-only kvctl): map welcome.tier_bytes[DEVICE] bytes.
+ * welcome.nfds says how many came. The socket stays open for the client's
+ * lifetime: its hang-up is how the daemon learns the client died, and it also
+ * carries the "uds" request mode (one kvp_sqe in, one kvp_cqe plus the
+ * result bytes out, in one message) that kvbench compares the ring against.
+ *
+ * SHM LAYOUT (offsets in kvp_shm_hdr, each 64-byte aligned):
+ *     [hdr][ring ctl][sq entries][cq entries][arena]
+ * The daemon writes hdr once before sending the fd and never reads it back.
+ *
+ * RINGS. Single producer, single consumer each, free-running uint32 indices
+ * masked on access (entries are powers of two). The submission ring (SQ) is
+ * produced by the client and consumed by the daemon; the completion ring (CQ)
+ * the other way. Each index is written by one side only and sits on its own
+ * cache line:
+ *
+ *   client: write sqes[sq_tail & mask]; store-release sq_tail      (S1)
+ *   daemon: load-acquire sq_tail (pairs with S1); copy the entry out ONCE,
+ *           validate the copy, execute; write the result into the arena and
+ *           cqes[cq_tail & mask]; store-release cq_tail             (D1)
+ *           store-release sq_head after the entry was copied out    (D2)
+ *   client: load-acquire cq_tail (pairs with D1), read the cqe and the arena
+ *           bytes it names; store-release cq_head                   (C1)
+ *   daemon: load-acquire cq_head (pairs with C1) before reusing a cq slot.
+ *
+ * The daemon keeps its own copy of sq_head and cq_tail (it never trusts the
+ * values in shared memory), reads sq_tail and cq_head once per pass, and
+ * treats tail - head > entries as a broken client (it is detached). It takes
+ * an SQE only when the CQ has room for its completion, so a completion is
+ * never dropped; a client that does not reap simply stalls itself.
+ *
+ * WAKE-UPS. The daemon's worker polls while busy. Before it sleeps it sets
+ * KVP_RING_NEED_WAKEUP in ctl->sq_flags, then re-checks sq_tail (store-load
+ * ordered by a full fence on both sides, as io_uring's SQPOLL does), then
+ * waits on ctl->sq_doorbell (futex_waitv over all of its clients). A client
+ * that published entries reads sq_flags after a full fence and, only when
+ * NEED_WAKEUP is set, increments sq_doorbell and FUTEX_WAKEs it.
+ * The reverse: a client that wants to sleep for completions sets
+ * ctl->cq_waiters = 1, fences, re-checks cq_tail and FUTEX_WAITs on
+ * ctl->cq_seq; the daemon, after publishing completions, fences, and when
+ * cq_waiters is set increments cq_seq and FUTEX_WAKEs it.
+ *
+ * ARENA. Variable-sized results (page tables, lists, stats, error messages)
+ * go to [out_off, out_off + out_len) of the client's arena, a range the
+ * client chooses per SQE; the daemon checks it with overflow-safe bounds
+ * (out_len <= arena_bytes && out_off <= arena_bytes - out_len) and writes
+ * nothing outside it. The client must not reuse a range before it reaped the
+ * SQE's completion.
+ */
+#ifndef KVPOOL_PROTO_H
+#define KVPOOL_PROTO_H
+
+#include <stdint.h>
+
+#include "kvpool.h"
+
+#define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
+#define KVP_PROTO_VERSION 1
+
+#define KVP_RING_MIN_ENTRIES 8u
+#define KVP_RING_MAX_ENTRIES 65536u
+#define KVP_ARENA_MIN_BYTES (64u << 10)
+#define KVP_ARENA_MAX_BYTES (256u << 20)
+
+/* ------------------------------------------------------------ attach */
+
+struct kvp_hello {
+	uint64_t magic;        /* KVP_PROTO_MAGIC */
+	uint32_t version;      /* KVP_PROTO_VERSION */
+	uint32_t sq_entries;   /* power of two in [MIN, MAX]; 0: daemon default */
+	uint32_t cq_entries;   /* >= sq_entries; 0: 2 * sq_entries */
+	uint32_t arena_bytes;  /* [MIN, MAX]; 0: daemon default */
+	char name[32];         /* for kvctl clients: program name, NUL-padded */
+};
+
+#define KVP_WELCOME_ADMIN  (1u << 0) /* the client's uid is in admin_uids */
+#define KVP_WELCOME_TENANT (1u << 1) /* the client belongs to a tenant */
+
+struct kvp_welcome {
+	uint64_t magic;
+	uint32_t version;
+	int32_t status;        /* 0, or -errno with msg saying why */
+	char msg[KVP_ERRLEN];
+	uint32_t client_id;
+	uint32_t flags;        /* KVP_WELCOME_* */
+	uint32_t nfds;
+	char tenant[32];       /* tenant name, NUL-padded */
+	char backend[16];      /* "shm", "cuda" */
+	struct kvp_layout layout;
+	uint64_t tier_bytes[KVP_TIERS];
+	uint32_t tier_frames[KVP_TIERS];
+	uint64_t shm_bytes;    /* size of fds[0] */
+};
+
+/* ------------------------------------------------------------ shm */
+
+struct kvp_shm_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t client_id;
+	uint32_t sq_entries;
+	uint32_t cq_entries;
+	uint32_t arena_bytes;
+	uint32_t pad;
+	uint64_t ctl_off;
+	uint64_t sq_off;
+	uint64_t cq_off;
+	uint64_t arena_off;
+	uint64_t total_bytes;
+};
+
+#define KVP_RING_NEED_WAKEUP (1u << 0)
+
+/* Each line is written by one side only (the comment says which). */
+struct kvp_ring_ctl {
+	_Alignas(64) uint32_t sq_tail;     /* client */
+	_Alignas(64) uint32_t sq_head;     /* daemon */
+	_Alignas(64) uint32_t cq_tail;     /* daemon */
+	_Alignas(64) uint32_t cq_head;     /* client */
+	_Alignas(64) uint32_t sq_flags;    /* daemon: KVP_RING_NEED_WAKEUP */
+	_Alignas(64) uint32_t sq_doorbell; /* client: futex the daemon sleeps on */
+	_Alignas(64) uint32_t cq_waiters;  /* client: 1 while it sleeps on cq_seq */
+	_Alignas(64) uint32_t cq_seq;      /* daemon: futex the client sleeps on */
+};
+
+/* ------------------------------------------------------------ entries */
+
+enum kvp_opcode {
+	KVP_OP_NOP = 0,
+	KVP_OP_INFO = 1,      /* user -> cqe.val0 start, val1 len; out: struct kvp_user_info */
+	KVP_OP_PREPARE = 2,   /* user, arg start_pos, n n_new -> out: kvp_prepare_out + frames */
+	KVP_OP_COMMIT = 3,    /* arg lease, n tokens; flag RELEASE also releases */
+	KVP_OP_RELEASE = 4,   /* arg lease */
+	KVP_OP_OFFLOAD = 5,   /* user, or flag ALL -> res pages copied */
+	KVP_OP_EVICT = 6,     /* user, or flag ALL; sel tiers -> res pages / users */
+	KVP_OP_STATS = 7,     /* out: struct kvp_stats (flag ALL: every tenant, admin) */
+	KVP_OP_USERS = 8,     /* arg cursor, n max rows -> out: kvp_user_info[]; val0 next cursor (0: end) */
+	KVP_OP_CLIENTS = 9,   /* admin; arg cursor -> out: kvp_client_info[]; val0 next cursor */
+	KVP_OP_MAX,
+};
+
+#define KVP_SQE_ALL     (1u << 0) /* OFFLOAD / EVICT / STATS / USERS: every user (admin: every tenant) */
+#define KVP_SQE_RELEASE (1u << 1) /* COMMIT: release the lease too */
+
+struct kvp_sqe {
+	uint8_t opcode;
+	uint8_t flags;         /* KVP_SQE_* */
+	uint16_t sel;          /* EVICT: enum kvp_tier_sel */
+	uint32_t n;            /* PREPARE n_new; COMMIT tokens; USERS/CLIENTS max rows */
+	uint64_t tag;          /* echoed in the cqe */
+	uint64_t user;
+	uint64_t arg;          /* PREPARE start_pos; COMMIT/RELEASE lease; list cursor */
+	uint32_t out_off;      /* arena range for results / the error message */
+	uint32_t out_len;
+	uint32_t tenant;       /* admin ops with ALL: 0 = every tenant, else tenant index + 1 */
+	uint32_t rsv0;
+	uint64_t rsv[2];       /* must be zero */
+};
+
+struct kvp_cqe {
+	uint64_t tag;
+	int32_t res;           /* >= 0 success (op-specific), -errno on failure */
+	uint32_t out_bytes;    /* bytes written at out_off: the result, or on
+			        * failure the NUL-terminated error message */
+	uint64_t val0;
+	uint64_t val1;
+};
+
+_Static_assert(sizeof(struct kvp_sqe) == 64, "sqe is one cache line");
+_Static_assert(sizeof(struct kvp_cqe) == 32, "cqe is half a cache line");
+
+/* PREPARE result at out_off; frames[npages] follow (device frame indices,
+ * the lease's CSR indices with indptr [0, npages]). */
+struct kvp_prepare_out {
+	uint64_t lease;
+	uint64_t start;
+	uint64_t len;          /* committed tokens before this lease */
+	uint32_t n_new;
+	uint32_t npages;
+	uint32_t last_page_len;
+	uint32_t onloaded_pages;
+	int32_t frames[];
+};
+
+/* USERS rows are struct kvp_user_info, CLIENTS rows struct kvp_client_info,
+ * the STATS result a struct kvp_stats (kvpool.h). */
+
+#endif /* KVPOOL_PROTO_H */
