@@ -610,6 +610,74 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 	out->leases = eng->leases_live;
 }
 
+uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
+{
+	struct history *h = user_table_find(&eng->users, user);
+
+	return pages_for(eng, (h ? h->len : 0) + n_new);
+}
+
+int64_t engine_lease_owner(struct engine *eng, uint64_t id)
+{
+	struct lease *l = lease_lookup(eng, id);
+
+	return l ? (int64_t)l->owner : -ENOENT;
+}
+
+struct list_ctx {
+	uint64_t cursor;
+	uint64_t *ids;
+	uint64_t n;
+};
+
+static int list_collect_cb(struct history *h, void *arg)
+{
+	struct list_ctx *c = arg;
+
+	if (h->user >= c->cursor)
+		c->ids[c->n++] = h->user;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int engine_list_users(struct engine *eng, uint64_t cursor,
+		      struct kvp_user_info *rows, uint32_t max, uint64_t *next)
+{
+	struct list_ctx c = { cursor, NULL, 0 };
+	uint32_t n;
+
+	*next = 0;
+	if (!eng->users.count || !max)
+		return 0;
+	c.ids = malloc(eng->users.count * sizeof(*c.ids));
+	if (!c.ids)
+		return -ENOMEM;
+	user_table_foreach(&eng->users, list_collect_cb, &c);
+	qsort(c.ids, c.n, sizeof(*c.ids), cmp_u64);
+	n = c.n < max ? (uint32_t)c.n : max;
+	for (uint32_t i = 0; i < n; i++) {
+		struct engine_user_info in;
+
+		engine_info(eng, c.ids[i], &in);
+		rows[i] = (struct kvp_user_info){
+			.user = c.ids[i], .start = in.start, .len = in.len,
+			.pages_device = in.pages_device, .pages_host = in.pages_host,
+			.leases = in.leases,
+		};
+	}
+	/* A last id of UINT64_MAX has no successor: that page is the last. */
+	if (c.n > n && c.ids[n - 1] != UINT64_MAX)
+		*next = c.ids[n - 1] + 1;
+	free(c.ids);
+	return (int)n;
+}
+
 int engine_read_tokens(struct engine *eng, uint64_t user, uint64_t pos,
 		       uint32_t n, void *out, struct errbuf *e)
 {

@@ -146,6 +146,21 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped);
 
 void engine_stats(const struct engine *eng, struct kvp_stats *out);
 
+/* Page table entries a prepare of n_new tokens for user would return (so a
+ * caller can size the result buffer before preparing). */
+uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new);
+
+/* The owner a lease was prepared for, or -ENOENT (as a negative int64). */
+int64_t engine_lease_owner(struct engine *eng, uint64_t lease);
+
+/*
+ * List users with id >= cursor in ascending id order, at most max rows.
+ * *next is the cursor of the next page (0 when this page is the last).
+ * Returns rows written or -ENOMEM. O(users log users): an admin operation.
+ */
+int engine_list_users(struct engine *eng, uint64_t cursor,
+		      struct kvp_user_info *rows, uint32_t max, uint64_t *next);
+
 /*
  * Walk every structure and check that frames, lists and counters agree
  * (free + used == total per tier, every used frame owned by exactly one page,
