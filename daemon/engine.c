@@ -29,9 +29,16 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	struct engine *eng;
 	int ret;
 
-	if (!l->page_bytes || !l->page_tokens)
-		return errbuf_set(e, -EINVAL, "engine: layout not initialised "
-				  "(use kvp_layout_init or kvp_layout_parse)");
+	struct kvp_layout chk;
+	char lerr[KVP_ERRLEN];
+
+	/* Recompute the strides: a layout edited by hand must not size frames. */
+	if (kvp_layout_init(&chk, l->layers, l->kv_heads, l->head_dim, l->dtype,
+			    l->page_tokens, lerr, sizeof(lerr)))
+		return errbuf_set(e, -EINVAL, "engine: %s", lerr);
+	if (memcmp(&chk, l, sizeof(chk)))
+		return errbuf_set(e, -EINVAL, "engine: layout strides do not match "
+				  "its geometry (use kvp_layout_init or kvp_layout_parse)");
 	if (!cfg->device_frames)
 		return errbuf_set(e, -EINVAL, "engine: the device tier needs at least "
 				  "one page of %" PRIu64 " bytes; raise device_mem",
@@ -195,7 +202,7 @@ static void history_trim_head(struct engine *eng, struct history *h)
 	if (!eng->max_tokens || h->len <= eng->max_tokens)
 		return;
 	over = h->len - eng->max_tokens;
-	k = pages_for(eng, over);
+	k = (uint32_t)pages_for(eng, over);
 	for (uint32_t i = 0; i < k; i++) {
 		page_free_frame(eng, h, i, KVP_TIER_DEVICE);
 		page_free_frame(eng, h, i, KVP_TIER_HOST);
@@ -296,7 +303,7 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 	out->exists = true;
 	out->start = h->start;
 	out->len = h->len;
-	out->pages = pages_for(eng, h->len);
+	out->pages = (uint32_t)pages_for(eng, h->len);
 	out->leases = h->pins;
 	for (uint32_t i = 0; i < out->pages; i++) {
 		out->pages_device += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE;
@@ -357,14 +364,13 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 {
 	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
-	uint64_t len = h ? h->len : 0, avail;
-	uint32_t old_pages = h ? h->npages : 0;
-	uint32_t onload, new_pages, total, idx;
+	uint64_t len = h ? h->len : 0, avail, after;
+	uint32_t old_pages, onload, new_pages, total, idx, view_pages;
 	bool created = false;
 	struct lease *l;
 	int ret;
 
-	if (h && h->write_lease)
+	if (n_new && h && h->write_lease)
 		return errbuf_set(e, -EBUSY, "user %" PRIu64 ": tokens from %" PRIu64
 				  " are reserved by another lease that has not "
 				  "committed; commit or release it first", user,
@@ -377,15 +383,25 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 				  " + %" PRIu32 " tokens is past 2^63", user,
 				  start_pos, n_new);
 
-	/* Plan: device frames for host-only pages and for the new tokens. */
+	/* The whole history must fit on the device at once. */
+	after = pages_for(eng, len + n_new);
+	if (after > dev->total)
+		return errbuf_set(e, -E2BIG, "user %" PRIu64 ": %" PRIu64 " tokens "
+				  "need %" PRIu64 " pages but the device tier holds only %"
+				  PRIu32 "; send fewer tokens, lower max_tokens_per_user "
+				  "or raise device_mem", user, len + n_new, after,
+				  dev->total);
+
+	/*
+	 * Plan: device frames for host-only pages and for the new tokens. A
+	 * reader (n_new == 0) may come while a writer holds reserved pages past
+	 * the committed ones: it gets the committed pages only.
+	 */
+	old_pages = h ? h->npages : 0;
 	onload = h ? h->npages - h->nres[KVP_TIER_DEVICE] : 0;
-	new_pages = pages_for(eng, len + n_new) - old_pages;
+	new_pages = n_new ? (uint32_t)after - old_pages : 0;
+	view_pages = n_new ? (uint32_t)after : (uint32_t)pages_for(eng, len);
 	total = onload + new_pages;
-	if (total > dev->total)
-		return errbuf_set(e, -E2BIG, "user %" PRIu64 ": %" PRIu32 " pages "
-				  "needed but the device tier holds only %" PRIu32
-				  "; send fewer tokens or raise device_mem", user,
-				  total, dev->total);
 	avail = dev->nfree + device_evictable(eng, h);
 	if (total > avail)
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": device tier out of "
@@ -399,7 +415,7 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	ret = lease_reserve(eng, e);
 	if (ret)
 		return ret;
-	ret = view_reserve(eng, old_pages + new_pages, e);
+	ret = view_reserve(eng, view_pages, e);
 	if (ret)
 		return ret;
 	if (!h) {
@@ -471,16 +487,16 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	eng->st.prepares++;
 	eng->st.hit_tokens += len;
 
-	for (uint32_t i = 0; i < h->npages; i++)
+	for (uint32_t i = 0; i < view_pages; i++)
 		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
 	*out = (struct engine_lease){
 		.id = lease_id(eng, idx),
 		.start = h->start,
 		.len = len,
 		.n_new = n_new,
-		.npages = h->npages,
+		.npages = view_pages,
 		.frames = eng->view,
-		.last_page_len = h->npages ?
+		.last_page_len = view_pages ?
 			(uint32_t)((len + n_new - 1) % eng->P) + 1 : 0,
 		.hit_tokens = len,
 		.onloaded_pages = onload,
@@ -514,15 +530,20 @@ int engine_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
 
 /* ------------------------------------------------------------ commit / release */
 
-/* End l's reservation keeping n tokens; free the pages they do not reach. */
+/*
+ * End l's reservation keeping n tokens; free the pages they do not reach.
+ * A reader's lease reserved nothing: settling it changes nothing.
+ */
 static void lease_settle(struct engine *eng, struct lease *l, uint32_t n)
 {
 	struct history *h = l->h;
 
-	h->len = l->len0 + n;
-	history_truncate(eng, h, pages_for(eng, h->len));
-	h->write_lease = 0;
 	l->committed = true;
+	if (h->write_lease != lease_id(eng, (uint32_t)(l - eng->leases)))
+		return;
+	h->len = l->len0 + n;
+	history_truncate(eng, h, (uint32_t)pages_for(eng, h->len));
+	h->write_lease = 0;
 }
 
 int engine_commit(struct engine *eng, uint64_t id, uint32_t n,

@@ -25,7 +25,7 @@ static int check_history(struct history *h, void *arg)
 	struct check_ctx *c = arg;
 	struct engine *eng = c->eng;
 	uint32_t nres[KVP_TIERS] = { 0, 0 };
-	uint32_t committed = pages_for(eng, h->len);
+	uint32_t committed = (uint32_t)pages_for(eng, h->len);
 	uint64_t u = h->user;
 
 	c->users++;

@@ -87,9 +87,10 @@ struct engine {
 	struct kvp_stats st;
 };
 
-static inline uint32_t pages_for(const struct engine *eng, uint64_t tokens)
+/* Pages that hold `tokens` tokens (tokens < 2^63, so no overflow). */
+static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
 {
-	return (uint32_t)((tokens + eng->P - 1) / eng->P);
+	return (tokens + eng->P - 1) / eng->P;
 }
 
 /* evict.c */
