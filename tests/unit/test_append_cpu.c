@@ -291,6 +291,61 @@ static void test_zero_tokens_writes_nothing(void **state)
 	assert_int_equal(kv[0], 0xFF);
 }
 
+/*
+ * Batches of 1 MiB and more take the streaming-store path: it must land the
+ * same bytes in the same places as plain row copies, and leave every other
+ * byte alone.
+ */
+static void test_large_batch_streaming_path_matches_row_copies(void **state)
+{
+	struct kvp_layout l;
+	char err[KVP_ERRLEN];
+	const uint32_t frames = 8, n = 96; /* 96 x 32 KiB = 3 MiB */
+	unsigned char *pool, *want, *kv, *back;
+	struct kvp_slot *slots;
+	uint64_t bytes;
+
+	(void)state;
+	assert_int_equal(kvp_layout_init(&l, 8, 4, 256, KVP_DTYPE_BF16, 32, err,
+					 sizeof(err)), 0);
+	bytes = frames * l.page_bytes;
+	pool = aligned_alloc(64, bytes);
+	want = aligned_alloc(64, bytes);
+	kv = malloc(n * l.token_bytes);
+	back = malloc(n * l.token_bytes);
+	slots = malloc(n * sizeof(*slots));
+	assert_non_null(pool);
+	assert_non_null(want);
+	assert_non_null(kv);
+	assert_non_null(back);
+	assert_non_null(slots);
+	memset(pool, 0xa5, bytes);
+	memset(want, 0xa5, bytes);
+	for (uint64_t i = 0; i < n * l.token_bytes; i++)
+		kv[i] = (unsigned char)(i * 131 + (i >> 13));
+	/* Three frames in reverse order, slots interleaved across them. */
+	for (uint32_t t = 0; t < n; t++)
+		slots[t] = (struct kvp_slot){ 7 - t % 3, t / 3 };
+
+	kvp_append_cpu(&l, pool, slots, n, kv);
+	for (uint32_t t = 0; t < n; t++)
+		for (uint32_t layer = 0; layer < l.layers; layer++)
+			for (uint32_t k = 0; k < 2; k++)
+				memcpy(want + slots[t].frame * l.page_bytes +
+					       layer * l.layer_stride + k * l.kv_stride +
+					       slots[t].slot * l.token_stride,
+				       kv + t * l.token_bytes + (2 * layer + k) * l.token_stride,
+				       l.token_stride);
+	assert_memory_equal(pool, want, bytes);
+	kvp_read_cpu(&l, pool, slots, n, back);
+	assert_memory_equal(back, kv, n * l.token_bytes);
+	free(pool);
+	free(want);
+	free(kv);
+	free(back);
+	free(slots);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -301,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_bf16_bit_patterns_copied_verbatim),
 		cmocka_unit_test(test_second_append_leaves_first_intact),
 		cmocka_unit_test(test_zero_tokens_writes_nothing),
+		cmocka_unit_test(test_large_batch_streaming_path_matches_row_copies),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
