@@ -2,13 +2,13 @@
 /*
  * version.c - what libkvpool reports about itself.
  *
- * The connected calls (attach, rings, operations) join this library with the
- * daemon; until then it carries the layout arithmetic and the CPU data ops
- * (linked in from kvpool_common) and this version query.
+ * The library also carries the layout arithmetic and the CPU data ops
+ * (layout.c, kernels/append_cpu.c, linked in from kvpool_common) so that a
+ * client computes strides and offsets with the daemon's own code.
  */
-#include "kvpool.h"
+#include "client_internal.h"
 
-__attribute__((visibility("default")))
+KVP_PUBLIC
 int kvp_version(void)
 {
 	return KVP_VERSION_MAJOR * 1000 + KVP_VERSION_MINOR;

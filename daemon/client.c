@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client.c - the client life cycle: pending, registered, detaching, retired,
+ * finalized, freed. See client.h for who may do what in which state.
+ *
+ * Freeing is deferred to the end of the epoll batch (client_bury): one batch
+ * may carry several events for one client (its socket, its pidfd, the
+ * retire eventfd), and an event after the one that finalized it must still
+ * find the struct, marked freed, rather than freed memory.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "log.h"
+#include "worker.h"
+
+struct client *client_new(struct server *s, int sock)
+{
+	struct client *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->sock_w.kind = WATCH_CLIENT_SOCK;
+	c->pid_w.kind = WATCH_CLIENT_PID;
+	c->sock = sock;
+	c->pidfd = -1;
+	c->shm.fd = -1;
+	c->state = CLIENT_HELLO;
+	c->next = s->pending;
+	if (s->pending)
+		s->pending->prev = c;
+	s->pending = c;
+	return c;
+}
+
+static void pending_unlink(struct server *s, struct client *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->pending = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+}
+
+void client_register(struct server *s, struct client *c)
+{
+	struct registry *r = &s->reg;
+
+	pending_unlink(s, c);
+	pthread_mutex_lock(&r->lock);
+	c->prev = r->tail;
+	if (r->tail)
+		r->tail->next = c;
+	else
+		r->head = c;
+	r->tail = c;
+	__atomic_store_n(&c->state, CLIENT_LIVE, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&r->lock);
+	__atomic_add_fetch(&r->live, 1, __ATOMIC_RELAXED);
+	if (c->tenant)
+		__atomic_add_fetch(&c->tenant->clients, 1, __ATOMIC_RELAXED);
+}
+
+static void registry_unlink(struct server *s, struct client *c)
+{
+	struct registry *r = &s->reg;
+
+	pthread_mutex_lock(&r->lock);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		r->head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		r->tail = c->prev;
+	pthread_mutex_unlock(&r->lock);
+	c->prev = c->next = NULL;
+	__atomic_sub_fetch(&r->live, 1, __ATOMIC_RELAXED);
+	if (c->tenant)
+		__atomic_sub_fetch(&c->tenant->clients, 1, __ATOMIC_RELAXED);
+}
+
+static void unwatch(struct server *s, struct client *c)
+{
+	if (!c->watched)
+		return;
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+	if (c->pidfd >= 0)
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
+	c->watched = false;
+}
+
+bool client_begin_detach(struct client *c, const char *why)
+{
+	uint32_t live = CLIENT_LIVE;
+
+	if (!__atomic_compare_exchange_n(&c->state, &live, CLIENT_DETACHING, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return false;
+	c->why = why;
+	return true;
+}
+
+void client_hangup(struct server *s, struct client *c, const char *why)
+{
+	if (c->freed)
+		return;
+	/* Level-triggered hang-ups would fire again on every epoll_wait. */
+	unwatch(s, c);
+	switch (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE)) {
+	case CLIENT_HELLO:
+		client_finalize(s, c);
+		break;
+	case CLIENT_LIVE:
+		/* The worker must let go of the rings before the leases go. */
+		if (client_begin_detach(c, why))
+			worker_kick(c->worker);
+		break;
+	default:
+		break; /* already on its way out */
+	}
+}
+
+void client_finalize(struct server *s, struct client *c)
+{
+	uint32_t released = 0;
+
+	if (c->freed)
+		return;
+	unwatch(s, c);
+	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CLIENT_HELLO) {
+		pending_unlink(s, c);
+	} else {
+		if (c->tenant) {
+			pthread_mutex_lock(&c->tenant->lock);
+			released = engine_release_owner(c->tenant->eng, c->id);
+			pthread_mutex_unlock(&c->tenant->lock);
+		}
+		registry_unlink(s, c);
+		log_info("client %" PRIu32 " detached (%s): uid %" PRIu32 " pid %"
+			 PRIu32 " '%s'; released %" PRIu32 " leases after %" PRIu64
+			 " operations", c->id, c->why ? c->why : "shutdown", c->uid,
+			 c->pid, c->name, released,
+			 __atomic_load_n(&c->ops, __ATOMIC_RELAXED));
+	}
+	shm_destroy(&c->shm);
+	close(c->sock);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	c->sock = c->pidfd = -1;
+	c->freed = true;
+	c->qnext = s->graveyard;
+	s->graveyard = c;
+}
+
+void client_bury(struct server *s)
+{
+	while (s->graveyard) {
+		struct client *c = s->graveyard;
+
+		s->graveyard = c->qnext;
+		free(c);
+	}
+}
+
+void client_retire(struct server *s, struct client *c)
+{
+	uint64_t one = 1;
+
+	__atomic_store_n(&c->state, CLIENT_RETIRED, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&s->retire_lock);
+	c->qnext = s->retired;
+	s->retired = c;
+	pthread_mutex_unlock(&s->retire_lock);
+	if (write(s->retire_fd, &one, sizeof(one)) < 0) {
+		/* The counter cannot overflow at one write per client. */
+	}
+}
+
+void client_reap_retired(struct server *s)
+{
+	struct client *list;
+	uint64_t n;
+
+	if (read(s->retire_fd, &n, sizeof(n)) < 0) {
+		/* EAGAIN: a previous read took this wake-up's count. */
+	}
+	pthread_mutex_lock(&s->retire_lock);
+	list = s->retired;
+	s->retired = NULL;
+	pthread_mutex_unlock(&s->retire_lock);
+	while (list) {
+		struct client *c = list;
+
+		list = c->qnext;
+		client_finalize(s, c);
+	}
+}

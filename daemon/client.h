@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client.h - one attached process: its credentials, tenant, shm and rings,
+ * and the life cycle that keeps a dead client from being used after free.
+ *
+ * Life cycle (state is atomic; the main thread owns the struct):
+ *
+ *   HELLO ── hello ok ──▶ LIVE ──┬─ main: hang-up / pidfd ─▶ DETACHING ─┐
+ *                                └─ worker: broken ring ───▶ DETACHING ─┤
+ *                                                                       ▼
+ *   worker drops it from its list, never touches it again, queues it ─▶ RETIRED
+ *   main: release its leases (tenant mutex), unmap, close, unregister, free.
+ *
+ * Only the worker serving a client reads its rings, and it queues the client
+ * back only after it has stopped, so the main thread can release the leases
+ * knowing no operation of that client is running or will run.
+ */
+#ifndef KVPOOLD_CLIENT_H
+#define KVPOOLD_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server.h"
+#include "shm.h"
+#include "tenant.h"
+
+enum client_state {
+	CLIENT_HELLO,
+	CLIENT_LIVE,
+	CLIENT_DETACHING,
+	CLIENT_RETIRED,
+};
+
+struct client {
+	struct watch sock_w;
+	struct watch pid_w;
+	struct client *prev, *next; /* registry, or the pending list */
+	struct client *qnext;       /* a worker's incoming queue, the retired
+				     * queue, or the graveyard */
+	uint32_t id;                /* 0 until attached; the lease owner */
+	uint32_t pid, uid, gid;
+	char name[32];
+	struct admission adm;       /* decided at accept, answered at hello */
+	struct tenant *tenant;      /* NULL: admin-only */
+	bool admin;
+	int sock;
+	int pidfd;                  /* -1 where the kernel has none */
+	bool watched;               /* sock (and pidfd) are in the epoll set */
+	bool freed;                 /* finalized: ignore events still queued */
+	struct client_shm shm;
+	struct worker *worker;
+	uint32_t state;             /* enum client_state; atomic */
+	const char *why;            /* set by whoever moved it to DETACHING */
+	uint64_t ops;               /* completed operations; atomic */
+	uint64_t leases;            /* held now; atomic */
+
+	/* The worker's own ring indices: authoritative, never read back. */
+	uint32_t sq_head;
+	uint32_t cq_tail;
+};
+
+/* Main thread: a connection accepted on sock, not attached yet. */
+struct client *client_new(struct server *s, int sock);
+/* Main thread: from pending to the registry, with its new id. */
+void client_register(struct server *s, struct client *c);
+
+/* Main thread: the peer hung up or its process exited. */
+void client_hangup(struct server *s, struct client *c, const char *why);
+/* Main thread: release, unmap, close, unregister; freed after the batch. */
+void client_finalize(struct server *s, struct client *c);
+/* Main thread: free what client_finalize() left in the graveyard. */
+void client_bury(struct server *s);
+
+/* Worker: c is off its list for good; hand it to the main thread. */
+void client_retire(struct server *s, struct client *c);
+/* Main thread: finalize every client the workers handed back. */
+void client_reap_retired(struct server *s);
+
+/* Try LIVE -> DETACHING; true for the caller that moved it. */
+bool client_begin_detach(struct client *c, const char *why);
+
+#endif /* KVPOOLD_CLIENT_H */

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - kvpoold's settings: defaults, kvpool.conf, --key=value flags.
+ *
+ * Precedence, lowest first: built-in defaults, $KVPOOL_SOCKET (socket only),
+ * the file given by --config, the command line. Every setting has a flag of
+ * the same name; a --tenant=NAME:... flag replaces the file's tenant of that
+ * name or adds one. A bad value is reported with where it came from, the key,
+ * the value and what is valid; kvpoold then exits with status 2.
+ */
+#ifndef KVPOOLD_CONFIG_H
+#define KVPOOLD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvpool.h"
+
+#define TENANT_NAME_MAX 31 /* fits kvp_welcome.tenant with its NUL */
+#define TENANTS_MAX 64
+
+/* Exit statuses (kvpoold(8), EXIT STATUS). */
+#define EXIT_RUNTIME 1 /* could not start or serve: socket in use, no memory */
+#define EXIT_USAGE 2   /* a bad setting or flag */
+
+struct id_list {
+	uint32_t *v;
+	uint32_t n;
+	bool set;        /* given explicitly (replaces the default) */
+};
+
+struct tenant_config {
+	char name[TENANT_NAME_MAX + 1];
+	struct id_list uids, gids;
+	uint64_t device_mem, host_mem, max_tokens; /* bytes, bytes, tokens */
+	bool has_device_mem, has_host_mem, has_max_tokens;
+	char origin[64]; /* "FILE:LINE" or "--tenant": where it was defined */
+};
+
+struct config {
+	char *config_path;
+	char *socket;
+	uint32_t socket_mode;
+	int64_t socket_gid;       /* -1: leave the group as created */
+	char *backend;            /* "shm" once checked */
+	uint64_t device_mem, host_mem;
+	char *layout_spec;
+	struct kvp_layout layout; /* parsed from layout_spec by config_load */
+	uint64_t max_tokens_per_user;
+	struct id_list allow_uids, allow_gids, admin_uids;
+	uint32_t spin_us;
+	uint32_t workers;
+	uint32_t sq_entries;
+	uint32_t arena_bytes;
+	bool foreground;
+	char *pidfile;
+	char *log;                /* NULL: stderr in foreground, else syslog */
+	struct tenant_config *tenants;
+	uint32_t ntenants;
+};
+
+/*
+ * Build the configuration from defaults, the environment, --config and the
+ * flags. Returns 0 to run; CONFIG_EXIT_OK after printing --help or
+ * --version; EXIT_USAGE after printing what was wrong to stderr.
+ */
+#define CONFIG_EXIT_OK (-1)
+int config_load(struct config *cfg, int argc, char **argv);
+void config_free(struct config *cfg);
+
+/* Frames of page_bytes a size holds, as config_load checked they fit. */
+uint32_t config_frames(const struct config *cfg, uint64_t bytes);
+
+bool id_list_has(const struct id_list *l, uint32_t id);
+
+/* ---- config_parse.c: value parsers; each returns 0 or -EINVAL with what
+ * is valid in err (the caller adds where and which key). */
+int parse_u64(const char *s, uint64_t *out);
+int parse_size(const char *s, uint64_t *out, char *err, size_t errlen);
+int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out,
+	       char *err, size_t errlen);
+int parse_bool(const char *s, bool *out, char *err, size_t errlen);
+int parse_mode(const char *s, uint32_t *out, char *err, size_t errlen);
+/* Comma-separated numbers or names (user names for uids, group names for
+ * gids); replaces *l. */
+int parse_ids(const char *s, bool groups, struct id_list *l, char *err,
+	      size_t errlen);
+int parse_group(const char *s, int64_t *gid, char *err, size_t errlen);
+int parse_tenant_name(const char *s, char *out, char *err, size_t errlen);
+void id_list_free(struct id_list *l);
+/* "1001,1002" for messages and --help; "(none)" when empty. */
+void id_list_format(const struct id_list *l, char *buf, size_t len);
+/* Trim leading and trailing blanks in place; returns s. */
+char *str_trim(char *s);
+
+#endif /* KVPOOLD_CONFIG_H */

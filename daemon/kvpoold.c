@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpoold.c - the daemon's main: settings, start-up, the event loop, and a
+ * clean shutdown.
+ *
+ * Start-up does everything that can fail for a reason the operator must see
+ * (settings, tenants' memory, the socket) before daemonizing, and the
+ * daemonized child reports back through a pipe, so `kvpoold` run from a
+ * shell or a unit file exits non-zero with the reason when it cannot serve.
+ *
+ * The main thread then runs one epoll loop: the listening socket, every
+ * client socket and pidfd, a signalfd, and the eventfd on which workers hand
+ * back clients they stopped serving. Workers (worker.c) poll the rings.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "listener.h"
+#include "log.h"
+#include "worker.h"
+
+/* A fatal start-up error: on the terminal while there is one, and in the log. */
+__attribute__((format(printf, 2, 3)))
+static void fatal(bool tty, const char *fmt, ...)
+{
+	char msg[KVP_ERRLEN + 128];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (tty)
+		fprintf(stderr, "kvpoold: %s\n", msg);
+	if (!tty || !log_to_stderr())
+		log_err("%s", msg);
+}
+
+/* ------------------------------------------------------------ daemonizing */
+
+/*
+ * Double fork and setsid; the original process waits on a pipe for the
+ * daemon's verdict and exits with it. Returns the pipe's write end in the
+ * daemon, or -1 after a failure was reported.
+ */
+static int daemonize(void)
+{
+	int p[2], fd;
+	unsigned char status = EXIT_RUNTIME;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0 || (pid = fork()) < 0) {
+		fatal(true, "cannot daemonize: %s", strerror(errno));
+		return -1;
+	}
+	if (pid > 0) {
+		close(p[1]);
+		if (read(p[0], &status, 1) != 1)
+			status = EXIT_RUNTIME;
+		_exit(status);
+	}
+	close(p[0]);
+	if (setsid() < 0 || (pid = fork()) < 0)
+		_exit(EXIT_RUNTIME);
+	if (pid > 0)
+		_exit(0); /* the session leader goes: no controlling tty, ever */
+	if (chdir("/") < 0)
+		_exit(EXIT_RUNTIME);
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	return p[1];
+}
+
+static void notify_parent(int *fd, unsigned char status)
+{
+	if (*fd < 0)
+		return;
+	if (write(*fd, &status, 1) < 0) {
+		/* The parent is gone; nobody is waiting for the verdict. */
+	}
+	close(*fd);
+	*fd = -1;
+}
+
+static int write_pidfile(const char *path)
+{
+	char buf[32];
+	int fd, n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, buf, (size_t)n) != n) {
+		close(fd);
+		return -EIO;
+	}
+	return close(fd) < 0 ? -errno : 0;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static int watch_fd(struct server *s, int fd, struct watch *w)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
+
+	return epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static int server_events(struct server *s, const sigset_t *sigs, struct errbuf *e)
+{
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	s->sigfd = signalfd(-1, sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	s->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->uds_buf = malloc(UDS_RESULT_MAX);
+	if (s->epfd < 0 || s->sigfd < 0 || s->retire_fd < 0)
+		return errbuf_set(e, -errno, "epoll/signalfd/eventfd: %s", strerror(errno));
+	if (!s->uds_buf)
+		return errbuf_set(e, -ENOMEM, "out of memory");
+	s->sig_w.kind = WATCH_SIGNAL;
+	s->retire_w.kind = WATCH_RETIRE;
+	if (watch_fd(s, s->lis.fd, &s->lis.w) || watch_fd(s, s->sigfd, &s->sig_w) ||
+	    watch_fd(s, s->retire_fd, &s->retire_w))
+		return errbuf_set(e, -errno, "epoll_ctl: %s", strerror(errno));
+	return 0;
+}
+
+static void server_init(struct server *s, const struct config *cfg)
+{
+	*s = (struct server){ .cfg = cfg, .epfd = -1, .sigfd = -1, .retire_fd = -1,
+			      .lis = { .fd = -1, .lock_fd = -1, .spare_fd = -1 } };
+	pthread_mutex_init(&s->reg.lock, NULL);
+	pthread_mutex_init(&s->retire_lock, NULL);
+}
+
+/* Stop serving: workers first, so no ring is touched while leases go. */
+static void server_fini(struct server *s)
+{
+	if (s->lis.fd >= 0 && s->epfd >= 0)
+		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
+	workers_stop(s);
+	s->retired = NULL; /* still registered: finalized below */
+	while (s->reg.head)
+		client_finalize(s, s->reg.head);
+	while (s->pending)
+		client_finalize(s, s->pending);
+	client_bury(s);
+	listener_close(&s->lis, s->cfg);
+	tenants_destroy(&s->tenants);
+	op_scratch_free(&s->uds_scratch);
+	free(s->uds_buf);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->sigfd >= 0)
+		close(s->sigfd);
+	if (s->retire_fd >= 0)
+		close(s->retire_fd);
+	pthread_mutex_destroy(&s->reg.lock);
+	pthread_mutex_destroy(&s->retire_lock);
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static void on_signal(struct server *s)
+{
+	struct signalfd_siginfo si;
+
+	while (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			log_reopen();
+			log_info("SIGHUP: log reopened");
+			continue;
+		}
+		log_info("%s from pid %" PRIu32 ": shutting down",
+			 strsignal((int)si.ssi_signo), si.ssi_pid);
+		s->stopping = true;
+	}
+}
+
+static void dispatch(struct server *s, struct watch *w, uint32_t events)
+{
+	struct client *c;
+
+	switch (w->kind) {
+	case WATCH_LISTEN:
+		listener_accept(s);
+		break;
+	case WATCH_SIGNAL:
+		on_signal(s);
+		break;
+	case WATCH_RETIRE:
+		client_reap_retired(s);
+		break;
+	case WATCH_CLIENT_SOCK:
+		c = container_of(w, struct client, sock_w);
+		if (c->freed)
+			break; /* finalized earlier in this batch */
+		if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
+			client_hangup(s, c, "hung up");
+		else
+			listener_readable(s, c);
+		break;
+	case WATCH_CLIENT_PID:
+		c = container_of(w, struct client, pid_w);
+		if (!c->freed)
+			client_hangup(s, c, "process exited");
+		break;
+	}
+}
+
+static int serve(struct server *s)
+{
+	struct epoll_event ev[64];
+
+	while (!s->stopping) {
+		int n = epoll_wait(s->epfd, ev, 64, -1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			log_err("epoll_wait: %s", strerror(errno));
+			return EXIT_RUNTIME;
+		}
+		for (int i = 0; i < n; i++)
+			dispatch(s, ev[i].data.ptr, ev[i].events);
+		/* Only now: a later event of this batch may name a client
+		 * that an earlier one finalized. */
+		client_bury(s);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
+{
+	struct errbuf e = { .msg = "" };
+	char err[KVP_ERRLEN];
+	int ret, notify = -1;
+
+	/* The socket first: a second instance should fail before it
+	 * allocates a pool. */
+	ret = listener_open(&s->lis, cfg, &e);
+	if (!ret)
+		ret = tenants_create(&s->tenants, cfg, &e);
+	if (ret) {
+		fatal(true, "%s", e.msg);
+		return EXIT_RUNTIME;
+	}
+	if (!cfg->foreground) {
+		notify = daemonize();
+		if (notify < 0)
+			return EXIT_RUNTIME;
+		if (!cfg->log && log_open(NULL, true, err, sizeof(err)) < 0)
+			return EXIT_RUNTIME; /* syslog cannot fail to open */
+	}
+	if (cfg->pidfile && (ret = write_pidfile(cfg->pidfile)) < 0) {
+		fatal(cfg->foreground, "pidfile %s: %s", cfg->pidfile, strerror(-ret));
+		notify_parent(&notify, EXIT_RUNTIME);
+		return EXIT_RUNTIME;
+	}
+	ret = server_events(s, sigs, &e);
+	if (!ret)
+		ret = workers_start(s, &e);
+	if (ret) {
+		fatal(cfg->foreground, "%s", e.msg);
+		if (cfg->pidfile)
+			unlink(cfg->pidfile);
+		notify_parent(&notify, EXIT_RUNTIME);
+		return EXIT_RUNTIME;
+	}
+	log_info("serving %s: backend %s, %" PRIu32 " tenant(s), %" PRIu32
+		 " worker(s), spin %" PRIu32 " us, layout %s (%" PRIu64 " bytes/page)",
+		 cfg->socket, cfg->backend, s->tenants.n, s->nworkers, cfg->spin_us,
+		 cfg->layout_spec, cfg->layout.page_bytes);
+	notify_parent(&notify, 0);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct config cfg;
+	struct server s;
+	char err[KVP_ERRLEN];
+	sigset_t sigs;
+	int ret;
+
+	ret = config_load(&cfg, argc, argv);
+	if (ret) {
+		config_free(&cfg);
+		return ret == CONFIG_EXIT_OK ? 0 : ret;
+	}
+	if (log_open(cfg.log, false, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvpoold: %s\n", err);
+		config_free(&cfg);
+		return EXIT_USAGE;
+	}
+	/* Blocked before any thread exists, so every thread inherits it and
+	 * only the signalfd sees these. */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+
+	server_init(&s, &cfg);
+	ret = start(&s, &cfg, &sigs);
+	if (!ret) {
+		ret = serve(&s);
+		server_fini(&s);
+		if (cfg.pidfile)
+			unlink(cfg.pidfile);
+		log_info("stopped");
+	} else {
+		server_fini(&s);
+	}
+	log_close();
+	config_free(&cfg);
+	return ret;
+}

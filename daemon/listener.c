@@ -1,0 +1,567 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * listener.c - kvpoold's socket.
+ *
+ * Startup guarantees one daemon per socket path: an flock on PATH.lock
+ * (held for the daemon's life, released by the kernel if it dies) and a
+ * connect probe (in case a daemon without the lock serves PATH). A socket
+ * file nobody answers on is stale and removed.
+ *
+ * A connection is judged at accept (SO_PEERCRED, SO_PEERGROUPS), but
+ * answered when its kvp_hello arrives, so a refused client reads a welcome
+ * with the reason instead of a reset on its first send. Nothing here blocks:
+ * sockets are non-blocking and a peer that stops reading is detached.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "listener.h"
+#include "log.h"
+#include "worker.h"
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5; older kernels answer ENOPROTOOPT */
+#endif
+
+#define PEER_GROUPS_MAX 256
+
+/* ------------------------------------------------------------ startup */
+
+static int mkdir_parents(const char *path, struct errbuf *e)
+{
+	char *copy = strdup(path), *dir;
+	struct stat st;
+	int ret = 0;
+
+	if (!copy)
+		return errbuf_set(e, -ENOMEM, "out of memory");
+	dir = dirname(copy);
+	if (stat(dir, &st) == 0)
+		goto out;
+	ret = mkdir_parents(dir, e);
+	if (!ret && mkdir(dir, 0750) < 0 && errno != EEXIST)
+		ret = errbuf_set(e, -errno, "socket directory %s: cannot create: %s",
+				 dir, strerror(errno));
+	else if (!ret)
+		log_info("created socket directory %s (mode 0750)", dir);
+out:
+	free(copy);
+	return ret;
+}
+
+static int fill_addr(struct sockaddr_un *sa, const char *path)
+{
+	*sa = (struct sockaddr_un){ .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa->sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa->sun_path, path, strlen(path) + 1);
+	return 0;
+}
+
+static int in_use(const char *path, struct errbuf *e)
+{
+	return errbuf_set(e, -EADDRINUSE, "another kvpoold is serving %s; stop it "
+			  "first or choose another --socket", path);
+}
+
+/* Is someone answering on path? Remove the file if it is a dead socket. */
+static int probe_existing(const char *path, struct errbuf *e)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	int fd, ret;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 :
+		       errbuf_set(e, -errno, "socket %s: %s", path, strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return errbuf_set(e, -EEXIST, "socket %s exists and is not a socket; "
+				  "remove it or choose another --socket", path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errbuf_set(e, -errno, "socket: %s", strerror(errno));
+	fill_addr(&sa, path);
+	ret = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : -errno;
+	close(fd);
+	if (ret == 0 || ret == -EPROTOTYPE || ret == -EAGAIN)
+		return in_use(path, e); /* alive (EPROTOTYPE: a stream server) */
+	if (ret != -ECONNREFUSED)
+		return errbuf_set(e, ret, "socket %s: cannot probe it: %s", path,
+				  strerror(-ret));
+	if (unlink(path) < 0 && errno != ENOENT)
+		return errbuf_set(e, -errno, "stale socket %s: cannot remove it: %s",
+				  path, strerror(errno));
+	log_info("removed stale socket %s (no daemon answered)", path);
+	return 0;
+}
+
+static int take_lock(struct listener *l, const char *path, struct errbuf *e)
+{
+	if (asprintf(&l->lock_path, "%s.lock", path) < 0) {
+		l->lock_path = NULL;
+		return errbuf_set(e, -ENOMEM, "out of memory");
+	}
+	l->lock_fd = open(l->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (l->lock_fd < 0)
+		return errbuf_set(e, -errno, "lock file %s: %s", l->lock_path,
+				  strerror(errno));
+	if (flock(l->lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? in_use(path, e) :
+		       errbuf_set(e, -errno, "lock file %s: flock: %s",
+				  l->lock_path, strerror(errno));
+	l->locked = true;
+	return 0;
+}
+
+static int bind_listen(struct listener *l, const struct config *cfg,
+		       struct errbuf *e)
+{
+	struct sockaddr_un sa;
+	mode_t old;
+	int ret;
+
+	l->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (l->fd < 0)
+		return errbuf_set(e, -errno, "socket: %s", strerror(errno));
+	fill_addr(&sa, cfg->socket);
+	/* No window in which the socket is more open than socket_mode. */
+	old = umask(0177);
+	ret = bind(l->fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (ret < 0)
+		return errbuf_set(e, -errno, "bind %s: %s", cfg->socket, strerror(errno));
+	l->bound = true;
+	if (cfg->socket_gid >= 0 && chown(cfg->socket, (uid_t)-1, (gid_t)cfg->socket_gid) < 0)
+		return errbuf_set(e, -errno, "socket_group: chown %s to gid %" PRId64
+				  ": %s", cfg->socket, cfg->socket_gid, strerror(errno));
+	if (chmod(cfg->socket, cfg->socket_mode) < 0)
+		return errbuf_set(e, -errno, "socket_mode: chmod %s to %04o: %s",
+				  cfg->socket, cfg->socket_mode, strerror(errno));
+	if (listen(l->fd, 128) < 0)
+		return errbuf_set(e, -errno, "listen %s: %s", cfg->socket, strerror(errno));
+	return 0;
+}
+
+int listener_open(struct listener *l, const struct config *cfg,
+		  struct errbuf *e)
+{
+	int ret;
+
+	*l = (struct listener){ .fd = -1, .lock_fd = -1, .spare_fd = -1,
+				.w = { WATCH_LISTEN } };
+	ret = mkdir_parents(cfg->socket, e);
+	ret = ret ? ret : take_lock(l, cfg->socket, e);
+	ret = ret ? ret : probe_existing(cfg->socket, e);
+	ret = ret ? ret : bind_listen(l, cfg, e);
+	if (!ret)
+		l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (ret)
+		listener_close(l, cfg);
+	return ret;
+}
+
+void listener_close(struct listener *l, const struct config *cfg)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->bound)
+		unlink(cfg->socket);
+	/* Unlink the lock while still holding it: a newcomer that opened the
+	 * old file gets its lock only after we are gone. */
+	if (l->locked)
+		unlink(l->lock_path);
+	if (l->lock_fd >= 0)
+		close(l->lock_fd);
+	if (l->spare_fd >= 0)
+		close(l->spare_fd);
+	free(l->lock_path);
+	*l = (struct listener){ .fd = -1, .lock_fd = -1, .spare_fd = -1 };
+}
+
+/* ------------------------------------------------------------ accept */
+
+/* Credentials as the kernel saw them at connect(); gids[0] is the primary. */
+static uint32_t peer_creds(struct client *c, uint32_t *gids)
+{
+	gid_t groups[PEER_GROUPS_MAX];
+	struct ucred uc = { 0 };
+	socklen_t len = sizeof(uc);
+	uint32_t n = 1;
+
+	/* Without credentials uid stays UINT32_MAX, which nothing allows. */
+	c->uid = c->gid = UINT32_MAX;
+	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 ||
+	    len != sizeof(uc)) {
+		log_warn("SO_PEERCRED: %s", strerror(errno));
+		return 0;
+	}
+	c->pid = (uint32_t)uc.pid;
+	c->uid = (uint32_t)uc.uid;
+	c->gid = (uint32_t)uc.gid;
+	gids[0] = c->gid;
+	len = sizeof(groups);
+	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+		for (uint32_t i = 0; i < len / sizeof(gid_t) && n < PEER_GROUPS_MAX + 1; i++)
+			gids[n++] = groups[i];
+	return n;
+}
+
+/* The peer's process as a pidfd: race-free from the socket where the
+ * kernel has SO_PEERPIDFD, else by pid. */
+static int peer_pidfd(struct client *c)
+{
+	socklen_t len = sizeof(int);
+	int fd = -1;
+
+	if (getsockopt(c->sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0)
+		return fd;
+#ifdef SYS_pidfd_open
+	if (c->pid)
+		return (int)syscall(SYS_pidfd_open, (pid_t)c->pid, 0);
+#endif
+	return -1;
+}
+
+static void accept_one(struct server *s, int fd)
+{
+	uint32_t gids[PEER_GROUPS_MAX + 1], ngids;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP };
+	struct client *c = client_new(s, fd);
+
+	if (!c) {
+		log_err("accept: out of memory for a client; closing the connection");
+		close(fd);
+		return;
+	}
+	ngids = peer_creds(c, gids);
+	if (c->uid == UINT32_MAX) {
+		c->adm.allowed = false; /* no credentials, no entry */
+		snprintf(c->adm.msg, sizeof(c->adm.msg), "kvpoold could not read "
+			 "the peer's credentials");
+	} else {
+		tenant_admit(&s->tenants, s->cfg, c->uid, gids, ngids, &c->adm);
+	}
+	c->pidfd = peer_pidfd(c);
+	ev.data.ptr = &c->sock_w;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		log_err("epoll_ctl(client socket): %s", strerror(errno));
+		client_finalize(s, c);
+		return;
+	}
+	c->watched = true;
+}
+
+void listener_accept(struct server *s)
+{
+	struct listener *l = &s->lis;
+
+	for (;;) {
+		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd >= 0) {
+			accept_one(s, fd);
+			continue;
+		}
+		if (errno == EINTR || errno == ECONNABORTED)
+			continue;
+		if ((errno == EMFILE || errno == ENFILE) && l->spare_fd >= 0) {
+			/* Out of fds: accept and drop, or the level-triggered
+			 * listener would spin at 100% CPU. */
+			log_err("accept: %s; refusing a connection", strerror(errno));
+			close(l->spare_fd);
+			fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd >= 0)
+				close(fd);
+			l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			continue;
+		}
+		if (errno != EAGAIN)
+			log_err("accept: %s", strerror(errno));
+		return;
+	}
+}
+
+/* ------------------------------------------------------------ handshake */
+
+static int send_welcome(struct client *c, const struct kvp_welcome *w,
+			const int *fds, uint32_t nfds)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+	} u;
+	struct iovec iov = { .iov_base = (void *)w, .iov_len = sizeof(*w) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	memset(&u, 0, sizeof(u));
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	}
+	n = sendmsg(c->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)sizeof(*w) ? 0 : -EIO;
+}
+
+static void welcome_init(struct kvp_welcome *w, int status, const char *msg)
+{
+	*w = (struct kvp_welcome){ .magic = KVP_PROTO_MAGIC,
+				   .version = KVP_PROTO_VERSION, .status = status };
+	snprintf(w->msg, sizeof(w->msg), "%s", msg);
+}
+
+/* Answer a refused hello with the reason, then drop the connection. */
+static void refuse(struct server *s, struct client *c, int status, const char *msg)
+{
+	struct kvp_welcome w;
+
+	welcome_init(&w, status, msg);
+	send_welcome(c, &w, NULL, 0);
+	log_warn("refused uid %" PRIu32 " gid %" PRIu32 " pid %" PRIu32 ": %s",
+		 c->uid, c->gid, c->pid, msg);
+	client_finalize(s, c);
+}
+
+static bool pow2(uint32_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+/* Validate the hello; fill the ring geometry with defaults applied. */
+static int hello_check(const struct config *cfg, const struct kvp_hello *h,
+		       ssize_t len, uint32_t geo[3], struct errbuf *e)
+{
+	uint32_t sq = h->sq_entries ? h->sq_entries : cfg->sq_entries, cq, arena;
+
+	if (len < (ssize_t)(sizeof(h->magic) + sizeof(h->version)) ||
+	    h->magic != KVP_PROTO_MAGIC)
+		return errbuf_set(e, -EPROTO, "not a libkvpool hello (%zd bytes, bad "
+				  "magic); is this a kvpool client?", len);
+	if (h->version != KVP_PROTO_VERSION)
+		return errbuf_set(e, -EPROTO, "libkvpool protocol %" PRIu32 ", kvpoold "
+				  "speaks %d; use the libkvpool that came with this "
+				  "kvpoold", h->version, KVP_PROTO_VERSION);
+	if (len != (ssize_t)sizeof(*h))
+		return errbuf_set(e, -EPROTO, "hello of %zd bytes, protocol %d's is "
+				  "%zu", len, KVP_PROTO_VERSION, sizeof(*h));
+	if (!pow2(sq) || sq < KVP_RING_MIN_ENTRIES || sq > KVP_RING_MAX_ENTRIES)
+		return errbuf_set(e, -EINVAL, "sq_entries %" PRIu32 ": use a power of "
+				  "two from %u to %u", sq, KVP_RING_MIN_ENTRIES,
+				  KVP_RING_MAX_ENTRIES);
+	cq = h->cq_entries ? h->cq_entries : 2 * sq;
+	if (!pow2(cq) || cq < sq || cq > 2 * KVP_RING_MAX_ENTRIES)
+		return errbuf_set(e, -EINVAL, "cq_entries %" PRIu32 ": use a power of "
+				  "two from sq_entries (%" PRIu32 ") to %u", cq, sq,
+				  2 * KVP_RING_MAX_ENTRIES);
+	arena = h->arena_bytes ? h->arena_bytes : cfg->arena_bytes;
+	if (arena < KVP_ARENA_MIN_BYTES || arena > KVP_ARENA_MAX_BYTES)
+		return errbuf_set(e, -EINVAL, "arena_bytes %" PRIu32 ": use %u to %u",
+				  arena, KVP_ARENA_MIN_BYTES, KVP_ARENA_MAX_BYTES);
+	geo[0] = sq;
+	geo[1] = cq;
+	geo[2] = arena;
+	return 0;
+}
+
+/* The program name from the hello, printable and NUL-terminated. */
+static void copy_name(char dst[32], const char src[32])
+{
+	for (int i = 0; i < 31; i++)
+		dst[i] = src[i] && (src[i] < 0x20 || src[i] > 0x7e) ? '?' : src[i];
+	dst[31] = '\0';
+}
+
+static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome *w,
+			 int fds[2])
+{
+	welcome_init(w, 0, "");
+	w->client_id = c->id;
+	w->flags = (c->admin ? KVP_WELCOME_ADMIN : 0) |
+		   (c->tenant ? KVP_WELCOME_TENANT : 0);
+	snprintf(w->backend, sizeof(w->backend), "%s", s->cfg->backend);
+	w->layout = s->cfg->layout;
+	w->shm_bytes = c->shm.bytes;
+	fds[w->nfds++] = c->shm.fd;
+	if (!c->tenant)
+		return;
+	snprintf(w->tenant, sizeof(w->tenant), "%s", c->tenant->name);
+	for (int t = 0; t < KVP_TIERS; t++) {
+		const struct tier_mem *m = engine_tier(c->tenant->eng, t);
+
+		w->tier_bytes[t] = m->bytes;
+		w->tier_frames[t] = (uint32_t)(m->bytes / w->layout.page_bytes);
+	}
+	fds[w->nfds++] = engine_tier(c->tenant->eng, KVP_TIER_DEVICE)->fd;
+}
+
+static void attach(struct server *s, struct client *c, const struct kvp_hello *h,
+		   const uint32_t geo[3])
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct errbuf e = { .msg = "" };
+	struct kvp_welcome w;
+	int fds[2], ret;
+
+	if (s->next_id == UINT32_MAX) {
+		refuse(s, c, -EMFILE, "kvpoold has handed out every client id; "
+		       "restart it");
+		return;
+	}
+	c->id = ++s->next_id;
+	c->tenant = c->adm.tenant;
+	c->admin = c->adm.admin;
+	copy_name(c->name, h->name);
+	ret = shm_create(&c->shm, c->id, geo[0], geo[1], geo[2], &e);
+	if (ret) {
+		refuse(s, c, ret, e.msg);
+		return;
+	}
+	welcome_fill(s, c, &w, fds);
+	ret = send_welcome(c, &w, fds, w.nfds);
+	if (ret) {
+		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): cannot "
+			 "send the welcome: %s", c->id, c->uid, c->pid, strerror(-ret));
+		client_finalize(s, c);
+		return;
+	}
+	shm_close_fd(&c->shm); /* the client has it; the mapping stays */
+	client_register(s, c);
+	ev.data.ptr = &c->pid_w;
+	if (c->pidfd >= 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->pidfd, &ev) < 0) {
+		close(c->pidfd); /* the socket hang-up still tells us */
+		c->pidfd = -1;
+	}
+	worker_assign(s, c);
+	log_info("client %" PRIu32 " attached: uid %" PRIu32 " gid %" PRIu32 " pid %"
+		 PRIu32 " '%s', tenant %s%s, rings %" PRIu32 "/%" PRIu32 ", arena %"
+		 PRIu32 " bytes", c->id, c->uid, c->gid, c->pid, c->name,
+		 c->tenant ? c->tenant->name : "(none)", c->admin ? ", admin" : "",
+		 geo[0], geo[1], geo[2]);
+}
+
+static void conn_hello(struct server *s, struct client *c)
+{
+	union {
+		struct kvp_hello h;
+		unsigned char raw[sizeof(struct kvp_hello) + 1];
+	} m;
+	struct errbuf e = { .msg = "" };
+	uint32_t geo[3] = { 0 };
+	ssize_t n;
+	int ret;
+
+	memset(&m, 0, sizeof(m));
+	/* MSG_TRUNC: n is the datagram's real size, so a longer one shows. */
+	n = recv(c->sock, &m, sizeof(m), MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		client_hangup(s, c, "closed before its hello");
+		return;
+	}
+	if (!c->adm.allowed) {
+		refuse(s, c, -EACCES, c->adm.msg);
+		return;
+	}
+	ret = hello_check(s->cfg, &m.h, n, geo, &e);
+	if (ret)
+		refuse(s, c, ret, e.msg);
+	else
+		attach(s, c, &m.h, geo);
+}
+
+/* ------------------------------------------------------------ uds mode */
+
+static int uds_reply(struct server *s, struct client *c,
+		     const struct kvp_cqe *cqe)
+{
+	struct iovec iov[2] = {
+		{ .iov_base = (void *)cqe, .iov_len = sizeof(*cqe) },
+		{ .iov_base = s->uds_buf, .iov_len = cqe->out_bytes },
+	};
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+
+	return sendmsg(c->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
+}
+
+/*
+ * One kvp_sqe in, one kvp_cqe plus its result bytes out: the ring's
+ * operation without the ring, for kvbench's round-trip baseline. The same
+ * ops_execute(); the result range is the start of a local buffer.
+ */
+static void conn_uds(struct server *s, struct client *c)
+{
+	union {
+		struct kvp_sqe q;
+		unsigned char raw[sizeof(struct kvp_sqe) + 1];
+	} m;
+	struct kvp_sqe sqe;
+	struct kvp_cqe cqe;
+	ssize_t n;
+	int ret;
+
+	n = recv(c->sock, &m, sizeof(m), MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		client_hangup(s, c, "hung up");
+		return;
+	}
+	if (n != (ssize_t)sizeof(struct kvp_sqe)) {
+		int len = snprintf((char *)s->uds_buf, UDS_RESULT_MAX, "uds request of "
+				   "%zd bytes; send exactly one %zu-byte kvp_sqe",
+				   n, sizeof(struct kvp_sqe));
+
+		cqe = (struct kvp_cqe){ .res = -EINVAL, .out_bytes = (uint32_t)len + 1 };
+	} else {
+		sqe = m.q;
+		sqe.out_off = 0;
+		if (sqe.out_len > UDS_RESULT_MAX)
+			sqe.out_len = UDS_RESULT_MAX;
+		ops_execute(s, c, &sqe, s->uds_buf, UDS_RESULT_MAX, &s->uds_scratch,
+			    &cqe);
+	}
+	ret = uds_reply(s, c, &cqe);
+	if (ret == -EAGAIN)
+		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): does "
+			 "not read its uds replies; detaching it", c->id, c->uid, c->pid);
+	if (ret)
+		client_hangup(s, c, ret == -EAGAIN ? "uds replies not read" : "hung up");
+}
+
+void listener_readable(struct server *s, struct client *c)
+{
+	switch (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE)) {
+	case CLIENT_HELLO:
+		conn_hello(s, c);
+		break;
+	case CLIENT_LIVE:
+		conn_uds(s, c);
+		break;
+	default:
+		break; /* detaching: nothing more is served */
+	}
+}

@@ -1,0 +1,447 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops.c - the one validation layer for submissions, and the operations.
+ *
+ * Everything here works on a private copy of the SQE. The order of checks
+ * matters: the result range first (so later errors have somewhere to put
+ * their message), then opcode, flags, reserved fields, rights, and only then
+ * the operation, which runs under its tenant's mutex. A failed operation
+ * changes nothing (the engine guarantees it; the checks here run before it
+ * is called) and reports -errno plus the message in the result range.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+#define PREPARE_MAX_NEW (1u << 20)
+
+enum { NEED_TENANT = 1, NEED_ADMIN = 2 };
+
+struct op_desc {
+	const char *name;
+	int (*fn)(struct op *o);
+	uint8_t flags;          /* KVP_SQE_* valid for the opcode */
+	uint8_t need;           /* without KVP_SQE_ALL */
+	const char *admin_what; /* what needs an admin, for the message */
+};
+
+static int op_nop(struct op *o);
+static int op_info(struct op *o);
+static int op_prepare(struct op *o);
+static int op_commit(struct op *o);
+static int op_release(struct op *o);
+static int op_offload(struct op *o);
+static int op_evict(struct op *o);
+static int op_stats(struct op *o);
+
+static const struct op_desc descs[KVP_OP_MAX] = {
+	[KVP_OP_NOP] = { "NOP", op_nop, 0, 0, NULL },
+	[KVP_OP_INFO] = { "INFO", op_info, 0, NEED_TENANT, NULL },
+	[KVP_OP_PREPARE] = { "PREPARE", op_prepare, 0, NEED_TENANT, NULL },
+	[KVP_OP_COMMIT] = { "COMMIT", op_commit, KVP_SQE_RELEASE, NEED_TENANT, NULL },
+	[KVP_OP_RELEASE] = { "RELEASE", op_release, 0, NEED_TENANT, NULL },
+	[KVP_OP_OFFLOAD] = { "OFFLOAD", op_offload, KVP_SQE_ALL, NEED_TENANT, "offload --all" },
+	[KVP_OP_EVICT] = { "EVICT", op_evict, KVP_SQE_ALL, NEED_TENANT, "evict --all" },
+	[KVP_OP_STATS] = { "STATS", op_stats, KVP_SQE_ALL, NEED_TENANT, "stats of all tenants" },
+	[KVP_OP_USERS] = { "USERS", op_users, KVP_SQE_ALL, NEED_TENANT, "users of all tenants" },
+	[KVP_OP_CLIENTS] = { "CLIENTS", op_clients, KVP_SQE_ALL, NEED_ADMIN, "listing clients" },
+};
+
+/* ------------------------------------------------------------ helpers */
+
+void *op_scratch_get(struct op_scratch *scr, size_t bytes)
+{
+	void *p;
+
+	if (bytes <= scr->cap)
+		return scr->buf;
+	p = realloc(scr->buf, bytes);
+	if (!p)
+		return NULL;
+	scr->buf = p;
+	scr->cap = bytes;
+	return p;
+}
+
+void op_scratch_free(struct op_scratch *scr)
+{
+	free(scr->buf);
+	*scr = (struct op_scratch){ 0 };
+}
+
+int op_list_rows(struct op *o, size_t row_bytes, const char *what)
+{
+	uint32_t n = o->sqe->n;
+
+	if (!n || o->out_len < row_bytes)
+		return errbuf_set(o->e, -EINVAL, "%s: give n >= 1 rows and out_len >= "
+				  "%zu bytes (one row); out_len is %" PRIu32, what,
+				  row_bytes, o->out_len);
+	if (n > o->out_len / row_bytes)
+		n = (uint32_t)(o->out_len / row_bytes);
+	return (int)(n < OPS_LIST_MAX_ROWS ? n : OPS_LIST_MAX_ROWS);
+}
+
+static void out_put(struct op *o, const void *p, size_t n)
+{
+	memcpy(o->out, p, n);
+	o->cqe->out_bytes = (uint32_t)n;
+}
+
+static struct engine *lock_own(struct op *o)
+{
+	pthread_mutex_lock(&o->c->tenant->lock);
+	return o->c->tenant->eng;
+}
+
+static void unlock_own(struct op *o)
+{
+	pthread_mutex_unlock(&o->c->tenant->lock);
+}
+
+/* ------------------------------------------------------------ validation */
+
+static int check_admin(struct op *o, const struct op_desc *d)
+{
+	const struct kvp_sqe *q = o->sqe;
+	uint32_t n = o->s->tenants.n;
+
+	if (!o->c->admin)
+		return errbuf_set(o->e, -EPERM, "%s needs an admin uid (admin_uids in "
+				  "kvpool.conf); uid %" PRIu32 " is not one",
+				  d->admin_what, o->c->uid);
+	if (q->tenant > n)
+		return errbuf_set(o->e, -EINVAL, "%s: tenant %" PRIu32 " does not "
+				  "exist; use 0 for every tenant or 1 to %" PRIu32,
+				  d->name, q->tenant, n);
+	o->t_lo = q->tenant ? q->tenant - 1 : 0;
+	o->t_hi = q->tenant ? q->tenant : n;
+	return 0;
+}
+
+static int op_validate(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	const struct op_desc *d;
+	bool all;
+
+	if (q->opcode >= KVP_OP_MAX)
+		return errbuf_set(o->e, -EINVAL, "opcode %u is unknown (this kvpoold "
+				  "knows 0 to %u); is libkvpool newer than kvpoold?",
+				  q->opcode, KVP_OP_MAX - 1);
+	d = &descs[q->opcode];
+	if (q->flags & ~d->flags)
+		return errbuf_set(o->e, -EINVAL, "%s: flags %#x are not valid for it "
+				  "(valid: %#x)", d->name, q->flags, d->flags);
+	if (q->rsv0 || q->rsv[0] || q->rsv[1])
+		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
+				  d->name);
+	if (q->sel && q->opcode != KVP_OP_EVICT)
+		return errbuf_set(o->e, -EINVAL, "%s: sel is only for EVICT", d->name);
+	all = q->flags & KVP_SQE_ALL;
+	if (q->tenant && !all)
+		return errbuf_set(o->e, -EINVAL, "%s: tenant is only for admin "
+				  "operations with KVP_SQE_ALL", d->name);
+	if (all || (d->need & NEED_ADMIN))
+		return check_admin(o, d);
+	if ((d->need & NEED_TENANT) && !o->c->tenant)
+		return errbuf_set(o->e, -EPERM, "%s: client %" PRIu32 " (uid %" PRIu32
+				  ") has no tenant; data operations need one (add the "
+				  "uid to a [tenant] section)", d->name, o->c->id,
+				  o->c->uid);
+	if (o->c->tenant) {
+		o->t_lo = o->c->tenant->index;
+		o->t_hi = o->t_lo + 1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ histories */
+
+static int op_nop(struct op *o)
+{
+	return 0;
+}
+
+static int op_info(struct op *o)
+{
+	struct engine_user_info in;
+	struct kvp_user_info u;
+
+	engine_info(lock_own(o), o->sqe->user, &in);
+	unlock_own(o);
+	o->cqe->val0 = in.start;
+	o->cqe->val1 = in.len;
+	if (o->out_len >= sizeof(u)) {
+		u = (struct kvp_user_info){
+			.user = o->sqe->user, .start = in.start, .len = in.len,
+			.pages_device = in.pages_device, .pages_host = in.pages_host,
+			.leases = in.leases, .tenant = o->c->tenant->index,
+		};
+		out_put(o, &u, sizeof(u));
+	}
+	return 0;
+}
+
+/* The room a prepare result needs, checked before anything changes. */
+static int prepare_room(struct op *o, struct engine *eng)
+{
+	const struct kvp_sqe *q = o->sqe;
+	const size_t hdr = sizeof(struct kvp_prepare_out);
+	uint64_t pages = engine_prepare_pages(eng, q->user, q->n), need;
+
+	if (o->out_len >= hdr && pages <= (o->out_len - hdr) / sizeof(int32_t))
+		return 0;
+	if (__builtin_mul_overflow(pages, sizeof(int32_t), &need) ||
+	    __builtin_add_overflow(need, hdr, &need))
+		need = UINT64_MAX;
+	return errbuf_set(o->e, -EMSGSIZE, "user %" PRIu64 ": the result of a "
+			  "prepare of %" PRIu32 " tokens needs %" PRIu64 " bytes "
+			  "(%zu + 4 per page for %" PRIu64 " pages) but out_len is %"
+			  PRIu32 "; raise out_len (and arena_bytes)", q->user, q->n,
+			  need, hdr, pages, o->out_len);
+}
+
+static int op_prepare(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct kvp_prepare_out po;
+	struct engine_lease l;
+	struct engine *eng;
+	size_t bytes;
+	int ret;
+
+	if (q->n > PREPARE_MAX_NEW)
+		return errbuf_set(o->e, -EINVAL, "user %" PRIu64 ": %" PRIu32 " new "
+				  "tokens in one prepare; at most %u, split it",
+				  q->user, q->n, PREPARE_MAX_NEW);
+	eng = lock_own(o);
+	ret = prepare_room(o, eng);
+	if (!ret)
+		ret = engine_prepare(eng, q->user, q->arg, q->n, o->c->id, &l, o->e);
+	if (ret)
+		goto out;
+	bytes = sizeof(po) + (size_t)l.npages * sizeof(int32_t);
+	if (bytes > o->out_len) {
+		/* prepare_room() promised this cannot happen; undo, not overrun. */
+		engine_release(eng, l.id, NULL);
+		ret = errbuf_set(o->e, -EMSGSIZE, "user %" PRIu64 ": %zu result bytes "
+				 "do not fit out_len %" PRIu32, q->user, bytes, o->out_len);
+		goto out;
+	}
+	po = (struct kvp_prepare_out){
+		.lease = l.id, .start = l.start, .len = l.len, .n_new = l.n_new,
+		.npages = l.npages, .last_page_len = l.last_page_len,
+		.onloaded_pages = l.onloaded_pages,
+	};
+	memcpy(o->out, &po, sizeof(po));
+	/* The engine's page table is valid until its next call: copy it now. */
+	memcpy(o->out + sizeof(po), l.frames, (size_t)l.npages * sizeof(int32_t));
+	o->cqe->out_bytes = (uint32_t)bytes;
+	o->cqe->val0 = l.id;
+	o->cqe->val1 = l.npages;
+	__atomic_add_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+out:
+	unlock_own(o);
+	return ret;
+}
+
+/* Only the client that prepared a lease may end it. */
+static int lease_check_owner(struct op *o, struct engine *eng, uint64_t lease)
+{
+	int64_t owner = engine_lease_owner(eng, lease);
+
+	if (owner < 0)
+		return errbuf_set(o->e, -ENOENT, "lease %#" PRIx64 " is not held "
+				  "(released already, or never prepared)", lease);
+	if ((uint32_t)owner != o->c->id)
+		return errbuf_set(o->e, -EPERM, "lease %#" PRIx64 " belongs to client "
+				  "%" PRId64 ", not to this client (%" PRIu32 "); only "
+				  "the client that prepared a lease may end it", lease,
+				  owner, o->c->id);
+	return 0;
+}
+
+static int op_commit(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct engine *eng = lock_own(o);
+	bool released = false;
+	int ret = lease_check_owner(o, eng, q->arg);
+
+	if (!ret)
+		ret = engine_commit(eng, q->arg, q->n, o->e);
+	if (!ret && (q->flags & KVP_SQE_RELEASE))
+		released = engine_release(eng, q->arg, o->e) == 0;
+	unlock_own(o);
+	if (released)
+		__atomic_sub_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+	return ret;
+}
+
+static int op_release(struct op *o)
+{
+	struct engine *eng = lock_own(o);
+	int ret = lease_check_owner(o, eng, o->sqe->arg);
+
+	if (!ret)
+		ret = engine_release(eng, o->sqe->arg, o->e);
+	unlock_own(o);
+	if (!ret)
+		__atomic_sub_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+	return ret;
+}
+
+/* ------------------------------------------------------------ tiers */
+
+static int clamp_res(uint64_t v)
+{
+	return v > INT32_MAX ? INT32_MAX : (int)v;
+}
+
+static int op_offload(struct op *o)
+{
+	uint64_t pages = 0;
+	int ret;
+
+	if (!(o->sqe->flags & KVP_SQE_ALL)) {
+		ret = engine_offload(lock_own(o), o->sqe->user, o->e);
+		unlock_own(o);
+		return ret;
+	}
+	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
+		struct tenant *t = &o->s->tenants.v[i];
+
+		pthread_mutex_lock(&t->lock);
+		ret = engine_offload_all(t->eng, o->e);
+		pthread_mutex_unlock(&t->lock);
+		if (ret < 0) {
+			char why[KVP_ERRLEN];
+
+			memcpy(why, o->e->msg, sizeof(why));
+			return errbuf_set(o->e, ret, "tenant %s: %s (%" PRIu64 " pages "
+					  "offloaded before)", t->name, why, pages);
+		}
+		pages += (uint64_t)ret;
+	}
+	return clamp_res(pages);
+}
+
+static int op_evict(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	uint64_t users = 0, skipped = 0;
+	int ret;
+
+	if (!q->sel || (q->sel & ~KVP_SEL_ALL))
+		return errbuf_set(o->e, -EINVAL, "EVICT: sel %u; use 1 (device: "
+				  "demote), 2 (host) or 3 (both)", q->sel);
+	if (!(q->flags & KVP_SQE_ALL)) {
+		ret = engine_evict(lock_own(o), q->user, q->sel, o->e);
+		unlock_own(o);
+		return ret;
+	}
+	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
+		struct tenant *t = &o->s->tenants.v[i];
+		uint32_t sk = 0;
+
+		pthread_mutex_lock(&t->lock);
+		ret = engine_evict_all(t->eng, q->sel, &sk);
+		pthread_mutex_unlock(&t->lock);
+		if (ret < 0)
+			return errbuf_set(o->e, ret, "tenant %s: eviction failed", t->name);
+		users += (uint64_t)ret;
+		skipped += sk;
+	}
+	o->cqe->val0 = skipped; /* users passed over because a lease holds them */
+	return clamp_res(users);
+}
+
+static void stats_add(struct kvp_stats *sum, const struct kvp_stats *x)
+{
+	uint64_t *d = (uint64_t *)sum;
+	const uint64_t *v = (const uint64_t *)x;
+
+	_Static_assert(sizeof(*sum) % sizeof(uint64_t) == 0,
+		       "kvp_stats is made of uint64_t counters");
+	for (size_t i = 0; i < sizeof(*sum) / sizeof(uint64_t); i++)
+		d[i] += v[i];
+}
+
+static int op_stats(struct op *o)
+{
+	struct kvp_stats sum = { 0 }, one;
+	bool every = o->t_hi - o->t_lo == o->s->tenants.n &&
+		     (o->sqe->flags & KVP_SQE_ALL);
+
+	if (o->out_len < sizeof(sum))
+		return errbuf_set(o->e, -EMSGSIZE, "STATS: the result needs out_len >= "
+				  "%zu bytes; out_len is %" PRIu32, sizeof(sum),
+				  o->out_len);
+	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
+		struct tenant *t = &o->s->tenants.v[i];
+
+		pthread_mutex_lock(&t->lock);
+		engine_stats(t->eng, &one);
+		pthread_mutex_unlock(&t->lock);
+		one.clients = __atomic_load_n(&t->clients, __ATOMIC_RELAXED);
+		one.tenants = 1;
+		stats_add(&sum, &one);
+	}
+	/* Every tenant: admin-only clients count too. */
+	if (every)
+		sum.clients = __atomic_load_n(&o->s->reg.live, __ATOMIC_RELAXED);
+	out_put(o, &sum, sizeof(sum));
+	return 0;
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+static void op_fail(struct op *o, int ret)
+{
+	const char *msg = o->e->msg[0] ? o->e->msg : strerror(-ret);
+	size_t n = strlen(msg) + 1;
+
+	o->cqe->res = ret;
+	o->cqe->val0 = o->cqe->val1 = 0;
+	if (!o->out_len) {
+		o->cqe->out_bytes = 0;
+		return;
+	}
+	if (n > o->out_len)
+		n = o->out_len;
+	memcpy(o->out, msg, n - 1);
+	o->out[n - 1] = '\0';
+	o->cqe->out_bytes = (uint32_t)n;
+}
+
+void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		 unsigned char *out_base, uint32_t out_cap,
+		 struct op_scratch *scr, struct kvp_cqe *cqe)
+{
+	struct errbuf e = { .msg = "" };
+	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr, .e = &e };
+	int ret;
+
+	*cqe = (struct kvp_cqe){ .tag = sqe->tag };
+	/* Overflow-safe: out_off + out_len could wrap; this cannot. */
+	if (sqe->out_len > out_cap || sqe->out_off > out_cap - sqe->out_len) {
+		cqe->res = -EINVAL; /* nowhere to put a message */
+		goto done;
+	}
+	o.out = out_base + sqe->out_off;
+	o.out_len = sqe->out_len;
+	ret = op_validate(&o);
+	if (!ret)
+		ret = descs[sqe->opcode].fn(&o);
+	if (ret < 0)
+		op_fail(&o, ret);
+	else
+		cqe->res = ret;
+done:
+	__atomic_add_fetch(&c->ops, 1, __ATOMIC_RELAXED);
+}

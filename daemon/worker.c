@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * worker.c - ring polling: consume SQEs, execute, publish CQEs, sleep.
+ *
+ * The ring protocol is libclient/proto.h's; the labels below (S1, D1, D2,
+ * C1) are its. A worker never trusts shared memory: it keeps its own sq_head
+ * and cq_tail, reads sq_tail and cq_head once per pass, copies each entry
+ * out once, and treats impossible indices as a broken client to detach.
+ *
+ * Sleeping follows io_uring's SQPOLL: set NEED_WAKEUP in every client's
+ * sq_flags, full fence, re-check every ring, then futex_waitv on the
+ * doorbells (values read before the re-check) plus the worker's private
+ * control word. A client that publishes after our re-check sees the flag
+ * (its own full fence pairs with ours) and rings; one that published before
+ * is seen by the re-check. futex_waitv takes 128 futexes: the control word
+ * and 127 clients; a worker with more, or with a client stalled on a full
+ * CQ (which rings no doorbell when it reaps), sleeps 1 ms at a time.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "log.h"
+#include "ops.h"
+#include "worker.h"
+
+#define WAITV_CLIENTS (FUTEX_WAITV_MAX - 1)
+#define POLL_NS 1000000L
+
+struct worker {
+	struct server *s;
+	pthread_t thread;
+	uint32_t index;
+	uint32_t ctl;               /* private futex; bumped by worker_kick */
+	uint32_t stop;              /* atomic */
+	uint32_t load;              /* clients assigned; atomic */
+	pthread_mutex_t lock;       /* guards incoming */
+	struct client *incoming;
+
+	/* the worker thread's own */
+	struct client **clients;
+	uint32_t n, cap;
+	struct op_scratch scratch;
+	bool no_waitv;              /* kernel before 5.16 */
+	struct futex_waitv waitv[FUTEX_WAITV_MAX];
+};
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void futex_wake(uint32_t *addr, int op, int n)
+{
+	syscall(SYS_futex, addr, op, n, NULL, NULL, 0);
+}
+
+void worker_kick(struct worker *w)
+{
+	/* K1: publishes what the kick is about (incoming, a client's state,
+	 * stop); pairs with the load-acquire of ctl at K2. */
+	__atomic_fetch_add(&w->ctl, 1, __ATOMIC_RELEASE);
+	futex_wake(&w->ctl, FUTEX_WAKE_PRIVATE, 1);
+}
+
+/* ------------------------------------------------------------ clients */
+
+static int take_incoming(struct worker *w)
+{
+	struct client *list, *c;
+	uint32_t count = 0;
+
+	pthread_mutex_lock(&w->lock);
+	list = w->incoming;
+	for (c = list; c; c = c->qnext)
+		count++;
+	if (w->n + count > w->cap) {
+		uint32_t cap = w->cap ? w->cap : 16;
+		struct client **v;
+
+		while (cap < w->n + count)
+			cap *= 2;
+		v = realloc(w->clients, cap * sizeof(*v));
+		if (!v) {
+			/* They stay queued; the next kick tries again. */
+			pthread_mutex_unlock(&w->lock);
+			log_err("worker %" PRIu32 ": out of memory for its client list; "
+				"%" PRIu32 " new clients wait", w->index, count);
+			return -ENOMEM;
+		}
+		w->clients = v;
+		w->cap = cap;
+	}
+	w->incoming = NULL;
+	pthread_mutex_unlock(&w->lock);
+	while (list) {
+		c = list;
+		list = c->qnext;
+		c->qnext = NULL;
+		w->clients[w->n++] = c;
+	}
+	return 0;
+}
+
+/* Drop clients[i] for good and hand it to the main thread. */
+static void drop_client(struct worker *w, uint32_t i, const char *why)
+{
+	struct client *c = w->clients[i];
+
+	if (why && client_begin_detach(c, why))
+		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): %s; "
+			 "detaching it", c->id, c->uid, c->pid, why);
+	w->clients[i] = w->clients[--w->n];
+	__atomic_sub_fetch(&w->load, 1, __ATOMIC_RELAXED);
+	client_retire(w->s, c);
+}
+
+/* ------------------------------------------------------------ rings */
+
+static void wake_client(struct kvp_ring_ctl *ctl)
+{
+	/* F1: orders our cq_tail store (D1) before the cq_waiters load; pairs
+	 * with the client's fence between storing cq_waiters and re-checking
+	 * cq_tail, so either it sees the completions or we see it waiting. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&ctl->cq_waiters, __ATOMIC_RELAXED)) {
+		__atomic_fetch_add(&ctl->cq_seq, 1, __ATOMIC_RELEASE);
+		/* Shared futex: the word is in the client's mapping too. */
+		futex_wake(&ctl->cq_seq, FUTEX_WAKE, INT_MAX);
+	}
+}
+
+/*
+ * One pass over c's rings: every available SQE the CQ has room for.
+ * Returns entries consumed, or -EPROTO with *why for a broken client.
+ * *blocked says entries wait for CQ room.
+ */
+static int ring_pass(struct worker *w, struct client *c, bool *blocked,
+		     const char **why)
+{
+	struct client_shm *sh = &c->shm;
+	struct kvp_ring_ctl *ctl = sh->ctl;
+	uint32_t tail, cq_head, avail, used, room, n;
+
+	/* A1: pairs with the client's store-release of sq_tail (S1): the
+	 * entries below tail are written. */
+	tail = __atomic_load_n(&ctl->sq_tail, __ATOMIC_ACQUIRE);
+	/* A2: pairs with the client's store-release of cq_head (C1): it is
+	 * done with those CQEs and their arena bytes. */
+	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
+	avail = tail - c->sq_head;
+	used = c->cq_tail - cq_head;
+	if (avail > sh->sq_entries) {
+		*why = "sq_tail is more than sq_entries ahead of sq_head";
+		return -EPROTO;
+	}
+	if (used > sh->cq_entries) {
+		*why = "cq_head moved past cq_tail";
+		return -EPROTO;
+	}
+	room = sh->cq_entries - used;
+	n = avail < room ? avail : room;
+	*blocked = avail > room;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_sqe sqe;
+		struct kvp_cqe cqe;
+
+		/* The one read of this entry: validated and used as copied. */
+		memcpy(&sqe, &sh->sqes[(c->sq_head + i) & (sh->sq_entries - 1)],
+		       sizeof(sqe));
+		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
+			    &w->scratch, &cqe);
+		memcpy(&sh->cqes[(c->cq_tail + i) & (sh->cq_entries - 1)], &cqe,
+		       sizeof(cqe));
+	}
+	if (!n)
+		return 0;
+	c->sq_head += n;
+	c->cq_tail += n;
+	/* D1: publishes the CQEs and arena results written above; pairs with
+	 * the client's load-acquire of cq_tail. */
+	__atomic_store_n(&ctl->cq_tail, c->cq_tail, __ATOMIC_RELEASE);
+	/* D2: the entries were copied out above; their slots are free. */
+	__atomic_store_n(&ctl->sq_head, c->sq_head, __ATOMIC_RELEASE);
+	wake_client(ctl);
+	return (int)n;
+}
+
+/* One pass over every client. Returns entries consumed. */
+static uint32_t worker_pass(struct worker *w, bool *blocked)
+{
+	uint32_t done = 0, i = 0;
+
+	*blocked = false;
+	while (i < w->n) {
+		struct client *c = w->clients[i];
+		const char *why = NULL;
+		bool stalled = false;
+		int ret;
+
+		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE) {
+			drop_client(w, i, NULL); /* the main thread asked */
+			continue;
+		}
+		ret = ring_pass(w, c, &stalled, &why);
+		if (ret < 0) {
+			drop_client(w, i, why);
+			continue;
+		}
+		done += (uint32_t)ret;
+		*blocked |= stalled;
+		i++;
+	}
+	return done;
+}
+
+/* ------------------------------------------------------------ sleeping */
+
+/* True when c has entries we could take now (or broken indices to see). */
+static bool ring_has_work(const struct client *c, bool *blocked)
+{
+	const struct client_shm *sh = &c->shm;
+	uint32_t tail = __atomic_load_n(&sh->ctl->sq_tail, __ATOMIC_ACQUIRE);
+	uint32_t cq_head = __atomic_load_n(&sh->ctl->cq_head, __ATOMIC_ACQUIRE);
+
+	if (tail == c->sq_head)
+		return false;
+	if (c->cq_tail - cq_head >= sh->cq_entries &&
+	    tail - c->sq_head <= sh->sq_entries) {
+		*blocked = true; /* waits for the client to reap */
+		return false;
+	}
+	return true;
+}
+
+static void set_need_wakeup(struct worker *w, uint32_t nc, bool on)
+{
+	for (uint32_t i = 0; i < nc; i++) {
+		uint32_t *flags = &w->clients[i]->shm.ctl->sq_flags;
+
+		if (on)
+			__atomic_fetch_or(flags, KVP_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
+		else
+			__atomic_fetch_and(flags, ~KVP_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
+	}
+}
+
+static void sleep_fallback(struct worker *w, uint32_t ctl_seen)
+{
+	struct timespec ts = { 0, POLL_NS };
+
+	syscall(SYS_futex, &w->ctl, FUTEX_WAIT_PRIVATE, ctl_seen, &ts, NULL, 0);
+}
+
+static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
+{
+	uint32_t nc = w->n < WAITV_CLIENTS ? w->n : WAITV_CLIENTS;
+	struct timespec deadline, *timeout = NULL;
+	bool work = false;
+
+	if (w->no_waitv) {
+		sleep_fallback(w, ctl_seen);
+		return;
+	}
+	set_need_wakeup(w, nc, true);
+	/* F2: orders the NEED_WAKEUP stores before the re-check loads; pairs
+	 * with the client's full fence between its sq_tail store (S1) and its
+	 * sq_flags load. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	w->waitv[0] = (struct futex_waitv){ .val = ctl_seen,
+		.uaddr = (uintptr_t)&w->ctl, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG };
+	for (uint32_t i = 0; i < nc; i++) {
+		uint32_t *db = &w->clients[i]->shm.ctl->sq_doorbell;
+
+		/* Read before the re-check: a ring after it changes the value
+		 * and futex_waitv returns at once. */
+		w->waitv[1 + i] = (struct futex_waitv){
+			.val = __atomic_load_n(db, __ATOMIC_ACQUIRE),
+			.uaddr = (uintptr_t)db, .flags = FUTEX_32 };
+	}
+	for (uint32_t i = 0; i < w->n && !work; i++)
+		work = ring_has_work(w->clients[i], &blocked) ||
+		       __atomic_load_n(&w->clients[i]->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE;
+	if (!work && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+		if (blocked || w->n > nc) {
+			clock_gettime(CLOCK_MONOTONIC, &deadline);
+			deadline.tv_nsec += POLL_NS;
+			if (deadline.tv_nsec >= 1000000000L) {
+				deadline.tv_sec++;
+				deadline.tv_nsec -= 1000000000L;
+			}
+			timeout = &deadline;
+		}
+		if (syscall(SYS_futex_waitv, w->waitv, 1 + nc, 0, timeout,
+			    CLOCK_MONOTONIC) < 0 && errno == ENOSYS) {
+			log_warn("worker %" PRIu32 ": no futex_waitv (Linux < 5.16); "
+				 "idle rings are polled every millisecond", w->index);
+			w->no_waitv = true;
+		}
+	}
+	set_need_wakeup(w, nc, false);
+}
+
+/* ------------------------------------------------------------ the thread */
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t spin_ns = (uint64_t)w->s->cfg->spin_us * 1000, idle_since = now_ns();
+	uint32_t ctl_seen = ~__atomic_load_n(&w->ctl, __ATOMIC_ACQUIRE);
+
+	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+		/* K2: pairs with K1; what the kicker published is visible. */
+		uint32_t ctl = __atomic_load_n(&w->ctl, __ATOMIC_ACQUIRE);
+		bool blocked;
+
+		if (ctl != ctl_seen) {
+			ctl_seen = ctl;
+			take_incoming(w);
+		}
+		if (worker_pass(w, &blocked)) {
+			idle_since = now_ns();
+			continue;
+		}
+		if (now_ns() - idle_since < spin_ns) {
+			cpu_relax();
+			continue;
+		}
+		worker_sleep(w, ctl_seen, blocked);
+		idle_since = now_ns();
+	}
+	return NULL;
+}
+
+int workers_start(struct server *s, struct errbuf *e)
+{
+	uint32_t n = s->cfg->workers;
+	int ret;
+
+	s->workers = calloc(n, sizeof(*s->workers));
+	if (!s->workers)
+		return errbuf_set(e, -ENOMEM, "out of memory for %" PRIu32 " workers", n);
+	for (uint32_t i = 0; i < n; i++) {
+		struct worker *w = &s->workers[i];
+
+		w->s = s;
+		w->index = i;
+		pthread_mutex_init(&w->lock, NULL);
+		ret = pthread_create(&w->thread, NULL, worker_main, w);
+		if (ret) {
+			workers_stop(s);
+			return errbuf_set(e, -ret, "cannot start worker %" PRIu32 ": %s",
+					  i, strerror(ret));
+		}
+		s->nworkers++;
+	}
+	return 0;
+}
+
+void workers_stop(struct server *s)
+{
+	for (uint32_t i = 0; i < s->nworkers; i++) {
+		__atomic_store_n(&s->workers[i].stop, 1, __ATOMIC_RELEASE);
+		worker_kick(&s->workers[i]);
+	}
+	for (uint32_t i = 0; i < s->nworkers; i++) {
+		struct worker *w = &s->workers[i];
+
+		pthread_join(w->thread, NULL);
+		pthread_mutex_destroy(&w->lock);
+		free(w->clients);
+		op_scratch_free(&w->scratch);
+	}
+	free(s->workers);
+	s->workers = NULL;
+	s->nworkers = 0;
+}
+
+void worker_assign(struct server *s, struct client *c)
+{
+	struct worker *w = &s->workers[0];
+
+	/* Least loaded; ties go to the lowest index. */
+	for (uint32_t i = 1; i < s->nworkers; i++)
+		if (__atomic_load_n(&s->workers[i].load, __ATOMIC_RELAXED) <
+		    __atomic_load_n(&w->load, __ATOMIC_RELAXED))
+			w = &s->workers[i];
+	__atomic_add_fetch(&w->load, 1, __ATOMIC_RELAXED);
+	c->worker = w;
+	pthread_mutex_lock(&w->lock);
+	c->qnext = w->incoming;
+	w->incoming = c;
+	pthread_mutex_unlock(&w->lock);
+	worker_kick(w);
+}

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * worker.h - the threads that poll client rings.
+ *
+ * Each attached client is served by exactly one worker (the least loaded
+ * when it attached), so its submissions run in ring order. A worker polls
+ * while there is work, spins spin_us when there is none, then sleeps in
+ * futex_waitv on its clients' doorbells and its own control word.
+ */
+#ifndef KVPOOLD_WORKER_H
+#define KVPOOLD_WORKER_H
+
+#include "errbuf.h"
+#include "server.h"
+
+/* Start cfg->workers threads; -errno with e. */
+int workers_start(struct server *s, struct errbuf *e);
+/* Stop and join every worker; clients stay registered for the caller. */
+void workers_stop(struct server *s);
+
+/* Main thread: give an attached client to the least loaded worker. */
+void worker_assign(struct server *s, struct client *c);
+/* Wake a worker to look at its control state (new client, detach, stop). */
+void worker_kick(struct worker *w);
+
+#endif /* KVPOOLD_WORKER_H */

@@ -1,0 +1,346 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batch.c - operations: slots, tags, result ranges, and the asynchronous
+ * queue / submit / reap API built on them.
+ *
+ * Every operation, synchronous or not, takes the same path: kvpc_queue()
+ * takes an operation slot (bounding queued + unreaped by sq_entries), tags
+ * the SQE with the slot and its generation, points its result range at the
+ * slot's arena slice (or the sync range) and pushes it; kvpc_ring_submit()
+ * publishes; the completion is matched back to its slot by kvpc_slot_of(),
+ * which refuses any tag the client did not hand out. The result bytes are
+ * decoded from a range only this client chose, and every length in them is
+ * checked against that range before it is used.
+ *
+ * calls.c runs the synchronous calls through here one at a time.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+/* ------------------------------------------------------------ slots */
+
+unsigned char *kvpc_slot_out(struct kvp_client *c, uint32_t idx, uint32_t *len)
+{
+	if (c->slots[idx].sync) {
+		*len = c->sync_bytes;
+		return c->arena + c->sync_off;
+	}
+	*len = c->slice_bytes;
+	return c->arena + (size_t)idx * c->slice_bytes;
+}
+
+void kvpc_slot_put(struct kvp_client *c, uint32_t idx)
+{
+	/* Only busy is cleared: the result range stays readable (and
+	 * kvpc_slot_out() keeps working) until the slot is taken again. */
+	c->slots[idx].busy = 0;
+	c->free_slots[c->free_tail++ & c->sq_mask] = idx;
+	c->inflight--;
+}
+
+int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
+	       int sync)
+{
+	struct kvpc_slot *s;
+	unsigned char *out;
+	uint32_t idx, len;
+	int ret;
+
+	ret = kvpc_check_dead(c);
+	if (ret)
+		return ret;
+	if (c->inflight >= c->sq_entries)
+		return kvpc_err(c, -EBUSY,
+				"%" PRIu32 " operations in flight; reap completions first",
+				c->inflight);
+
+	idx = c->free_slots[c->free_head++ & c->sq_mask];
+	s = &c->slots[idx];
+	s->gen++;
+	s->busy = 1;
+	s->sync = (uint8_t)!!sync;
+	s->op = sqe->opcode;
+	s->user = sqe->user;
+	s->n = sqe->n;
+	s->user_tag = user_tag;
+	s->pos = c->sq_tail;
+	c->inflight++;
+
+	out = kvpc_slot_out(c, idx, &len);
+	sqe->tag = ((uint64_t)s->gen << 32) | idx;
+	sqe->out_off = (uint32_t)(out - c->arena);
+	sqe->out_len = len;
+	ret = kvpc_ring_push(c, sqe);
+	if (ret) {
+		kvpc_slot_put(c, idx);
+		return ret;
+	}
+	c->queued++;
+	return (int)idx;
+}
+
+int kvpc_slot_of(struct kvp_client *c, const struct kvp_cqe *cqe)
+{
+	uint32_t idx = (uint32_t)cqe->tag, gen = (uint32_t)(cqe->tag >> 32);
+	uint32_t len;
+	const struct kvpc_slot *s;
+
+	/* A CQE for a free slot, an old generation, or an SQE we have not
+	 * published yet is not ours: the ring can no longer be believed. */
+	if (idx >= c->sq_entries || !(s = &c->slots[idx])->busy || s->gen != gen ||
+	    (uint32_t)(s->pos - c->sq_published) < c->sq_tail - c->sq_published)
+		return kvpc_fail(c, -EPROTO,
+				 "kvpoold at %s completed an operation this client did not "
+				 "submit (tag 0x%" PRIx64 "); reconnect", c->path, cqe->tag);
+	kvpc_slot_out(c, idx, &len);
+	if (cqe->out_bytes > len)
+		return kvpc_fail(c, -EPROTO,
+				 "kvpoold at %s wrote %" PRIu32 " result bytes into a "
+				 "%" PRIu32 "-byte range; reconnect", c->path,
+				 cqe->out_bytes, len);
+	return (int)idx;
+}
+
+/* ------------------------------------------------------------ results */
+
+const char *kvpc_cqe_message(struct kvp_client *c, uint32_t idx,
+			     const struct kvp_cqe *cqe)
+{
+	uint32_t len;
+	char *msg = (char *)kvpc_slot_out(c, idx, &len);
+
+	/* Every range is at least KVPC_MIN_SLICE (>= KVP_ERRLEN) bytes. */
+	if (!cqe->out_bytes)
+		snprintf(msg, KVP_ERRLEN, "kvpoold: %s", strerror(-cqe->res));
+	else
+		msg[cqe->out_bytes < len ? cqe->out_bytes : len - 1] = '\0';
+	return msg;
+}
+
+int kvpc_decode_fixed(struct kvp_client *c, uint32_t idx,
+		      const struct kvp_cqe *cqe, void *dst, size_t size,
+		      const char *what, char *msg, size_t msglen)
+{
+	uint32_t len;
+	const unsigned char *src = kvpc_slot_out(c, idx, &len);
+
+	if (cqe->out_bytes < size) {
+		snprintf(msg, msglen,
+			 "kvpoold at %s sent %" PRIu32 " bytes of %s, expected %zu",
+			 c->path, cqe->out_bytes, what, size);
+		return -EPROTO;
+	}
+	memcpy(dst, src, size);
+	return 0;
+}
+
+int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
+		      const struct kvp_cqe *cqe, struct kvp_lease *l,
+		      char *msg, size_t msglen)
+{
+	const uint32_t P = c->layout.page_tokens;
+	const struct kvpc_slot *s = &c->slots[idx];
+	struct kvp_prepare_out h;
+	const unsigned char *src;
+	uint32_t len;
+	uint64_t room, tokens;
+
+	src = kvpc_slot_out(c, idx, &len);
+	if (cqe->out_bytes < sizeof(h)) {
+		snprintf(msg, msglen, "kvpoold at %s sent a %" PRIu32 "-byte prepare "
+			 "result, shorter than its %zu-byte header", c->path,
+			 cqe->out_bytes, sizeof(h));
+		return -EPROTO;
+	}
+	memcpy(&h, src, sizeof(h));
+	room = (cqe->out_bytes - sizeof(h)) / sizeof(int32_t);
+	if (h.npages > room) {
+		snprintf(msg, msglen, "kvpoold at %s sent a page table of %" PRIu32
+			 " pages in %" PRIu32 " bytes", c->path, h.npages,
+			 cqe->out_bytes);
+		return -EPROTO;
+	}
+	/* The pages must cover every position kvp_append() will compute. */
+	if (h.n_new != s->n || h.len > UINT64_MAX - h.n_new ||
+	    (tokens = h.len + h.n_new) > (uint64_t)h.npages * P ||
+	    h.last_page_len > P) {
+		snprintf(msg, msglen, "kvpoold at %s sent an inconsistent lease "
+			 "(%" PRIu64 " + %" PRIu32 " tokens for %" PRIu32 " new, %"
+			 PRIu32 " pages of %" PRIu32 ")", c->path, h.len, h.n_new,
+			 s->n, h.npages, P);
+		return -EPROTO;
+	}
+	l->id = h.lease;
+	l->user = s->user;
+	l->start = h.start;
+	l->len = h.len;
+	l->n_new = h.n_new;
+	l->npages = h.npages;
+	l->last_page_len = h.last_page_len;
+	l->onloaded_pages = h.onloaded_pages;
+	l->indices = (const int32_t *)(src + sizeof(h));
+	return 0;
+}
+
+/* ------------------------------------------------------------ async API */
+
+static int queue_async(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t tag)
+{
+	int ret = kvpc_queue(c, sqe, tag, 0);
+
+	if (ret < 0)
+		return ret;
+	c->err[0] = '\0';
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_queue_info(struct kvp_client *c, uint64_t user, uint64_t tag)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_INFO, .user = user };
+
+	return queue_async(c, &sqe, tag);
+}
+
+KVP_PUBLIC
+int kvp_queue_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
+		      uint32_t n_new, uint64_t tag)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_PREPARE, .user = user,
+			       .arg = start_pos, .n = n_new };
+
+	return queue_async(c, &sqe, tag);
+}
+
+KVP_PUBLIC
+int kvp_queue_commit(struct kvp_client *c, uint64_t lease, uint32_t n,
+		     int release, uint64_t tag)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n,
+			       .flags = release ? KVP_SQE_RELEASE : 0 };
+
+	return queue_async(c, &sqe, tag);
+}
+
+KVP_PUBLIC
+int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
+
+	return queue_async(c, &sqe, tag);
+}
+
+KVP_PUBLIC
+int kvp_submit(struct kvp_client *c)
+{
+	int ret = kvpc_check_dead(c);
+	uint32_t n;
+
+	if (ret)
+		return ret;
+	n = kvpc_ring_submit(c);
+	c->queued = 0;
+	c->err[0] = '\0';
+	return (int)n;
+}
+
+static uint32_t async_op(uint8_t opcode)
+{
+	switch (opcode) {
+	case KVP_OP_INFO: return KVP_ASYNC_INFO;
+	case KVP_OP_PREPARE: return KVP_ASYNC_PREPARE;
+	case KVP_OP_COMMIT: return KVP_ASYNC_COMMIT;
+	case KVP_OP_RELEASE: return KVP_ASYNC_RELEASE;
+	default: return 0;
+	}
+}
+
+/* Turn one CQE into a completion and free its slot; -EPROTO for a tag that
+ * is not ours (fatal). A malformed result fails only that completion. */
+static int reap_one(struct kvp_client *c, const struct kvp_cqe *cqe,
+		    struct kvp_completion *out)
+{
+	struct kvpc_slot *s;
+	uint32_t len;
+	char *msg;
+	int idx, ret = 0;
+
+	idx = kvpc_slot_of(c, cqe);
+	if (idx < 0)
+		return idx;
+	s = &c->slots[idx];
+	memset(out, 0, sizeof(*out));
+	out->tag = s->user_tag;
+	out->op = async_op(s->op);
+	out->res = cqe->res;
+	msg = (char *)kvpc_slot_out(c, (uint32_t)idx, &len);
+	if (cqe->res < 0) {
+		out->error = kvpc_cqe_message(c, (uint32_t)idx, cqe);
+	} else if (s->op == KVP_OP_INFO) {
+		ret = kvpc_decode_fixed(c, (uint32_t)idx, cqe, &out->info,
+					sizeof(out->info), "user info", msg,
+					KVP_ERRLEN);
+	} else if (s->op == KVP_OP_PREPARE) {
+		char tmp[KVP_ERRLEN];
+
+		ret = kvpc_decode_lease(c, (uint32_t)idx, cqe, &out->lease, tmp,
+					sizeof(tmp));
+		if (ret)
+			memcpy(msg, tmp, sizeof(tmp));
+	}
+	if (ret) {
+		/* The message was written into the slot's own slice. */
+		memset(&out->lease, 0, sizeof(out->lease));
+		memset(&out->info, 0, sizeof(out->info));
+		out->res = ret;
+		out->error = msg;
+	}
+	kvpc_slot_put(c, (uint32_t)idx);
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
+	     uint32_t min_complete)
+{
+	uint32_t submitted, n, i;
+	int ret;
+
+	ret = kvpc_check_dead(c);
+	if (ret)
+		return ret;
+	if ((!out && max) || min_complete > max)
+		return kvpc_err(c, -EINVAL,
+				"kvp_reap: min_complete %" PRIu32 " is more than max %"
+				PRIu32 " (or out is NULL)", min_complete, max);
+	submitted = c->inflight - c->queued;
+	if (min_complete > submitted)
+		return kvpc_err(c, -EINVAL,
+				"kvp_reap: waiting for %" PRIu32 " completions but only %"
+				PRIu32 " operations are submitted%s", min_complete,
+				submitted, c->queued ? " (call kvp_submit first)" : "");
+	if (!max) {
+		c->err[0] = '\0';
+		return 0;
+	}
+	ret = min_complete ? kvpc_cq_wait(c, min_complete) : kvpc_cq_ready(c);
+	if (ret < 0)
+		return ret;
+	n = (uint32_t)ret < max ? (uint32_t)ret : max;
+	for (i = 0; i < n; i++) {
+		struct kvp_cqe cqe;
+
+		kvpc_cq_take(c, &cqe);
+		ret = reap_one(c, &cqe, &out[i]);
+		if (ret < 0)
+			return ret; /* the client is broken now */
+	}
+	kvpc_cq_release(c);
+	c->err[0] = '\0';
+	return (int)n;
+}

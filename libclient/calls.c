@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * calls.c - the synchronous calls: each is one operation queued, submitted
+ * and reaped through the same path as a batch (batch.c), with its results in
+ * the arena's sync range (client_internal.h, THE ARENA SPLIT) so that they
+ * can be larger than an async slot's slice. A synchronous call refuses to run
+ * while asynchronous operations are queued or unreaped (-EBUSY): their
+ * completions would come back in between.
+ *
+ * On failure the daemon's message (from the CQE's result range) becomes the
+ * client's last error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+/*
+ * Run one operation to completion. Returns the CQE's res (>= 0) with *cqe
+ * filled and *idx the slot, whose result range (the sync range) stays
+ * readable until the next call; or -errno with the last error set.
+ */
+static int call(struct kvp_client *c, struct kvp_sqe *sqe,
+		struct kvp_cqe *cqe, uint32_t *idx)
+{
+	int ret;
+
+	ret = kvpc_check_dead(c);
+	if (ret)
+		return ret;
+	if (c->inflight)
+		return kvpc_err(c, -EBUSY,
+				"%" PRIu32 " asynchronous operations in flight (queued or "
+				"unreaped); reap them before a synchronous call",
+				c->inflight);
+	ret = kvpc_queue(c, sqe, 0, 1);
+	if (ret < 0)
+		return ret;
+	*idx = (uint32_t)ret;
+	kvpc_ring_submit(c);
+	c->queued = 0;
+
+	ret = kvpc_cq_wait(c, 1);
+	if (ret < 0)
+		return ret;
+	kvpc_cq_take(c, cqe);
+	/* Ours is the only slot taken, so a good tag can only name it. */
+	ret = kvpc_slot_of(c, cqe);
+	if (ret < 0)
+		return ret;
+	kvpc_slot_put(c, *idx);
+	kvpc_cq_release(c);
+	if (cqe->res < 0)
+		return kvpc_err(c, cqe->res, "%s", kvpc_cqe_message(c, *idx, cqe));
+	c->err[0] = '\0';
+	return cqe->res;
+}
+
+/* An operation whose result is just res. */
+static int call_res(struct kvp_client *c, struct kvp_sqe *sqe)
+{
+	struct kvp_cqe cqe;
+	uint32_t idx;
+
+	return call(c, sqe, &cqe, &idx);
+}
+
+/* An operation whose result is one fixed-size struct. */
+static int call_fixed(struct kvp_client *c, struct kvp_sqe *sqe, void *out,
+		      size_t size, const char *what)
+{
+	char msg[KVP_ERRLEN];
+	struct kvp_cqe cqe;
+	uint32_t idx;
+	int ret;
+
+	if (!out)
+		return kvpc_err(c, -EINVAL, "%s: the result pointer is NULL", what);
+	ret = call(c, sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if (kvpc_decode_fixed(c, idx, &cqe, out, size, what, msg, sizeof(msg)))
+		return kvpc_err(c, -EPROTO, "%s", msg);
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_info(struct kvp_client *c, uint64_t user, struct kvp_user_info *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_INFO, .user = user };
+
+	return call_fixed(c, &sqe, out, sizeof(*out), "user info");
+}
+
+KVP_PUBLIC
+int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
+		uint32_t n_new, struct kvp_lease *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_PREPARE, .user = user,
+			       .arg = start_pos, .n = n_new };
+	char msg[KVP_ERRLEN];
+	struct kvp_cqe cqe;
+	uint32_t idx;
+	int ret;
+
+	if (!out)
+		return kvpc_err(c, -EINVAL, "kvp_prepare: the lease pointer is NULL");
+	ret = call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if (kvpc_decode_lease(c, idx, &cqe, out, msg, sizeof(msg)))
+		return kvpc_err(c, -EPROTO, "%s", msg);
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_release(struct kvp_client *c, uint64_t lease)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_offload(struct kvp_client *c, uint64_t user)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_OFFLOAD, .user = user };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_offload_all(struct kvp_client *c)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_OFFLOAD, .flags = KVP_SQE_ALL };
+
+	return call_res(c, &sqe);
+}
+
+static int check_sel(struct kvp_client *c, uint32_t sel)
+{
+	if (!sel || (sel & ~(uint32_t)KVP_SEL_ALL))
+		return kvpc_err(c, -EINVAL,
+				"evict: tiers 0x%" PRIx32 " are not a set of KVP_SEL_DEVICE "
+				"(0x%x) and KVP_SEL_HOST (0x%x)", sel, KVP_SEL_DEVICE,
+				KVP_SEL_HOST);
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_evict(struct kvp_client *c, uint64_t user, uint32_t sel)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_EVICT, .user = user,
+			       .sel = (uint16_t)sel };
+	int ret = check_sel(c, sel);
+
+	return ret ? ret : call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_evict_all(struct kvp_client *c, uint32_t sel)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_EVICT, .flags = KVP_SQE_ALL,
+			       .sel = (uint16_t)sel };
+	int ret = check_sel(c, sel);
+
+	return ret ? ret : call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_STATS,
+			       .flags = all_tenants ? KVP_SQE_ALL : 0 };
+
+	return call_fixed(c, &sqe, out, sizeof(*out), "stats");
+}
+
+/* USERS and CLIENTS: rows of size bytes from cursor; res = rows written,
+ * cqe.val0 = the next cursor. */
+static int call_list(struct kvp_client *c, struct kvp_sqe *sqe, void *rows,
+		     size_t size, uint32_t max, uint64_t *next,
+		     const char *what)
+{
+	struct kvp_cqe cqe;
+	uint32_t idx, len, fit;
+	const unsigned char *src;
+	int ret;
+
+	if (!rows || !max)
+		return kvpc_err(c, -EINVAL, "%s: need room for at least one row", what);
+	/* At most what the sync range holds; the cursor pages on. */
+	fit = (uint32_t)(c->sync_bytes / size);
+	sqe->n = max < fit ? max : fit;
+	ret = call(c, sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if ((uint32_t)ret > sqe->n || (uint64_t)ret * size > cqe.out_bytes)
+		return kvpc_err(c, -EPROTO,
+				"kvpoold at %s listed %d %s in %" PRIu32 " bytes (asked "
+				"for at most %" PRIu32 ")", c->path, ret, what,
+				cqe.out_bytes, sqe->n);
+	src = kvpc_slot_out(c, idx, &len);
+	memcpy(rows, src, (size_t)ret * size);
+	if (next)
+		*next = cqe.val0;
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_users(struct kvp_client *c, uint64_t cursor, struct kvp_user_info *rows,
+	      uint32_t max, uint64_t *next)
+{
+	/* Admins see every tenant's users (tenant 0 = all). */
+	struct kvp_sqe sqe = { .opcode = KVP_OP_USERS, .arg = cursor,
+			       .flags = (c->flags & KVP_WELCOME_ADMIN) ? KVP_SQE_ALL : 0 };
+
+	return call_list(c, &sqe, rows, sizeof(*rows), max, next, "users");
+}
+
+KVP_PUBLIC
+int kvp_clients(struct kvp_client *c, uint64_t cursor,
+		struct kvp_client_info *rows, uint32_t max, uint64_t *next)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CLIENTS, .arg = cursor };
+
+	return call_list(c, &sqe, rows, sizeof(*rows), max, next, "clients");
+}

@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_internal.h - struct kvp_client and the helpers the libclient files
+ * share. Not installed. The integration tests include it (and link
+ * kvpool_client_static) to reach the raw rings, e.g. to write forged SQEs
+ * straight into c->sqes and publish them with kvpc_ring_submit().
+ *
+ * libclient reads as attach (client.c) -> rings (ring.c) -> operations
+ * (batch.c: async queue/submit/reap and the one path every call takes;
+ * calls.c: the synchronous calls on top of it) -> data ops (append.c).
+ *
+ * A client is not thread-safe: one thread at a time may call into it (as with
+ * an io_uring). Different clients are independent.
+ *
+ * THE ARENA SPLIT. The client chooses every SQE's result range (proto.h,
+ * ARENA). The arena is cut in two:
+ *
+ *     [0, sync_off)                    one fixed slice of slice_bytes per
+ *                                      operation slot, for async operations;
+ *     [sync_off, arena_bytes)          the rest (at least the upper half), for
+ *                                      the one synchronous call in progress.
+ *
+ * slice_bytes = (arena_bytes / 2 / sq_entries) rounded down to 64 bytes and
+ * must be at least KVPC_MIN_SLICE (an error message must fit); attach fails
+ * with -EINVAL otherwise. sync_off = sq_entries * slice_bytes. A PREPARE
+ * whose page table does not fit its range gets -EMSGSIZE from the daemon;
+ * the sync range is about sq_entries slices, so a synchronous prepare of a
+ * long history fits where an async one does not (kvpool(3), LIMITS).
+ *
+ * OPERATION SLOTS AND TAGS. Every operation, sync or async, holds one of
+ * sq_entries slots from SQE queueing until its CQE is reaped; that bounds
+ * what is queued + unreaped by sq_entries (<= cq_entries, so every
+ * completion has room in the CQ). The SQE's tag is (generation << 32) | slot;
+ * the generation is bumped each time the slot is taken, so a CQE naming a
+ * free slot, a stale generation, or a slot whose SQE was never published is
+ * caught (-EPROTO, and the client is marked broken). Slots are recycled
+ * first-in first-out so an async result stays readable as long as possible.
+ */
+#ifndef KVPOOL_CLIENT_INTERNAL_H
+#define KVPOOL_CLIENT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "kvpool.h"
+#include "proto.h"
+
+/* Public entry points: the library is built with hidden visibility. */
+#define KVP_PUBLIC __attribute__((visibility("default")))
+
+#define KVPC_MIN_SLICE 256u      /* an async slot's result slice: >= KVP_ERRLEN */
+#define KVPC_DEFAULT_SPIN_US 20u /* spin before sleeping for completions */
+#define KVPC_SLEEP_MS 100        /* futex timeout between hang-up checks */
+#define KVPC_ATTACH_TIMEOUT_S 10 /* hello -> welcome */
+
+/* One operation slot (see OPERATION SLOTS above). */
+struct kvpc_slot {
+	uint64_t user_tag;  /* the caller's tag (async) */
+	uint64_t user;      /* INFO / PREPARE: the user asked about */
+	uint32_t gen;       /* bumped each time the slot is taken */
+	uint32_t pos;       /* SQ position its SQE was written at */
+	uint32_t n;         /* PREPARE: n_new asked for */
+	uint8_t op;         /* enum kvp_opcode */
+	uint8_t busy;
+	uint8_t sync;       /* result range is the sync range */
+};
+
+struct kvp_client {
+	/* ---- attach (client.c) */
+	int sock;                     /* the attach socket; its hang-up = death */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	uint32_t client_id;
+	uint32_t flags;               /* KVP_WELCOME_* */
+	char tenant[32];
+	char backend[16];
+	struct kvp_layout layout;
+	uint64_t tier_bytes[KVP_TIERS];
+	uint32_t tier_frames[KVP_TIERS];
+	uint32_t spin_us;
+
+	/* ---- the client's shm: [hdr][ctl][sqes][cqes][arena] */
+	void *shm;
+	size_t shm_bytes;
+	struct kvp_ring_ctl *ctl;     /* shared indices, flags, futex words */
+	struct kvp_sqe *sqes;         /* sq_entries entries */
+	struct kvp_cqe *cqes;         /* cq_entries entries */
+	unsigned char *arena;         /* arena_bytes bytes */
+	uint32_t sq_entries, sq_mask;
+	uint32_t cq_entries, cq_mask;
+	uint32_t arena_bytes;
+
+	/* ---- ring state we own (ring.c); never read back from shared memory */
+	uint32_t sq_tail;             /* next SQ position to write */
+	uint32_t sq_published;        /* last value stored to ctl->sq_tail */
+	uint32_t cq_head;             /* next CQ position to read */
+
+	/* ---- operations (batch.c) */
+	struct kvpc_slot *slots;      /* sq_entries */
+	uint32_t *free_slots;         /* FIFO of free slot indices, sq_entries */
+	uint32_t free_head, free_tail;
+	uint32_t inflight;            /* slots taken: queued + submitted, unreaped */
+	uint32_t queued;              /* SQEs written but not yet published */
+	uint32_t slice_bytes;         /* per async slot, at slot * slice_bytes */
+	uint32_t sync_off, sync_bytes;
+
+	/* ---- the tenant's device tier (NULL / -1 for an admin-only client) */
+	void *device;
+	size_t device_bytes;
+	int device_fd;                /* kept only where it could not be mapped */
+
+	/* ---- errors */
+	int dead;                     /* sticky: -ECONNRESET, -EPROTO; 0 = fine */
+	char dead_msg[KVP_ERRLEN];
+	char err[KVP_ERRLEN];         /* kvp_last_error() */
+};
+
+/* client.c: the client's last error. kvpc_err() returns code. */
+__attribute__((format(printf, 3, 4)))
+int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...);
+/* Mark the client broken (daemon gone, ring corrupt): every later call
+ * fails with code and this message. Returns code. */
+__attribute__((format(printf, 3, 4)))
+int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...);
+/* Fail with the sticky error if the client is broken; else 0. */
+int kvpc_check_dead(struct kvp_client *c);
+/* -ECONNRESET (and the client broken) if the daemon hung up; else 0. */
+int kvpc_check_hangup(struct kvp_client *c);
+
+/* ring.c: SQ producer and CQ consumer (proto.h, RINGS and WAKE-UPS). */
+/* Write *sqe at the local tail, waiting for the daemon to free the slot. */
+int kvpc_ring_push(struct kvp_client *c, const struct kvp_sqe *sqe);
+/* Publish every pushed SQE with one store-release; wake the daemon only if
+ * it sleeps. Returns how many were published. */
+uint32_t kvpc_ring_submit(struct kvp_client *c);
+/* CQEs ready now, or -EPROTO (the client is marked broken). */
+int kvpc_cq_ready(struct kvp_client *c);
+/* Wait (spin, then sleep) until at least want CQEs are ready; returns how
+ * many are, or -ECONNRESET / -EPROTO. */
+int kvpc_cq_wait(struct kvp_client *c, uint32_t want);
+/* Copy the CQE at the local head out of shared memory and advance the head
+ * locally; kvpc_cq_release() hands the consumed entries back to the daemon. */
+void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out);
+void kvpc_cq_release(struct kvp_client *c);
+
+/* batch.c: the path every operation takes. */
+/* Take a slot, point sqe at its result range, tag it and push it.
+ * Returns the slot index, or -EBUSY / -errno. */
+int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
+	       int sync);
+/* The slot a CQE belongs to, or -EPROTO (client marked broken). */
+int kvpc_slot_of(struct kvp_client *c, const struct kvp_cqe *cqe);
+void kvpc_slot_put(struct kvp_client *c, uint32_t idx);
+/* Where a slot's results are. */
+unsigned char *kvpc_slot_out(struct kvp_client *c, uint32_t idx,
+			     uint32_t *len);
+/* The failed CQE's message, NUL-terminated in place (its range); a generic
+ * text where the daemon sent none. */
+const char *kvpc_cqe_message(struct kvp_client *c, uint32_t idx,
+			     const struct kvp_cqe *cqe);
+/* Copy a fixed-size result (INFO, STATS) out of the slot's range; -EPROTO
+ * with a message in msg if the daemon sent fewer bytes. */
+int kvpc_decode_fixed(struct kvp_client *c, uint32_t idx,
+		      const struct kvp_cqe *cqe, void *dst, size_t size,
+		      const char *what, char *msg, size_t msglen);
+/* Fill *l from a PREPARE result; -EPROTO with a message in msg if the
+ * daemon's bytes are malformed. */
+int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
+		      const struct kvp_cqe *cqe, struct kvp_lease *l,
+		      char *msg, size_t msglen);
+
+#endif /* KVPOOL_CLIENT_INTERNAL_H */

@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: MIT
+# libkvpool: the client library; only kvp_* symbols are exported (kvpool.map).
+set(KVPOOL_CLIENT_SOURCES
+  libclient/version.c
+  libclient/client.c
+  libclient/ring.c
+  libclient/batch.c
+  libclient/calls.c
+  libclient/append.c)
+
+add_library(kvpool SHARED ${KVPOOL_CLIENT_SOURCES})
+target_link_libraries(kvpool PRIVATE kvpool_common Threads::Threads)
+target_include_directories(kvpool
+  PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+         $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+set_target_properties(kvpool PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
+  C_VISIBILITY_PRESET hidden
+  LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libclient/kvpool.map)
+target_link_options(kvpool PRIVATE
+  -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libclient/kvpool.map
+  -Wl,--no-undefined)
+
+# The same library, static and not installed, for tests that reach the
+# internals (client_internal.h: the raw rings, kvpc_* helpers).
+add_library(kvpool_client_static STATIC ${KVPOOL_CLIENT_SOURCES})
+target_link_libraries(kvpool_client_static PUBLIC kvpool_common Threads::Threads)
+target_include_directories(kvpool_client_static
+  PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+set_target_properties(kvpool_client_static PROPERTIES
+  POSITION_INDEPENDENT_CODE ON)
+
+install(TARGETS kvpool LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES include/kvpool.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+configure_file(libclient/kvpool.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvpool.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvpool.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

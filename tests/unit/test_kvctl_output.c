@@ -1,0 +1,567 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_kvctl_output.c - what kvctl prints and how it reads its arguments,
+ * without a daemon: user ids parse strictly (no sign, space, suffix or
+ * overflow); tier names map both ways; JSON strings are valid JSON for any
+ * bytes (escapes, UTF-8 kept, invalid UTF-8 as U+FFFD); sizes and
+ * percentages round as documented; client names are made safe for a
+ * terminal; tables align; and every command's JSON and table come out byte
+ * for byte as kvctl(1) documents them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kvctl.h"
+
+/* ---------------------------------------------------------------- capture */
+
+struct capture {
+	char *buf;
+	size_t len;
+	FILE *f;
+};
+
+static FILE *capture_open(struct capture *c)
+{
+	c->buf = NULL;
+	c->len = 0;
+	c->f = open_memstream(&c->buf, &c->len);
+	assert_non_null(c->f);
+	return c->f;
+}
+
+/* Close the stream and compare everything written with want. */
+static void capture_expect(struct capture *c, const char *want)
+{
+	assert_int_equal(fclose(c->f), 0);
+	if (strcmp(c->buf, want) != 0)
+		fail_msg("output differs\n--- got:\n%s\n--- want:\n%s", c->buf, want);
+	free(c->buf);
+}
+
+static void expect_json_string(const char *in, size_t len, const char *want)
+{
+	struct capture c;
+
+	json_write_string(capture_open(&c), in, len);
+	capture_expect(&c, want);
+}
+
+/* ---------------------------------------------------------------- parse */
+
+static void parse_u64_accepts_decimal_up_to_max(void **state)
+{
+	uint64_t v;
+
+	assert_int_equal(parse_u64("0", &v), 0);
+	assert_true(v == 0);
+	assert_int_equal(parse_u64("42", &v), 0);
+	assert_true(v == 42);
+	assert_int_equal(parse_u64("007", &v), 0);
+	assert_true(v == 7);
+	assert_int_equal(parse_u64("18446744073709551615", &v), 0);
+	assert_true(v == UINT64_MAX);
+}
+
+static void parse_u64_rejects_signs_spaces_suffixes_and_overflow(void **state)
+{
+	static const char *const bad[] = {
+		"", "12x", "-1", "+1", " 1", "1 ", "0x10", "1e3", "1.0", "1_000", "x",
+		"99999999999999999999x",
+	};
+	uint64_t v = 77;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (parse_u64(bad[i], &v) != -EINVAL)
+			fail_msg("parse_u64(\"%s\") did not return -EINVAL", bad[i]);
+	assert_int_equal(parse_u64(NULL, &v), -EINVAL);
+	assert_int_equal(parse_u64("18446744073709551616", &v), -ERANGE);
+	assert_int_equal(parse_u64("99999999999999999999", &v), -ERANGE);
+	assert_true(v == 77); /* untouched on failure */
+}
+
+static void tier_names_map_both_ways_and_reject_others(void **state)
+{
+	uint32_t sel = 0;
+
+	assert_int_equal(parse_tier_sel("device", &sel), 0);
+	assert_int_equal(sel, KVP_SEL_DEVICE);
+	assert_int_equal(parse_tier_sel("host", &sel), 0);
+	assert_int_equal(sel, KVP_SEL_HOST);
+	assert_int_equal(parse_tier_sel("all", &sel), 0);
+	assert_int_equal(sel, KVP_SEL_ALL);
+	assert_int_equal(parse_tier_sel("gpu", &sel), -EINVAL);
+	assert_int_equal(parse_tier_sel("Device", &sel), -EINVAL);
+	assert_int_equal(parse_tier_sel("", &sel), -EINVAL);
+	assert_int_equal(parse_tier_sel(NULL, &sel), -EINVAL);
+	assert_string_equal(tier_sel_name(KVP_SEL_DEVICE), "device");
+	assert_string_equal(tier_sel_name(KVP_SEL_HOST), "host");
+	assert_string_equal(tier_sel_name(KVP_SEL_ALL), "all");
+	assert_string_equal(tier_sel_name(0), "?");
+}
+
+/* ---------------------------------------------------------------- JSON strings */
+
+static void json_string_escapes_quotes_backslashes_and_controls(void **state)
+{
+	expect_json_string("plain", 5, "\"plain\"");
+	expect_json_string("", 0, "\"\"");
+	expect_json_string("a\"b\\c", 5, "\"a\\\"b\\\\c\"");
+	expect_json_string("\b\f\n\r\t", 5, "\"\\b\\f\\n\\r\\t\"");
+	expect_json_string("\x01\x1b[0m\x7f", 6, "\"\\u0001\\u001b[0m\\u007f\"");
+	/* len, not the NUL, ends the string: a NUL inside is escaped. */
+	expect_json_string("a\0b", 3, "\"a\\u0000b\"");
+}
+
+static void json_string_keeps_valid_utf8(void **state)
+{
+	expect_json_string("caf\xc3\xa9", 5, "\"caf\xc3\xa9\"");                   /* U+00E9 */
+	expect_json_string("\xe2\x82\xac", 3, "\"\xe2\x82\xac\"");                 /* U+20AC */
+	expect_json_string("\xf0\x9f\x98\x80", 4, "\"\xf0\x9f\x98\x80\"");         /* U+1F600 */
+	expect_json_string("\xf4\x8f\xbf\xbf", 4, "\"\xf4\x8f\xbf\xbf\"");         /* U+10FFFF */
+	expect_json_string("\xed\x9f\xbf", 3, "\"\xed\x9f\xbf\"");                 /* U+D7FF */
+}
+
+static void json_string_replaces_invalid_utf8_byte_by_byte(void **state)
+{
+	expect_json_string("\xff", 1, "\"\\ufffd\"");
+	expect_json_string("\x80x", 2, "\"\\ufffdx\"");               /* lone continuation */
+	expect_json_string("\xc0\x80", 2, "\"\\ufffd\\ufffd\"");      /* overlong NUL */
+	expect_json_string("\xe0\x80\xaf", 3, "\"\\ufffd\\ufffd\\ufffd\""); /* overlong '/' */
+	expect_json_string("\xed\xa0\x80", 3, "\"\\ufffd\\ufffd\\ufffd\""); /* surrogate */
+	expect_json_string("\xf4\x90\x80\x80", 4,
+			   "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");         /* > U+10FFFF */
+	expect_json_string("\xe2\x82", 2, "\"\\ufffd\\ufffd\"");      /* cut short at the end */
+	expect_json_string("\xe2\x82" "a", 3, "\"\\ufffd\\ufffda\""); /* cut short by ASCII */
+}
+
+static void json_writer_nests_and_separates_members(void **state)
+{
+	struct capture c;
+	struct json j;
+
+	json_begin(&j, capture_open(&c));
+	json_u64(&j, "n", UINT64_MAX);
+	json_obj_begin(&j, "o");
+	json_bool(&j, "t", true);
+	json_null(&j, "z");
+	json_obj_end(&j);
+	json_arr_begin(&j, "empty");
+	json_arr_end(&j);
+	json_arr_begin(&j, "a");
+	json_str(&j, NULL, "x\"y");
+	json_str(&j, NULL, NULL);
+	json_arr_end(&j);
+	json_strn(&j, "name", "abcdef", 3);
+	json_end(&j);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"n\": 18446744073709551615,\n"
+		       "  \"o\": {\n"
+		       "    \"t\": true,\n"
+		       "    \"z\": null\n"
+		       "  },\n"
+		       "  \"empty\": [],\n"
+		       "  \"a\": [\n"
+		       "    \"x\\\"y\",\n"
+		       "    null\n"
+		       "  ],\n"
+		       "  \"name\": \"abc\"\n"
+		       "}\n");
+}
+
+/* ---------------------------------------------------------------- numbers, text */
+
+static void fmt_bytes_uses_binary_units_with_one_decimal(void **state)
+{
+	static const struct {
+		uint64_t v;
+		const char *want;
+	} cases[] = {
+		{ 0, "0 B" },
+		{ 1023, "1023 B" },
+		{ 1024, "1.0 KiB" },
+		{ 1536, "1.5 KiB" },
+		{ 1048575, "1.0 MiB" },      /* 1023.999 KiB must not print as 1024.0 KiB */
+		{ 1610612736ull, "1.5 GiB" },
+		{ 3ull << 40, "3.0 TiB" },
+		{ UINT64_MAX, "16.0 EiB" },
+	};
+	char buf[32];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		fmt_bytes(buf, sizeof(buf), cases[i].v);
+		if (strcmp(buf, cases[i].want) != 0)
+			fail_msg("fmt_bytes(%llu) = \"%s\", want \"%s\"",
+				 (unsigned long long)cases[i].v, buf, cases[i].want);
+	}
+}
+
+static void fmt_percent_rounds_down_and_handles_empty_tiers(void **state)
+{
+	static const struct {
+		uint64_t part, whole;
+		const char *want;
+	} cases[] = {
+		{ 0, 0, "-" },
+		{ 0, 10, "0.0%" },
+		{ 1, 4, "25.0%" },
+		{ 1, 3, "33.3%" },
+		{ 2, 3, "66.6%" },
+		{ 9999, 10000, "99.9%" },        /* not 100.0% while a frame is free */
+		{ 10000, 10000, "100.0%" },
+		{ UINT64_MAX - 1, UINT64_MAX, "99.9%" },
+		{ UINT64_MAX, UINT64_MAX, "100.0%" },
+	};
+	char buf[32];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		fmt_percent(buf, sizeof(buf), cases[i].part, cases[i].whole);
+		if (strcmp(buf, cases[i].want) != 0)
+			fail_msg("fmt_percent(%llu, %llu) = \"%s\", want \"%s\"",
+				 (unsigned long long)cases[i].part,
+				 (unsigned long long)cases[i].whole, buf, cases[i].want);
+	}
+}
+
+static void text_sanitize_keeps_printable_ascii_only(void **state)
+{
+	char name[32], out[64];
+
+	assert_int_equal(text_sanitize(out, sizeof(out), "\x1b[31mred\xc3\xa9", 32), 10);
+	assert_string_equal(out, "?[31mred??");
+	assert_int_equal(text_sanitize(out, sizeof(out), "", 32), 1);
+	assert_string_equal(out, "-");
+	/* A full 32-byte field with no NUL is read to its end and no further. */
+	memset(name, 'n', sizeof(name));
+	assert_int_equal(text_sanitize(out, sizeof(out), name, sizeof(name)), 32);
+	assert_int_equal(strlen(out), 32);
+	/* A short destination cuts and still terminates. */
+	assert_int_equal(text_sanitize(out, 4, "abcdef", 6), 3);
+	assert_string_equal(out, "abc");
+}
+
+static const struct table_col demo_cols[] = { { "NAME", true }, { "N", false } };
+
+static void demo_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
+{
+	static const char *const cells[][2] = { { "a", "1" }, { "longer", "12345" } };
+
+	snprintf(buf, len, "%s", cells[row][col]);
+}
+
+static void table_sizes_columns_to_widest_cell(void **state)
+{
+	struct capture c;
+
+	table_print(capture_open(&c), demo_cols, 2, 2, demo_cell, NULL);
+	capture_expect(&c,
+		       "NAME        N\n"
+		       "a           1\n"
+		       "longer  12345\n");
+	table_print(capture_open(&c), demo_cols, 2, 0, demo_cell, NULL);
+	capture_expect(&c, "NAME  N\n");
+}
+
+/* ---------------------------------------------------------------- commands */
+
+/* Every field a different value, so a field printed under another's name shows. */
+static struct kvp_stats demo_stats(void)
+{
+	struct kvp_stats s = {
+		.tier = {
+			[KVP_TIER_DEVICE] = { 4096, 1024, 3072, 2ull << 30 },
+			[KVP_TIER_HOST] = { 0, 0, 0, 0 },
+		},
+		.users = 1, .leases = 2, .prepares = 3, .commits = 4, .releases = 5,
+		.hit_tokens = 6, .committed_tokens = 7, .evicted_users = 8,
+		.evicted_pages = 9, .demoted_users = 10, .demoted_pages = 11,
+		.offloaded_pages = 12, .onloaded_pages = 13, .trimmed_pages = 14,
+		.bytes_d2h = 3ull << 20, .bytes_h2d = 16, .clients = 17, .tenants = 18,
+	};
+
+	return s;
+}
+
+static void stats_json_has_tiers_gauges_and_every_counter(void **state)
+{
+	static const char want_all[] = "{\n  \"scope\": \"all_tenants\",\n  \"tiers\": {\n";
+	struct kvp_stats s = demo_stats();
+	struct capture c;
+
+	render_stats(capture_open(&c), true, &s, false);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"scope\": \"tenant\",\n"
+		       "  \"tiers\": {\n"
+		       "    \"device\": {\n"
+		       "      \"frames_total\": 4096,\n"
+		       "      \"frames_used\": 1024,\n"
+		       "      \"frames_free\": 3072,\n"
+		       "      \"bytes_total\": 2147483648\n"
+		       "    },\n"
+		       "    \"host\": {\n"
+		       "      \"frames_total\": 0,\n"
+		       "      \"frames_used\": 0,\n"
+		       "      \"frames_free\": 0,\n"
+		       "      \"bytes_total\": 0\n"
+		       "    }\n"
+		       "  },\n"
+		       "  \"users\": 1,\n"
+		       "  \"clients\": 17,\n"
+		       "  \"leases\": 2,\n"
+		       "  \"tenants\": 18,\n"
+		       "  \"prepares\": 3,\n"
+		       "  \"commits\": 4,\n"
+		       "  \"releases\": 5,\n"
+		       "  \"hit_tokens\": 6,\n"
+		       "  \"committed_tokens\": 7,\n"
+		       "  \"evicted_users\": 8,\n"
+		       "  \"evicted_pages\": 9,\n"
+		       "  \"demoted_users\": 10,\n"
+		       "  \"demoted_pages\": 11,\n"
+		       "  \"offloaded_pages\": 12,\n"
+		       "  \"onloaded_pages\": 13,\n"
+		       "  \"trimmed_pages\": 14,\n"
+		       "  \"bytes_d2h\": 3145728,\n"
+		       "  \"bytes_h2d\": 16\n"
+		       "}\n");
+	render_stats(capture_open(&c), true, &s, true);
+	assert_int_equal(fclose(c.f), 0);
+	assert_true(strncmp(c.buf, want_all, strlen(want_all)) == 0);
+	free(c.buf);
+}
+
+static void stats_table_shows_sizes_and_percent_used(void **state)
+{
+	struct kvp_stats s = demo_stats();
+	struct capture c;
+
+	render_stats(capture_open(&c), false, &s, true);
+	capture_expect(&c,
+		       "scope: all tenants\n"
+		       "\n"
+		       "TIER    FRAMES  USED  FREE  USED%     SIZE\n"
+		       "device    4096  1024  3072  25.0%  2.0 GiB\n"
+		       "host         0     0     0      -      0 B\n"
+		       "\n"
+		       "users             1\n"
+		       "clients           17\n"
+		       "leases            2\n"
+		       "tenants           18\n"
+		       "\n"
+		       "prepares          3\n"
+		       "commits           4\n"
+		       "releases          5\n"
+		       "hit_tokens        6\n"
+		       "committed_tokens  7\n"
+		       "evicted_users     8\n"
+		       "evicted_pages     9\n"
+		       "demoted_users     10\n"
+		       "demoted_pages     11\n"
+		       "offloaded_pages   12\n"
+		       "onloaded_pages    13\n"
+		       "trimmed_pages     14\n"
+		       "bytes_d2h         3145728 (3.0 MiB)\n"
+		       "bytes_h2d         16\n");
+}
+
+static const struct kvp_user_info demo_users[] = {
+	{ .user = 7, .start = 0, .len = 128, .pages_device = 4, .pages_host = 0,
+	  .leases = 1, .tenant = 0 },
+	{ .user = UINT64_MAX, .start = 32, .len = 64, .pages_device = 0,
+	  .pages_host = 2, .leases = 0, .tenant = 3 },
+};
+
+static void users_json_lists_every_field(void **state)
+{
+	struct capture c;
+
+	render_users(capture_open(&c), true, demo_users, 2, false, true);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"users\": [\n"
+		       "    {\n"
+		       "      \"user\": 7,\n"
+		       "      \"start\": 0,\n"
+		       "      \"len\": 128,\n"
+		       "      \"pages_device\": 4,\n"
+		       "      \"pages_host\": 0,\n"
+		       "      \"leases\": 1,\n"
+		       "      \"tenant\": 0\n"
+		       "    },\n"
+		       "    {\n"
+		       "      \"user\": 18446744073709551615,\n"
+		       "      \"start\": 32,\n"
+		       "      \"len\": 64,\n"
+		       "      \"pages_device\": 0,\n"
+		       "      \"pages_host\": 2,\n"
+		       "      \"leases\": 0,\n"
+		       "      \"tenant\": 3\n"
+		       "    }\n"
+		       "  ],\n"
+		       "  \"count\": 2,\n"
+		       "  \"truncated\": true\n"
+		       "}\n");
+	render_users(capture_open(&c), true, demo_users, 0, false, false);
+	capture_expect(&c, "{\n  \"users\": [],\n  \"count\": 0,\n  \"truncated\": false\n}\n");
+}
+
+static void users_table_adds_tenant_column_for_admins(void **state)
+{
+	struct capture c;
+
+	render_users(capture_open(&c), false, demo_users, 2, false, false);
+	capture_expect(&c,
+		       "                USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES\n"
+		       "                   7      0  128          4           0       1\n"
+		       "18446744073709551615     32   64          0           2       0\n");
+	render_users(capture_open(&c), false, demo_users, 1, true, false);
+	capture_expect(&c,
+		       "USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES  TENANT\n"
+		       "   7      0  128          4           0       1       0\n");
+}
+
+static void user_shows_len_zero_as_nothing_cached(void **state)
+{
+	struct kvp_user_info u = { .user = 9 };
+	struct capture c;
+
+	render_user(capture_open(&c), false, &u);
+	capture_expect(&c,
+		       "user           9\n"
+		       "start          0\n"
+		       "len            0 (nothing cached)\n"
+		       "next_start_pos 0\n"
+		       "pages_device   0\n"
+		       "pages_host     0\n"
+		       "leases         0\n"
+		       "tenant         0\n");
+	render_user(capture_open(&c), true, &demo_users[1]);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"user\": 18446744073709551615,\n"
+		       "  \"start\": 32,\n"
+		       "  \"len\": 64,\n"
+		       "  \"pages_device\": 0,\n"
+		       "  \"pages_host\": 2,\n"
+		       "  \"leases\": 0,\n"
+		       "  \"tenant\": 3\n"
+		       "}\n");
+}
+
+static void clients_escape_hostile_names(void **state)
+{
+	struct kvp_client_info rows[2];
+	struct capture c;
+
+	memset(rows, 0, sizeof(rows));
+	rows[0] = (struct kvp_client_info){ .client_id = 1, .pid = 100, .uid = 0,
+		.gid = 0, .tenant = UINT32_MAX, .flags = 1, .ops = 5, .leases = 0 };
+	memcpy(rows[0].name, "kvctl", 6);
+	rows[1] = (struct kvp_client_info){ .client_id = 2, .pid = 200, .uid = 1001,
+		.gid = 1001, .tenant = 0, .flags = 0, .ops = 12345, .leases = 3 };
+	/* Quote, escape sequence, invalid UTF-8, and no NUL in 32 bytes. */
+	memset(rows[1].name, 'w', sizeof(rows[1].name));
+	memcpy(rows[1].name, "\"x\x1b[2J\xff", 7);
+
+	render_clients(capture_open(&c), true, rows, 2);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"clients\": [\n"
+		       "    {\n"
+		       "      \"client_id\": 1,\n"
+		       "      \"pid\": 100,\n"
+		       "      \"uid\": 0,\n"
+		       "      \"gid\": 0,\n"
+		       "      \"tenant\": null,\n"
+		       "      \"admin\": true,\n"
+		       "      \"name\": \"kvctl\",\n"
+		       "      \"ops\": 5,\n"
+		       "      \"leases\": 0\n"
+		       "    },\n"
+		       "    {\n"
+		       "      \"client_id\": 2,\n"
+		       "      \"pid\": 200,\n"
+		       "      \"uid\": 1001,\n"
+		       "      \"gid\": 1001,\n"
+		       "      \"tenant\": 0,\n"
+		       "      \"admin\": false,\n"
+		       "      \"name\": \"\\\"x\\u001b[2J\\ufffdwwwwwwwwwwwwwwwwwwwwwwwww\",\n"
+		       "      \"ops\": 12345,\n"
+		       "      \"leases\": 3\n"
+		       "    }\n"
+		       "  ],\n"
+		       "  \"count\": 2\n"
+		       "}\n");
+
+	render_clients(capture_open(&c), false, rows, 2);
+	capture_expect(&c,
+		       "ID  PID   UID   GID  TENANT  NAME                                OPS  LEASES  ADMIN\n"
+		       " 1  100     0     0       -  kvctl                                 5       0  yes\n"
+		       " 2  200  1001  1001       0  \"x?[2J?wwwwwwwwwwwwwwwwwwwwwwwww  12345       3  no\n");
+}
+
+static void evict_and_offload_say_what_was_freed(void **state)
+{
+	struct op_result user = { .all = false, .user = 7, .sel = KVP_SEL_DEVICE, .count = 12 };
+	struct op_result all = { .all = true, .sel = KVP_SEL_ALL, .count = 1 };
+	struct capture c;
+
+	render_evict(capture_open(&c), false, &user);
+	capture_expect(&c, "evict user 7 (tier device): 12 pages freed\n");
+	render_evict(capture_open(&c), false, &all);
+	capture_expect(&c, "evict all (tier all): 1 user affected\n");
+	render_evict(capture_open(&c), true, &user);
+	capture_expect(&c,
+		       "{\n  \"all\": false,\n  \"user\": 7,\n  \"tier\": \"device\",\n"
+		       "  \"pages_freed\": 12\n}\n");
+	render_evict(capture_open(&c), true, &all);
+	capture_expect(&c,
+		       "{\n  \"all\": true,\n  \"user\": null,\n  \"tier\": \"all\",\n"
+		       "  \"users_affected\": 1\n}\n");
+
+	user.count = 1;
+	render_offload(capture_open(&c), false, &user);
+	capture_expect(&c, "offload user 7: 1 page copied to the host tier\n");
+	all.count = 40;
+	render_offload(capture_open(&c), false, &all);
+	capture_expect(&c, "offload all: 40 pages copied to the host tier\n");
+	render_offload(capture_open(&c), true, &user);
+	capture_expect(&c, "{\n  \"all\": false,\n  \"user\": 7,\n  \"pages_copied\": 1\n}\n");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(parse_u64_accepts_decimal_up_to_max),
+		cmocka_unit_test(parse_u64_rejects_signs_spaces_suffixes_and_overflow),
+		cmocka_unit_test(tier_names_map_both_ways_and_reject_others),
+		cmocka_unit_test(json_string_escapes_quotes_backslashes_and_controls),
+		cmocka_unit_test(json_string_keeps_valid_utf8),
+		cmocka_unit_test(json_string_replaces_invalid_utf8_byte_by_byte),
+		cmocka_unit_test(json_writer_nests_and_separates_members),
+		cmocka_unit_test(fmt_bytes_uses_binary_units_with_one_decimal),
+		cmocka_unit_test(fmt_percent_rounds_down_and_handles_empty_tiers),
+		cmocka_unit_test(text_sanitize_keeps_printable_ascii_only),
+		cmocka_unit_test(table_sizes_columns_to_widest_cell),
+		cmocka_unit_test(stats_json_has_tiers_gauges_and_every_counter),
+		cmocka_unit_test(stats_table_shows_sizes_and_percent_used),
+		cmocka_unit_test(users_json_lists_every_field),
+		cmocka_unit_test(users_table_adds_tenant_column_for_admins),
+		cmocka_unit_test(user_shows_len_zero_as_nothing_cached),
+		cmocka_unit_test(clients_escape_hostile_names),
+		cmocka_unit_test(evict_and_offload_say_what_was_freed),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * commands.c - what each kvctl command asks kvpoold, through libkvpool's
+ * public API only: one cmd_<name>() per command, given a connected client
+ * and the checked command line. Each fetches, hands the result to render.c
+ * and returns the exit status.
+ *
+ * The daemon is the authority on who may do what: kvctl does not check for
+ * admin rights itself, it prints the daemon's refusal (kvp_last_error) as is.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvctl.h"
+
+/* Rows asked for per list call: 10 KiB of users, well inside any arena. */
+#define LIST_BATCH 256u
+
+static int op_fail(struct kvp_client *c, int rc, const char *what)
+{
+	const char *msg = kvp_last_error(c);
+
+	if (msg && *msg)
+		fprintf(stderr, "kvctl: %s\n", msg);
+	else
+		fprintf(stderr, "kvctl: %s: %s\n", what, strerror(-rc));
+	return KVCTL_EXIT_FAIL;
+}
+
+/* Make room for want more elements of size sz; 0 or -ENOMEM. */
+static int grow(void **buf, size_t *cap, size_t n, size_t want, size_t sz)
+{
+	size_t ncap = *cap ? *cap : LIST_BATCH;
+	void *p;
+
+	if (n + want <= *cap)
+		return 0;
+	while (ncap < n + want)
+		ncap *= 2;
+	p = realloc(*buf, ncap * sz);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = ncap;
+	return 0;
+}
+
+/*
+ * A cursor that does not move would page forever; a count above what was
+ * asked would read past the rows. Either is the daemon's bug, said as such.
+ */
+static int check_page(const char *what, int rc, uint32_t max, uint64_t cursor,
+		      uint64_t next)
+{
+	if ((uint32_t)rc > max) {
+		fprintf(stderr, "kvctl: %s: daemon returned %d rows for a page of %" PRIu32 "\n",
+			what, rc, max);
+		return -EPROTO;
+	}
+	if (next != 0 && next == cursor) {
+		fprintf(stderr, "kvctl: %s: daemon returned cursor %" PRIu64
+			" again; stopping\n", what, cursor);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_stats s;
+	int rc;
+
+	memset(&s, 0, sizeof(s));
+	rc = kvp_stats(c, a->all_tenants, &s);
+	if (rc < 0) {
+		op_fail(c, rc, "stats");
+		/* An admin uid that is in no tenant has no "own" pool to show. */
+		if (rc == -EPERM && !a->all_tenants && kvp_client_is_admin(c))
+			fprintf(stderr, "kvctl: as an admin, see every tenant with "
+				"'kvctl stats --all-tenants'\n");
+		return KVCTL_EXIT_FAIL;
+	}
+	render_stats(stdout, a->json, &s, a->all_tenants);
+	return KVCTL_EXIT_OK;
+}
+
+int cmd_users(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_user_info *rows = NULL;
+	uint64_t cursor = 0, next;
+	size_t n = 0, cap = 0;
+	bool truncated = false;
+	int rc, status = KVCTL_EXIT_OK;
+
+	do {
+		uint32_t max = LIST_BATCH;
+
+		if (a->limit && a->limit - n < max)
+			max = (uint32_t)(a->limit - n);
+		if (grow((void **)&rows, &cap, n, max, sizeof(*rows)) < 0) {
+			fprintf(stderr, "kvctl: users: out of memory after %zu rows\n", n);
+			status = KVCTL_EXIT_FAIL;
+			goto out;
+		}
+		next = 0;
+		rc = kvp_users(c, cursor, rows + n, max, &next);
+		if (rc < 0) {
+			status = op_fail(c, rc, "users");
+			goto out;
+		}
+		if (check_page("users", rc, max, cursor, next) < 0) {
+			status = KVCTL_EXIT_FAIL;
+			goto out;
+		}
+		n += (size_t)rc;
+		cursor = next;
+		if (a->limit && n >= a->limit && cursor != 0) {
+			truncated = true;
+			break;
+		}
+	} while (cursor != 0);
+
+	render_users(stdout, a->json, rows, n, kvp_client_is_admin(c), truncated);
+	if (truncated && !a->json)
+		fprintf(stderr, "kvctl: showing the first %zu users (--limit); there are more\n", n);
+out:
+	free(rows);
+	return status;
+}
+
+int cmd_user(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_user_info u;
+	int rc;
+
+	memset(&u, 0, sizeof(u));
+	rc = kvp_info(c, a->user, &u);
+	if (rc < 0)
+		return op_fail(c, rc, "user");
+	/* A user with nothing cached is an answer, not an error: len 0. */
+	u.user = a->user;
+	render_user(stdout, a->json, &u);
+	return KVCTL_EXIT_OK;
+}
+
+int cmd_clients(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_client_info *rows = NULL;
+	uint64_t cursor = 0, next;
+	size_t n = 0, cap = 0;
+	int rc, status = KVCTL_EXIT_OK;
+
+	do {
+		if (grow((void **)&rows, &cap, n, LIST_BATCH, sizeof(*rows)) < 0) {
+			fprintf(stderr, "kvctl: clients: out of memory after %zu rows\n", n);
+			status = KVCTL_EXIT_FAIL;
+			goto out;
+		}
+		next = 0;
+		rc = kvp_clients(c, cursor, rows + n, LIST_BATCH, &next);
+		if (rc < 0) {
+			status = op_fail(c, rc, "clients");
+			goto out;
+		}
+		if (check_page("clients", rc, LIST_BATCH, cursor, next) < 0) {
+			status = KVCTL_EXIT_FAIL;
+			goto out;
+		}
+		n += (size_t)rc;
+		cursor = next;
+	} while (cursor != 0);
+
+	render_clients(stdout, a->json, rows, n);
+out:
+	free(rows);
+	return status;
+}
+
+int cmd_evict(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct op_result r = { .all = a->all, .user = a->user, .sel = a->sel };
+	int rc;
+
+	if (a->all)
+		rc = kvp_evict_all(c, a->sel);
+	else
+		rc = kvp_evict(c, a->user, a->sel);
+	if (rc < 0)
+		return op_fail(c, rc, "evict");
+	r.count = (uint64_t)rc;
+	render_evict(stdout, a->json, &r);
+	return KVCTL_EXIT_OK;
+}
+
+int cmd_offload(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct op_result r = { .all = a->all, .user = a->user, .sel = KVP_SEL_DEVICE };
+	int rc;
+
+	if (a->all)
+		rc = kvp_offload_all(c);
+	else
+		rc = kvp_offload(c, a->user);
+	if (rc < 0)
+		return op_fail(c, rc, "offload");
+	r.count = (uint64_t)rc;
+	render_offload(stdout, a->json, &r);
+	return KVCTL_EXIT_OK;
+}

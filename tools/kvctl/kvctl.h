@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvctl.h - what the parts of kvctl share.
+ *
+ * kvctl is split by what a part may touch:
+ *   kvctl.c     the command line: options, the command table, help, dispatch;
+ *   commands.c  the only code that talks to kvpoold (through libkvpool's
+ *               public API), one cmd_<name>() per command;
+ *   render.c    turns what a command fetched into a table or one JSON object;
+ *   output.c    the JSON writer, string escaping, sizes and the table printer;
+ *   parse.c     strict parsing of user ids, counts and tier names.
+ * render.c, output.c and parse.c do no I/O but to the FILE they are given,
+ * so tests/unit/test_kvctl_output.c checks them byte for byte.
+ */
+#ifndef KVCTL_H
+#define KVCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kvpool.h"
+
+enum {
+	KVCTL_EXIT_OK = 0,
+	KVCTL_EXIT_FAIL = 1,   /* daemon unreachable, operation refused or failed */
+	KVCTL_EXIT_USAGE = 2,  /* bad command line */
+};
+
+/* ---------------------------------------------------------------- parse.c */
+
+/*
+ * Parse a decimal uint64 strictly: digits only (no sign, space, prefix or
+ * suffix), at least one, no overflow. Returns 0, -EINVAL (not a number) or
+ * -ERANGE (above UINT64_MAX).
+ */
+int parse_u64(const char *s, uint64_t *out);
+
+/* "device", "host" or "all" to enum kvp_tier_sel; -EINVAL for anything else. */
+int parse_tier_sel(const char *s, uint32_t *sel);
+
+/* The name parse_tier_sel() reads for sel; "?" for no valid selection. */
+const char *tier_sel_name(uint32_t sel);
+
+/* ---------------------------------------------------------------- output.c */
+
+#define JSON_MAX_DEPTH 8
+
+/*
+ * A streaming writer of one pretty-printed JSON value (two-space indent).
+ * key is NULL for an element of an array or for the top-level value.
+ * Nesting deeper than JSON_MAX_DEPTH is a programming error and aborts.
+ */
+struct json {
+	FILE *f;
+	int depth;
+	bool first[JSON_MAX_DEPTH];
+};
+
+void json_begin(struct json *j, FILE *f);  /* opens the top-level object */
+void json_end(struct json *j);             /* closes it, adds a newline */
+void json_obj_begin(struct json *j, const char *key);
+void json_obj_end(struct json *j);
+void json_arr_begin(struct json *j, const char *key);
+void json_arr_end(struct json *j);
+void json_u64(struct json *j, const char *key, uint64_t v);
+void json_bool(struct json *j, const char *key, bool v);
+void json_null(struct json *j, const char *key);
+/* A NUL-terminated string; NULL is written as null. */
+void json_str(struct json *j, const char *key, const char *v);
+/* At most len bytes of s, stopping early at a NUL (fixed-size name fields). */
+void json_strn(struct json *j, const char *key, const char *s, size_t len);
+
+/*
+ * Write s[0, len) as a quoted JSON string: '"', '\\' and control characters
+ * escaped, valid UTF-8 copied, every byte of an invalid UTF-8 sequence
+ * written as \ufffd, so the output is valid JSON whatever the bytes were.
+ */
+void json_write_string(FILE *f, const char *s, size_t len);
+
+/*
+ * A size in binary units with one decimal ("512 B", "1.5 KiB", "2.0 GiB").
+ * Returns what snprintf returned.
+ */
+int fmt_bytes(char *buf, size_t len, uint64_t bytes);
+
+/* part of whole as a percentage rounded down to 0.1 ("25.0%"); "-" when whole is 0. */
+int fmt_percent(char *buf, size_t len, uint64_t part, uint64_t whole);
+
+/*
+ * Copy at most srclen bytes of src (stopping at a NUL) into dst for a
+ * terminal: printable ASCII is kept, every other byte becomes '?', so a
+ * client name cannot move the cursor or change colours. dst is always
+ * NUL-terminated; an empty result is written as "-". Returns strlen(dst).
+ */
+size_t text_sanitize(char *dst, size_t dstlen, const char *src, size_t srclen);
+
+struct table_col {
+	const char *name;
+	bool left;            /* left-aligned (text); numbers align right */
+};
+
+/* Write the cell of (row, col) into buf (NUL-terminated, at most len bytes). */
+typedef void (*table_cell_fn)(void *ctx, size_t row, size_t col, char *buf,
+			      size_t len);
+
+/* Cells are at most this long; longer ones are cut. */
+#define TABLE_CELL_MAX 64
+
+/*
+ * Print a header line and nrows rows, each column as wide as its widest
+ * cell, columns two spaces apart, no trailing blanks. cell is called twice
+ * per cell (once to measure, once to print), so it must be pure.
+ */
+void table_print(FILE *f, const struct table_col *cols, size_t ncols,
+		 size_t nrows, table_cell_fn cell, void *ctx);
+
+/* ---------------------------------------------------------------- render.c */
+
+/* Each writes one JSON object when json is set, else the human form. */
+void render_stats(FILE *f, bool json, const struct kvp_stats *s,
+		  bool all_tenants);
+void render_user(FILE *f, bool json, const struct kvp_user_info *u);
+/* with_tenant: add the TENANT column (admins see every tenant's users);
+ * truncated: --limit stopped the listing while the daemon had more. */
+void render_users(FILE *f, bool json, const struct kvp_user_info *rows,
+		  size_t n, bool with_tenant, bool truncated);
+void render_clients(FILE *f, bool json, const struct kvp_client_info *rows,
+		    size_t n);
+
+/* What evict or offload did: to one user, or (all) to every user. */
+struct op_result {
+	bool all;
+	uint64_t user;      /* when !all */
+	uint32_t sel;       /* evict: enum kvp_tier_sel */
+	uint64_t count;     /* evict: pages freed (user) or users affected (all);
+			     * offload: pages copied to the host tier */
+};
+
+void render_evict(FILE *f, bool json, const struct op_result *r);
+void render_offload(FILE *f, bool json, const struct op_result *r);
+
+/* ---------------------------------------------------------------- commands.c */
+
+/* Everything the command line said, parsed and checked by kvctl.c. */
+struct kvctl_args {
+	bool json;
+	bool all_tenants;     /* stats */
+	bool all;             /* evict, offload */
+	uint64_t user;        /* user: the ID argument; evict, offload: --user */
+	uint32_t sel;         /* evict: enum kvp_tier_sel, KVP_SEL_ALL by default */
+	uint64_t limit;       /* users: 0 = no limit */
+};
+
+int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_users(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_user(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_clients(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_evict(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_offload(struct kvp_client *c, const struct kvctl_args *a);
+
+#endif /* KVCTL_H */
