@@ -39,16 +39,16 @@ static int op_evict(struct op *o);
 static int op_stats(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
-	[KVP_OP_NOP] = { "NOP", op_nop, 0, 0, NULL },
-	[KVP_OP_INFO] = { "INFO", op_info, 0, NEED_TENANT, NULL },
-	[KVP_OP_PREPARE] = { "PREPARE", op_prepare, 0, NEED_TENANT, NULL },
-	[KVP_OP_COMMIT] = { "COMMIT", op_commit, KVP_SQE_RELEASE, NEED_TENANT, NULL },
-	[KVP_OP_RELEASE] = { "RELEASE", op_release, 0, NEED_TENANT, NULL },
-	[KVP_OP_OFFLOAD] = { "OFFLOAD", op_offload, KVP_SQE_ALL, NEED_TENANT, "offload --all" },
-	[KVP_OP_EVICT] = { "EVICT", op_evict, KVP_SQE_ALL, NEED_TENANT, "evict --all" },
-	[KVP_OP_STATS] = { "STATS", op_stats, KVP_SQE_ALL, NEED_TENANT, "stats of all tenants" },
-	[KVP_OP_USERS] = { "USERS", op_users, KVP_SQE_ALL, NEED_TENANT, "users of all tenants" },
-	[KVP_OP_CLIENTS] = { "CLIENTS", op_clients, KVP_SQE_ALL, NEED_ADMIN, "listing clients" },
+	[KVP_OP_NOP] = { "nop", op_nop, 0, 0, NULL },
+	[KVP_OP_INFO] = { "info", op_info, 0, NEED_TENANT, NULL },
+	[KVP_OP_PREPARE] = { "prepare", op_prepare, 0, NEED_TENANT, NULL },
+	[KVP_OP_COMMIT] = { "commit", op_commit, KVP_SQE_RELEASE, NEED_TENANT, NULL },
+	[KVP_OP_RELEASE] = { "release", op_release, 0, NEED_TENANT, NULL },
+	[KVP_OP_OFFLOAD] = { "offload", op_offload, KVP_SQE_ALL, NEED_TENANT, "offload --all" },
+	[KVP_OP_EVICT] = { "evict", op_evict, KVP_SQE_ALL, NEED_TENANT, "evict --all" },
+	[KVP_OP_STATS] = { "stats", op_stats, KVP_SQE_ALL, NEED_TENANT, "stats of all tenants" },
+	[KVP_OP_USERS] = { "users", op_users, KVP_SQE_ALL, NEED_TENANT, "users of all tenants" },
+	[KVP_OP_CLIENTS] = { "clients", op_clients, KVP_SQE_ALL, NEED_ADMIN, "listing clients" },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -146,6 +146,11 @@ static int op_validate(struct op *o)
 	if (q->tenant && !all)
 		return errbuf_set(o->e, -EINVAL, "%s: tenant is only for admin "
 				  "operations with KVP_SQE_ALL", d->name);
+	/* An admin with no tenant of its own (kvctl run by root) asking for
+	 * stats or users means the whole daemon: there is nothing else to mean. */
+	if (!all && !o->c->tenant && o->c->admin &&
+	    (q->opcode == KVP_OP_STATS || q->opcode == KVP_OP_USERS))
+		all = true;
 	if (all || (d->need & NEED_ADMIN))
 		return check_admin(o, d);
 	if ((d->need & NEED_TENANT) && !o->c->tenant)
@@ -338,7 +343,7 @@ static int op_evict(struct op *o)
 	int ret;
 
 	if (!q->sel || (q->sel & ~KVP_SEL_ALL))
-		return errbuf_set(o->e, -EINVAL, "EVICT: sel %u; use 1 (device: "
+		return errbuf_set(o->e, -EINVAL, "evict: sel %u; use 1 (device: "
 				  "demote), 2 (host) or 3 (both)", q->sel);
 	if (!(q->flags & KVP_SQE_ALL)) {
 		ret = engine_evict(lock_own(o), q->user, q->sel, o->e);
@@ -376,10 +381,10 @@ static int op_stats(struct op *o)
 {
 	struct kvp_stats sum = { 0 }, one;
 	bool every = o->t_hi - o->t_lo == o->s->tenants.n &&
-		     (o->sqe->flags & KVP_SQE_ALL);
+		     ((o->sqe->flags & KVP_SQE_ALL) || !o->c->tenant);
 
 	if (o->out_len < sizeof(sum))
-		return errbuf_set(o->e, -EMSGSIZE, "STATS: the result needs out_len >= "
+		return errbuf_set(o->e, -EMSGSIZE, "stats: the result needs out_len >= "
 				  "%zu bytes; out_len is %" PRIu32, sizeof(sum),
 				  o->out_len);
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {

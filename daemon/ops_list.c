@@ -80,7 +80,7 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 	bool more = false;
 
 	if (!buf)
-		return errbuf_set(o->e, -ENOMEM, "USERS: out of memory for %" PRIu32
+		return errbuf_set(o->e, -ENOMEM, "users: out of memory for %" PRIu32
 				  " rows; ask for fewer (n)", max);
 	m.acc = buf;
 	m.add = buf + max;
@@ -90,7 +90,7 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 		int n = list_tenant(&o->s->tenants.v[i], o->sqe->arg, m.add, max, &tnext);
 
 		if (n < 0)
-			return errbuf_set(o->e, n, "USERS: tenant %s: out of memory",
+			return errbuf_set(o->e, n, "users: tenant %s: out of memory",
 					  o->s->tenants.v[i].name);
 		more |= tnext != 0;
 		merge_rows(&m, (uint32_t)n);
@@ -103,7 +103,7 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 		while (m.nacc && m.acc[m.nacc - 1].user == u)
 			m.nacc--;
 		if (!m.nacc)
-			return errbuf_set(o->e, -EMSGSIZE, "USERS: user %" PRIu64 " is "
+			return errbuf_set(o->e, -EMSGSIZE, "users: user %" PRIu64 " is "
 					  "cached in more tenants than %" PRIu32 " rows "
 					  "hold; ask for more rows (n)", u, max);
 		*next = u;
@@ -128,12 +128,12 @@ int op_users(struct op *o)
 	} else {
 		rows = op_scratch_get(o->scr, (size_t)max * sizeof(*rows));
 		if (!rows)
-			return errbuf_set(o->e, -ENOMEM, "USERS: out of memory for %d "
+			return errbuf_set(o->e, -ENOMEM, "users: out of memory for %d "
 					  "rows; ask for fewer (n)", max);
 		n = list_tenant(&o->s->tenants.v[o->t_lo], o->sqe->arg, rows,
 				(uint32_t)max, &next);
 		if (n < 0)
-			return errbuf_set(o->e, n, "USERS: out of memory");
+			return errbuf_set(o->e, n, "users: out of memory");
 		memcpy(o->out, rows, (size_t)n * sizeof(*rows));
 	}
 	if (n < 0)

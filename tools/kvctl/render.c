@@ -123,6 +123,9 @@ static void stat_line(FILE *f, const struct kvp_stats *s, const struct stat_fiel
 
 void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenants)
 {
+	/* A tenant's own client always sums exactly one tenant; more means the
+	 * daemon answered for several (an admin with no tenant of its own). */
+	all_tenants = all_tenants || s->tenants > 1;
 	if (json) {
 		stats_json(f, s, all_tenants);
 		return;
