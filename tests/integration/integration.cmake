@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: MIT
+# Integration and fault tests: each starts a real kvpoold (on a socket in a
+# fresh temp dir) and real client processes. Label `integration`; exit 77 is
+# a skip (e.g. the uid tests when not run as root). Each gets the daemon's
+# path, and kvctl's where it is built, as arguments.
+if(TARGET kvpoold AND TARGET kvpool)
+  set(_it ${CMAKE_CURRENT_LIST_DIR})
+
+  add_library(kvpool_it_harness STATIC ${_it}/harness.c ${_it}/harness_kv.c
+    ${_it}/harness_raw.c)
+  target_include_directories(kvpool_it_harness PUBLIC
+    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/libclient ${_it})
+  target_link_libraries(kvpool_it_harness PUBLIC kvpool Threads::Threads)
+
+  set(_it_args $<TARGET_FILE:kvpoold>)
+  if(TARGET kvctl)
+    list(APPEND _it_args $<TARGET_FILE:kvctl>)
+  endif()
+
+  # kvpool_integration_test(NAME TIMEOUT_S [LIBS...])
+  function(kvpool_integration_test name timeout)
+    add_executable(${name} ${_it}/${name}.c)
+    target_link_libraries(${name} PRIVATE kvpool_it_harness ${ARGN})
+    add_dependencies(${name} kvpoold)
+    if(TARGET kvctl)
+      add_dependencies(${name} kvctl)
+    endif()
+    add_test(NAME ${name} COMMAND ${name} ${_it_args})
+    # One at a time: each loads both cores, and their timings are what
+    # make the deadlines meaningful.
+    set_tests_properties(${name} PROPERTIES LABELS integration
+      TIMEOUT ${timeout} SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+  endfunction()
+
+  kvpool_integration_test(test_two_writers 180)
+  kvpool_integration_test(test_kill_clients 120)
+  kvpool_integration_test(test_ring_fuzz 120)
+  kvpool_integration_test(test_tier_pressure 120)
+  kvpool_integration_test(test_racing_writers 120)
+  kvpool_integration_test(test_security 120 PkgConfig::CMOCKA)
+  kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
+endif()
