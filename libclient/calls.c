@@ -63,7 +63,7 @@ static int call(struct kvp_client *c, struct kvp_sqe *sqe,
 static int call_res(struct kvp_client *c, struct kvp_sqe *sqe)
 {
 	struct kvp_cqe cqe;
-	uint32_t idx;
+	uint32_t idx = 0; /* set by call() on success */
 
 	return call(c, sqe, &cqe, &idx);
 }
@@ -74,7 +74,7 @@ static int call_fixed(struct kvp_client *c, struct kvp_sqe *sqe, void *out,
 {
 	char msg[KVP_ERRLEN];
 	struct kvp_cqe cqe;
-	uint32_t idx;
+	uint32_t idx = 0; /* set by call() on success */
 	int ret;
 
 	if (!out)
@@ -103,7 +103,7 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 			       .arg = start_pos, .n = n_new };
 	char msg[KVP_ERRLEN];
 	struct kvp_cqe cqe;
-	uint32_t idx;
+	uint32_t idx = 0; /* set by call() on success */
 	int ret;
 
 	if (!out)
