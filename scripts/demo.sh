@@ -20,9 +20,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== kvpoold on $sock (shm backend, 64 MiB device tier, 256 MiB host tier)"
+echo "== kvpoold on $sock (shm backend, 96 MiB device tier, 256 MiB host tier)"
 "$bin/kvpoold" --socket="$sock" --backend=shm --foreground --log="$dir/kvpoold.log" \
-	--device_mem=64M --host_mem=256M --max_tokens_per_user=256 &
+	--device_mem=96M --host_mem=256M --max_tokens_per_user=64 &
 daemon=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 

@@ -21,6 +21,8 @@
 
 /* Subcommands. */
 int cmd_engine(int argc, char **argv);
+int cmd_rtt(int argc, char **argv);
+int cmd_throughput(int argc, char **argv);
 
 /* ---------------------------------------------------------------- options */
 

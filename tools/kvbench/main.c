@@ -37,6 +37,10 @@ struct kvb_cmd {
 static const struct kvb_cmd cmds[] = {
 	{ "engine", "in-process engine: metadata ops/s and latency, append vs memcpy",
 	  cmd_engine },
+	{ "rtt", "round trip of one request: shm ring vs Unix socket vs in-process",
+	  cmd_rtt },
+	{ "throughput", "ring operations/s of N client processes against one kvpoold",
+	  cmd_throughput },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
