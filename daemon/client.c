@@ -136,15 +136,24 @@ void client_finalize(struct server *s, struct client *c)
 
 	if (c->freed)
 		return;
+	bool hello = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CLIENT_HELLO;
+
 	unwatch(s, c);
-	if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CLIENT_HELLO) {
+	if (!hello && c->tenant) {
+		pthread_mutex_lock(&c->tenant->lock);
+		released = engine_release_owner(c->tenant->eng, c->id);
+		pthread_mutex_unlock(&c->tenant->lock);
+	}
+	shm_destroy(&c->shm);
+	close(c->sock);
+	if (c->pidfd >= 0)
+		close(c->pidfd);
+	c->sock = c->pidfd = -1;
+	/* Unlink last: a client counts in stats until nothing of it is left,
+	 * so "clients == 1" never shows while its fds are still open. */
+	if (hello) {
 		pending_unlink(s, c);
 	} else {
-		if (c->tenant) {
-			pthread_mutex_lock(&c->tenant->lock);
-			released = engine_release_owner(c->tenant->eng, c->id);
-			pthread_mutex_unlock(&c->tenant->lock);
-		}
 		registry_unlink(s, c);
 		log_info("client %" PRIu32 " detached (%s): uid %" PRIu32 " pid %"
 			 PRIu32 " '%s'; released %" PRIu32 " leases after %" PRIu64
@@ -152,11 +161,6 @@ void client_finalize(struct server *s, struct client *c)
 			 c->pid, c->name, released,
 			 __atomic_load_n(&c->ops, __ATOMIC_RELAXED));
 	}
-	shm_destroy(&c->shm);
-	close(c->sock);
-	if (c->pidfd >= 0)
-		close(c->pidfd);
-	c->sock = c->pidfd = -1;
 	c->freed = true;
 	c->qnext = s->graveyard;
 	s->graveyard = c;
