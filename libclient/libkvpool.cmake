@@ -33,6 +33,8 @@ set_target_properties(kvpool_client_static PROPERTIES
 
 install(TARGETS kvpool LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES include/kvpool.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# From <libdir>/pkgconfig back up to the prefix.
+file(RELATIVE_PATH KVPOOL_PC_UP /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
 configure_file(libclient/kvpool.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvpool.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvpool.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
