@@ -326,8 +326,9 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
-	uint64_t spin_ns = (uint64_t)w->s->cfg->spin_us * 1000, idle_since = now_ns();
+	uint64_t spin_ns = (uint64_t)w->s->cfg->spin_us * 1000, idle_since = 0;
 	uint32_t ctl_seen = ~__atomic_load_n(&w->ctl, __ATOMIC_ACQUIRE);
+	uint32_t idle = 0; /* empty passes since the last useful one */
 
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		/* K2: pairs with K1; what the kicker published is visible. */
@@ -339,7 +340,21 @@ static void *worker_main(void *arg)
 			take_incoming(w);
 		}
 		if (worker_pass(w, &blocked)) {
+			idle = 0;
+			continue;
+		}
+		/*
+		 * Spin, reading the clock only when going idle and every 64 empty
+		 * passes: read on every pass it was a fifth of the worker's time
+		 * under load. (Yielding here as well was measured: p99 fell, but
+		 * 4-client throughput on 2 cores lost 30%; bench/results.)
+		 */
+		if (!idle++) {
 			idle_since = now_ns();
+			continue;
+		}
+		if (idle % 64) {
+			cpu_relax();
 			continue;
 		}
 		if (now_ns() - idle_since < spin_ns) {
@@ -347,7 +362,7 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		worker_sleep(w, ctl_seen, blocked);
-		idle_since = now_ns();
+		idle = 0;
 	}
 	return NULL;
 }
