@@ -541,24 +541,14 @@ int cmd_engine(int argc, char **argv)
 	struct append_result ar = { 0 };
 	struct kvb_machine m;
 	struct summary tov;
-	char err[KVP_ERRLEN] = "";
 	struct opts o;
-	int rc, cpu, status = KVB_EXIT_OK;
+	int rc, status = KVB_EXIT_OK;
 
 	rc = engine_parse_opts(argc, argv, &o);
+	if (rc < 0)
+		rc = kvb_begin_run(SUB, o.cpu, &m, &tov);
 	if (rc >= 0)
 		return rc;
-
-	cpu = kvb_pin_cpu(o.cpu, err, sizeof(err));
-	if (cpu < -1)
-		return o.cpu >= 0 ? kvb_usage_error(SUB, "%s", err)
-				  : (fprintf(stderr, "kvbench engine: %s\n", err), KVB_EXIT_FAIL);
-	kvb_machine_info(&m, cpu);
-
-	if (timer_overhead(1000000, &tov)) {
-		fprintf(stderr, "kvbench engine: no memory for the timer samples\n");
-		return KVB_EXIT_FAIL;
-	}
 
 	if (o.do_meta) {
 		uint64_t ws = o.users * o.max_pages;

@@ -62,7 +62,6 @@ struct opts {
 	uint64_t iters;          /* timed round trips per path */
 	uint64_t rounds;
 	uint64_t warmup;         /* untimed round trips per path before round 1 */
-	uint64_t client_spin_us; /* kvp_connect_opts.spin_us; 0: library default */
 	int cpu;
 	bool json;
 };
@@ -98,6 +97,17 @@ struct rtt {
 
 /* ---------------------------------------------------------------- paths */
 
+/* What path's INFO said must be the seeded history; -EPROTO with r->err if not. */
+static int check_info(struct rtt *r, const char *path, const struct kvp_user_info *i)
+{
+	if (i->len == r->want.len && i->start == r->want.start)
+		return 0;
+	snprintf(r->err, sizeof(r->err), "%s: INFO says %" PRIu64 "+%" PRIu64
+		 " tokens, seeded %" PRIu64 "+%" PRIu64, path, i->start, i->len,
+		 r->want.start, r->want.len);
+	return -EPROTO;
+}
+
 static int ring_once(struct rtt *r)
 {
 	struct kvp_user_info i;
@@ -107,13 +117,7 @@ static int ring_once(struct rtt *r)
 		snprintf(r->err, sizeof(r->err), "ring: kvp_info: %s", kvp_last_error(r->c));
 		return rc;
 	}
-	if (i.len != r->want.len || i.start != r->want.start) {
-		snprintf(r->err, sizeof(r->err), "ring: INFO says %" PRIu64 "+%" PRIu64
-			 " tokens, seeded %" PRIu64 "+%" PRIu64, i.start, i.len,
-			 r->want.start, r->want.len);
-		return -EPROTO;
-	}
-	return 0;
+	return check_info(r, "ring", &i);
 }
 
 static int uds_once(struct rtt *r)
@@ -157,13 +161,7 @@ static int uds_once(struct rtt *r)
 		return -EPROTO;
 	}
 	memcpy(&i, r->reply + sizeof(cqe), sizeof(i));
-	if (i.len != r->want.len || i.start != r->want.start) {
-		snprintf(r->err, sizeof(r->err), "uds: INFO says %" PRIu64 "+%" PRIu64
-			 " tokens, seeded %" PRIu64 "+%" PRIu64, i.start, i.len,
-			 r->want.start, r->want.len);
-		return -EPROTO;
-	}
-	return 0;
+	return check_info(r, "uds", &i);
 }
 
 static int inproc_once(struct rtt *r)
@@ -378,8 +376,7 @@ static void print_json(const struct rtt *r, const struct opts *o,
 	struct json j;
 
 	kvp_layout_format(kvp_client_layout(r->c), layout, sizeof(layout));
-	json_open(&j, stdout);
-	json_str(&j, "benchmark", "rtt");
+	kvb_json_begin(&j, "rtt");
 	json_summary(&j, "ring", &sum[P_RING]);
 	json_summary(&j, "uds", &sum[P_UDS]);
 	json_summary(&j, "inproc", &sum[P_INPROC]);
@@ -410,14 +407,13 @@ static void print_json(const struct rtt *r, const struct opts *o,
 	json_u64(&j, "user_tokens", r->want.len);
 	json_u64(&j, "user_pages", r->pages);
 	json_str(&j, "layout", layout);
-	if (o->client_spin_us)
-		json_u64(&j, "client_spin_us", o->client_spin_us);
+	if (o->d.client_spin_us)
+		json_u64(&j, "client_spin_us", o->d.client_spin_us);
 	else
 		json_null(&j, "client_spin_us");
 	json_obj_end(&j);
 	json_daemon(&j, d, &o->d, socket, r->daemon_pid);
-	json_machine(&j, m);
-	json_close(&j);
+	kvb_json_end(&j, m);
 }
 
 static void print_wakeups(const char *name, const struct wakeups *w, uint64_t n)
@@ -447,10 +443,7 @@ static void print_table(const struct rtt *r, const struct opts *o,
 	kvp_layout_format(kvp_client_layout(r->c), layout, sizeof(layout));
 	printf("kvbench rtt on %s (%ld CPUs), clocksource %s\n", m->cpu_model, m->nproc,
 	       m->clocksource[0] ? m->clocksource : "?");
-	if (o->d.socket)
-		printf("kvpoold: the running one at %s\n", socket);
-	else
-		printf("kvpoold: started here: %s\n", d->command);
+	kvb_print_daemon(d, &o->d, socket);
 	printf("INFO of one user (%" PRIu64 " tokens, %u pages; %s)\n", r->want.len,
 	       r->pages, layout);
 	printf("%" PRIu64 " timed round trips per path in %" PRIu64 " interleaved rounds, "
@@ -497,37 +490,43 @@ static void usage(FILE *f)
 "  --cpu N|none       pin kvbench to CPU N (default none)\n"
 "  --daemon-cpu N|none\n"
 "                     pin the kvpoold started here to CPU N (default none)\n"
-"  --json             print one JSON object on stdout instead of a table\n"
-"  -h, --help         this help\n"
+KVB_USAGE_END_OPTS
 "\n"
 "Counts take k, M or G suffixes. See kvbench(1).\n");
 }
 
-enum {
-	OPT_SOCKET = 256, OPT_ITERS, OPT_ROUNDS, OPT_WARMUP, OPT_KVPOOLD, OPT_SPIN,
-	OPT_CLIENT_SPIN, OPT_CPU, OPT_DAEMON_CPU, OPT_JSON,
-};
+enum { OPT_ITERS = 256, OPT_ROUNDS, OPT_WARMUP, OPT_CPU };
 
 static const struct option long_opts[] = {
-	{ "socket", required_argument, NULL, OPT_SOCKET },
+	KVB_DAEMON_LONG_OPTS,
 	{ "iters", required_argument, NULL, OPT_ITERS },
 	{ "rounds", required_argument, NULL, OPT_ROUNDS },
 	{ "warmup", required_argument, NULL, OPT_WARMUP },
-	{ "kvpoold", required_argument, NULL, OPT_KVPOOLD },
-	{ "spin-us", required_argument, NULL, OPT_SPIN },
-	{ "client-spin-us", required_argument, NULL, OPT_CLIENT_SPIN },
 	{ "cpu", required_argument, NULL, OPT_CPU },
-	{ "daemon-cpu", required_argument, NULL, OPT_DAEMON_CPU },
-	{ "json", no_argument, NULL, OPT_JSON },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+	KVB_LONG_OPTS_END,
 };
+
+static int one_opt(void *ctx, int c, const char *arg)
+{
+	struct opts *o = ctx;
+
+	switch (c) {
+	case OPT_ITERS:
+		return kvb_opt_count(SUB, "--iters", arg, 1, 100000000, &o->iters);
+	case OPT_ROUNDS:
+		return kvb_opt_count(SUB, "--rounds", arg, 1, 1000, &o->rounds);
+	case OPT_WARMUP:
+		return kvb_opt_count(SUB, "--warmup", arg, 0, 100000000, &o->warmup);
+	case OPT_CPU:
+		return kvb_opt_cpu(SUB, arg, &o->cpu);
+	default:
+		return kvb_daemon_opt(SUB, c, arg, &o->d);
+	}
+}
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-	char err[KVP_ERRLEN];
-	uint64_t v;
-	int c;
+	int rc;
 
 	memset(o, 0, sizeof(*o));
 	o->d.spin_us = -1;
@@ -538,68 +537,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->cpu = KVB_CPU_NONE;
 	o->d.cpu = -1;
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			usage(stdout);
-			return KVB_EXIT_OK;
-		case OPT_SOCKET:
-			if (!*optarg)
-				return kvb_usage_error(SUB, "--socket: give the path of kvpoold's socket");
-			o->d.socket = optarg;
-			break;
-		case OPT_ITERS:
-			if (kvb_parse_count("--iters", optarg, 1, 100000000, &o->iters, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_ROUNDS:
-			if (kvb_parse_count("--rounds", optarg, 1, 1000, &o->rounds, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_WARMUP:
-			if (kvb_parse_count("--warmup", optarg, 0, 100000000, &o->warmup, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_KVPOOLD:
-			if (access(optarg, X_OK) < 0)
-				return kvb_usage_error(SUB, "--kvpoold %s: %s", optarg, strerror(errno));
-			o->d.kvpoold = optarg;
-			break;
-		case OPT_SPIN:
-			if (kvb_parse_count("--spin-us", optarg, 0, 10000000, &v, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			o->d.spin_us = (int64_t)v;
-			break;
-		case OPT_CLIENT_SPIN:
-			if (kvb_parse_count("--client-spin-us", optarg, 1, 10000000, &o->client_spin_us,
-					    err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_CPU:
-			if (!strcmp(optarg, "none")) {
-				o->cpu = KVB_CPU_NONE;
-			} else {
-				if (kvb_parse_count("--cpu", optarg, 0, 65535, &v, err, sizeof(err)))
-					return kvb_usage_error(SUB, "--cpu: '%s' is not a CPU number or 'none'",
-							       optarg);
-				o->cpu = (int)v;
-			}
-			break;
-		case OPT_DAEMON_CPU:
-			if (kvb_parse_cpu("--daemon-cpu", optarg, &o->d.cpu, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_JSON:
-			o->json = true;
-			break;
-		default:
-			return kvb_getopt_error(SUB, c, argc, argv);
-		}
-	}
-	if (optind < argc)
-		return kvb_usage_error(SUB, "unexpected argument '%s'", argv[optind]);
+	rc = kvb_parse_opts(SUB, argc, argv, long_opts, usage, one_opt, o, &o->json);
+	if (rc >= 0)
+		return rc;
 	if (o->iters < o->rounds)
 		return kvb_usage_error(SUB, "--iters %" PRIu64 " is fewer than --rounds %" PRIu64
 				       "; each round needs at least one round trip",
@@ -622,26 +562,20 @@ int cmd_rtt(int argc, char **argv)
 	char err[1024] = "";
 	const char *socket = NULL;
 	struct opts o;
-	int rc, cpu, status = KVB_EXIT_FAIL, k;
+	int rc, status = KVB_EXIT_FAIL, k;
 
 	rc = parse_opts(argc, argv, &o);
+	if (rc < 0)
+		rc = kvb_begin_run(SUB, o.cpu, &m, &tov);
 	if (rc >= 0)
 		return rc;
-	cpu = kvb_pin_cpu(o.cpu, err, sizeof(err));
-	if (cpu < -1)
-		return kvb_usage_error(SUB, "%s", err);
-	kvb_machine_info(&m, cpu);
-	if (timer_overhead(1000000, &tov)) {
-		fprintf(stderr, "kvbench rtt: no memory for the timer samples\n");
-		return KVB_EXIT_FAIL;
-	}
 
 	if (kvb_daemon_open(&d, &o.d, &socket, err, sizeof(err))) {
 		fprintf(stderr, "kvbench rtt: %s\n", err);
 		return KVB_EXIT_FAIL;
 	}
 	co.socket = socket;
-	co.spin_us = (uint32_t)o.client_spin_us;
+	co.spin_us = (uint32_t)o.d.client_spin_us;
 	rc = kvp_connect(&r.c, &co, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "kvbench rtt: %s\n", err);

@@ -114,8 +114,7 @@ static void print_json(const struct opts *o, const struct result *res,
 	const struct kvp_stats *a = &res->s0, *b = &res->s1;
 	struct json j;
 
-	json_open(&j, stdout);
-	json_str(&j, "benchmark", "throughput");
+	kvb_json_begin(&j, "throughput");
 	json_f64(&j, "ops_per_s", res->ops_per_s, 0);
 	json_f64(&j, "sqes_per_s", res->sqes_per_s, 0);
 	json_str(&j, "ops_counting", "prepare, commit and release count one operation each: "
@@ -186,14 +185,13 @@ static void print_json(const struct opts *o, const struct result *res,
 	json_obj_begin(&j, "config");
 	json_str(&j, "layout", o->layout_spec);
 	json_u64(&j, "max_pages", o->max_pages);
-	if (o->client_spin_us)
-		json_u64(&j, "client_spin_us", o->client_spin_us);
+	if (o->d.client_spin_us)
+		json_u64(&j, "client_spin_us", o->d.client_spin_us);
 	else
 		json_null(&j, "client_spin_us");
 	json_obj_end(&j);
 	json_daemon(&j, d, &o->d, socket, dpid);
-	json_machine(&j, m);
-	json_close(&j);
+	kvb_json_end(&j, m);
 }
 
 static void print_table(const struct opts *o, const struct result *res,
@@ -203,10 +201,7 @@ static void print_table(const struct opts *o, const struct result *res,
 	const struct kvp_stats *a = &res->s0, *b = &res->s1;
 
 	printf("kvbench throughput on %s (%ld CPUs)\n", m->cpu_model, m->nproc);
-	if (o->d.socket)
-		printf("kvpoold: the running one at %s\n", socket);
-	else
-		printf("kvpoold: started here: %s\n", d->command);
+	kvb_print_daemon(d, &o->d, socket);
 	printf("%" PRIu64 " client processes x %" PRIu64 " users, batches of %" PRIu64
 	       "; %.1f s warm-up, %.3f s measured\n", o->clients, o->users, o->batch,
 	       o->warmup, res->window_s);
@@ -462,16 +457,14 @@ static void usage(FILE *f)
 "                     sleeps (default: libkvpool's, 20)\n"
 "  --daemon-cpu N|none\n"
 "                     pin the kvpoold started here to CPU N (default none)\n"
-"  --json             print one JSON object on stdout instead of a table\n"
-"  -h, --help         this help\n"
+KVB_USAGE_END_OPTS
 "\n"
 "Counts take k, M or G suffixes. See kvbench(1).\n");
 }
 
 enum {
 	OPT_CLIENTS = 256, OPT_USERS, OPT_BATCH, OPT_SECONDS, OPT_WARMUP, OPT_MAX_PAGES,
-	OPT_LAYOUT, OPT_SOCKET, OPT_KVPOOLD, OPT_WORKERS, OPT_SPIN, OPT_CLIENT_SPIN,
-	OPT_DAEMON_CPU, OPT_JSON,
+	OPT_LAYOUT,
 };
 
 static const struct option long_opts[] = {
@@ -482,23 +475,56 @@ static const struct option long_opts[] = {
 	{ "warmup", required_argument, NULL, OPT_WARMUP },
 	{ "max-pages", required_argument, NULL, OPT_MAX_PAGES },
 	{ "layout", required_argument, NULL, OPT_LAYOUT },
-	{ "socket", required_argument, NULL, OPT_SOCKET },
-	{ "kvpoold", required_argument, NULL, OPT_KVPOOLD },
-	{ "workers", required_argument, NULL, OPT_WORKERS },
-	{ "spin-us", required_argument, NULL, OPT_SPIN },
-	{ "client-spin-us", required_argument, NULL, OPT_CLIENT_SPIN },
-	{ "daemon-cpu", required_argument, NULL, OPT_DAEMON_CPU },
-	{ "json", no_argument, NULL, OPT_JSON },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+	KVB_DAEMON_LONG_OPTS,
+	{ "workers", required_argument, NULL, KVB_OPT_WORKERS },
+	KVB_LONG_OPTS_END,
 };
+
+struct parse {
+	struct opts *o;
+	bool have_layout;
+};
+
+static int one_opt(void *ctx, int c, const char *arg)
+{
+	struct parse *p = ctx;
+	struct opts *o = p->o;
+	char err[KVP_ERRLEN], *end;
+
+	switch (c) {
+	case OPT_CLIENTS:
+		return kvb_opt_count(SUB, "--clients", arg, 1, MAX_CLIENTS, &o->clients);
+	case OPT_USERS:
+		return kvb_opt_count(SUB, "--users", arg, 1, 1u << 24, &o->users);
+	case OPT_BATCH:
+		return kvb_opt_count(SUB, "--batch", arg, 1, MAX_BATCH, &o->batch);
+	case OPT_SECONDS:
+		return kvb_opt_seconds(SUB, "--seconds", arg, &o->seconds);
+	case OPT_WARMUP:
+		/* Like --seconds, but 0 (no warm-up) is allowed. */
+		o->warmup = strtod(arg, &end);
+		if (end == arg || *end || !(o->warmup >= 0 && o->warmup <= 86400))
+			return kvb_usage_error(SUB, "--warmup: '%s' is not a number of "
+					       "seconds in [0, 86400]", arg);
+		return -1;
+	case OPT_MAX_PAGES:
+		return kvb_opt_count(SUB, "--max-pages", arg, 1, 1024, &o->max_pages);
+	case OPT_LAYOUT:
+		if (kvp_layout_parse(&o->layout, arg, err, sizeof(err)) < 0)
+			return kvb_usage_error(SUB, "--layout: %s", err);
+		snprintf(o->layout_spec, sizeof(o->layout_spec), "%s", arg);
+		p->have_layout = true;
+		return -1;
+	default:
+		return kvb_daemon_opt(SUB, c, arg, &o->d);
+	}
+}
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
+	struct parse p = { .o = o };
 	char err[KVP_ERRLEN];
-	bool have_layout = false;
-	uint64_t v;
-	int c;
+	int rc;
 
 	memset(o, 0, sizeof(*o));
 	o->d.spin_us = -1;
@@ -510,89 +536,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->max_pages = 4;
 	snprintf(o->layout_spec, sizeof(o->layout_spec), "%s", DEFAULT_LAYOUT);
 
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			usage(stdout);
-			return KVB_EXIT_OK;
-		case OPT_CLIENTS:
-			if (kvb_parse_count("--clients", optarg, 1, MAX_CLIENTS, &o->clients, err,
-					    sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_USERS:
-			if (kvb_parse_count("--users", optarg, 1, 1u << 24, &o->users, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_BATCH:
-			if (kvb_parse_count("--batch", optarg, 1, MAX_BATCH, &o->batch, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_SECONDS:
-			if (kvb_parse_seconds("--seconds", optarg, &o->seconds, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_WARMUP: {
-			char *end;
-
-			/* Like --seconds, but 0 (no warm-up) is allowed. */
-			o->warmup = strtod(optarg, &end);
-			if (end == optarg || *end || !(o->warmup >= 0 && o->warmup <= 86400))
-				return kvb_usage_error(SUB, "--warmup: '%s' is not a number of "
-						       "seconds in [0, 86400]", optarg);
-			break;
-		}
-		case OPT_MAX_PAGES:
-			if (kvb_parse_count("--max-pages", optarg, 1, 1024, &o->max_pages, err,
-					    sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_LAYOUT:
-			if (kvp_layout_parse(&o->layout, optarg, err, sizeof(err)) < 0)
-				return kvb_usage_error(SUB, "--layout: %s", err);
-			snprintf(o->layout_spec, sizeof(o->layout_spec), "%s", optarg);
-			have_layout = true;
-			break;
-		case OPT_SOCKET:
-			if (!*optarg)
-				return kvb_usage_error(SUB, "--socket: give the path of kvpoold's socket");
-			o->d.socket = optarg;
-			break;
-		case OPT_KVPOOLD:
-			if (access(optarg, X_OK) < 0)
-				return kvb_usage_error(SUB, "--kvpoold %s: %s", optarg, strerror(errno));
-			o->d.kvpoold = optarg;
-			break;
-		case OPT_DAEMON_CPU:
-			if (kvb_parse_cpu("--daemon-cpu", optarg, &o->d.cpu, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_WORKERS:
-			if (kvb_parse_count("--workers", optarg, 1, 64, &v, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			o->d.workers = (uint32_t)v;
-			break;
-		case OPT_SPIN:
-			if (kvb_parse_count("--spin-us", optarg, 0, 10000000, &v, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			o->d.spin_us = (int64_t)v;
-			break;
-		case OPT_CLIENT_SPIN:
-			if (kvb_parse_count("--client-spin-us", optarg, 1, 10000000,
-					    &o->client_spin_us, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_JSON:
-			o->json = true;
-			break;
-		default:
-			return kvb_getopt_error(SUB, c, argc, argv);
-		}
-	}
-	if (optind < argc)
-		return kvb_usage_error(SUB, "unexpected argument '%s'", argv[optind]);
+	rc = kvb_parse_opts(SUB, argc, argv, long_opts, usage, one_opt, &p, &o->json);
+	if (rc >= 0)
+		return rc;
 	if (!o->clients)
 		return kvb_usage_error(SUB, "--clients N is required (client processes, e.g. "
 				       "--clients 4)");
@@ -600,11 +546,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		return kvb_usage_error(SUB, "--batch %" PRIu64 " is more than --users %" PRIu64
 				       ": a batch serves distinct users", o->batch, o->users);
 	if (o->d.socket && (o->d.kvpoold || o->d.spin_us >= 0 || o->d.workers ||
-			    o->d.cpu >= 0 || have_layout))
+			    o->d.cpu >= 0 || p.have_layout))
 		return kvb_usage_error(SUB, "--socket uses a running kvpoold; --kvpoold, "
 				       "--workers, --spin-us, --daemon-cpu and --layout only "
 				       "apply to one started here");
-	if (!have_layout && kvp_layout_parse(&o->layout, o->layout_spec, err, sizeof(err)) < 0) {
+	if (!p.have_layout && kvp_layout_parse(&o->layout, o->layout_spec, err, sizeof(err)) < 0) {
 		fprintf(stderr, "kvbench throughput: the default layout does not parse: %s\n", err);
 		return KVB_EXIT_FAIL;
 	}

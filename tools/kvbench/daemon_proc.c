@@ -123,8 +123,10 @@ int kvb_daemon_find(const char *override, char *out, size_t outlen,
 	return 0;
 }
 
-int kvb_parse_cpu(const char *opt, const char *arg, int *cpu, char *err,
-		  size_t errlen)
+/* A CPU this process may run on, or "none" (*cpu = -1); 0 or -EINVAL with a
+ * message in err. */
+static int parse_cpu(const char *opt, const char *arg, int *cpu, char *err,
+		     size_t errlen)
 {
 	cpu_set_t allowed;
 	char *end;
@@ -147,6 +149,42 @@ int kvb_parse_cpu(const char *opt, const char *arg, int *cpu, char *err,
 	}
 	*cpu = (int)v;
 	return 0;
+}
+
+int kvb_daemon_opt(const char *sub, int code, const char *arg,
+		   struct kvb_daemon_opts *o)
+{
+	char err[KVP_ERRLEN];
+	uint64_t v;
+	int rc;
+
+	switch (code) {
+	case KVB_OPT_SOCKET:
+		if (!*arg)
+			return kvb_usage_error(sub, "--socket: give the path of kvpoold's socket");
+		o->socket = arg;
+		return -1;
+	case KVB_OPT_KVPOOLD:
+		if (access(arg, X_OK) < 0)
+			return kvb_usage_error(sub, "--kvpoold %s: %s", arg, strerror(errno));
+		o->kvpoold = arg;
+		return -1;
+	case KVB_OPT_SPIN:
+		rc = kvb_opt_count(sub, "--spin-us", arg, 0, 10000000, &v);
+		if (rc < 0)
+			o->spin_us = (int64_t)v;
+		return rc;
+	case KVB_OPT_CLIENT_SPIN:
+		return kvb_opt_count(sub, "--client-spin-us", arg, 1, 10000000,
+				     &o->client_spin_us);
+	case KVB_OPT_DAEMON_CPU:
+		if (parse_cpu("--daemon-cpu", arg, &o->cpu, err, sizeof(err)))
+			return kvb_usage_error(sub, "%s", err);
+		return -1;
+	case KVB_OPT_WORKERS:
+		return kvb_opt_count(sub, "--workers", arg, 1, 64, &o->workers);
+	}
+	abort(); /* a code in long_opts that nothing reads */
 }
 
 /* ------------------------------------------------------------ start / stop */
@@ -346,7 +384,7 @@ int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 	if (o->spin_us >= 0)
 		snprintf(f[n++], sizeof(f[0]), "--spin_us=%lld", (long long)o->spin_us);
 	if (o->workers)
-		snprintf(f[n++], sizeof(f[0]), "--workers=%u", o->workers);
+		snprintf(f[n++], sizeof(f[0]), "--workers=%llu", (unsigned long long)o->workers);
 	if (o->device_mem)
 		snprintf(f[n++], sizeof(f[0]), "--device_mem=%lluK",
 			 (unsigned long long)((o->device_mem + 1023) / 1024));
@@ -396,6 +434,15 @@ void json_daemon(struct json *j, const struct kvb_daemon *d,
 			json_null(j, "cpu");
 	}
 	json_obj_end(j);
+}
+
+void kvb_print_daemon(const struct kvb_daemon *d, const struct kvb_daemon_opts *o,
+		      const char *socket)
+{
+	if (o->socket)
+		printf("kvpoold: the running one at %s\n", socket);
+	else
+		printf("kvpoold: started here: %s\n", d->command);
 }
 
 /* ------------------------------------------------------------ /proc */

@@ -64,13 +64,6 @@ int kvb_daemon_stop(struct kvb_daemon *d, int timeout_ms, char *err,
 		    size_t errlen);
 
 /*
- * Parse a CPU for option opt: a number of a CPU this process may run on, or
- * "none" (*cpu = -1). Returns 0, or -EINVAL with a message in err.
- */
-int kvb_parse_cpu(const char *opt, const char *arg, int *cpu, char *err,
-		  size_t errlen);
-
-/*
  * What a benchmark asks of the daemon it runs against: --socket names a
  * running one (nothing is started and the settings below are not used),
  * else kvpoold is started with these settings. Zero / NULL / -1 leave a
@@ -80,13 +73,42 @@ struct kvb_daemon_opts {
 	const char *socket;      /* --socket: a running kvpoold */
 	const char *kvpoold;     /* --kvpoold: the binary to start */
 	int64_t spin_us;         /* --spin_us; -1: default */
-	uint32_t workers;        /* --workers */
+	uint64_t workers;        /* --workers */
 	uint64_t device_mem;     /* --device_mem, bytes */
 	uint64_t host_mem;       /* --host_mem, bytes (0 is passed: no host tier) */
 	uint64_t max_tokens;     /* --max_tokens_per_user */
 	const char *layout;      /* --layout */
 	int cpu;                 /* pin every daemon thread to this CPU; -1: no */
+	uint64_t client_spin_us; /* kvp_connect_opts.spin_us of the benchmark's
+				  * clients; 0: libkvpool's default */
 };
+
+/*
+ * The options that say which daemon to run against and how, for the long_opts
+ * table (<getopt.h>) of a subcommand that runs against one; their codes are
+ * above any subcommand's own. --workers (KVB_OPT_WORKERS) is not in
+ * KVB_DAEMON_LONG_OPTS: a subcommand that takes it lists it itself.
+ */
+enum {
+	KVB_OPT_SOCKET = 1024, KVB_OPT_KVPOOLD, KVB_OPT_SPIN, KVB_OPT_CLIENT_SPIN,
+	KVB_OPT_DAEMON_CPU, KVB_OPT_WORKERS,
+};
+
+#define KVB_DAEMON_LONG_OPTS						\
+	{ "socket", required_argument, NULL, KVB_OPT_SOCKET },		\
+	{ "kvpoold", required_argument, NULL, KVB_OPT_KVPOOLD },	\
+	{ "spin-us", required_argument, NULL, KVB_OPT_SPIN },		\
+	{ "client-spin-us", required_argument, NULL, KVB_OPT_CLIENT_SPIN }, \
+	{ "daemon-cpu", required_argument, NULL, KVB_OPT_DAEMON_CPU }
+
+/*
+ * Read one of those options of subcommand sub into *o: --socket PATH,
+ * --kvpoold PATH (must be executable), --spin-us US, --client-spin-us US,
+ * --daemon-cpu N|none (a CPU this process may run on), --workers N. Returns
+ * -1 to go on, else KVB_EXIT_USAGE after reporting the error (kvb_opt_fn).
+ */
+int kvb_daemon_opt(const char *sub, int code, const char *arg,
+		   struct kvb_daemon_opts *o);
 
 /*
  * Start the daemon o asks for (or none, with --socket) and set *socket to
@@ -101,6 +123,10 @@ struct json;
  * default / not pinned; only "started", "socket", "pid" for --socket). */
 void json_daemon(struct json *j, const struct kvb_daemon *d,
 		 const struct kvb_daemon_opts *o, const char *socket, pid_t pid);
+
+/* The table's line saying which kvpoold ran: the one at socket, or d started. */
+void kvb_print_daemon(const struct kvb_daemon *d, const struct kvb_daemon_opts *o,
+		      const char *socket);
 
 /* CPU time and context switches of one process's threads, from /proc. */
 struct kvb_proc_sample {

@@ -81,8 +81,7 @@ void engine_print_json(const struct opts *o, const struct kvb_machine *m,
 
 	kvp_layout_format(&o->meta, meta, sizeof(meta));
 	kvp_layout_format(&o->append, app, sizeof(app));
-	json_open(&j, stdout);
-	json_str(&j, "benchmark", "engine");
+	kvb_json_begin(&j, "engine");
 	if (o->do_meta) {
 		json_f64(&j, "ops_per_s", sc[0].rate, 0);
 		json_u64(&j, "p50_ns", sc[0].all.p50);
@@ -144,8 +143,7 @@ void engine_print_json(const struct opts *o, const struct kvb_machine *m,
 		json_arr_end(&j);
 		json_obj_end(&j);
 	}
-	json_machine(&j, m);
-	json_close(&j);
+	kvb_json_end(&j, m);
 }
 
 static void print_scenario_row(const struct scenario *sc)
@@ -245,8 +243,7 @@ static void usage(FILE *f)
 "  --only PART        run only 'metadata' or only 'append'\n"
 "  --seed N           seed for user ids and the page shuffle (default 1)\n"
 "  --cpu N|none       pin to CPU N (default: the CPU kvbench starts on)\n"
-"  --json             print one JSON object on stdout instead of a table\n"
-"  -h, --help         this help\n"
+KVB_USAGE_END_OPTS
 "\n"
 "A layout SPEC is layers=L,kv_heads=H,head_dim=D,dtype=bf16|fp16|fp8_e4m3|fp32,\n"
 "page_tokens=P (all five keys). See kvbench(1).\n");
@@ -255,7 +252,6 @@ static void usage(FILE *f)
 enum {
 	OPT_USERS = 256, OPT_OPS, OPT_SECONDS, OPT_MAX_PAGES, OPT_LAYOUT,
 	OPT_APPEND_LAYOUT, OPT_APPEND_MIB, OPT_REPS, OPT_ONLY, OPT_SEED, OPT_CPU,
-	OPT_JSON,
 };
 
 static const struct option long_opts[] = {
@@ -270,18 +266,17 @@ static const struct option long_opts[] = {
 	{ "only", required_argument, NULL, OPT_ONLY },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "cpu", required_argument, NULL, OPT_CPU },
-	{ "json", no_argument, NULL, OPT_JSON },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+	KVB_LONG_OPTS_END,
 };
 
-static int parse_layout(const char *opt, const char *arg, struct kvp_layout *l)
+/* A layout SPEC into *l: -1 to go on, else KVB_EXIT_USAGE (kvb_opt_fn). */
+static int layout_opt(const char *opt, const char *arg, struct kvp_layout *l)
 {
 	char err[KVP_ERRLEN] = "";
 
 	if (kvp_layout_parse(l, arg, err, sizeof(err)) < 0)
 		return kvb_usage_error(SUB, "%s: %s", opt, err[0] ? err : "bad layout");
-	return 0;
+	return -1;
 }
 
 /*
@@ -327,14 +322,62 @@ static int check_sizes(const struct opts *o)
 	return -1;
 }
 
+struct parse {
+	struct opts *o;
+	bool have_ops, have_append_layout;
+};
+
+static int one_opt(void *ctx, int c, const char *arg)
+{
+	struct parse *p = ctx;
+	struct opts *o = p->o;
+	int rc;
+
+	switch (c) {
+	case OPT_USERS:
+		return kvb_opt_count(SUB, "--users", arg, 1, 1u << 26, &o->users);
+	case OPT_OPS:
+		p->have_ops = true;
+		return kvb_opt_count(SUB, "--ops", arg, 3, 1ull << 40, &o->ops);
+	case OPT_SECONDS:
+		return kvb_opt_seconds(SUB, "--seconds", arg, &o->seconds);
+	case OPT_MAX_PAGES:
+		return kvb_opt_count(SUB, "--max-pages", arg, 1, 1024, &o->max_pages);
+	case OPT_LAYOUT:
+		rc = layout_opt("--layout", arg, &o->meta);
+		if (rc < 0 && !p->have_append_layout)
+			o->append = o->meta;
+		return rc;
+	case OPT_APPEND_LAYOUT:
+		p->have_append_layout = true;
+		return layout_opt("--append-layout", arg, &o->append);
+	case OPT_APPEND_MIB:
+		return kvb_opt_count(SUB, "--append-mib", arg, 1, 1u << 20, &o->append_mib);
+	case OPT_REPS:
+		return kvb_opt_count(SUB, "--reps", arg, 1, 1000, &o->reps);
+	case OPT_ONLY:
+		if (!strcmp(arg, "metadata"))
+			o->do_append = false;
+		else if (!strcmp(arg, "append"))
+			o->do_meta = false;
+		else
+			return kvb_usage_error(SUB, "--only: '%s' is not a part; use 'metadata' or 'append'",
+					       arg);
+		return -1;
+	case OPT_SEED:
+		return kvb_opt_count(SUB, "--seed", arg, 0, UINT64_MAX, &o->seed);
+	case OPT_CPU:
+		return kvb_opt_cpu(SUB, arg, &o->cpu);
+	}
+	return -1;
+}
+
 /* Parse argv into *o; returns -1 to go on, else the exit status. */
 int engine_parse_opts(int argc, char **argv, struct opts *o)
 {
-	char err[KVP_ERRLEN], layout_err[KVP_ERRLEN] = "";
-	bool have_ops = false, have_append_layout = false;
-	struct kvp_layout layout;
-	uint64_t v;
-	int c;
+	struct parse p = { .o = o };
+	char layout_err[KVP_ERRLEN] = "";
+	int rc;
 
 	memset(o, 0, sizeof(*o));
 	o->users = 10000;
@@ -351,84 +394,10 @@ int engine_parse_opts(int argc, char **argv, struct opts *o)
 		return KVB_EXIT_FAIL;
 	}
 
-	optind = 0; /* glibc: reinitialise for this argv */
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			usage(stdout);
-			return KVB_EXIT_OK;
-		case OPT_USERS:
-			if (kvb_parse_count("--users", optarg, 1, 1u << 26, &o->users, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_OPS:
-			if (kvb_parse_count("--ops", optarg, 3, 1ull << 40, &o->ops, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			have_ops = true;
-			break;
-		case OPT_SECONDS:
-			if (kvb_parse_seconds("--seconds", optarg, &o->seconds, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_MAX_PAGES:
-			if (kvb_parse_count("--max-pages", optarg, 1, 1024, &o->max_pages, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_LAYOUT:
-			if ((c = parse_layout("--layout", optarg, &layout)))
-				return c;
-			o->meta = layout;
-			if (!have_append_layout)
-				o->append = layout;
-			break;
-		case OPT_APPEND_LAYOUT:
-			if ((c = parse_layout("--append-layout", optarg, &o->append)))
-				return c;
-			have_append_layout = true;
-			break;
-		case OPT_APPEND_MIB:
-			if (kvb_parse_count("--append-mib", optarg, 1, 1u << 20, &o->append_mib, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_REPS:
-			if (kvb_parse_count("--reps", optarg, 1, 1000, &o->reps, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_ONLY:
-			if (!strcmp(optarg, "metadata")) {
-				o->do_append = false;
-			} else if (!strcmp(optarg, "append")) {
-				o->do_meta = false;
-			} else {
-				return kvb_usage_error(SUB, "--only: '%s' is not a part; use 'metadata' or 'append'",
-						       optarg);
-			}
-			break;
-		case OPT_SEED:
-			if (kvb_parse_count("--seed", optarg, 0, UINT64_MAX, &o->seed, err, sizeof(err)))
-				return kvb_usage_error(SUB, "%s", err);
-			break;
-		case OPT_CPU:
-			if (!strcmp(optarg, "none")) {
-				o->cpu = KVB_CPU_NONE;
-			} else {
-				if (kvb_parse_count("--cpu", optarg, 0, 65535, &v, err, sizeof(err)))
-					return kvb_usage_error(SUB, "--cpu: '%s' is not a CPU number or 'none'",
-							       optarg);
-				o->cpu = (int)v;
-			}
-			break;
-		case OPT_JSON:
-			o->json = true;
-			break;
-		default:
-			return kvb_getopt_error(SUB, c, argc, argv);
-		}
-	}
-	if (optind < argc)
-		return kvb_usage_error(SUB, "unexpected argument '%s'", argv[optind]);
-	if (have_ops && o->seconds > 0)
+	rc = kvb_parse_opts(SUB, argc, argv, long_opts, usage, one_opt, &p, &o->json);
+	if (rc >= 0)
+		return rc;
+	if (p.have_ops && o->seconds > 0)
 		return kvb_usage_error(SUB, "--ops and --seconds both given; pick one");
 	if (o->seconds > 0)
 		o->ops = 0;

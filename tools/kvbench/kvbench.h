@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench.h - what the kvbench subcommands share: exit codes, option parsing,
- * CPU pinning, the machine description and the JSON report writer.
+ * CPU pinning, the machine description and the pieces of every report (the
+ * JSON writer itself is tools/common/json.c).
  *
  * Every subcommand is `int cmd_<name>(int argc, char **argv)` with argv[0]
  * the subcommand's name; it returns the process exit status. The shared
@@ -14,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "json.h" /* tools/common: the JSON writer kvctl prints with too */
 
 #define KVB_EXIT_OK 0
 #define KVB_EXIT_FAIL 1  /* the benchmark ran and something failed */
@@ -37,23 +40,59 @@ __attribute__((format(printf, 2, 3)))
 int kvb_usage_error(const char *sub, const char *fmt, ...);
 
 /*
- * Parse an unsigned count for option opt: decimal digits with an optional
- * k, M or G suffix (x1e3, x1e6, x1e9) and '_' or ',' as digit separators
- * ("2M", "2,000,000"). Returns 0, or -EINVAL with a message in err naming the
- * option and the accepted range [min, max].
+ * A subcommand's options are read by kvb_parse_opts() and handed one by one
+ * to its kvb_opt_fn, whose handlers, like the kvb_opt_*() helpers below,
+ * return -1 to go on, else the exit status (KVB_EXIT_USAGE after reporting
+ * the error). code is the option's getopt_long value, arg its value or NULL.
  */
-int kvb_parse_count(const char *opt, const char *arg, uint64_t min,
-		    uint64_t max, uint64_t *out, char *err, size_t errlen);
-
-/* A positive finite number of seconds ("2", "0.5"); -EINVAL with a message. */
-int kvb_parse_seconds(const char *opt, const char *arg, double *out,
-		      char *err, size_t errlen);
+typedef int (*kvb_opt_fn)(void *ctx, int code, const char *arg);
 
 /*
- * Handle getopt_long()'s '?' or ':' return for subcommand sub: names the
- * unknown option or the option missing its value. Returns KVB_EXIT_USAGE.
+ * getopt_long codes: a subcommand's own options count from 256, kvbench's
+ * shared ones from 512 (below) and 1024 (the daemon's, daemon_proc.h).
  */
-int kvb_getopt_error(const char *sub, int c, int argc, char **argv);
+#define KVB_OPT_JSON 512
+
+/* The options every subcommand takes, to end its long_opts table (<getopt.h>)
+ * with: --json and -h/--help. */
+#define KVB_LONG_OPTS_END					\
+	{ "json", no_argument, NULL, KVB_OPT_JSON },		\
+	{ "help", no_argument, NULL, 'h' },			\
+	{ NULL, 0, NULL, 0 }
+
+/* Their lines in a subcommand's --help, after its own options. */
+#define KVB_USAGE_END_OPTS						\
+	"  --json             print one JSON object on stdout instead of a table\n" \
+	"  -h, --help         this help\n"
+
+struct option;
+/*
+ * Read argv (argv[0] the subcommand) with getopt_long and long_opts, giving
+ * each of the subcommand's options to opt(ctx, ...) in order. --json sets
+ * *json; -h/--help prints usage on stdout and returns KVB_EXIT_OK; an unknown
+ * option, an option missing its value or one given a value it does not take,
+ * and any operand, are usage errors. Returns -1 when the whole command line
+ * was read, else the exit status.
+ */
+int kvb_parse_opts(const char *sub, int argc, char **argv,
+		   const struct option *long_opts, void (*usage)(FILE *f),
+		   kvb_opt_fn opt, void *ctx, bool *json);
+
+/*
+ * A count for option opt into *out: decimal digits with an optional k, M or
+ * G suffix (x1e3, x1e6, x1e9) and '_' or ',' as digit separators ("2M",
+ * "2,000,000"), in [min, max]; else a usage error that names the option and
+ * the range.
+ */
+int kvb_opt_count(const char *sub, const char *opt, const char *arg,
+		  uint64_t min, uint64_t max, uint64_t *out);
+
+/* A positive finite number of seconds, at most a day ("2", "0.5"). */
+int kvb_opt_seconds(const char *sub, const char *opt, const char *arg,
+		    double *out);
+
+/* --cpu N|none: a CPU number into *cpu, or KVB_CPU_NONE for "none". */
+int kvb_opt_cpu(const char *sub, const char *arg, int *cpu);
 
 /*
  * Pin the calling thread to one CPU: cpu >= 0 that CPU, KVB_CPU_CURRENT the
@@ -77,41 +116,30 @@ struct kvb_machine {
 
 void kvb_machine_info(struct kvb_machine *m, int pinned_cpu);
 
-/* ---------------------------------------------------------------- JSON */
-
-#define JSON_MAX_DEPTH 16
-
-/*
- * A streaming writer for one pretty-printed JSON object. key is NULL for an
- * element of an array. Non-finite doubles are written as null. Nesting
- * deeper than JSON_MAX_DEPTH is a programming error and aborts.
- */
-struct json {
-	FILE *f;
-	int depth;
-	bool first[JSON_MAX_DEPTH];
-};
-
-void json_open(struct json *j, FILE *f);
-void json_close(struct json *j);
-void json_obj_begin(struct json *j, const char *key);
-void json_obj_end(struct json *j);
-void json_arr_begin(struct json *j, const char *key);
-void json_arr_end(struct json *j);
-void json_u64(struct json *j, const char *key, uint64_t v);
-void json_i64(struct json *j, const char *key, int64_t v);
-/* v with the given digits after the point ("%.*f"). */
-void json_f64(struct json *j, const char *key, double v, int decimals);
-void json_str(struct json *j, const char *key, const char *v);
-void json_bool(struct json *j, const char *key, bool v);
-void json_null(struct json *j, const char *key);
+/* ---------------------------------------------------------------- report */
 
 struct summary;
+
+/*
+ * What a measurement starts with: pin to cpu (a --cpu value), describe the
+ * machine into *m and measure the timer's overhead into *tov. Returns -1 to
+ * go on, else the exit status, the error reported (a --cpu N this process may
+ * not run on is a usage error).
+ */
+int kvb_begin_run(const char *sub, int cpu, struct kvb_machine *m,
+		  struct summary *tov);
+
+/* Open the JSON report on stdout with its first member, "benchmark". */
+void kvb_json_begin(struct json *j, const char *benchmark);
+
+/*
+ * End the report with the members every kvbench report carries: "machine",
+ * "date", "command". Closes the object and flushes stdout.
+ */
+void kvb_json_end(struct json *j, const struct kvb_machine *m);
+
 /* A latency summary as {"samples", "mean_ns", "min_ns", "p50_ns", "p90_ns",
  * "p99_ns", "p999_ns", "max_ns"}. */
 void json_summary(struct json *j, const char *key, const struct summary *s);
-
-/* The fields every kvbench report carries: "machine", "date", "command". */
-void json_machine(struct json *j, const struct kvb_machine *m);
 
 #endif /* KVBENCH_H */

@@ -6,9 +6,10 @@
  * its own options and prints a table, or with --json exactly one JSON object
  * on stdout. Adding a benchmark is one row in `cmds` and one cmd_<name>().
  *
- * This file also holds the helpers the subcommands share: count parsing with
- * messages that name the option, CPU pinning, the machine description and a
- * small streaming JSON writer. It does not measure anything itself.
+ * This file also holds the helpers the subcommands share: the option loop and
+ * count parsing with messages that name the option, CPU pinning, the machine
+ * description and the parts every JSON report has (the writer itself is
+ * tools/common/json.c). It does not measure anything itself.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -202,7 +203,8 @@ int kvb_usage_error(const char *sub, const char *fmt, ...)
 	return KVB_EXIT_USAGE;
 }
 
-int kvb_getopt_error(const char *sub, int c, int argc, char **argv)
+/* getopt_long()'s '?' or ':': name the unknown option or the one missing its value. */
+static int getopt_error(const char *sub, int c, int argc, char **argv)
 {
 	/* getopt_long has advanced optind past the offending word. */
 	const char *word = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
@@ -217,8 +219,9 @@ int kvb_getopt_error(const char *sub, int c, int argc, char **argv)
 	return kvb_usage_error(sub, "unknown option '%s'", word);
 }
 
-int kvb_parse_count(const char *opt, const char *arg, uint64_t min,
-		    uint64_t max, uint64_t *out, char *err, size_t errlen)
+/* kvb_opt_count()'s count: 0, or -EINVAL with the message in err. */
+static int parse_count(const char *opt, const char *arg, uint64_t min,
+		       uint64_t max, uint64_t *out, char *err, size_t errlen)
 {
 	uint64_t v = 0, mult = 1;
 	bool digits = false;
@@ -263,21 +266,75 @@ range:
 	return -EINVAL;
 }
 
-int kvb_parse_seconds(const char *opt, const char *arg, double *out,
-		      char *err, size_t errlen)
+int kvb_parse_opts(const char *sub, int argc, char **argv,
+		   const struct option *long_opts, void (*usage)(FILE *f),
+		   kvb_opt_fn opt, void *ctx, bool *json)
 {
-	char *end;
+	int c, rc;
+
+	optind = 0; /* glibc: reinitialise for this argv */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:h", long_opts, NULL)) != -1) {
+		if (c == 'h') {
+			usage(stdout);
+			return KVB_EXIT_OK;
+		}
+		if (c == '?' || c == ':')
+			return getopt_error(sub, c, argc, argv);
+		if (c == KVB_OPT_JSON) {
+			*json = true;
+			continue;
+		}
+		rc = opt(ctx, c, optarg);
+		if (rc >= 0)
+			return rc;
+	}
+	if (optind < argc)
+		return kvb_usage_error(sub, "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
+
+int kvb_opt_count(const char *sub, const char *opt, const char *arg,
+		  uint64_t min, uint64_t max, uint64_t *out)
+{
+	char err[KVP_ERRLEN];
+
+	if (parse_count(opt, arg, min, max, out, err, sizeof(err)))
+		return kvb_usage_error(sub, "%s", err);
+	return -1;
+}
+
+int kvb_opt_seconds(const char *sub, const char *opt, const char *arg,
+		    double *out)
+{
+	char err[KVP_ERRLEN], *end;
 	double v;
 
 	errno = 0;
 	v = strtod(arg, &end);
 	if (end == arg || *end || errno || !isfinite(v) || v <= 0 || v > 86400) {
-		snprintf(err, errlen, "%s: '%s' is not a number of seconds in (0, 86400]",
+		/* Through err, so a long value is cut where it always was. */
+		snprintf(err, sizeof(err), "%s: '%s' is not a number of seconds in (0, 86400]",
 			 opt, arg);
-		return -EINVAL;
+		return kvb_usage_error(sub, "%s", err);
 	}
 	*out = v;
-	return 0;
+	return -1;
+}
+
+int kvb_opt_cpu(const char *sub, const char *arg, int *cpu)
+{
+	char err[KVP_ERRLEN];
+	uint64_t v;
+
+	if (!strcmp(arg, "none")) {
+		*cpu = KVB_CPU_NONE;
+		return -1;
+	}
+	if (parse_count("--cpu", arg, 0, 65535, &v, err, sizeof(err)))
+		return kvb_usage_error(sub, "--cpu: '%s' is not a CPU number or 'none'", arg);
+	*cpu = (int)v;
+	return -1;
 }
 
 int kvb_pin_cpu(int cpu, char *err, size_t errlen)
@@ -379,152 +436,35 @@ void kvb_machine_info(struct kvb_machine *m, int pinned_cpu)
 	strftime(m->date, sizeof(m->date), "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* ---------------------------------------------------------------- JSON */
+/* ---------------------------------------------------------------- report */
 
-static void json_indent(struct json *j)
+int kvb_begin_run(const char *sub, int cpu, struct kvb_machine *m,
+		  struct summary *tov)
 {
-	int i;
+	char err[KVP_ERRLEN] = "";
+	int pinned = kvb_pin_cpu(cpu, err, sizeof(err));
 
-	for (i = 0; i < j->depth; i++)
-		fputs("  ", j->f);
-}
-
-static void json_escape(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		switch (c) {
-		case '"': fputs("\\\"", f); break;
-		case '\\': fputs("\\\\", f); break;
-		case '\n': fputs("\\n", f); break;
-		case '\t': fputs("\\t", f); break;
-		case '\r': fputs("\\r", f); break;
-		default:
-			if (c < 0x20)
-				fprintf(f, "\\u%04x", c);
-			else
-				fputc(c, f);
-		}
+	if (pinned < -1) {
+		if (cpu >= 0)
+			return kvb_usage_error(sub, "%s", err);
+		fprintf(stderr, "kvbench %s: %s\n", sub, err);
+		return KVB_EXIT_FAIL;
 	}
-	fputc('"', f);
-}
-
-/* Start a member: comma and newline after the previous one, indent, key. */
-static void json_key(struct json *j, const char *key)
-{
-	if (!j->first[j->depth])
-		fputc(',', j->f);
-	j->first[j->depth] = false;
-	fputc('\n', j->f);
-	json_indent(j);
-	if (key) {
-		json_escape(j->f, key);
-		fputs(": ", j->f);
+	kvb_machine_info(m, pinned);
+	if (timer_overhead(1000000, tov)) {
+		fprintf(stderr, "kvbench %s: no memory for the timer samples\n", sub);
+		return KVB_EXIT_FAIL;
 	}
+	return -1;
 }
 
-static void json_push(struct json *j, char open)
+void kvb_json_begin(struct json *j, const char *benchmark)
 {
-	if (j->depth + 1 >= JSON_MAX_DEPTH)
-		abort();
-	fputc(open, j->f);
-	j->first[++j->depth] = true;
+	json_begin(j, stdout);
+	json_str(j, "benchmark", benchmark);
 }
 
-static void json_pop(struct json *j, char close)
-{
-	bool empty = j->first[j->depth];
-
-	j->depth--;
-	if (!empty) {
-		fputc('\n', j->f);
-		json_indent(j);
-	}
-	fputc(close, j->f);
-}
-
-void json_open(struct json *j, FILE *f)
-{
-	j->f = f;
-	j->depth = 0;
-	j->first[0] = true;
-	json_push(j, '{');
-}
-
-void json_close(struct json *j)
-{
-	json_pop(j, '}');
-	fputc('\n', j->f);
-	fflush(j->f);
-}
-
-void json_obj_begin(struct json *j, const char *key)
-{
-	json_key(j, key);
-	json_push(j, '{');
-}
-
-void json_obj_end(struct json *j)
-{
-	json_pop(j, '}');
-}
-
-void json_arr_begin(struct json *j, const char *key)
-{
-	json_key(j, key);
-	json_push(j, '[');
-}
-
-void json_arr_end(struct json *j)
-{
-	json_pop(j, ']');
-}
-
-void json_u64(struct json *j, const char *key, uint64_t v)
-{
-	json_key(j, key);
-	fprintf(j->f, "%llu", (unsigned long long)v);
-}
-
-void json_i64(struct json *j, const char *key, int64_t v)
-{
-	json_key(j, key);
-	fprintf(j->f, "%lld", (long long)v);
-}
-
-void json_f64(struct json *j, const char *key, double v, int decimals)
-{
-	json_key(j, key);
-	if (isfinite(v))
-		fprintf(j->f, "%.*f", decimals, v);
-	else
-		fputs("null", j->f);
-}
-
-void json_str(struct json *j, const char *key, const char *v)
-{
-	json_key(j, key);
-	if (v)
-		json_escape(j->f, v);
-	else
-		fputs("null", j->f);
-}
-
-void json_bool(struct json *j, const char *key, bool v)
-{
-	json_key(j, key);
-	fputs(v ? "true" : "false", j->f);
-}
-
-void json_null(struct json *j, const char *key)
-{
-	json_key(j, key);
-	fputs("null", j->f);
-}
-
-void json_machine(struct json *j, const struct kvb_machine *m)
+void kvb_json_end(struct json *j, const struct kvb_machine *m)
 {
 	json_obj_begin(j, "machine");
 	json_str(j, "cpu_model", m->cpu_model);
@@ -535,6 +475,8 @@ void json_machine(struct json *j, const struct kvb_machine *m)
 	json_obj_end(j);
 	json_str(j, "date", m->date);
 	json_str(j, "command", kvb_command_line());
+	json_end(j);
+	fflush(j->f);
 }
 
 void json_summary(struct json *j, const char *key, const struct summary *s)

@@ -27,7 +27,6 @@ struct opts {
 	uint64_t max_pages;
 	double seconds;
 	double warmup;
-	uint64_t client_spin_us;
 	struct kvp_layout layout;
 	char layout_spec[256];
 	bool json;

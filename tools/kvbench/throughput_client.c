@@ -189,7 +189,7 @@ int tput_client_main(const struct opts *o, struct shared *sh, uint64_t *lat_base
 		     uint32_t k, const char *socket, int ready_fd, int go_fd)
 {
 	struct kvp_connect_opts co = { .socket = socket, .name = "kvbench-tput",
-				       .spin_us = (uint32_t)o->client_spin_us };
+				       .spin_us = (uint32_t)o->d.client_spin_us };
 	struct child ch = { .o = o, .r = &sh->res[k] };
 	const uint32_t U = (uint32_t)o->users, B = (uint32_t)o->batch;
 	const uint64_t salt = ((uint64_t)getpid() & 0xffff) << 32;

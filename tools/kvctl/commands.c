@@ -67,6 +67,67 @@ static int check_page(const char *what, int rc, uint32_t max, uint64_t cursor,
 	return 0;
 }
 
+/* A list call (kvp_users, kvp_clients): up to max rows from cursor into rows;
+ * the count or -errno, and in *next where the following page starts (0: none). */
+typedef int (*page_fn)(struct kvp_client *c, uint64_t cursor, void *rows,
+		       uint32_t max, uint64_t *next);
+
+static int page_users(struct kvp_client *c, uint64_t cursor, void *rows,
+		      uint32_t max, uint64_t *next)
+{
+	return kvp_users(c, cursor, rows, max, next);
+}
+
+static int page_clients(struct kvp_client *c, uint64_t cursor, void *rows,
+			uint32_t max, uint64_t *next)
+{
+	return kvp_clients(c, cursor, rows, max, next);
+}
+
+/* Every row of a list, or the first limit ones. */
+struct list {
+	const char *what;     /* the command, for messages */
+	size_t row_size;
+	page_fn page;
+	uint64_t limit;       /* 0: no limit */
+	void *rows;           /* out: n rows (the caller frees it) */
+	size_t n;
+	bool truncated;       /* out: limit stopped it while the daemon had more */
+};
+
+/* Page through l until the daemon's cursor is 0 or l->limit rows are read.
+ * Returns the exit status; a failure has been reported. */
+static int list_all(struct kvp_client *c, struct list *l)
+{
+	uint64_t cursor = 0, next;
+	size_t cap = 0;
+	int rc;
+
+	do {
+		uint32_t max = LIST_BATCH;
+
+		if (l->limit && l->limit - l->n < max)
+			max = (uint32_t)(l->limit - l->n);
+		if (grow(&l->rows, &cap, l->n, max, l->row_size) < 0) {
+			fprintf(stderr, "kvctl: %s: out of memory after %zu rows\n", l->what, l->n);
+			return KVCTL_EXIT_FAIL;
+		}
+		next = 0;
+		rc = l->page(c, cursor, (char *)l->rows + l->n * l->row_size, max, &next);
+		if (rc < 0)
+			return op_fail(c, rc, l->what);
+		if (check_page(l->what, rc, max, cursor, next) < 0)
+			return KVCTL_EXIT_FAIL;
+		l->n += (size_t)rc;
+		cursor = next;
+		if (l->limit && l->n >= l->limit && cursor != 0) {
+			l->truncated = true;
+			break;
+		}
+	} while (cursor != 0);
+	return KVCTL_EXIT_OK;
+}
+
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct kvp_stats s;
@@ -88,45 +149,17 @@ int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
 
 int cmd_users(struct kvp_client *c, const struct kvctl_args *a)
 {
-	struct kvp_user_info *rows = NULL;
-	uint64_t cursor = 0, next;
-	size_t n = 0, cap = 0;
-	bool truncated = false;
-	int rc, status = KVCTL_EXIT_OK;
+	struct list l = { .what = "users", .row_size = sizeof(struct kvp_user_info),
+			  .page = page_users, .limit = a->limit };
+	int status = list_all(c, &l);
 
-	do {
-		uint32_t max = LIST_BATCH;
-
-		if (a->limit && a->limit - n < max)
-			max = (uint32_t)(a->limit - n);
-		if (grow((void **)&rows, &cap, n, max, sizeof(*rows)) < 0) {
-			fprintf(stderr, "kvctl: users: out of memory after %zu rows\n", n);
-			status = KVCTL_EXIT_FAIL;
-			goto out;
-		}
-		next = 0;
-		rc = kvp_users(c, cursor, rows + n, max, &next);
-		if (rc < 0) {
-			status = op_fail(c, rc, "users");
-			goto out;
-		}
-		if (check_page("users", rc, max, cursor, next) < 0) {
-			status = KVCTL_EXIT_FAIL;
-			goto out;
-		}
-		n += (size_t)rc;
-		cursor = next;
-		if (a->limit && n >= a->limit && cursor != 0) {
-			truncated = true;
-			break;
-		}
-	} while (cursor != 0);
-
-	render_users(stdout, a->json, rows, n, kvp_client_is_admin(c), truncated);
-	if (truncated && !a->json)
-		fprintf(stderr, "kvctl: showing the first %zu users (--limit); there are more\n", n);
-out:
-	free(rows);
+	if (status == KVCTL_EXIT_OK) {
+		render_users(stdout, a->json, l.rows, l.n, kvp_client_is_admin(c), l.truncated);
+		if (l.truncated && !a->json)
+			fprintf(stderr, "kvctl: showing the first %zu users (--limit); there are more\n",
+				l.n);
+	}
+	free(l.rows);
 	return status;
 }
 
@@ -147,34 +180,13 @@ int cmd_user(struct kvp_client *c, const struct kvctl_args *a)
 
 int cmd_clients(struct kvp_client *c, const struct kvctl_args *a)
 {
-	struct kvp_client_info *rows = NULL;
-	uint64_t cursor = 0, next;
-	size_t n = 0, cap = 0;
-	int rc, status = KVCTL_EXIT_OK;
+	struct list l = { .what = "clients", .row_size = sizeof(struct kvp_client_info),
+			  .page = page_clients };
+	int status = list_all(c, &l);
 
-	do {
-		if (grow((void **)&rows, &cap, n, LIST_BATCH, sizeof(*rows)) < 0) {
-			fprintf(stderr, "kvctl: clients: out of memory after %zu rows\n", n);
-			status = KVCTL_EXIT_FAIL;
-			goto out;
-		}
-		next = 0;
-		rc = kvp_clients(c, cursor, rows + n, LIST_BATCH, &next);
-		if (rc < 0) {
-			status = op_fail(c, rc, "clients");
-			goto out;
-		}
-		if (check_page("clients", rc, LIST_BATCH, cursor, next) < 0) {
-			status = KVCTL_EXIT_FAIL;
-			goto out;
-		}
-		n += (size_t)rc;
-		cursor = next;
-	} while (cursor != 0);
-
-	render_clients(stdout, a->json, rows, n);
-out:
-	free(rows);
+	if (status == KVCTL_EXIT_OK)
+		render_clients(stdout, a->json, l.rows, l.n);
+	free(l.rows);
 	return status;
 }
 

@@ -7,7 +7,8 @@
  *   commands.c  the only code that talks to kvpoold (through libkvpool's
  *               public API), one cmd_<name>() per command;
  *   render.c    turns what a command fetched into a table or one JSON object;
- *   output.c    the JSON writer, string escaping, sizes and the table printer;
+ *   output.c    sizes, percentages, text for a terminal and the table printer
+ *               (the JSON writer is tools/common/json.c, shared with kvbench);
  *   parse.c     strict parsing of user ids, counts and tier names.
  * render.c, output.c and parse.c do no I/O but to the FILE they are given,
  * so tests/unit/test_kvctl_output.c checks them byte for byte.
@@ -20,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "json.h"   /* tools/common: the JSON writer render.c prints with */
 #include "kvpool.h"
 
 enum {
@@ -44,40 +46,6 @@ int parse_tier_sel(const char *s, uint32_t *sel);
 const char *tier_sel_name(uint32_t sel);
 
 /* ---------------------------------------------------------------- output.c */
-
-#define JSON_MAX_DEPTH 8
-
-/*
- * A streaming writer of one pretty-printed JSON value (two-space indent).
- * key is NULL for an element of an array or for the top-level value.
- * Nesting deeper than JSON_MAX_DEPTH is a programming error and aborts.
- */
-struct json {
-	FILE *f;
-	int depth;
-	bool first[JSON_MAX_DEPTH];
-};
-
-void json_begin(struct json *j, FILE *f);  /* opens the top-level object */
-void json_end(struct json *j);             /* closes it, adds a newline */
-void json_obj_begin(struct json *j, const char *key);
-void json_obj_end(struct json *j);
-void json_arr_begin(struct json *j, const char *key);
-void json_arr_end(struct json *j);
-void json_u64(struct json *j, const char *key, uint64_t v);
-void json_bool(struct json *j, const char *key, bool v);
-void json_null(struct json *j, const char *key);
-/* A NUL-terminated string; NULL is written as null. */
-void json_str(struct json *j, const char *key, const char *v);
-/* At most len bytes of s, stopping early at a NUL (fixed-size name fields). */
-void json_strn(struct json *j, const char *key, const char *s, size_t len);
-
-/*
- * Write s[0, len) as a quoted JSON string: '"', '\\' and control characters
- * escaped, valid UTF-8 copied, every byte of an invalid UTF-8 sequence
- * written as \ufffd, so the output is valid JSON whatever the bytes were.
- */
-void json_write_string(FILE *f, const char *s, size_t len);
 
 /*
  * A size in binary units with one decimal ("512 B", "1.5 KiB", "2.0 GiB").
