@@ -20,11 +20,13 @@
 #include <ftw.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -214,6 +216,28 @@ void h_init(int argc, char **argv, const char *name)
 		h_kvctl_path = argv[2];
 }
 
+/*
+ * fork() a child that dies with this process (PR_SET_PDEATHSIG): the pid in
+ * the parent, 0 in the child, which _exits with orphan_exit when this
+ * process was gone before the death signal was set; -1 (with a message)
+ * when fork failed.
+ */
+static pid_t h_fork_bound(int orphan_exit)
+{
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		h_fail("fork: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(orphan_exit);
+	}
+	return pid;
+}
+
 /* ------------------------------------------------------------ daemon */
 
 int h_daemon_dir(struct h_daemon *d, int world)
@@ -262,16 +286,10 @@ pid_t h_daemon_spawn(struct h_daemon *d, const char *const *extra)
 					i ? " " : "", argv[i]);
 	h_log("starting: %s", cmd);
 
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		h_fail("fork: %s", strerror(errno));
+	pid_t pid = h_fork_bound(127);
+	if (pid < 0)
 		return -1;
-	}
 	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
 			      0644);
 		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -377,18 +395,36 @@ int h_daemon_startv(struct h_daemon *d, int timeout_ms,
 	}
 }
 
-int h_daemon_start(struct h_daemon *d, int timeout_ms, ...)
+/* The NULL-terminated flags of ap into extra[48], NULL-terminated. */
+static void h_extra_flags(va_list ap, const char *extra[48])
 {
-	const char *extra[48];
 	int n = 0;
-	va_list ap;
-	va_start(ap, timeout_ms);
 	const char *s;
 	while ((s = va_arg(ap, const char *)) != NULL && n < 47)
 		extra[n++] = s;
-	va_end(ap);
 	extra[n] = NULL;
+}
+
+int h_daemon_start(struct h_daemon *d, int timeout_ms, ...)
+{
+	const char *extra[48];
+	va_list ap;
+	va_start(ap, timeout_ms);
+	h_extra_flags(ap, extra);
+	va_end(ap);
 	return h_daemon_startv(d, timeout_ms, extra);
+}
+
+int h_daemon_up(struct h_daemon *d, ...)
+{
+	const char *extra[48];
+	va_list ap;
+	va_start(ap, d);
+	h_extra_flags(ap, extra);
+	va_end(ap);
+	if (h_daemon_dir(d, 0))
+		return -1;
+	return h_daemon_startv(d, 10000, extra);
 }
 
 int h_daemon_stop(struct h_daemon *d, int timeout_ms)
@@ -451,6 +487,41 @@ void h_daemon_cleanup(struct h_daemon *d)
 			h_dirs[i][0] = 0;
 }
 
+int h_daemon_teardown(void **state)
+{
+	struct h_daemon *d = *state;
+	if (d) {
+		h_daemon_cleanup(d);
+		free(d);
+	}
+	*state = NULL;
+	return 0;
+}
+
+int h_daemon_end(struct h_daemon *d, int fail)
+{
+	if (fail)
+		h_daemon_dump_log(d);
+	h_daemon_cleanup(d);
+	return fail ? H_FAIL : H_PASS;
+}
+
+int h_daemon_finish(struct h_daemon *d, int fail, uint64_t t0_ms)
+{
+	if (h_daemon_stop(d, 10000))
+		fail = 1;
+	h_log("%s in %" PRIu64 " ms", fail ? "FAIL" : "PASS", h_now_ms() - t0_ms);
+	return h_daemon_end(d, fail);
+}
+
+int h_run_with_1_then_2_workers(int (*run)(int workers))
+{
+	int rc = run(1);
+	if (rc == H_PASS)
+		rc = run(2);
+	return rc;
+}
+
 long h_proc_status_kb(pid_t pid, const char *field)
 {
 	char path[64], line[256];
@@ -499,15 +570,10 @@ static pid_t h_fork_common(const struct fork_as *as, int (*fn)(void *),
 {
 	pid_t parent = getpid();
 	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		h_fail("fork: %s", strerror(errno));
+	pid_t pid = h_fork_bound(H_FAIL);
+	if (pid < 0)
 		return -1;
-	}
 	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(H_FAIL);
 		/* The child owns none of the parent's daemons or dirs. */
 		h_nchildren = 0;
 		h_ndirs = 0;
@@ -591,4 +657,63 @@ int h_wait_all(const pid_t *pids, int n, int timeout_ms)
 		}
 	}
 	return bad;
+}
+
+void *h_shared_zalloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		h_fail("mmap of %zu shared bytes: %s", bytes, strerror(errno));
+		return NULL;
+	}
+	memset(p, 0, bytes);
+	return p;
+}
+
+/* ------------------------------------------------------------ pipes */
+
+int h_chan_open(struct h_chan *ch)
+{
+	if (pipe(ch->to_parent) < 0) {
+		h_fail("pipe: %s", strerror(errno));
+		return -1;
+	}
+	if (pipe(ch->to_child) < 0) {
+		h_fail("pipe: %s", strerror(errno));
+		close(ch->to_parent[0]);
+		close(ch->to_parent[1]);
+		return -1;
+	}
+	return 0;
+}
+
+void h_chan_child_side(struct h_chan *ch)
+{
+	close(ch->to_parent[0]);
+	close(ch->to_child[1]);
+}
+
+void h_chan_parent_side(struct h_chan *ch)
+{
+	close(ch->to_parent[1]);
+	close(ch->to_child[0]);
+}
+
+int h_chan_say(int fd, char b)
+{
+	if (write(fd, &b, 1) != 1) {
+		h_log("pipe write failed");
+		return -1;
+	}
+	return 0;
+}
+
+int h_chan_wait(int fd, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char b;
+	if (poll(&p, 1, timeout_ms) <= 0 || read(fd, &b, 1) != 1)
+		return -1;
+	return b;
 }

@@ -101,6 +101,9 @@ int h_check_accounting(struct kvp_client *c, struct kvp_stats *st_out);
  * there yet. Returns 0 or the last -errno (err filled). */
 int h_connect(struct kvp_client **out, const char *sock, const char *name,
 	      int timeout_ms, char *err, size_t errlen);
+/* h_connect, or NULL with the failure reported (h_fail). */
+struct kvp_client *h_connect_or_fail(const char *sock, const char *name,
+				     int timeout_ms);
 
 /* ------------------------------------------------------------ daemon */
 
@@ -142,6 +145,10 @@ int h_daemon_start(struct h_daemon *d, int timeout_ms, ...)
 	__attribute__((sentinel));
 int h_daemon_startv(struct h_daemon *d, int timeout_ms,
 		    const char *const *extra);
+/* The usual daemon of a test program: h_daemon_dir (mode 0700), then
+ * h_daemon_start with a 10 s timeout and the NULL-terminated extra flags.
+ * Returns 0 or -1 (with a message). */
+int h_daemon_up(struct h_daemon *d, ...) __attribute__((sentinel));
 
 /*
  * Start kvpoold like h_daemon_start but do not wait for it to serve; for a
@@ -160,6 +167,23 @@ void h_daemon_cleanup(struct h_daemon *d);
 void h_daemon_dump_log(const struct h_daemon *d);
 /* Whether the daemon is still running (reaps it when it exited). */
 int h_daemon_alive(struct h_daemon *d);
+/* A cmocka teardown for a test that keeps a calloc'ed h_daemon in *state:
+ * h_daemon_cleanup, free, *state = NULL. */
+int h_daemon_teardown(void **state);
+
+/*
+ * The end of a test program's run against d, failed or not: h_daemon_end
+ * after stopping the daemon (a failed stop fails the run) and logging
+ * "PASS in N ms" or "FAIL in N ms", N counted from t0_ms.
+ */
+int h_daemon_finish(struct h_daemon *d, int fail, uint64_t t0_ms);
+/* Print the daemon's log when fail, remove its dir; returns H_FAIL when
+ * fail, else H_PASS. */
+int h_daemon_end(struct h_daemon *d, int fail);
+/* A program that runs its test once against a daemon with one worker
+ * thread (which serialises the rings) and, when that passed, once with
+ * two (which run clients in parallel): returns the exit code. */
+int h_run_with_1_then_2_workers(int (*run)(int workers));
 
 /* A field of /proc/PID/status in KiB (e.g. "VmRSS"), or -1. */
 long h_proc_status_kb(pid_t pid, const char *field);
@@ -186,6 +210,31 @@ int h_wait(pid_t pid, int timeout_ms);
 int h_wait_all(const pid_t *pids, int n, int timeout_ms);
 /* Forget a child that was reaped by other means. */
 void h_forget(pid_t pid);
+
+/* Zeroed memory shared with the children forked after (MAP_SHARED), or
+ * NULL with a message. */
+void *h_shared_zalloc(size_t bytes);
+
+/*
+ * Two pipes between the test and one child it forks, for the two to wait
+ * on each other: the child writes to_parent[1], the parent to_child[1].
+ * Each side closes the other's ends (h_chan_child_side first thing in the
+ * child, h_chan_parent_side right after the fork); closing one's write end
+ * is an EOF the other can wait for.
+ */
+struct h_chan {
+	int to_parent[2];
+	int to_child[2];
+};
+/* Both pipes. Returns 0, or -1 with a message. */
+int h_chan_open(struct h_chan *ch);
+void h_chan_child_side(struct h_chan *ch);
+void h_chan_parent_side(struct h_chan *ch);
+/* Write the byte b to fd. Returns 0, or -1 with a message. */
+int h_chan_say(int fd, char b);
+/* The next byte from fd, waiting up to timeout_ms; -1 on a timeout or
+ * EOF. */
+int h_chan_wait(int fd, int timeout_ms);
 
 /* ------------------------------------------------------------ raw ring */
 

@@ -59,6 +59,19 @@ int h_connect(struct kvp_client **out, const char *sock, const char *name,
 	}
 }
 
+struct kvp_client *h_connect_or_fail(const char *sock, const char *name,
+				     int timeout_ms)
+{
+	struct kvp_client *c;
+	char err[KVP_ERRLEN];
+	int rc = h_connect(&c, sock, name, timeout_ms, err, sizeof(err));
+	if (rc < 0) {
+		h_fail("connect as %s: %d (%s)", name, rc, err);
+		return NULL;
+	}
+	return c;
+}
+
 int h_verify_user(struct kvp_client *c, uint64_t salt, uint64_t user,
 		  uint64_t expect_start, uint64_t expect_len, uint64_t *len_out)
 {

@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,17 +37,6 @@ static const char *g_sock;
 #define RSS_SLACK_KB 2048
 #endif
 
-static int teardown_daemon(void **state)
-{
-	struct h_daemon *d = *state;
-	if (d) {
-		h_daemon_cleanup(d);
-		free(d);
-	}
-	*state = NULL;
-	return 0;
-}
-
 static struct h_daemon *start(void **state)
 {
 	struct h_daemon *d = calloc(1, sizeof(*d));
@@ -59,21 +47,6 @@ static struct h_daemon *start(void **state)
 					"--host_mem=4M", (char *)NULL), 0);
 	g_sock = d->sock;
 	return d;
-}
-
-static int pipe_wait(int fd, int timeout_ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	char b;
-	if (poll(&p, 1, timeout_ms) <= 0 || read(fd, &b, 1) != 1)
-		return -1;
-	return b;
-}
-
-static void pipe_say(int fd, char b)
-{
-	if (write(fd, &b, 1) != 1)
-		h_log("pipe write failed");
 }
 
 /* A client works against the daemon: one cycle, read back. */
@@ -117,25 +90,16 @@ static void stale_socket_of_killed_daemon_is_replaced(void **state)
 
 /* ------------------------------------------------------------ shutdown */
 
-struct attached {
-	int to_parent[2];
-	int to_child[2];
-};
-
 /* Attach, hold a write lease and a read lease, tell the parent, wait for it
  * to stop the daemon, then check the next call fails instead of hanging. */
 static int attached_client(void *arg)
 {
-	struct attached *a = arg;
+	struct h_chan *a = arg;
 	h_set_name("attached");
-	close(a->to_parent[0]);
-	close(a->to_child[1]);
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "attached", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	h_chan_child_side(a);
+	struct kvp_client *c = h_connect_or_fail(g_sock, "attached", 5000);
+	if (!c)
 		return H_FAIL;
-	}
 	struct kvp_lease ls;
 	if (h_append_cycle(c, 5, 10, 0, 16, 0) ||
 	    kvp_prepare(c, 10, 16, 0, &ls) < 0 ||
@@ -143,8 +107,8 @@ static int attached_client(void *arg)
 		h_fail("setup: %s", kvp_last_error(c));
 		return H_FAIL;
 	}
-	pipe_say(a->to_parent[1], 'r');
-	if (pipe_wait(a->to_child[0], 30000) != 's') {
+	h_chan_say(a->to_parent[1], 'r');
+	if (h_chan_wait(a->to_child[0], 30000) != 's') {
 		h_fail("no word from the parent");
 		return H_FAIL;
 	}
@@ -165,13 +129,11 @@ static int attached_client(void *arg)
 static void shutdown_with_client_attached(void **state, int sig)
 {
 	struct h_daemon *d = start(state);
-	struct attached a;
-	assert_int_equal(pipe(a.to_parent), 0);
-	assert_int_equal(pipe(a.to_child), 0);
+	struct h_chan a;
+	assert_int_equal(h_chan_open(&a), 0);
 	pid_t p = h_fork(attached_client, &a);
-	close(a.to_parent[1]);
-	close(a.to_child[0]);
-	assert_int_equal(pipe_wait(a.to_parent[0], 10000), 'r');
+	h_chan_parent_side(&a);
+	assert_int_equal(h_chan_wait(a.to_parent[0], 10000), 'r');
 	if (sig == SIGTERM) {
 		assert_int_equal(h_daemon_stop(d, 10000), 0);
 	} else {
@@ -187,7 +149,7 @@ static void shutdown_with_client_attached(void **state, int sig)
 		if (access(d->sock, F_OK) == 0)
 			fail_msg("kvpoold left %s behind after signal %d", d->sock, sig);
 	}
-	pipe_say(a.to_child[1], 's');
+	h_chan_say(a.to_child[1], 's');
 	int rc = h_wait(p, 15000);
 	close(a.to_parent[0]);
 	close(a.to_child[1]);
@@ -212,16 +174,12 @@ static void sigint_exits_0_and_removes_socket(void **state)
 
 static int closing_client(void *arg)
 {
-	struct attached *a = arg;
+	struct h_chan *a = arg;
 	h_set_name("closer");
-	close(a->to_parent[0]);
-	close(a->to_child[1]);
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "closer", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	h_chan_child_side(a);
+	struct kvp_client *c = h_connect_or_fail(g_sock, "closer", 5000);
+	if (!c)
 		return H_FAIL;
-	}
 	struct kvp_lease ls;
 	const struct kvp_layout *l = kvp_client_layout(c);
 	uint8_t kv[20 * 256];
@@ -244,26 +202,24 @@ static int closing_client(void *arg)
 		h_tokens_fill(l, 77, u, 7, 20, kv);
 		kvp_append(c, &ls, 0, 20, kv);
 	}
-	pipe_say(a->to_parent[1], 'h');
-	if (pipe_wait(a->to_child[0], 30000) != 'c')
+	h_chan_say(a->to_parent[1], 'h');
+	if (h_chan_wait(a->to_child[0], 30000) != 'c')
 		return H_FAIL;
 	kvp_close(c);
-	pipe_say(a->to_parent[1], 'c');
+	h_chan_say(a->to_parent[1], 'c');
 	/* Stay alive: the leases must go with the close, not the process. */
-	pipe_wait(a->to_child[0], 30000);
+	h_chan_wait(a->to_child[0], 30000);
 	return H_PASS;
 }
 
 static void close_releases_every_lease(void **state)
 {
 	struct h_daemon *d = start(state);
-	struct attached a;
-	assert_int_equal(pipe(a.to_parent), 0);
-	assert_int_equal(pipe(a.to_child), 0);
+	struct h_chan a;
+	assert_int_equal(h_chan_open(&a), 0);
 	pid_t p = h_fork(closing_client, &a);
-	close(a.to_parent[1]);
-	close(a.to_child[0]);
-	assert_int_equal(pipe_wait(a.to_parent[0], 10000), 'h');
+	h_chan_parent_side(&a);
+	assert_int_equal(h_chan_wait(a.to_parent[0], 10000), 'h');
 
 	struct kvp_client *c;
 	char err[KVP_ERRLEN];
@@ -275,8 +231,8 @@ static void close_releases_every_lease(void **state)
 			 st.leases, HELD_WRITE + HELD_READ);
 	uint64_t used_before = st.tier[KVP_TIER_DEVICE].frames_used;
 
-	pipe_say(a.to_child[1], 'c');
-	assert_int_equal(pipe_wait(a.to_parent[0], 10000), 'c');
+	h_chan_say(a.to_child[1], 'c');
+	assert_int_equal(h_chan_wait(a.to_parent[0], 10000), 'c');
 	uint64_t until = h_now_ms() + 2000;
 	do {
 		assert_int_equal(kvp_stats(c, 0, &st), 0);
@@ -508,17 +464,17 @@ int main(int argc, char **argv)
 	h_init(argc, argv, "test_daemon_lifecycle");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(stale_socket_of_killed_daemon_is_replaced,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(sigterm_exits_0_and_removes_socket,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(sigint_exits_0_and_removes_socket,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(close_releases_every_lease,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(bad_hellos_are_refused_and_stall_no_one,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(attach_churn_leaks_no_fds_memory_or_users,
-					  teardown_daemon),
+					  h_daemon_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL) ? H_FAIL : H_PASS;
 }

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -297,17 +296,16 @@ static int worker_main(void *arg)
 	struct worker *wk = arg;
 	int w = wk->idx;
 	int survivor = w >= MORTALS;
-	char name[32], err[KVP_ERRLEN];
+	char name[32];
 	snprintf(name, sizeof(name), "%s-%d.%d", survivor ? "survivor" : "mortal",
 		 w, wk->incarnation);
 	h_set_name(name);
 	set_state(w, ST_CONNECTING);
-	struct kvp_client *c;
-	int rc = h_connect(&c, g_sock, name, 10000, err, sizeof(err));
-	if (rc < 0) {
-		h_fail("connect: %d (%s)", rc, err);
+	struct kvp_client *c = h_connect_or_fail(g_sock, name, 10000);
+	if (!c)
 		return H_FAIL;
-	}
+	int result = H_FAIL;
+	int rc;
 	set_state(w, ST_IDLE);
 	g->ready[w] = 1;
 	struct h_rng r;
@@ -362,30 +360,23 @@ static int worker_main(void *arg)
 			if (h_verify_user(c, SALT, user_of(w, i), 0, lens[i], NULL))
 				goto fail;
 	}
-	kvp_close(c);
-	return H_PASS;
+	result = H_PASS;
 fail:
 	kvp_close(c);
-	return H_FAIL;
+	return result;
 }
 
 int main(int argc, char **argv)
 {
 	h_init(argc, argv, "test_kill_clients");
 	uint64_t t0 = h_now_ms();
-	g = mmap(NULL, sizeof(*g), PROT_READ | PROT_WRITE,
-		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g == MAP_FAILED) {
-		h_fail("mmap");
+	g = h_shared_zalloc(sizeof(*g));
+	if (!g)
 		return H_FAIL;
-	}
-	memset(g, 0, sizeof(*g));
 	struct h_daemon d;
-	if (h_daemon_dir(&d, 0))
-		return H_FAIL;
 	/* Two workers: deaths are noticed while the other worker serves. */
-	if (h_daemon_start(&d, 10000, "--device_mem=256M", "--host_mem=64M",
-			   "--workers=2", (char *)NULL))
+	if (h_daemon_up(&d, "--device_mem=256M", "--host_mem=64M", "--workers=2",
+			(char *)NULL))
 		return H_FAIL;
 	g_sock = d.sock;
 
@@ -467,14 +458,12 @@ int main(int argc, char **argv)
 	for (int s = 0; s < SURVIVORS; s++)
 		h_log("survivor %d ran %" PRIu64 " cycles", s, g->survivor_cycles[s]);
 
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	int rc = h_connect(&c, d.sock, "checker", 5000, err, sizeof(err));
-	if (rc < 0) {
-		h_fail("checker connect: %d (%s)", rc, err);
+	struct kvp_client *c = h_connect_or_fail(d.sock, "checker", 5000);
+	if (!c) {
 		h_daemon_kill(&d);
 		return H_FAIL;
 	}
+	int rc;
 	/* The daemon learns of deaths by socket hang-up: give it a moment. */
 	struct kvp_stats st;
 	deadline = h_now_ms() + 5000;
@@ -514,11 +503,5 @@ int main(int argc, char **argv)
 		fail = 1;
 	}
 	kvp_close(c);
-	if (h_daemon_stop(&d, 10000))
-		fail = 1;
-	h_log("%s in %" PRIu64 " ms", fail ? "FAIL" : "PASS", h_now_ms() - t0);
-	if (fail)
-		h_daemon_dump_log(&d);
-	h_daemon_cleanup(&d);
-	return fail ? H_FAIL : H_PASS;
+	return h_daemon_finish(&d, fail, t0);
 }

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -40,14 +39,13 @@ static const char *g_sock;
 static int racer_main(void *arg)
 {
 	int p = (int)(intptr_t)arg;
-	char name[32], err[KVP_ERRLEN];
+	char name[32];
 	snprintf(name, sizeof(name), "racer-%d", p);
 	h_set_name(name);
-	struct kvp_client *c;
-	if (h_connect(&c, g_sock, name, 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = h_connect_or_fail(g_sock, name, 5000);
+	if (!c)
 		return H_FAIL;
-	}
+	int result = H_FAIL;
 	const struct kvp_layout *l = kvp_client_layout(c);
 	uint8_t kv[24 * 256];
 	struct h_rng r;
@@ -99,27 +97,22 @@ static int racer_main(void *arg)
 		g->committed[p][i] += n;
 		wins++;
 	}
-	kvp_close(c);
-	return H_PASS;
+	result = H_PASS;
 fail:
 	kvp_close(c);
-	return H_FAIL;
+	return result;
 }
 
 int main(int argc, char **argv)
 {
 	h_init(argc, argv, "test_racing_writers");
 	uint64_t t0 = h_now_ms();
-	g = mmap(NULL, sizeof(*g), PROT_READ | PROT_WRITE,
-		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g == MAP_FAILED)
+	g = h_shared_zalloc(sizeof(*g));
+	if (!g)
 		return H_FAIL;
-	memset(g, 0, sizeof(*g));
 	struct h_daemon d;
-	if (h_daemon_dir(&d, 0))
-		return H_FAIL;
-	if (h_daemon_start(&d, 10000, "--device_mem=64M", "--host_mem=16M",
-			   "--workers=2", (char *)NULL))
+	if (h_daemon_up(&d, "--device_mem=64M", "--host_mem=16M", "--workers=2",
+			(char *)NULL))
 		return H_FAIL;
 	g_sock = d.sock;
 	int fail = 0;
@@ -139,10 +132,8 @@ int main(int argc, char **argv)
 	h_log("%d wins, %" PRIu64 " prepares lost with -EBUSY, %" PRIu64
 	      " with an overlap", PROCS * WINS, busy, overlap);
 
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, d.sock, "checker", 5000, err, sizeof(err)) < 0) {
-		h_fail("checker connect: %s", err);
+	struct kvp_client *c = h_connect_or_fail(d.sock, "checker", 5000);
+	if (!c) {
 		h_daemon_kill(&d);
 		return H_FAIL;
 	}
@@ -160,11 +151,5 @@ int main(int argc, char **argv)
 		fail = 1;
 	}
 	kvp_close(c);
-	if (h_daemon_stop(&d, 10000))
-		fail = 1;
-	h_log("%s in %" PRIu64 " ms", fail ? "FAIL" : "PASS", h_now_ms() - t0);
-	if (fail)
-		h_daemon_dump_log(&d);
-	h_daemon_cleanup(&d);
-	return fail ? H_FAIL : H_PASS;
+	return h_daemon_finish(&d, fail, t0);
 }

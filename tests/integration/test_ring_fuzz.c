@@ -35,7 +35,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -79,6 +78,7 @@ static int good_main(void *arg)
 		h_fail("connect: %d (%s)", rc, err);
 		return H_FAIL;
 	}
+	int result = H_FAIL;
 	uint64_t len[GOOD_USERS] = { 0 };
 	struct h_rng r;
 	h_rng_seed(&r, 7);
@@ -104,11 +104,10 @@ static int good_main(void *arg)
 		}
 		g_good->cycles++;
 	}
-	kvp_close(c);
-	return H_PASS;
+	result = H_PASS;
 fail:
 	kvp_close(c);
-	return H_FAIL;
+	return result;
 }
 
 /* ------------------------------------------------------------ the table */
@@ -746,16 +745,11 @@ int main(int argc, char **argv)
 {
 	h_init(argc, argv, "test_ring_fuzz");
 	uint64_t t0 = h_now_ms();
-	g_good = mmap(NULL, sizeof(*g_good), PROT_READ | PROT_WRITE,
-		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g_good == MAP_FAILED)
+	g_good = h_shared_zalloc(sizeof(*g_good));
+	if (!g_good)
 		return H_FAIL;
-	memset(g_good, 0, sizeof(*g_good));
 	struct h_daemon d;
-	if (h_daemon_dir(&d, 0))
-		return H_FAIL;
-	if (h_daemon_start(&d, 10000, "--device_mem=16M", "--host_mem=8M",
-			   (char *)NULL))
+	if (h_daemon_up(&d, "--device_mem=16M", "--host_mem=8M", (char *)NULL))
 		return H_FAIL;
 	g_sock = d.sock;
 	int fail = 0;
@@ -882,11 +876,5 @@ int main(int argc, char **argv)
 		fail = 1;
 	}
 	kvp_close(owner);
-	if (h_daemon_stop(&d, 10000))
-		fail = 1;
-	h_log("%s in %" PRIu64 " ms", fail ? "FAIL" : "PASS", h_now_ms() - t0);
-	if (fail)
-		h_daemon_dump_log(&d);
-	h_daemon_cleanup(&d);
-	return fail ? H_FAIL : H_PASS;
+	return h_daemon_finish(&d, fail, t0);
 }

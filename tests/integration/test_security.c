@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,17 +41,6 @@ static int need_root(void)
 		return 0;
 	}
 	return 1;
-}
-
-static int teardown_daemon(void **state)
-{
-	struct h_daemon *d = *state;
-	if (d) {
-		h_daemon_cleanup(d);
-		free(d);
-	}
-	*state = NULL;
-	return 0;
 }
 
 /* Start a daemon for one test, in a world-enterable dir with a socket any
@@ -82,6 +70,16 @@ static void run_as(uid_t uid, int (*fn)(void *), void *arg, const char *what)
 	if (rc != 0)
 		fail_msg("%s (uid %u) failed: exit %d (see its messages above)",
 			 what, (unsigned)uid, rc);
+}
+
+/* In a child: call it tenant-T and attach to the test's daemon as T;
+ * NULL (reported) when it cannot. */
+static struct kvp_client *connect_as_tenant(const char *t)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "tenant-%s", t);
+	h_set_name(name);
+	return h_connect_or_fail(g_sock, t, 5000);
 }
 
 /* ------------------------------------------------------------ (a) */
@@ -161,13 +159,9 @@ static void uid_not_in_allow_list_is_refused_with_message(void **state)
 static int tenant_b_writes(void *arg)
 {
 	(void)arg;
-	h_set_name("tenant-b");
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "b", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = connect_as_tenant("b");
+	if (!c)
 		return H_FAIL;
-	}
 	for (int i = 0; i < B_USERS; i++)
 		if (h_append_cycle(c, SALT_B, 5000 + (uint64_t)i, 0, 40, 0)) {
 			kvp_close(c);
@@ -180,13 +174,9 @@ static int tenant_b_writes(void *arg)
 static int tenant_b_checks(void *arg)
 {
 	(void)arg;
-	h_set_name("tenant-b");
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "b", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = connect_as_tenant("b");
+	if (!c)
 		return H_FAIL;
-	}
 	int ok = 1;
 	for (int i = 0; i < B_USERS; i++)
 		if (h_verify_user(c, SALT_B, 5000 + (uint64_t)i, 0, 40, NULL))
@@ -205,13 +195,9 @@ static int tenant_b_checks(void *arg)
 static int tenant_a_pries(void *arg)
 {
 	(void)arg;
-	h_set_name("tenant-a");
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "a", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = connect_as_tenant("a");
+	if (!c)
 		return H_FAIL;
-	}
 	int ok = 1;
 	for (int i = 0; i < A_USERS; i++)
 		if (h_append_cycle(c, SALT_A, 7000 + (uint64_t)i, 0, 8, 0))
@@ -307,6 +293,7 @@ static int tenant_a_pries(void *arg)
 
 	/* Raw memory: the welcome names tenant a and a's tier only. */
 	struct h_raw r;
+	char err[KVP_ERRLEN];
 	rc = h_raw_attach(&r, g_sock, 0, 0, err, sizeof(err));
 	if (rc < 0) {
 		h_fail("raw attach: %d (%s)", rc, err);
@@ -349,23 +336,13 @@ static void tenant_cannot_read_list_or_evict_another_tenant(void **state)
 
 /* ------------------------------------------------------------ (c) */
 
-struct quota_sync {
-	int to_parent[2];
-	int to_child[2];
-};
-
 static int tenant_a_fills(void *arg)
 {
-	struct quota_sync *s = arg;
-	h_set_name("tenant-a");
-	close(s->to_parent[0]);
-	close(s->to_child[1]);
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "a", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct h_chan *s = arg;
+	h_chan_child_side(s);
+	struct kvp_client *c = connect_as_tenant("a");
+	if (!c)
 		return H_FAIL;
-	}
 	struct kvp_stats st;
 	if (kvp_stats(c, 0, &st) < 0) {
 		h_fail("stats: %s", kvp_last_error(c));
@@ -396,12 +373,10 @@ static int tenant_a_fills(void *arg)
 		       PRIu64, i, frames);
 		ok = 0;
 	}
-	char b = ok ? 'y' : 'n';
-	if (write(s->to_parent[1], &b, 1) != 1)
+	if (h_chan_say(s->to_parent[1], ok ? 'y' : 'n'))
 		ok = 0;
 	/* Hold every lease until the other tenant has been served. */
-	struct pollfd p = { .fd = s->to_child[0], .events = POLLIN };
-	poll(&p, 1, 60000);
+	h_chan_wait(s->to_child[0], 60000);
 	kvp_close(c);
 	return ok ? H_PASS : H_FAIL;
 }
@@ -409,13 +384,9 @@ static int tenant_a_fills(void *arg)
 static int tenant_b_unaffected(void *arg)
 {
 	(void)arg;
-	h_set_name("tenant-b");
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "b", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = connect_as_tenant("b");
+	if (!c)
 		return H_FAIL;
-	}
 	int ok = 1;
 	for (int i = 0; i < 20 && ok; i++) {
 		uint64_t u = 6000 + (uint64_t)i;
@@ -436,16 +407,13 @@ static void tenant_over_quota_gets_enomem_others_unaffected(void **state)
 				"--tenant=b:uids=1002:device_mem=1M:host_mem=1M",
 				"--socket_mode=0666", NULL };
 	start(state, extra);
-	struct quota_sync s;
-	assert_int_equal(pipe(s.to_parent), 0);
-	assert_int_equal(pipe(s.to_child), 0);
+	struct h_chan s;
+	assert_int_equal(h_chan_open(&s), 0);
 	pid_t a = h_fork_as(UID_A, UID_A, tenant_a_fills, &s);
 	assert_true(a > 0);
-	close(s.to_parent[1]);
-	close(s.to_child[0]);
-	char b = 0;
-	struct pollfd p = { .fd = s.to_parent[0], .events = POLLIN };
-	if (poll(&p, 1, 30000) <= 0 || read(s.to_parent[0], &b, 1) != 1) {
+	h_chan_parent_side(&s);
+	int b = h_chan_wait(s.to_parent[0], 30000);
+	if (b < 0) {
 		int rc = h_wait(a, 5000);
 		if (rc == H_SKIP)
 			skip();
@@ -571,15 +539,15 @@ int main(int argc, char **argv)
 	h_init(argc, argv, "test_security");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(uid_not_in_allow_list_is_refused_with_message,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(tenant_cannot_read_list_or_evict_another_tenant,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(tenant_over_quota_gets_enomem_others_unaffected,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(second_daemon_on_same_socket_refuses_to_start,
-					  teardown_daemon),
+					  h_daemon_teardown),
 		cmocka_unit_test_teardown(kvctl_evict_all_as_non_admin_exits_1_saying_admin,
-					  teardown_daemon),
+					  h_daemon_teardown),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	if (failed)

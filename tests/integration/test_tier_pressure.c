@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -51,14 +50,13 @@ static uint64_t user_of(int w, int i)
 static int writer_main(void *arg)
 {
 	int w = (int)(intptr_t)arg;
-	char name[32], err[KVP_ERRLEN];
+	char name[32];
 	snprintf(name, sizeof(name), "writer-%d", w);
 	h_set_name(name);
-	struct kvp_client *c;
-	if (h_connect(&c, g_sock, name, 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = h_connect_or_fail(g_sock, name, 5000);
+	if (!c)
 		return H_FAIL;
-	}
+	int result = H_FAIL;
 	struct h_rng r;
 	h_rng_seed(&r, 0x77000 + (uint64_t)w);
 	uint64_t *len = g->len[w];
@@ -88,11 +86,10 @@ static int writer_main(void *arg)
 				break;
 		}
 	}
-	kvp_close(c);
-	return H_PASS;
+	result = H_PASS;
 fail:
 	kvp_close(c);
-	return H_FAIL;
+	return result;
 }
 
 struct pinned {
@@ -129,12 +126,10 @@ static int pinner_main(void *arg)
 {
 	(void)arg;
 	h_set_name("pinner");
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, g_sock, "pinner", 5000, err, sizeof(err)) < 0) {
-		h_fail("connect: %s", err);
+	struct kvp_client *c = h_connect_or_fail(g_sock, "pinner", 5000);
+	if (!c)
 		return H_FAIL;
-	}
+	int result = H_FAIL;
 	for (int u = 0; u < PIN_USERS; u++)
 		if (h_append_cycle(c, SALT, 900 + (uint64_t)u, 0, PIN_TOKENS, 0))
 			goto fail;
@@ -172,11 +167,10 @@ static int pinner_main(void *arg)
 					  NULL))
 				goto fail;
 	}
-	kvp_close(c);
-	return H_PASS;
+	result = H_PASS;
 fail:
 	kvp_close(c);
-	return H_FAIL;
+	return result;
 }
 
 /* One run against a daemon with `workers` worker threads. */
@@ -186,16 +180,12 @@ static int run(int workers)
 	snprintf(wflag, sizeof(wflag), "--workers=%d", workers);
 	h_log("---- kvpoold with %d worker thread(s)", workers);
 	uint64_t t0 = h_now_ms();
-	g = mmap(NULL, sizeof(*g), PROT_READ | PROT_WRITE,
-		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g == MAP_FAILED)
+	g = h_shared_zalloc(sizeof(*g));
+	if (!g)
 		return H_FAIL;
-	memset(g, 0, sizeof(*g));
 	struct h_daemon d;
-	if (h_daemon_dir(&d, 0))
-		return H_FAIL;
-	if (h_daemon_start(&d, 10000, "--device_mem=2M", "--host_mem=32M", wflag,
-			   (char *)NULL))
+	if (h_daemon_up(&d, "--device_mem=2M", "--host_mem=32M", wflag,
+			(char *)NULL))
 		return H_FAIL;
 	g_sock = d.sock;
 	int fail = 0;
@@ -216,10 +206,8 @@ static int run(int workers)
 	h_log("pinned pages read back %" PRIu64 " times under pressure",
 	      g->pin_checks);
 
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	if (h_connect(&c, d.sock, "checker", 5000, err, sizeof(err)) < 0) {
-		h_fail("checker connect: %s", err);
+	struct kvp_client *c = h_connect_or_fail(d.sock, "checker", 5000);
+	if (!c) {
 		h_daemon_kill(&d);
 		return H_FAIL;
 	}
@@ -254,21 +242,11 @@ static int run(int workers)
 		fail = 1;
 	}
 	kvp_close(c);
-	if (h_daemon_stop(&d, 10000))
-		fail = 1;
-	h_log("%s in %" PRIu64 " ms", fail ? "FAIL" : "PASS", h_now_ms() - t0);
-	if (fail)
-		h_daemon_dump_log(&d);
-	h_daemon_cleanup(&d);
-	return fail ? H_FAIL : H_PASS;
+	return h_daemon_finish(&d, fail, t0);
 }
 
 int main(int argc, char **argv)
 {
 	h_init(argc, argv, "test_tier_pressure");
-	/* One worker serialises the rings; two run clients in parallel. */
-	int rc = run(1);
-	if (rc == H_PASS)
-		rc = run(2);
-	return rc;
+	return h_run_with_1_then_2_workers(run);
 }

@@ -229,17 +229,16 @@ out:
 static int writer_main(void *arg)
 {
 	struct writer *w = arg;
-	char name[32], err[KVP_ERRLEN];
+	char name[32];
 	snprintf(name, sizeof(name), "writer-%d%c", w->pair, w->role ? 'B' : 'A');
 	h_set_name(name);
 	close(w->other[0]);
 	close(w->other[1]);
-	struct kvp_client *c;
-	int rc = h_connect(&c, g_sock, name, 10000, err, sizeof(err));
-	if (rc < 0) {
-		h_fail("connect: %d (%s)", rc, err);
+	struct kvp_client *c = h_connect_or_fail(g_sock, name, 10000);
+	if (!c)
 		return H_FAIL;
-	}
+	int result = H_FAIL;
+	int rc;
 	int async = w->pair >= 2;
 	/* Turn t of chunk k waits only for turn t - 1 of chunk k, so both
 	 * processes of the pair run at once, on different chunks. */
@@ -259,11 +258,10 @@ static int writer_main(void *arg)
 			}
 		}
 	}
-	kvp_close(c);
-	return H_PASS;
+	result = H_PASS;
 fail:
 	kvp_close(c);
-	return H_FAIL;
+	return result;
 }
 
 /* The continuity check refuses a gap and an overlap, and changes nothing. */
@@ -315,12 +313,10 @@ static int run(int workers)
 	h_log("---- kvpoold with %d worker thread(s)", workers);
 	uint64_t t0 = h_now_ms();
 	struct h_daemon d;
-	if (h_daemon_dir(&d, 0))
-		return H_FAIL;
 	/* 2000 users of at most 320 tokens (21 pages of 4 KiB): 164 MiB
 	 * at worst; give the device tier room so nothing is evicted. */
-	if (h_daemon_start(&d, 10000, "--device_mem=256M", wflag,
-			   "--host_mem=16777216", (char *)NULL))
+	if (h_daemon_up(&d, "--device_mem=256M", wflag, "--host_mem=16777216",
+			(char *)NULL))
 		return H_FAIL;
 	g_sock = d.sock;
 
@@ -352,14 +348,12 @@ static int run(int workers)
 	}
 	uint64_t t_write = h_now_ms();
 
-	struct kvp_client *c;
-	char err[KVP_ERRLEN];
-	int rc = h_connect(&c, d.sock, "checker", 5000, err, sizeof(err));
-	if (rc < 0) {
-		h_fail("checker connect: %d (%s)", rc, err);
+	struct kvp_client *c = h_connect_or_fail(d.sock, "checker", 5000);
+	if (!c) {
 		h_daemon_kill(&d);
 		return H_FAIL;
 	}
+	int rc;
 	uint64_t total = 0;
 	int bad_users = 0;
 	for (int p = 0; p < PAIRS && !fail; p++) {
@@ -415,18 +409,11 @@ static int run(int workers)
 	h_log("%s: %d users, %" PRIu64 " tokens; writing %" PRIu64 " ms,"
 	      " checking %" PRIu64 " ms", fail ? "FAIL" : "PASS",
 	      PAIRS * USERS_PER_PAIR, total, t_write - t0, h_now_ms() - t_write);
-	if (fail)
-		h_daemon_dump_log(&d);
-	h_daemon_cleanup(&d);
-	return fail ? H_FAIL : H_PASS;
+	return h_daemon_end(&d, fail);
 }
 
 int main(int argc, char **argv)
 {
 	h_init(argc, argv, "test_two_writers");
-	/* One worker serialises the rings; two run clients in parallel. */
-	int rc = run(1);
-	if (rc == H_PASS)
-		rc = run(2);
-	return rc;
+	return h_run_with_1_then_2_workers(run);
 }

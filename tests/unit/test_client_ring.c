@@ -90,6 +90,17 @@ static void test_connect_without_listener_names_socket_and_fix(void **state)
 	fake_free(f);
 }
 
+/* Attaching to f is refused with rc and an error text containing want;
+ * frees f. */
+static void assert_attach_refused(struct fake *f, int rc, const char *want)
+{
+	char err[KVP_ERRLEN];
+
+	assert_int_equal(fake_attach_fails(f, err), rc);
+	assert_non_null(strstr(err, want));
+	fake_free(f);
+}
+
 static void test_connect_refusal_returns_daemon_status_and_text(void **state)
 {
 	struct fake *f = fake_new();
@@ -106,37 +117,28 @@ static void test_connect_refusal_returns_daemon_status_and_text(void **state)
 static void test_connect_refuses_unsealed_memfd(void **state)
 {
 	struct fake *f = fake_new();
-	char err[KVP_ERRLEN];
 
 	(void)state;
 	f->no_seal = 1;
-	assert_int_equal(fake_attach_fails(f, err), -EPROTO);
-	assert_non_null(strstr(err, "not sealed against resizing"));
-	fake_free(f);
+	assert_attach_refused(f, -EPROTO, "not sealed against resizing");
 }
 
 static void test_connect_refuses_header_past_fd_size(void **state)
 {
 	struct fake *f = fake_new();
-	char err[KVP_ERRLEN];
 
 	(void)state;
 	f->bad_hdr = 1;
-	assert_int_equal(fake_attach_fails(f, err), -EPROTO);
-	assert_non_null(strstr(err, "does not fit"));
-	fake_free(f);
+	assert_attach_refused(f, -EPROTO, "does not fit");
 }
 
 static void test_connect_refuses_other_protocol_version(void **state)
 {
 	struct fake *f = fake_new();
-	char err[KVP_ERRLEN];
 
 	(void)state;
 	f->version = KVP_PROTO_VERSION + 1;
-	assert_int_equal(fake_attach_fails(f, err), -EPROTO);
-	assert_non_null(strstr(err, "speaks wire protocol 2"));
-	fake_free(f);
+	assert_attach_refused(f, -EPROTO, "speaks wire protocol 2");
 }
 
 static void test_connect_rejects_bad_options_before_connecting(void **state)
@@ -498,22 +500,34 @@ static void *answer_later(void *arg)
 	return NULL;
 }
 
+/* c queues info(9) with tag 99 and waits for it in kvp_reap while
+ * answer_later(l) answers (or hangs up) from a thread. Returns what
+ * kvp_reap returned, once the thread is joined. */
+static int reap_answered_later(struct kvp_client *c, struct later *l,
+			       struct kvp_completion *out)
+{
+	pthread_t t;
+	int rc;
+
+	assert_int_equal(kvp_queue_info(c, 9, 99), 0);
+	assert_int_equal(kvp_submit(c), 1);
+	assert_int_equal(pthread_create(&t, NULL, answer_later, l), 0);
+	rc = kvp_reap(c, out, 1, 1);
+	pthread_join(t, NULL);
+	return rc;
+}
+
 static void test_sleeping_client_is_woken(void **state)
 {
 	struct fake *f = fake_new();
 	struct later l = { .f = f };
 	struct kvp_completion out;
 	struct kvp_client *c;
-	pthread_t t;
 
 	(void)state;
 	f->serve = 0;
 	c = fake_attach(f, NULL);
-	assert_int_equal(kvp_queue_info(c, 9, 99), 0);
-	assert_int_equal(kvp_submit(c), 1);
-	assert_int_equal(pthread_create(&t, NULL, answer_later, &l), 0);
-	assert_int_equal(kvp_reap(c, &out, 1, 1), 1);
-	pthread_join(t, NULL);
+	assert_int_equal(reap_answered_later(c, &l, &out), 1);
 	assert_int_equal(out.tag, 99);
 	assert_int_equal(out.info.len, 90);
 	assert_int_equal(l.waiters, 1);  /* it slept with cq_waiters set */
@@ -531,16 +545,11 @@ static void test_daemon_hangup_ends_wait(void **state)
 	struct kvp_user_info ui;
 	struct kvp_client *c;
 	char want[KVP_ERRLEN];
-	pthread_t t;
 
 	(void)state;
 	f->serve = 0;
 	c = fake_attach(f, NULL);
-	assert_int_equal(kvp_queue_info(c, 9, 99), 0);
-	assert_int_equal(kvp_submit(c), 1);
-	assert_int_equal(pthread_create(&t, NULL, answer_later, &l), 0);
-	assert_int_equal(kvp_reap(c, &out, 1, 1), -ECONNRESET);
-	pthread_join(t, NULL);
+	assert_int_equal(reap_answered_later(c, &l, &out), -ECONNRESET);
 	snprintf(want, sizeof(want), "kvpoold at %s went away; the leases of this "
 		 "client are gone; reconnect with kvp_connect()", f->path);
 	assert_string_equal(kvp_last_error(c), want);

@@ -24,256 +24,37 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "engine_helpers.h"
 #include "frames.h"
 #include "kvpool.h"
 
-/* 2 layers, 2 heads, dim 8, fp32, 4 tokens/page:
- * token_bytes 256, page_bytes 1024 */
-#define PT 4u
-#define OWNER 1u
-
 /* ------------------------------------------------------------- helpers */
 
-#define CHECK(eng) check_at((eng), __FILE__, __LINE__)
-static void check_at(struct engine *eng, const char *file, int line)
+/* user's committed history is [start, start+len) in pages pages; returns
+ * its info for the caller's further checks. */
+static struct engine_user_info assert_history(struct engine *eng, uint64_t user,
+					      uint64_t start, uint64_t len,
+					      uint32_t pages)
 {
-	struct errbuf e;
-	int rc;
+	struct engine_user_info i = info_of(eng, user);
 
-	e.msg[0] = '\0';
-	rc = engine_check(eng, &e);
-	if (rc != 0)
-		fail_msg("%s:%d: engine_check = %d: %s", file, line, rc, e.msg);
-}
-
-/* The test's engine, destroyed by the teardown even when an assert fails,
- * so the sanitizer build reports only real leaks. */
-static struct engine *g_eng;
-
-static void drop_engine(void)
-{
-	engine_destroy(g_eng);
-	g_eng = NULL;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	drop_engine();
-	return 0;
-}
-
-static struct engine *mk_engine(uint32_t dev, uint32_t host, uint64_t max_tokens)
-{
-	struct engine_config cfg;
-	struct engine *eng = NULL;
-	struct errbuf e;
-	int rc;
-
-	memset(&cfg, 0, sizeof(cfg));
-	e.msg[0] = '\0';
-	rc = kvp_layout_init(&cfg.layout, 2, 2, 8, KVP_DTYPE_FP32, PT, e.msg,
-			     sizeof(e.msg));
-	if (rc)
-		fail_msg("kvp_layout_init: %s", e.msg);
-	cfg.device_frames = dev;
-	cfg.host_frames = host;
-	cfg.max_tokens_per_user = max_tokens;
-	cfg.backend = NULL;
-	rc = engine_create(&eng, &cfg, &e);
-	if (rc)
-		fail_msg("engine_create(dev=%u host=%u) = %d: %s", dev, host, rc, e.msg);
-	assert_non_null(eng);
-	drop_engine();
-	g_eng = eng;
-	assert_int_equal(engine_layout(eng)->page_tokens, PT);
-	assert_non_null(engine_tier(eng, KVP_TIER_DEVICE));
-	assert_non_null(engine_tier(eng, KVP_TIER_DEVICE)->base);
-	CHECK(eng);
-	return eng;
-}
-
-/* Deterministic K/V bytes of token pos of user: never all-zero. */
-static void pattern(const struct kvp_layout *l, uint64_t user, uint64_t pos,
-		    uint32_t n, uint8_t *out)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t x = (user + 1) * 0x9E3779B97F4A7C15ull ^
-			     (pos + i + 1) * 0xC2B2AE3D27D4EB4Full;
-
-		for (uint64_t k = 0; k < l->token_bytes; k++) {
-			x ^= x >> 29;
-			x *= 0xBF58476D1CE4E5B9ull;
-			x ^= x >> 32;
-			out[i * l->token_bytes + k] = (uint8_t)(x | 1);
-		}
-	}
-}
-
-static struct kvp_stats stats_of(struct engine *eng)
-{
-	struct kvp_stats s;
-
-	memset(&s, 0, sizeof(s));
-	engine_stats(eng, &s);
-	return s;
-}
-
-static struct engine_user_info info_of(struct engine *eng, uint64_t user)
-{
-	struct engine_user_info i;
-
-	memset(&i, 0, sizeof(i));
-	engine_info(eng, user, &i);
+	assert_int_equal(i.start, start);
+	assert_int_equal(i.len, len);
+	assert_int_equal(i.pages, pages);
 	return i;
 }
 
-static void assert_info_same(const struct engine_user_info *a,
-			     const struct engine_user_info *b)
+/* L covers the history [start, start+len), hit_tokens of it cached, in
+ * npages pages, the last holding last_page_len tokens. */
+static void assert_lease_covers(const struct engine_lease *L, uint64_t start,
+				uint64_t len, uint64_t hit_tokens, uint32_t npages,
+				uint32_t last_page_len)
 {
-	assert_int_equal(a->exists, b->exists);
-	assert_int_equal(a->start, b->start);
-	assert_int_equal(a->len, b->len);
-	assert_int_equal(a->pages, b->pages);
-	assert_int_equal(a->pages_device, b->pages_device);
-	assert_int_equal(a->pages_host, b->pages_host);
-	assert_int_equal(a->leases, b->leases);
-}
-
-static void assert_stats_same(const struct kvp_stats *a, const struct kvp_stats *b)
-{
-	if (memcmp(a, b, sizeof(*a)) == 0)
-		return;
-	const uint64_t *x = (const uint64_t *)a, *y = (const uint64_t *)b;
-	for (size_t i = 0; i < sizeof(*a) / sizeof(uint64_t); i++)
-		if (x[i] != y[i])
-			fail_msg("struct kvp_stats word %zu changed: %" PRIu64 " -> %" PRIu64,
-				 i, x[i], y[i]);
-}
-
-static uint64_t dev_used(struct engine *eng)
-{
-	return stats_of(eng).tier[KVP_TIER_DEVICE].frames_used;
-}
-
-/* prepare or fail with the message */
-static struct engine_lease prep_ok(struct engine *eng, uint64_t user,
-				   uint64_t pos, uint32_t n, uint32_t owner)
-{
-	struct engine_lease L;
-	struct errbuf e;
-	int rc;
-
-	memset(&L, 0, sizeof(L));
-	e.msg[0] = '\0';
-	rc = engine_prepare(eng, user, pos, n, owner, &L, &e);
-	if (rc != 0)
-		fail_msg("engine_prepare(user %" PRIu64 ", pos %" PRIu64 ", n %u) = %d: %s",
-			 user, pos, n, rc, e.msg);
-	CHECK(eng);
-	return L;
-}
-
-static int prep_err(struct engine *eng, uint64_t user, uint64_t pos, uint32_t n,
-		    struct errbuf *e)
-{
-	struct engine_lease L;
-	int rc;
-
-	memset(&L, 0, sizeof(L));
-	e->msg[0] = '\0';
-	rc = engine_prepare(eng, user, pos, n, OWNER, &L, e);
-	CHECK(eng);
-	return rc;
-}
-
-/* Write pattern bytes for lease tokens [first, first+n) through its slots. */
-static void write_lease(struct engine *eng, const struct engine_lease *L,
-			uint64_t user, uint32_t first, uint32_t n)
-{
-	const struct kvp_layout *l = engine_layout(eng);
-	struct kvp_slot *slots = calloc(n ? n : 1, sizeof(*slots));
-	uint8_t *buf = malloc((size_t)(n ? n : 1) * l->token_bytes);
-	struct errbuf e;
-	int rc;
-
-	assert_non_null(slots);
-	assert_non_null(buf);
-	e.msg[0] = '\0';
-	rc = engine_lease_slots(eng, L->id, first, n, slots, &e);
-	if (rc != 0)
-		fail_msg("engine_lease_slots = %d: %s", rc, e.msg);
-	pattern(l, user, L->start + L->len + first, n, buf);
-	kvp_append_cpu(l, engine_tier(eng, KVP_TIER_DEVICE)->base, slots, n, buf);
-	free(buf);
-	free(slots);
-}
-
-static void commit_ok(struct engine *eng, uint64_t id, uint32_t n)
-{
-	struct errbuf e;
-	int rc;
-
-	e.msg[0] = '\0';
-	rc = engine_commit(eng, id, n, &e);
-	if (rc != 0)
-		fail_msg("engine_commit(%" PRIu64 ", %u) = %d: %s", id, n, rc, e.msg);
-	CHECK(eng);
-}
-
-static void release_ok(struct engine *eng, uint64_t id)
-{
-	struct errbuf e;
-	int rc;
-
-	e.msg[0] = '\0';
-	rc = engine_release(eng, id, &e);
-	if (rc != 0)
-		fail_msg("engine_release(%" PRIu64 ") = %d: %s", id, rc, e.msg);
-	CHECK(eng);
-}
-
-/* prepare + write + commit all + release */
-static void put(struct engine *eng, uint64_t user, uint64_t pos, uint32_t n)
-{
-	struct engine_lease L = prep_ok(eng, user, pos, n, OWNER);
-
-	write_lease(eng, &L, user, 0, n);
-	commit_ok(eng, L.id, n);
-	release_ok(eng, L.id);
-}
-
-/* Committed tokens [pos, pos+n) of user hold the pattern. */
-static void verify(struct engine *eng, uint64_t user, uint64_t pos, uint32_t n)
-{
-	const struct kvp_layout *l = engine_layout(eng);
-	uint8_t *got = malloc((size_t)n * l->token_bytes);
-	uint8_t *want = malloc((size_t)n * l->token_bytes);
-	struct errbuf e;
-	int rc;
-
-	assert_non_null(got);
-	assert_non_null(want);
-	e.msg[0] = '\0';
-	rc = engine_read_tokens(eng, user, pos, n, got, &e);
-	if (rc != 0)
-		fail_msg("engine_read_tokens(user %" PRIu64 ", %" PRIu64 ", %u) = %d: %s",
-			 user, pos, n, rc, e.msg);
-	pattern(l, user, pos, n, want);
-	for (uint32_t i = 0; i < n; i++)
-		if (memcmp(got + (size_t)i * l->token_bytes,
-			   want + (size_t)i * l->token_bytes, l->token_bytes))
-			fail_msg("user %" PRIu64 " token %" PRIu64 ": bytes differ",
-				 user, pos + i);
-	free(want);
-	free(got);
-	CHECK(eng);
-}
-
-static void assert_msg_has(const struct errbuf *e, const char *want)
-{
-	if (!strstr(e->msg, want))
-		fail_msg("message \"%s\" lacks \"%s\"", e->msg, want);
+	assert_int_equal(L->start, start);
+	assert_int_equal(L->len, len);
+	assert_int_equal(L->hit_tokens, hit_tokens);
+	assert_int_equal(L->npages, npages);
+	assert_int_equal(L->last_page_len, last_page_len);
 }
 
 /* --------------------------------------------------------------- tests */
@@ -286,28 +67,16 @@ static void test_prepare_contiguous_input_is_accepted(void **state)
 
 	(void)state;
 	put(eng, 0, 0, 10);
-	i = info_of(eng, 0);
+	i = assert_history(eng, 0, 0, 10, 3);
 	assert_true(i.exists);
-	assert_int_equal(i.start, 0);
-	assert_int_equal(i.len, 10);
-	assert_int_equal(i.pages, 3);
 	assert_int_equal(i.pages_device, 3);
 	assert_int_equal(i.leases, 0);
 
 	struct engine_lease L = prep_ok(eng, 0, 10, 10, OWNER);
-	assert_int_equal(L.start, 0);
-	assert_int_equal(L.len, 10);
-	assert_int_equal(L.hit_tokens, 10);
+	assert_lease_covers(&L, 0, 10, 10, 5, 4);
 	assert_int_equal(L.n_new, 10);
-	assert_int_equal(L.npages, 5);
-	assert_int_equal(L.last_page_len, 4);
-	write_lease(eng, &L, 0, 0, 10);
-	commit_ok(eng, L.id, 10);
-	release_ok(eng, L.id);
-	i = info_of(eng, 0);
-	assert_int_equal(i.start, 0);
-	assert_int_equal(i.len, 20);
-	assert_int_equal(i.pages, 5);
+	write_commit_release(eng, &L, 0, 10);
+	assert_history(eng, 0, 0, 20, 5);
 	verify(eng, 0, 0, 20);
 	drop_engine();
 }
@@ -320,19 +89,16 @@ static void test_prepare_gap_reports_missing_range(void **state)
 
 	(void)state;
 	put(eng, 0, 0, 10);
-	struct engine_user_info before = info_of(eng, 0);
-	struct kvp_stats sb = stats_of(eng);
+	struct engine_snap before = snap_of(eng, 0);
 
 	assert_int_equal(prep_err(eng, 0, 20, 10, &e), -EINVAL);
 	assert_msg_has(&e, "missing tokens from 10 to 19 (both inclusive)");
-	struct engine_user_info after = info_of(eng, 0);
 	struct kvp_stats sa = stats_of(eng);
-	assert_info_same(&before, &after);
 	assert_int_equal(sa.tier[KVP_TIER_DEVICE].frames_used,
-			 sb.tier[KVP_TIER_DEVICE].frames_used);
+			 before.stats.tier[KVP_TIER_DEVICE].frames_used);
 	assert_int_equal(sa.tier[KVP_TIER_HOST].frames_used,
-			 sb.tier[KVP_TIER_HOST].frames_used);
-	assert_stats_same(&sb, &sa);
+			 before.stats.tier[KVP_TIER_HOST].frames_used);
+	assert_unchanged(eng, &before);
 
 	/* one token past the end is a gap of exactly one token */
 	assert_int_equal(prep_err(eng, 0, 11, 1, &e), -EINVAL);
@@ -340,10 +106,7 @@ static void test_prepare_gap_reports_missing_range(void **state)
 	/* a read-only prepare with a gap is refused too */
 	assert_int_equal(prep_err(eng, 0, 20, 0, &e), -EINVAL);
 	assert_msg_has(&e, "missing tokens from 10 to 19");
-	after = info_of(eng, 0);
-	assert_info_same(&before, &after);
-	sa = stats_of(eng);
-	assert_stats_same(&sb, &sa);
+	assert_unchanged(eng, &before);
 	verify(eng, 0, 0, 10);
 	drop_engine();
 }
@@ -356,24 +119,17 @@ static void test_prepare_overlap_reports_overlapping_range(void **state)
 
 	(void)state;
 	put(eng, 0, 0, 10);
-	struct engine_user_info before = info_of(eng, 0);
-	struct kvp_stats sb = stats_of(eng);
+	struct engine_snap before = snap_of(eng, 0);
 
 	assert_int_equal(prep_err(eng, 0, 5, 20, &e), -EINVAL);
 	assert_msg_has(&e, "overlapping tokens from 5 to 9 (both inclusive)");
-	struct engine_user_info after = info_of(eng, 0);
-	struct kvp_stats sa = stats_of(eng);
-	assert_info_same(&before, &after);
-	assert_stats_same(&sb, &sa);
+	assert_unchanged(eng, &before);
 
 	assert_int_equal(prep_err(eng, 0, 0, 20, &e), -EINVAL);
 	assert_msg_has(&e, "overlapping tokens from 0 to 9 (both inclusive)");
 	assert_int_equal(prep_err(eng, 0, 9, 20, &e), -EINVAL);
 	assert_msg_has(&e, "overlapping tokens from 9 to 9 (both inclusive)");
-	after = info_of(eng, 0);
-	assert_info_same(&before, &after);
-	sa = stats_of(eng);
-	assert_stats_same(&sb, &sa);
+	assert_unchanged(eng, &before);
 
 	/* the valid continuation still works afterwards */
 	put(eng, 0, 10, 10);
@@ -394,19 +150,10 @@ static void test_prepare_new_user_accepts_any_start(void **state)
 	assert_int_equal(i.pages, 0);
 
 	struct engine_lease L = prep_ok(eng, 7, 1000, 5, OWNER);
-	assert_int_equal(L.start, 1000);
-	assert_int_equal(L.len, 0);
-	assert_int_equal(L.hit_tokens, 0);
-	assert_int_equal(L.npages, 2);
-	assert_int_equal(L.last_page_len, 1);
-	write_lease(eng, &L, 7, 0, 5);
-	commit_ok(eng, L.id, 5);
-	release_ok(eng, L.id);
-	i = info_of(eng, 7);
+	assert_lease_covers(&L, 1000, 0, 0, 2, 1);
+	write_commit_release(eng, &L, 7, 5);
+	i = assert_history(eng, 7, 1000, 5, 2);
 	assert_true(i.exists);
-	assert_int_equal(i.start, 1000);
-	assert_int_equal(i.len, 5);
-	assert_int_equal(i.pages, 2);
 	verify(eng, 7, 1000, 5);
 
 	/* from now on continuity is enforced relative to 1000 */
@@ -543,9 +290,7 @@ static void test_reader_release_keeps_pending_reservation(void **state)
 	e.msg[0] = '\0';
 	if (engine_lease_slots(eng, W.id, 3, 1, &s, &e) != 0)
 		fail_msg("writer's slots gone after a reader's release: %s", e.msg);
-	write_lease(eng, &W, 1, 0, 4);
-	commit_ok(eng, W.id, 4);
-	release_ok(eng, W.id);
+	write_commit_release(eng, &W, 1, 4);
 	assert_int_equal(info_of(eng, 1).len, 12);
 	verify(eng, 1, 0, 12);
 	drop_engine();
@@ -872,10 +617,7 @@ static void test_head_trim_past_max_tokens(void **state)
 	assert_int_equal(stats_of(eng).trimmed_pages, 0);
 	release_ok(eng, L.id);
 	/* ceil((10 - 8) / 4) = 1 page trimmed: start 4, len 6 */
-	i = info_of(eng, 1);
-	assert_int_equal(i.start, 4);
-	assert_int_equal(i.len, 6);
-	assert_int_equal(i.pages, 2);
+	i = assert_history(eng, 1, 4, 6, 2);
 	assert_int_equal(i.pages_device, 2);
 	assert_int_equal(stats_of(eng).trimmed_pages, 1);
 	assert_int_equal(dev_used(eng), 2);
@@ -891,9 +633,7 @@ static void test_head_trim_past_max_tokens(void **state)
 	assert_int_equal(M.start, 4);
 	assert_int_equal(M.len, 6);
 	assert_int_equal(M.hit_tokens, 6);
-	write_lease(eng, &M, 1, 0, 4);
-	commit_ok(eng, M.id, 4);
-	release_ok(eng, M.id);
+	write_commit_release(eng, &M, 1, 4);
 	/* [4,14): 10 > 8 -> one more page: start 8, len 6 */
 	i = info_of(eng, 1);
 	assert_int_equal(i.start, 8);
@@ -911,10 +651,7 @@ static void test_head_trim_past_max_tokens(void **state)
 	/* a long burst trims several pages at once:
 	 * 21 tokens, ceil((21 - 8) / 4) = 4 pages -> start 16, len 5 */
 	put(eng, 3, 0, 21);
-	i = info_of(eng, 3);
-	assert_int_equal(i.start, 16);
-	assert_int_equal(i.len, 5);
-	assert_int_equal(i.pages, 2);
+	assert_history(eng, 3, 16, 5, 2);
 	assert_int_equal(stats_of(eng).trimmed_pages, 6);
 	verify(eng, 3, 16, 5);
 	drop_engine();
@@ -994,13 +731,9 @@ static void test_prepare_more_pages_than_tier_is_e2big(void **state)
 	drop_engine();
 	eng = mk_engine(4, 8, 0);
 	put(eng, 2, 0, 14);
-	sb = stats_of(eng);
-	struct engine_user_info ib = info_of(eng, 2);
+	struct engine_snap before = snap_of(eng, 2);
 	assert_int_equal(prep_err(eng, 2, 14, 3, &e), -E2BIG);
-	sa = stats_of(eng);
-	assert_stats_same(&sb, &sa);
-	struct engine_user_info ia = info_of(eng, 2);
-	assert_info_same(&ib, &ia);
+	assert_unchanged(eng, &before);
 	put(eng, 2, 14, 2);
 	verify(eng, 2, 0, 16);
 	drop_engine();

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +46,14 @@ static void capture_expect(struct capture *c, const char *want)
 	assert_int_equal(fclose(c->f), 0);
 	if (strcmp(c->buf, want) != 0)
 		fail_msg("output differs\n--- got:\n%s\n--- want:\n%s", c->buf, want);
+	free(c->buf);
+}
+
+/* Close the stream; what was written starts with want. */
+static void capture_expect_prefix(struct capture *c, const char *want)
+{
+	assert_int_equal(fclose(c->f), 0);
+	assert_true(strncmp(c->buf, want, strlen(want)) == 0);
 	free(c->buf);
 }
 
@@ -338,15 +347,11 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"bytes_h2d\": 16\n"
 		       "}\n");
 	render_stats(capture_open(&c), true, &s, true);
-	assert_int_equal(fclose(c.f), 0);
-	assert_true(strncmp(c.buf, want_all, strlen(want_all)) == 0);
-	free(c.buf);
+	capture_expect_prefix(&c, want_all);
 	/* Sums over several tenants are all tenants' (a tenantless admin). */
 	s.tenants = 2;
 	render_stats(capture_open(&c), true, &s, false);
-	assert_int_equal(fclose(c.f), 0);
-	assert_true(strncmp(c.buf, want_all, strlen(want_all)) == 0);
-	free(c.buf);
+	capture_expect_prefix(&c, want_all);
 }
 
 static void stats_table_shows_sizes_and_percent_used(void **state)
@@ -390,53 +395,56 @@ static const struct kvp_user_info demo_users[] = {
 	  .pages_host = 2, .leases = 0, .tenant = 3 },
 };
 
-static void users_json_lists_every_field(void **state)
+/* render_users of the first n demo_users prints exactly want. */
+static void expect_users(bool json, size_t n, bool with_tenant, bool truncated,
+			 const char *want)
 {
 	struct capture c;
 
-	render_users(capture_open(&c), true, demo_users, 2, false, true);
-	capture_expect(&c,
-		       "{\n"
-		       "  \"users\": [\n"
-		       "    {\n"
-		       "      \"user\": 7,\n"
-		       "      \"start\": 0,\n"
-		       "      \"len\": 128,\n"
-		       "      \"pages_device\": 4,\n"
-		       "      \"pages_host\": 0,\n"
-		       "      \"leases\": 1,\n"
-		       "      \"tenant\": 0\n"
-		       "    },\n"
-		       "    {\n"
-		       "      \"user\": 18446744073709551615,\n"
-		       "      \"start\": 32,\n"
-		       "      \"len\": 64,\n"
-		       "      \"pages_device\": 0,\n"
-		       "      \"pages_host\": 2,\n"
-		       "      \"leases\": 0,\n"
-		       "      \"tenant\": 3\n"
-		       "    }\n"
-		       "  ],\n"
-		       "  \"count\": 2,\n"
-		       "  \"truncated\": true\n"
-		       "}\n");
-	render_users(capture_open(&c), true, demo_users, 0, false, false);
-	capture_expect(&c, "{\n  \"users\": [],\n  \"count\": 0,\n  \"truncated\": false\n}\n");
+	render_users(capture_open(&c), json, demo_users, n, with_tenant, truncated);
+	capture_expect(&c, want);
+}
+
+static void users_json_lists_every_field(void **state)
+{
+	expect_users(true, 2, false, true,
+		     "{\n"
+		     "  \"users\": [\n"
+		     "    {\n"
+		     "      \"user\": 7,\n"
+		     "      \"start\": 0,\n"
+		     "      \"len\": 128,\n"
+		     "      \"pages_device\": 4,\n"
+		     "      \"pages_host\": 0,\n"
+		     "      \"leases\": 1,\n"
+		     "      \"tenant\": 0\n"
+		     "    },\n"
+		     "    {\n"
+		     "      \"user\": 18446744073709551615,\n"
+		     "      \"start\": 32,\n"
+		     "      \"len\": 64,\n"
+		     "      \"pages_device\": 0,\n"
+		     "      \"pages_host\": 2,\n"
+		     "      \"leases\": 0,\n"
+		     "      \"tenant\": 3\n"
+		     "    }\n"
+		     "  ],\n"
+		     "  \"count\": 2,\n"
+		     "  \"truncated\": true\n"
+		     "}\n");
+	expect_users(true, 0, false, false,
+		     "{\n  \"users\": [],\n  \"count\": 0,\n  \"truncated\": false\n}\n");
 }
 
 static void users_table_adds_tenant_column_for_admins(void **state)
 {
-	struct capture c;
-
-	render_users(capture_open(&c), false, demo_users, 2, false, false);
-	capture_expect(&c,
-		       "                USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES\n"
-		       "                   7      0  128          4           0       1\n"
-		       "18446744073709551615     32   64          0           2       0\n");
-	render_users(capture_open(&c), false, demo_users, 1, true, false);
-	capture_expect(&c,
-		       "USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES  TENANT\n"
-		       "   7      0  128          4           0       1       0\n");
+	expect_users(false, 2, false, false,
+		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES\n"
+		     "                   7      0  128          4           0       1\n"
+		     "18446744073709551615     32   64          0           2       0\n");
+	expect_users(false, 1, true, false,
+		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES  TENANT\n"
+		     "   7      0  128          4           0       1       0\n");
 }
 
 static void user_shows_len_zero_as_nothing_cached(void **state)
