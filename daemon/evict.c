@@ -67,12 +67,12 @@ uint32_t history_drop(struct engine *eng, struct history *h)
 	return pages;
 }
 
-/* Pages of h that have a device frame and no host copy. */
-static uint32_t host_copies_missing(const struct history *h)
+/* Pages of h below limit that have a device frame and no host copy. */
+static uint32_t host_copies_missing(const struct history *h, uint32_t limit)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; i < h->npages; i++)
+	for (uint32_t i = 0; i < limit; i++)
 		n += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&
 		     h->pages[i].frame[KVP_TIER_HOST] == FRAME_NONE;
 	return n;
@@ -137,7 +137,7 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 {
 	uint32_t freed = h->nres[KVP_TIER_DEVICE];
 
-	if (!host_make_room(eng, host_copies_missing(h), h)) {
+	if (!host_make_room(eng, host_copies_missing(h, h->npages), h)) {
 		history_drop(eng, h);
 		return freed;
 	}
@@ -177,11 +177,9 @@ static int history_offload(struct engine *eng, struct history *h,
 			   struct errbuf *e)
 {
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	uint32_t limit = offload_limit(eng, h), need = 0, n;
+	uint32_t limit = offload_limit(eng, h);
+	uint32_t need = host_copies_missing(h, limit), n;
 
-	for (uint32_t i = 0; i < limit; i++)
-		need += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&
-			h->pages[i].frame[KVP_TIER_HOST] == FRAME_NONE;
 	if (need > host->nfree)
 		return errbuf_set(e, -ENOSPC, "user %" PRIu64 ": the host tier has "
 				  "%" PRIu32 " free pages, offload needs %" PRIu32
