@@ -45,8 +45,23 @@ struct backend_ops {
 	int (*copy)(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		    const struct tier_mem *src, const struct copy_run *runs,
 		    uint32_t n, struct errbuf *e);
+	/* Read bytes at off of a tier into host memory at dst: the tier need
+	 * not be host-visible (the cuda device tier is not). */
+	int (*read)(void *ctx, const struct tier_mem *m, uint64_t off, void *dst,
+		    uint64_t bytes, struct errbuf *e);
 };
 
 extern const struct backend_ops backend_shm;
+
+/*
+ * The cuda backend (built where CUDA is: KVPOOL_HAVE_CUDA): the device tier
+ * is one cuMemCreate allocation on GPU `device`, exported as a POSIX fd for
+ * clients; the host tier is pinned host memory; copies are cudaMemcpyAsync
+ * on the backend's own streams, batched over runs. ctx comes from
+ * backend_cuda_open() and goes to engine_config.backend_ctx.
+ */
+extern const struct backend_ops backend_cuda;
+int backend_cuda_open(int device, void **ctx, struct errbuf *e);
+void backend_cuda_close(void *ctx);
 
 #endif /* KVPOOL_BACKEND_H */

@@ -72,9 +72,21 @@ static int shm_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 	return 0;
 }
 
+static int shm_read(void *ctx, const struct tier_mem *m, uint64_t off,
+		    void *dst, uint64_t bytes, struct errbuf *e)
+{
+	if (off > m->bytes || bytes > m->bytes - off)
+		return errbuf_set(e, -ERANGE, "read of %" PRIu64 " bytes at %" PRIu64
+				  " is outside the %" PRIu64 "-byte tier", bytes,
+				  off, m->bytes);
+	memcpy(dst, (const char *)m->base + off, bytes);
+	return 0;
+}
+
 const struct backend_ops backend_shm = {
 	.name = "shm",
 	.tier_alloc = shm_tier_alloc,
 	.tier_free = shm_tier_free,
 	.copy = shm_copy,
+	.read = shm_read,
 };

@@ -140,9 +140,11 @@ void client_finalize(struct server *s, struct client *c)
 
 	unwatch(s, c);
 	if (!hello && c->tenant) {
-		pthread_mutex_lock(&c->tenant->lock);
-		released = engine_release_owner(c->tenant->eng, c->id);
-		pthread_mutex_unlock(&c->tenant->lock);
+		struct tenant_pool *tp = &c->tenant->pools[c->pool];
+
+		pthread_mutex_lock(&tp->lock);
+		released = engine_release_owner(tp->eng, c->id);
+		pthread_mutex_unlock(&tp->lock);
 	}
 	shm_destroy(&c->shm);
 	close(c->sock);

@@ -43,6 +43,7 @@ struct client {
 	char name[32];
 	struct admission adm;       /* decided at accept, answered at hello */
 	struct tenant *tenant;      /* NULL: admin-only */
+	uint32_t pool;              /* hello.pool: the tenant's engine it uses */
 	bool admin;
 	int sock;
 	int pidfd;                  /* -1 where the kernel has none */

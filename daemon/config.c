@@ -23,6 +23,10 @@
 #include "config.h"
 #include "proto.h"
 
+#ifndef KVPOOL_HAVE_CUDA
+#define KVPOOL_HAVE_CUDA 0
+#endif
+
 #define DEFAULT_LAYOUT "layers=2,kv_heads=2,head_dim=64,dtype=bf16,page_tokens=16"
 #define DEFAULT_DEVICE_MEM (256ull << 20)
 #define DEFAULT_HOST_MEM (1ull << 30)
@@ -76,11 +80,25 @@ static int set_socket_group(struct config *c, struct tenant_config *t,
 	return parse_group(v, &c->socket_gid, err, len);
 }
 
+#if KVPOOL_HAVE_CUDA
+#define BACKEND_HELP "shm, cuda or auto (default auto: cuda when a GPU is found, else shm)"
+#else
+#define BACKEND_HELP "shm or auto (default auto = shm: this kvpoold is built without CUDA)"
+#endif
+
 static int set_backend(struct config *c, struct tenant_config *t, const char *v,
 		       char *err, size_t len)
 {
+#if KVPOOL_HAVE_CUDA
+	if (strcmp(v, "shm") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+		snprintf(err, len, "use shm, cuda or auto");
+		return -EINVAL;
+	}
+	return set_str(&c->backend, v);
+#else
 	if (strcmp(v, "cuda") == 0) {
-		snprintf(err, len, "the cuda backend is not built yet; use shm (or auto)");
+		snprintf(err, len, "kvpoold was built without CUDA (KVPOOL_CUDA=OFF "
+			 "or no nvcc); use backend=shm");
 		return -EINVAL;
 	}
 	if (strcmp(v, "shm") && strcmp(v, "auto")) {
@@ -88,6 +106,54 @@ static int set_backend(struct config *c, struct tenant_config *t, const char *v,
 		return -EINVAL;
 	}
 	return set_str(&c->backend, "shm");
+#endif
+}
+
+/* "0" or "0,1,3": GPU ordinals, each once; one pool per entry. */
+static int set_devices(struct config *c, struct tenant_config *t, const char *v,
+		       char *err, size_t len)
+{
+	int dev[DEVICES_MAX];
+	uint32_t n = 0;
+	char *copy = strdup(v), *save = NULL, *tok;
+	int ret = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok && !ret;
+	     tok = strtok_r(NULL, ",", &save)) {
+		uint64_t x;
+
+		tok = str_trim(tok);
+		if (parse_u64(tok, &x) || x > 1023) {
+			snprintf(err, len, "'%s' is not a GPU ordinal; use a comma-"
+				 "separated list of device numbers such as 0 or 0,1",
+				 tok);
+			ret = -EINVAL;
+		} else if (n == DEVICES_MAX) {
+			snprintf(err, len, "more than %d devices", DEVICES_MAX);
+			ret = -EINVAL;
+		} else {
+			for (uint32_t i = 0; i < n && !ret; i++) {
+				if (dev[i] == (int)x) {
+					snprintf(err, len, "device %d is listed twice; "
+						 "each GPU is one pool", dev[i]);
+					ret = -EINVAL;
+				}
+			}
+			dev[n++] = (int)x;
+		}
+	}
+	free(copy);
+	if (!ret && !n) {
+		snprintf(err, len, "give at least one device, e.g. 0");
+		ret = -EINVAL;
+	}
+	if (ret)
+		return ret;
+	memcpy(c->devices, dev, n * sizeof(dev[0]));
+	c->ndevices = n;
+	return 0;
 }
 
 static int set_device_mem(struct config *c, struct tenant_config *t,
@@ -238,7 +304,9 @@ static const struct setting settings[] = {
 	  "Unix socket to listen on (default $KVPOOL_SOCKET, else " KVP_DEFAULT_SOCKET ")" },
 	{ "socket_mode", G, set_socket_mode, "MODE", "permissions of the socket (default 0660)" },
 	{ "socket_group", G, set_socket_group, "GROUP", "group of the socket (default: the daemon's)" },
-	{ "backend", G, set_backend, "NAME", "shm or auto (default auto = shm; cuda is not built yet)" },
+	{ "backend", G, set_backend, "NAME", BACKEND_HELP },
+	{ "devices", G, set_devices, "LIST",
+	  "GPU ordinals, one pool per device, e.g. 0,1 (default 0)" },
 	{ "device_mem", G | T, set_device_mem, "SIZE", "device tier size, e.g. 256M (default 256M)" },
 	{ "host_mem", G | T, set_host_mem, "SIZE", "host tier size for offload, may be 0 (default 1G)" },
 	{ "layout", G, set_layout, "SPEC", "model geometry (default " DEFAULT_LAYOUT ")" },
@@ -575,6 +643,21 @@ static int parse_flags(struct config *c, int argc, char **argv, int pass)
 
 /* ------------------------------------------------------------ checks */
 
+void config_devices_format(const struct config *c, char *buf, size_t len)
+{
+	size_t off = 0;
+
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < c->ndevices && off < len; i++) {
+		int n = snprintf(buf + off, len - off, "%s%d", i ? "," : "",
+				 c->devices[i]);
+
+		if (n < 0)
+			break;
+		off += (size_t)n;
+	}
+}
+
 uint32_t config_frames(const struct config *c, uint64_t bytes)
 {
 	return (uint32_t)(bytes / c->layout.page_bytes);
@@ -725,9 +808,12 @@ static int config_defaults(struct config *c)
 		.workers = 1,
 		.sq_entries = 256,
 		.arena_bytes = 4u << 20,
+		.devices = { 0 },
+		.ndevices = 1,
 	};
 	if (set_str(&c->socket, env && *env ? env : KVP_DEFAULT_SOCKET) ||
-	    set_str(&c->backend, "shm") || set_str(&c->layout_spec, DEFAULT_LAYOUT))
+	    set_str(&c->backend, KVPOOL_HAVE_CUDA ? "auto" : "shm") ||
+	    set_str(&c->layout_spec, DEFAULT_LAYOUT))
 		return usage_err("kvpoold", "out of memory");
 	return 0;
 }

@@ -20,6 +20,7 @@
 
 #define TENANT_NAME_MAX 31 /* fits kvp_welcome.tenant with its NUL */
 #define TENANTS_MAX 64
+#define DEVICES_MAX 16     /* pools one kvpoold serves (GPUs of `devices`) */
 
 /* Exit statuses (kvpoold(8), EXIT STATUS). */
 #define EXIT_RUNTIME 1 /* could not start or serve: socket in use, no memory */
@@ -44,7 +45,11 @@ struct config {
 	char *socket;
 	uint32_t socket_mode;
 	int64_t socket_gid;       /* -1: leave the group as created */
-	char *backend;            /* "shm" once checked */
+	char *backend;            /* "shm", "cuda" or "auto" (a build without
+				   * CUDA stores "shm" for auto); auto is
+				   * resolved when the pools are made */
+	int devices[DEVICES_MAX]; /* GPU ordinals, one pool each (default {0}) */
+	uint32_t ndevices;
 	uint64_t device_mem, host_mem;
 	char *layout_spec;
 	struct kvp_layout layout; /* parsed from layout_spec by config_load */
@@ -69,6 +74,9 @@ struct config {
 #define CONFIG_EXIT_OK (-1)
 int config_load(struct config *cfg, int argc, char **argv);
 void config_free(struct config *cfg);
+
+/* "0,1": the devices list for messages. */
+void config_devices_format(const struct config *cfg, char *buf, size_t len);
 
 /* Frames of page_bytes a size holds, as config_load checked they fit. */
 uint32_t config_frames(const struct config *cfg, uint64_t bytes);

@@ -110,5 +110,8 @@ void page_set_frame(struct engine *eng, struct history *h, uint32_t i,
 		    enum kvp_tier t, uint32_t frame);
 void page_free_frame(struct engine *eng, struct history *h, uint32_t i,
 		     enum kvp_tier t);
+/* Free the tier-t frames of pages [from, to), last page first (see engine.c). */
+void pages_free_frames(struct engine *eng, struct history *h, uint32_t from,
+		       uint32_t to, enum kvp_tier t);
 
 #endif /* KVPOOL_ENGINE_INTERNAL_H */

@@ -143,8 +143,7 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 	}
 	copy_to_host(eng, h, h->npages);
 	lru_remove(eng, h);
-	for (uint32_t i = 0; i < h->npages; i++)
-		page_free_frame(eng, h, i, KVP_TIER_DEVICE);
+	pages_free_frames(eng, h, 0, h->npages, KVP_TIER_DEVICE);
 	lru_insert(eng, h); /* now host-only: the host LRU's newest */
 	eng->st.demoted_users++;
 	eng->st.demoted_pages += freed;
@@ -244,8 +243,7 @@ static uint32_t history_evict(struct engine *eng, struct history *h,
 	freed = h->nres[KVP_TIER_HOST];
 	if (h->nres[KVP_TIER_DEVICE] < h->npages)
 		return history_drop(eng, h);
-	for (uint32_t i = 0; i < h->npages; i++)
-		page_free_frame(eng, h, i, KVP_TIER_HOST);
+	pages_free_frames(eng, h, 0, h->npages, KVP_TIER_HOST);
 	return freed;
 }
 

@@ -66,9 +66,21 @@ static int daemonize(void)
 		return -1;
 	}
 	if (pid > 0) {
+		char msg[1 + KVP_ERRLEN];
+		ssize_t n;
+
 		close(p[1]);
-		if (read(p[0], &status, 1) != 1)
+		/* One write: the status byte, then a message when it failed
+		 * after detaching (the pools of a cuda backend). */
+		n = read(p[0], msg, sizeof(msg) - 1);
+		if (n < 1) {
 			status = EXIT_RUNTIME;
+		} else {
+			status = (unsigned char)msg[0];
+			msg[n] = '\0';
+			if (n > 1)
+				fprintf(stderr, "kvpoold: %s\n", msg + 1);
+		}
 		_exit(status);
 	}
 	close(p[0]);
@@ -89,15 +101,29 @@ static int daemonize(void)
 	return p[1];
 }
 
-static void notify_parent(int *fd, unsigned char status)
+/* The verdict, and for a failure the message the parent prints. */
+static void notify_parent_msg(int *fd, unsigned char status, const char *msg)
 {
+	char buf[1 + KVP_ERRLEN];
+	size_t n = 1;
+
 	if (*fd < 0)
 		return;
-	if (write(*fd, &status, 1) < 0) {
+	buf[0] = (char)status;
+	if (msg && *msg) {
+		n += strnlen(msg, KVP_ERRLEN - 1);
+		memcpy(buf + 1, msg, n - 1);
+	}
+	if (write(*fd, buf, n) < 0) {
 		/* The parent is gone; nobody is waiting for the verdict. */
 	}
 	close(*fd);
 	*fd = -1;
+}
+
+static void notify_parent(int *fd, unsigned char status)
+{
+	notify_parent_msg(fd, status, NULL);
 }
 
 static int write_pidfile(const char *path)
@@ -249,16 +275,28 @@ static int serve(struct server *s)
 
 /* ------------------------------------------------------------ main */
 
+/*
+ * CUDA does not survive fork(): a process whose parent initialised the driver
+ * cannot use it. With a backend that may touch CUDA (cuda, or auto in a build
+ * with CUDA) the daemon therefore detaches first and makes the pools in the
+ * daemonized process, which reports a failure back through the pipe.
+ */
+static bool cuda_before_fork(const struct config *cfg)
+{
+	return strcmp(cfg->backend, "shm") != 0;
+}
+
 static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 {
 	struct errbuf e = { .msg = "" };
-	char err[KVP_ERRLEN];
+	char err[KVP_ERRLEN], devs[DEVICES_MAX * 6];
+	bool late = !cfg->foreground && cuda_before_fork(cfg);
 	int ret, notify = -1;
 
 	/* The socket first: a second instance should fail before it
 	 * allocates a pool. */
 	ret = listener_open(&s->lis, cfg, &e);
-	if (!ret)
+	if (!ret && !late)
 		ret = tenants_create(&s->tenants, cfg, &e);
 	if (ret) {
 		fatal(true, "%s", e.msg);
@@ -270,6 +308,11 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 			return EXIT_RUNTIME;
 		if (!cfg->log && log_open(NULL, true, err, sizeof(err)) < 0)
 			return EXIT_RUNTIME; /* syslog cannot fail to open */
+	}
+	if (late && (ret = tenants_create(&s->tenants, cfg, &e)) != 0) {
+		notify_parent_msg(&notify, EXIT_RUNTIME, e.msg);
+		log_err("%s", e.msg);
+		return EXIT_RUNTIME;
 	}
 	if (cfg->pidfile && (ret = write_pidfile(cfg->pidfile)) < 0) {
 		fatal(cfg->foreground, "pidfile %s: %s", cfg->pidfile, strerror(-ret));
@@ -286,10 +329,20 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 		notify_parent(&notify, EXIT_RUNTIME);
 		return EXIT_RUNTIME;
 	}
-	log_info("serving %s: backend %s, %" PRIu32 " tenant(s), %" PRIu32
-		 " worker(s), spin %" PRIu32 " us, layout %s (%" PRIu64 " bytes/page)",
-		 cfg->socket, cfg->backend, s->tenants.n, s->nworkers, cfg->spin_us,
-		 cfg->layout_spec, cfg->layout.page_bytes);
+	config_devices_format(cfg, devs, sizeof(devs));
+	if (s->tenants.npools == 1 && !strcmp(s->tenants.backend, "shm"))
+		log_info("serving %s: backend %s, %" PRIu32 " tenant(s), %" PRIu32
+			 " worker(s), spin %" PRIu32 " us, layout %s (%" PRIu64
+			 " bytes/page)", cfg->socket, s->tenants.backend,
+			 s->tenants.n, s->nworkers, cfg->spin_us, cfg->layout_spec,
+			 cfg->layout.page_bytes);
+	else
+		log_info("serving %s: backend %s, %" PRIu32 " pool(s) on devices %s, %"
+			 PRIu32 " tenant(s), %" PRIu32 " worker(s), spin %" PRIu32
+			 " us, layout %s (%" PRIu64 " bytes/page)", cfg->socket,
+			 s->tenants.backend, s->tenants.npools, devs, s->tenants.n,
+			 s->nworkers, cfg->spin_us, cfg->layout_spec,
+			 cfg->layout.page_bytes);
 	notify_parent(&notify, 0);
 	return 0;
 }

@@ -18,6 +18,11 @@ target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
 target_link_libraries(kvpoold PRIVATE kvpool_engine Threads::Threads)
+# Built with CUDA: the cuda backend (static cudart, no -lcuda: kvpoold still
+# runs where there is no GPU driver) and KVPOOL_HAVE_CUDA=1 for backend=cuda.
+if(TARGET kvpool_backend_cuda)
+  target_link_libraries(kvpoold PRIVATE kvpool_backend_cuda)
+endif()
 
 install(TARGETS kvpoold RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES etc/kvpool.conf DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)

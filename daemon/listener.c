@@ -380,6 +380,21 @@ static int hello_check(const struct config *cfg, const struct kvp_hello *h,
 	if (arena < KVP_ARENA_MIN_BYTES || arena > KVP_ARENA_MAX_BYTES)
 		return errbuf_set(e, -EINVAL, "arena_bytes %" PRIu32 ": use %u to %u",
 				  arena, KVP_ARENA_MIN_BYTES, KVP_ARENA_MAX_BYTES);
+	if (h->rsv)
+		return errbuf_set(e, -EINVAL, "hello: reserved field is %" PRIu32
+				  ", must be zero", h->rsv);
+	if (h->pool >= cfg->ndevices) {
+		char devs[DEVICES_MAX * 6];
+
+		config_devices_format(cfg, devs, sizeof(devs));
+		if (cfg->ndevices == 1)
+			return errbuf_set(e, -EINVAL, "pool %" PRIu32 ": this kvpoold "
+					  "serves pool 0 only (devices %s)", h->pool,
+					  devs);
+		return errbuf_set(e, -EINVAL, "pool %" PRIu32 ": this kvpoold serves "
+				  "pools 0 to %" PRIu32 " (devices %s)", h->pool,
+				  cfg->ndevices - 1, devs);
+	}
 	geo[0] = sq;
 	geo[1] = cq;
 	geo[2] = arena;
@@ -397,24 +412,34 @@ static void copy_name(char dst[32], const char src[32])
 static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome *w,
 			 int fds[2])
 {
+	struct tenant_pool *tp;
+	struct kvp_stats st;
+
 	welcome_init(w, 0, "");
 	w->client_id = c->id;
 	w->flags = (c->admin ? KVP_WELCOME_ADMIN : 0) |
 		   (c->tenant ? KVP_WELCOME_TENANT : 0);
-	snprintf(w->backend, sizeof(w->backend), "%s", s->cfg->backend);
+	snprintf(w->backend, sizeof(w->backend), "%s", s->tenants.backend);
 	w->layout = s->cfg->layout;
 	w->shm_bytes = c->shm.bytes;
+	w->cuda_device = tenants_cuda_device(&s->tenants, c->pool);
+	w->pool = c->pool;
+	w->npools = s->tenants.npools;
 	fds[w->nfds++] = c->shm.fd;
 	if (!c->tenant)
 		return;
 	snprintf(w->tenant, sizeof(w->tenant), "%s", c->tenant->name);
+	tp = &c->tenant->pools[c->pool];
+	pthread_mutex_lock(&tp->lock);
+	engine_stats(tp->eng, &st);
+	pthread_mutex_unlock(&tp->lock);
 	for (int t = 0; t < KVP_TIERS; t++) {
-		const struct tier_mem *m = engine_tier(c->tenant->eng, t);
-
-		w->tier_bytes[t] = m->bytes;
-		w->tier_frames[t] = (uint32_t)(m->bytes / w->layout.page_bytes);
+		/* cuda: bytes is the whole allocation (granularity-rounded),
+		 * frames the pages in it the engine uses. */
+		w->tier_bytes[t] = engine_tier(tp->eng, t)->bytes;
+		w->tier_frames[t] = (uint32_t)st.tier[t].frames_total;
 	}
-	fds[w->nfds++] = engine_tier(c->tenant->eng, KVP_TIER_DEVICE)->fd;
+	fds[w->nfds++] = engine_tier(tp->eng, KVP_TIER_DEVICE)->fd;
 }
 
 static void attach(struct server *s, struct client *c, const struct kvp_hello *h,
@@ -433,6 +458,7 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	c->id = ++s->next_id;
 	c->tenant = c->adm.tenant;
 	c->admin = c->adm.admin;
+	c->pool = h->pool; /* hello_check() bounded it */
 	copy_name(c->name, h->name);
 	ret = shm_create(&c->shm, c->id, geo[0], geo[1], geo[2], &e);
 	if (ret) {
@@ -456,10 +482,10 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	}
 	worker_assign(s, c);
 	log_info("client %" PRIu32 " attached: uid %" PRIu32 " gid %" PRIu32 " pid %"
-		 PRIu32 " '%s', tenant %s%s, rings %" PRIu32 "/%" PRIu32 ", arena %"
-		 PRIu32 " bytes", c->id, c->uid, c->gid, c->pid, c->name,
-		 c->tenant ? c->tenant->name : "(none)", c->admin ? ", admin" : "",
-		 geo[0], geo[1], geo[2]);
+		 PRIu32 " '%s', tenant %s%s, pool %" PRIu32 ", rings %" PRIu32 "/%"
+		 PRIu32 ", arena %" PRIu32 " bytes", c->id, c->uid, c->gid, c->pid,
+		 c->name, c->tenant ? c->tenant->name : "(none)",
+		 c->admin ? ", admin" : "", c->pool, geo[0], geo[1], geo[2]);
 }
 
 static void conn_hello(struct server *s, struct client *c)

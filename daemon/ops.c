@@ -92,15 +92,18 @@ static void out_put(struct op *o, const void *p, size_t n)
 	o->cqe->out_bytes = (uint32_t)n;
 }
 
+/* The client's tenant's engine in the client's pool. */
 static struct engine *lock_own(struct op *o)
 {
-	pthread_mutex_lock(&o->c->tenant->lock);
-	return o->c->tenant->eng;
+	struct tenant_pool *tp = &o->c->tenant->pools[o->c->pool];
+
+	pthread_mutex_lock(&tp->lock);
+	return tp->eng;
 }
 
 static void unlock_own(struct op *o)
 {
-	pthread_mutex_unlock(&o->c->tenant->lock);
+	pthread_mutex_unlock(&o->c->tenant->pools[o->c->pool].lock);
 }
 
 /* ------------------------------------------------------------ validation */
@@ -120,6 +123,8 @@ static int check_admin(struct op *o, const struct op_desc *d)
 				  d->name, q->tenant, n);
 	o->t_lo = q->tenant ? q->tenant - 1 : 0;
 	o->t_hi = q->tenant ? q->tenant : n;
+	o->p_lo = 0;
+	o->p_hi = o->s->tenants.npools;
 	return 0;
 }
 
@@ -161,6 +166,8 @@ static int op_validate(struct op *o)
 	if (o->c->tenant) {
 		o->t_lo = o->c->tenant->index;
 		o->t_hi = o->t_lo + 1;
+		o->p_lo = o->c->pool;
+		o->p_hi = o->p_lo + 1;
 	}
 	return 0;
 }
@@ -321,17 +328,25 @@ static int op_offload(struct op *o)
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
 		struct tenant *t = &o->s->tenants.v[i];
 
-		pthread_mutex_lock(&t->lock);
-		ret = engine_offload_all(t->eng, o->e);
-		pthread_mutex_unlock(&t->lock);
-		if (ret < 0) {
-			char why[KVP_ERRLEN];
+		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
+			struct tenant_pool *tp = &t->pools[p];
 
-			memcpy(why, o->e->msg, sizeof(why));
-			return errbuf_set(o->e, ret, "tenant %s: %s (%" PRIu64 " pages "
-					  "offloaded before)", t->name, why, pages);
+			pthread_mutex_lock(&tp->lock);
+			ret = engine_offload_all(tp->eng, o->e);
+			pthread_mutex_unlock(&tp->lock);
+			if (ret < 0) {
+				char why[KVP_ERRLEN], where[64] = "";
+
+				memcpy(why, o->e->msg, sizeof(why));
+				if (o->s->tenants.npools > 1)
+					snprintf(where, sizeof(where), ", pool %"
+						 PRIu32, p);
+				return errbuf_set(o->e, ret, "tenant %s%s: %s (%"
+						  PRIu64 " pages offloaded before)",
+						  t->name, where, why, pages);
+			}
+			pages += (uint64_t)ret;
 		}
-		pages += (uint64_t)ret;
 	}
 	return clamp_res(pages);
 }
@@ -352,15 +367,24 @@ static int op_evict(struct op *o)
 	}
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
 		struct tenant *t = &o->s->tenants.v[i];
-		uint32_t sk = 0;
 
-		pthread_mutex_lock(&t->lock);
-		ret = engine_evict_all(t->eng, q->sel, &sk);
-		pthread_mutex_unlock(&t->lock);
-		if (ret < 0)
-			return errbuf_set(o->e, ret, "tenant %s: eviction failed", t->name);
-		users += (uint64_t)ret;
-		skipped += sk;
+		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
+			struct tenant_pool *tp = &t->pools[p];
+			uint32_t sk = 0;
+
+			pthread_mutex_lock(&tp->lock);
+			ret = engine_evict_all(tp->eng, q->sel, &sk);
+			pthread_mutex_unlock(&tp->lock);
+			if (ret < 0 && o->s->tenants.npools > 1)
+				return errbuf_set(o->e, ret, "tenant %s, pool %"
+						  PRIu32 ": eviction failed",
+						  t->name, p);
+			if (ret < 0)
+				return errbuf_set(o->e, ret, "tenant %s: eviction "
+						  "failed", t->name);
+			users += (uint64_t)ret;
+			skipped += sk;
+		}
 	}
 	o->cqe->val0 = skipped; /* users passed over because a lease holds them */
 	return clamp_res(users);
@@ -390,12 +414,17 @@ static int op_stats(struct op *o)
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
 		struct tenant *t = &o->s->tenants.v[i];
 
-		pthread_mutex_lock(&t->lock);
-		engine_stats(t->eng, &one);
-		pthread_mutex_unlock(&t->lock);
-		one.clients = __atomic_load_n(&t->clients, __ATOMIC_RELAXED);
-		one.tenants = 1;
-		stats_add(&sum, &one);
+		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
+			struct tenant_pool *tp = &t->pools[p];
+
+			pthread_mutex_lock(&tp->lock);
+			engine_stats(tp->eng, &one);
+			pthread_mutex_unlock(&tp->lock);
+			stats_add(&sum, &one);
+		}
+		/* Per tenant, whatever the pools: clients of all of them. */
+		sum.clients += __atomic_load_n(&t->clients, __ATOMIC_RELAXED);
+		sum.tenants++;
 	}
 	/* Every tenant: admin-only clients count too. */
 	if (every)

@@ -24,6 +24,8 @@ struct op {
 	struct op_scratch *scr;
 	struct errbuf *e;
 	uint32_t t_lo, t_hi;        /* tenants an op spans: [t_lo, t_hi) */
+	uint32_t p_lo, p_hi;        /* and pools: the client's, or with
+				     * KVP_SQE_ALL every pool */
 };
 
 /* Scratch of at least bytes; NULL when memory is out. */

@@ -24,15 +24,16 @@ static bool row_before(const struct kvp_user_info *a,
 	return a->user < b->user || (a->user == b->user && a->tenant < b->tenant);
 }
 
-/* One tenant's rows with user >= cursor, tenant index filled in. */
-static int list_tenant(struct tenant *t, uint64_t cursor,
+/* One tenant's rows of one pool with user >= cursor, tenant index filled in. */
+static int list_tenant(struct tenant *t, uint32_t pool, uint64_t cursor,
 		       struct kvp_user_info *rows, uint32_t max, uint64_t *next)
 {
+	struct tenant_pool *tp = &t->pools[pool];
 	int n;
 
-	pthread_mutex_lock(&t->lock);
-	n = engine_list_users(t->eng, cursor, rows, max, next);
-	pthread_mutex_unlock(&t->lock);
+	pthread_mutex_lock(&tp->lock);
+	n = engine_list_users(tp->eng, cursor, rows, max, next);
+	pthread_mutex_unlock(&tp->lock);
 	for (int i = 0; i < n; i++)
 		rows[i].tenant = t->index;
 	return n;
@@ -86,14 +87,17 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 	m.add = buf + max;
 	m.tmp = buf + 2 * (size_t)max;
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
-		uint64_t tnext;
-		int n = list_tenant(&o->s->tenants.v[i], o->sqe->arg, m.add, max, &tnext);
+		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
+			uint64_t tnext;
+			int n = list_tenant(&o->s->tenants.v[i], p, o->sqe->arg,
+					    m.add, max, &tnext);
 
-		if (n < 0)
-			return errbuf_set(o->e, n, "users: tenant %s: out of memory",
-					  o->s->tenants.v[i].name);
-		more |= tnext != 0;
-		merge_rows(&m, (uint32_t)n);
+			if (n < 0)
+				return errbuf_set(o->e, n, "users: tenant %s: out "
+						  "of memory", o->s->tenants.v[i].name);
+			more |= tnext != 0;
+			merge_rows(&m, (uint32_t)n);
+		}
 	}
 	*next = 0;
 	if (m.dropped && m.nacc && m.acc[m.nacc - 1].user == m.first_dropped) {
@@ -123,15 +127,17 @@ int op_users(struct op *o)
 
 	if (max < 0)
 		return max;
-	if (o->t_hi - o->t_lo > 1) {
+	/* Several (tenant, pool) sources: one user id may have a row in
+	 * each (rows carry the tenant, not the pool). */
+	if ((o->t_hi - o->t_lo) * (o->p_hi - o->p_lo) > 1) {
 		n = users_merged(o, (uint32_t)max, &next);
 	} else {
 		rows = op_scratch_get(o->scr, (size_t)max * sizeof(*rows));
 		if (!rows)
 			return errbuf_set(o->e, -ENOMEM, "users: out of memory for %d "
 					  "rows; ask for fewer (n)", max);
-		n = list_tenant(&o->s->tenants.v[o->t_lo], o->sqe->arg, rows,
-				(uint32_t)max, &next);
+		n = list_tenant(&o->s->tenants.v[o->t_lo], o->p_lo, o->sqe->arg,
+				rows, (uint32_t)max, &next);
 		if (n < 0)
 			return errbuf_set(o->e, n, "users: out of memory");
 		memcpy(o->out, rows, (size_t)n * sizeof(*rows));

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tenant.c - building the tenants' engines and the admission decision.
+ * tenant.c - the pools, the tenants' engines and the admission decision.
  *
- * Isolation between tenants is physical: each engine allocates its own tier
- * memfds sized by the tenant's quota, and a client is only ever sent its own
- * tenant's device fd, so no pointer arithmetic in a client can reach another
- * tenant's pages.
+ * Isolation between tenants is physical: each engine allocates its own tiers
+ * (memfds on shm, a cuMemCreate allocation and pinned host memory on cuda)
+ * sized by the tenant's quota, and a client is only ever sent its own
+ * tenant's device fd of its own pool, so no pointer arithmetic in a client
+ * can reach another tenant's pages.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -13,30 +14,140 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if KVPOOL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "log.h"
 #include "tenant.h"
 
-static int tenant_init(struct tenant *t, uint32_t index, const char *name,
-		       const struct config *cfg, uint64_t device_mem,
-		       uint64_t host_mem, uint64_t max_tokens, struct errbuf *e)
+/* ------------------------------------------------------------ pools */
+
+/* backend = shm | cuda | auto -> ts->be, and one context per device. */
+static int pools_open(struct tenants *ts, const struct config *cfg,
+		      struct errbuf *e)
+{
+	ts->be = &backend_shm;
+	ts->backend = "shm";
+	ts->npools = cfg->ndevices;
+	for (uint32_t i = 0; i < ts->npools; i++)
+		ts->pools[i] = (struct pool_dev){ .device = cfg->devices[i] };
+	if (!strcmp(cfg->backend, "shm"))
+		return 0;
+#if KVPOOL_HAVE_CUDA
+	if (!strcmp(cfg->backend, "auto")) {
+		int n = 0;
+		cudaError_t err = cudaGetDeviceCount(&n);
+
+		if (err != cudaSuccess || n <= 0) {
+			log_info("backend auto: no CUDA device (%s); using shm",
+				 err != cudaSuccess ? cudaGetErrorString(err) :
+				 "the driver reports 0");
+			return 0;
+		}
+		log_info("backend auto: %d CUDA device(s) found; using cuda", n);
+	}
+	ts->be = &backend_cuda;
+	ts->backend = "cuda";
+	for (uint32_t i = 0; i < ts->npools; i++) {
+		int ret = backend_cuda_open(ts->pools[i].device,
+					    &ts->pools[i].be_ctx, e);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+#else
+	return errbuf_set(e, -EINVAL, "kvpoold was built without CUDA "
+			  "(KVPOOL_CUDA=OFF or no nvcc); use backend=shm");
+#endif
+}
+
+static void pools_close(struct tenants *ts)
+{
+#if KVPOOL_HAVE_CUDA
+	for (uint32_t i = 0; i < ts->npools; i++)
+		if (ts->pools[i].be_ctx)
+			backend_cuda_close(ts->pools[i].be_ctx);
+#endif
+}
+
+int tenants_cuda_device(const struct tenants *ts, uint32_t pool)
+{
+	return ts->be == &backend_shm || pool >= ts->npools ? -1 :
+	       ts->pools[pool].device;
+}
+
+/* ------------------------------------------------------------ tenants */
+
+static void tenant_fini(struct tenants *ts, struct tenant *t)
+{
+	for (uint32_t p = 0; t->pools && p < ts->npools; p++) {
+		if (!t->pools[p].eng)
+			continue;
+		engine_destroy(t->pools[p].eng);
+		pthread_mutex_destroy(&t->pools[p].lock);
+	}
+	free(t->pools);
+	t->pools = NULL;
+}
+
+static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
+		       const char *name, const struct config *cfg,
+		       uint64_t device_mem, uint64_t host_mem,
+		       uint64_t max_tokens, struct errbuf *e)
 {
 	struct engine_config ec = {
 		.layout = cfg->layout,
 		.device_frames = config_frames(cfg, device_mem),
 		.host_frames = config_frames(cfg, host_mem),
 		.max_tokens_per_user = max_tokens,
+		.backend = ts->be,
 	};
+	bool plain = ts->npools == 1 && ts->be == &backend_shm;
 	int ret;
 
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	t->index = index;
-	ret = engine_create(&t->eng, &ec, e);
-	if (ret)
-		return ret;
-	pthread_mutex_init(&t->lock, NULL);
-	log_info("tenant %s: device tier %" PRIu32 " pages, host tier %" PRIu32
-		 " pages of %" PRIu64 " bytes", name, ec.device_frames,
-		 ec.host_frames, cfg->layout.page_bytes);
+	t->pools = calloc(ts->npools, sizeof(*t->pools));
+	if (!t->pools)
+		return errbuf_set(e, -ENOMEM, "tenant %s: out of memory", name);
+	for (uint32_t p = 0; p < ts->npools; p++) {
+		struct tenant_pool *tp = &t->pools[p];
+		char where[48];
+
+		if (ts->be == &backend_shm)
+			snprintf(where, sizeof(where), "pool %" PRIu32 " (shm)", p);
+		else
+			snprintf(where, sizeof(where), "pool %" PRIu32 " (cuda device "
+				 "%d)", p, ts->pools[p].device);
+		ec.backend_ctx = ts->pools[p].be_ctx;
+		ret = engine_create(&tp->eng, &ec, e);
+		if (ret) {
+			if (!plain) {
+				char why[KVP_ERRLEN];
+
+				memcpy(why, e->msg, sizeof(why));
+				errbuf_set(e, ret, "tenant %s, %s: %s", name, where,
+					   why);
+			}
+			tp->eng = NULL;
+			tenant_fini(ts, t);
+			return ret;
+		}
+		pthread_mutex_init(&tp->lock, NULL);
+		if (plain)
+			log_info("tenant %s: device tier %" PRIu32 " pages, host tier %"
+				 PRIu32 " pages of %" PRIu64 " bytes", name,
+				 ec.device_frames, ec.host_frames,
+				 cfg->layout.page_bytes);
+		else
+			log_info("tenant %s, %s: device tier %" PRIu32 " pages (%"
+				 PRIu64 " bytes mapped), host tier %" PRIu32 " pages "
+				 "of %" PRIu64 " bytes", name, where, ec.device_frames,
+				 engine_tier(tp->eng, KVP_TIER_DEVICE)->bytes,
+				 ec.host_frames, cfg->layout.page_bytes);
+	}
 	return 0;
 }
 
@@ -48,22 +159,29 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 	int ret = 0;
 
 	*ts = (struct tenants){ .implicit = !cfg->ntenants };
+	ret = pools_open(ts, cfg, e);
+	if (ret) {
+		tenants_destroy(ts);
+		return ret;
+	}
 	ts->v = calloc(n, sizeof(*ts->v));
-	if (!ts->v)
+	if (!ts->v) {
+		tenants_destroy(ts);
 		return errbuf_set(e, -ENOMEM, "out of memory for %" PRIu32 " tenants", n);
+	}
 	for (uint32_t i = 0; i < n && !ret; i++) {
 		struct tenant *t = &ts->v[i];
 
 		if (ts->implicit) {
 			t->uids = t->gids = &none;
-			ret = tenant_init(t, 0, "default", cfg, cfg->device_mem,
+			ret = tenant_init(ts, t, 0, "default", cfg, cfg->device_mem,
 					  cfg->host_mem, cfg->max_tokens_per_user, e);
 		} else {
 			const struct tenant_config *tc = &cfg->tenants[i];
 
 			t->uids = &tc->uids;
 			t->gids = &tc->gids;
-			ret = tenant_init(t, i, tc->name, cfg, tc->device_mem,
+			ret = tenant_init(ts, t, i, tc->name, cfg, tc->device_mem,
 					  tc->host_mem, tc->max_tokens, e);
 		}
 		if (!ret)
@@ -76,11 +194,10 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 
 void tenants_destroy(struct tenants *ts)
 {
-	for (uint32_t i = 0; i < ts->n; i++) {
-		engine_destroy(ts->v[i].eng);
-		pthread_mutex_destroy(&ts->v[i].lock);
-	}
+	for (uint32_t i = 0; i < ts->n; i++)
+		tenant_fini(ts, &ts->v[i]);
 	free(ts->v);
+	pools_close(ts);
 	*ts = (struct tenants){ 0 };
 }
 

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tenant.h - tenants: one engine each, and who may attach as whom.
+ * tenant.h - tenants and pools: one engine per (tenant, pool), and who may
+ * attach as whom.
  *
- * A tenant is one pool (one engine, with its own tier memfds) behind one
- * mutex. The engine is not thread-safe; the mutex is what makes every
+ * A pool is one entry of `devices`: one GPU with the cuda backend (on shm,
+ * one more set of memfds). Every tenant has one engine in every pool, sized
+ * by the tenant's quota (device_mem / host_mem apply per pool), each behind
+ * its own mutex. The engine is not thread-safe; the mutex is what makes every
  * operation on it atomic, and what orders operations on one user submitted
- * by clients served by different workers.
+ * by clients served by different workers. A client attaches to one pool
+ * (hello.pool) and its per-user operations go to its tenant's engine there.
  */
 #ifndef KVPOOLD_TENANT_H
 #define KVPOOLD_TENANT_H
@@ -17,26 +21,45 @@
 #include "config.h"
 #include "engine.h"
 
+/* One tenant's engine in one pool. */
+struct tenant_pool {
+	pthread_mutex_t lock;       /* held around every engine call */
+	struct engine *eng;
+};
+
 struct tenant {
 	char name[TENANT_NAME_MAX + 1];
 	uint32_t index;             /* position in config order; sqe.tenant - 1 */
 	const struct id_list *uids; /* the config's, which outlives the tenant */
 	const struct id_list *gids;
-	pthread_mutex_t lock;       /* held around every engine call */
-	struct engine *eng;
-	uint32_t clients;           /* attached clients; atomic */
+	struct tenant_pool *pools;  /* [tenants.npools] */
+	uint32_t clients;           /* attached clients, all pools; atomic */
+};
+
+/* What a pool is made of: the backend context of its device. */
+struct pool_dev {
+	int device;                 /* GPU ordinal (cuda), the devices entry (shm) */
+	void *be_ctx;               /* backend_cuda_open()'s; NULL on shm */
 };
 
 struct tenants {
 	struct tenant *v;
 	uint32_t n;
 	bool implicit;              /* no tenants configured: one "default" */
+	const struct backend_ops *be;
+	const char *backend;        /* "shm" or "cuda": auto resolved */
+	struct pool_dev pools[DEVICES_MAX];
+	uint32_t npools;            /* cfg->ndevices */
 };
 
-/* One engine per tenant (or the implicit default); -errno with e. */
+/* Resolve the backend, open one backend context per device, then one engine
+ * per (tenant, pool); -errno with e. */
 int tenants_create(struct tenants *ts, const struct config *cfg,
 		   struct errbuf *e);
 void tenants_destroy(struct tenants *ts);
+
+/* The CUDA device of a pool, -1 on the shm backend. */
+int tenants_cuda_device(const struct tenants *ts, uint32_t pool);
 
 struct admission {
 	bool allowed;

@@ -188,6 +188,8 @@ struct kvp_connect_opts {
 	uint32_t sq_entries;   /* 0: daemon default (256) */
 	uint32_t arena_bytes;  /* 0: daemon default (4 MiB) */
 	uint32_t spin_us;      /* how long a wait spins before it sleeps; 0: 20 us */
+	uint32_t pool;         /* the daemon's pool to attach to: 0 its first (with
+				* kvpoold --devices=0,1 pool i is on the i-th GPU) */
 };
 
 /*
@@ -204,8 +206,11 @@ void kvp_close(struct kvp_client *c);
 /* The message of the client's last failed call ("" after a success). */
 const char *kvp_last_error(const struct kvp_client *c);
 const struct kvp_layout *kvp_client_layout(const struct kvp_client *c);
-/* The device tier as mapped in this process (shm backend: a host pointer). */
+/* The device tier as mapped in this process: a host pointer on the shm
+ * backend, a CUDA device pointer (valid on kvp_cuda_device()) on cuda. */
 void *kvp_device_base(const struct kvp_client *c);
+/* The CUDA device ordinal the pool lives on, or -1 on the shm backend. */
+int kvp_cuda_device(const struct kvp_client *c);
 uint32_t kvp_client_id(const struct kvp_client *c);
 /* 1 when the daemon granted admin rights (kvctl evict --all, ...). */
 int kvp_client_is_admin(const struct kvp_client *c);
@@ -253,6 +258,43 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
  */
 int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 	       uint32_t n, const void *kv);
+
+/*
+ * The data ops where the pool is on a GPU (cuda backend). kv is then device
+ * memory; kvp_append() above enqueues on the legacy default stream and waits.
+ *
+ * kvp_append_async() enqueues the same copy on stream (a cudaStream_t; NULL:
+ * the legacy default stream) and returns at once. Ordering with commit: the
+ * library records an event on the stream after every async append of a
+ * lease, and kvp_commit()/kvp_queue_commit() of that lease wait for those
+ * events before the commit is sent, so tokens never become visible to other
+ * processes before their bytes have landed. -EOPNOTSUPP on the shm backend
+ * with a non-NULL stream.
+ */
+int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
+		     uint32_t first, uint32_t n, const void *kv, void *stream);
+/* The same from per-layer buffers: k[layer] and v[layer] each hold
+ * [n][kv_heads][head_dim] elements (layers pointers each, device memory on
+ * cuda, host memory on shm). */
+int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
+			    uint32_t first, uint32_t n, const void *const *k,
+			    const void *const *v, void *stream);
+
+/* One lease's share of a batched append. */
+struct kvp_append_item {
+	const struct kvp_lease *lease;
+	uint32_t first;        /* first new token of the lease to write */
+	uint32_t n;            /* tokens */
+};
+
+/*
+ * Many users in one launch: kv holds the items' tokens back to back, item
+ * order, [sum n][layers][2][kv_heads][head_dim]. stream as above (NULL on
+ * shm, where this is a CPU copy).
+ */
+int kvp_append_batch_async(struct kvp_client *c,
+			   const struct kvp_append_item *items, uint32_t count,
+			   const void *kv, void *stream);
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n);
 int kvp_release(struct kvp_client *c, uint64_t lease);
 /* Returns pages copied to the host tier. */

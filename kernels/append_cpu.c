@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * append_cpu.c - the CPU reference of the append data op, and its read-back.
+ * append_cpu.c - the CPU reference of the append data op, and its read-back;
+ * the per-layer append, gather and scatter (kvp_kernels.h) likewise.
  *
  * This is the oracle the CUDA kernels are tested against and the data path
  * of the shm backend. The caller's buffer is token-major
@@ -24,6 +25,7 @@
 /* Batches at least this large bypass the cache (see above). */
 #define STREAM_MIN_BYTES (1u << 20)
 
+#include "kvp_kernels.h"
 #include "kvpool.h"
 
 static inline uint64_t slot_offset(const struct kvp_layout *l,
@@ -168,4 +170,46 @@ void kvp_read_cpu(const struct kvp_layout *l, const void *tier_base,
 			dst += 2 * row;
 		}
 	}
+}
+
+void kvp_append_layers_cpu(const struct kvp_layout *l, void *tier_base,
+			   const struct kvp_slot *slots, uint32_t n,
+			   const void *const *k, const void *const *v)
+{
+	unsigned char *base = tier_base;
+	const uint64_t row = l->token_stride;
+
+	/* Layer by layer: each source buffer is read front to back. */
+	for (uint32_t layer = 0; layer < l->layers; layer++) {
+		for (uint32_t kv = 0; kv < 2; kv++) {
+			const unsigned char *src = kv ? v[layer] : k[layer];
+
+			for (uint32_t t = 0; t < n; t++)
+				memcpy(base + slot_offset(l, slots[t], layer, kv),
+				       src + (uint64_t)t * row, row);
+		}
+	}
+}
+
+void kvp_gather_cpu(const struct kvp_layout *l, const void *tier_base,
+		    const int32_t *frames, uint32_t n, void *out)
+{
+	const unsigned char *base = tier_base;
+	unsigned char *dst = out;
+
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(dst + (uint64_t)i * l->page_bytes,
+		       base + (uint64_t)(uint32_t)frames[i] * l->page_bytes,
+		       l->page_bytes);
+}
+
+void kvp_scatter_cpu(const struct kvp_layout *l, void *tier_base,
+		     const int32_t *frames, uint32_t n, const void *in)
+{
+	unsigned char *base = tier_base;
+	const unsigned char *src = in;
+
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(base + (uint64_t)(uint32_t)frames[i] * l->page_bytes,
+		       src + (uint64_t)i * l->page_bytes, l->page_bytes);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * append.c - the data op: write a lease's new tokens straight into the
+ * append.c - the data ops: write a lease's new tokens straight into the
  * mapped device tier, with no round trip to the daemon.
  *
  * New token i of a lease sits at history position q = len + i (counted from
@@ -10,14 +10,23 @@
  * against the device tier's frame count and only then used; the lease
  * itself is the caller's memory and is checked against the arena too.
  *
- * The shm backend only: on the cuda backend the tier is GPU memory and the
- * caller's own kernel (kvp_append_cuda) writes it.
+ * Every call checks all of its ranges and frames before it writes or
+ * enqueues anything, so a failed call leaves the tier as it was.
+ *
+ * shm backend: the tier is host memory and the copies are the CPU
+ * reference's (kvp_append_cpu, kvp_append_layers_cpu). cuda backend: the
+ * slots are computed here, on the host, into a staging buffer and cuda.c
+ * copies them to the device and launches the kernel, all on the caller's
+ * stream.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "client_internal.h"
+#include "kvp_kernels.h"
 
 #define APPEND_BATCH 256u /* slots computed per kvp_append_cpu() call */
 
@@ -31,51 +40,70 @@ static int table_in_arena(const struct kvp_client *c, const struct kvp_lease *l)
 	       (uint64_t)(p - c->arena) <= c->arena_bytes - bytes;
 }
 
-KVP_PUBLIC
-int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
-	       uint32_t n, const void *kv)
+/* A device tier to write into, or why not. */
+static int need_tier(struct kvp_client *c, const char *what)
 {
-	const uint32_t P = c->layout.page_tokens;
-	const uint32_t frames = c->tier_frames[KVP_TIER_DEVICE];
-	const unsigned char *src = kv;
-	struct kvp_slot slots[APPEND_BATCH];
-	uint64_t q0;
-	int ret;
+	int ret = kvpc_check_dead(c);
 
-	ret = kvpc_check_dead(c);
 	if (ret)
 		return ret;
 	if (!c->device)
-		return c->device_fd >= 0 ?
-		       kvpc_err(c, -EOPNOTSUPP,
-				"append: the %s backend's device tier is not host "
-				"memory; write it with your own kernel (kvp_append_cuda)",
-				c->backend) :
-		       kvpc_err(c, -ENODEV,
-				"append: this client has no device tier (no tenant: an "
-				"admin-only client)");
-	if (!l || !l->indices || (n && !kv))
-		return kvpc_err(c, -EINVAL, "append: NULL lease, page table or data");
+		return kvpc_err(c, -ENODEV,
+				"%s: this client has no device tier (no tenant: an "
+				"admin-only client)", what);
+	return 0;
+}
+
+/* The shm backend takes no stream: its copies are the CPU's. */
+static int shm_stream(struct kvp_client *c, void *stream, const char *what)
+{
+	if (stream)
+		return kvpc_err(c, -EOPNOTSUPP,
+				"%s: kvpoold at %s serves a %s pool in host memory; the "
+				"copy is the CPU's, pass a NULL stream", what, c->path,
+				c->backend);
+	return 0;
+}
+
+/* Tokens [first, first + n) of lease l: within its n_new, and l one that
+ * kvp_prepare() or kvp_reap() filled in. */
+static int check_range(struct kvp_client *c, const struct kvp_lease *l,
+		       uint32_t first, uint32_t n, const char *what)
+{
+	const uint32_t P = c->layout.page_tokens;
+
+	if (!l || !l->indices)
+		return kvpc_err(c, -EINVAL, "%s: NULL lease or page table", what);
 	if (first > l->n_new || n > l->n_new - first)
 		return kvpc_err(c, -EINVAL,
-				"append: tokens [%" PRIu32 ", %" PRIu64 ") are outside the "
-				"%" PRIu32 " new tokens of lease %" PRIu64, first,
+				"%s: tokens [%" PRIu32 ", %" PRIu64 ") are outside the "
+				"%" PRIu32 " new tokens of lease %" PRIu64, what, first,
 				(uint64_t)first + n, l->n_new, l->id);
 	if (!table_in_arena(c, l) || l->len > UINT64_MAX / 2 ||
 	    (l->len + l->n_new + P - 1) / P > l->npages)
 		return kvpc_err(c, -EINVAL,
-				"append: lease %" PRIu64 " is not one kvp_prepare() or "
-				"kvp_reap() filled in (or no longer valid)", l->id);
+				"%s: lease %" PRIu64 " is not one kvp_prepare() or "
+				"kvp_reap() filled in (or no longer valid)", what, l->id);
+	return 0;
+}
 
-	q0 = l->len + first;
-	for (uint32_t done = 0; done < n;) {
-		uint32_t m = n - done < APPEND_BATCH ? n - done : APPEND_BATCH;
+/* The slots of tokens [first, first + n) of l into out (range checked). */
+static int fill_slots(struct kvp_client *c, const struct kvp_lease *l,
+		      uint32_t first, uint32_t n, struct kvp_slot *out)
+{
+	const uint32_t P = c->layout.page_tokens;
+	const uint32_t frames = c->tier_frames[KVP_TIER_DEVICE];
+	const uint64_t q0 = l->len + first;
+	uint64_t page = UINT64_MAX;
+	uint32_t frame = 0;
 
-		for (uint32_t i = 0; i < m; i++) {
-			uint64_t q = q0 + done + i;
-			/* Read once from the arena, checked, then used. Relaxed:
-			 * the acquire of cq_tail (A1) that delivered the lease
-			 * already ordered the daemon's write of it. */
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t q = q0 + i;
+
+		if (q / P != page) {
+			/* Read once from the arena, checked, then used.
+			 * Relaxed: the acquire of cq_tail that delivered the
+			 * lease already ordered the daemon's write of it. */
 			int32_t f = __atomic_load_n(&l->indices[q / P], __ATOMIC_RELAXED);
 
 			if (f < 0 || (uint32_t)f >= frames)
@@ -84,13 +112,197 @@ int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 						" names frame %" PRId32 ", outside the %" PRIu32
 						" frames of the device tier", l->id, q / P, f,
 						frames);
-			slots[i].frame = (uint32_t)f;
-			slots[i].slot = (uint32_t)(q % P);
+			page = q / P;
+			frame = (uint32_t)f;
 		}
+		out[i].frame = frame;
+		out[i].slot = (uint32_t)(q % P);
+	}
+	return 0;
+}
+
+int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
+		      uint32_t count, struct kvp_slot *out)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		int ret = fill_slots(c, items[i].lease, items[i].first, items[i].n, out);
+
+		if (ret)
+			return ret;
+		out += items[i].n;
+	}
+	return 0;
+}
+
+/* Host slots for n tokens (shm). */
+static struct kvp_slot *scratch(struct kvp_client *c, uint32_t n)
+{
+	if (n > c->scratch_cap) {
+		uint32_t cap = n < 1024 ? 1024 : n;
+		struct kvp_slot *p = realloc(c->scratch, (size_t)cap * sizeof(*p));
+
+		if (!p) {
+			kvpc_err(c, -ENOMEM, "append: out of memory for %" PRIu32 " slots", n);
+			return NULL;
+		}
+		c->scratch = p;
+		c->scratch_cap = cap;
+	}
+	return c->scratch;
+}
+
+static int cuda_job(struct kvp_client *c, const struct kvp_append_item *items,
+		    uint32_t count, uint32_t n, const void *kv,
+		    const void *const *k, const void *const *v, void *stream,
+		    int sync)
+{
+	const struct kvpc_cuda_job j = { .items = items, .count = count, .n = n,
+					 .kv = kv, .k = k, .v = v,
+					 .stream = stream, .sync = sync };
+	int ret;
+
+	if (!n) {
+		c->err[0] = '\0';
+		return 0;
+	}
+	ret = kvpc_cuda_append(c, &j);
+	if (!ret)
+		c->err[0] = '\0';
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
+	       uint32_t n, const void *kv)
+{
+	const unsigned char *src = kv;
+	struct kvp_slot slots[APPEND_BATCH];
+	int ret;
+
+	if ((ret = need_tier(c, "append")) ||
+	    (ret = check_range(c, l, first, n, "append")))
+		return ret;
+	if (n && !kv)
+		return kvpc_err(c, -EINVAL, "append: NULL data for %" PRIu32 " tokens", n);
+	if (c->cuda) {
+		const struct kvp_append_item item = { l, first, n };
+
+		return cuda_job(c, &item, 1, n, kv, NULL, NULL, NULL, 1);
+	}
+
+	for (uint32_t done = 0; done < n;) {
+		uint32_t m = n - done < APPEND_BATCH ? n - done : APPEND_BATCH;
+
+		ret = fill_slots(c, l, first + done, m, slots);
+		if (ret)
+			return ret;
 		kvp_append_cpu(&c->layout, c->device, slots, m,
 			       src + (size_t)done * c->layout.token_bytes);
 		done += m;
 	}
+	c->err[0] = '\0';
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
+		     uint32_t first, uint32_t n, const void *kv, void *stream)
+{
+	const struct kvp_append_item item = { l, first, n };
+	int ret;
+
+	if ((ret = need_tier(c, "append_async")))
+		return ret;
+	if (!c->cuda)
+		return (ret = shm_stream(c, stream, "append_async")) ? ret :
+		       kvp_append(c, l, first, n, kv);
+	if ((ret = check_range(c, l, first, n, "append_async")))
+		return ret;
+	if (n && !kv)
+		return kvpc_err(c, -EINVAL, "append_async: NULL data for %" PRIu32
+				" tokens", n);
+	return cuda_job(c, &item, 1, n, kv, NULL, NULL, stream, 0);
+}
+
+KVP_PUBLIC
+int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
+			    uint32_t first, uint32_t n, const void *const *k,
+			    const void *const *v, void *stream)
+{
+	const struct kvp_append_item item = { l, first, n };
+	struct kvp_slot *slots;
+	int ret;
+
+	if ((ret = need_tier(c, "append_layers")) ||
+	    (ret = check_range(c, l, first, n, "append_layers")) ||
+	    (!c->cuda && (ret = shm_stream(c, stream, "append_layers"))))
+		return ret;
+	if (!n) {
+		c->err[0] = '\0';
+		return 0;
+	}
+	if (!k || !v)
+		return kvpc_err(c, -EINVAL, "append_layers: NULL k or v array");
+	for (uint32_t i = 0; i < c->layout.layers; i++)
+		if (!k[i] || !v[i])
+			return kvpc_err(c, -EINVAL,
+					"append_layers: NULL %s buffer of layer %" PRIu32,
+					k[i] ? "v" : "k", i);
+	if (c->cuda)
+		return cuda_job(c, &item, 1, n, NULL, k, v, stream, 0);
+
+	if (!(slots = scratch(c, n)))
+		return -ENOMEM;
+	ret = fill_slots(c, l, first, n, slots);
+	if (ret)
+		return ret;
+	kvp_append_layers_cpu(&c->layout, c->device, slots, n, k, v);
+	c->err[0] = '\0';
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_append_batch_async(struct kvp_client *c,
+			   const struct kvp_append_item *items, uint32_t count,
+			   const void *kv, void *stream)
+{
+	struct kvp_slot *slots;
+	uint64_t total = 0;
+	char what[48];
+	int ret;
+
+	if ((ret = need_tier(c, "append_batch")) ||
+	    (!c->cuda && (ret = shm_stream(c, stream, "append_batch"))))
+		return ret;
+	if (count && !items)
+		return kvpc_err(c, -EINVAL, "append_batch: NULL items");
+	for (uint32_t i = 0; i < count; i++) {
+		snprintf(what, sizeof(what), "append_batch item %" PRIu32, i);
+		ret = check_range(c, items[i].lease, items[i].first, items[i].n, what);
+		if (ret)
+			return ret;
+		total += items[i].n;
+	}
+	if (total > UINT32_MAX)
+		return kvpc_err(c, -EINVAL, "append_batch: %" PRIu64 " tokens in one "
+				"batch; at most %" PRIu32, total, UINT32_MAX);
+	if (!total) {
+		c->err[0] = '\0';
+		return 0;
+	}
+	if (!kv)
+		return kvpc_err(c, -EINVAL, "append_batch: NULL data for %" PRIu64
+				" tokens", total);
+	if (c->cuda)
+		return cuda_job(c, items, count, (uint32_t)total, kv, NULL, NULL,
+				stream, 0);
+
+	if (!(slots = scratch(c, (uint32_t)total)))
+		return -ENOMEM;
+	ret = kvpc_append_slots(c, items, count, slots);
+	if (ret)
+		return ret;
+	kvp_append_cpu(&c->layout, c->device, slots, (uint32_t)total, kv);
 	c->err[0] = '\0';
 	return 0;
 }

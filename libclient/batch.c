@@ -223,16 +223,20 @@ int kvp_queue_commit(struct kvp_client *c, uint64_t lease, uint32_t n,
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n,
 			       .flags = release ? KVP_SQE_RELEASE : 0 };
+	/* The lease's GPU appends land before the commit is even queued
+	 * (cuda.c, COMMIT ORDERING). */
+	int ret = kvpc_cuda_wait_lease(c, lease);
 
-	return queue_async(c, &sqe, tag);
+	return ret ? ret : queue_async(c, &sqe, tag);
 }
 
 KVP_PUBLIC
 int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
+	int ret = kvpc_cuda_wait_lease(c, lease);
 
-	return queue_async(c, &sqe, tag);
+	return ret ? ret : queue_async(c, &sqe, tag);
 }
 
 KVP_PUBLIC

@@ -116,20 +116,27 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 	return 0;
 }
 
+/*
+ * Commit and release first wait for the lease's appends still in flight on
+ * the GPU (cuda.c, COMMIT ORDERING): a commit must not make tokens visible,
+ * nor a release hand pages back, before their bytes landed.
+ */
 KVP_PUBLIC
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n };
+	int ret = kvpc_cuda_wait_lease(c, lease);
 
-	return call_res(c, &sqe);
+	return ret ? ret : call_res(c, &sqe);
 }
 
 KVP_PUBLIC
 int kvp_release(struct kvp_client *c, uint64_t lease)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
+	int ret = kvpc_cuda_wait_lease(c, lease);
 
-	return call_res(c, &sqe);
+	return ret ? ret : call_res(c, &sqe);
 }
 
 KVP_PUBLIC

@@ -11,6 +11,10 @@
  * of its header against that size (overflow-safe); the layout against one
  * recomputed from its five parameters; the device tier's size against its
  * frame count. Only then are the rings used.
+ *
+ * The device tier is a memfd mapped here on the shm backend; on the cuda
+ * backend (welcome.cuda_device >= 0) it is a cuMemCreate allocation that
+ * cuda.c imports and maps into the GPU's address space.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -162,6 +166,7 @@ static int say_hello(struct kvp_client *c, const struct kvp_connect_opts *o)
 		.version = KVP_PROTO_VERSION,
 		.sq_entries = o ? o->sq_entries : 0,
 		.arena_bytes = o ? o->arena_bytes : 0,
+		.pool = o ? o->pool : 0,
 	};
 	const char *name = o && o->name ? o->name : program_invocation_short_name;
 	ssize_t n;
@@ -405,18 +410,20 @@ static int map_shm(struct kvp_client *c, int fd, uint64_t expect)
 	return 0;
 }
 
-static int map_device(struct kvp_client *c, int *fd)
+static int map_device(struct kvp_client *c, int *fd, int32_t cuda_device)
 {
 	const uint64_t bytes = c->tier_bytes[KVP_TIER_DEVICE];
 	int64_t size;
 	void *p;
 
-	if (strcmp(c->backend, "shm")) {
-		/* Not host memory (cuda: a cuMem handle); kept for importing. */
-		c->device_fd = *fd;
-		*fd = -1;
-		return 0;
-	}
+	/* A GPU pool: a cuMem handle for cuda.c to import. (A daemon that
+	 * says shm is believed whatever else its welcome holds.) */
+	if (cuda_device >= 0 && strcmp(c->backend, "shm"))
+		return kvpc_cuda_attach(c, fd, cuda_device);
+	if (strcmp(c->backend, "shm"))
+		return kvpc_err(c, -EPROTO,
+				"kvpoold at %s serves a '%s' pool on no CUDA device; this "
+				"libkvpool maps shm and cuda pools", c->path, c->backend);
 	size = sealed_size(c, *fd, "device tier", bytes);
 	if (size < 0)
 		return (int)size;
@@ -477,7 +484,7 @@ static int attach(struct kvp_client *c, const struct kvp_connect_opts *o,
 	    (ret = get_welcome(c, &w, fds, nfds)) ||
 	    (ret = check_welcome(c, &w, *nfds)) ||
 	    (ret = map_shm(c, fds[0], w.shm_bytes)) ||
-	    (*nfds > 1 && (ret = map_device(c, &fds[1]))) ||
+	    (*nfds > 1 && (ret = map_device(c, &fds[1], w.cuda_device))) ||
 	    (ret = setup_slots(c)))
 		return ret;
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
@@ -510,6 +517,7 @@ int kvp_connect(struct kvp_client **out, const struct kvp_connect_opts *opts,
 	}
 	c->sock = -1;
 	c->device_fd = -1;
+	c->cuda_device = -1;
 
 	ret = attach(c, opts, fds, &nfds);
 	for (uint32_t i = 0; i < nfds; i++)
@@ -531,8 +539,11 @@ void kvp_close(struct kvp_client *c)
 {
 	if (!c)
 		return;
-	/* The daemon sees the hang-up and releases every lease we hold. */
-	if (c->device)
+	/* The daemon sees the hang-up and releases every lease we hold; on a
+	 * GPU every append must have landed before (cuda.c waits). */
+	if (c->cuda)
+		kvpc_cuda_detach(c);
+	else if (c->device)
 		munmap(c->device, c->device_bytes);
 	if (c->shm)
 		munmap(c->shm, c->shm_bytes);
@@ -542,6 +553,7 @@ void kvp_close(struct kvp_client *c)
 		close(c->sock);
 	free(c->slots);
 	free(c->free_slots);
+	free(c->scratch);
 	free(c);
 }
 
@@ -563,6 +575,12 @@ KVP_PUBLIC
 void *kvp_device_base(const struct kvp_client *c)
 {
 	return c->device;
+}
+
+KVP_PUBLIC
+int kvp_cuda_device(const struct kvp_client *c)
+{
+	return c->cuda ? c->cuda_device : -1;
 }
 
 KVP_PUBLIC

@@ -7,7 +7,9 @@
  *
  * libclient reads as attach (client.c) -> rings (ring.c) -> operations
  * (batch.c: async queue/submit/reap and the one path every call takes;
- * calls.c: the synchronous calls on top of it) -> data ops (append.c).
+ * calls.c: the synchronous calls on top of it) -> data ops (append.c; on
+ * the cuda backend through cuda.c: the mapping of the GPU pool, the staging
+ * ring for slots, and the events commit waits for).
  *
  * A client is not thread-safe: one thread at a time may call into it (as with
  * an io_uring). Different clients are independent.
@@ -106,9 +108,16 @@ struct kvp_client {
 	uint32_t sync_off, sync_bytes;
 
 	/* ---- the tenant's device tier (NULL / -1 for an admin-only client) */
-	void *device;
+	void *device;                 /* shm: the host mapping; cuda: the device
+				       * pointer of the mapping (cuda.c) */
 	size_t device_bytes;
-	int device_fd;                /* kept only where it could not be mapped */
+	int device_fd;                /* unused since protocol 2: always -1 */
+	int cuda_device;              /* the pool's CUDA device; -1 on shm */
+	struct kvpc_cuda *cuda;       /* cuda.c state; NULL on shm */
+
+	/* ---- append.c: host slots for the shm data ops, grown on demand */
+	struct kvp_slot *scratch;
+	uint32_t scratch_cap;
 
 	/* ---- errors */
 	int dead;                     /* sticky: -ECONNRESET, -EPROTO; 0 = fine */
@@ -169,5 +178,40 @@ int kvpc_decode_fixed(struct kvp_client *c, uint32_t idx,
 int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
 		      const struct kvp_cqe *cqe, struct kvp_lease *l,
 		      char *msg, size_t msglen);
+
+/* append.c: the slots of new tokens [item.first, item.first + item.n) of
+ * each item's lease, in item order, into out (sum of n entries). Every
+ * frame is read once from the page table, checked against the device tier
+ * and only then written; the items' ranges were checked by the caller.
+ * Returns 0 or -EINVAL with the last error set. */
+int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
+		      uint32_t count, struct kvp_slot *out);
+
+/*
+ * cuda.c: the cuda backend (client side). Without KVPOOL_HAVE_CUDA every
+ * one of these fails with -EOPNOTSUPP ("built without CUDA") or does
+ * nothing.
+ */
+/* One append: the items' slots, and where their bytes are (kv, or the
+ * per-layer k / v arrays of one item). */
+struct kvpc_cuda_job {
+	const struct kvp_append_item *items;
+	uint32_t count;
+	uint32_t n;                   /* sum of items[].n, > 0 */
+	const void *kv;               /* [n][layers][2][heads][dim], or NULL */
+	const void *const *k, *const *v; /* host arrays of layers device ptrs */
+	void *stream;                 /* cudaStream_t; NULL: legacy default */
+	int sync;                     /* wait for it (kvp_append) */
+};
+/* Import *fd (a cuMemCreate POSIX fd) on CUDA device `device`, map
+ * tier_bytes[DEVICE] bytes and set c->device; closes *fd (-1 after). */
+int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device);
+/* Wait for every append in flight, unmap and free (kvp_close). */
+void kvpc_cuda_detach(struct kvp_client *c);
+/* Stage the slots, copy them over and launch, all on j->stream. */
+int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j);
+/* Before a commit or release of lease: wait until every append of it
+ * landed (the commit ordering rule, kvpool.h). 0 or -EIO. */
+int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease);
 
 #endif /* KVPOOL_CLIENT_INTERNAL_H */

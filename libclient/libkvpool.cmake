@@ -1,15 +1,31 @@
 # SPDX-License-Identifier: MIT
 # libkvpool: the client library; only kvp_* symbols are exported (kvpool.map).
+#
+# With CUDA (KVPOOL_HAVE_CUDA) it carries the kernels and the static CUDA
+# runtime, and never links libcuda: the driver functions are looked up at a
+# cuda attach (libclient/cuda.c), so the library loads and serves shm pools
+# on machines without a GPU driver. The version script keeps the runtime's
+# symbols local.
 set(KVPOOL_CLIENT_SOURCES
   libclient/version.c
   libclient/client.c
   libclient/ring.c
   libclient/batch.c
   libclient/calls.c
-  libclient/append.c)
+  libclient/append.c
+  libclient/cuda.c)
+
+# kvpool_client_cuda(TARGET PUBLIC|PRIVATE): the cuda backend's parts.
+function(kvpool_client_cuda target scope)
+  if(KVPOOL_HAVE_CUDA)
+    target_compile_definitions(${target} PRIVATE KVPOOL_HAVE_CUDA=1)
+    target_link_libraries(${target} ${scope} kvpool_kernels CUDA::cudart_static)
+  endif()
+endfunction()
 
 add_library(kvpool SHARED ${KVPOOL_CLIENT_SOURCES})
 target_link_libraries(kvpool PRIVATE kvpool_common Threads::Threads)
+kvpool_client_cuda(kvpool PRIVATE)
 target_include_directories(kvpool
   PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
          $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
@@ -26,6 +42,7 @@ target_link_options(kvpool PRIVATE
 # internals (client_internal.h: the raw rings, kvpc_* helpers).
 add_library(kvpool_client_static STATIC ${KVPOOL_CLIENT_SOURCES})
 target_link_libraries(kvpool_client_static PUBLIC kvpool_common Threads::Threads)
+kvpool_client_cuda(kvpool_client_static PUBLIC)
 target_include_directories(kvpool_client_static
   PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
 set_target_properties(kvpool_client_static PROPERTIES

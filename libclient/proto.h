@@ -69,7 +69,7 @@
 #include "kvpool.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 1
+#define KVP_PROTO_VERSION 2
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -85,6 +85,9 @@ struct kvp_hello {
 	uint32_t cq_entries;   /* >= sq_entries; 0: 2 * sq_entries */
 	uint32_t arena_bytes;  /* [MIN, MAX]; 0: daemon default */
 	char name[32];         /* for kvctl clients: program name, NUL-padded */
+	uint32_t pool;         /* v2: which of the daemon's pools (one per GPU of
+				* `devices`): 0 the first; -EINVAL past the last */
+	uint32_t rsv;          /* must be zero */
 };
 
 #define KVP_WELCOME_ADMIN  (1u << 0) /* the client's uid is in admin_uids */
@@ -104,6 +107,17 @@ struct kvp_welcome {
 	uint64_t tier_bytes[KVP_TIERS];
 	uint32_t tier_frames[KVP_TIERS];
 	uint64_t shm_bytes;    /* size of fds[0] */
+	/* v2. cuda backend: fds[1] is a cuMemCreate allocation exported as a
+	 * POSIX fd (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) of
+	 * tier_bytes[DEVICE] bytes (a multiple of the allocation granularity;
+	 * the first tier_frames[DEVICE] * page_bytes are the frames). Import it
+	 * with cuMemImportFromShareableHandle, map it with cuMemAddressReserve +
+	 * cuMemMap + cuMemSetAccess on CUDA device cuda_device. shm backend:
+	 * cuda_device is -1 and fds[1] is a memfd to mmap. */
+	int32_t cuda_device;
+	uint32_t pool;         /* the pool attached to */
+	uint32_t npools;       /* how many the daemon serves */
+	uint32_t rsv2;
 };
 
 /* ------------------------------------------------------------ shm */

@@ -904,6 +904,30 @@ static void test_evict_all_host_tier_only(void **state)
 	drop_engine();
 }
 
+/*
+ * Frames freed by a demotion come back first page first: the next history
+ * gets them ascending and contiguous, so its copies coalesce into one run.
+ */
+static void test_demoted_frames_come_back_ascending_and_contiguous(void **state)
+{
+	struct engine *eng = mk_engine(8, 8, 0);
+	struct engine_lease L;
+	uint32_t first;
+
+	(void)state;
+	put(eng, 1, 0, 4 * PT);
+	put(eng, 2, 0, 4 * PT); /* the device tier is full */
+	assert_true(engine_evict(eng, 1, KVP_SEL_DEVICE, NULL) == 4);
+	CHECK(eng);
+	L = prep_ok(eng, 3, 0, 4 * PT, OWNER);
+	assert_int_equal(L.npages, 4);
+	first = L.frames[0];
+	for (uint32_t i = 1; i < L.npages; i++)
+		assert_int_equal(L.frames[i], first + i);
+	release_ok(eng, L.id);
+	CHECK(eng);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -930,6 +954,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_offload_after_commit_before_release, teardown),
 		cmocka_unit_test_teardown(test_write_into_onloaded_partial_page, teardown),
 		cmocka_unit_test_teardown(test_evict_all_host_tier_only, teardown),
+		cmocka_unit_test_teardown(test_demoted_frames_come_back_ascending_and_contiguous,
+					  teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend_cuda.c - the cuda backend: the device tier is one cuMemCreate
+ * allocation on one GPU, exported as a POSIX fd; the host tier is pinned host
+ * memory; copies are cudaMemcpyAsync on the backend's own streams.
+ *
+ * Linking. This file is plain C and links the static CUDA runtime
+ * (cudart_static), which loads libcuda.so.1 only on the first CUDA call. The
+ * driver API functions it needs (cuMemCreate and friends) are looked up
+ * through cudaGetDriverEntryPointByVersion() in backend_cuda_open(), never
+ * linked, so kvpoold and the engine start and serve the shm backend on a
+ * machine with no GPU driver at all.
+ *
+ * The device tier. cuMemCreate(PINNED, on `device`, requestedHandleTypes =
+ * POSIX_FILE_DESCRIPTOR) of the requested size rounded up to the recommended
+ * allocation granularity; exported once with cuMemExportToShareableHandle
+ * (the fd clients receive over SCM_RIGHTS and import with
+ * cuMemImportFromShareableHandle), and mapped here with cuMemAddressReserve +
+ * cuMemMap + cuMemSetAccess(read-write on `device`). tier_mem.base is that
+ * device pointer: not host-visible, which is why the engine reads through
+ * the backend's read op. tier_mem.bytes is the rounded size (the client maps
+ * all of it; the engine's frames are the first device_frames * page_bytes).
+ *
+ * The host tier. cudaHostAlloc(portable) pinned memory: host-visible (base is
+ * a host pointer) and DMA-able at full PCIe/NVLink-C2C speed, which pageable
+ * memory is not (README: 8.7 vs 55 GB/s). It is the daemon's own: fd -1.
+ *
+ * Copies. One stream per direction (non-blocking, so they never serialise
+ * with the legacy default stream); a batch of runs is one cudaMemcpyAsync
+ * per run, then cudaStreamSynchronize. COMPLETION IS SYNCHRONOUS FOR NOW:
+ * copy() returns once every byte has landed, which is what the engine's
+ * contract (backend.h) asks. Overlapping a copy with other users' ring
+ * operations (issue 4, item 2) needs an asynchronous copy contract in the
+ * engine first (a prepare completing when its onload event fires).
+ *
+ * Threads. One context (backend_cuda_open) serves every engine on its
+ * device; engines are called from several daemon threads (one tenant mutex
+ * each), and the CUDA runtime's current device is per thread, so every entry
+ * point sets it first. Two threads syncing the same stream at once is
+ * correct (each waits for at least its own copies), at worst slower.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+
+/* The driver ABI asked for: the cuMem* calls below are all CUDA 10.2's. */
+#define DRIVER_API_VERSION 12000
+
+/* One device-tier allocation, so tier_free can find its handle. */
+struct cuda_alloc {
+	CUdeviceptr ptr;
+	size_t size;
+	CUmemGenericAllocationHandle handle;
+	struct cuda_alloc *next;
+};
+
+struct cuda_ctx {
+	int device;
+	cudaStream_t stream[2];      /* [COPY_D2H], [COPY_H2D] */
+	pthread_mutex_t lock;        /* guards allocs */
+	struct cuda_alloc *allocs;
+	struct {
+		PFN_cuMemCreate_v10020 create;
+		PFN_cuMemRelease_v10020 release;
+		PFN_cuMemExportToShareableHandle_v10020 export_fd;
+		PFN_cuMemGetAllocationGranularity_v10020 granularity;
+		PFN_cuMemAddressReserve_v10020 reserve;
+		PFN_cuMemAddressFree_v10020 addr_free;
+		PFN_cuMemMap_v10020 map;
+		PFN_cuMemUnmap_v10020 unmap;
+		PFN_cuMemSetAccess_v10020 set_access;
+		PFN_cuGetErrorString_v6000 error_string;
+	} cu;
+};
+
+/* ------------------------------------------------------------ errors */
+
+static int cuda_errno(cudaError_t err)
+{
+	switch (err) {
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorInvalidDevice:
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+		return -ENODEV;
+	case cudaErrorInvalidValue:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+static int cu_errno(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CUDA_ERROR_INVALID_VALUE:
+		return -EINVAL;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	default:
+		return -EIO;
+	}
+}
+
+static const char *cu_str(const struct cuda_ctx *x, CUresult r)
+{
+	const char *s = NULL;
+
+	if (x->cu.error_string)
+		x->cu.error_string(r, &s);
+	return s ? s : "unknown CUDA driver error";
+}
+
+/* Make x's device current on this thread (the runtime keeps it per thread). */
+static int cuda_use(struct cuda_ctx *x, struct errbuf *e)
+{
+	cudaError_t err = cudaSetDevice(x->device);
+
+	if (err != cudaSuccess)
+		return errbuf_set(e, cuda_errno(err), "cuda device %d: cudaSetDevice: %s",
+				  x->device, cudaGetErrorString(err));
+	return 0;
+}
+
+/* ------------------------------------------------------------ open / close */
+
+static int resolve(struct cuda_ctx *x, const char *sym, void **fn,
+		   struct errbuf *e)
+{
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	cudaError_t err;
+
+	*fn = NULL;
+	err = cudaGetDriverEntryPointByVersion(sym, fn, DRIVER_API_VERSION,
+					       cudaEnableDefault, &q);
+	if (err != cudaSuccess)
+		return errbuf_set(e, cuda_errno(err), "cuda device %d: cannot look "
+				  "up %s in the CUDA driver: %s", x->device, sym,
+				  cudaGetErrorString(err));
+	if (!*fn || q != cudaDriverEntryPointSuccess)
+		return errbuf_set(e, -ENOSYS, "cuda device %d: the CUDA driver has no "
+				  "%s (%s); kvpoold needs a driver for CUDA 12.0 or "
+				  "newer", x->device, sym,
+				  q == cudaDriverEntryPointVersionNotSufficent ?
+				  "driver too old" : "symbol not found");
+	return 0;
+}
+
+static int resolve_all(struct cuda_ctx *x, struct errbuf *e)
+{
+	struct {
+		const char *sym;
+		void **fn;
+	} t[] = {
+		{ "cuMemCreate", (void **)&x->cu.create },
+		{ "cuMemRelease", (void **)&x->cu.release },
+		{ "cuMemExportToShareableHandle", (void **)&x->cu.export_fd },
+		{ "cuMemGetAllocationGranularity", (void **)&x->cu.granularity },
+		{ "cuMemAddressReserve", (void **)&x->cu.reserve },
+		{ "cuMemAddressFree", (void **)&x->cu.addr_free },
+		{ "cuMemMap", (void **)&x->cu.map },
+		{ "cuMemUnmap", (void **)&x->cu.unmap },
+		{ "cuMemSetAccess", (void **)&x->cu.set_access },
+		{ "cuGetErrorString", (void **)&x->cu.error_string },
+	};
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		int ret = resolve(x, t[i].sym, t[i].fn, e);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int backend_cuda_open(int device, void **out, struct errbuf *e)
+{
+	struct cuda_ctx *x;
+	cudaError_t err;
+	int n = 0, ret;
+
+	*out = NULL;
+	err = cudaGetDeviceCount(&n);
+	if (err != cudaSuccess)
+		return errbuf_set(e, -ENODEV, "cuda device %d: no usable CUDA driver "
+				  "or device: %s; use backend=shm", device,
+				  cudaGetErrorString(err));
+	if (!n)
+		return errbuf_set(e, -ENODEV, "cuda device %d does not exist: this "
+				  "machine has 0 CUDA devices; use backend=shm",
+				  device);
+	if (device < 0 || device >= n)
+		return errbuf_set(e, -ENODEV, "cuda device %d does not exist: this "
+				  "machine has %d CUDA device(s), ordinals 0 to %d; "
+				  "fix devices=", device, n, n - 1);
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return errbuf_set(e, -ENOMEM, "cuda device %d: out of memory", device);
+	x->device = device;
+	pthread_mutex_init(&x->lock, NULL);
+	ret = cuda_use(x, e);
+	if (ret)
+		goto fail;
+	for (int d = 0; d < 2; d++) {
+		err = cudaStreamCreateWithFlags(&x->stream[d], cudaStreamNonBlocking);
+		if (err != cudaSuccess) {
+			ret = errbuf_set(e, cuda_errno(err), "cuda device %d: cannot "
+					 "create a copy stream: %s", device,
+					 cudaGetErrorString(err));
+			goto fail;
+		}
+	}
+	ret = resolve_all(x, e);
+	if (ret)
+		goto fail;
+	*out = x;
+	return 0;
+fail:
+	backend_cuda_close(x);
+	return ret;
+}
+
+void backend_cuda_close(void *ctx)
+{
+	struct cuda_ctx *x = ctx;
+
+	if (!x)
+		return;
+	cudaSetDevice(x->device);
+	for (int d = 0; d < 2; d++)
+		if (x->stream[d])
+			cudaStreamDestroy(x->stream[d]);
+	/* Engines free their tiers before the context goes; anything left is
+	 * a caller's leak, reclaimed by the driver at exit. */
+	while (x->allocs) {
+		struct cuda_alloc *a = x->allocs;
+
+		x->allocs = a->next;
+		free(a);
+	}
+	pthread_mutex_destroy(&x->lock);
+	free(x);
+}
+
+/* ------------------------------------------------------------ tiers */
+
+static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out,
+			struct errbuf *e)
+{
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = x->device },
+	};
+	CUmemAccessDesc access = {
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = x->device },
+		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+	};
+	struct cuda_alloc *a = NULL;
+	CUdeviceptr ptr = 0;
+	size_t gran = 0, size = 0;
+	bool created = false, reserved = false, mapped = false;
+	const char *step;
+	cudaError_t err;
+	CUresult r;
+	int fd = -1, ret;
+
+	step = "cuMemGetAllocationGranularity";
+	r = x->cu.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	if (r != CUDA_SUCCESS || !gran)
+		goto cu_fail;
+	if (bytes > SIZE_MAX - (gran - 1))
+		return errbuf_set(e, -EINVAL, "cuda device %d: a device tier of %"
+				  PRIu64 " bytes is too large", x->device, bytes);
+	size = (size_t)(bytes + gran - 1) / gran * gran;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return errbuf_set(e, -ENOMEM, "cuda device %d: out of memory", x->device);
+
+	step = "cuMemCreate";
+	r = x->cu.create(&a->handle, size, &prop, 0);
+	if (r != CUDA_SUCCESS)
+		goto cu_fail_free;
+	created = true;
+	step = "cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR)";
+	r = x->cu.export_fd(&fd, a->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (r != CUDA_SUCCESS)
+		goto cu_fail_free;
+	step = "cuMemAddressReserve";
+	r = x->cu.reserve(&ptr, size, gran, 0, 0);
+	if (r != CUDA_SUCCESS)
+		goto cu_fail_free;
+	reserved = true;
+	step = "cuMemMap";
+	r = x->cu.map(ptr, size, 0, a->handle, 0);
+	if (r != CUDA_SUCCESS)
+		goto cu_fail_free;
+	mapped = true;
+	step = "cuMemSetAccess";
+	r = x->cu.set_access(ptr, size, &access, 1);
+	if (r != CUDA_SUCCESS)
+		goto cu_fail_free;
+
+	/* Zeroed, and landed before any copy stream touches it. */
+	err = cudaMemsetAsync((void *)(uintptr_t)ptr, 0, size, x->stream[COPY_H2D]);
+	if (err == cudaSuccess)
+		err = cudaStreamSynchronize(x->stream[COPY_H2D]);
+	if (err != cudaSuccess) {
+		ret = errbuf_set(e, cuda_errno(err), "cuda device %d: zeroing the "
+				 "%zu-byte device tier: %s", x->device, size,
+				 cudaGetErrorString(err));
+		goto undo;
+	}
+
+	a->ptr = ptr;
+	a->size = size;
+	pthread_mutex_lock(&x->lock);
+	a->next = x->allocs;
+	x->allocs = a;
+	pthread_mutex_unlock(&x->lock);
+	out->base = (void *)(uintptr_t)ptr;
+	out->bytes = size;
+	out->fd = fd;
+	return 0;
+
+cu_fail:
+	return errbuf_set(e, cu_errno(r), "cuda device %d: %s for a device tier of "
+			  "%" PRIu64 " bytes: %s", x->device, step, bytes,
+			  cu_str(x, r));
+cu_fail_free:
+	ret = errbuf_set(e, cu_errno(r), "cuda device %d: %s for a device tier of "
+			 "%zu bytes: %s%s", x->device, step, size, cu_str(x, r),
+			 r == CUDA_ERROR_OUT_OF_MEMORY ? "; lower device_mem" : "");
+undo:
+	if (mapped)
+		x->cu.unmap(ptr, size);
+	if (reserved)
+		x->cu.addr_free(ptr, size);
+	if (fd >= 0)
+		close(fd);
+	if (created)
+		x->cu.release(a->handle);
+	free(a);
+	return ret;
+}
+
+static int host_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out,
+		      struct errbuf *e)
+{
+	void *p = NULL;
+	cudaError_t err;
+
+	if (bytes > SIZE_MAX)
+		return errbuf_set(e, -EINVAL, "host tier of %" PRIu64 " bytes is too "
+				  "large", bytes);
+	err = cudaHostAlloc(&p, (size_t)bytes, cudaHostAllocPortable);
+	if (err != cudaSuccess)
+		return errbuf_set(e, cuda_errno(err), "cuda device %d: cannot pin a "
+				  "host tier of %" PRIu64 " bytes (cudaHostAlloc): %s; "
+				  "lower host_mem or raise the memlock limit",
+				  x->device, bytes, cudaGetErrorString(err));
+	memset(p, 0, (size_t)bytes);
+	out->base = p;
+	out->bytes = bytes;
+	out->fd = -1;
+	return 0;
+}
+
+static int cuda_tier_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
+			   struct tier_mem *out, struct errbuf *e)
+{
+	struct cuda_ctx *x = ctx;
+	int ret;
+
+	*out = (struct tier_mem){ .fd = -1 };
+	if (!x)
+		return errbuf_set(e, -EINVAL, "the cuda backend needs the context "
+				  "of backend_cuda_open() (engine_config.backend_ctx)");
+	ret = cuda_use(x, e);
+	if (ret)
+		return ret;
+	return tier == KVP_TIER_DEVICE ? device_alloc(x, bytes, out, e)
+				       : host_alloc(x, bytes, out, e);
+}
+
+/* The registered device allocation at base, unlinked when take. */
+static struct cuda_alloc *alloc_find(struct cuda_ctx *x, const void *base,
+				     bool take)
+{
+	struct cuda_alloc **pp, *a = NULL;
+
+	pthread_mutex_lock(&x->lock);
+	for (pp = &x->allocs; *pp; pp = &(*pp)->next) {
+		if ((const void *)(uintptr_t)(*pp)->ptr == base) {
+			a = *pp;
+			if (take)
+				*pp = a->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&x->lock);
+	return a;
+}
+
+static void cuda_tier_free(void *ctx, struct tier_mem *m)
+{
+	struct cuda_ctx *x = ctx;
+	struct cuda_alloc *a;
+
+	if (!x || !m->base)
+		goto out;
+	cudaSetDevice(x->device);
+	a = alloc_find(x, m->base, true);
+	if (a) {
+		/* Clients hold their own imports; the memory lives on until
+		 * the last of them unmaps and closes its fd. */
+		x->cu.unmap(a->ptr, a->size);
+		x->cu.addr_free(a->ptr, a->size);
+		x->cu.release(a->handle);
+		free(a);
+	} else {
+		cudaFreeHost(m->base);
+	}
+out:
+	if (m->fd >= 0)
+		close(m->fd);
+	m->base = NULL;
+	m->fd = -1;
+}
+
+/* ------------------------------------------------------------ copies */
+
+static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
+		     const struct tier_mem *src, const struct copy_run *runs,
+		     uint32_t n, struct errbuf *e)
+{
+	struct cuda_ctx *x = ctx;
+	enum cudaMemcpyKind kind = dir == COPY_D2H ? cudaMemcpyDeviceToHost
+						   : cudaMemcpyHostToDevice;
+	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
+	cudaError_t err = cudaSuccess;
+	uint32_t i;
+	int ret = cuda_use(x, e);
+
+	if (ret)
+		goto report;
+	for (i = 0; i < n; i++) {
+		err = cudaMemcpyAsync((char *)dst->base + runs[i].dst_off,
+				      (const char *)src->base + runs[i].src_off,
+				      runs[i].bytes, kind, s);
+		if (err != cudaSuccess)
+			break;
+	}
+	/* Synchronous completion (see the top of the file): wait even after
+	 * a failed enqueue, so nothing is in flight when we return. */
+	{
+		cudaError_t serr = cudaStreamSynchronize(s);
+
+		if (err == cudaSuccess)
+			err = serr;
+	}
+	if (err == cudaSuccess)
+		return 0;
+	ret = errbuf_set(e, cuda_errno(err), "cuda device %d: %s copy of %" PRIu32
+			 " run(s): %s", x->device,
+			 dir == COPY_D2H ? "device-to-host" : "host-to-device", n,
+			 cudaGetErrorString(err));
+report:
+	/* The engine treats a failed copy as a hardware fault and does not
+	 * look at the message: say it here, where someone may read it. */
+	fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
+	return ret;
+}
+
+static int cuda_read(void *ctx, const struct tier_mem *m, uint64_t off,
+		     void *dst, uint64_t bytes, struct errbuf *e)
+{
+	struct cuda_ctx *x = ctx;
+	cudaError_t err;
+	int ret;
+
+	if (off > m->bytes || bytes > m->bytes - off)
+		return errbuf_set(e, -ERANGE, "read of %" PRIu64 " bytes at %" PRIu64
+				  " is outside the %" PRIu64 "-byte tier", bytes,
+				  off, m->bytes);
+	if (!bytes)
+		return 0;
+	if (!alloc_find(x, m->base, false)) {
+		memcpy(dst, (const char *)m->base + off, bytes); /* pinned host */
+		return 0;
+	}
+	ret = cuda_use(x, e);
+	if (ret)
+		return ret;
+	/* The legacy stream does not order with the copy streams; every copy
+	 * has been waited for, so only finished bytes are read. */
+	err = cudaMemcpy(dst, (const char *)m->base + off, bytes,
+			 cudaMemcpyDeviceToHost);
+	if (err != cudaSuccess)
+		return errbuf_set(e, cuda_errno(err), "cuda device %d: reading %"
+				  PRIu64 " bytes of the device tier: %s", x->device,
+				  bytes, cudaGetErrorString(err));
+	return 0;
+}
+
+const struct backend_ops backend_cuda = {
+	.name = "cuda",
+	.tier_alloc = cuda_tier_alloc,
+	.tier_free = cuda_tier_free,
+	.copy = cuda_copy,
+	.read = cuda_read,
+};

@@ -1,0 +1,680 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cuda.c - the client side of the cuda backend: map the daemon's GPU pool,
+ * and run the append data ops on the caller's CUDA stream.
+ *
+ * NO DRIVER AT LINK TIME. libkvpool links the CUDA runtime statically and
+ * never links libcuda: it loads and works on machines without a GPU driver
+ * (CI, the shm backend). The driver functions the mapping needs
+ * (cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap, ...) are
+ * looked up with cudaGetDriverEntryPoint when the first cuda welcome comes.
+ *
+ * ATTACH. welcome.cuda_device names the GPU; fds[1] is a cuMemCreate
+ * allocation exported as a POSIX fd. It is imported, a virtual range of
+ * tier_bytes[DEVICE] is reserved, the allocation is mapped there with read
+ * and write access for that device, and the fd is closed (the handle holds
+ * the memory). kvp_device_base() is the mapping's device pointer.
+ *
+ * CONTEXTS. Everything runs in the device's primary context, which is the
+ * one the caller's runtime uses too, so device pointers and streams pass
+ * both ways. The library makes that context current only for the duration
+ * of a call and puts the caller's current context back before returning.
+ *
+ * STAGING RING. The kernels take one slot (frame, token slot) per token,
+ * computed on the host from the lease's page table. Each append writes its
+ * slots (and, for per-layer appends, the layer pointers) into the pinned
+ * host buffer of the next of STAGES staging entries, copies them to the
+ * entry's device buffer with cudaMemcpyAsync on the caller's stream,
+ * launches the kernel on the same stream and records the entry's event
+ * behind it. An entry is written again only after its event completed, so
+ * slots of an append still in flight are never overwritten; with STAGES
+ * appends in flight the next one waits for the oldest. Buffers grow (by
+ * doubling) to the largest append seen.
+ *
+ * COMMIT ORDERING. The entry's (index, generation) is remembered per lease
+ * (an open-addressing table, lease id -> up to LEASE_PENDING entries; the
+ * generation is bumped at every launch, so an entry that was reused since is
+ * known to have completed). kvp_commit / kvp_queue_commit / kvp_release /
+ * kvp_queue_release of a lease first wait for those events
+ * (kvpc_cuda_wait_lease), so no other process can see the tokens, or get
+ * the pages back, before the bytes landed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+#ifndef KVPOOL_HAVE_CUDA
+
+int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device)
+{
+	return kvpc_err(c, -EOPNOTSUPP,
+			"kvpoold at %s serves its pool from CUDA device %" PRId32
+			"; this libkvpool was built without CUDA (build kvpool with "
+			"-DKVPOOL_CUDA=ON where the CUDA toolkit is)", c->path, device);
+}
+
+void kvpc_cuda_detach(struct kvp_client *c)
+{
+}
+
+int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j)
+{
+	return kvpc_err(c, -EOPNOTSUPP, "append: this libkvpool was built without CUDA");
+}
+
+int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease)
+{
+	return 0;
+}
+
+#else /* KVPOOL_HAVE_CUDA */
+
+#include <pthread.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "kvp_kernels.h"
+
+#if CUDART_VERSION < 12000
+#error "libkvpool needs CUDA 12 or later"
+#endif
+
+#define STAGES 32u             /* appends in flight before the host waits */
+#define STAGE_MIN (4u << 10)   /* a staging buffer's first size: 512 slots */
+#define LEASE_PENDING 4u       /* staging entries remembered per lease */
+#define TAB_MIN 64u
+
+struct stage {
+	unsigned char *host;   /* pinned */
+	void *dev;
+	size_t cap;            /* bytes of each */
+	cudaEvent_t done;      /* recorded behind the launch that read dev */
+	uint32_t gen;          /* bumped at each launch */
+	int pending;           /* done recorded and not yet seen complete */
+};
+
+struct lease_rec {
+	uint64_t lease;
+	uint32_t used;
+	uint32_t n;                    /* pairs below */
+	uint32_t stage[LEASE_PENDING];
+	uint32_t gen[LEASE_PENDING];
+};
+
+struct kvpc_cuda {
+	int device;
+	CUcontext ctx;                 /* the device's primary context */
+	CUmemGenericAllocationHandle handle;
+	CUdeviceptr base;
+	size_t bytes;
+	int have_handle, reserved, mapped;
+	struct stage stage[STAGES];
+	uint32_t next;                 /* the staging entry to take next */
+	struct lease_rec *tab;         /* tab_cap entries, a power of two */
+	uint32_t tab_cap, tab_used;
+};
+
+/* ------------------------------------------------------------ driver */
+
+static struct {
+	CUresult (*ctx_get)(CUcontext *);
+	CUresult (*ctx_set)(CUcontext);
+	CUresult (*granularity)(size_t *, const CUmemAllocationProp *,
+				CUmemAllocationGranularity_flags);
+	CUresult (*import)(CUmemGenericAllocationHandle *, void *,
+			   CUmemAllocationHandleType);
+	CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
+			    unsigned long long);
+	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+			unsigned long long);
+	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+	CUresult (*unmap)(CUdeviceptr, size_t);
+	CUresult (*addr_free)(CUdeviceptr, size_t);
+	CUresult (*release)(CUmemGenericAllocationHandle);
+	CUresult (*error_string)(CUresult, const char **);
+} drv;
+
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static const char *drv_missing;        /* the first symbol not found */
+static cudaError_t drv_error = cudaSuccess;
+
+static void *entry(const char *name)
+{
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	void *fn = NULL;
+	cudaError_t e;
+
+#if CUDART_VERSION >= 12050
+	e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else
+	e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+	if ((e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) &&
+	    !drv_missing) {
+		drv_missing = name;
+		drv_error = e;
+		fn = NULL;
+	}
+	return fn;
+}
+
+#define ENTRY(field, name)                                                  \
+	do {                                                                \
+		void *p_ = entry(name);                                     \
+		memcpy(&drv.field, &p_, sizeof(p_));                        \
+	} while (0)
+
+static void resolve(void)
+{
+	ENTRY(ctx_get, "cuCtxGetCurrent");
+	ENTRY(ctx_set, "cuCtxSetCurrent");
+	ENTRY(granularity, "cuMemGetAllocationGranularity");
+	ENTRY(import, "cuMemImportFromShareableHandle");
+	ENTRY(reserve, "cuMemAddressReserve");
+	ENTRY(map, "cuMemMap");
+	ENTRY(set_access, "cuMemSetAccess");
+	ENTRY(unmap, "cuMemUnmap");
+	ENTRY(addr_free, "cuMemAddressFree");
+	ENTRY(release, "cuMemRelease");
+	ENTRY(error_string, "cuGetErrorString");
+}
+
+static const char *cu_str(CUresult r)
+{
+	const char *s = NULL;
+
+	if (drv.error_string && drv.error_string(r, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "unknown CUDA driver error";
+}
+
+/* Make the pool's context current; *prev gets the caller's. */
+static int enter(struct kvp_client *c, CUcontext *prev)
+{
+	const struct kvpc_cuda *cu = c->cuda;
+	CUresult r;
+
+	if (drv.ctx_get(prev) != CUDA_SUCCESS)
+		*prev = NULL;
+	if (*prev == cu->ctx)
+		return 0;
+	r = drv.ctx_set(cu->ctx);
+	if (r != CUDA_SUCCESS)
+		return kvpc_err(c, -EIO, "cannot make the context of CUDA device %d "
+				"current: %s", cu->device, cu_str(r));
+	return 0;
+}
+
+static void leave(struct kvp_client *c, CUcontext prev)
+{
+	if (prev != c->cuda->ctx)
+		drv.ctx_set(prev);
+}
+
+/* ------------------------------------------------------------ attach */
+
+static int map_pool(struct kvp_client *c, int *fd)
+{
+	struct kvpc_cuda *cu = c->cuda;
+	CUmemAllocationProp prop;
+	CUmemAccessDesc acc;
+	size_t gran = 0;
+	cudaError_t e;
+	CUresult r;
+
+	e = cudaSetDevice(cu->device);
+	if (e == cudaSuccess)
+		e = cudaFree(NULL); /* the primary context exists from here */
+	if (e != cudaSuccess)
+		return kvpc_err(c, -ENODEV,
+				"kvpoold at %s serves its pool from CUDA device %d: %s "
+				"(this process must see the GPUs kvpoold sees: check "
+				"CUDA_VISIBLE_DEVICES)", c->path, cu->device,
+				cudaGetErrorString(e));
+	r = drv.ctx_get(&cu->ctx);
+	if (r != CUDA_SUCCESS || !cu->ctx)
+		return kvpc_err(c, -EIO, "no CUDA context on device %d: %s",
+				cu->device, cu_str(r));
+
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = cu->device;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	r = drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (r != CUDA_SUCCESS || !gran)
+		return kvpc_err(c, -EIO, "cuMemGetAllocationGranularity on device %d: %s",
+				cu->device, cu_str(r));
+	if (!cu->bytes || cu->bytes % gran)
+		return kvpc_err(c, -EPROTO,
+				"kvpoold at %s sent a device tier of %zu bytes, not a "
+				"multiple of the allocation granularity (%zu)", c->path,
+				cu->bytes, gran);
+
+	r = drv.import(&cu->handle, (void *)(intptr_t)*fd,
+		       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (r != CUDA_SUCCESS)
+		return kvpc_err(c, -EPROTO,
+				"cannot import the device tier kvpoold at %s sent "
+				"(cuMemImportFromShareableHandle: %s)", c->path, cu_str(r));
+	cu->have_handle = 1;
+	close(*fd); /* the handle keeps the memory */
+	*fd = -1;
+	r = drv.reserve(&cu->base, cu->bytes, gran, 0, 0);
+	if (r != CUDA_SUCCESS)
+		return kvpc_err(c, -ENOMEM, "cannot reserve %zu bytes of GPU address "
+				"space: %s", cu->bytes, cu_str(r));
+	cu->reserved = 1;
+	r = drv.map(cu->base, cu->bytes, 0, cu->handle, 0);
+	if (r != CUDA_SUCCESS)
+		return kvpc_err(c, -EPROTO, "cannot map kvpoold's %zu-byte device tier: "
+				"%s", cu->bytes, cu_str(r));
+	cu->mapped = 1;
+	memset(&acc, 0, sizeof(acc));
+	acc.location = prop.location;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	r = drv.set_access(cu->base, cu->bytes, &acc, 1);
+	if (r != CUDA_SUCCESS)
+		return kvpc_err(c, -EACCES, "cannot get read-write access to the device "
+				"tier on device %d: %s", cu->device, cu_str(r));
+	c->device = (void *)(uintptr_t)cu->base;
+	c->device_bytes = cu->bytes;
+	return 0;
+}
+
+int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device)
+{
+	struct kvpc_cuda *cu;
+	CUcontext prev = NULL;
+	int ret;
+
+	pthread_once(&drv_once, resolve);
+	if (drv_missing)
+		return kvpc_err(c, -ENODEV,
+				"kvpoold at %s serves its pool from CUDA device %" PRId32
+				", but the CUDA driver cannot be used here (%s: %s)",
+				c->path, device, drv_missing,
+				drv_error == cudaSuccess ? "not found" :
+				cudaGetErrorString(drv_error));
+	cu = calloc(1, sizeof(*cu));
+	if (!cu)
+		return kvpc_err(c, -ENOMEM, "out of memory");
+	cu->device = device;
+	cu->bytes = c->tier_bytes[KVP_TIER_DEVICE];
+	c->cuda = cu;
+	c->cuda_device = device;
+
+	if (drv.ctx_get(&prev) != CUDA_SUCCESS)
+		prev = NULL;
+	ret = map_pool(c, fd);
+	/* Back to whatever was current (maybe nothing) before the attach. */
+	if (cu->ctx != prev)
+		drv.ctx_set(prev);
+	return ret;
+}
+
+void kvpc_cuda_detach(struct kvp_client *c)
+{
+	struct kvpc_cuda *cu = c->cuda;
+	CUcontext prev = NULL;
+
+	if (!cu)
+		return;
+	if (cu->ctx && !enter(c, &prev)) {
+		/* Nothing may still write the pages once the daemon hands
+		 * them to someone else: wait for every append first. */
+		for (uint32_t i = 0; i < STAGES; i++) {
+			struct stage *s = &cu->stage[i];
+
+			if (s->pending)
+				cudaEventSynchronize(s->done);
+			if (s->done)
+				cudaEventDestroy(s->done);
+			if (s->host)
+				cudaFreeHost(s->host);
+			if (s->dev)
+				cudaFree(s->dev);
+		}
+		leave(c, prev);
+	}
+	if (cu->mapped)
+		drv.unmap(cu->base, cu->bytes);
+	if (cu->reserved)
+		drv.addr_free(cu->base, cu->bytes);
+	if (cu->have_handle)
+		drv.release(cu->handle);
+	free(cu->tab);
+	free(cu);
+	c->cuda = NULL;
+	c->device = NULL;
+}
+
+/* ------------------------------------------------------------ lease table */
+
+static uint32_t tab_home(const struct kvpc_cuda *cu, uint64_t lease)
+{
+	lease ^= lease >> 33;
+	lease *= 0xff51afd7ed558ccdull;
+	lease ^= lease >> 33;
+	return (uint32_t)lease & (cu->tab_cap - 1);
+}
+
+static struct lease_rec *tab_find(struct kvpc_cuda *cu, uint64_t lease)
+{
+	if (!cu->tab_used)
+		return NULL;
+	for (uint32_t i = tab_home(cu, lease);; i = (i + 1) & (cu->tab_cap - 1)) {
+		struct lease_rec *r = &cu->tab[i];
+
+		if (!r->used)
+			return NULL;
+		if (r->lease == lease)
+			return r;
+	}
+}
+
+/* k in the cyclic range (i, j]. */
+static int cyclic_in(uint32_t i, uint32_t k, uint32_t j)
+{
+	return i <= j ? i < k && k <= j : k > i || k <= j;
+}
+
+/* Linear probing with backward-shift deletion: no tombstones. */
+static void tab_del(struct kvpc_cuda *cu, struct lease_rec *r)
+{
+	const uint32_t mask = cu->tab_cap - 1;
+	uint32_t i = (uint32_t)(r - cu->tab), j = i;
+
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!cu->tab[j].used)
+			break;
+		if (!cyclic_in(i, tab_home(cu, cu->tab[j].lease), j)) {
+			cu->tab[i] = cu->tab[j];
+			i = j;
+		}
+	}
+	cu->tab[i].used = 0;
+	cu->tab_used--;
+}
+
+/* Is staging entry (s, gen) of a record still in flight (as far as we know)? */
+static int pair_live(const struct kvpc_cuda *cu, uint32_t s, uint32_t gen)
+{
+	return cu->stage[s].gen == gen && cu->stage[s].pending;
+}
+
+/* Drop the pairs that completed; query the in-flight ones when asked. */
+static void rec_compact(struct kvpc_cuda *cu, struct lease_rec *r, int query)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < r->n; i++) {
+		struct stage *s = &cu->stage[r->stage[i]];
+
+		if (query && pair_live(cu, r->stage[i], r->gen[i]) &&
+		    cudaEventQuery(s->done) == cudaSuccess)
+			s->pending = 0;
+		if (!pair_live(cu, r->stage[i], r->gen[i]))
+			continue;
+		r->stage[k] = r->stage[i];
+		r->gen[k] = r->gen[i];
+		k++;
+	}
+	r->n = k;
+}
+
+static int tab_grow(struct kvpc_cuda *cu)
+{
+	uint32_t cap = cu->tab_cap ? cu->tab_cap : TAB_MIN, live = 0;
+	struct lease_rec *old = cu->tab, *nt;
+	const uint32_t old_cap = cu->tab_cap;
+
+	/* Records whose appends all finished need no room. */
+	for (uint32_t i = 0; i < old_cap; i++) {
+		if (!old[i].used)
+			continue;
+		rec_compact(cu, &old[i], 1);
+		live += old[i].n > 0;
+	}
+	while ((live + 1) * 2 > cap)
+		cap *= 2;
+	nt = calloc(cap, sizeof(*nt));
+	if (!nt)
+		return -ENOMEM;
+	cu->tab = nt;
+	cu->tab_cap = cap;
+	cu->tab_used = 0;
+	for (uint32_t i = 0; i < old_cap; i++) {
+		uint32_t j;
+
+		if (!old[i].used || !old[i].n)
+			continue;
+		for (j = tab_home(cu, old[i].lease); nt[j].used; j = (j + 1) & (cap - 1))
+			;
+		nt[j] = old[i];
+		cu->tab_used++;
+	}
+	free(old);
+	return 0;
+}
+
+/* Wait for staging entry s (error: the append failed on the GPU). */
+static cudaError_t stage_wait(struct stage *s)
+{
+	cudaError_t e = cudaSuccess;
+
+	if (s->pending) {
+		e = cudaEventSynchronize(s->done);
+		s->pending = 0;
+	}
+	return e;
+}
+
+/* Remember that lease has an append in staging entry s (generation gen).
+ * Where that cannot be remembered, wait for it now instead. */
+static cudaError_t note_lease(struct kvpc_cuda *cu, uint64_t lease, uint32_t s,
+			      uint32_t gen)
+{
+	struct lease_rec *r = tab_find(cu, lease);
+
+	if (!r) {
+		uint32_t i;
+
+		if ((cu->tab_used + 1) * 2 > cu->tab_cap && tab_grow(cu))
+			return stage_wait(&cu->stage[s]);
+		for (i = tab_home(cu, lease); cu->tab[i].used; i = (i + 1) & (cu->tab_cap - 1))
+			;
+		r = &cu->tab[i];
+		memset(r, 0, sizeof(*r));
+		r->used = 1;
+		r->lease = lease;
+		cu->tab_used++;
+	}
+	for (uint32_t i = 0; i < r->n; i++)
+		if (r->stage[i] == s && r->gen[i] == gen)
+			return cudaSuccess;
+	rec_compact(cu, r, 0);
+	if (r->n == LEASE_PENDING) {
+		/* Many appends of one lease in flight on different streams:
+		 * the oldest must be done before one more is tracked. */
+		cudaError_t e = stage_wait(&cu->stage[r->stage[0]]);
+
+		memmove(r->stage, r->stage + 1, (LEASE_PENDING - 1) * sizeof(r->stage[0]));
+		memmove(r->gen, r->gen + 1, (LEASE_PENDING - 1) * sizeof(r->gen[0]));
+		r->n--;
+		if (e != cudaSuccess)
+			return e;
+	}
+	r->stage[r->n] = s;
+	r->gen[r->n] = gen;
+	r->n++;
+	return cudaSuccess;
+}
+
+int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease)
+{
+	struct kvpc_cuda *cu = c->cuda;
+	struct lease_rec *r;
+	cudaError_t e = cudaSuccess;
+	CUcontext prev;
+	int ret;
+
+	if (!cu || !(r = tab_find(cu, lease)))
+		return 0;
+	ret = enter(c, &prev);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < r->n; i++) {
+		cudaError_t ei = cudaSuccess;
+
+		if (pair_live(cu, r->stage[i], r->gen[i]))
+			ei = stage_wait(&cu->stage[r->stage[i]]);
+		if (e == cudaSuccess)
+			e = ei;
+	}
+	tab_del(cu, r);
+	leave(c, prev);
+	if (e != cudaSuccess)
+		return kvpc_err(c, -EIO,
+				"lease %" PRIu64 ": an append of it failed on the GPU (%s); "
+				"its tokens are not committed", lease, cudaGetErrorString(e));
+	return 0;
+}
+
+/* ------------------------------------------------------------ append */
+
+/* The next staging entry, free and at least bytes large, into *out; 0, or
+ * -errno (error set) when waiting for it or growing it failed. */
+static int take_stage(struct kvp_client *c, size_t bytes, struct stage **out,
+		      uint32_t *idx)
+{
+	struct kvpc_cuda *cu = c->cuda;
+	struct stage *s = &cu->stage[cu->next];
+	cudaError_t e;
+
+	e = stage_wait(s);
+	if (e != cudaSuccess)
+		return kvpc_err(c, -EIO, "append: an earlier append failed on the "
+				"GPU: %s", cudaGetErrorString(e));
+	if (!s->done &&
+	    (e = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming)) != cudaSuccess) {
+		s->done = NULL;
+		return kvpc_err(c, -EIO, "append: cudaEventCreate: %s",
+				cudaGetErrorString(e));
+	}
+	if (bytes > s->cap) {
+		size_t cap = s->cap ? s->cap : STAGE_MIN;
+
+		while (cap < bytes)
+			cap *= 2;
+		if (s->host)
+			cudaFreeHost(s->host);
+		if (s->dev)
+			cudaFree(s->dev);
+		s->host = NULL;
+		s->dev = NULL;
+		s->cap = 0;
+		e = cudaHostAlloc((void **)&s->host, cap, cudaHostAllocDefault);
+		if (e == cudaSuccess)
+			e = cudaMalloc(&s->dev, cap);
+		if (e != cudaSuccess)
+			return kvpc_err(c, -ENOMEM, "append: %zu bytes of staging for "
+					"slots: %s", cap, cudaGetErrorString(e));
+		s->cap = cap;
+	}
+	*out = s;
+	*idx = cu->next;
+	cu->next = (cu->next + 1) % STAGES;
+	return 0;
+}
+
+int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j)
+{
+	struct kvpc_cuda *cu = c->cuda;
+	const size_t slot_bytes = (size_t)j->n * sizeof(struct kvp_slot);
+	const size_t ptr_bytes = j->kv ? 0 : (size_t)c->layout.layers * sizeof(void *);
+	cudaStream_t stream = j->stream ? (cudaStream_t)j->stream : cudaStreamLegacy;
+	struct stage *s = NULL;
+	CUcontext prev;
+	cudaError_t e;
+	uint32_t idx = 0;
+	int ret;
+
+	ret = enter(c, &prev);
+	if (ret)
+		return ret;
+	ret = take_stage(c, slot_bytes + 2 * ptr_bytes, &s, &idx);
+	if (ret)
+		goto out;
+	/* Every range and frame is checked here, before anything is enqueued. */
+	ret = kvpc_append_slots(c, j->items, j->count, (struct kvp_slot *)s->host);
+	if (ret)
+		goto out;
+	if (!j->kv) {
+		memcpy(s->host + slot_bytes, j->k, ptr_bytes);
+		memcpy(s->host + slot_bytes + ptr_bytes, j->v, ptr_bytes);
+	}
+	e = cudaMemcpyAsync(s->dev, s->host, slot_bytes + 2 * ptr_bytes,
+			    cudaMemcpyHostToDevice, stream);
+	if (e != cudaSuccess) {
+		ret = kvpc_err(c, -EIO, "append: copying %" PRIu32 " slots to the GPU: %s",
+			       j->n, cudaGetErrorString(e));
+		goto out;
+	}
+	if (j->kv)
+		ret = kvp_append_cuda(&c->layout, c->device, s->dev, j->n, j->kv, stream);
+	else
+		ret = kvp_append_layers_cuda(&c->layout, c->device, s->dev, j->n,
+					     (const void *const *)((unsigned char *)s->dev + slot_bytes),
+					     (const void *const *)((unsigned char *)s->dev + slot_bytes +
+								   ptr_bytes),
+					     stream);
+	if (ret)
+		ret = kvpc_err(c, ret, "append: launching the kernel for %" PRIu32
+			       " tokens: %s", j->n, kvp_kernels_error());
+	/* Even after a failed launch the copy reads the pinned buffer: the
+	 * entry is in use until the event says otherwise. */
+	e = cudaEventRecord(s->done, stream);
+	if (e != cudaSuccess) {
+		/* No event to wait on: wait for the stream itself. */
+		cudaStreamSynchronize(stream);
+		if (!ret)
+			ret = kvpc_err(c, -EIO, "append: cudaEventRecord: %s",
+				       cudaGetErrorString(e));
+		goto out;
+	}
+	s->gen++;
+	s->pending = 1;
+	if (ret)
+		goto out;
+	if (j->sync) {
+		e = stage_wait(s);
+		if (e != cudaSuccess)
+			ret = kvpc_err(c, -EIO, "append: the kernel failed on the GPU: %s",
+				       cudaGetErrorString(e));
+		goto out;
+	}
+	for (uint32_t i = 0; i < j->count; i++) {
+		if (!j->items[i].n)
+			continue;
+		e = note_lease(cu, j->items[i].lease->id, idx, s->gen);
+		if (e != cudaSuccess) {
+			ret = kvpc_err(c, -EIO, "append: an earlier append failed on the "
+				       "GPU: %s", cudaGetErrorString(e));
+			goto out;
+		}
+	}
+out:
+	leave(c, prev);
+	return ret;
+}
+
+#endif /* KVPOOL_HAVE_CUDA */
