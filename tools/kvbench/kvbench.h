@@ -26,6 +26,7 @@
 int cmd_engine(int argc, char **argv);
 int cmd_rtt(int argc, char **argv);
 int cmd_throughput(int argc, char **argv);
+int cmd_gpu(int argc, char **argv); /* gpu_report.c */
 
 /* ---------------------------------------------------------------- options */
 

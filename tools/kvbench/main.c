@@ -42,6 +42,8 @@ static const struct kvb_cmd cmds[] = {
 	  cmd_rtt },
 	{ "throughput", "ring operations/s of N client processes against one kvpoold",
 	  cmd_throughput },
+	{ "gpu", "GPU data path: append kernel, offload/onload, append latency vs ceilings",
+	  cmd_gpu },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
