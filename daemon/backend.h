@@ -6,8 +6,25 @@
  * allocates a tier's memory (something a client can map: an fd) and copies
  * runs of bytes between the device and host tiers. The `shm` backend keeps
  * both tiers in sealed memfds and copies with memcpy; the `cuda` backend
- * (later) keeps the device tier in cuMemCreate allocations and copies with
+ * keeps the device tier in cuMemCreate allocations and copies with
  * cudaMemcpyAsync on its own streams.
+ *
+ * Two ways to copy. copy() returns once every byte has landed: the engine
+ * uses it for device -> host copies (offload, demotion), because a demoted
+ * history's device frames go back on the free list at once and may be handed
+ * to the next prepare, so the copy out of them must be over by then.
+ * copy_async() only enqueues and returns a fence: the engine uses it for
+ * onload (host -> device), so a prepare that needs an onload returns at once
+ * and the daemon completes it when fence_done() says the bytes are there;
+ * the engine keeps every frame the copy reads or writes allocated and
+ * untouched until then (engine_internal.h: the onload fence).
+ *
+ * Fences are numbers a backend context hands out in increasing order, and
+ * they land in that order: when fence f has landed, so has every fence the
+ * same context issued before f. 0 means "already landed". fence_done and
+ * fence_wait are thread-safe and touch no engine state, so the daemon may
+ * poll them without the engine's mutex; one context may serve several
+ * engines (one per tenant on a GPU) on several threads.
  */
 #ifndef KVPOOL_BACKEND_H
 #define KVPOOL_BACKEND_H
@@ -45,6 +62,17 @@ struct backend_ops {
 	int (*copy)(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		    const struct tier_mem *src, const struct copy_run *runs,
 		    uint32_t n, struct errbuf *e);
+	/* Enqueue n runs and return: *fence gets the fence the bytes land
+	 * with (0: landed already). On an error nothing is in flight and
+	 * *fence is 0. */
+	int (*copy_async)(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
+			  const struct tier_mem *src, const struct copy_run *runs,
+			  uint32_t n, uint64_t *fence, struct errbuf *e);
+	/* Nonzero once fence has landed (at once for 0); never blocks. A copy
+	 * that failed in flight counts as landed (the backend reports it). */
+	int (*fence_done)(void *ctx, uint64_t fence);
+	/* Return once fence has landed. */
+	void (*fence_wait)(void *ctx, uint64_t fence);
 	/* Read bytes at off of a tier into host memory at dst: the tier need
 	 * not be host-visible (the cuda device tier is not). */
 	int (*read)(void *ctx, const struct tier_mem *m, uint64_t off, void *dst,
@@ -57,7 +85,8 @@ extern const struct backend_ops backend_shm;
  * The cuda backend (built where CUDA is: KVPOOL_HAVE_CUDA): the device tier
  * is one cuMemCreate allocation on GPU `device`, exported as a POSIX fd for
  * clients; the host tier is pinned host memory; copies are cudaMemcpyAsync
- * on the backend's own streams, batched over runs. ctx comes from
+ * on the backend's own streams (one per direction), batched over runs;
+ * fences are CUDA events recorded on the host -> device stream. ctx comes from
  * backend_cuda_open() and goes to engine_config.backend_ctx.
  */
 extern const struct backend_ops backend_cuda;

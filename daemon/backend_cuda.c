@@ -27,11 +27,19 @@
  *
  * Copies. One stream per direction (non-blocking, so they never serialise
  * with the legacy default stream); a batch of runs is one cudaMemcpyAsync
- * per run, then cudaStreamSynchronize. COMPLETION IS SYNCHRONOUS FOR NOW:
- * copy() returns once every byte has landed, which is what the engine's
- * contract (backend.h) asks. Overlapping a copy with other users' ring
- * operations (issue 4, item 2) needs an asynchronous copy contract in the
- * engine first (a prepare completing when its onload event fires).
+ * per run. copy() then waits (cudaStreamSynchronize): the engine uses it for
+ * device -> host copies, whose source frames it frees right after.
+ * copy_async() (onload) does not wait: it records an event after the runs
+ * on the host -> device stream and returns its fence. Fences are numbered
+ * in record order on that one stream, so they land in order; the events
+ * live in a ring of FENCE_RING, slot fence % FENCE_RING, and a slot is
+ * recorded again only once its previous fence has landed (copy_async waits
+ * for the oldest when FENCE_RING are in flight). `landed` is the highest
+ * fence known to have landed; fence_done() queries the fence's own event
+ * (non-blocking) and fence_wait() synchronises on it outside the lock, so
+ * one tenant waiting never stalls another's polling. A copy_async of
+ * device -> host runs (the engine makes none) is copied synchronously and
+ * gets fence 0, so the one stream keeps the order.
  *
  * Threads. One context (backend_cuda_open) serves every engine on its
  * device; engines are called from several daemon threads (one tenant mutex
@@ -67,11 +75,17 @@ struct cuda_alloc {
 	struct cuda_alloc *next;
 };
 
+#define FENCE_RING 64
+
 struct cuda_ctx {
 	int device;
 	cudaStream_t stream[2];      /* [COPY_D2H], [COPY_H2D] */
 	pthread_mutex_t lock;        /* guards allocs */
 	struct cuda_alloc *allocs;
+	pthread_mutex_t fence_lock;  /* guards the fields below */
+	cudaEvent_t ev[FENCE_RING];  /* fence f is ev[f % FENCE_RING] */
+	uint64_t issued;             /* the last fence handed out */
+	uint64_t landed;             /* every fence <= landed has landed */
 	struct {
 		PFN_cuMemCreate_v10020 create;
 		PFN_cuMemRelease_v10020 release;
@@ -214,9 +228,19 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 		return errbuf_set(e, -ENOMEM, "cuda device %d: out of memory", device);
 	x->device = device;
 	pthread_mutex_init(&x->lock, NULL);
+	pthread_mutex_init(&x->fence_lock, NULL);
 	ret = cuda_use(x, e);
 	if (ret)
 		goto fail;
+	for (int i = 0; i < FENCE_RING; i++) {
+		err = cudaEventCreateWithFlags(&x->ev[i], cudaEventDisableTiming);
+		if (err != cudaSuccess) {
+			ret = errbuf_set(e, cuda_errno(err), "cuda device %d: cannot "
+					 "create a copy event: %s", device,
+					 cudaGetErrorString(err));
+			goto fail;
+		}
+	}
 	for (int d = 0; d < 2; d++) {
 		err = cudaStreamCreateWithFlags(&x->stream[d], cudaStreamNonBlocking);
 		if (err != cudaSuccess) {
@@ -245,6 +269,12 @@ void backend_cuda_close(void *ctx)
 	cudaSetDevice(x->device);
 	for (int d = 0; d < 2; d++)
 		if (x->stream[d])
+			cudaStreamSynchronize(x->stream[d]);
+	for (int i = 0; i < FENCE_RING; i++)
+		if (x->ev[i])
+			cudaEventDestroy(x->ev[i]);
+	for (int d = 0; d < 2; d++)
+		if (x->stream[d])
 			cudaStreamDestroy(x->stream[d]);
 	/* Engines free their tiers before the context goes; anything left is
 	 * a caller's leak, reclaimed by the driver at exit. */
@@ -255,6 +285,7 @@ void backend_cuda_close(void *ctx)
 		free(a);
 	}
 	pthread_mutex_destroy(&x->lock);
+	pthread_mutex_destroy(&x->fence_lock);
 	free(x);
 }
 
@@ -446,46 +477,163 @@ out:
 
 /* ------------------------------------------------------------ copies */
 
+/* The engine treats a failed copy as a hardware fault and does not look at
+ * the message: say it here, where someone may read it. */
+static int copy_failed(struct cuda_ctx *x, enum copy_dir dir, uint32_t n,
+		       const char *step, cudaError_t err, struct errbuf *e)
+{
+	int ret = errbuf_set(e, cuda_errno(err), "cuda device %d: %s copy of %"
+			     PRIu32 " run(s): %s: %s", x->device,
+			     dir == COPY_D2H ? "device-to-host" : "host-to-device",
+			     n, step, cudaGetErrorString(err));
+
+	fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
+	return ret;
+}
+
+/* Enqueue the runs on the direction's stream; the first error, if any. */
+static cudaError_t enqueue_runs(struct cuda_ctx *x, enum copy_dir dir,
+				const struct tier_mem *dst,
+				const struct tier_mem *src,
+				const struct copy_run *runs, uint32_t n)
+{
+	enum cudaMemcpyKind kind = dir == COPY_D2H ? cudaMemcpyDeviceToHost
+						   : cudaMemcpyHostToDevice;
+	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
+	cudaError_t err = cudaSuccess;
+
+	for (uint32_t i = 0; i < n && err == cudaSuccess; i++)
+		err = cudaMemcpyAsync((char *)dst->base + runs[i].dst_off,
+				      (const char *)src->base + runs[i].src_off,
+				      runs[i].bytes, kind, s);
+	return err;
+}
+
 static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		     const struct tier_mem *src, const struct copy_run *runs,
 		     uint32_t n, struct errbuf *e)
 {
 	struct cuda_ctx *x = ctx;
-	enum cudaMemcpyKind kind = dir == COPY_D2H ? cudaMemcpyDeviceToHost
-						   : cudaMemcpyHostToDevice;
 	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
-	cudaError_t err = cudaSuccess;
-	uint32_t i;
+	cudaError_t err, serr;
 	int ret = cuda_use(x, e);
 
-	if (ret)
-		goto report;
-	for (i = 0; i < n; i++) {
-		err = cudaMemcpyAsync((char *)dst->base + runs[i].dst_off,
-				      (const char *)src->base + runs[i].src_off,
-				      runs[i].bytes, kind, s);
-		if (err != cudaSuccess)
-			break;
+	if (ret) {
+		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
+		return ret;
 	}
-	/* Synchronous completion (see the top of the file): wait even after
-	 * a failed enqueue, so nothing is in flight when we return. */
-	{
-		cudaError_t serr = cudaStreamSynchronize(s);
-
-		if (err == cudaSuccess)
-			err = serr;
-	}
+	err = enqueue_runs(x, dir, dst, src, runs, n);
+	/* Wait even after a failed enqueue, so nothing is in flight when we
+	 * return. */
+	serr = cudaStreamSynchronize(s);
 	if (err == cudaSuccess)
-		return 0;
-	ret = errbuf_set(e, cuda_errno(err), "cuda device %d: %s copy of %" PRIu32
-			 " run(s): %s", x->device,
-			 dir == COPY_D2H ? "device-to-host" : "host-to-device", n,
-			 cudaGetErrorString(err));
-report:
-	/* The engine treats a failed copy as a hardware fault and does not
-	 * look at the message: say it here, where someone may read it. */
-	fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
-	return ret;
+		err = serr;
+	return err == cudaSuccess ? 0 : copy_failed(x, dir, n, "cudaMemcpyAsync",
+						    err, e);
+}
+
+/* Wait for fence f (<= issued) outside the lock; called with it held,
+ * returns with it held. Its slot is not recorded again before f has landed
+ * (then a new record only makes the wait longer, never wrong). */
+static void fence_sync_locked(struct cuda_ctx *x, uint64_t f)
+{
+	cudaEvent_t ev = x->ev[f % FENCE_RING];
+	cudaError_t err;
+
+	pthread_mutex_unlock(&x->fence_lock);
+	cudaSetDevice(x->device);
+	err = cudaEventSynchronize(ev);
+	if (err != cudaSuccess)
+		fprintf(stderr, "kvpool: cuda device %d: waiting for an onload: "
+			"%s\n", x->device, cudaGetErrorString(err));
+	pthread_mutex_lock(&x->fence_lock);
+	if (f > x->landed)
+		x->landed = f; /* in order: every fence before f has too */
+}
+
+static int cuda_copy_async(void *ctx, enum copy_dir dir,
+			   const struct tier_mem *dst, const struct tier_mem *src,
+			   const struct copy_run *runs, uint32_t n,
+			   uint64_t *fence, struct errbuf *e)
+{
+	struct cuda_ctx *x = ctx;
+	cudaError_t err;
+	uint64_t f;
+	int ret;
+
+	*fence = 0;
+	if (dir != COPY_H2D)
+		return cuda_copy(ctx, dir, dst, src, runs, n, e);
+	ret = cuda_use(x, e);
+	if (ret) {
+		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
+		return ret;
+	}
+	/* Under the lock: fences are numbered in the order their events are
+	 * recorded on the stream, which is the order they land in. */
+	pthread_mutex_lock(&x->fence_lock);
+	f = x->issued + 1;
+	/* The slot's previous fence is f - FENCE_RING: it must have landed.
+	 * Waited for with the lock held (rare: FENCE_RING onloads in flight),
+	 * so no other copy_async takes fence f meanwhile. */
+	if (f - x->landed > FENCE_RING) {
+		err = cudaEventSynchronize(x->ev[f % FENCE_RING]);
+		if (err != cudaSuccess)
+			fprintf(stderr, "kvpool: cuda device %d: waiting for an "
+				"onload: %s\n", x->device, cudaGetErrorString(err));
+		x->landed = f - FENCE_RING;
+	}
+	err = enqueue_runs(x, dir, dst, src, runs, n);
+	if (err != cudaSuccess) {
+		/* Nothing may stay in flight behind an error: wait it out. */
+		cudaStreamSynchronize(x->stream[COPY_H2D]);
+		pthread_mutex_unlock(&x->fence_lock);
+		return copy_failed(x, dir, n, "cudaMemcpyAsync", err, e);
+	}
+	err = cudaEventRecord(x->ev[f % FENCE_RING], x->stream[COPY_H2D]);
+	if (err != cudaSuccess) {
+		cudaStreamSynchronize(x->stream[COPY_H2D]);
+		pthread_mutex_unlock(&x->fence_lock);
+		return copy_failed(x, dir, n, "cudaEventRecord", err, e);
+	}
+	x->issued = f;
+	pthread_mutex_unlock(&x->fence_lock);
+	*fence = f;
+	return 0;
+}
+
+static int cuda_fence_done(void *ctx, uint64_t f)
+{
+	struct cuda_ctx *x = ctx;
+	cudaError_t err;
+	int done;
+
+	pthread_mutex_lock(&x->fence_lock);
+	if (f <= x->landed || f > x->issued) {
+		/* landed, or not one of ours: nothing to wait for */
+		pthread_mutex_unlock(&x->fence_lock);
+		return 1;
+	}
+	cudaSetDevice(x->device);
+	err = cudaEventQuery(x->ev[f % FENCE_RING]);
+	done = err != cudaErrorNotReady;
+	if (done && err != cudaSuccess)
+		fprintf(stderr, "kvpool: cuda device %d: an onload failed in "
+			"flight: %s\n", x->device, cudaGetErrorString(err));
+	if (done)
+		x->landed = f;
+	pthread_mutex_unlock(&x->fence_lock);
+	return done;
+}
+
+static void cuda_fence_wait(void *ctx, uint64_t f)
+{
+	struct cuda_ctx *x = ctx;
+
+	pthread_mutex_lock(&x->fence_lock);
+	if (f > x->landed && f <= x->issued)
+		fence_sync_locked(x, f);
+	pthread_mutex_unlock(&x->fence_lock);
 }
 
 static int cuda_read(void *ctx, const struct tier_mem *m, uint64_t off,
@@ -508,8 +656,9 @@ static int cuda_read(void *ctx, const struct tier_mem *m, uint64_t off,
 	ret = cuda_use(x, e);
 	if (ret)
 		return ret;
-	/* The legacy stream does not order with the copy streams; every copy
-	 * has been waited for, so only finished bytes are read. */
+	/* The legacy stream does not order with the copy streams; the engine
+	 * waits for an onload's fence before it reads what it wrote, and
+	 * device -> host copies are waited for, so only landed bytes are read. */
 	err = cudaMemcpy(dst, (const char *)m->base + off, bytes,
 			 cudaMemcpyDeviceToHost);
 	if (err != cudaSuccess)
@@ -524,5 +673,8 @@ const struct backend_ops backend_cuda = {
 	.tier_alloc = cuda_tier_alloc,
 	.tier_free = cuda_tier_free,
 	.copy = cuda_copy,
+	.copy_async = cuda_copy_async,
+	.fence_done = cuda_fence_done,
+	.fence_wait = cuda_fence_wait,
 	.read = cuda_read,
 };

@@ -139,6 +139,12 @@ void client_finalize(struct server *s, struct client *c)
 	bool hello = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CLIENT_HELLO;
 
 	unwatch(s, c);
+	/* Onloads still landing for completions it never got: wait for them
+	 * here, without the pool's mutex, so releasing the leases below does
+	 * not hold every other client of the pool while they land. */
+	for (uint32_t i = 0; i < c->park.n; i++)
+		engine_fence_wait(c->park.v[i].eng, c->park.v[i].fence);
+	park_fini(&c->park);
 	if (!hello && c->tenant) {
 		struct tenant_pool *tp = &c->tenant->pools[c->pool];
 

@@ -13,7 +13,9 @@
  *
  * Only the worker serving a client reads its rings, and it queues the client
  * back only after it has stopped, so the main thread can release the leases
- * knowing no operation of that client is running or will run.
+ * knowing no operation of that client is running or will run. Completions
+ * the worker had parked (park.h) are never published then; the main thread
+ * waits for their onloads to land before it releases the leases.
  */
 #ifndef KVPOOLD_CLIENT_H
 #define KVPOOLD_CLIENT_H
@@ -21,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "park.h"
 #include "server.h"
 #include "shm.h"
 #include "tenant.h"
@@ -59,6 +62,11 @@ struct client {
 	/* The worker's own ring indices: authoritative, never read back. */
 	uint32_t sq_head;
 	uint32_t cq_tail;
+	/* The worker's own too (worker.c): completions waiting for an onload,
+	 * and the SQE at sq_head, copied out, held back behind one of them. */
+	struct park_list park;
+	struct kvp_sqe held;
+	bool holding;
 };
 
 /* Main thread: a connection accepted on sock, not attached yet. */

@@ -7,17 +7,20 @@
 #include "copy.h"
 
 void copy_begin(struct copy_batch *b, const struct backend_ops *be,
-		void *be_ctx, enum copy_dir dir, const struct tier_mem *dst,
-		const struct tier_mem *src, uint64_t page_bytes)
+		void *be_ctx, enum copy_dir dir, enum copy_mode mode,
+		const struct tier_mem *dst, const struct tier_mem *src,
+		uint64_t page_bytes)
 {
 	b->be = be;
 	b->be_ctx = be_ctx;
 	b->dir = dir;
+	b->mode = mode;
 	b->dst = dst;
 	b->src = src;
 	b->page_bytes = page_bytes;
 	b->bytes = 0;
 	b->n = 0;
+	b->fence = 0;
 	b->err = 0;
 	b->errmsg.msg[0] = '\0';
 }
@@ -28,8 +31,17 @@ static void copy_flush(struct copy_batch *b)
 
 	if (!b->n)
 		return;
-	ret = b->be->copy(b->be_ctx, b->dir, b->dst, b->src, b->runs, b->n,
-			  &b->errmsg);
+	if (b->mode == COPY_ASYNC) {
+		uint64_t fence = 0;
+
+		ret = b->be->copy_async(b->be_ctx, b->dir, b->dst, b->src,
+					b->runs, b->n, &fence, &b->errmsg);
+		if (fence > b->fence)
+			b->fence = fence;
+	} else {
+		ret = b->be->copy(b->be_ctx, b->dir, b->dst, b->src, b->runs,
+				  b->n, &b->errmsg);
+	}
 	if (ret && !b->err)
 		b->err = ret;
 	b->n = 0;

@@ -6,6 +6,11 @@
  * on both sides extend it, so contiguous pages move as one copy. A batch has
  * a fixed capacity and flushes itself through the backend when full, so
  * adding never fails for want of memory halfway through an operation.
+ *
+ * A batch is synchronous (COPY_SYNC: every flush goes through the backend's
+ * copy(), landed when copy_end() returns) or asynchronous (COPY_ASYNC:
+ * through copy_async(); copy_end() leaves in b->fence the fence of the last
+ * flush, which covers the earlier ones because fences land in order).
  */
 #ifndef KVPOOL_COPY_H
 #define KVPOOL_COPY_H
@@ -16,24 +21,33 @@
 
 #define COPY_BATCH_RUNS 256
 
+enum copy_mode {
+	COPY_SYNC,
+	COPY_ASYNC,
+};
+
 struct copy_batch {
 	const struct backend_ops *be;
 	void *be_ctx;
 	enum copy_dir dir;
+	enum copy_mode mode;
 	const struct tier_mem *dst, *src;
 	uint64_t page_bytes;
 	uint64_t bytes;   /* total bytes added since copy_begin() */
 	uint32_t n;
+	uint64_t fence;   /* COPY_ASYNC: what the flushed copies land with */
 	int err;          /* first backend error, sticky until copy_begin() */
 	struct errbuf errmsg;
 	struct copy_run runs[COPY_BATCH_RUNS];
 };
 
 void copy_begin(struct copy_batch *b, const struct backend_ops *be,
-		void *be_ctx, enum copy_dir dir, const struct tier_mem *dst,
-		const struct tier_mem *src, uint64_t page_bytes);
+		void *be_ctx, enum copy_dir dir, enum copy_mode mode,
+		const struct tier_mem *dst, const struct tier_mem *src,
+		uint64_t page_bytes);
 void copy_page(struct copy_batch *b, uint32_t dst_frame, uint32_t src_frame);
-/* Land everything added; returns 0 or the first backend error. */
+/* Flush everything added (COPY_SYNC: landed; COPY_ASYNC: in flight until
+ * b->fence lands); returns 0 or the first backend error. */
 int copy_end(struct copy_batch *b, struct errbuf *e);
 
 #endif /* KVPOOL_COPY_H */

@@ -8,6 +8,10 @@
  * allocations before it changes anything, so an error leaves the engine as it
  * was: a prepare plans its eviction (are there enough unpinned frames?) before
  * evicting a single user.
+ *
+ * Onload is asynchronous (engine_internal.h, "the onload fence"): a prepare
+ * enqueues the copy and returns its fence in the lease; history_settle() is
+ * the one place that waits for it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -130,6 +134,15 @@ const struct tier_mem *engine_tier(const struct engine *eng, enum kvp_tier t)
 
 /* ------------------------------------------------------------ pages */
 
+void history_settle(struct engine *eng, struct history *h)
+{
+	if (!h->onload_fence)
+		return;
+	if (!eng->be->fence_done(eng->be_ctx, h->onload_fence))
+		eng->be->fence_wait(eng->be_ctx, h->onload_fence);
+	h->onload_fence = 0;
+}
+
 void page_set_frame(struct engine *eng, struct history *h, uint32_t i,
 		    enum kvp_tier t, uint32_t frame)
 {
@@ -146,6 +159,7 @@ void page_free_frame(struct engine *eng, struct history *h, uint32_t i,
 
 	if (f == FRAME_NONE)
 		return;
+	history_settle(eng, h); /* no frame goes back while a copy uses it */
 	frames_free(&eng->frames[t], f);
 	h->pages[i].frame[t] = FRAME_NONE;
 	h->nres[t]--;
@@ -452,8 +466,15 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	if (dev->nfree < total)
 		evict_for_device(eng, total);
 
+	/*
+	 * Onload without waiting: the copy lands while the caller goes on, and
+	 * the lease carries its fence. The frames it reads and writes stay h's
+	 * and h stays pinned until it has landed (history_settle). A pinned
+	 * history has every page on the device, so h has at most one onload
+	 * in flight: this one, or the one a prepare before us started.
+	 */
 	if (onload) {
-		copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D,
+		copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
 			   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
 			   eng->layout.page_bytes);
 		for (uint32_t i = 0; i < h->npages; i++) {
@@ -466,16 +487,19 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 		/* The shm backend cannot fail; a device backend that does is a
 		 * hardware fault, reported by the backend itself. */
 		copy_end(&eng->copy, NULL);
+		h->onload_fence = eng->copy.fence;
 		eng->st.onloaded_pages += onload;
 		eng->st.bytes_h2d += eng->copy.bytes;
 	}
+	if (h->onload_fence &&
+	    eng->be->fence_done(eng->be_ctx, h->onload_fence))
+		h->onload_fence = 0;
 
 	if (!len && n_new)
 		h->start = start_pos;
-	/* The partly filled last page is about to change: its host copy would
-	 * be stale, so it goes now. */
-	if (n_new && len % eng->P)
-		page_free_frame(eng, h, old_pages - 1, KVP_TIER_HOST);
+	/* The partly filled last page keeps its host copy until tokens are
+	 * committed into it (lease_settle): the onload above may still be
+	 * reading it. */
 	for (uint32_t i = 0; i < new_pages; i++) {
 		h->pages[h->npages] = (struct page_ref){
 			.frame = { frames_alloc(dev), FRAME_NONE } };
@@ -510,6 +534,7 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 			(uint32_t)((len + n_new - 1) % eng->P) + 1 : 0,
 		.hit_tokens = len,
 		.onloaded_pages = onload,
+		.fence = h->onload_fence,
 	};
 	return 0;
 }
@@ -551,6 +576,11 @@ static void lease_settle(struct engine *eng, struct lease *l, uint32_t n)
 	l->committed = true;
 	if (h->write_lease != lease_id(eng, (uint32_t)(l - eng->leases)))
 		return;
+	/* Tokens committed into the partly filled last page make its host
+	 * copy stale. (Until now it was not: the writer's slots lie past the
+	 * committed tokens, and a pinned page is never copied back from it.) */
+	if (n && l->len0 % eng->P)
+		page_free_frame(eng, h, (uint32_t)(l->len0 / eng->P), KVP_TIER_HOST);
 	h->len = l->len0 + n;
 	history_truncate(eng, h, (uint32_t)pages_for(eng, h->len));
 	h->write_lease = 0;
@@ -587,6 +617,9 @@ static void lease_end(struct engine *eng, struct lease *l)
 	eng->st.releases++;
 	if (--h->pins)
 		return;
+	/* Unpinned, h may be evicted: its onload must be over (only a lease
+	 * released before its completion was sent can get here first). */
+	history_settle(eng, h);
 	history_trim_head(eng, h);
 	if (!h->npages) {
 		user_table_remove(&eng->users, h);
@@ -653,6 +686,28 @@ int64_t engine_lease_owner(struct engine *eng, uint64_t id)
 	struct lease *l = lease_lookup(eng, id);
 
 	return l ? (int64_t)l->owner : -ENOENT;
+}
+
+int engine_lease_user(struct engine *eng, uint64_t id, uint64_t *user)
+{
+	struct lease *l = lease_lookup(eng, id);
+
+	if (!l)
+		return -ENOENT;
+	*user = l->h->user;
+	return 0;
+}
+
+/* Only the backend is touched (immutable after create): no mutex needed. */
+int engine_fence_done(struct engine *eng, uint64_t fence)
+{
+	return !fence || eng->be->fence_done(eng->be_ctx, fence);
+}
+
+void engine_fence_wait(struct engine *eng, uint64_t fence)
+{
+	if (fence && !eng->be->fence_done(eng->be_ctx, fence))
+		eng->be->fence_wait(eng->be_ctx, fence);
 }
 
 struct list_ctx {
@@ -733,6 +788,7 @@ int engine_read_tokens(struct engine *eng, uint64_t user, uint64_t pos,
 				  pos + n);
 	if (!n)
 		return 0;
+	history_settle(eng, h); /* read what the onload brought */
 	page = malloc(l->page_bytes);
 	slots = malloc((size_t)eng->P * sizeof(*slots));
 	if (!page || !slots) {

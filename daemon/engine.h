@@ -6,7 +6,8 @@
  * The engine is what kvpoold serves; it knows nothing of sockets or rings and
  * is linked straight into the unit tests and `kvbench engine`. One engine is
  * one pool of one tenant (a tenant's frames live in allocations of its own).
- * It is not thread-safe: the caller serialises calls on one engine.
+ * It is not thread-safe: the caller serialises calls on one engine (except
+ * engine_fence_done / engine_fence_wait, see there).
  *
  * Semantics (DESIGN.md, "The operations"):
  *
@@ -18,6 +19,15 @@
  *    pages for the n_new tokens (evicting unpinned users in LRU order when the
  *    device tier is full), pins the history and returns a lease. On any error
  *    nothing is changed.
+ *  - Onload is asynchronous: the prepare enqueues the host -> device copy
+ *    and returns; the lease's fence says when the pages are usable
+ *    (engine_fence_done). Until then the caller must not hand the page table
+ *    out: its pages are still being written. Every prepare of the user while
+ *    that copy is in flight returns the same fence (same pages). The engine
+ *    itself never lets a frame under a copy be freed, reused or read: it
+ *    waits for the fence first (the release that unpins the user, a commit
+ *    that drops a host copy, offload, read_tokens, destroy). On the shm
+ *    backend copies land at once and the fence is always 0.
  *  - commit(lease, n) makes the first n new tokens part of the history and
  *    frees the pages no committed token uses. A lease commits at most once.
  *  - release(lease) unpins; an uncommitted reservation is rolled back. When a
@@ -93,6 +103,8 @@ struct engine_lease {
 	uint32_t last_page_len;  /* tokens in the last page once n_new are written */
 	uint64_t hit_tokens;     /* == len: cached tokens the caller reuses */
 	uint32_t onloaded_pages; /* host -> device copies this prepare made */
+	uint64_t fence;          /* 0: the pages are ready; else the onload
+				  * still landing in them (engine_fence_done) */
 };
 
 /*
@@ -152,6 +164,18 @@ uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
 
 /* The owner a lease was prepared for, or -ENOENT (as a negative int64). */
 int64_t engine_lease_owner(struct engine *eng, uint64_t lease);
+/* The user a lease holds in *user, or -ENOENT. */
+int engine_lease_user(struct engine *eng, uint64_t lease, uint64_t *user);
+
+/*
+ * Nonzero once the onload a lease's fence names has landed (fence 0: at
+ * once); engine_fence_wait() blocks until it has. Both touch only the
+ * backend, never the engine's state, so unlike every other call here they
+ * may be made without the caller's lock on the engine (the daemon polls
+ * fences that way). A fence stays valid after its lease is gone.
+ */
+int engine_fence_done(struct engine *eng, uint64_t fence);
+void engine_fence_wait(struct engine *eng, uint64_t fence);
 
 /*
  * List users with id >= cursor in ascending id order, at most max rows.

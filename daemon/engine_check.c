@@ -40,6 +40,10 @@ static int check_history(struct history *h, void *arg)
 	if (h->write_lease && !h->pins)
 		return errbuf_set(c->e, -EFAULT, "user %" PRIu64 ": write lease "
 				  "without a pin", u);
+	if (h->onload_fence && !h->pins)
+		return errbuf_set(c->e, -EFAULT, "user %" PRIu64 ": onload fence %"
+				  PRIu64 " pending on an unpinned history", u,
+				  h->onload_fence);
 	for (uint32_t i = 0; i < h->npages; i++) {
 		const struct page_ref *p = &h->pages[i];
 		bool any = false;

@@ -14,7 +14,22 @@
  *  - a history with len == 0, no pages and no pins does not exist;
  *  - pages [0, ceil(len / P)) hold committed tokens; pages after them are
  *    reserved by the one write lease (h->write_lease) and have only a
- *    device frame.
+ *    device frame;
+ *  - h->onload_fence != 0 only while h is pinned (the last release waits
+ *    for it).
+ *
+ * The onload fence. A prepare that onloads enqueues the host -> device copy
+ * and returns (backend.h); h->onload_fence is the fence of that copy until
+ * someone sees it landed. While it is in flight the copy reads h's host
+ * frames and writes h's device frames, so none of them may be freed, reused
+ * or read: history_settle() waits for the fence and is called first by
+ * everything that frees a frame of h (page_free_frame: commit, trimming,
+ * demotion, eviction, drop, destroy), copies out of h (copy_to_host) or
+ * reads h (engine_read_tokens), and by the release that unpins h, so an
+ * unpinned history never has a copy in flight and eviction never waits.
+ * Frames h does not hold are never under a copy: they came back from a
+ * history that settled first. Every prepare of h while the copy is in
+ * flight (the same frames) returns the fence in its lease.
  */
 #ifndef KVPOOL_ENGINE_INTERNAL_H
 #define KVPOOL_ENGINE_INTERNAL_H
@@ -45,6 +60,7 @@ struct history {
 	uint32_t pins;           /* leases held on this history */
 	int lru;                 /* enum lru_id */
 	uint64_t write_lease;    /* lease with an uncommitted reservation, or 0 */
+	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
 	struct history *hnext;   /* user_table chain */
 	struct history *prev, *next; /* LRU links */
 };
@@ -105,6 +121,8 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h);
 uint32_t history_drop(struct engine *eng, struct history *h);
 
 /* engine.c */
+/* Wait for h's onload to land (see the top of this file); then it has none. */
+void history_settle(struct engine *eng, struct history *h);
 void history_free(struct engine *eng, struct history *h);
 void page_set_frame(struct engine *eng, struct history *h, uint32_t i,
 		    enum kvp_tier t, uint32_t frame);

@@ -109,7 +109,15 @@ static uint32_t copy_to_host(struct engine *eng, struct history *h, uint32_t lim
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
 	uint32_t n = 0;
 
-	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_D2H,
+	/*
+	 * Synchronous, unlike onload: the device frames a demotion copies out
+	 * of go back on the free list right after this returns, and the next
+	 * prepare may hand them out, so the copy must have landed by then.
+	 * (An offload of a pinned history with pages to copy waits for its
+	 * onload first; pages the onload wrote have host copies, so in fact
+	 * none of those is copied here.)
+	 */
+	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_D2H, COPY_SYNC,
 		   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
 		   eng->layout.page_bytes);
 	for (uint32_t i = 0; i < limit; i++) {
@@ -118,6 +126,8 @@ static uint32_t copy_to_host(struct engine *eng, struct history *h, uint32_t lim
 		if (p->frame[KVP_TIER_DEVICE] == FRAME_NONE ||
 		    p->frame[KVP_TIER_HOST] != FRAME_NONE)
 			continue;
+		if (!n)
+			history_settle(eng, h);
 		page_set_frame(eng, h, i, KVP_TIER_HOST, frames_alloc(host));
 		copy_page(&eng->copy, p->frame[KVP_TIER_HOST],
 			  p->frame[KVP_TIER_DEVICE]);

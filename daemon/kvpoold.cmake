@@ -13,7 +13,8 @@ add_executable(kvpoold
   daemon/listener.c
   daemon/worker.c
   daemon/ops.c
-  daemon/ops_list.c)
+  daemon/ops_list.c
+  daemon/park.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/libclient)

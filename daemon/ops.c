@@ -8,6 +8,11 @@
  * the operation, which runs under its tenant's mutex. A failed operation
  * changes nothing (the engine guarantees it; the checks here run before it
  * is called) and reports -errno plus the message in the result range.
+ *
+ * A prepare that onloads returns before the copy has landed (engine.h); its
+ * completion then carries the fence out through struct op_wait and the
+ * worker publishes it later (worker.c). That is the only operation whose
+ * completion can be late; everything else completes when it returns.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -224,6 +229,7 @@ static int op_prepare(struct op *o)
 	struct kvp_prepare_out po;
 	struct engine_lease l;
 	struct engine *eng;
+	uint64_t fence = 0;
 	size_t bytes;
 	int ret;
 
@@ -257,8 +263,16 @@ static int op_prepare(struct op *o)
 	o->cqe->val0 = l.id;
 	o->cqe->val1 = l.npages;
 	__atomic_add_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+	/* The page table is written, but its pages are still landing. */
+	if (l.fence && o->wait)
+		*o->wait = (struct op_wait){ .eng = eng, .fence = l.fence };
+	else
+		fence = l.fence;
 out:
 	unlock_own(o);
+	/* Nowhere to park it: wait here, without holding the pool. */
+	if (fence)
+		engine_fence_wait(eng, fence);
 	return ret;
 }
 
@@ -455,13 +469,17 @@ static void op_fail(struct op *o, int ret)
 
 void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		 unsigned char *out_base, uint32_t out_cap,
-		 struct op_scratch *scr, struct kvp_cqe *cqe)
+		 struct op_scratch *scr, struct kvp_cqe *cqe,
+		 struct op_wait *wait)
 {
 	struct errbuf e = { .msg = "" };
-	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr, .e = &e };
+	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr,
+			.e = &e, .wait = wait };
 	int ret;
 
 	*cqe = (struct kvp_cqe){ .tag = sqe->tag };
+	if (wait)
+		*wait = (struct op_wait){ 0 };
 	/* Overflow-safe: out_off + out_len could wrap; this cannot. */
 	if (sqe->out_len > out_cap || sqe->out_off > out_cap - sqe->out_len) {
 		cqe->res = -EINVAL; /* nowhere to put a message */
@@ -478,4 +496,31 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		cqe->res = ret;
 done:
 	__atomic_add_fetch(&c->ops, 1, __ATOMIC_RELAXED);
+}
+
+bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		  uint64_t *user)
+{
+	struct tenant_pool *tp;
+	int ret;
+
+	if (!c->tenant || (sqe->flags & KVP_SQE_ALL))
+		return false;
+	switch (sqe->opcode) {
+	case KVP_OP_INFO:
+	case KVP_OP_PREPARE:
+	case KVP_OP_OFFLOAD:
+	case KVP_OP_EVICT:
+		*user = sqe->user;
+		return true;
+	case KVP_OP_COMMIT:
+	case KVP_OP_RELEASE:
+		tp = &c->tenant->pools[c->pool];
+		pthread_mutex_lock(&tp->lock);
+		ret = engine_lease_user(tp->eng, sqe->arg, user);
+		pthread_mutex_unlock(&tp->lock);
+		return ret == 0;
+	default:
+		return false;
+	}
 }

@@ -11,6 +11,7 @@
 #ifndef KVPOOLD_OPS_H
 #define KVPOOLD_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@
 
 struct server;
 struct client;
+struct engine;
 
 /* Per-thread working memory for list operations; grows, never shrinks, so
  * steady-state operation allocates nothing. */
@@ -28,14 +30,40 @@ struct op_scratch {
 
 void op_scratch_free(struct op_scratch *scr);
 
+/* What a finished operation's completion waits for before it is published:
+ * an onload into the pages it returns (engine_fence_done(eng, fence)). */
+struct op_wait {
+	struct engine *eng;
+	uint64_t fence;         /* 0: publish at once */
+};
+
 /*
  * Execute one submission for client c and fill *cqe. sqe is a private copy.
  * Results (or the error message) go to [sqe->out_off, +out_len) of
  * out_base[0, out_cap), after an overflow-safe bounds check. Never fails:
  * anything wrong becomes cqe->res = -errno.
+ *
+ * A prepare whose pages are still being onloaded has taken effect in the
+ * engine (later operations on the user see it) but its completion may not
+ * be published yet. With wait != NULL (the ring: worker.c parks it) the
+ * fence is returned there and *cqe is published once it lands; with NULL
+ * (the uds path, which has nowhere to park) ops_execute waits for the
+ * fence itself, without the tenant's mutex, before it returns.
  */
 void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		 unsigned char *out_base, uint32_t out_cap,
-		 struct op_scratch *scr, struct kvp_cqe *cqe);
+		 struct op_scratch *scr, struct kvp_cqe *cqe,
+		 struct op_wait *wait);
+
+/*
+ * The user a submission acts on, for ordering: info, prepare, and offload
+ * or evict of one user name sqe->user; commit and release name the user of
+ * the lease in sqe->arg (looked up under the tenant's mutex). Returns false
+ * for anything else (operations on every user or none, a lease that is not
+ * held, a client without a tenant, an invalid opcode): those are not held
+ * back, and the engine orders them by itself.
+ */
+bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		  uint64_t *user);
 
 #endif /* KVPOOLD_OPS_H */

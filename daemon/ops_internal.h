@@ -23,6 +23,7 @@ struct op {
 	struct kvp_cqe *cqe;
 	struct op_scratch *scr;
 	struct errbuf *e;
+	struct op_wait *wait;       /* NULL: wait for an onload here */
 	uint32_t t_lo, t_hi;        /* tenants an op spans: [t_lo, t_hi) */
 	uint32_t p_lo, p_hi;        /* and pools: the client's, or with
 				     * KVP_SQE_ALL every pool */

@@ -15,6 +15,27 @@
  * is seen by the re-check. futex_waitv takes 128 futexes: the control word
  * and 127 clients; a worker with more, or with a client stalled on a full
  * CQ (which rings no doorbell when it reaps), sleeps 1 ms at a time.
+ *
+ * Late completions (issue 4: onload is asynchronous with respect to the
+ * ring). A prepare that onloads comes back from the engine with its copy in
+ * flight (ops_execute's op_wait). The worker does not wait: it parks the
+ * CQE on the client's park list (park.h) and goes on with the next SQEs and
+ * the other clients; every pass first publishes the parked CQEs whose fence
+ * has landed (engine_fence_done, no mutex). While anything is parked the
+ * worker never sleeps longer than PARK_POLL_NS. The CQ room a parked CQE
+ * will need is reserved when it is parked (room = free CQ slots - parked),
+ * so publishing it later never overruns the client's CQ.
+ *
+ * Order (DESIGN.md: operations on one user take effect in submission
+ * order). The engine has already applied a parked prepare, so whatever runs
+ * after it sees it; what must not happen is a later operation of the same
+ * client on the same user completing first. Rule: while a client has a
+ * parked completion for user U, the worker stops consuming that client's
+ * ring at the first SQE that names U (ops_sqe_user: U itself, or a lease of
+ * U), keeps that SQE copied out (c->held, so it is read from shared memory
+ * once) and resumes with it once U's completion is published. Other
+ * clients keep going meanwhile, and none of them can use U's pages early:
+ * their prepares of U get the same fence from the engine and park too.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +55,7 @@
 
 #define WAITV_CLIENTS (FUTEX_WAITV_MAX - 1)
 #define POLL_NS 1000000L
+#define PARK_POLL_NS 20000L /* idle worker with parked completions */
 
 struct worker {
 	struct server *s;
@@ -49,6 +71,7 @@ struct worker {
 	struct client **clients;
 	uint32_t n, cap;
 	struct op_scratch scratch;
+	uint32_t parked;            /* completions parked, all clients */
 	bool no_waitv;              /* kernel before 5.16 */
 	struct futex_waitv waitv[FUTEX_WAITV_MAX];
 };
@@ -130,6 +153,9 @@ static void drop_client(struct worker *w, uint32_t i, const char *why)
 	if (why && client_begin_detach(c, why))
 		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): %s; "
 			 "detaching it", c->id, c->uid, c->pid, why);
+	/* Its parked completions go with it: the main thread waits for their
+	 * fences before releasing its leases (client_finalize). */
+	w->parked -= c->park.n;
 	w->clients[i] = w->clients[--w->n];
 	__atomic_sub_fetch(&w->load, 1, __ATOMIC_RELAXED);
 	client_retire(w->s, c);
@@ -150,17 +176,63 @@ static void wake_client(struct kvp_ring_ctl *ctl)
 	}
 }
 
+/* Publishing parked completions: where the next CQE goes. */
+struct emit_ctx {
+	struct client_shm *sh;
+	struct client *c;
+};
+
+static bool parked_landed(void *arg, const struct park *e)
+{
+	return engine_fence_done(e->eng, e->fence);
+}
+
+static void emit_cqe(void *arg, const struct kvp_cqe *cqe)
+{
+	struct emit_ctx *x = arg;
+
+	memcpy(&x->sh->cqes[x->c->cq_tail++ & (x->sh->cq_entries - 1)], cqe,
+	       sizeof(*cqe));
+}
+
+/* Keep c's completion for later; false when it cannot be parked. */
+static bool park_cqe(struct client *c, const struct kvp_sqe *sqe,
+		     const struct kvp_cqe *cqe, const struct op_wait *wt)
+{
+	struct park e = { .cqe = *cqe, .eng = wt->eng, .fence = wt->fence,
+			  .user = sqe->user };
+
+	/* Sized once: a client has at most sq_entries operations in flight. */
+	if (!c->park.v && park_init(&c->park, c->shm.sq_entries))
+		return false;
+	return park_add(&c->park, &e);
+}
+
+/* The SQE waits for a parked completion of the same user (top of file). */
+static bool held_back(struct worker *w, struct client *c,
+		      const struct kvp_sqe *sqe)
+{
+	uint64_t user;
+
+	return c->park.n && ops_sqe_user(w->s, c, sqe, &user) &&
+	       park_has_user(&c->park, user);
+}
+
 /*
- * One pass over c's rings: every available SQE the CQ has room for.
- * Returns entries consumed, or -EPROTO with *why for a broken client.
- * *blocked says entries wait for CQ room.
+ * One pass over c's rings: publish the parked completions that landed, then
+ * every available SQE the CQ has room for, up to one held back behind a
+ * parked completion. Returns entries consumed plus completions published,
+ * or -EPROTO with *why for a broken client. *blocked says entries wait for
+ * CQ room.
  */
 static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 		     const char **why)
 {
 	struct client_shm *sh = &c->shm;
 	struct kvp_ring_ctl *ctl = sh->ctl;
-	uint32_t tail, cq_head, avail, used, room, n;
+	struct emit_ctx ex = { sh, c };
+	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = c->cq_tail;
+	uint32_t late = 0;
 
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
 	 * entries below tail are written. */
@@ -178,35 +250,68 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 		*why = "cq_head moved past cq_tail";
 		return -EPROTO;
 	}
+	if (c->park.n) {
+		uint32_t before = c->park.n;
+
+		late = park_reap(&c->park, sh->cq_entries - used, parked_landed,
+				 emit_cqe, &ex);
+		w->parked -= before - c->park.n;
+		used += late;
+	}
+	/* Each parked completion keeps one CQ slot for itself. */
 	room = sh->cq_entries - used;
+	room = room > c->park.n ? room - c->park.n : 0;
 	n = avail < room ? avail : room;
 	*blocked = avail > room;
-	for (uint32_t i = 0; i < n; i++) {
+	for (i = 0; i < n; i++) {
 		struct kvp_sqe sqe;
 		struct kvp_cqe cqe;
+		struct op_wait wt;
 
 		/* The one read of this entry: validated and used as copied. */
-		memcpy(&sqe, &sh->sqes[(c->sq_head + i) & (sh->sq_entries - 1)],
-		       sizeof(sqe));
+		if (c->holding)
+			sqe = c->held;
+		else
+			memcpy(&sqe, &sh->sqes[c->sq_head & (sh->sq_entries - 1)],
+			       sizeof(sqe));
+		if (held_back(w, c, &sqe)) {
+			c->held = sqe;
+			c->holding = true;
+			*blocked = false; /* waits for a fence, not for the client */
+			break;
+		}
+		c->holding = false;
 		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
-			    &w->scratch, &cqe);
-		memcpy(&sh->cqes[(c->cq_tail + i) & (sh->cq_entries - 1)], &cqe,
-		       sizeof(cqe));
+			    &w->scratch, &cqe, &wt);
+		c->sq_head++;
+		if (wt.fence && park_cqe(c, &sqe, &cqe, &wt)) {
+			w->parked++;
+			continue;
+		}
+		/* Could not park it (out of memory): wait for the copy here. */
+		if (wt.fence)
+			engine_fence_wait(wt.eng, wt.fence);
+		emit_cqe(&ex, &cqe);
 	}
-	if (!n)
+	if (!i && c->cq_tail == cq0)
 		return 0;
-	c->sq_head += n;
-	c->cq_tail += n;
-	/* D1: publishes the CQEs and arena results written above; pairs with
-	 * the client's load-acquire of cq_tail. */
-	__atomic_store_n(&ctl->cq_tail, c->cq_tail, __ATOMIC_RELEASE);
-	/* D2: the entries were copied out above; their slots are free. */
-	__atomic_store_n(&ctl->sq_head, c->sq_head, __ATOMIC_RELEASE);
-	wake_client(ctl);
-	return (int)n;
+	if (c->cq_tail != cq0) {
+		/* D1: publishes the CQEs and arena results written above (and
+		 * at execution, for parked ones); pairs with the client's
+		 * load-acquire of cq_tail. */
+		__atomic_store_n(&ctl->cq_tail, c->cq_tail, __ATOMIC_RELEASE);
+	}
+	if (i) {
+		/* D2: the entries were copied out above; their slots are free. */
+		__atomic_store_n(&ctl->sq_head, c->sq_head, __ATOMIC_RELEASE);
+	}
+	if (c->cq_tail != cq0)
+		wake_client(ctl);
+	return (int)(i + late);
 }
 
-/* One pass over every client. Returns entries consumed. */
+/* One pass over every client. Returns entries consumed and completions
+ * published. */
 static uint32_t worker_pass(struct worker *w, bool *blocked)
 {
 	uint32_t done = 0, i = 0;
@@ -243,8 +348,8 @@ static bool ring_has_work(const struct client *c, bool *blocked)
 	uint32_t tail = __atomic_load_n(&sh->ctl->sq_tail, __ATOMIC_ACQUIRE);
 	uint32_t cq_head = __atomic_load_n(&sh->ctl->cq_head, __ATOMIC_ACQUIRE);
 
-	if (tail == c->sq_head)
-		return false;
+	if (tail == c->sq_head || c->holding)
+		return false; /* held back: the parked poll comes back to it */
 	if (c->cq_tail - cq_head >= sh->cq_entries &&
 	    tail - c->sq_head <= sh->sq_entries) {
 		*blocked = true; /* waits for the client to reap */
@@ -267,7 +372,7 @@ static void set_need_wakeup(struct worker *w, uint32_t nc, bool on)
 
 static void sleep_fallback(struct worker *w, uint32_t ctl_seen)
 {
-	struct timespec ts = { 0, POLL_NS };
+	struct timespec ts = { 0, w->parked ? PARK_POLL_NS : POLL_NS };
 
 	syscall(SYS_futex, &w->ctl, FUTEX_WAIT_PRIVATE, ctl_seen, &ts, NULL, 0);
 }
@@ -302,9 +407,10 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 		work = ring_has_work(w->clients[i], &blocked) ||
 		       __atomic_load_n(&w->clients[i]->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE;
 	if (!work && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-		if (blocked || w->n > nc) {
+		if (blocked || w->n > nc || w->parked) {
+			/* Fences land without a wake-up: poll them briefly. */
 			clock_gettime(CLOCK_MONOTONIC, &deadline);
-			deadline.tv_nsec += POLL_NS;
+			deadline.tv_nsec += w->parked ? PARK_POLL_NS : POLL_NS;
 			if (deadline.tv_nsec >= 1000000000L) {
 				deadline.tv_sec++;
 				deadline.tv_nsec -= 1000000000L;

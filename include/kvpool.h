@@ -334,7 +334,9 @@ int kvp_clients(struct kvp_client *c, uint64_t cursor,
 /* ------------------------------------------------------------------------ */
 /* Client: asynchronous batches. Queue many operations (many users), submit  */
 /* them with one wake-up, reap the completions. Operations on one user take  */
-/* effect in queue order; completions come back in submission order.         */
+/* effect in queue order; completions of one user come back in queue order,  */
+/* those of different users in any order (a prepare waiting on an onload    */
+/* completes when its bytes have landed; other users' ops pass it).         */
 /* At most sq_entries operations may be queued or unreaped at once (-EBUSY). */
 /* ------------------------------------------------------------------------ */
 

@@ -9,6 +9,11 @@
  *    onload, and demotion under pressure -> onload, read back through
  *    engine_read_tokens (the backend's read op), with bytes_d2h / bytes_h2d
  *    counting exactly the pages moved;
+ *  - onload is asynchronous: a prepare of a user with 1 GiB on the host tier
+ *    returns with a fence long before the copy lands, and other users'
+ *    prepares, commits and releases on the same pool complete meanwhile
+ *    (their engine calls return before the fence has landed); then the
+ *    bytes are exact;
  *  - a second process (this binary re-executed with --child, so it never
  *    inherits an initialised CUDA) receives the exported fd over a Unix
  *    socket, imports and maps it, reads the parent's bytes and writes its
@@ -410,6 +415,98 @@ static void test_cuda_demotion_under_pressure_and_onload_keep_bytes(void **state
 	fx_close(&f);
 }
 
+/* ------------------------------------------------------------ async onload */
+
+#define BIG_PAGES 1024 /* 1 GiB of 1 MiB pages: ~20 ms of DMA at 55 GB/s */
+
+static double gbps(uint64_t bytes, double s);
+
+static void test_cuda_other_users_proceed_during_an_onload(void **state)
+{
+	const uint32_t ntok = BIG_PAGES * L.page_tokens;
+	const uint64_t pb = L.page_bytes, bytes = (uint64_t)BIG_PAGES * pb;
+	const struct tier_mem *d;
+	struct errbuf e = { .msg = "" };
+	unsigned char *want = malloc(bytes), *got = malloc(bytes);
+	uint32_t *frames = malloc(BIG_PAGES * sizeof(*frames));
+	struct engine_lease a, l;
+	double t0, t_prep, t_others, t_land;
+	int landed_early;
+	struct fx f;
+
+	assert_non_null(want);
+	assert_non_null(got);
+	assert_non_null(frames);
+	fill_random(want, bytes);
+	fx_open(&f, BIG_PAGES + 16, BIG_PAGES + 16);
+	d = engine_tier(f.eng, KVP_TIER_DEVICE);
+
+	/* User 1: 1 GiB of known bytes, offloaded, then off the device. */
+	assert_int_equal(engine_prepare(f.eng, 1, 0, ntok, 1, &l, &e), 0);
+	for (uint32_t i = 0; i < BIG_PAGES; i++)
+		CK(cudaMemcpy((char *)d->base + (uint64_t)l.frames[i] * pb,
+			      want + (uint64_t)i * pb, pb, cudaMemcpyHostToDevice));
+	CK(cudaDeviceSynchronize());
+	assert_int_equal(engine_commit(f.eng, l.id, ntok, &e), 0);
+	assert_int_equal(engine_release(f.eng, l.id, &e), 0);
+	assert_int_equal(engine_offload(f.eng, 1, &e), BIG_PAGES);
+	assert_int_equal(engine_evict(f.eng, 1, KVP_SEL_DEVICE, &e), BIG_PAGES);
+	/* Users 2 and 3 live on the device. */
+	for (uint64_t u = 2; u <= 3; u++) {
+		assert_int_equal(engine_prepare(f.eng, u, 0, 64, 1, &l, &e), 0);
+		assert_int_equal(engine_commit(f.eng, l.id, 64, &e), 0);
+		assert_int_equal(engine_release(f.eng, l.id, &e), 0);
+	}
+	CK(cudaMemset(d->base, 0, d->bytes)); /* what an early reader sees */
+	CK(cudaDeviceSynchronize());
+
+	t0 = now_s();
+	assert_int_equal(engine_prepare(f.eng, 1, ntok, 0, 1, &a, &e), 0);
+	t_prep = now_s() - t0;
+	assert_int_equal(a.onloaded_pages, BIG_PAGES);
+	assert_true(a.fence != 0);
+	memcpy(frames, a.frames, BIG_PAGES * sizeof(*frames));
+
+	/* Other users' work on the same pool, while the copy is in flight. */
+	t0 = now_s();
+	assert_int_equal(engine_prepare(f.eng, 2, 64, 32, 2, &l, &e), 0);
+	assert_int_equal(l.fence, 0);
+	assert_int_equal(engine_commit(f.eng, l.id, 32, &e), 0);
+	assert_int_equal(engine_release(f.eng, l.id, &e), 0);
+	assert_int_equal(engine_prepare(f.eng, 3, 64, 0, 3, &l, &e), 0);
+	assert_int_equal(l.fence, 0);
+	assert_int_equal(engine_release(f.eng, l.id, &e), 0);
+	assert_int_equal(engine_prepare(f.eng, 4, 0, 100, 3, &l, &e), 0);
+	assert_int_equal(engine_commit(f.eng, l.id, 100, &e), 0);
+	assert_int_equal(engine_release(f.eng, l.id, &e), 0);
+	t_others = now_s() - t0;
+	landed_early = engine_fence_done(f.eng, a.fence);
+
+	t0 = now_s();
+	engine_fence_wait(f.eng, a.fence);
+	t_land = now_s() - t0;
+	assert_int_equal(engine_fence_done(f.eng, a.fence), 1);
+	printf("# async onload of %u MiB: prepare returned in %.1f us; 3 other "
+	       "users' prepare/commit/release took %.1f us, done %s the copy "
+	       "landed; it landed %.2f ms after that (%.1f GB/s end to end)\n",
+	       BIG_PAGES, t_prep * 1e6, t_others * 1e6,
+	       landed_early ? "AFTER" : "before", t_land * 1e3,
+	       gbps(bytes, t_prep + t_others + t_land));
+	assert_false(landed_early);
+	/* The bytes, through the page table the prepare returned. */
+	for (uint32_t i = 0; i < BIG_PAGES; i++)
+		CK(cudaMemcpy(got + (uint64_t)i * pb,
+			      (char *)d->base + (uint64_t)frames[i] * pb, pb,
+			      cudaMemcpyDeviceToHost));
+	if (memcmp(got, want, bytes))
+		fail_msg("the onloaded bytes differ from what was offloaded");
+	assert_int_equal(engine_release(f.eng, a.id, &e), 0);
+	free(frames);
+	free(got);
+	free(want);
+	fx_close(&f);
+}
+
 /* ------------------------------------------------------------ two processes */
 
 struct xmsg {
@@ -737,6 +834,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cuda_tiers_are_exported_aligned_and_zeroed),
 		cmocka_unit_test(test_cuda_offload_evict_onload_keeps_bytes),
 		cmocka_unit_test(test_cuda_demotion_under_pressure_and_onload_keep_bytes),
+		cmocka_unit_test(test_cuda_other_users_proceed_during_an_onload),
 		cmocka_unit_test(test_cuda_device_tier_maps_in_a_second_process),
 		cmocka_unit_test(test_cuda_offload_onload_bandwidth),
 	};

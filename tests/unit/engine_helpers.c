@@ -45,6 +45,12 @@ int teardown(void **state)
 
 struct engine *mk_engine(uint32_t dev, uint32_t host, uint64_t max_tokens)
 {
+	return mk_engine_on(dev, host, max_tokens, NULL, NULL);
+}
+
+struct engine *mk_engine_on(uint32_t dev, uint32_t host, uint64_t max_tokens,
+			    const struct backend_ops *be, void *be_ctx)
+{
 	struct engine_config cfg;
 	struct engine *eng = NULL;
 	struct errbuf e;
@@ -59,7 +65,8 @@ struct engine *mk_engine(uint32_t dev, uint32_t host, uint64_t max_tokens)
 	cfg.device_frames = dev;
 	cfg.host_frames = host;
 	cfg.max_tokens_per_user = max_tokens;
-	cfg.backend = NULL;
+	cfg.backend = be;
+	cfg.backend_ctx = be_ctx;
 	rc = engine_create(&eng, &cfg, &e);
 	if (rc)
 		fail_msg("engine_create(dev=%u host=%u) = %d: %s", dev, host, rc, e.msg);

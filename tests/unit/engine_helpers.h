@@ -38,6 +38,9 @@ int teardown(void **state);
  * host frames and max_tokens_per_user max_tokens (0: no cap); it becomes
  * g_eng. */
 struct engine *mk_engine(uint32_t dev, uint32_t host, uint64_t max_tokens);
+/* The same on another backend (NULL: shm). */
+struct engine *mk_engine_on(uint32_t dev, uint32_t host, uint64_t max_tokens,
+			    const struct backend_ops *be, void *be_ctx);
 
 /* Deterministic K/V bytes of tokens [pos, pos+n) of user: never all-zero. */
 void pattern(const struct kvp_layout *l, uint64_t user, uint64_t pos,

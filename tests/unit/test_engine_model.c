@@ -31,6 +31,14 @@
  * the drops it saw. LRU order is checked as "victims are the oldest": the
  * device LRU is ordered by when a user was last unpinned, the host LRU by
  * when it became host-only (ties, several in one step, are unordered).
+ *
+ * The async configuration runs the same on fake_async_backend, whose onloads
+ * land only when the test says (a random prefix of the fences, now and
+ * then): a lease that comes back with a fence is used as a client would
+ * (its page table read, its slots written) only after the test waited for
+ * the fence, but released, committed or lost with its owner at any time;
+ * the fake must never see a frame reused or read under a copy in flight,
+ * and new pages are never frames a copy still writes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -46,6 +54,7 @@
 #include <cmocka.h>
 
 #include "engine.h"
+#include "fake_async_backend.h"
 
 #define NUSERS 64
 #define NHOT 8             /* users 0..NHOT-1 are picked most: they grow long */
@@ -64,6 +73,7 @@ struct model_cfg {
 	uint32_t host_frames;
 	uint64_t max_tokens;   /* 0: unlimited */
 	bool expect_too_big;   /* a hot history outgrows the device tier */
+	bool async;            /* onloads land when the test says */
 };
 
 struct mlease {
@@ -75,6 +85,7 @@ struct mlease {
 	uint32_t n_new;
 	uint32_t written;      /* new slots appended so far */
 	bool committed;
+	uint64_t fence;        /* onload not yet waited for: page table unread */
 	uint32_t npages;
 	uint32_t frames[MAX_DEV_FRAMES];
 };
@@ -101,12 +112,13 @@ struct outcomes {
 		 commits, partial_commits, rollbacks, releases, trims,
 		 owner_releases, drops_pressure, drops_explicit, demotions,
 		 offload_ok, offload_nospc, evicts, evict_alls, offload_alls,
-		 misuse, sweeps;
+		 misuse, sweeps, late_leases, early_ends;
 };
 
 struct sim {
 	const struct model_cfg *cfg;
 	struct engine *eng;
+	struct fake_async fake;
 	const struct kvp_layout *l;
 	uint32_t P;
 	uint32_t words;        /* 32-bit words per token */
@@ -230,12 +242,24 @@ static void read_and_expect(struct sim *s, int u, uint64_t pos, uint32_t n)
 }
 
 /* Read the user's whole history back, and now and then a random part. */
+/* An open lease of u whose onload the test has not waited for. */
+static bool in_flight(struct sim *s, int u)
+{
+	for (uint32_t i = 0; i < s->nopen; i++)
+		if (s->open[i].user == u && s->open[i].fence)
+			return true;
+	return false;
+}
+
 static void check_history_bytes(struct sim *s, int u)
 {
 	const struct muser *m = &s->u[u];
 	uint32_t skip;
 
 	if (!m->len)
+		return;
+	/* Reading waits for the copy: mostly leave it in flight. */
+	if (s->cfg->async && in_flight(s, u) && chance(s, 90))
 		return;
 	read_and_expect(s, u, m->start, (uint32_t)m->len);
 	if (chance(s, 80))
@@ -581,6 +605,9 @@ static void check_step(struct sim *s)
 	for (int u = 0; u < NUSERS; u++)
 		if (s->touch_all || s->touched[u] || s->step % SWEEP_EVERY == 0)
 			check_history_bytes(s, u);
+	EXPECT(s, !s->fake.conflicts, "%" PRIu32 " access(es) clashed with an "
+	       "onload in flight; the first: %s", s->fake.conflicts,
+	       s->fake.conflict);
 	if (s->touch_all || s->step % SWEEP_EVERY == 0)
 		s->o.sweeps++;
 
@@ -646,17 +673,58 @@ static void check_new_lease(struct sim *s, const struct engine_lease *el,
 	EXPECT(s, el->onloaded_pages == (pi->exists ? pi->pages - pi->pages_device : 0),
 	       "prepare onloaded %" PRIu32 " pages, %" PRIu32 " were host-only",
 	       el->onloaded_pages, pi->pages - pi->pages_device);
+	EXPECT(s, !s->cfg->async || !el->onloaded_pages || el->fence,
+	       "an onload of %" PRIu32 " pages came back landed", el->onloaded_pages);
 	for (uint32_t i = 0; i < npages; i++) {
 		uint32_t f = el->frames[i];
+		uint64_t pb = s->l->page_bytes;
 
 		EXPECT(s, f < s->cfg->device_frames && !(seen & (1ull << f)),
 		       "page %" PRIu32 " of the lease names device frame %" PRIu32
 		       " (out of range or twice)", i, f);
+		EXPECT(s, i < pages_for(s, m->len) ||
+		       !fake_busy(&s->fake, engine_tier(s->eng, KVP_TIER_DEVICE),
+				  f * pb, pb), "new page %" PRIu32 " is device frame %"
+		       PRIu32 ", which an onload in flight still writes", i, f);
 		seen |= 1ull << f;
 		L->frames[i] = f;
 	}
 	L->npages = npages;
+	L->fence = el->fence;
+	s->o.late_leases += el->fence != 0;
+	if (!L->fence)
+		check_lease_view(s, L);
+}
+
+/* What a client does before it touches the pages: wait for the completion,
+ * i.e. the fence; then the page table shows the committed tokens. */
+static void lease_ready(struct sim *s, struct mlease *L)
+{
+	if (!L->fence)
+		return;
+	engine_fence_wait(s->eng, L->fence);
+	L->fence = 0;
 	check_lease_view(s, L);
+}
+
+/* Land a random prefix of the copies in flight; leases whose fence landed
+ * show their bytes at once. */
+static void land_some(struct sim *s)
+{
+	struct fake_async *f = &s->fake;
+
+	if (!s->cfg->async || f->landed == f->issued || chance(s, 60))
+		return;
+	fake_land(f, chance(s, 50) ? f->issued
+				   : f->landed + 1 + rnd(s, (uint32_t)(f->issued - f->landed)));
+	for (uint32_t i = 0; i < s->nopen; i++) {
+		struct mlease *L = &s->open[i];
+
+		if (L->fence && engine_fence_done(s->eng, L->fence)) {
+			L->fence = 0;
+			check_lease_view(s, L);
+		}
+	}
 }
 
 static void op_prepare(struct sim *s)
@@ -762,6 +830,8 @@ static void op_prepare(struct sim *s)
  * two calls, checking every slot against the page table. */
 static void lease_write(struct sim *s, struct mlease *L, uint32_t upto)
 {
+	if (L->written < upto)
+		lease_ready(s, L); /* never write into pages still landing */
 	while (L->written < upto) {
 		uint32_t n = upto - L->written;
 		struct errbuf e = { "" };
@@ -801,6 +871,10 @@ static void lease_commit(struct sim *s, uint32_t i)
 
 	snprintf(s->op, sizeof(s->op), "append to lease %#" PRIx64 " (user %d)",
 		 L->id, L->user);
+	if (chance(s, 80))
+		lease_ready(s, L);
+	else if (L->fence)
+		s->o.early_ends++; /* a client that did not wait for it */
 	lease_write(s, L, upto);
 	n = chance(s, 70) ? L->written : rnd(s, L->written + 1);
 	snprintf(s->op, sizeof(s->op), "commit(lease %#" PRIx64 " of user %d, n %"
@@ -832,6 +906,10 @@ static void lease_release(struct sim *s, uint32_t i)
 		 "n_new %" PRIu32 ", %" PRIu32 " written)", L->id, L->user,
 		 L->committed ? "committed" : "not committed", L->n_new, L->written);
 	s->target = L->user;
+	if (chance(s, 70))
+		lease_ready(s, L);
+	else if (L->fence)
+		s->o.early_ends++;
 	rc = engine_release(s->eng, L->id, &e);
 	EXPECT(s, rc == 0, "release = %d: %s", rc, e.msg);
 	model_release(s, i);
@@ -949,8 +1027,10 @@ static void op_release_owner(struct sim *s)
 	n = engine_release_owner(s->eng, owner);
 	EXPECT(s, n == want, "released %" PRIu32 " leases, owner held %" PRIu32, n, want);
 	for (uint32_t i = s->nopen; i-- > 0;)
-		if (s->open[i].owner == owner)
+		if (s->open[i].owner == owner) {
+			s->o.early_ends += s->open[i].fence != 0;
 			model_release(s, i);
+		}
 	s->o.owner_releases += want;
 	s->d.releases = want;
 }
@@ -1175,6 +1255,7 @@ static void random_op(struct sim *s)
 {
 	uint32_t r = rnd(s, 1000);
 
+	land_some(s);
 	if (s->nopen == MAX_OPEN || (s->nopen && r < 330))
 		op_lease(s);
 	else if (r < 760)
@@ -1199,7 +1280,9 @@ static void sim_init(struct sim *s, const struct model_cfg *cfg)
 {
 	struct engine_config ec = { .device_frames = cfg->device_frames,
 				    .host_frames = cfg->host_frames,
-				    .max_tokens_per_user = cfg->max_tokens };
+				    .max_tokens_per_user = cfg->max_tokens,
+				    .backend = cfg->async ? &fake_async_backend : NULL,
+				    .backend_ctx = cfg->async ? &s->fake : NULL };
 	struct errbuf e = { "" };
 	size_t tokens;
 	int rc;
@@ -1302,8 +1385,17 @@ static void run_model(const struct model_cfg *cfg)
 	       "nothing went through the host tier");
 	EXPECT(s, !cfg->max_tokens || o->trims, "no history was ever trimmed");
 	EXPECT(s, !cfg->expect_too_big || o->big, "no prepare was too big");
+	if (cfg->async)
+		print_message("%s: %" PRIu64 " leases came back with a copy in "
+			      "flight, %" PRIu64 " ended before it landed; the "
+			      "engine waited %" PRIu32 " times\n", cfg->name,
+			      o->late_leases, o->early_ends, s->fake.waits);
+	EXPECT(s, !cfg->async || (o->late_leases && o->early_ends && s->fake.waits),
+	       "the async run never left a copy in flight across operations");
 
 	engine_destroy(s->eng);
+	EXPECT(s, !s->fake.conflicts, "destroy: %s", s->fake.conflict);
+	fake_fini(&s->fake);
 	free(s->want);
 	free(s->got);
 	free(s->slots);
@@ -1361,10 +1453,24 @@ static void test_model_tiny_pool_matches_reference(void **state)
 	run_model(&cfg);
 }
 
+/* Onloads land when the test says; clients wait for them, or do not. */
+static void test_model_async_onload_matches_reference(void **state)
+{
+	static const struct model_cfg cfg = {
+		.name = "async onload (copies land at random)",
+		.seed = 0x6b76706f6f6c0005ull, .steps = 100000, .device_frames = 48,
+		.host_frames = 32, .max_tokens = 64, .async = true,
+	};
+
+	(void)state;
+	run_model(&cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_model_capped_histories_match_reference),
+		cmocka_unit_test(test_model_async_onload_matches_reference),
 		cmocka_unit_test(test_model_unlimited_histories_match_reference),
 		cmocka_unit_test(test_model_without_host_tier_matches_reference),
 		cmocka_unit_test(test_model_tiny_pool_matches_reference),

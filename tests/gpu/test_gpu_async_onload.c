@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_gpu_async_onload.c - onload is asynchronous with respect to the ring
+ * (issue 4, item 2), through a real kvpoold --backend=cuda:
+ *
+ *   test_gpu_async_onload KVPOOLD
+ *
+ * User 1 holds 1 GiB (1024 pages of 1 MiB, random bytes) on the host tier
+ * only; its device frames are zeroed. Then, on one client:
+ *
+ *   1. prepare(1) [onloads 1 GiB], prepare(2), info(2) in one submit: the
+ *      two operations on user 2 complete before user 1's prepare (they do
+ *      not wait for the copy), and user 1's completion comes only once the
+ *      copy has landed: its page table, read at once, holds every byte;
+ *   2. prepare(1), info(1), prepare(2): info(1) is held back behind
+ *      prepare(1) (same user, same client: submission order), and so is
+ *      what follows it on that ring (the worker stops consuming the ring at
+ *      the held entry): completions 1, info, 2;
+ *   3. a second client's synchronous prepare of user 1, made while the
+ *      first client's is in flight, returns only once the bytes are there.
+ *
+ * Exits 77 (skip) with a message where no CUDA device is present.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "kvpool.h"
+
+/* HSTU: 1 MiB pages. */
+#define LAYOUT "layers=8,kv_heads=4,head_dim=256,dtype=bf16,page_tokens=32"
+#define BIG_PAGES 1024u
+#define DEVICE_PAGES 1100u /* --device_mem=1100M */
+
+static char tmpdir[] = "/tmp/kvpool-gpu-async-XXXXXX";
+static char sockpath[160], logpath[160];
+static int failed;
+
+__attribute__((format(printf, 1, 2)))
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "[async-onload] ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+#define CHECK(cond, ...)                                                \
+	do {                                                            \
+		if (!(cond)) {                                          \
+			say(__VA_ARGS__);                               \
+			failed = 1;                                     \
+			return -1;                                      \
+		}                                                       \
+	} while (0)
+#define KVP(c, call)                                                    \
+	do {                                                            \
+		int r_ = (call);                                        \
+		CHECK(r_ >= 0, "%s = %d: %s", #call, r_, kvp_last_error(c)); \
+	} while (0)
+#define CU(call)                                                        \
+	do {                                                            \
+		cudaError_t e_ = (call);                                \
+		CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(e_)); \
+	} while (0)
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+struct run {
+	struct kvp_client *c, *c2;
+	const struct kvp_layout *l;
+	unsigned char *dev;      /* kvp_device_base() */
+	unsigned char *want;     /* user 1's bytes, page by page */
+	unsigned char *got;
+	uint32_t frames[BIG_PAGES];
+	uint32_t ntok;
+};
+
+/* The pages named by frames hold want, read now. */
+static int pages_hold(struct run *r, const int32_t *idx, uint32_t n,
+		      const char *when)
+{
+	uint64_t pb = r->l->page_bytes;
+
+	CHECK(n == BIG_PAGES, "%s: %u pages", when, n);
+	for (uint32_t i = 0; i < n; i++)
+		CU(cudaMemcpy(r->got + i * pb, r->dev + (uint64_t)idx[i] * pb, pb,
+			      cudaMemcpyDeviceToHost));
+	for (uint32_t i = 0; i < n; i++)
+		CHECK(!memcmp(r->got + i * pb, r->want + i * pb, pb),
+		      "%s: page %u (device frame %d) does not hold the onloaded "
+		      "bytes: the completion came before the copy landed", when, i,
+		      idx[i]);
+	return 0;
+}
+
+/* User 1 off the device again, every device frame zeroed (users 2's
+ * bytes too: nobody reads them). */
+static int to_host(struct run *r)
+{
+	KVP(r->c, kvp_evict(r->c, 1, KVP_SEL_DEVICE));
+	CU(cudaMemset(r->dev, 0, (uint64_t)DEVICE_PAGES * r->l->page_bytes));
+	CU(cudaDeviceSynchronize());
+	return 0;
+}
+
+static int setup(struct run *r)
+{
+	uint64_t pb = r->l->page_bytes, bytes = BIG_PAGES * pb;
+	struct kvp_lease l;
+
+	r->want = malloc(bytes);
+	r->got = malloc(bytes);
+	CHECK(r->want && r->got, "out of memory");
+	for (uint64_t i = 0; i < bytes; i += 8) {
+		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull;
+
+		x ^= x >> 31;
+		memcpy(r->want + i, &x, 8);
+	}
+	r->ntok = BIG_PAGES * r->l->page_tokens;
+	KVP(r->c, kvp_prepare(r->c, 1, 0, r->ntok, &l));
+	CHECK(l.npages == BIG_PAGES, "%u pages", l.npages);
+	for (uint32_t i = 0; i < BIG_PAGES; i++) {
+		r->frames[i] = (uint32_t)l.indices[i];
+		CU(cudaMemcpy(r->dev + (uint64_t)r->frames[i] * pb, r->want + i * pb,
+			      pb, cudaMemcpyHostToDevice));
+	}
+	CU(cudaDeviceSynchronize());
+	KVP(r->c, kvp_commit(r->c, l.id, r->ntok));
+	KVP(r->c, kvp_release(r->c, l.id));
+	KVP(r->c, kvp_offload(r->c, 1));
+	KVP(r->c, kvp_prepare(r->c, 2, 0, 64, &l));
+	KVP(r->c, kvp_commit(r->c, l.id, 64));
+	KVP(r->c, kvp_release(r->c, l.id));
+	return to_host(r);
+}
+
+/* Reap n completions: tags in arrival order and when each batch arrived;
+ * user 1's page table is checked once the batch it came in is timed (the
+ * check reads 1 GiB: it must not delay the next timestamp's meaning). */
+static int reap_all(struct run *r, uint32_t n, uint64_t *tags, double *at,
+		    uint64_t *leases, double t0)
+{
+	struct kvp_completion cp[4];
+
+	CHECK(n <= 4, "at most 4");
+	for (uint32_t got = 0; got < n;) {
+		int k = kvp_reap(r->c, cp, n - got, 1);
+		double t = now_ms() - t0;
+
+		KVP(r->c, k);
+		for (int j = 0; j < k; j++, got++) {
+			CHECK(cp[j].res >= 0, "tag %" PRIu64 ": %s", cp[j].tag,
+			      cp[j].error);
+			at[got] = t;
+			tags[got] = cp[j].tag;
+			leases[got] = cp[j].op == KVP_ASYNC_PREPARE ? cp[j].lease.id : 0;
+		}
+		for (int j = 0; j < k; j++) {
+			if (cp[j].op != KVP_ASYNC_PREPARE || cp[j].lease.user != 1)
+				continue;
+			CHECK(cp[j].lease.onloaded_pages == BIG_PAGES,
+			      "onloaded %u pages", cp[j].lease.onloaded_pages);
+			if (pages_hold(r, cp[j].lease.indices, cp[j].lease.npages,
+				       "completion of prepare(1)"))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static int release_all(struct run *r, const uint64_t *leases, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (leases[i])
+			KVP(r->c, kvp_release(r->c, leases[i]));
+	return 0;
+}
+
+static int run_steps(struct run *r)
+{
+	uint64_t tags[4], leases[4];
+	double at[4], t0;
+
+	/* 1: user 2's operations overtake user 1's onload. */
+	KVP(r->c, kvp_queue_prepare(r->c, 1, r->ntok, 0, 1));
+	KVP(r->c, kvp_queue_prepare(r->c, 2, 64, 0, 2));
+	KVP(r->c, kvp_queue_info(r->c, 2, 3));
+	t0 = now_ms();
+	KVP(r->c, kvp_submit(r->c));
+	if (reap_all(r, 3, tags, at, leases, t0))
+		return -1;
+	say("step 1: completions in order %" PRIu64 ", %" PRIu64 ", %" PRIu64
+	    " at %.3f, %.3f, %.3f ms", tags[0], tags[1], tags[2], at[0], at[1],
+	    at[2]);
+	CHECK(tags[2] == 1, "prepare(1), onloading 1 GiB, completed before "
+	      "user 2's operations: they waited for the copy");
+	if (release_all(r, leases, 3) || to_host(r))
+		return -1;
+
+	/* 2: info(1) waits for prepare(1), prepare(2) behind it on the ring. */
+	KVP(r->c, kvp_queue_prepare(r->c, 1, r->ntok, 0, 10));
+	KVP(r->c, kvp_queue_info(r->c, 1, 11));
+	KVP(r->c, kvp_queue_prepare(r->c, 2, 64, 0, 12));
+	t0 = now_ms();
+	KVP(r->c, kvp_submit(r->c));
+	if (reap_all(r, 3, tags, at, leases, t0))
+		return -1;
+	say("step 2: completions in order %" PRIu64 ", %" PRIu64 ", %" PRIu64
+	    " at %.3f, %.3f, %.3f ms", tags[0], tags[1], tags[2], at[0], at[1],
+	    at[2]);
+	CHECK(tags[0] == 10 && tags[1] == 11 && tags[2] == 12,
+	      "info(1) completed before the prepare(1) submitted ahead of it, "
+	      "or prepare(2) overtook the held info(1)");
+	if (release_all(r, leases, 3) || to_host(r))
+		return -1;
+
+	/* 3: another client's prepare of user 1 during the onload. */
+	{
+		struct kvp_completion cp;
+		struct kvp_lease l2;
+		int k;
+
+		KVP(r->c, kvp_queue_prepare(r->c, 1, r->ntok, 0, 20));
+		KVP(r->c, kvp_submit(r->c));
+		KVP(r->c2, kvp_prepare(r->c2, 1, r->ntok, 0, &l2));
+		if (pages_hold(r, l2.indices, l2.npages, "second client's prepare(1)"))
+			return -1;
+		KVP(r->c2, kvp_release(r->c2, l2.id));
+		k = kvp_reap(r->c, &cp, 1, 1);
+		KVP(r->c, k);
+		CHECK(k == 1 && cp.res >= 0 && cp.tag == 20, "prepare(1): %d %s",
+		      cp.res, cp.error ? cp.error : "");
+		if (pages_hold(r, cp.lease.indices, cp.lease.npages,
+			       "first client's prepare(1)"))
+			return -1;
+		KVP(r->c, kvp_release(r->c, cp.lease.id));
+		say("step 3: a second client's prepare of user 1 returned the "
+		    "landed bytes");
+	}
+	return 0;
+}
+
+static void dump_log(void)
+{
+	char buf[4096];
+	FILE *f = fopen(logpath, "r");
+	size_t n;
+
+	if (!f)
+		return;
+	fprintf(stderr, "---- kvpoold log (%s)\n", logpath);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, stderr);
+	fprintf(stderr, "---- end of kvpoold log\n");
+	fclose(f);
+}
+
+static pid_t start_daemon(const char *path)
+{
+	char a_sock[200];
+	pid_t pid;
+
+	snprintf(a_sock, sizeof(a_sock), "--socket=%s", sockpath);
+	pid = fork();
+	if (pid == 0) {
+		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(path, path, a_sock, "--backend=cuda", "--foreground",
+		      "--layout=" LAYOUT, "--device_mem=1100M", "--host_mem=1100M",
+		      "--log=stderr", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static int stop_daemon(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGTERM);
+	for (int i = 0; i < 400; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+		usleep(50000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvp_connect_opts o = { .name = "async-onload" };
+	struct run r = { 0 };
+	char err[KVP_ERRLEN];
+	cudaError_t ce;
+	pid_t daemon_pid;
+	int ndev = 0, st;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s KVPOOLD\n", argv[0]);
+		return 1;
+	}
+	ce = cudaGetDeviceCount(&ndev);
+	if (ce != cudaSuccess || ndev == 0) {
+		printf("SKIP: no CUDA device present (%s); run the gpu tests on a "
+		       "GPU machine: ctest -L gpu\n",
+		       ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+		return 77;
+	}
+	if (access(argv[1], X_OK)) {
+		printf("SKIP: no kvpoold at %s\n", argv[1]);
+		return 77;
+	}
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(sockpath, sizeof(sockpath), "%s/kvpoold.sock", tmpdir);
+	snprintf(logpath, sizeof(logpath), "%s/kvpoold.log", tmpdir);
+	daemon_pid = start_daemon(argv[1]);
+	if (daemon_pid < 0) {
+		perror("fork");
+		return 1;
+	}
+	for (int i = 0;; i++) {
+		struct stat sst;
+
+		if (!stat(sockpath, &sst))
+			break;
+		if (waitpid(daemon_pid, &st, WNOHANG) == daemon_pid || i == 600) {
+			say("kvpoold --backend=cuda did not start");
+			dump_log();
+			if (i == 600)
+				kill(daemon_pid, SIGKILL);
+			rmdir(tmpdir);
+			return 1;
+		}
+		usleep(50000);
+	}
+	o.socket = sockpath;
+	if (kvp_connect(&r.c, &o, err, sizeof(err)) ||
+	    kvp_connect(&r.c2, &o, err, sizeof(err))) {
+		say("kvp_connect: %s", err);
+		failed = 1;
+	}
+	if (!failed) {
+		r.l = kvp_client_layout(r.c);
+		r.dev = kvp_device_base(r.c);
+		if (cudaSetDevice(kvp_cuda_device(r.c)) != cudaSuccess) {
+			say("cudaSetDevice(%d) failed", kvp_cuda_device(r.c));
+			failed = 1;
+		}
+	}
+	if (!failed && !setup(&r))
+		run_steps(&r);
+	if (r.c2)
+		kvp_close(r.c2);
+	if (r.c)
+		kvp_close(r.c);
+	if (stop_daemon(daemon_pid)) {
+		say("kvpoold did not exit cleanly");
+		failed = 1;
+	}
+	if (failed)
+		dump_log();
+	unlink(logpath);
+	unlink(sockpath);
+	rmdir(tmpdir);
+	free(r.want);
+	free(r.got);
+	if (!failed)
+		say("onload completions came after the copy landed; other users' "
+		    "operations did not wait for it");
+	return failed;
+}
