@@ -111,6 +111,33 @@ static void unlock_own(struct op *o)
 	pthread_mutex_unlock(&o->c->tenant->pools[o->c->pool].lock);
 }
 
+int op_for_each_pool(struct op *o, const char *what, bool name_pool,
+		     op_pool_fn fn, void *arg)
+{
+	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
+		struct tenant *t = &o->s->tenants.v[i];
+
+		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
+			struct tenant_pool *tp = &t->pools[p];
+			char why[KVP_ERRLEN], where[64] = "";
+			int ret;
+
+			pthread_mutex_lock(&tp->lock);
+			ret = fn(o, t, p, tp, arg);
+			pthread_mutex_unlock(&tp->lock);
+			if (ret >= 0)
+				continue;
+			memcpy(why, o->e->msg, sizeof(why));
+			if (name_pool && o->s->tenants.npools > 1)
+				snprintf(where, sizeof(where), ", pool %" PRIu32, p);
+			return errbuf_set(o->e, ret, "%s%stenant %s%s: %s",
+					  what ? what : "", what ? ": " : "",
+					  t->name, where, why);
+		}
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------ validation */
 
 static int check_admin(struct op *o, const struct op_desc *d)
@@ -329,6 +356,24 @@ static int clamp_res(uint64_t v)
 	return v > INT32_MAX ? INT32_MAX : (int)v;
 }
 
+/* Adds the pages offloaded to *(uint64_t *)arg. */
+static int offload_pool(struct op *o, struct tenant *t, uint32_t pool,
+			struct tenant_pool *tp, void *arg)
+{
+	uint64_t *pages = arg;
+	int ret = engine_offload_all(tp->eng, o->e);
+
+	if (ret < 0) {
+		char why[KVP_ERRLEN];
+
+		memcpy(why, o->e->msg, sizeof(why));
+		return errbuf_set(o->e, ret, "%s (%" PRIu64 " pages offloaded "
+				  "before)", why, *pages);
+	}
+	*pages += (uint64_t)ret;
+	return 0;
+}
+
 static int op_offload(struct op *o)
 {
 	uint64_t pages = 0;
@@ -339,36 +384,32 @@ static int op_offload(struct op *o)
 		unlock_own(o);
 		return ret;
 	}
-	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
-		struct tenant *t = &o->s->tenants.v[i];
+	ret = op_for_each_pool(o, NULL, true, offload_pool, &pages);
+	return ret < 0 ? ret : clamp_res(pages);
+}
 
-		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
-			struct tenant_pool *tp = &t->pools[p];
+struct evict_sum {
+	uint64_t users, skipped;
+};
 
-			pthread_mutex_lock(&tp->lock);
-			ret = engine_offload_all(tp->eng, o->e);
-			pthread_mutex_unlock(&tp->lock);
-			if (ret < 0) {
-				char why[KVP_ERRLEN], where[64] = "";
+static int evict_pool(struct op *o, struct tenant *t, uint32_t pool,
+		      struct tenant_pool *tp, void *arg)
+{
+	struct evict_sum *sum = arg;
+	uint32_t sk = 0;
+	int ret = engine_evict_all(tp->eng, o->sqe->sel, &sk);
 
-				memcpy(why, o->e->msg, sizeof(why));
-				if (o->s->tenants.npools > 1)
-					snprintf(where, sizeof(where), ", pool %"
-						 PRIu32, p);
-				return errbuf_set(o->e, ret, "tenant %s%s: %s (%"
-						  PRIu64 " pages offloaded before)",
-						  t->name, where, why, pages);
-			}
-			pages += (uint64_t)ret;
-		}
-	}
-	return clamp_res(pages);
+	if (ret < 0)
+		return errbuf_set(o->e, ret, "eviction failed");
+	sum->users += (uint64_t)ret;
+	sum->skipped += sk;
+	return 0;
 }
 
 static int op_evict(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	uint64_t users = 0, skipped = 0;
+	struct evict_sum sum = { 0 };
 	int ret;
 
 	if (!q->sel || (q->sel & ~KVP_SEL_ALL))
@@ -379,29 +420,11 @@ static int op_evict(struct op *o)
 		unlock_own(o);
 		return ret;
 	}
-	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
-		struct tenant *t = &o->s->tenants.v[i];
-
-		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
-			struct tenant_pool *tp = &t->pools[p];
-			uint32_t sk = 0;
-
-			pthread_mutex_lock(&tp->lock);
-			ret = engine_evict_all(tp->eng, q->sel, &sk);
-			pthread_mutex_unlock(&tp->lock);
-			if (ret < 0 && o->s->tenants.npools > 1)
-				return errbuf_set(o->e, ret, "tenant %s, pool %"
-						  PRIu32 ": eviction failed",
-						  t->name, p);
-			if (ret < 0)
-				return errbuf_set(o->e, ret, "tenant %s: eviction "
-						  "failed", t->name);
-			users += (uint64_t)ret;
-			skipped += sk;
-		}
-	}
-	o->cqe->val0 = skipped; /* users passed over because a lease holds them */
-	return clamp_res(users);
+	ret = op_for_each_pool(o, NULL, true, evict_pool, &sum);
+	if (ret < 0)
+		return ret;
+	o->cqe->val0 = sum.skipped; /* users passed over because a lease holds them */
+	return clamp_res(sum.users);
 }
 
 static void stats_add(struct kvp_stats *sum, const struct kvp_stats *x)
@@ -415,9 +438,20 @@ static void stats_add(struct kvp_stats *sum, const struct kvp_stats *x)
 		d[i] += v[i];
 }
 
+/* Adds the pool's counters to *(struct kvp_stats *)arg; cannot fail. */
+static int stats_pool(struct op *o, struct tenant *t, uint32_t pool,
+		      struct tenant_pool *tp, void *arg)
+{
+	struct kvp_stats one;
+
+	engine_stats(tp->eng, &one);
+	stats_add(arg, &one);
+	return 0;
+}
+
 static int op_stats(struct op *o)
 {
-	struct kvp_stats sum = { 0 }, one;
+	struct kvp_stats sum = { 0 };
 	bool every = o->t_hi - o->t_lo == o->s->tenants.n &&
 		     ((o->sqe->flags & KVP_SQE_ALL) || !o->c->tenant);
 
@@ -425,19 +459,11 @@ static int op_stats(struct op *o)
 		return errbuf_set(o->e, -EMSGSIZE, "stats: the result needs out_len >= "
 				  "%zu bytes; out_len is %" PRIu32, sizeof(sum),
 				  o->out_len);
+	op_for_each_pool(o, NULL, true, stats_pool, &sum);
+	/* Per tenant, whatever the pools: clients of all of them. */
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
-		struct tenant *t = &o->s->tenants.v[i];
-
-		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
-			struct tenant_pool *tp = &t->pools[p];
-
-			pthread_mutex_lock(&tp->lock);
-			engine_stats(tp->eng, &one);
-			pthread_mutex_unlock(&tp->lock);
-			stats_add(&sum, &one);
-		}
-		/* Per tenant, whatever the pools: clients of all of them. */
-		sum.clients += __atomic_load_n(&t->clients, __ATOMIC_RELAXED);
+		sum.clients += __atomic_load_n(&o->s->tenants.v[i].clients,
+					       __ATOMIC_RELAXED);
 		sum.tenants++;
 	}
 	/* Every tenant: admin-only clients count too. */

@@ -36,6 +36,18 @@ void *op_scratch_get(struct op_scratch *scr, size_t bytes);
  * -EINVAL with a message when not even one. */
 int op_list_rows(struct op *o, size_t row_bytes, const char *what);
 
+/*
+ * fn for each pool of each tenant the op spans ([t_lo, t_hi) x [p_lo, p_hi)),
+ * tenant by tenant, under the pool's lock; the first failure (fn < 0) stops
+ * the walk. Returns 0 or that failure, with fn's message (o->e) put after
+ * where it happened: "[what: ]tenant NAME[, pool P]: ", the pool named only
+ * when name_pool is set and the daemon has several.
+ */
+typedef int (*op_pool_fn)(struct op *o, struct tenant *t, uint32_t pool,
+			  struct tenant_pool *tp, void *arg);
+int op_for_each_pool(struct op *o, const char *what, bool name_pool,
+		     op_pool_fn fn, void *arg);
+
 int op_users(struct op *o);
 int op_clients(struct op *o);
 

@@ -24,16 +24,13 @@ static bool row_before(const struct kvp_user_info *a,
 	return a->user < b->user || (a->user == b->user && a->tenant < b->tenant);
 }
 
-/* One tenant's rows of one pool with user >= cursor, tenant index filled in. */
-static int list_tenant(struct tenant *t, uint32_t pool, uint64_t cursor,
-		       struct kvp_user_info *rows, uint32_t max, uint64_t *next)
+/* One tenant's rows of one pool (locked) with user >= cursor, tenant index
+ * filled in. */
+static int list_pool(struct tenant *t, struct tenant_pool *tp, uint64_t cursor,
+		     struct kvp_user_info *rows, uint32_t max, uint64_t *next)
 {
-	struct tenant_pool *tp = &t->pools[pool];
-	int n;
+	int n = engine_list_users(tp->eng, cursor, rows, max, next);
 
-	pthread_mutex_lock(&tp->lock);
-	n = engine_list_users(tp->eng, cursor, rows, max, next);
-	pthread_mutex_unlock(&tp->lock);
 	for (int i = 0; i < n; i++)
 		rows[i].tenant = t->index;
 	return n;
@@ -44,6 +41,7 @@ struct merge {
 	uint32_t nacc, max;
 	bool dropped;                /* a row fell past the page */
 	uint64_t first_dropped;      /* the smallest user id that did */
+	bool more;                   /* a source has rows past its page */
 };
 
 /* acc = the first max rows of acc + add[0, nadd), both sorted. */
@@ -73,12 +71,27 @@ static void merge_rows(struct merge *m, uint32_t nadd)
 	m->nacc = k;
 }
 
+/* One (tenant, pool) source's page merged into m (arg). */
+static int merge_pool(struct op *o, struct tenant *t, uint32_t pool,
+		      struct tenant_pool *tp, void *arg)
+{
+	struct merge *m = arg;
+	uint64_t tnext;
+	int n = list_pool(t, tp, o->sqe->arg, m->add, m->max, &tnext);
+
+	if (n < 0)
+		return errbuf_set(o->e, n, "out of memory");
+	m->more |= tnext != 0;
+	merge_rows(m, (uint32_t)n);
+	return 0;
+}
+
 static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 {
 	struct kvp_user_info *buf = op_scratch_get(o->scr, 3 * (size_t)max *
 						   sizeof(*buf));
 	struct merge m = { .max = max };
-	bool more = false;
+	int ret;
 
 	if (!buf)
 		return errbuf_set(o->e, -ENOMEM, "users: out of memory for %" PRIu32
@@ -86,19 +99,10 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 	m.acc = buf;
 	m.add = buf + max;
 	m.tmp = buf + 2 * (size_t)max;
-	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
-		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
-			uint64_t tnext;
-			int n = list_tenant(&o->s->tenants.v[i], p, o->sqe->arg,
-					    m.add, max, &tnext);
-
-			if (n < 0)
-				return errbuf_set(o->e, n, "users: tenant %s: out "
-						  "of memory", o->s->tenants.v[i].name);
-			more |= tnext != 0;
-			merge_rows(&m, (uint32_t)n);
-		}
-	}
+	/* The message has always named the tenant only, not the pool. */
+	ret = op_for_each_pool(o, "users", false, merge_pool, &m);
+	if (ret < 0)
+		return ret;
 	*next = 0;
 	if (m.dropped && m.nacc && m.acc[m.nacc - 1].user == m.first_dropped) {
 		/* Do not split one user id's rows across pages. */
@@ -111,7 +115,7 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 					  "cached in more tenants than %" PRIu32 " rows "
 					  "hold; ask for more rows (n)", u, max);
 		*next = u;
-	} else if ((m.dropped || more) && m.nacc) {
+	} else if ((m.dropped || m.more) && m.nacc) {
 		*next = m.acc[m.nacc - 1].user + 1;
 	}
 	memcpy(o->out, m.acc, (size_t)m.nacc * sizeof(*m.acc));
@@ -122,6 +126,7 @@ int op_users(struct op *o)
 {
 	int max = op_list_rows(o, sizeof(struct kvp_user_info), "USERS");
 	struct kvp_user_info *rows;
+	struct tenant_pool *tp;
 	uint64_t next = 0;
 	int n;
 
@@ -136,8 +141,11 @@ int op_users(struct op *o)
 		if (!rows)
 			return errbuf_set(o->e, -ENOMEM, "users: out of memory for %d "
 					  "rows; ask for fewer (n)", max);
-		n = list_tenant(&o->s->tenants.v[o->t_lo], o->p_lo, o->sqe->arg,
-				rows, (uint32_t)max, &next);
+		tp = &o->s->tenants.v[o->t_lo].pools[o->p_lo];
+		pthread_mutex_lock(&tp->lock);
+		n = list_pool(&o->s->tenants.v[o->t_lo], tp, o->sqe->arg, rows,
+			      (uint32_t)max, &next);
+		pthread_mutex_unlock(&tp->lock);
 		if (n < 0)
 			return errbuf_set(o->e, n, "users: out of memory");
 		memcpy(o->out, rows, (size_t)n * sizeof(*rows));

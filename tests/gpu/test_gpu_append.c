@@ -22,6 +22,7 @@
 #include <cmocka.h>
 #include <cuda_runtime.h>
 
+#include "gpu_test_util.h"
 #include "kvp_kernels.h"
 #include "kvpool.h"
 
@@ -397,15 +398,8 @@ int main(void)
 		cmocka_unit_test(test_gpu_random_steps_fp32),
 		cmocka_unit_test(test_gpu_gather_scatter_round_trip),
 	};
-	cudaError_t e;
-	int ndev = 0;
 
-	e = cudaGetDeviceCount(&ndev);
-	if (e != cudaSuccess || ndev == 0) {
-		printf("SKIP: no CUDA device present (%s); run the gpu tests on a "
-		       "GPU machine: ctest -L gpu\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+	if (gpu_test_no_device())
 		return 77;
-	}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,20 +23,17 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
 
+#include "gpu_test_util.h"
 #include "kvpool.h"
 
 /* HSTU: 1 MiB pages. */
@@ -44,21 +41,9 @@
 #define BIG_PAGES 1024u
 #define DEVICE_PAGES 1100u /* --device_mem=1100M */
 
-static char tmpdir[] = "/tmp/kvpool-gpu-async-XXXXXX";
-static char sockpath[160], logpath[160];
 static int failed;
 
-__attribute__((format(printf, 1, 2)))
-static void say(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "[async-onload] ");
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
+#define say(...) gpu_test_say("async-onload", __VA_ARGS__)
 
 #define CHECK(cond, ...)                                                \
 	do {                                                            \
@@ -263,110 +248,31 @@ static int run_steps(struct run *r)
 	return 0;
 }
 
-static void dump_log(void)
-{
-	char buf[4096];
-	FILE *f = fopen(logpath, "r");
-	size_t n;
-
-	if (!f)
-		return;
-	fprintf(stderr, "---- kvpoold log (%s)\n", logpath);
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		fwrite(buf, 1, n, stderr);
-	fprintf(stderr, "---- end of kvpoold log\n");
-	fclose(f);
-}
-
-static pid_t start_daemon(const char *path)
-{
-	char a_sock[200];
-	pid_t pid;
-
-	snprintf(a_sock, sizeof(a_sock), "--socket=%s", sockpath);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(path, path, a_sock, "--backend=cuda", "--foreground",
-		      "--layout=" LAYOUT, "--device_mem=1100M", "--host_mem=1100M",
-		      "--log=stderr", (char *)NULL);
-		_exit(127);
-	}
-	return pid;
-}
-
-static int stop_daemon(pid_t pid)
-{
-	int st;
-
-	kill(pid, SIGTERM);
-	for (int i = 0; i < 400; i++) {
-		if (waitpid(pid, &st, WNOHANG) == pid)
-			return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-		usleep(50000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
-	return -1;
-}
-
 int main(int argc, char **argv)
 {
 	struct kvp_connect_opts o = { .name = "async-onload" };
 	struct run r = { 0 };
+	static const char *const args[] = {
+		"--layout=" LAYOUT, "--device_mem=1100M", "--host_mem=1100M", NULL,
+	};
+	struct gpu_daemon d;
 	char err[KVP_ERRLEN];
-	cudaError_t ce;
-	pid_t daemon_pid;
-	int ndev = 0, st;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s KVPOOLD\n", argv[0]);
 		return 1;
 	}
-	ce = cudaGetDeviceCount(&ndev);
-	if (ce != cudaSuccess || ndev == 0) {
-		printf("SKIP: no CUDA device present (%s); run the gpu tests on a "
-		       "GPU machine: ctest -L gpu\n",
-		       ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+	if (gpu_test_no_device())
 		return 77;
-	}
 	if (access(argv[1], X_OK)) {
 		printf("SKIP: no kvpoold at %s\n", argv[1]);
 		return 77;
 	}
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	if (gpu_daemon_start(&d, "async-onload", "/tmp/kvpool-gpu-async-XXXXXX",
+			     argv[1], args))
 		return 1;
-	}
-	snprintf(sockpath, sizeof(sockpath), "%s/kvpoold.sock", tmpdir);
-	snprintf(logpath, sizeof(logpath), "%s/kvpoold.log", tmpdir);
-	daemon_pid = start_daemon(argv[1]);
-	if (daemon_pid < 0) {
-		perror("fork");
-		return 1;
-	}
-	for (int i = 0;; i++) {
-		struct stat sst;
-
-		if (!stat(sockpath, &sst))
-			break;
-		if (waitpid(daemon_pid, &st, WNOHANG) == daemon_pid || i == 600) {
-			say("kvpoold --backend=cuda did not start");
-			dump_log();
-			if (i == 600)
-				kill(daemon_pid, SIGKILL);
-			rmdir(tmpdir);
-			return 1;
-		}
-		usleep(50000);
-	}
-	o.socket = sockpath;
+	o.socket = d.sock;
 	if (kvp_connect(&r.c, &o, err, sizeof(err)) ||
 	    kvp_connect(&r.c2, &o, err, sizeof(err))) {
 		say("kvp_connect: %s", err);
@@ -386,15 +292,13 @@ int main(int argc, char **argv)
 		kvp_close(r.c2);
 	if (r.c)
 		kvp_close(r.c);
-	if (stop_daemon(daemon_pid)) {
+	if (gpu_daemon_stop(&d, 20000)) {
 		say("kvpoold did not exit cleanly");
 		failed = 1;
 	}
 	if (failed)
-		dump_log();
-	unlink(logpath);
-	unlink(sockpath);
-	rmdir(tmpdir);
+		gpu_daemon_dump_log(&d);
+	gpu_daemon_cleanup(&d);
 	free(r.want);
 	free(r.got);
 	if (!failed)

@@ -48,6 +48,7 @@
 
 #include "backend.h"
 #include "engine.h"
+#include "gpu_test_util.h"
 #include "kvpool.h"
 
 #define DEVICE 0
@@ -839,18 +840,11 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cuda_offload_onload_bandwidth),
 	};
 	char err[KVP_ERRLEN];
-	cudaError_t cerr;
-	int ndev = 0;
 
 	if (argc == 3 && !strcmp(argv[1], "--child"))
 		return child_main(atoi(argv[2]));
-	cerr = cudaGetDeviceCount(&ndev);
-	if (cerr != cudaSuccess || ndev == 0) {
-		printf("SKIP: no CUDA device present (%s); run the gpu tests on a "
-		       "GPU machine: ctest -L gpu\n",
-		       cerr != cudaSuccess ? cudaGetErrorString(cerr) : "0 devices");
+	if (gpu_test_no_device())
 		return 77;
-	}
 	if (kvp_layout_init(&L, 8, 4, 256, KVP_DTYPE_BF16, 32, err, sizeof(err))) {
 		fprintf(stderr, "layout: %s\n", err);
 		return 1;

@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu_test_kernels.h"
+#include "gpu_test_util.h"
 #include "kvpool.h"
 
 #define BATCH 7u
@@ -335,15 +336,8 @@ int main(void)
 		cmocka_unit_test(test_paged_attention_bf16),
 		cmocka_unit_test(test_paged_attention_fp16),
 	};
-	cudaError_t e;
-	int ndev = 0;
 
-	e = cudaGetDeviceCount(&ndev);
-	if (e != cudaSuccess || ndev == 0) {
-		printf("SKIP: no CUDA device present (%s); run the gpu tests on a "
-		       "GPU machine: ctest -L gpu\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+	if (gpu_test_no_device())
 		return 77;
-	}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -37,14 +36,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
 
 #include "gpu_test_kernels.h"
+#include "gpu_test_util.h"
 #include "kvpool.h"
 
 #define LAYOUT "layers=4,kv_heads=2,head_dim=64,dtype=bf16,page_tokens=16"
@@ -483,46 +481,8 @@ struct proc {
 	int go, done; /* pipe ends: parent -> child, child -> parent */
 };
 
-static char tmpdir[] = "/tmp/kvpool-gpu-XXXXXX";
-static char sockpath[128], logpath[128];
-static pid_t daemon_pid;
-
-static void dump_log(void)
-{
-	char buf[4096];
-	FILE *f = fopen(logpath, "r");
-	size_t n;
-
-	if (!f)
-		return;
-	fprintf(stderr, "---- kvpoold log (%s)\n", logpath);
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
-		fwrite(buf, 1, n, stderr);
-	fprintf(stderr, "---- end of kvpoold log\n");
-	fclose(f);
-}
-
-static pid_t start_daemon(const char *path)
-{
-	char a_sock[160];
-	pid_t pid;
-
-	snprintf(a_sock, sizeof(a_sock), "--socket=%s", sockpath);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(path, path, a_sock, "--backend=cuda", "--foreground",
-		      "--layout=" LAYOUT, "--device_mem=64M", "--host_mem=32M",
-		      "--log=stderr", (char *)NULL);
-		_exit(127);
-	}
-	return pid;
-}
+static char parent_tag[32]; /* "parent PID", as say() puts it */
+static struct gpu_daemon kvpoold;
 
 static int start_child(struct proc *p, const char *who)
 {
@@ -536,8 +496,8 @@ static int start_child(struct proc *p, const char *who)
 	if (p->pid == 0) {
 		dup2(go[0], FD_GO);
 		dup2(done[1], FD_DONE);
-		execl("/proc/self/exe", "test_gpu_two_procs", "--child", who, sockpath,
-		      (char *)NULL);
+		execl("/proc/self/exe", "test_gpu_two_procs", "--child", who,
+		      kvpoold.sock, (char *)NULL);
 		_exit(127);
 	}
 	close(go[0]);
@@ -570,28 +530,16 @@ static int go(struct proc *p, int step)
 
 static int reap(pid_t pid, const char *who)
 {
-	int st;
-
-	for (int i = 0; i < 600; i++) {
-		if (waitpid(pid, &st, WNOHANG) == pid) {
-			if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-				return 0;
-			say("%s exited with status 0x%x", who, st);
-			return -1;
-		}
-		usleep(50000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
-	say("%s did not exit; killed", who);
-	return -1;
+	return gpu_test_reap(parent_tag, pid, who, 30000);
 }
 
 int main(int argc, char **argv)
 {
+	static const char *const args[] = {
+		"--layout=" LAYOUT, "--device_mem=64M", "--host_mem=32M", NULL,
+	};
 	struct proc a = { 0, -1, -1 }, b = { 0, -1, -1 };
-	cudaError_t e;
-	int ndev = 0, fail = 0, st;
+	int fail = 0;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (argc == 4 && !strcmp(argv[1], "--child")) {
@@ -602,44 +550,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s KVPOOLD\n", argv[0]);
 		return 1;
 	}
-	e = cudaGetDeviceCount(&ndev);
-	if (e != cudaSuccess || ndev == 0) {
-		printf("SKIP: no CUDA device present (%s); run the gpu tests on a "
-		       "GPU machine: ctest -L gpu\n",
-		       e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+	if (gpu_test_no_device())
 		return 77;
-	}
 	if (access(argv[1], X_OK)) {
 		printf("SKIP: no kvpoold at %s\n", argv[1]);
 		return 77;
 	}
-	if (!mkdtemp(tmpdir)) {
-		perror("mkdtemp");
+	snprintf(parent_tag, sizeof(parent_tag), "%s %d", role, (int)getpid());
+	if (gpu_daemon_start(&kvpoold, parent_tag, "/tmp/kvpool-gpu-XXXXXX",
+			     argv[1], args))
 		return 1;
-	}
-	snprintf(sockpath, sizeof(sockpath), "%s/kvpoold.sock", tmpdir);
-	snprintf(logpath, sizeof(logpath), "%s/kvpoold.log", tmpdir);
-	daemon_pid = start_daemon(argv[1]);
-	if (daemon_pid < 0) {
-		perror("fork");
-		return 1;
-	}
-	/* Until the socket is there (or the daemon gave up). */
-	for (int i = 0;; i++) {
-		struct stat sst;
-
-		if (!stat(sockpath, &sst))
-			break;
-		if (waitpid(daemon_pid, &st, WNOHANG) == daemon_pid || i == 600) {
-			say("kvpoold --backend=cuda did not start");
-			dump_log();
-			if (i == 600)
-				kill(daemon_pid, SIGKILL);
-			rmdir(tmpdir);
-			return 1;
-		}
-		usleep(50000);
-	}
 	if (start_child(&a, "A") || start_child(&b, "B")) {
 		say("cannot start the clients");
 		fail = 1;
@@ -673,14 +593,11 @@ int main(int argc, char **argv)
 		fail = 1;
 	if (b.pid > 0 && reap(b.pid, "client B"))
 		fail = 1;
-	kill(daemon_pid, SIGTERM);
-	if (reap(daemon_pid, "kvpoold"))
+	if (gpu_daemon_stop(&kvpoold, 30000))
 		fail = 1;
 	if (fail)
-		dump_log();
-	unlink(logpath);
-	unlink(sockpath);
-	rmdir(tmpdir);
+		gpu_daemon_dump_log(&kvpoold);
+	gpu_daemon_cleanup(&kvpoold);
 	if (!fail)
 		say("two processes read each other's GPU pages byte-exactly; commits "
 		    "waited for their appends");
