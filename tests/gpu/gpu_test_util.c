@@ -157,3 +157,24 @@ void gpu_daemon_cleanup(const struct gpu_daemon *d)
 	unlink(d->sock);
 	rmdir(d->dir);
 }
+
+static uint64_t rng_state;
+
+void gpu_rng_seed(uint64_t seed)
+{
+	rng_state = seed;
+}
+
+uint64_t gpu_rng(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+uint32_t gpu_below(uint32_t n)
+{
+	return (uint32_t)(gpu_rng() % n);
+}

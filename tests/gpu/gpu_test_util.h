@@ -7,6 +7,7 @@
 #ifndef KVPOOL_GPU_TEST_UTIL_H
 #define KVPOOL_GPU_TEST_UTIL_H
 
+#include <stdint.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -51,5 +52,14 @@ void gpu_daemon_dump_log(const struct gpu_daemon *d);
 
 /* Remove the log, the socket and the temp dir. */
 void gpu_daemon_cleanup(const struct gpu_daemon *d);
+
+/*
+ * The tests' deterministic random numbers (splitmix64). Each test seeds it
+ * once, first thing in main, so a failure reproduces with the same data.
+ */
+void gpu_rng_seed(uint64_t seed);
+uint64_t gpu_rng(void);
+/* Uniform in [0, n), n > 0. */
+uint32_t gpu_below(uint32_t n);
 
 #endif /* KVPOOL_GPU_TEST_UTIL_H */

@@ -26,26 +26,10 @@
 #include "kvp_kernels.h"
 #include "kvpool.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint32_t below(uint32_t n)
-{
-	return (uint32_t)(rng() % n);
-}
-
 static void fill_random(unsigned char *p, uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++)
-		p[i] = (unsigned char)rng();
+		p[i] = (unsigned char)gpu_rng();
 }
 
 static void *xmalloc(size_t n)
@@ -97,7 +81,7 @@ static uint32_t *shuffled(uint32_t frames)
 	for (uint32_t i = 0; i < frames; i++)
 		p[i] = i;
 	for (uint32_t i = frames - 1; i > 0; i--) {
-		uint32_t j = below(i + 1), t = p[i];
+		uint32_t j = gpu_below(i + 1), t = p[i];
 
 		p[i] = p[j];
 		p[j] = t;
@@ -187,9 +171,9 @@ static uint32_t random_step(const struct kvp_layout *l, uint32_t frames,
 	struct kvp_slot *slots = xmalloc((size_t)frames * P * sizeof(*slots));
 
 	for (uint32_t u = 0; u < max_users; u++) {
-		uint32_t hist = below(3 * P), add = 1 + below(2 * P + 3), pages;
+		uint32_t hist = gpu_below(3 * P), add = 1 + gpu_below(2 * P + 3), pages;
 
-		if (below(8) == 0)
+		if (gpu_below(8) == 0)
 			add = 1; /* decode: one token */
 		pages = (hist + add + P - 1) / P;
 		if (used + pages > frames)
@@ -339,7 +323,7 @@ static void check_gather_scatter(uint32_t layers, uint32_t heads, uint32_t dim,
 	fill_random(pool, pool_bytes);
 	/* Gather: any frames, repeats allowed. Scatter: distinct frames. */
 	for (uint32_t i = 0; i < n; i++) {
-		src[i] = (int32_t)below(frames);
+		src[i] = (int32_t)gpu_below(frames);
 		dst[i] = (int32_t)perm[i];
 	}
 	d_pool = to_device(pool, pool_bytes);
@@ -387,6 +371,7 @@ static void test_gpu_gather_scatter_round_trip(void **state)
 
 int main(void)
 {
+	gpu_rng_seed(0x9e3779b97f4a7c15ull);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gpu_append_bf16_matches_cpu_reference),
 		cmocka_unit_test(test_gpu_append_fp16_matches_cpu_reference),

@@ -56,21 +56,10 @@
 
 static struct kvp_layout L; /* HSTU: 1 MiB pages */
 
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-
-static uint64_t rng(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void fill_random(unsigned char *p, size_t n)
 {
 	for (size_t i = 0; i < n; i += 8) {
-		uint64_t r = rng();
+		uint64_t r = gpu_rng();
 
 		memcpy(p + i, &r, n - i < 8 ? n - i : 8);
 	}
@@ -831,6 +820,7 @@ static void test_cuda_offload_onload_bandwidth(void **state)
 
 int main(int argc, char **argv)
 {
+	gpu_rng_seed(0x243f6a8885a308d3ull);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cuda_tiers_are_exported_aligned_and_zeroed),
 		cmocka_unit_test(test_cuda_offload_evict_onload_keeps_bytes),

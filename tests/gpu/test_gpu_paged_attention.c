@@ -40,26 +40,10 @@
 
 #define BATCH 7u
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint32_t below(uint32_t n)
-{
-	return (uint32_t)(rng() % n);
-}
-
 /* Uniform in [-1, 1). */
 static float uniform(void)
 {
-	return (float)((double)(rng() >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+	return (float)((double)(gpu_rng() >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
 }
 
 static uint16_t to_bf16(float f)
@@ -161,7 +145,7 @@ static void check_attention(uint32_t dtype, uint32_t layers, uint32_t kv_heads,
 					 sizeof(err)), 0);
 	/* One token, exactly full pages, then random lengths. */
 	for (uint32_t b = 0; b < BATCH; b++) {
-		len[b] = b == 0 ? 1 : b == 1 ? 3 * ptok : b == 2 ? ptok : 1 + below(40 * ptok);
+		len[b] = b == 0 ? 1 : b == 1 ? 3 * ptok : b == 2 ? ptok : 1 + gpu_below(40 * ptok);
 		max_len = len[b] > max_len ? len[b] : max_len;
 		indptr[b] = (int32_t)total_pages;
 		total_pages += (len[b] + ptok - 1) / ptok;
@@ -177,7 +161,7 @@ static void check_attention(uint32_t dtype, uint32_t layers, uint32_t kv_heads,
 	for (uint32_t i = 0; i < frames; i++)
 		perm[i] = i;
 	for (uint32_t i = frames - 1; i > 0; i--) {
-		uint32_t j = below(i + 1), t = perm[i];
+		uint32_t j = gpu_below(i + 1), t = perm[i];
 
 		perm[i] = perm[j];
 		perm[j] = t;
@@ -331,6 +315,7 @@ static void test_paged_attention_fp16(void **state)
 
 int main(void)
 {
+	gpu_rng_seed(0x2545f4914f6cdd1dull);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_paged_attention_fp32),
 		cmocka_unit_test(test_paged_attention_bf16),
