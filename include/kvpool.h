@@ -145,6 +145,25 @@ struct kvp_stats {
 	uint64_t bytes_h2d;
 	uint64_t clients;         /* gauge: attached clients (daemon only) */
 	uint64_t tenants;         /* gauge: tenants summed over (daemon only) */
+	/* Sharing (see "Sharing" below). */
+	uint64_t prefix_pages;    /* gauge: pages published in the prefix cache */
+	uint64_t prefix_idle_pages; /* gauge: of those, held by no sequence (evictable) */
+	uint64_t prefix_lookups;  /* lookups and seq_alloc calls */
+	uint64_t prefix_lookup_tokens; /* tokens those asked about */
+	uint64_t prefix_hit_tokens;    /* tokens found cached */
+	uint64_t prefix_evicted_pages;
+	uint64_t prefix_dedupe_pages;  /* pages a commit found already published: its copy freed */
+	uint64_t seqs;            /* gauge: sequences (seq_alloc / seq_create) alive */
+	uint64_t seq_pages;       /* gauge: device pages sequences own (not borrowed) */
+	uint64_t cow_pages;       /* partial pages copied on write */
+	uint64_t chunks;          /* gauge: chunks registered (filling or ready) */
+	uint64_t chunk_pages;     /* gauge: their pages */
+	uint64_t chunk_bytes;     /* gauge: their pages' bytes */
+	uint64_t chunk_lookups;   /* registers + acquires */
+	uint64_t chunk_hits;      /* of those, found the chunk already there */
+	uint64_t chunk_evicted;   /* chunks evicted under pressure or evict_unused */
+	uint64_t chunk_last_access_ns; /* gauge: CLOCK_REALTIME of the last hit/register, 0 none */
+	uint64_t compositions;    /* compose calls that returned page tables */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -370,6 +389,237 @@ int kvp_submit(struct kvp_client *c);
  * (spin, then sleep). Returns how many were written to out. */
 int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
 	     uint32_t min_complete);
+
+/* ------------------------------------------------------------------------ */
+/* Sharing: prefix cache, chunks, sequences, compositions (DESIGN.md,        */
+/* "Sharing"). Token ids are uint32; every hash is SHA-256 over the ids as    */
+/* little-endian uint32, so every process and every restart computes the     */
+/* same hashes. Hashes are salted per tenant (kvpool.conf hash_salt).         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Prefix cache. Page i of a token list has the chained hash
+ *     h_i = SHA-256(h_{i-1} || salt || tokens[i*P, (i+1)*P))   (h_{-1} = 0^32)
+ * Full pages only. Sequences made from token lists (kvp_seq_alloc) publish
+ * their full pages when they commit; a page no sequence holds stays cached
+ * in an evictable LRU (leaves of the hash chain first).
+ */
+struct kvp_prefix_hit {
+	uint32_t tokens;       /* leading tokens cached: a multiple of page_tokens,
+				* never all n (the last token is left to compute) */
+	uint32_t npages;       /* tokens / page_tokens */
+	/* Device frames of those pages (arena; valid until the next call).
+	 * NOT pinned: kvp_seq_alloc() is what holds them. */
+	const int32_t *indices;
+};
+
+/* How many leading tokens of tokens[0, n) are cached. Pins nothing. */
+int kvp_prefix_lookup(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
+		      struct kvp_prefix_hit *out);
+
+/*
+ * Sequences: request-scoped page lists (seed 004 allocate/free) and virtual
+ * sequences (seed 000), keyed by a caller-chosen id unique in the tenant.
+ * A sequence belongs to the client that made it and is freed when that
+ * client detaches. Its pages are pinned while it lives.
+ *
+ * kvp_seq_alloc: the leading full pages of tokens found in the prefix cache
+ * are shared (refcount), pages are allocated for the rest; the lease says
+ * len = cached tokens and n_new = n - cached: write those with kvp_append*()
+ * and kvp_commit(lease.id, k) them (k <= n_new), which publishes the pages
+ * they fill. kvp_release(lease.id) ends the write lease (uncommitted slots
+ * are given back) but not the sequence: kvp_seq_free() does that.
+ */
+int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
+		  uint32_t n, struct kvp_lease *out);
+
+enum kvp_src_kind {
+	KVP_SRC_USER = 1,  /* the first `tokens` committed tokens of a user history
+			    * (0: all of them); the history is pinned meanwhile */
+	KVP_SRC_CHUNK = 2, /* a ready chunk, all of its tokens */
+	KVP_SRC_SEQ = 3,   /* the committed tokens of another sequence */
+};
+
+#define KVP_CHUNK_ID_BYTES 32
+
+struct kvp_chunk_id {
+	uint8_t b[KVP_CHUNK_ID_BYTES]; /* SHA-256: shown as 64 hex digits */
+};
+
+struct kvp_seq_src {
+	uint32_t kind;         /* enum kvp_src_kind */
+	uint32_t rsv;          /* zero */
+	uint64_t id;           /* USER: user id; SEQ: sequence id */
+	uint64_t tokens;       /* USER: leading tokens to take (0: all) */
+	struct kvp_chunk_id chunk; /* CHUNK */
+};
+
+/*
+ * A virtual sequence: the pages of the sources, in order, shared by
+ * refcount, plus n_new tokens of its own (pages allocated only for those).
+ * Every source but the last must end on a page boundary (a page table has
+ * one partial page, the last): -EINVAL names the one that does not. When
+ * the last source ends mid-page and n_new > 0, that page is copied on write
+ * (the source keeps its bytes). The lease: len = source tokens, n_new.
+ */
+int kvp_seq_create(struct kvp_client *c, uint64_t seq,
+		   const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		   struct kvp_lease *out);
+/*
+ * Grow a sequence by n_new tokens (decode): a new write lease as above.
+ * tokens (n_new ids, or NULL) keep the sequence's pages publishable in the
+ * prefix cache; without them it stops publishing. -EBUSY while its previous
+ * write lease has not committed.
+ */
+int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
+		   const uint32_t *tokens, struct kvp_lease *out);
+/* Drop the sequence's references; pages no one else holds are freed (or stay
+ * in the prefix cache when published). */
+int kvp_seq_free(struct kvp_client *c, uint64_t seq);
+
+/*
+ * Chunks (seed 001): immutable token spans with their KV, content-addressed
+ * by id = SHA-256(layout spec || salt || tokens), so registering the same
+ * content twice gives the same id and one set of pages.
+ */
+enum kvp_chunk_type {
+	KVP_CHUNK_SYSTEM = 1,  /* "system": a system prompt (cascade level 0) */
+	KVP_CHUNK_CONTEXT = 2, /* "context": documents, history, examples */
+	KVP_CHUNK_QUERY = 3,   /* "query": the request itself (the last level) */
+};
+
+enum kvp_chunk_state {
+	KVP_CHUNK_FILLING = 1, /* registered; its filler is writing the pages */
+	KVP_CHUNK_READY = 2,   /* sealed: immutable, readable by everyone */
+};
+
+/* Metadata: "key=value" pairs separated by ',' (no ',' or '=' inside). */
+#define KVP_CHUNK_META_MAX 256
+
+const char *kvp_chunk_type_name(uint32_t type); /* NULL when unknown */
+int kvp_chunk_type_parse(const char *name);     /* enum, or -EINVAL */
+/* 64 lowercase hex digits and a NUL into hex[65]. */
+void kvp_chunk_id_format(const struct kvp_chunk_id *id, char hex[65]);
+/* Exactly 64 hex digits; -EINVAL otherwise. */
+int kvp_chunk_id_parse(struct kvp_chunk_id *id, const char *hex);
+
+struct kvp_chunk_info {
+	struct kvp_chunk_id id;
+	uint32_t type;           /* enum kvp_chunk_type */
+	uint32_t state;          /* enum kvp_chunk_state */
+	uint32_t tokens;
+	uint32_t pages;
+	uint64_t bytes;          /* pages * page_bytes */
+	uint32_t holders;        /* leases, sequences and compositions holding it */
+	uint32_t filler;         /* FILLING: the client id writing it; else 0 */
+	uint64_t created_ns;     /* CLOCK_REALTIME */
+	uint64_t last_access_ns;
+	uint64_t hits;           /* registers that found it + acquires */
+	char meta[KVP_CHUNK_META_MAX]; /* NUL-terminated */
+};
+
+struct kvp_chunk_reg {
+	struct kvp_chunk_id id;
+	int created;             /* 1: this call made it; fill it and seal */
+	uint32_t state;          /* enum kvp_chunk_state */
+	/* created: the write lease (len 0, n_new = all tokens): write with
+	 * kvp_append*(), then kvp_chunk_seal(). Otherwise zero. */
+	struct kvp_lease lease;
+};
+
+/*
+ * Register tokens[0, n) as a chunk of type with metadata meta (NULL: none).
+ * When the id exists already, nothing is allocated (a hit): created = 0.
+ * -ENOMEM when the device tier cannot take it even after eviction.
+ */
+int kvp_chunk_register(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
+		       uint32_t type, const char *meta, struct kvp_chunk_reg *out);
+/* The filler's: waits for the lease's GPU appends, makes the chunk ready
+ * and ends the write lease. A filler that detaches unsealed deletes it. */
+int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg);
+/*
+ * A read lease on a ready chunk: its page table (len = tokens, n_new = 0),
+ * pinned until kvp_release(out->id). A chunk being filled: waits up to
+ * wait_ms for the seal, then -EAGAIN "not ready". -ENOENT: not registered
+ * (or evicted, or deleted).
+ */
+int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
+		      uint32_t wait_ms, struct kvp_lease *out);
+int kvp_chunk_get(struct kvp_client *c, const struct kvp_chunk_id *id,
+		  struct kvp_chunk_info *out);
+/*
+ * List chunks of type (0: all) whose metadata contains every pair of filter
+ * ("k=v,k2=v2"; NULL or "": no filter), in ascending id order, those with id
+ * greater than *after (NULL: from the first). Returns rows written; *more is
+ * 1 when more rows follow the last one (list again with after = its id).
+ */
+int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
+		   const struct kvp_chunk_id *after, struct kvp_chunk_info *rows,
+		   uint32_t max, int *more);
+/* Remove from the registry; its pages are freed once no one holds them
+ * (a leased chunk stays readable until released). */
+int kvp_chunk_delete(struct kvp_client *c, const struct kvp_chunk_id *id);
+/* Delete every chunk of type (0: all); returns how many. */
+int kvp_chunk_clear(struct kvp_client *c, uint32_t type);
+/* Delete ready chunks nobody holds that were not accessed for max_age_s
+ * seconds; returns how many. */
+int kvp_chunk_evict_unused(struct kvp_client *c, uint32_t max_age_s);
+
+/*
+ * Compositions (seeds 001/003): cascade page tables for FlashInfer's
+ * MultiLevelCascadeAttentionWrapper. Requests are system + contexts + query
+ * chunks. Level 0 holds the system chunks: one group per run of consecutive
+ * requests with the same system chunk (put requests sharing a system next to
+ * each other). Levels 1..C hold the contexts by position (C = most contexts
+ * in the batch): each request is one group there with its k-th context, or
+ * an empty group (kv_indptr unchanged, last_page_len 0) when it has fewer.
+ * (Contexts get a level each because a page table row may end mid-page only
+ * at its last page.) Level C+1 holds each request's query. qo_indptr counts
+ * qo_len query rows per request.
+ */
+#define KVP_COMPOSE_MAX_CONTEXTS 64
+#define KVP_COMPOSE_MAX_LEVELS (KVP_COMPOSE_MAX_CONTEXTS + 2)
+#define KVP_COMPOSE_MAX_REQUESTS 1024
+
+struct kvp_compose_req {
+	struct kvp_chunk_id system;
+	const struct kvp_chunk_id *contexts;
+	uint32_t ncontexts;
+	uint32_t qo_len;         /* query rows of this request (0: 1) */
+	struct kvp_chunk_id query;
+};
+
+struct kvp_cascade_level {
+	uint32_t ngroups;
+	const int32_t *qo_indptr;        /* [ngroups + 1] */
+	const int32_t *kv_indptr;        /* [ngroups + 1] */
+	const int32_t *kv_indices;       /* [kv_indptr[ngroups]] */
+	const int32_t *kv_last_page_len; /* [ngroups] */
+};
+
+struct kvp_composition {
+	uint64_t lease;          /* holds every chunk: kvp_release() it (0: preview) */
+	uint32_t nlevels;
+	uint32_t nrequests;
+	uint64_t tokens;         /* KV tokens attended, summed over requests */
+	uint64_t pages;          /* distinct pages referenced */
+	uint64_t bytes;          /* their bytes */
+	struct kvp_cascade_level level[KVP_COMPOSE_MAX_LEVELS]; /* arena */
+};
+
+/*
+ * Build the cascade for nreq requests and hold their chunks (they are not
+ * evicted or freed) until kvp_release(out->lease). Errors (nothing held):
+ * -ENOENT a chunk not found (named), -EAGAIN a chunk not ready,
+ * -EINVAL incompatible chunks (a system that is not type system, a query
+ * that is not type query, a context that is not type context), too many
+ * contexts or requests.
+ */
+int kvp_compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		uint32_t nreq, struct kvp_composition *out);
+/* The same without holding anything (out->lease = 0): tokens, levels, bytes. */
+int kvp_compose_preview(struct kvp_client *c, const struct kvp_compose_req *reqs,
+			uint32_t nreq, struct kvp_composition *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share.h - sharing inside one engine (one tenant's pool): the prefix cache,
+ * chunks, sequences (request-scoped and virtual) and cascade compositions.
+ * DESIGN.md "Sharing"; the public shapes are kvpool.h's.
+ *
+ * Like the rest of the engine this is not thread-safe (the caller holds the
+ * pool's mutex), every call that can fail changes nothing when it does, and
+ * every pointer an out-struct carries points into engine memory valid until
+ * the next call on the engine.
+ *
+ * WHO OWNS A DEVICE FRAME. Exactly one of:
+ *   - a user history (engine_internal.h; unchanged by sharing);
+ *   - a chunk (its pages; freed when the chunk is gone and nobody holds it);
+ *   - the shared-page world: a frame with a reference count, held by the
+ *     sequences whose page tables list it, and possibly published in the
+ *     prefix cache under its chained hash. A published frame nobody holds
+ *     stays cached (evictable); an unpublished one is freed at refcount 0.
+ * A sequence's page table mixes three kinds of page: borrowed (a user
+ * history's or a chunk's frame; the sequence pins the history / holds the
+ * chunk, which keeps the frame), shared (refcounted: prefix hits, pages of
+ * another sequence) and its own (refcount 1 from itself, shared when a
+ * later sequence borrows them).
+ *
+ * LEASE HANDLES. Leases of sequences and chunks live in the engine's lease
+ * id space beside history leases (bit 31 of the low word marks them), so
+ * engine_commit / engine_release / engine_lease_slots take every kind:
+ *   - a sequence write lease: commit(n) makes n tokens part of the sequence
+ *     and publishes the pages they fill; release ends the write lease (the
+ *     uncommitted slots go back) but not the sequence;
+ *   - a chunk fill lease: commit(n == tokens) seals the chunk (same as
+ *     share_chunk_seal); release before the seal deletes the chunk;
+ *   - a chunk read lease and a composition: commit is -EINVAL, release lets
+ *     the chunks go.
+ * engine_release_owner() also frees the owner's sequences and ends its
+ * chunk leases (unsealed chunks it was filling are deleted).
+ *
+ * EVICTION. Device pressure (a prepare, a seq_alloc, a chunk register)
+ * takes frames from three LRU lists, oldest first across them: user
+ * histories (demoted or dropped, as before), ready chunks nobody holds
+ * (dropped: chunks are not demoted to the host tier), and idle prefix-cache
+ * pages, leaves of the hash chain first. A published page's parent is held
+ * by whoever holds the page, so every idle page is eventually a leaf: the
+ * idle count is exactly what eviction can free.
+ */
+#ifndef KVPOOL_SHARE_H
+#define KVPOOL_SHARE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+#define SHARE_SALT_BYTES 32
+
+/* Set the tenant's hash salt (engine_create zeroes it). */
+void share_set_salt(struct engine *eng, const uint8_t salt[SHARE_SALT_BYTES]);
+
+/* ------------------------------------------------------------ prefix cache */
+
+struct share_prefix_hit {
+	uint32_t tokens;         /* multiple of P, < n (0 when n <= 1) */
+	uint32_t npages;
+	const uint32_t *frames;  /* device frames, not pinned */
+};
+
+/* Count it in prefix_lookups; never fails. */
+void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 struct share_prefix_hit *out);
+
+/* Chained page hashes of tokens (full pages only) into out[n / P][32]:
+ * what the prefix cache keys on (for tests and tools). */
+void share_prefix_hashes(const struct engine *eng, const uint32_t *tokens,
+			 uint32_t n, uint8_t (*out)[32]);
+
+/* ------------------------------------------------------------ sequences */
+
+/*
+ * seed 004 allocate(request, tokens): see kvp_seq_alloc. Errors:
+ *   -EEXIST  seq exists in this engine
+ *   -E2BIG   more pages than the device tier
+ *   -ENOMEM  not enough unpinned frames
+ *   -ENOSPC  lease table full
+ */
+int share_seq_alloc(struct engine *eng, uint64_t seq, const uint32_t *tokens,
+		    uint32_t n, uint32_t owner, struct engine_lease *out,
+		    struct errbuf *e);
+
+/*
+ * seed 000 virtual sequence: see kvp_seq_create. Errors as share_seq_alloc
+ * plus -ENOENT (a source not found: named), -EAGAIN (a chunk not ready),
+ * -EINVAL (a source other than the last ends mid-page; bad kind; nsrc 0 and
+ * n_new 0), -EBUSY (a USER source asking for more tokens than committed).
+ * A USER source whose pages are on the host tier is onloaded first.
+ */
+int share_seq_create(struct engine *eng, uint64_t seq,
+		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		     uint32_t owner, struct engine_lease *out, struct errbuf *e);
+
+/* -ENOENT unknown seq or not owner's, -EBUSY write lease open, else as above. */
+int share_seq_extend(struct engine *eng, uint64_t seq, uint32_t n_new,
+		     const uint32_t *tokens, uint32_t owner,
+		     struct engine_lease *out, struct errbuf *e);
+
+/* -ENOENT unknown or not owner's. Ends its write lease too. */
+int share_seq_free(struct engine *eng, uint64_t seq, uint32_t owner,
+		   struct errbuf *e);
+
+/* For tests: read committed tokens [pos, pos+n) of seq (format as
+ * engine_read_tokens). */
+int share_seq_read_tokens(struct engine *eng, uint64_t seq, uint64_t pos,
+			  uint32_t n, void *out, struct errbuf *e);
+
+/* ------------------------------------------------------------ chunks */
+
+struct share_chunk_reg {
+	struct kvp_chunk_id id;
+	bool created;
+	uint32_t state;
+	struct engine_lease lease; /* created: the fill lease */
+};
+
+/*
+ * Errors: -EINVAL (n == 0, bad type, metadata too long or malformed),
+ * -E2BIG, -ENOMEM, -ENOSPC as share_seq_alloc. now_ns: CLOCK_REALTIME.
+ */
+int share_chunk_register(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 uint32_t type, const char *meta, uint32_t owner,
+			 uint64_t now_ns, struct share_chunk_reg *out,
+			 struct errbuf *e);
+/* The fill lease's owner only: -ENOENT / -EPERM / -EALREADY (sealed). */
+int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
+		     struct errbuf *e);
+/* -ENOENT not found, -EAGAIN filling ("not ready"). */
+int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
+			uint32_t owner, uint64_t now_ns, struct engine_lease *out,
+			struct errbuf *e);
+int share_chunk_info(struct engine *eng, const struct kvp_chunk_id *id,
+		     struct kvp_chunk_info *out, struct errbuf *e);
+/* Ids > cursor (NULL: from the start), ascending; *more set when rows
+ * remain after the last one written. Returns rows or -ENOMEM/-EINVAL. */
+int share_chunk_list(struct engine *eng, uint32_t type, const char *filter,
+		     const struct kvp_chunk_id *cursor, struct kvp_chunk_info *rows,
+		     uint32_t max, bool *more, struct errbuf *e);
+int share_chunk_delete(struct engine *eng, const struct kvp_chunk_id *id,
+		       struct errbuf *e);
+int share_chunk_clear(struct engine *eng, uint32_t type);
+int share_chunk_evict_unused(struct engine *eng, uint64_t max_age_ns,
+			     uint64_t now_ns);
+/* For tests: read tokens [pos, pos+n) of a chunk (any state). */
+int share_chunk_read_tokens(struct engine *eng, const struct kvp_chunk_id *id,
+			    uint32_t pos, uint32_t n, void *out,
+			    struct errbuf *e);
+
+/* ------------------------------------------------------------ compositions */
+
+struct share_composition {
+	uint64_t lease;          /* 0 for a preview */
+	uint32_t nlevels;
+	uint32_t nrequests;
+	uint64_t tokens;
+	uint64_t pages;
+	uint64_t bytes;
+	/* Per level l, arrays in engine memory: */
+	uint32_t ngroups[KVP_COMPOSE_MAX_LEVELS];
+	const int32_t *qo_indptr[KVP_COMPOSE_MAX_LEVELS];
+	const int32_t *kv_indptr[KVP_COMPOSE_MAX_LEVELS];
+	const int32_t *kv_indices[KVP_COMPOSE_MAX_LEVELS];
+	const int32_t *kv_last_page_len[KVP_COMPOSE_MAX_LEVELS];
+};
+
+/* See kvp_compose. preview: hold nothing, lease 0. */
+int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
+		  uint32_t nreq, bool preview, uint32_t owner, uint64_t now_ns,
+		  struct share_composition *out, struct errbuf *e);
+
+#endif /* KVPOOL_SHARE_H */
