@@ -35,6 +35,7 @@
 #define G (1u << 0) /* valid as a global setting */
 #define T (1u << 1) /* valid in a [tenant NAME] section */
 #define B (1u << 2) /* boolean: a bare --key means yes */
+#define S (1u << 3) /* a secret: never repeated in a message */
 
 typedef int (*setter)(struct config *c, struct tenant_config *t,
 		      const char *v, char *err, size_t len);
@@ -195,6 +196,21 @@ static int set_max_tokens(struct config *c, struct tenant_config *t,
 	return ret;
 }
 
+/* Any bytes but NUL (the file's line ends it, a --tenant flag's ':'). Never
+ * echoed back in messages: it is a secret. */
+static int set_hash_salt(struct config *c, struct tenant_config *t,
+			 const char *v, char *err, size_t len)
+{
+	size_t n = strlen(v);
+
+	if (n > HASH_SALT_MAX) {
+		snprintf(err, len, "the salt is %zu bytes; at most %d", n, HASH_SALT_MAX);
+		return -EINVAL;
+	}
+	memcpy(t->hash_salt, v, n + 1);
+	return 0;
+}
+
 static int set_allow_uids(struct config *c, struct tenant_config *t,
 			  const char *v, char *err, size_t len)
 {
@@ -317,6 +333,8 @@ static const struct setting settings[] = {
 	{ "admin_uids", G, set_admin_uids, "LIST", "uids with admin rights (default 0 and kvpoold's uid)" },
 	{ "uids", T, set_uids, "LIST", "the tenant's uids" },
 	{ "gids", T, set_gids, "LIST", "the tenant's gids" },
+	{ "hash_salt", T | S, set_hash_salt, "SECRET",
+	  "salt of the tenant's prefix and chunk hashes (default empty)" },
 	{ "spin_us", G, set_spin_us, "US", "how long an idle worker polls before it sleeps (default 50)" },
 	{ "workers", G, set_workers, "N", "threads polling client rings (default 1)" },
 	{ "sq_entries", G, set_sq_entries, "N", "default submission ring entries (default 256)" },
@@ -359,6 +377,7 @@ static void print_help(void)
 	       "  -c, --config=PATH     read settings from PATH (kvpool.conf(5)); flags override it\n"
 	       "  -f                    same as --foreground\n"
 	       "  --tenant=NAME[:uids=L][:gids=L][:device_mem=S][:host_mem=S][:max_tokens_per_user=N]\n"
+	       "              [:hash_salt=SECRET]\n"
 	       "                        define a tenant (replaces a file tenant of that name)\n"
 	       "  -h, --help            this text\n"
 	       "  -V, --version         the version\n\nSettings (--KEY=VALUE, or KEY = VALUE in the file):\n");
@@ -397,7 +416,8 @@ static int apply(struct config *c, struct tenant_config *t, const char *where,
 	if (ret == -ENOMEM)
 		return usage_err(where, "out of memory");
 	if (ret)
-		return usage_err(where, "%s = '%s': %s", key, val, err);
+		return usage_err(where, "%s = '%s': %s", key,
+				 (s->scope & S) ? "(secret)" : val, err);
 	return 0;
 }
 

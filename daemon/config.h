@@ -21,6 +21,7 @@
 #define TENANT_NAME_MAX 31 /* fits kvp_welcome.tenant with its NUL */
 #define TENANTS_MAX 64
 #define DEVICES_MAX 16     /* pools one kvpoold serves (GPUs of `devices`) */
+#define HASH_SALT_MAX 255  /* bytes of a tenant's hash_salt */
 
 /* Exit statuses (kvpoold(8), EXIT STATUS). */
 #define EXIT_RUNTIME 1 /* could not start or serve: socket in use, no memory */
@@ -37,6 +38,9 @@ struct tenant_config {
 	struct id_list uids, gids;
 	uint64_t device_mem, host_mem, max_tokens; /* bytes, bytes, tokens */
 	bool has_device_mem, has_host_mem, has_max_tokens;
+	/* The secret the tenant's prefix and chunk hashes are salted with
+	 * (tenant.c derives the engine's salt from it); "" by default. */
+	char hash_salt[HASH_SALT_MAX + 1];
 	char origin[64]; /* "FILE:LINE" or "--tenant": where it was defined */
 };
 

@@ -14,11 +14,12 @@ add_executable(kvpoold
   daemon/worker.c
   daemon/ops.c
   daemon/ops_list.c
+  daemon/ops_share.c
   daemon/park.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
-target_link_libraries(kvpoold PRIVATE kvpool_engine Threads::Threads)
+target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
 # Built with CUDA: the cuda backend (static cudart, no -lcuda: kvpoold still
 # runs where there is no GPU driver) and KVPOOL_HAVE_CUDA=1 for backend=cuda.
 if(TARGET kvpool_backend_cuda)

@@ -569,8 +569,8 @@ static void conn_uds(struct server *s, struct client *c)
 			sqe.out_len = UDS_RESULT_MAX;
 		/* No ring to park a late completion on: a prepare that
 		 * onloads waits here for the copy (ops.h). */
-		ops_execute(s, c, &sqe, s->uds_buf, UDS_RESULT_MAX, &s->uds_scratch,
-			    &cqe, NULL);
+		ops_execute(s, c, &sqe, NULL, 0, s->uds_buf, UDS_RESULT_MAX,
+			    &s->uds_scratch, &cqe, NULL);
 	}
 	ret = uds_reply(s, c, &cqe);
 	if (ret == -EAGAIN)

@@ -11,8 +11,12 @@
  *
  * A prepare that onloads returns before the copy has landed (engine.h); its
  * completion then carries the fence out through struct op_wait and the
- * worker publishes it later (worker.c). That is the only operation whose
- * completion can be late; everything else completes when it returns.
+ * worker publishes it later (worker.c). That (and a SEQ_CREATE whose user
+ * source is onloaded) is the only operation whose completion can be late;
+ * everything else completes when it returns.
+ *
+ * The sharing operations live in ops_share.c; their descriptors are here,
+ * so every opcode passes the same checks before its function runs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,15 +28,17 @@
 
 #define PREPARE_MAX_NEW (1u << 20)
 
-enum { NEED_TENANT = 1, NEED_ADMIN = 2 };
+enum { NEED_TENANT = 1, NEED_ADMIN = 2, TAKES_INPUT = 4 };
 
 struct op_desc {
 	const char *name;
 	int (*fn)(struct op *o);
 	uint8_t flags;          /* KVP_SQE_* valid for the opcode */
-	uint8_t need;           /* without KVP_SQE_ALL */
+	uint8_t need;           /* without KVP_SQE_ALL; TAKES_INPUT: in_off/in_len */
 	const char *admin_what; /* what needs an admin, for the message */
 };
+
+#define SHARE (NEED_TENANT | TAKES_INPUT)
 
 static int op_nop(struct op *o);
 static int op_info(struct op *o);
@@ -54,6 +60,21 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_STATS] = { "stats", op_stats, KVP_SQE_ALL, NEED_TENANT, "stats of all tenants" },
 	[KVP_OP_USERS] = { "users", op_users, KVP_SQE_ALL, NEED_TENANT, "users of all tenants" },
 	[KVP_OP_CLIENTS] = { "clients", op_clients, KVP_SQE_ALL, NEED_ADMIN, "listing clients" },
+	[KVP_OP_PREFIX_LOOKUP] = { "prefix_lookup", op_prefix_lookup, 0, SHARE, NULL },
+	[KVP_OP_SEQ_ALLOC] = { "seq_alloc", op_seq_alloc, 0, SHARE, NULL },
+	[KVP_OP_SEQ_CREATE] = { "seq_create", op_seq_create, 0, SHARE, NULL },
+	[KVP_OP_SEQ_EXTEND] = { "seq_extend", op_seq_extend, 0, SHARE, NULL },
+	[KVP_OP_SEQ_FREE] = { "seq_free", op_seq_free, 0, NEED_TENANT, NULL },
+	[KVP_OP_CHUNK_REGISTER] = { "chunk_register", op_chunk_register, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_SEAL] = { "chunk_seal", op_chunk_seal, 0, NEED_TENANT, NULL },
+	[KVP_OP_CHUNK_ACQUIRE] = { "chunk_acquire", op_chunk_acquire, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_GET] = { "chunk_get", op_chunk_get, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_LIST] = { "chunk_list", op_chunk_list, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_DELETE] = { "chunk_delete", op_chunk_delete, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_CLEAR] = { "chunk_clear", op_chunk_clear, 0, NEED_TENANT, NULL },
+	[KVP_OP_CHUNK_EVICT_UNUSED] = { "chunk_evict_unused", op_chunk_evict_unused,
+					0, NEED_TENANT, NULL },
+	[KVP_OP_COMPOSE] = { "compose", op_compose, KVP_SQE_PREVIEW, SHARE, NULL },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -97,8 +118,7 @@ static void out_put(struct op *o, const void *p, size_t n)
 	o->cqe->out_bytes = (uint32_t)n;
 }
 
-/* The client's tenant's engine in the client's pool. */
-static struct engine *lock_own(struct op *o)
+struct engine *op_lock_own(struct op *o)
 {
 	struct tenant_pool *tp = &o->c->tenant->pools[o->c->pool];
 
@@ -106,7 +126,7 @@ static struct engine *lock_own(struct op *o)
 	return tp->eng;
 }
 
-static void unlock_own(struct op *o)
+void op_unlock_own(struct op *o)
 {
 	pthread_mutex_unlock(&o->c->tenant->pools[o->c->pool].lock);
 }
@@ -171,12 +191,16 @@ static int op_validate(struct op *o)
 				  "knows 0 to %u); is libkvpool newer than kvpoold?",
 				  q->opcode, KVP_OP_MAX - 1);
 	d = &descs[q->opcode];
+	o->name = d->name;
 	if (q->flags & ~d->flags)
 		return errbuf_set(o->e, -EINVAL, "%s: flags %#x are not valid for it "
 				  "(valid: %#x)", d->name, q->flags, d->flags);
-	if (q->rsv0 || q->rsv[0] || q->rsv[1])
+	if (q->rsv0 || q->rsv1)
 		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
 				  d->name);
+	if ((q->in_off || q->in_len) && !(d->need & TAKES_INPUT))
+		return errbuf_set(o->e, -EINVAL, "%s takes no input; in_off and "
+				  "in_len must be zero", d->name);
 	if (q->sel && q->opcode != KVP_OP_EVICT)
 		return errbuf_set(o->e, -EINVAL, "%s: sel is only for EVICT", d->name);
 	all = q->flags & KVP_SQE_ALL;
@@ -190,6 +214,12 @@ static int op_validate(struct op *o)
 		all = true;
 	if (all || (d->need & NEED_ADMIN))
 		return check_admin(o, d);
+	if ((d->need & NEED_TENANT) && !o->c->tenant && q->opcode >= KVP_OP_PREFIX_LOOKUP)
+		return errbuf_set(o->e, -EPERM, "%s: client %" PRIu32 " (uid %" PRIu32
+				  ") has no tenant; chunks, sequences and the prefix "
+				  "cache belong to a tenant (run as a tenant's uid, or "
+				  "add this uid to a [tenant] section)", d->name,
+				  o->c->id, o->c->uid);
 	if ((d->need & NEED_TENANT) && !o->c->tenant)
 		return errbuf_set(o->e, -EPERM, "%s: client %" PRIu32 " (uid %" PRIu32
 				  ") has no tenant; data operations need one (add the "
@@ -216,8 +246,8 @@ static int op_info(struct op *o)
 	struct engine_user_info in;
 	struct kvp_user_info u;
 
-	engine_info(lock_own(o), o->sqe->user, &in);
-	unlock_own(o);
+	engine_info(op_lock_own(o), o->sqe->user, &in);
+	op_unlock_own(o);
 	o->cqe->val0 = in.start;
 	o->cqe->val1 = in.len;
 	if (o->out_len >= sizeof(u)) {
@@ -264,7 +294,7 @@ static int op_prepare(struct op *o)
 		return errbuf_set(o->e, -EINVAL, "user %" PRIu64 ": %" PRIu32 " new "
 				  "tokens in one prepare; at most %u, split it",
 				  q->user, q->n, PREPARE_MAX_NEW);
-	eng = lock_own(o);
+	eng = op_lock_own(o);
 	ret = prepare_room(o, eng);
 	if (!ret)
 		ret = engine_prepare(eng, q->user, q->arg, q->n, o->c->id, &l, o->e);
@@ -296,7 +326,7 @@ static int op_prepare(struct op *o)
 	else
 		fence = l.fence;
 out:
-	unlock_own(o);
+	op_unlock_own(o);
 	/* Nowhere to park it: wait here, without holding the pool. */
 	if (fence)
 		engine_fence_wait(eng, fence);
@@ -322,7 +352,7 @@ static int lease_check_owner(struct op *o, struct engine *eng, uint64_t lease)
 static int op_commit(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	struct engine *eng = lock_own(o);
+	struct engine *eng = op_lock_own(o);
 	bool released = false;
 	int ret = lease_check_owner(o, eng, q->arg);
 
@@ -330,21 +360,21 @@ static int op_commit(struct op *o)
 		ret = engine_commit(eng, q->arg, q->n, o->e);
 	if (!ret && (q->flags & KVP_SQE_RELEASE))
 		released = engine_release(eng, q->arg, o->e) == 0;
-	unlock_own(o);
-	if (released)
+	op_unlock_own(o);
+	if (released && op_lease_is_history(q->arg))
 		__atomic_sub_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
 	return ret;
 }
 
 static int op_release(struct op *o)
 {
-	struct engine *eng = lock_own(o);
+	struct engine *eng = op_lock_own(o);
 	int ret = lease_check_owner(o, eng, o->sqe->arg);
 
 	if (!ret)
 		ret = engine_release(eng, o->sqe->arg, o->e);
-	unlock_own(o);
-	if (!ret)
+	op_unlock_own(o);
+	if (!ret && op_lease_is_history(o->sqe->arg))
 		__atomic_sub_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
 	return ret;
 }
@@ -380,8 +410,8 @@ static int op_offload(struct op *o)
 	int ret;
 
 	if (!(o->sqe->flags & KVP_SQE_ALL)) {
-		ret = engine_offload(lock_own(o), o->sqe->user, o->e);
-		unlock_own(o);
+		ret = engine_offload(op_lock_own(o), o->sqe->user, o->e);
+		op_unlock_own(o);
 		return ret;
 	}
 	ret = op_for_each_pool(o, NULL, true, offload_pool, &pages);
@@ -416,8 +446,8 @@ static int op_evict(struct op *o)
 		return errbuf_set(o->e, -EINVAL, "evict: sel %u; use 1 (device: "
 				  "demote), 2 (host) or 3 (both)", q->sel);
 	if (!(q->flags & KVP_SQE_ALL)) {
-		ret = engine_evict(lock_own(o), q->user, q->sel, o->e);
-		unlock_own(o);
+		ret = engine_evict(op_lock_own(o), q->user, q->sel, o->e);
+		op_unlock_own(o);
 		return ret;
 	}
 	ret = op_for_each_pool(o, NULL, true, evict_pool, &sum);
@@ -494,13 +524,15 @@ static void op_fail(struct op *o, int ret)
 }
 
 void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		 const unsigned char *in_base, uint32_t in_cap,
 		 unsigned char *out_base, uint32_t out_cap,
 		 struct op_scratch *scr, struct kvp_cqe *cqe,
 		 struct op_wait *wait)
 {
 	struct errbuf e = { .msg = "" };
 	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr,
-			.e = &e, .wait = wait };
+			.e = &e, .wait = wait, .name = "?", .in_base = in_base,
+			.in_cap = in_cap };
 	int ret;
 
 	*cqe = (struct kvp_cqe){ .tag = sqe->tag };

@@ -6,7 +6,8 @@
  * ops_execute() is the only function that interprets a kvp_sqe. The ring
  * path (worker.c) and the "uds" path (listener.c) both copy the entry out of
  * untrusted memory first and hand over the copy, with the buffer the result
- * goes to: the client's arena for the ring, a local buffer for uds.
+ * goes to (the client's arena for the ring, a local buffer for uds) and the
+ * one inputs are read from (the client's arena for the ring; none for uds).
  */
 #ifndef KVPOOLD_OPS_H
 #define KVPOOLD_OPS_H
@@ -40,8 +41,11 @@ struct op_wait {
 /*
  * Execute one submission for client c and fill *cqe. sqe is a private copy.
  * Results (or the error message) go to [sqe->out_off, +out_len) of
- * out_base[0, out_cap), after an overflow-safe bounds check. Never fails:
- * anything wrong becomes cqe->res = -errno.
+ * out_base[0, out_cap), after an overflow-safe bounds check. Inputs
+ * (proto.h, INPUTS) are [sqe->in_off, +in_len) of in_base[0, in_cap),
+ * bounds-checked the same way and copied out once before use; in_base NULL
+ * refuses every operation that takes input. Never fails: anything wrong
+ * becomes cqe->res = -errno.
  *
  * A prepare whose pages are still being onloaded has taken effect in the
  * engine (later operations on the user see it) but its completion may not
@@ -51,6 +55,7 @@ struct op_wait {
  * fence itself, without the tenant's mutex, before it returns.
  */
 void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		 const unsigned char *in_base, uint32_t in_cap,
 		 unsigned char *out_base, uint32_t out_cap,
 		 struct op_scratch *scr, struct kvp_cqe *cqe,
 		 struct op_wait *wait);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ops_internal.h - one operation being executed, shared by ops.c (checks,
- * dispatch, the data operations) and ops_list.c (USERS, CLIENTS).
+ * dispatch, the data operations), ops_list.c (USERS, CLIENTS) and
+ * ops_share.c (prefix cache, sequences, chunks, compositions).
  */
 #ifndef KVPOOLD_OPS_INTERNAL_H
 #define KVPOOLD_OPS_INTERNAL_H
@@ -18,6 +19,10 @@ struct op {
 	struct server *s;
 	struct client *c;
 	const struct kvp_sqe *sqe;  /* the private copy */
+	const char *name;           /* the opcode's, for messages */
+	const unsigned char *in_base; /* where inputs are read from (the
+				     * client's arena, untrusted); NULL: none */
+	uint32_t in_cap;
 	unsigned char *out;         /* the checked result range */
 	uint32_t out_len;
 	struct kvp_cqe *cqe;
@@ -50,5 +55,37 @@ int op_for_each_pool(struct op *o, const char *what, bool name_pool,
 
 int op_users(struct op *o);
 int op_clients(struct op *o);
+
+/* The client's tenant's engine in the client's pool, its mutex held. */
+struct engine *op_lock_own(struct op *o);
+void op_unlock_own(struct op *o);
+
+/*
+ * Leases of sequences and chunks share the engine's lease id space and are
+ * told apart by bit 31 of the low word (share.h, LEASE HANDLES). Only
+ * history leases count in a client's `leases` (kvctl clients): the others
+ * also end implicitly (a seal, a seq_free), so a count of them could not be
+ * kept exact here; the engine's stats count sequences and chunks.
+ */
+static inline bool op_lease_is_history(uint64_t lease)
+{
+	return !(lease & (1ull << 31));
+}
+
+/* ops_share.c: one function per sharing opcode. */
+int op_prefix_lookup(struct op *o);
+int op_seq_alloc(struct op *o);
+int op_seq_create(struct op *o);
+int op_seq_extend(struct op *o);
+int op_seq_free(struct op *o);
+int op_chunk_register(struct op *o);
+int op_chunk_seal(struct op *o);
+int op_chunk_acquire(struct op *o);
+int op_chunk_get(struct op *o);
+int op_chunk_list(struct op *o);
+int op_chunk_delete(struct op *o);
+int op_chunk_clear(struct op *o);
+int op_chunk_evict_unused(struct op *o);
+int op_compose(struct op *o);
 
 #endif /* KVPOOLD_OPS_INTERNAL_H */

@@ -7,6 +7,11 @@
  * sized by the tenant's quota, and a client is only ever sent its own
  * tenant's device fd of its own pool, so no pointer arithmetic in a client
  * can reach another tenant's pages.
+ *
+ * Hashes are isolated too: every engine of a tenant gets the tenant's salt
+ * (share_set_salt) right after it is made, so the same prompt hashes to
+ * different prefix keys and chunk ids in different tenants, and a tenant
+ * with a secret hash_salt cannot be probed by anyone who lacks it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,8 +23,41 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <openssl/evp.h>
+
 #include "log.h"
+#include "share.h"
 #include "tenant.h"
+
+/* ------------------------------------------------------------ salt */
+
+/*
+ * salt = SHA-256("kvpool-salt-v1" || tenant name || NUL || hash_salt).
+ * A pure function of the configuration, so a restarted daemon computes the
+ * same prefix hashes and chunk ids; the NUL keeps ("ab", "c") and ("a",
+ * "bc") apart; the version tag lets a later scheme change every hash at
+ * once. Without tenants the default tenant's salt is this with "default"
+ * and "": fixed, and the same on every machine.
+ */
+static int tenant_salt(const char *name, const char *hash_salt,
+		       uint8_t out[SHARE_SALT_BYTES], struct errbuf *e)
+{
+	static const char tag[] = "kvpool-salt-v1";
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned int len = 0;
+	int ok;
+
+	ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+	     EVP_DigestUpdate(ctx, tag, sizeof(tag) - 1) &&
+	     EVP_DigestUpdate(ctx, name, strlen(name) + 1) &&
+	     EVP_DigestUpdate(ctx, hash_salt, strlen(hash_salt)) &&
+	     EVP_DigestFinal_ex(ctx, out, &len) && len == SHARE_SALT_BYTES;
+	EVP_MD_CTX_free(ctx);
+	if (!ok)
+		return errbuf_set(e, -ENOMEM, "tenant %s: computing the hash salt "
+				  "(SHA-256, OpenSSL) failed", name);
+	return 0;
+}
 
 /* ------------------------------------------------------------ pools */
 
@@ -95,8 +133,10 @@ static void tenant_fini(struct tenants *ts, struct tenant *t)
 static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		       const char *name, const struct config *cfg,
 		       uint64_t device_mem, uint64_t host_mem,
-		       uint64_t max_tokens, struct errbuf *e)
+		       uint64_t max_tokens, const char *hash_salt,
+		       struct errbuf *e)
 {
+	uint8_t salt[SHARE_SALT_BYTES];
 	struct engine_config ec = {
 		.layout = cfg->layout,
 		.device_frames = config_frames(cfg, device_mem),
@@ -107,6 +147,9 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 	bool plain = ts->npools == 1 && ts->be == &backend_shm;
 	int ret;
 
+	ret = tenant_salt(name, hash_salt, salt, e);
+	if (ret)
+		return ret;
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	t->index = index;
 	t->pools = calloc(ts->npools, sizeof(*t->pools));
@@ -135,6 +178,7 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 			tenant_fini(ts, t);
 			return ret;
 		}
+		share_set_salt(tp->eng, salt);
 		pthread_mutex_init(&tp->lock, NULL);
 		if (plain)
 			log_info("tenant %s: device tier %" PRIu32 " pages, host tier %"
@@ -175,14 +219,14 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 		if (ts->implicit) {
 			t->uids = t->gids = &none;
 			ret = tenant_init(ts, t, 0, "default", cfg, cfg->device_mem,
-					  cfg->host_mem, cfg->max_tokens_per_user, e);
+					  cfg->host_mem, cfg->max_tokens_per_user, "", e);
 		} else {
 			const struct tenant_config *tc = &cfg->tenants[i];
 
 			t->uids = &tc->uids;
 			t->gids = &tc->gids;
 			ret = tenant_init(ts, t, i, tc->name, cfg, tc->device_mem,
-					  tc->host_mem, tc->max_tokens, e);
+					  tc->host_mem, tc->max_tokens, tc->hash_salt, e);
 		}
 		if (!ret)
 			ts->n++;

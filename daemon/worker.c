@@ -282,7 +282,7 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 		}
 		c->holding = false;
 		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
-			    &w->scratch, &cqe, &wt);
+			    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
 		c->sq_head++;
 		if (wt.fence && park_cqe(c, &sqe, &cqe, &wt)) {
 			w->parked++;

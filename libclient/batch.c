@@ -139,44 +139,39 @@ int kvpc_decode_fixed(struct kvp_client *c, uint32_t idx,
 	return 0;
 }
 
-int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
-		      const struct kvp_cqe *cqe, struct kvp_lease *l,
-		      char *msg, size_t msglen)
+int kvpc_decode_lease_at(struct kvp_client *c, const unsigned char *src,
+			 uint32_t bytes, uint32_t want_n_new, uint64_t user,
+			 struct kvp_lease *l, char *msg, size_t msglen)
 {
 	const uint32_t P = c->layout.page_tokens;
-	const struct kvpc_slot *s = &c->slots[idx];
 	struct kvp_prepare_out h;
-	const unsigned char *src;
-	uint32_t len;
 	uint64_t room, tokens;
 
-	src = kvpc_slot_out(c, idx, &len);
-	if (cqe->out_bytes < sizeof(h)) {
-		snprintf(msg, msglen, "kvpoold at %s sent a %" PRIu32 "-byte prepare "
+	if (bytes < sizeof(h)) {
+		snprintf(msg, msglen, "kvpoold at %s sent a %" PRIu32 "-byte lease "
 			 "result, shorter than its %zu-byte header", c->path,
-			 cqe->out_bytes, sizeof(h));
+			 bytes, sizeof(h));
 		return -EPROTO;
 	}
 	memcpy(&h, src, sizeof(h));
-	room = (cqe->out_bytes - sizeof(h)) / sizeof(int32_t);
+	room = (bytes - sizeof(h)) / sizeof(int32_t);
 	if (h.npages > room) {
 		snprintf(msg, msglen, "kvpoold at %s sent a page table of %" PRIu32
-			 " pages in %" PRIu32 " bytes", c->path, h.npages,
-			 cqe->out_bytes);
+			 " pages in %" PRIu32 " bytes", c->path, h.npages, bytes);
 		return -EPROTO;
 	}
 	/* The pages must cover every position kvp_append() will compute. */
-	if (h.n_new != s->n || h.len > UINT64_MAX - h.n_new ||
+	if ((want_n_new != UINT32_MAX && h.n_new != want_n_new) ||
+	    h.len > UINT64_MAX - h.n_new ||
 	    (tokens = h.len + h.n_new) > (uint64_t)h.npages * P ||
 	    h.last_page_len > P) {
 		snprintf(msg, msglen, "kvpoold at %s sent an inconsistent lease "
-			 "(%" PRIu64 " + %" PRIu32 " tokens for %" PRIu32 " new, %"
-			 PRIu32 " pages of %" PRIu32 ")", c->path, h.len, h.n_new,
-			 s->n, h.npages, P);
+			 "(%" PRIu64 " + %" PRIu32 " tokens, %" PRIu32 " pages of %"
+			 PRIu32 ")", c->path, h.len, h.n_new, h.npages, P);
 		return -EPROTO;
 	}
 	l->id = h.lease;
-	l->user = s->user;
+	l->user = user;
 	l->start = h.start;
 	l->len = h.len;
 	l->n_new = h.n_new;
@@ -185,6 +180,17 @@ int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
 	l->onloaded_pages = h.onloaded_pages;
 	l->indices = (const int32_t *)(src + sizeof(h));
 	return 0;
+}
+
+int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
+		      const struct kvp_cqe *cqe, struct kvp_lease *l,
+		      char *msg, size_t msglen)
+{
+	const struct kvpc_slot *s = &c->slots[idx];
+	uint32_t len;
+
+	return kvpc_decode_lease_at(c, kvpc_slot_out(c, idx, &len), cqe->out_bytes,
+				    s->n, s->user, l, msg, msglen);
 }
 
 /* ------------------------------------------------------------ async API */

@@ -18,13 +18,9 @@
 
 #include "client_internal.h"
 
-/*
- * Run one operation to completion. Returns the CQE's res (>= 0) with *cqe
- * filled and *idx the slot, whose result range (the sync range) stays
- * readable until the next call; or -errno with the last error set.
- */
-static int call(struct kvp_client *c, struct kvp_sqe *sqe,
-		struct kvp_cqe *cqe, uint32_t *idx)
+/* One operation to completion (client_internal.h). */
+int kvpc_call(struct kvp_client *c, struct kvp_sqe *sqe,
+	      struct kvp_cqe *cqe, uint32_t *idx)
 {
 	int ret;
 
@@ -63,9 +59,9 @@ static int call(struct kvp_client *c, struct kvp_sqe *sqe,
 static int call_res(struct kvp_client *c, struct kvp_sqe *sqe)
 {
 	struct kvp_cqe cqe;
-	uint32_t idx = 0; /* set by call() on success */
+	uint32_t idx = 0; /* set by kvpc_call() on success */
 
-	return call(c, sqe, &cqe, &idx);
+	return kvpc_call(c, sqe, &cqe, &idx);
 }
 
 /* An operation whose result is one fixed-size struct. */
@@ -74,12 +70,12 @@ static int call_fixed(struct kvp_client *c, struct kvp_sqe *sqe, void *out,
 {
 	char msg[KVP_ERRLEN];
 	struct kvp_cqe cqe;
-	uint32_t idx = 0; /* set by call() on success */
+	uint32_t idx = 0; /* set by kvpc_call() on success */
 	int ret;
 
 	if (!out)
 		return kvpc_err(c, -EINVAL, "%s: the result pointer is NULL", what);
-	ret = call(c, sqe, &cqe, &idx);
+	ret = kvpc_call(c, sqe, &cqe, &idx);
 	if (ret < 0)
 		return ret;
 	if (kvpc_decode_fixed(c, idx, &cqe, out, size, what, msg, sizeof(msg)))
@@ -103,12 +99,12 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 			       .arg = start_pos, .n = n_new };
 	char msg[KVP_ERRLEN];
 	struct kvp_cqe cqe;
-	uint32_t idx = 0; /* set by call() on success */
+	uint32_t idx = 0; /* set by kvpc_call() on success */
 	int ret;
 
 	if (!out)
 		return kvpc_err(c, -EINVAL, "kvp_prepare: the lease pointer is NULL");
-	ret = call(c, &sqe, &cqe, &idx);
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
 	if (ret < 0)
 		return ret;
 	if (kvpc_decode_lease(c, idx, &cqe, out, msg, sizeof(msg)))
@@ -210,7 +206,7 @@ static int call_list(struct kvp_client *c, struct kvp_sqe *sqe, void *rows,
 	/* At most what the sync range holds; the cursor pages on. */
 	fit = (uint32_t)(c->sync_bytes / size);
 	sqe->n = max < fit ? max : fit;
-	ret = call(c, sqe, &cqe, &idx);
+	ret = kvpc_call(c, sqe, &cqe, &idx);
 	if (ret < 0)
 		return ret;
 	if ((uint32_t)ret > sqe->n || (uint64_t)ret * size > cqe.out_bytes)

@@ -7,7 +7,8 @@
  *
  * libclient reads as attach (client.c) -> rings (ring.c) -> operations
  * (batch.c: async queue/submit/reap and the one path every call takes;
- * calls.c: the synchronous calls on top of it) -> data ops (append.c; on
+ * calls.c: the synchronous calls on top of it; share.c: the sharing calls,
+ * chunk_id.c their id and type names) -> data ops (append.c; on
  * the cuda backend through cuda.c: the mapping of the GPU pool, the staging
  * ring for slots, and the events commit waits for).
  *
@@ -178,6 +179,18 @@ int kvpc_decode_fixed(struct kvp_client *c, uint32_t idx,
 int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,
 		      const struct kvp_cqe *cqe, struct kvp_lease *l,
 		      char *msg, size_t msglen);
+/* The same for a kvp_prepare_out + frames at src (bytes long, inside the
+ * arena): n_new must be want_n_new (UINT32_MAX: any); l->user = user. */
+int kvpc_decode_lease_at(struct kvp_client *c, const unsigned char *src,
+			 uint32_t bytes, uint32_t want_n_new, uint64_t user,
+			 struct kvp_lease *l, char *msg, size_t msglen);
+
+/* calls.c: run one operation synchronously (results in the sync range).
+ * Returns the CQE's res (>= 0) with *cqe filled and *idx the slot, whose
+ * result range stays readable until the next call; or -errno with the last
+ * error set (the daemon's message). */
+int kvpc_call(struct kvp_client *c, struct kvp_sqe *sqe, struct kvp_cqe *cqe,
+	      uint32_t *idx);
 
 /* append.c: the slots of new tokens [item.first, item.first + item.n) of
  * each item's lease, in item order, into out (sum of n entries). Every

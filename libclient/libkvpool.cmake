@@ -12,6 +12,8 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/ring.c
   libclient/batch.c
   libclient/calls.c
+  libclient/share.c
+  libclient/chunk_id.c
   libclient/append.c
   libclient/cuda.c)
 

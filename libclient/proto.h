@@ -60,6 +60,20 @@
  * (out_len <= arena_bytes && out_off <= arena_bytes - out_len) and writes
  * nothing outside it. The client must not reuse a range before it reaped the
  * SQE's completion.
+ *
+ * INPUTS (v3). Variable-sized inputs (token ids, sources, metadata, filters,
+ * compose requests) sit in [in_off, in_off + in_len) of the same arena,
+ * written by the client before it publishes the SQE (S1 orders them). The
+ * daemon checks the range like the result range, copies it ONCE into
+ * private memory, and only then validates and uses the copy: a client that
+ * rewrites its arena meanwhile changes nothing the daemon sees. Because the
+ * input is copied before any result byte is written, the input and result
+ * ranges may overlap (libkvpool puts both in its sync range). Opcodes that
+ * take no input need in_off == in_len == 0. Every layout below is made of
+ * naturally aligned fields with no implicit padding, and every count in it
+ * is checked against in_len with overflow-safe arithmetic before use: the
+ * length must be exactly what the counts say. The "uds" request mode has
+ * no arena: operations with input are refused there.
  */
 #ifndef KVPOOL_PROTO_H
 #define KVPOOL_PROTO_H
@@ -69,7 +83,7 @@
 #include "kvpool.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 2
+#define KVP_PROTO_VERSION 3
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -164,25 +178,45 @@ enum kvp_opcode {
 	KVP_OP_STATS = 7,     /* out: struct kvp_stats (flag ALL: every tenant, admin) */
 	KVP_OP_USERS = 8,     /* arg cursor, n max rows -> out: kvp_user_info[]; val0 next cursor (0: end) */
 	KVP_OP_CLIENTS = 9,   /* admin; arg cursor -> out: kvp_client_info[]; val0 next cursor */
+	/* v3: sharing (kvpool.h "Sharing"; layouts below). Per tenant and pool. */
+	KVP_OP_PREFIX_LOOKUP = 10, /* n tokens, in: uint32 ids[n] -> out: kvp_prefix_out */
+	KVP_OP_SEQ_ALLOC = 11,     /* arg seq, n tokens, in: uint32 ids[n] -> out: kvp_prepare_out */
+	KVP_OP_SEQ_CREATE = 12,    /* arg seq, n n_new, in: kvp_seq_create_in -> out: kvp_prepare_out */
+	KVP_OP_SEQ_EXTEND = 13,    /* arg seq, n n_new, in: uint32 ids[n] or nothing -> kvp_prepare_out */
+	KVP_OP_SEQ_FREE = 14,      /* arg seq */
+	KVP_OP_CHUNK_REGISTER = 15, /* in: kvp_chunk_register_in -> out: kvp_chunk_reg_out */
+	KVP_OP_CHUNK_SEAL = 16,    /* arg the fill lease */
+	KVP_OP_CHUNK_ACQUIRE = 17, /* in: kvp_chunk_id -> out: kvp_prepare_out (-EAGAIN: filling) */
+	KVP_OP_CHUNK_GET = 18,     /* in: kvp_chunk_id -> out: kvp_chunk_info */
+	KVP_OP_CHUNK_LIST = 19,    /* n max rows, in: kvp_chunk_list_in -> out: kvp_chunk_info[]; val0 more */
+	KVP_OP_CHUNK_DELETE = 20,  /* in: kvp_chunk_id */
+	KVP_OP_CHUNK_CLEAR = 21,   /* n type (0: all) -> res chunks deleted */
+	KVP_OP_CHUNK_EVICT_UNUSED = 22, /* arg max_age_s -> res chunks deleted */
+	KVP_OP_COMPOSE = 23,       /* flag PREVIEW; in: kvp_compose_in -> out: kvp_compose_out */
 	KVP_OP_MAX,
 };
 
 #define KVP_SQE_ALL     (1u << 0) /* OFFLOAD / EVICT / STATS / USERS: every user (admin: every tenant) */
 #define KVP_SQE_RELEASE (1u << 1) /* COMMIT: release the lease too */
+#define KVP_SQE_PREVIEW (1u << 2) /* COMPOSE: build the tables, hold nothing */
 
 struct kvp_sqe {
 	uint8_t opcode;
 	uint8_t flags;         /* KVP_SQE_* */
 	uint16_t sel;          /* EVICT: enum kvp_tier_sel */
-	uint32_t n;            /* PREPARE n_new; COMMIT tokens; USERS/CLIENTS max rows */
+	uint32_t n;            /* PREPARE n_new; COMMIT tokens; list max rows;
+				* sharing: see the opcode */
 	uint64_t tag;          /* echoed in the cqe */
 	uint64_t user;
-	uint64_t arg;          /* PREPARE start_pos; COMMIT/RELEASE lease; list cursor */
+	uint64_t arg;          /* PREPARE start_pos; COMMIT/RELEASE/SEAL lease; list
+				* cursor; SEQ_* seq id; EVICT_UNUSED max age (s) */
 	uint32_t out_off;      /* arena range for results / the error message */
 	uint32_t out_len;
 	uint32_t tenant;       /* admin ops with ALL: 0 = every tenant, else tenant index + 1 */
-	uint32_t rsv0;
-	uint64_t rsv[2];       /* must be zero */
+	uint32_t rsv0;         /* must be zero */
+	uint32_t in_off;       /* v3: arena range of the input (INPUTS above); */
+	uint32_t in_len;       /* both zero for opcodes without input */
+	uint64_t rsv1;         /* must be zero */
 };
 
 struct kvp_cqe {
@@ -212,5 +246,135 @@ struct kvp_prepare_out {
 
 /* USERS rows are struct kvp_user_info, CLIENTS rows struct kvp_client_info,
  * the STATS result a struct kvp_stats (kvpool.h). */
+
+/* ------------------------------------------------------------ sharing (v3) */
+
+/*
+ * Token ids are uint32 in the host's byte order on the wire (client and
+ * daemon share the machine); the engine hashes them as little-endian.
+ *
+ * Leases of sequences and chunks come back as a struct kvp_prepare_out plus
+ * frames[npages], exactly like PREPARE's, so libkvpool's kvp_lease, the
+ * append data ops, COMMIT and RELEASE work on them unchanged: start is 0,
+ * len the tokens the lease's page table already holds, n_new the tokens to
+ * write. SEQ_ALLOC's n is the token count (n_new = n - cached), the others'
+ * n_new is what was asked for.
+ */
+
+/* PREFIX_LOOKUP result: frames[npages] follow (not pinned). */
+struct kvp_prefix_out {
+	uint32_t tokens;       /* leading tokens cached: npages * page_tokens */
+	uint32_t npages;
+	int32_t frames[];
+};
+
+/* SEQ_CREATE input: nsrc sources, in order. in_len == 8 + nsrc * 56. */
+struct kvp_seq_create_in {
+	uint32_t nsrc;
+	uint32_t rsv;          /* zero */
+	struct kvp_seq_src src[];
+};
+
+/*
+ * CHUNK_REGISTER input, in this order (each part 4-byte aligned because the
+ * header is 16 bytes and the ids 4 bytes each):
+ *     struct kvp_chunk_register_in     16 bytes
+ *     uint32 tokens[ntokens]
+ *     char meta[meta_len]              NUL-terminated (meta_len counts the
+ *                                      NUL; 0: no metadata)
+ * in_len == 16 + 4 * ntokens + meta_len exactly.
+ */
+struct kvp_chunk_register_in {
+	uint32_t type;         /* enum kvp_chunk_type */
+	uint32_t ntokens;      /* >= 1 */
+	uint32_t meta_len;     /* <= KVP_CHUNK_META_MAX */
+	uint32_t rsv;          /* zero */
+};
+
+/* CHUNK_REGISTER result: when created, the fill lease follows as a
+ * kvp_prepare_out + frames (len 0, n_new = ntokens); otherwise nothing. */
+struct kvp_chunk_reg_out {
+	struct kvp_chunk_id id;
+	uint32_t created;      /* 1: the caller fills and seals it */
+	uint32_t state;        /* enum kvp_chunk_state */
+};
+
+/*
+ * CHUNK_LIST input: the header, then filter[filter_len] (NUL-terminated,
+ * filter_len counts the NUL; 0: no filter). in_len == 48 + filter_len.
+ * Rows (struct kvp_chunk_info) come in ascending id order from the first id
+ * greater than after (has_after 0: from the first); cqe.val0 is 1 when
+ * more rows follow the last one written.
+ */
+struct kvp_chunk_list_in {
+	uint32_t type;         /* 0: every type */
+	uint32_t has_after;    /* 0 or 1 */
+	uint32_t filter_len;   /* <= KVP_CHUNK_META_MAX */
+	uint32_t rsv;          /* zero */
+	struct kvp_chunk_id after;
+};
+
+/*
+ * COMPOSE input: the header, nreq request records, then every request's
+ * context ids back to back in request order (request i's ncontexts ids
+ * after those of requests 0..i-1). The daemon checks nreq <=
+ * KVP_COMPOSE_MAX_REQUESTS, each ncontexts <= KVP_COMPOSE_MAX_CONTEXTS and
+ * their sum == nctx, so
+ *     in_len == 8 + 72 * nreq + 32 * nctx
+ * exactly; the pointers of kvp_compose_req are rebuilt from the daemon's
+ * own copy, never taken from the client.
+ */
+struct kvp_compose_in {
+	uint32_t nreq;         /* 1 .. KVP_COMPOSE_MAX_REQUESTS */
+	uint32_t nctx;         /* sum of ncontexts */
+};
+
+struct kvp_compose_req_in {
+	struct kvp_chunk_id system;
+	struct kvp_chunk_id query;
+	uint32_t ncontexts;
+	uint32_t qo_len;       /* 0: 1 */
+};
+
+/*
+ * COMPOSE result (PREVIEW: lease 0). After the header, the per-level counts
+ * for every level first, then the level arrays, level by level:
+ *
+ *     struct kvp_compose_out                         40 bytes
+ *     struct kvp_compose_level_out lv[nlevels]        8 bytes each
+ *     for each level l in 0 .. nlevels-1, int32 each:
+ *         qo_indptr[lv[l].ngroups + 1]
+ *         kv_indptr[lv[l].ngroups + 1]
+ *         kv_indices[lv[l].nindices]                 (== kv_indptr[ngroups])
+ *         kv_last_page_len[lv[l].ngroups]
+ *
+ * The counts come first so a reader knows every array's offset before it
+ * reads any array: it sums the counts (checking against out_bytes) once,
+ * then takes pointers, and no array's length is ever read from the middle
+ * of another's bytes.
+ */
+struct kvp_compose_out {
+	uint64_t lease;
+	uint32_t nlevels;      /* <= KVP_COMPOSE_MAX_LEVELS */
+	uint32_t nrequests;
+	uint64_t tokens;
+	uint64_t pages;
+	uint64_t bytes;
+};
+
+struct kvp_compose_level_out {
+	uint32_t ngroups;
+	uint32_t nindices;
+};
+
+_Static_assert(sizeof(struct kvp_seq_src) == 56, "seq source wire size");
+_Static_assert(sizeof(struct kvp_seq_create_in) == 8, "seq create header");
+_Static_assert(sizeof(struct kvp_chunk_register_in) == 16, "register header");
+_Static_assert(sizeof(struct kvp_chunk_reg_out) == 40, "register result");
+_Static_assert(sizeof(struct kvp_chunk_list_in) == 48, "list header");
+_Static_assert(sizeof(struct kvp_compose_in) == 8, "compose header");
+_Static_assert(sizeof(struct kvp_compose_req_in) == 72, "compose request");
+_Static_assert(sizeof(struct kvp_compose_out) == 40, "compose result");
+_Static_assert(sizeof(struct kvp_prepare_out) % 8 == 0, "lease header alignment");
 
 #endif /* KVPOOL_PROTO_H */

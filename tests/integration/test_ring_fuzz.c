@@ -285,10 +285,10 @@ static int table_phase(struct h_raw *r, struct kvp_client *owner)
 		MUT((e.out_off = 0xffffffc0u, e.out_len = 0x80), "out_off+out_len wraps 2^32");
 		MUT((e.out_off = 64, e.out_len = UINT32_MAX), "out_len 2^32-1");
 		MUT((e.rsv0 = 1), "rsv0 = 1");
-		MUT((e.rsv[0] = 1), "rsv[0] = 1");
-		MUT((e.rsv[1] = 1ull << 63), "rsv[1] = 2^63");
+		MUT((e.rsv1 = 1), "rsv1 = 1");
+		MUT((e.rsv1 = 1ull << 63), "rsv1 = 2^63");
 		MUT((e.flags = 0x80), "flags 0x80 (unknown)");
-		MUT((e.flags = 0x04), "flags 0x04 (unknown)");
+		MUT((e.flags = 0x08), "flags 0x08 (unknown)");
 		MUT((e.tenant = 5), "tenant 5 without flag ALL");
 		if (code != KVP_OP_EVICT)
 			MUT((e.sel = KVP_SEL_DEVICE), "sel set (only EVICT has one)");
@@ -404,7 +404,7 @@ static void fuzz_entry(uint64_t i, uint32_t arena, struct kvp_sqe *e)
 	case 0:
 	case 1:
 		/* Random bytes. Reserved fields nonzero with certainty: */
-		if (!e->rsv[0] && !e->rsv[1] && !e->rsv0)
+		if (!e->rsv1 && !e->rsv0)
 			e->rsv0 = 1;
 		break;
 	case 2:
@@ -412,7 +412,8 @@ static void fuzz_entry(uint64_t i, uint32_t arena, struct kvp_sqe *e)
 		e->opcode = (uint8_t)(w[0] % KVP_OP_MAX);
 		e->flags = 0;
 		e->rsv0 = 0;
-		e->rsv[0] = e->rsv[1] = 0;
+		e->rsv1 = 0;
+		e->in_off = e->in_len = 0;
 		e->tenant = 0;
 		switch (w[1] % 3) {
 		case 0: e->out_len = arena + 1 + (uint32_t)(w[2] % 1000); break;
@@ -421,11 +422,13 @@ static void fuzz_entry(uint64_t i, uint32_t arena, struct kvp_sqe *e)
 		}
 		break;
 	default:
-		/* A valid opcode and range, an unknown flag bit. */
+		/* A valid opcode and range, an unknown flag bit (0x04 is
+		 * COMPOSE's PREVIEW since protocol 3). */
 		e->opcode = (uint8_t)(w[0] % KVP_OP_MAX);
-		e->flags = (uint8_t)(0x04u << (w[1] % 6));
+		e->flags = (uint8_t)(0x08u << (w[1] % 5));
 		e->rsv0 = 0;
-		e->rsv[0] = e->rsv[1] = 0;
+		e->rsv1 = 0;
+		e->in_off = e->in_len = 0;
 		e->tenant = 0;
 		e->out_off = (uint32_t)(w[2] % (arena / 2));
 		e->out_len = 256;
@@ -479,10 +482,10 @@ static int fuzz_run(struct h_raw *r, uint64_t from, uint64_t to, uint8_t *seen,
 					h_fail("fuzz entry %" PRIu64 " (kind %d) accepted with"
 					       " res %d: opcode %u flags %#x sel %#x n %u"
 					       " user %#" PRIx64 " arg %#" PRIx64 " out %u+%u"
-					       " tenant %u rsv0 %u rsv %#" PRIx64 ",%#" PRIx64,
+					       " tenant %u rsv0 %u in %u+%u rsv1 %#" PRIx64,
 					       i, (int)(i % 4), buf[j].res, e.opcode, e.flags,
 					       e.sel, e.n, e.user, e.arg, e.out_off, e.out_len,
-					       e.tenant, e.rsv0, e.rsv[0], e.rsv[1]);
+					       e.tenant, e.rsv0, e.in_off, e.in_len, e.rsv1);
 				}
 			}
 		}

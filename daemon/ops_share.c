@@ -1,0 +1,693 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops_share.c - the sharing operations: prefix lookup, sequences, chunks and
+ * compositions (proto.h, "sharing (v3)"), each a thin layer between a
+ * checked submission and the engine's share_* call (share.h).
+ *
+ * Every operation here follows the same three steps, in this order:
+ *   1. op_input() copies the input out of the client's arena ONCE into the
+ *      worker's private scratch (the client may rewrite its arena at any
+ *      moment; nothing below ever reads the arena again);
+ *   2. the copy is validated: lengths exactly what the counts say (computed
+ *      in 64 bits, so no count can wrap them), strings NUL-terminated where
+ *      they claim to end, token counts within SHARE_MAX_TOKENS, reserved
+ *      words zero; the result range is checked where its size is known
+ *      before the call;
+ *   3. the engine is called under the tenant pool's mutex (owner = client
+ *      id, time = CLOCK_REALTIME), and its results, which point into engine
+ *      memory valid until the next engine call, are copied to the result
+ *      range before the mutex is let go.
+ * A result that turns out not to fit after the engine made something (a
+ * lease, a sequence) undoes it before the error goes back, so a failed
+ * operation still changes nothing.
+ *
+ * Waiting for a seal is the client's business: CHUNK_ACQUIRE of a chunk
+ * being filled completes at once with -EAGAIN and libkvpool retries with a
+ * short sleep until its wait_ms runs out (kvp_chunk_acquire). A worker
+ * never blocks and never parks on another client's progress: a filler that
+ * never seals cannot stall anyone but the clients asking for its chunk.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops_internal.h"
+#include "share.h"
+
+/* Tokens one register, seq_alloc, extend or lookup may carry (a 4 MiB input). */
+#define SHARE_MAX_TOKENS (1u << 20)
+/* Sources one virtual sequence may have. */
+#define SHARE_MAX_SOURCES 4096u
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Copy the input range into private scratch, with extra bytes after it
+ * (8-byte aligned) for results built privately. *in gets the copy, *priv
+ * (may be NULL) the extra room.
+ */
+static int op_input(struct op *o, size_t extra, const unsigned char **in,
+		    void **priv)
+{
+	const struct kvp_sqe *q = o->sqe;
+	size_t head = ((size_t)q->in_len + 7) & ~(size_t)7;
+	unsigned char *buf;
+
+	if (!o->in_base)
+		return errbuf_set(o->e, -EINVAL, "%s: the uds request mode carries "
+				  "no input; submit it on the ring", o->name);
+	/* Overflow-safe, like the result range. */
+	if (q->in_len > o->in_cap || q->in_off > o->in_cap - q->in_len)
+		return errbuf_set(o->e, -EINVAL, "%s: input range [%" PRIu32 ", +%"
+				  PRIu32 ") is outside the %" PRIu32 "-byte arena",
+				  o->name, q->in_off, q->in_len, o->in_cap);
+	buf = op_scratch_get(o->scr, head + extra + 8);
+	if (!buf)
+		return errbuf_set(o->e, -ENOMEM, "%s: out of memory for a %" PRIu32
+				  "-byte input", o->name, q->in_len);
+	memcpy(buf, o->in_base + q->in_off, q->in_len);
+	*in = buf;
+	if (priv)
+		*priv = buf + head;
+	return 0;
+}
+
+/* in_len holds exactly n token ids. */
+static int check_tokens(struct op *o, uint32_t n, bool may_be_empty)
+{
+	const struct kvp_sqe *q = o->sqe;
+
+	if (n > SHARE_MAX_TOKENS)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " tokens; at most %u "
+				  "in one call, split it", o->name, n, SHARE_MAX_TOKENS);
+	if (!n && !may_be_empty)
+		return errbuf_set(o->e, -EINVAL, "%s: no tokens; give at least one",
+				  o->name);
+	if (q->in_len % sizeof(uint32_t) || q->in_len / sizeof(uint32_t) != n)
+		return errbuf_set(o->e, -EINVAL, "%s: n says %" PRIu32 " tokens but "
+				  "in_len is %" PRIu32 " bytes (want %" PRIu64 ")",
+				  o->name, n, q->in_len, (uint64_t)n * 4);
+	return 0;
+}
+
+/* in_len is exactly one chunk id; *id gets the copy. */
+static int input_id(struct op *o, struct kvp_chunk_id *id)
+{
+	const unsigned char *in;
+	int ret;
+
+	if (o->sqe->in_len != sizeof(*id))
+		return errbuf_set(o->e, -EINVAL, "%s: the input is one %zu-byte chunk "
+				  "id; in_len is %" PRIu32, o->name, sizeof(*id),
+				  o->sqe->in_len);
+	ret = op_input(o, 0, &in, NULL);
+	if (!ret)
+		memcpy(id, in, sizeof(*id));
+	return ret;
+}
+
+/* Pages a fresh span of n tokens takes. */
+static uint64_t span_pages(struct op *o, uint64_t n)
+{
+	uint32_t P = o->s->cfg->layout.page_tokens;
+
+	return (n + P - 1) / P;
+}
+
+/* The result room a lease of up to pages page-table entries needs at off. */
+static int lease_room(struct op *o, size_t off, uint64_t pages)
+{
+	const size_t hdr = sizeof(struct kvp_prepare_out);
+
+	if (o->out_len >= off + hdr &&
+	    pages <= (o->out_len - off - hdr) / sizeof(int32_t))
+		return 0;
+	return errbuf_set(o->e, -EMSGSIZE, "%s: the result needs %zu + 4 bytes per "
+			  "page for %" PRIu64 " pages but out_len is %" PRIu32
+			  "; raise out_len (and arena_bytes)", o->name, off + hdr,
+			  pages, o->out_len);
+}
+
+/*
+ * Write lease l as a kvp_prepare_out and its frames at out + off; call it
+ * with the pool locked (l->frames is engine memory). -EMSGSIZE when it does
+ * not fit: nothing written, the caller undoes the lease.
+ */
+static int put_lease(struct op *o, size_t off, const struct engine_lease *l)
+{
+	struct kvp_prepare_out po = {
+		.lease = l->id, .start = l->start, .len = l->len, .n_new = l->n_new,
+		.npages = l->npages, .last_page_len = l->last_page_len,
+		.onloaded_pages = l->onloaded_pages,
+	};
+	int ret = lease_room(o, off, l->npages);
+
+	if (ret)
+		return ret;
+	memcpy(o->out + off, &po, sizeof(po));
+	memcpy(o->out + off + sizeof(po), l->frames,
+	       (size_t)l->npages * sizeof(int32_t));
+	o->cqe->out_bytes = (uint32_t)(off + sizeof(po) +
+				       (size_t)l->npages * sizeof(int32_t));
+	o->cqe->val0 = l->id;
+	o->cqe->val1 = l->npages;
+	return 0;
+}
+
+/*
+ * A lease whose pages are still being onloaded (a USER source of
+ * SEQ_CREATE): park the completion like a prepare's (ops.c), or, with
+ * nowhere to park it, have the caller wait once the pool is unlocked.
+ */
+static uint64_t lease_fence(struct op *o, struct engine *eng,
+			    const struct engine_lease *l)
+{
+	if (l->fence && o->wait) {
+		*o->wait = (struct op_wait){ .eng = eng, .fence = l->fence };
+		return 0;
+	}
+	return l->fence;
+}
+
+/* ------------------------------------------------------------ prefix cache */
+
+int op_prefix_lookup(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct share_prefix_hit hit;
+	struct kvp_prefix_out po;
+	const unsigned char *in;
+	struct engine *eng;
+	uint64_t room;
+	int ret;
+
+	if ((ret = check_tokens(o, q->n, true)))
+		return ret;
+	/* At most n / P pages can hit: the room is known before the call. */
+	room = q->n / o->s->cfg->layout.page_tokens;
+	if (o->out_len < sizeof(po) || room > (o->out_len - sizeof(po)) / 4)
+		return errbuf_set(o->e, -EMSGSIZE, "%s: the result may need %zu + 4 "
+				  "bytes per page for %" PRIu64 " pages; out_len is %"
+				  PRIu32, o->name, sizeof(po), room, o->out_len);
+	if ((ret = op_input(o, 0, &in, NULL)))
+		return ret;
+	eng = op_lock_own(o);
+	share_prefix_lookup(eng, (const uint32_t *)in, q->n, &hit);
+	po = (struct kvp_prefix_out){ .tokens = hit.tokens, .npages = hit.npages };
+	if (hit.npages <= room) {
+		memcpy(o->out, &po, sizeof(po));
+		memcpy(o->out + sizeof(po), hit.frames, (size_t)hit.npages * 4);
+	}
+	op_unlock_own(o);
+	if (hit.npages > room)
+		return errbuf_set(o->e, -EPROTO, "%s: the engine reported %" PRIu32
+				  " cached pages for %" PRIu32 " tokens", o->name,
+				  hit.npages, q->n);
+	o->cqe->out_bytes = (uint32_t)(sizeof(po) + (size_t)hit.npages * 4);
+	o->cqe->val0 = hit.tokens;
+	return (int)hit.tokens;
+}
+
+/* ------------------------------------------------------------ sequences */
+
+int op_seq_alloc(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	const unsigned char *in;
+	struct engine_lease l;
+	struct engine *eng;
+	int ret;
+
+	if ((ret = check_tokens(o, q->n, false)) ||
+	    (ret = lease_room(o, 0, span_pages(o, q->n))) ||
+	    (ret = op_input(o, 0, &in, NULL)))
+		return ret;
+	eng = op_lock_own(o);
+	ret = share_seq_alloc(eng, q->arg, (const uint32_t *)in, q->n, o->c->id,
+			      &l, o->e);
+	if (!ret && (ret = put_lease(o, 0, &l)))
+		share_seq_free(eng, q->arg, o->c->id, NULL);
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_seq_create(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct kvp_seq_create_in h;
+	const struct kvp_seq_src *src;
+	const unsigned char *in;
+	struct engine_lease l;
+	struct engine *eng;
+	uint64_t fence = 0;
+	int ret;
+
+	if (q->in_len < sizeof(h))
+		return errbuf_set(o->e, -EINVAL, "%s: the input starts with an %zu-byte "
+				  "header; in_len is %" PRIu32, o->name, sizeof(h),
+				  q->in_len);
+	if (q->n > SHARE_MAX_TOKENS)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " new tokens; at most %u",
+				  o->name, q->n, SHARE_MAX_TOKENS);
+	if ((ret = op_input(o, 0, &in, NULL)))
+		return ret;
+	memcpy(&h, in, sizeof(h));
+	if (h.rsv)
+		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
+				  o->name);
+	if (h.nsrc > SHARE_MAX_SOURCES ||
+	    q->in_len != sizeof(h) + (uint64_t)h.nsrc * sizeof(*src))
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " sources (at most %u) "
+				  "need in_len %" PRIu64 "; it is %" PRIu32, o->name,
+				  h.nsrc, SHARE_MAX_SOURCES,
+				  sizeof(h) + (uint64_t)h.nsrc * sizeof(*src), q->in_len);
+	/* 8-byte aligned: the scratch is malloc'ed and the header is 8 bytes. */
+	src = (const struct kvp_seq_src *)(in + sizeof(h));
+	for (uint32_t i = 0; i < h.nsrc; i++) {
+		if (src[i].kind < KVP_SRC_USER || src[i].kind > KVP_SRC_SEQ)
+			return errbuf_set(o->e, -EINVAL, "%s: source %" PRIu32 " has kind "
+					  "%" PRIu32 "; use 1 (user), 2 (chunk) or 3 "
+					  "(sequence)", o->name, i, src[i].kind);
+		if (src[i].rsv)
+			return errbuf_set(o->e, -EINVAL, "%s: source %" PRIu32 ": reserved "
+					  "fields must be zero", o->name, i);
+	}
+	eng = op_lock_own(o);
+	ret = share_seq_create(eng, q->arg, src, h.nsrc, q->n, o->c->id, &l, o->e);
+	if (!ret && (ret = put_lease(o, 0, &l)))
+		share_seq_free(eng, q->arg, o->c->id, NULL);
+	if (!ret)
+		fence = lease_fence(o, eng, &l);
+	op_unlock_own(o);
+	if (fence)
+		engine_fence_wait(eng, fence);
+	return ret;
+}
+
+int op_seq_extend(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	const unsigned char *in = NULL;
+	struct engine_lease l;
+	struct engine *eng;
+	int ret;
+
+	/* The token ids are optional: in_len 0, or exactly n ids. */
+	if ((ret = check_tokens(o, q->in_len ? q->n : 0, true)))
+		return ret;
+	if (q->n > SHARE_MAX_TOKENS)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " new tokens; at most %u",
+				  o->name, q->n, SHARE_MAX_TOKENS);
+	if (q->in_len && (ret = op_input(o, 0, &in, NULL)))
+		return ret;
+	eng = op_lock_own(o);
+	ret = share_seq_extend(eng, q->arg, q->n, (const uint32_t *)in, o->c->id,
+			       &l, o->e);
+	/* Releasing the write lease gives the reserved slots back. */
+	if (!ret && (ret = put_lease(o, 0, &l)))
+		engine_release(eng, l.id, NULL);
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_seq_free(struct op *o)
+{
+	int ret = share_seq_free(op_lock_own(o), o->sqe->arg, o->c->id, o->e);
+
+	op_unlock_own(o);
+	return ret;
+}
+
+/* ------------------------------------------------------------ chunks */
+
+static bool type_valid(uint32_t type, bool zero_ok)
+{
+	return (zero_ok && type == 0) ||
+	       (type >= KVP_CHUNK_SYSTEM && type <= KVP_CHUNK_QUERY);
+}
+
+/* A string of len bytes (its NUL counted; 0: none) at s: NUL at the end and
+ * nowhere before. */
+static int check_str(struct op *o, const char *s, uint32_t len,
+		     const char *what)
+{
+	if (!len)
+		return 0;
+	if (len > KVP_CHUNK_META_MAX)
+		return errbuf_set(o->e, -EINVAL, "%s: %s of %" PRIu32 " bytes; at most "
+				  "%u with its NUL", o->name, what, len,
+				  KVP_CHUNK_META_MAX);
+	if (s[len - 1] != '\0')
+		return errbuf_set(o->e, -EINVAL, "%s: %s is not NUL-terminated within "
+				  "its %" PRIu32 " bytes", o->name, what, len);
+	if (strlen(s) != len - 1)
+		return errbuf_set(o->e, -EINVAL, "%s: %s has a NUL at byte %zu of %"
+				  PRIu32 "; its length must count exactly one, the "
+				  "last", o->name, what, strlen(s), len);
+	return 0;
+}
+
+int op_chunk_register(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct kvp_chunk_register_in h;
+	struct share_chunk_reg reg;
+	struct kvp_chunk_reg_out ro;
+	const unsigned char *in;
+	const char *meta;
+	struct engine *eng;
+	uint64_t want;
+	int ret;
+
+	if (q->in_len < sizeof(h))
+		return errbuf_set(o->e, -EINVAL, "%s: the input starts with a %zu-byte "
+				  "header; in_len is %" PRIu32, o->name, sizeof(h),
+				  q->in_len);
+	if ((ret = op_input(o, 0, &in, NULL)))
+		return ret;
+	memcpy(&h, in, sizeof(h));
+	if (h.rsv)
+		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
+				  o->name);
+	if (!type_valid(h.type, false))
+		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
+				  "use 1 (system), 2 (context) or 3 (query)", o->name,
+				  h.type);
+	if (!h.ntokens || h.ntokens > SHARE_MAX_TOKENS)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " tokens; a chunk has 1 "
+				  "to %u", o->name, h.ntokens, SHARE_MAX_TOKENS);
+	want = sizeof(h) + (uint64_t)h.ntokens * 4 + h.meta_len;
+	if (h.meta_len > KVP_CHUNK_META_MAX || q->in_len != want)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " tokens and %" PRIu32
+				  " metadata bytes (at most %u) need in_len %" PRIu64
+				  "; it is %" PRIu32, o->name, h.ntokens, h.meta_len,
+				  KVP_CHUNK_META_MAX, want, q->in_len);
+	meta = (const char *)in + sizeof(h) + (size_t)h.ntokens * 4;
+	if ((ret = check_str(o, meta, h.meta_len, "the metadata")) ||
+	    (ret = lease_room(o, sizeof(ro), span_pages(o, h.ntokens))))
+		return ret;
+	eng = op_lock_own(o);
+	ret = share_chunk_register(eng, (const uint32_t *)(in + sizeof(h)),
+				   h.ntokens, h.type, h.meta_len ? meta : NULL,
+				   o->c->id, now_ns(), &reg, o->e);
+	if (ret)
+		goto out;
+	ro = (struct kvp_chunk_reg_out){ .id = reg.id, .created = reg.created,
+					 .state = reg.state };
+	/* A fill lease released before its seal deletes the chunk: undone. */
+	if (reg.created && (ret = put_lease(o, sizeof(ro), &reg.lease))) {
+		engine_release(eng, reg.lease.id, NULL);
+		goto out;
+	}
+	memcpy(o->out, &ro, sizeof(ro));
+	if (!reg.created)
+		o->cqe->out_bytes = sizeof(ro);
+	ret = reg.created ? 1 : 0;
+out:
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_chunk_seal(struct op *o)
+{
+	int ret = share_chunk_seal(op_lock_own(o), o->sqe->arg, o->c->id, o->e);
+
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_chunk_acquire(struct op *o)
+{
+	struct kvp_chunk_id id;
+	struct engine_lease l;
+	struct engine *eng;
+	int ret;
+
+	if ((ret = input_id(o, &id)))
+		return ret;
+	eng = op_lock_own(o);
+	ret = share_chunk_acquire(eng, &id, o->c->id, now_ns(), &l, o->e);
+	if (!ret && (ret = put_lease(o, 0, &l)))
+		engine_release(eng, l.id, NULL);
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_chunk_get(struct op *o)
+{
+	struct kvp_chunk_info info;
+	struct kvp_chunk_id id;
+	int ret;
+
+	if (o->out_len < sizeof(info))
+		return errbuf_set(o->e, -EMSGSIZE, "%s: the result needs out_len >= %zu "
+				  "bytes; out_len is %" PRIu32, o->name, sizeof(info),
+				  o->out_len);
+	if ((ret = input_id(o, &id)))
+		return ret;
+	ret = share_chunk_info(op_lock_own(o), &id, &info, o->e);
+	op_unlock_own(o);
+	if (ret)
+		return ret;
+	memcpy(o->out, &info, sizeof(info));
+	o->cqe->out_bytes = sizeof(info);
+	return 0;
+}
+
+int op_chunk_list(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	int max = op_list_rows(o, sizeof(struct kvp_chunk_info), "CHUNK_LIST");
+	struct kvp_chunk_info *rows;
+	struct kvp_chunk_list_in h;
+	const unsigned char *in;
+	const char *filter;
+	bool more = false;
+	int n;
+
+	if (max < 0)
+		return max;
+	if (q->in_len < sizeof(h))
+		return errbuf_set(o->e, -EINVAL, "%s: the input starts with a %zu-byte "
+				  "header; in_len is %" PRIu32, o->name, sizeof(h),
+				  q->in_len);
+	n = op_input(o, (size_t)max * sizeof(*rows), &in, (void **)&rows);
+	if (n)
+		return n;
+	memcpy(&h, in, sizeof(h));
+	if (h.rsv || h.has_after > 1)
+		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero and "
+				  "has_after 0 or 1", o->name);
+	if (!type_valid(h.type, true))
+		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
+				  "use 0 (all), 1 (system), 2 (context) or 3 (query)",
+				  o->name, h.type);
+	if (q->in_len != sizeof(h) + (uint64_t)h.filter_len)
+		return errbuf_set(o->e, -EINVAL, "%s: a %" PRIu32 "-byte filter needs "
+				  "in_len %" PRIu64 "; it is %" PRIu32, o->name,
+				  h.filter_len, sizeof(h) + (uint64_t)h.filter_len,
+				  q->in_len);
+	filter = (const char *)in + sizeof(h);
+	if ((n = check_str(o, filter, h.filter_len, "the filter")))
+		return n;
+	n = share_chunk_list(op_lock_own(o), h.type, h.filter_len ? filter : NULL,
+			     h.has_after ? &h.after : NULL, rows, (uint32_t)max,
+			     &more, o->e);
+	op_unlock_own(o);
+	if (n < 0)
+		return n;
+	if (n > max)
+		return errbuf_set(o->e, -EPROTO, "%s: the engine listed %d rows for a "
+				  "page of %d", o->name, n, max);
+	memcpy(o->out, rows, (size_t)n * sizeof(*rows));
+	o->cqe->out_bytes = (uint32_t)((size_t)n * sizeof(*rows));
+	o->cqe->val0 = more;
+	return n;
+}
+
+int op_chunk_delete(struct op *o)
+{
+	struct kvp_chunk_id id;
+	int ret;
+
+	if ((ret = input_id(o, &id)))
+		return ret;
+	ret = share_chunk_delete(op_lock_own(o), &id, o->e);
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_chunk_clear(struct op *o)
+{
+	int ret;
+
+	if (!type_valid(o->sqe->n, true))
+		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
+				  "use 0 (all), 1 (system), 2 (context) or 3 (query)",
+				  o->name, o->sqe->n);
+	ret = share_chunk_clear(op_lock_own(o), o->sqe->n);
+	op_unlock_own(o);
+	return ret;
+}
+
+int op_chunk_evict_unused(struct op *o)
+{
+	uint64_t age = o->sqe->arg;
+	int ret;
+
+	if (age > UINT32_MAX)
+		return errbuf_set(o->e, -EINVAL, "%s: max age %" PRIu64 " s; at most %"
+				  PRIu32, o->name, age, UINT32_MAX);
+	ret = share_chunk_evict_unused(op_lock_own(o), age * 1000000000ull, now_ns());
+	op_unlock_own(o);
+	return ret;
+}
+
+/* ------------------------------------------------------------ compositions */
+
+/*
+ * The composition's tables into the result range (proto.h, COMPOSE
+ * result), with the pool locked: the counts of every level, then the
+ * arrays level by level. -EMSGSIZE when they do not fit.
+ */
+static int put_composition(struct op *o, const struct share_composition *sc)
+{
+	struct kvp_compose_out h = {
+		.lease = sc->lease, .nlevels = sc->nlevels,
+		.nrequests = sc->nrequests, .tokens = sc->tokens,
+		.pages = sc->pages, .bytes = sc->bytes,
+	};
+	struct kvp_compose_level_out lv[KVP_COMPOSE_MAX_LEVELS];
+	uint64_t need = sizeof(h) + (uint64_t)sc->nlevels * sizeof(lv[0]);
+	size_t at;
+
+	if (sc->nlevels > KVP_COMPOSE_MAX_LEVELS)
+		return errbuf_set(o->e, -EPROTO, "%s: the engine built %" PRIu32
+				  " levels", o->name, sc->nlevels);
+	for (uint32_t l = 0; l < sc->nlevels; l++) {
+		uint32_t g = sc->ngroups[l];
+
+		lv[l].ngroups = g;
+		lv[l].nindices = (uint32_t)sc->kv_indptr[l][g];
+		need += 4 * ((uint64_t)g * 3 + 2 + lv[l].nindices);
+	}
+	if (need > o->out_len)
+		return errbuf_set(o->e, -EMSGSIZE, "%s: the cascade tables need %"
+				  PRIu64 " bytes but out_len is %" PRIu32 "; raise "
+				  "out_len (and arena_bytes) or compose fewer requests",
+				  o->name, need, o->out_len);
+	memcpy(o->out, &h, sizeof(h));
+	memcpy(o->out + sizeof(h), lv, (size_t)sc->nlevels * sizeof(lv[0]));
+	at = sizeof(h) + (size_t)sc->nlevels * sizeof(lv[0]);
+	for (uint32_t l = 0; l < sc->nlevels; l++) {
+		size_t g1 = ((size_t)lv[l].ngroups + 1) * 4;
+
+		memcpy(o->out + at, sc->qo_indptr[l], g1);
+		at += g1;
+		memcpy(o->out + at, sc->kv_indptr[l], g1);
+		at += g1;
+		memcpy(o->out + at, sc->kv_indices[l], (size_t)lv[l].nindices * 4);
+		at += (size_t)lv[l].nindices * 4;
+		memcpy(o->out + at, sc->kv_last_page_len[l], g1 - 4);
+		at += g1 - 4;
+	}
+	o->cqe->out_bytes = (uint32_t)at;
+	o->cqe->val0 = sc->lease;
+	return 0;
+}
+
+/* The requests from the input copy; their context pointers point into it. */
+static int compose_reqs(struct op *o, const unsigned char *in,
+			struct kvp_compose_req *reqs, uint32_t nreq,
+			uint32_t nctx)
+{
+	const struct kvp_chunk_id *ctx = (const struct kvp_chunk_id *)
+		(in + sizeof(struct kvp_compose_in) +
+		 (size_t)nreq * sizeof(struct kvp_compose_req_in));
+	uint64_t used = 0;
+
+	for (uint32_t i = 0; i < nreq; i++) {
+		struct kvp_compose_req_in r;
+
+		memcpy(&r, in + sizeof(struct kvp_compose_in) + (size_t)i * sizeof(r),
+		       sizeof(r));
+		if (r.ncontexts > KVP_COMPOSE_MAX_CONTEXTS)
+			return errbuf_set(o->e, -EINVAL, "%s: request %" PRIu32 " has %"
+					  PRIu32 " contexts; at most %u", o->name, i,
+					  r.ncontexts, KVP_COMPOSE_MAX_CONTEXTS);
+		if (r.ncontexts > nctx - used)
+			return errbuf_set(o->e, -EINVAL, "%s: request %" PRIu32 "'s %" PRIu32
+					  " contexts run past the %" PRIu32 " context ids "
+					  "given", o->name, i, r.ncontexts, nctx);
+		reqs[i] = (struct kvp_compose_req){
+			.system = r.system, .query = r.query, .qo_len = r.qo_len,
+			.ncontexts = r.ncontexts,
+			.contexts = r.ncontexts ? ctx + used : NULL,
+		};
+		used += r.ncontexts;
+	}
+	if (used != nctx)
+		return errbuf_set(o->e, -EINVAL, "%s: the requests name %" PRIu64
+				  " contexts but nctx is %" PRIu32, o->name, used, nctx);
+	return 0;
+}
+
+int op_compose(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	const bool preview = q->flags & KVP_SQE_PREVIEW;
+	struct share_composition sc;
+	struct kvp_compose_req *reqs;
+	struct kvp_compose_in h;
+	const unsigned char *in;
+	struct engine *eng;
+	uint64_t want;
+	int ret;
+
+	if (q->in_len < sizeof(h))
+		return errbuf_set(o->e, -EINVAL, "%s: the input starts with an %zu-byte "
+				  "header; in_len is %" PRIu32, o->name, sizeof(h),
+				  q->in_len);
+	/* The header decides the scratch size: read it from the one copy. */
+	if ((ret = op_input(o, 0, &in, NULL)))
+		return ret;
+	memcpy(&h, in, sizeof(h));
+	if (!h.nreq || h.nreq > KVP_COMPOSE_MAX_REQUESTS)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " requests; compose 1 "
+				  "to %u at once", o->name, h.nreq,
+				  KVP_COMPOSE_MAX_REQUESTS);
+	want = sizeof(h) + (uint64_t)h.nreq * sizeof(struct kvp_compose_req_in) +
+	       (uint64_t)h.nctx * sizeof(struct kvp_chunk_id);
+	if (q->in_len != want)
+		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " requests with %" PRIu32
+				  " contexts need in_len %" PRIu64 "; it is %" PRIu32,
+				  o->name, h.nreq, h.nctx, want, q->in_len);
+	/* Room for the requests after the copy: take the scratch again, which
+	 * keeps the copy (op_scratch_get grows by realloc) and does not
+	 * re-read the arena. */
+	reqs = op_scratch_get(o->scr, ((q->in_len + 7) & ~(size_t)7) +
+			      (size_t)h.nreq * sizeof(*reqs));
+	if (!reqs)
+		return errbuf_set(o->e, -ENOMEM, "%s: out of memory for %" PRIu32
+				  " requests", o->name, h.nreq);
+	in = (const unsigned char *)reqs;
+	reqs = (struct kvp_compose_req *)((unsigned char *)reqs +
+					  ((q->in_len + 7) & ~(size_t)7));
+	if ((ret = compose_reqs(o, in, reqs, h.nreq, h.nctx)))
+		return ret;
+	eng = op_lock_own(o);
+	ret = share_compose(eng, reqs, h.nreq, preview, o->c->id, now_ns(), &sc,
+			    o->e);
+	if (!ret && (ret = put_composition(o, &sc)) && sc.lease)
+		engine_release(eng, sc.lease, NULL);
+	op_unlock_own(o);
+	return ret;
+}

@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share.c - the sharing calls (kvpool.h, "Sharing"): prefix lookup,
+ * sequences, chunks and compositions. All synchronous, through the same
+ * path as calls.c (kvpc_call).
+ *
+ * INPUTS. Token ids, sources, metadata, filters and compose requests are
+ * written at the start of the arena's sync range and named by the SQE's
+ * in_off / in_len (proto.h, INPUTS). The results come back in the same
+ * range: the daemon copies the input out before it writes a result byte.
+ * No async operation ever uses the sync range, so writing the input before
+ * kvpc_call() checks for operations in flight harms none of them.
+ *
+ * LEASES. Sequence and chunk leases decode into struct kvp_lease exactly
+ * like a prepare's, so the append data ops, kvp_commit and kvp_release take
+ * them unchanged; kvp_chunk_seal waits for the lease's GPU appends first,
+ * as kvp_commit does (cuda.c, COMMIT ORDERING).
+ *
+ * WAITING FOR A SEAL. The daemon never blocks a worker on another client:
+ * acquiring a chunk that is being filled fails at once with -EAGAIN. Here
+ * kvp_chunk_acquire retries with a short, growing sleep (ACQUIRE_SLEEP_*)
+ * until wait_ms have passed. Polling costs one round trip per retry; a
+ * parked completion would save those but could hold a CQ slot for as long
+ * as a filler takes, and a filler that dies is noticed at its hang-up
+ * anyway (the chunk is deleted and the next retry gets -ENOENT).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "client_internal.h"
+
+#define ACQUIRE_SLEEP_MIN_US 100u
+#define ACQUIRE_SLEEP_MAX_US 5000u
+
+/* ------------------------------------------------------------ helpers */
+
+/* Room for bytes of input at the start of the sync range, named in sqe;
+ * NULL (last error set) when it does not fit. */
+static unsigned char *input(struct kvp_client *c, struct kvp_sqe *sqe,
+			    uint64_t bytes, const char *what)
+{
+	if (bytes > c->sync_bytes) {
+		kvpc_err(c, -E2BIG, "%s: the input is %" PRIu64 " bytes but the "
+			 "arena's sync range holds %" PRIu32 "; connect with a larger "
+			 "arena_bytes (kvp_connect_opts) or split the call", what,
+			 bytes, c->sync_bytes);
+		return NULL;
+	}
+	sqe->in_off = c->sync_off;
+	sqe->in_len = (uint32_t)bytes;
+	return c->arena + c->sync_off;
+}
+
+static int null_arg(struct kvp_client *c, const char *what, const char *arg)
+{
+	return kvpc_err(c, -EINVAL, "%s: %s is NULL", what, arg);
+}
+
+/* Token ids: n of them, NULL only when n is 0. */
+static int check_ids(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
+		     const char *what)
+{
+	if (n && !tokens)
+		return kvpc_err(c, -EINVAL, "%s: NULL token ids for %" PRIu32
+				" tokens", what, n);
+	return 0;
+}
+
+/* A lease result in the sync range of slot idx, at offset off. */
+static int decode_lease(struct kvp_client *c, uint32_t idx,
+			const struct kvp_cqe *cqe, size_t off,
+			uint32_t want_n_new, uint64_t user, struct kvp_lease *l)
+{
+	char msg[KVP_ERRLEN];
+	uint32_t len;
+	const unsigned char *src = kvpc_slot_out(c, idx, &len);
+
+	if (cqe->out_bytes < off ||
+	    kvpc_decode_lease_at(c, src + off, cqe->out_bytes - (uint32_t)off,
+				 want_n_new, user, l, msg, sizeof(msg)))
+		return kvpc_err(c, -EPROTO, "%s", off > cqe->out_bytes ?
+				"kvpoold sent a lease result shorter than its header" :
+				msg);
+	return 0;
+}
+
+/* A call that returns a lease with n_new == want (UINT32_MAX: any). */
+static int call_lease(struct kvp_client *c, struct kvp_sqe *sqe,
+		      uint32_t want_n_new, uint64_t user, struct kvp_lease *out)
+{
+	struct kvp_cqe cqe;
+	uint32_t idx = 0;
+	int ret = kvpc_call(c, sqe, &cqe, &idx);
+
+	if (ret < 0)
+		return ret;
+	return decode_lease(c, idx, &cqe, 0, want_n_new, user, out);
+}
+
+static int call_res(struct kvp_client *c, struct kvp_sqe *sqe)
+{
+	struct kvp_cqe cqe;
+	uint32_t idx = 0;
+
+	return kvpc_call(c, sqe, &cqe, &idx);
+}
+
+/* A call whose input is one chunk id. */
+static int put_id(struct kvp_client *c, struct kvp_sqe *sqe,
+		  const struct kvp_chunk_id *id, const char *what)
+{
+	unsigned char *in;
+
+	if (!id)
+		return null_arg(c, what, "the chunk id");
+	in = input(c, sqe, sizeof(*id), what);
+	if (!in)
+		return -E2BIG;
+	memcpy(in, id, sizeof(*id));
+	return 0;
+}
+
+/* ------------------------------------------------------------ prefix cache */
+
+KVP_PUBLIC
+int kvp_prefix_lookup(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
+		      struct kvp_prefix_hit *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_PREFIX_LOOKUP, .n = n };
+	struct kvp_prefix_out h;
+	const unsigned char *src;
+	unsigned char *in;
+	struct kvp_cqe cqe;
+	uint32_t idx = 0, len;
+	int ret;
+
+	if (!out)
+		return null_arg(c, "prefix_lookup", "the result pointer");
+	if ((ret = check_ids(c, tokens, n, "prefix_lookup")))
+		return ret;
+	if (!(in = input(c, &sqe, (uint64_t)n * 4, "prefix_lookup")))
+		return -E2BIG;
+	if (n)
+		memcpy(in, tokens, (size_t)n * 4);
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	src = kvpc_slot_out(c, idx, &len);
+	if (cqe.out_bytes < sizeof(h))
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a %" PRIu32 "-byte "
+				"prefix result", c->path, cqe.out_bytes);
+	memcpy(&h, src, sizeof(h));
+	if (h.npages > (cqe.out_bytes - sizeof(h)) / 4 ||
+	    (uint64_t)h.npages * c->layout.page_tokens != h.tokens ||
+	    (n && h.tokens >= n) || (!n && h.tokens))
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent an inconsistent prefix "
+				"hit (%" PRIu32 " tokens, %" PRIu32 " pages for %" PRIu32
+				" asked)", c->path, h.tokens, h.npages, n);
+	out->tokens = h.tokens;
+	out->npages = h.npages;
+	out->indices = (const int32_t *)(src + sizeof(h));
+	return (int)h.tokens;
+}
+
+/* ------------------------------------------------------------ sequences */
+
+KVP_PUBLIC
+int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
+		  uint32_t n, struct kvp_lease *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_ALLOC, .arg = seq, .n = n };
+	unsigned char *in;
+	int ret;
+
+	if (!out)
+		return null_arg(c, "seq_alloc", "the lease pointer");
+	if ((ret = check_ids(c, tokens, n, "seq_alloc")))
+		return ret;
+	if (!(in = input(c, &sqe, (uint64_t)n * 4, "seq_alloc")))
+		return -E2BIG;
+	if (n)
+		memcpy(in, tokens, (size_t)n * 4);
+	ret = call_lease(c, &sqe, UINT32_MAX, seq, out);
+	if (!ret && out->len + out->n_new != n)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s returned a lease of %" PRIu64
+				" cached + %" PRIu32 " new tokens for %" PRIu32,
+				c->path, out->len, out->n_new, n);
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_seq_create(struct kvp_client *c, uint64_t seq,
+		   const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		   struct kvp_lease *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_CREATE, .arg = seq, .n = n_new };
+	struct kvp_seq_create_in h = { .nsrc = nsrc };
+	unsigned char *in;
+
+	if (!out)
+		return null_arg(c, "seq_create", "the lease pointer");
+	if (nsrc && !src)
+		return null_arg(c, "seq_create", "the source array");
+	in = input(c, &sqe, sizeof(h) + (uint64_t)nsrc * sizeof(*src), "seq_create");
+	if (!in)
+		return -E2BIG;
+	memcpy(in, &h, sizeof(h));
+	if (nsrc)
+		memcpy(in + sizeof(h), src, (size_t)nsrc * sizeof(*src));
+	return call_lease(c, &sqe, n_new, seq, out);
+}
+
+KVP_PUBLIC
+int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
+		   const uint32_t *tokens, struct kvp_lease *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_EXTEND, .arg = seq, .n = n_new };
+	unsigned char *in;
+
+	if (!out)
+		return null_arg(c, "seq_extend", "the lease pointer");
+	if (tokens && n_new) {
+		if (!(in = input(c, &sqe, (uint64_t)n_new * 4, "seq_extend")))
+			return -E2BIG;
+		memcpy(in, tokens, (size_t)n_new * 4);
+	}
+	return call_lease(c, &sqe, n_new, seq, out);
+}
+
+KVP_PUBLIC
+int kvp_seq_free(struct kvp_client *c, uint64_t seq)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_FREE, .arg = seq };
+
+	return call_res(c, &sqe);
+}
+
+/* ------------------------------------------------------------ chunks */
+
+KVP_PUBLIC
+int kvp_chunk_register(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
+		       uint32_t type, const char *meta, struct kvp_chunk_reg *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_REGISTER };
+	struct kvp_chunk_register_in h = { .type = type, .ntokens = n };
+	struct kvp_chunk_reg_out ro;
+	unsigned char *in;
+	struct kvp_cqe cqe;
+	uint32_t idx = 0, len;
+	size_t mlen = meta ? strlen(meta) : 0;
+	int ret;
+
+	if (!out)
+		return null_arg(c, "chunk_register", "the result pointer");
+	if ((ret = check_ids(c, tokens, n, "chunk_register")))
+		return ret;
+	if (mlen >= KVP_CHUNK_META_MAX)
+		return kvpc_err(c, -EINVAL, "chunk_register: metadata of %zu bytes; at "
+				"most %u", mlen, KVP_CHUNK_META_MAX - 1);
+	h.meta_len = meta ? (uint32_t)mlen + 1 : 0;
+	in = input(c, &sqe, sizeof(h) + (uint64_t)n * 4 + h.meta_len, "chunk_register");
+	if (!in)
+		return -E2BIG;
+	memcpy(in, &h, sizeof(h));
+	if (n)
+		memcpy(in + sizeof(h), tokens, (size_t)n * 4);
+	if (meta)
+		memcpy(in + sizeof(h) + (size_t)n * 4, meta, h.meta_len);
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if (cqe.out_bytes < sizeof(ro))
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a %" PRIu32 "-byte "
+				"register result", c->path, cqe.out_bytes);
+	memcpy(&ro, kvpc_slot_out(c, idx, &len), sizeof(ro));
+	memset(out, 0, sizeof(*out));
+	out->id = ro.id;
+	out->created = ro.created ? 1 : 0;
+	out->state = ro.state;
+	if (!ro.created)
+		return 0;
+	ret = decode_lease(c, idx, &cqe, sizeof(ro), n, 0, &out->lease);
+	if (!ret && out->lease.len)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s returned a fill lease with %"
+				PRIu64 " tokens already in it", c->path, out->lease.len);
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_SEAL };
+	char hex[65];
+	int ret;
+
+	if (!reg)
+		return null_arg(c, "chunk_seal", "the registration");
+	if (!reg->created) {
+		kvp_chunk_id_format(&reg->id, hex);
+		return kvpc_err(c, -EINVAL, "chunk_seal: chunk %.16s...: this call did "
+				"not create it (created = 0), so there is nothing to "
+				"seal; kvp_chunk_acquire() it to read it", hex);
+	}
+	/* Its bytes land before anyone can read it (kvp_commit's rule). */
+	ret = kvpc_cuda_wait_lease(c, reg->lease.id);
+	if (ret)
+		return ret;
+	sqe.arg = reg->lease.id;
+	return call_res(c, &sqe);
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void sleep_us(uint64_t us)
+{
+	struct timespec ts = { .tv_sec = (time_t)(us / 1000000u),
+			       .tv_nsec = (long)(us % 1000000u) * 1000 };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+KVP_PUBLIC
+int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
+		      uint32_t wait_ms, struct kvp_lease *out)
+{
+	const uint64_t deadline = now_us() + (uint64_t)wait_ms * 1000u;
+	uint64_t pause = ACQUIRE_SLEEP_MIN_US;
+	char msg[KVP_ERRLEN];
+	int ret;
+
+	if (!out)
+		return null_arg(c, "chunk_acquire", "the lease pointer");
+	for (;;) {
+		struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_ACQUIRE };
+		uint64_t now;
+
+		if ((ret = put_id(c, &sqe, id, "chunk_acquire")))
+			return ret;
+		ret = call_lease(c, &sqe, 0, 0, out);
+		now = now_us();
+		if (ret != -EAGAIN || now >= deadline)
+			break;
+		/* Not sealed yet (see WAITING FOR A SEAL at the top). */
+		sleep_us(pause < deadline - now ? pause : deadline - now);
+		if (pause < ACQUIRE_SLEEP_MAX_US)
+			pause *= 2;
+	}
+	if (ret == -EAGAIN && wait_ms) {
+		snprintf(msg, sizeof(msg), "%s (waited %" PRIu32 " ms for the seal; "
+			 "wait longer or check that its filler is alive)",
+			 kvp_last_error(c), wait_ms);
+		return kvpc_err(c, -EAGAIN, "%s", msg);
+	}
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_chunk_get(struct kvp_client *c, const struct kvp_chunk_id *id,
+		  struct kvp_chunk_info *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_GET };
+	struct kvp_cqe cqe;
+	uint32_t idx = 0, len;
+	int ret;
+
+	if (!out)
+		return null_arg(c, "chunk_get", "the result pointer");
+	if ((ret = put_id(c, &sqe, id, "chunk_get")))
+		return ret;
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if (cqe.out_bytes < sizeof(*out))
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent %" PRIu32 " bytes of "
+				"chunk info, expected %zu", c->path, cqe.out_bytes,
+				sizeof(*out));
+	memcpy(out, kvpc_slot_out(c, idx, &len), sizeof(*out));
+	/* The daemon terminates it; a short string never reads past it here. */
+	out->meta[KVP_CHUNK_META_MAX - 1] = '\0';
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
+		   const struct kvp_chunk_id *after, struct kvp_chunk_info *rows,
+		   uint32_t max, int *more)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_LIST };
+	struct kvp_chunk_list_in h = { .type = type, .has_after = after ? 1 : 0 };
+	size_t flen = filter && *filter ? strlen(filter) + 1 : 0;
+	const unsigned char *src;
+	unsigned char *in;
+	struct kvp_cqe cqe;
+	uint32_t idx = 0, len, fit;
+	int ret;
+
+	if (!rows || !max)
+		return kvpc_err(c, -EINVAL, "chunk_list: need room for at least one row");
+	if (flen > KVP_CHUNK_META_MAX)
+		return kvpc_err(c, -EINVAL, "chunk_list: a filter of %zu bytes; at most "
+				"%u", flen - 1, KVP_CHUNK_META_MAX - 1);
+	h.filter_len = (uint32_t)flen;
+	if (after)
+		h.after = *after;
+	if (!(in = input(c, &sqe, sizeof(h) + flen, "chunk_list")))
+		return -E2BIG;
+	memcpy(in, &h, sizeof(h));
+	if (flen)
+		memcpy(in + sizeof(h), filter, flen);
+	/* At most what the sync range holds; the caller pages on with after. */
+	fit = (uint32_t)(c->sync_bytes / sizeof(*rows));
+	sqe.n = max < fit ? max : fit;
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if ((uint32_t)ret > sqe.n || (uint64_t)ret * sizeof(*rows) > cqe.out_bytes)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s listed %d chunks in %" PRIu32
+				" bytes (asked for at most %" PRIu32 ")", c->path, ret,
+				cqe.out_bytes, sqe.n);
+	src = kvpc_slot_out(c, idx, &len);
+	memcpy(rows, src, (size_t)ret * sizeof(*rows));
+	for (int i = 0; i < ret; i++)
+		rows[i].meta[KVP_CHUNK_META_MAX - 1] = '\0';
+	if (more)
+		*more = cqe.val0 ? 1 : 0;
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_chunk_delete(struct kvp_client *c, const struct kvp_chunk_id *id)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_DELETE };
+	int ret = put_id(c, &sqe, id, "chunk_delete");
+
+	return ret ? ret : call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_chunk_clear(struct kvp_client *c, uint32_t type)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_CLEAR, .n = type };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_chunk_evict_unused(struct kvp_client *c, uint32_t max_age_s)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_EVICT_UNUSED, .arg = max_age_s };
+
+	return call_res(c, &sqe);
+}
+
+/* ------------------------------------------------------------ compositions */
+
+/* The requests as proto.h's COMPOSE input. */
+static int put_compose(struct kvp_client *c, struct kvp_sqe *sqe,
+		       const struct kvp_compose_req *reqs, uint32_t nreq,
+		       const char *what)
+{
+	struct kvp_compose_in h = { .nreq = nreq };
+	uint64_t nctx = 0, bytes;
+	unsigned char *in, *ctx;
+
+	if (nreq && !reqs)
+		return null_arg(c, what, "the request array");
+	for (uint32_t i = 0; i < nreq; i++) {
+		if (reqs[i].ncontexts && !reqs[i].contexts)
+			return kvpc_err(c, -EINVAL, "%s: request %" PRIu32 " has %" PRIu32
+					" contexts and a NULL context array", what, i,
+					reqs[i].ncontexts);
+		nctx += reqs[i].ncontexts;
+	}
+	/* The daemon checks the limits (and names what is wrong); this only
+	 * keeps the sizes from overflowing. */
+	if (nctx > UINT32_MAX)
+		return kvpc_err(c, -EINVAL, "%s: %" PRIu64 " contexts in all; at most %u "
+				"per request", what, nctx, KVP_COMPOSE_MAX_CONTEXTS);
+	h.nctx = (uint32_t)nctx;
+	bytes = sizeof(h) + (uint64_t)nreq * sizeof(struct kvp_compose_req_in) +
+		nctx * sizeof(struct kvp_chunk_id);
+	if (!(in = input(c, sqe, bytes, what)))
+		return -E2BIG;
+	memcpy(in, &h, sizeof(h));
+	ctx = in + sizeof(h) + (size_t)nreq * sizeof(struct kvp_compose_req_in);
+	for (uint32_t i = 0; i < nreq; i++) {
+		struct kvp_compose_req_in r = {
+			.system = reqs[i].system, .query = reqs[i].query,
+			.ncontexts = reqs[i].ncontexts, .qo_len = reqs[i].qo_len,
+		};
+
+		memcpy(in + sizeof(h) + (size_t)i * sizeof(r), &r, sizeof(r));
+		if (r.ncontexts)
+			memcpy(ctx, reqs[i].contexts,
+			       (size_t)r.ncontexts * sizeof(struct kvp_chunk_id));
+		ctx += (size_t)r.ncontexts * sizeof(struct kvp_chunk_id);
+	}
+	return 0;
+}
+
+/*
+ * The COMPOSE result (proto.h): every count is summed against out_bytes
+ * before any array pointer is taken; each level's kv_indptr must end at its
+ * index count and every index must be a frame of the device tier.
+ */
+static int decode_composition(struct kvp_client *c, const unsigned char *src,
+			      uint32_t bytes, struct kvp_composition *out)
+{
+	const uint32_t frames = c->tier_frames[KVP_TIER_DEVICE];
+	struct kvp_compose_level_out lv[KVP_COMPOSE_MAX_LEVELS];
+	struct kvp_compose_out h;
+	uint64_t need;
+	size_t at;
+
+	if (bytes < sizeof(h))
+		goto bad;
+	memcpy(&h, src, sizeof(h));
+	need = sizeof(h) + (uint64_t)h.nlevels * sizeof(lv[0]);
+	if (h.nlevels > KVP_COMPOSE_MAX_LEVELS || need > bytes)
+		goto bad;
+	memcpy(lv, src + sizeof(h), (size_t)h.nlevels * sizeof(lv[0]));
+	for (uint32_t l = 0; l < h.nlevels; l++)
+		need += 4 * ((uint64_t)lv[l].ngroups * 3 + 2 + lv[l].nindices);
+	if (need > bytes)
+		goto bad;
+	memset(out, 0, sizeof(*out));
+	out->lease = h.lease;
+	out->nlevels = h.nlevels;
+	out->nrequests = h.nrequests;
+	out->tokens = h.tokens;
+	out->pages = h.pages;
+	out->bytes = h.bytes;
+	at = sizeof(h) + (size_t)h.nlevels * sizeof(lv[0]);
+	for (uint32_t l = 0; l < h.nlevels; l++) {
+		struct kvp_cascade_level *cl = &out->level[l];
+		const uint32_t g = lv[l].ngroups;
+
+		cl->ngroups = g;
+		cl->qo_indptr = (const int32_t *)(src + at);
+		at += ((size_t)g + 1) * 4;
+		cl->kv_indptr = (const int32_t *)(src + at);
+		at += ((size_t)g + 1) * 4;
+		cl->kv_indices = (const int32_t *)(src + at);
+		at += (size_t)lv[l].nindices * 4;
+		cl->kv_last_page_len = (const int32_t *)(src + at);
+		at += (size_t)g * 4;
+		if (cl->kv_indptr[0] != 0 || (uint32_t)cl->kv_indptr[g] != lv[l].nindices)
+			goto bad;
+		for (uint32_t i = 0; i < lv[l].nindices; i++)
+			if (cl->kv_indices[i] < 0 || (uint32_t)cl->kv_indices[i] >= frames)
+				goto bad;
+	}
+	return 0;
+bad:
+	return kvpc_err(c, -EPROTO, "kvpoold at %s sent a malformed composition "
+			"(%" PRIu32 " bytes)", c->path, bytes);
+}
+
+static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		   uint32_t nreq, int preview, struct kvp_composition *out)
+{
+	const char *what = preview ? "compose_preview" : "compose";
+	struct kvp_sqe sqe = { .opcode = KVP_OP_COMPOSE,
+			       .flags = preview ? KVP_SQE_PREVIEW : 0 };
+	struct kvp_cqe cqe;
+	uint32_t idx = 0, len;
+	const unsigned char *src;
+	int ret;
+
+	if (!out)
+		return null_arg(c, what, "the result pointer");
+	if ((ret = put_compose(c, &sqe, reqs, nreq, what)))
+		return ret;
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	src = kvpc_slot_out(c, idx, &len);
+	ret = decode_composition(c, src, cqe.out_bytes, out);
+	if (ret && !preview && cqe.val0) {
+		/* Malformed but held: let the chunks go rather than leak them. */
+		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = cqe.val0 };
+
+		call_res(c, &rel);
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a malformed "
+				"composition; it was released", c->path);
+	}
+	return ret;
+}
+
+KVP_PUBLIC
+int kvp_compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		uint32_t nreq, struct kvp_composition *out)
+{
+	return compose(c, reqs, nreq, 0, out);
+}
+
+KVP_PUBLIC
+int kvp_compose_preview(struct kvp_client *c, const struct kvp_compose_req *reqs,
+			uint32_t nreq, struct kvp_composition *out)
+{
+	return compose(c, reqs, nreq, 1, out);
+}
