@@ -50,6 +50,7 @@ struct copy_run {
 enum copy_dir {
 	COPY_D2H = 0, /* device tier -> host tier (offload, demotion) */
 	COPY_H2D = 1, /* host tier -> device tier (onload) */
+	COPY_D2D = 2, /* device tier -> device tier (copy on write; sync only) */
 };
 
 struct backend_ops {

@@ -497,8 +497,9 @@ static cudaError_t enqueue_runs(struct cuda_ctx *x, enum copy_dir dir,
 				const struct tier_mem *src,
 				const struct copy_run *runs, uint32_t n)
 {
-	enum cudaMemcpyKind kind = dir == COPY_D2H ? cudaMemcpyDeviceToHost
-						   : cudaMemcpyHostToDevice;
+	enum cudaMemcpyKind kind = dir == COPY_D2H ? cudaMemcpyDeviceToHost :
+				   dir == COPY_D2D ? cudaMemcpyDeviceToDevice :
+						     cudaMemcpyHostToDevice;
 	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
 	cudaError_t err = cudaSuccess;
 

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "share_internal.h"
 
 /* Positions stay below 2^63 so start + len never wraps. */
 #define POS_LIMIT (1ull << 63)
@@ -88,6 +88,9 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 		if (ret)
 			goto err;
 	}
+	ret = share_create(eng, e); /* sized by the device tier */
+	if (ret)
+		goto err;
 	*out = eng;
 	return 0;
 
@@ -108,6 +111,7 @@ void engine_destroy(struct engine *eng)
 {
 	if (!eng)
 		return;
+	share_destroy(eng); /* first: sequences pin histories */
 	if (eng->users.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);
 		user_table_fini(&eng->users);
@@ -300,7 +304,7 @@ static void lease_put(struct engine *eng, struct lease *l)
 	eng->leases_live--;
 }
 
-static int view_reserve(struct engine *eng, uint32_t n, struct errbuf *e)
+int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e)
 {
 	uint32_t *v;
 
@@ -371,11 +375,14 @@ static int seq_check_continuity(const struct history *h, uint64_t user,
 	return 0;
 }
 
-/* Frames the device LRU could give up, not counting h's own. */
-static uint64_t device_evictable(const struct engine *eng,
-				 const struct history *h)
+/*
+ * Device frames free or freeable by eviction, not counting h's own: the
+ * device LRU's histories, unheld chunks and idle prefix-cache pages.
+ */
+uint64_t engine_device_avail(const struct engine *eng, const struct history *h)
 {
-	uint64_t n = eng->lru[LRU_DEVICE].frames;
+	uint64_t n = eng->frames[KVP_TIER_DEVICE].nfree +
+		     eng->lru[LRU_DEVICE].frames + share_evictable(eng);
 
 	if (h && h->lru == LRU_DEVICE)
 		n -= h->nres[KVP_TIER_DEVICE];
@@ -426,7 +433,7 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	new_pages = n_new ? (uint32_t)after - old_pages : 0;
 	view_pages = n_new ? (uint32_t)after : (uint32_t)pages_for(eng, len);
 	total = onload + new_pages;
-	avail = dev->nfree + device_evictable(eng, h);
+	avail = engine_device_avail(eng, h);
 	if (total > avail)
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": device tier out of "
 				  "memory: %" PRIu32 " pages needed, %" PRIu32 " free "
@@ -439,7 +446,7 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	ret = lease_reserve(eng, e);
 	if (ret)
 		return ret;
-	ret = view_reserve(eng, view_pages, e);
+	ret = engine_view_reserve(eng, view_pages, e);
 	if (ret)
 		return ret;
 	if (!h) {
@@ -542,8 +549,11 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 int engine_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
 		       uint32_t n, struct kvp_slot *out, struct errbuf *e)
 {
-	struct lease *l = lease_lookup(eng, id);
+	struct lease *l;
 
+	if (id & SHARE_LEASE_BIT)
+		return share_lease_slots(eng, id, first, n, out, e);
+	l = lease_lookup(eng, id);
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released, or never prepared)", id);
@@ -589,8 +599,11 @@ static void lease_settle(struct engine *eng, struct lease *l, uint32_t n)
 int engine_commit(struct engine *eng, uint64_t id, uint32_t n,
 		  struct errbuf *e)
 {
-	struct lease *l = lease_lookup(eng, id);
+	struct lease *l;
 
+	if (id & SHARE_LEASE_BIT)
+		return share_lease_commit(eng, id, n, e);
+	l = lease_lookup(eng, id);
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released, or never prepared)", id);
@@ -615,6 +628,17 @@ static void lease_end(struct engine *eng, struct lease *l)
 		lease_settle(eng, l, 0); /* roll the reservation back */
 	lease_put(eng, l);
 	eng->st.releases++;
+	history_unpin(eng, h);
+}
+
+void history_pin(struct engine *eng, struct history *h)
+{
+	lru_remove(eng, h);
+	h->pins++;
+}
+
+void history_unpin(struct engine *eng, struct history *h)
+{
 	if (--h->pins)
 		return;
 	/* Unpinned, h may be evicted: its onload must be over (only a lease
@@ -631,8 +655,11 @@ static void lease_end(struct engine *eng, struct lease *l)
 
 int engine_release(struct engine *eng, uint64_t id, struct errbuf *e)
 {
-	struct lease *l = lease_lookup(eng, id);
+	struct lease *l;
 
+	if (id & SHARE_LEASE_BIT)
+		return share_lease_release(eng, id, e);
+	l = lease_lookup(eng, id);
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released already, or never prepared)", id);
@@ -652,7 +679,7 @@ uint32_t engine_release_owner(struct engine *eng, uint32_t owner)
 			n++;
 		}
 	}
-	return n;
+	return n + share_release_owner(eng, owner);
 }
 
 /* ------------------------------------------------------------ stats */
@@ -672,6 +699,7 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 	}
 	out->users = eng->users.count;
 	out->leases = eng->leases_live;
+	share_stats(eng, out);
 }
 
 uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
@@ -683,14 +711,18 @@ uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
 
 int64_t engine_lease_owner(struct engine *eng, uint64_t id)
 {
-	struct lease *l = lease_lookup(eng, id);
+	struct lease *l;
+
+	if (id & SHARE_LEASE_BIT)
+		return share_lease_owner(eng, id);
+	l = lease_lookup(eng, id);
 
 	return l ? (int64_t)l->owner : -ENOENT;
 }
 
 int engine_lease_user(struct engine *eng, uint64_t id, uint64_t *user)
 {
-	struct lease *l = lease_lookup(eng, id);
+	struct lease *l = (id & SHARE_LEASE_BIT) ? NULL : lease_lookup(eng, id);
 
 	if (!l)
 		return -ENOENT;

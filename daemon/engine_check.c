@@ -7,7 +7,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "engine_internal.h"
+#include "share_internal.h"
 
 struct check_ctx {
 	struct engine *eng;
@@ -138,6 +138,9 @@ int engine_check(struct engine *eng, struct errbuf *e)
 	ret = check_lists(&c);
 	if (ret)
 		goto out;
+	ret = share_check(eng, c.owner[KVP_TIER_DEVICE], &c.frames[KVP_TIER_DEVICE], e);
+	if (ret)
+		goto out;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		const struct frames *f = &eng->frames[t];
 
@@ -149,9 +152,10 @@ int engine_check(struct engine *eng, struct errbuf *e)
 			goto out;
 		}
 	}
-	if (c.pins != eng->leases_live)
-		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " leases live but histories "
-				 "count %" PRIu64 " pins", eng->leases_live, c.pins);
+	if (c.pins != eng->leases_live + eng->seq_pins)
+		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " leases live and %" PRIu64
+				 " sequence pins but histories count %" PRIu64 " pins",
+				 eng->leases_live, eng->seq_pins, c.pins);
 out:
 	for (int t = 0; t < KVP_TIERS; t++)
 		free(c.owner[t]);

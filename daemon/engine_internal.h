@@ -57,10 +57,11 @@ struct history {
 	uint32_t npages;         /* committed + reserved pages */
 	uint32_t cap;
 	uint32_t nres[KVP_TIERS];
-	uint32_t pins;           /* leases held on this history */
+	uint32_t pins;           /* leases and sequences (share.h) holding it */
 	int lru;                 /* enum lru_id */
 	uint64_t write_lease;    /* lease with an uncommitted reservation, or 0 */
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
+	uint64_t tick;           /* engine tick when it last went on an LRU */
 	struct history *hnext;   /* user_table chain */
 	struct history *prev, *next; /* LRU links */
 };
@@ -101,7 +102,12 @@ struct engine {
 	uint32_t view_cap;
 	struct copy_batch copy;
 	struct kvp_stats st;
+	uint64_t tick;           /* LRU clock: oldest first across every list */
+	uint64_t seq_pins;       /* history pins held by sequences, not leases */
+	struct share *share;     /* prefix cache, chunks, sequences (share.h) */
 };
+
+struct share;
 
 /* Pages that hold `tokens` tokens (tokens < 2^63, so no overflow). */
 static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)

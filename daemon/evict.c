@@ -13,7 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 
-#include "engine_internal.h"
+#include "share_internal.h"
 
 /* ------------------------------------------------------------ LRU lists */
 
@@ -43,6 +43,7 @@ void lru_insert(struct engine *eng, struct history *h)
 	struct lru_list *l = &eng->lru[id];
 
 	h->lru = id;
+	h->tick = ++eng->tick;
 	h->next = NULL;
 	h->prev = l->tail;
 	if (l->tail)
@@ -160,13 +161,22 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 	return freed;
 }
 
+/*
+ * Oldest first across the device LRU of histories and the shared world's
+ * lists (unheld chunks, idle prefix pages). The caller counted them all in
+ * engine_device_avail(), so they cannot run dry before need is met.
+ */
 void evict_for_device(struct engine *eng, uint32_t need)
 {
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
 
 	while (dev->nfree < need) {
-		/* The caller counted lru[DEVICE].frames: the list cannot run dry. */
-		demote_or_drop(eng, eng->lru[LRU_DEVICE].head);
+		struct history *h = eng->lru[LRU_DEVICE].head;
+
+		if (h && h->tick <= share_oldest_tick(eng))
+			demote_or_drop(eng, h);
+		else
+			share_evict_oldest(eng);
 	}
 }
 

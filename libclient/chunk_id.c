@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chunk_id.c - the names of chunk types and the text form of chunk ids:
- * pure functions, no client needed (kvctl and scripts use them offline).
+ * pure functions, no client needed. Like layout.c it is part of
+ * kvpool_common, so the daemon and the engine print ids the same way the
+ * library and kvctl do.
  */
 #include <errno.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "kvpool.h"
 
 static const char *const type_names[] = {
 	[KVP_CHUNK_SYSTEM] = "system",
@@ -16,13 +18,11 @@ static const char *const type_names[] = {
 
 #define NTYPES (sizeof(type_names) / sizeof(type_names[0]))
 
-KVP_PUBLIC
 const char *kvp_chunk_type_name(uint32_t type)
 {
 	return type < NTYPES ? type_names[type] : NULL;
 }
 
-KVP_PUBLIC
 int kvp_chunk_type_parse(const char *name)
 {
 	for (uint32_t t = 1; name && t < NTYPES; t++)
@@ -31,7 +31,6 @@ int kvp_chunk_type_parse(const char *name)
 	return -EINVAL;
 }
 
-KVP_PUBLIC
 void kvp_chunk_id_format(const struct kvp_chunk_id *id, char hex[65])
 {
 	static const char digits[] = "0123456789abcdef";
@@ -54,7 +53,6 @@ static int hex_digit(char c)
 	return -1;
 }
 
-KVP_PUBLIC
 int kvp_chunk_id_parse(struct kvp_chunk_id *id, const char *hex)
 {
 	struct kvp_chunk_id tmp;

@@ -13,7 +13,6 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/batch.c
   libclient/calls.c
   libclient/share.c
-  libclient/chunk_id.c
   libclient/append.c
   libclient/cuda.c)
 

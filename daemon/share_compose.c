@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share_compose.c - cascade page tables for a batch of chunk compositions
+ * (seeds 001/003), as FlashInfer's MultiLevelCascadeAttentionWrapper takes
+ * them: per level one CSR set (qo_indptr, kv_indptr, kv_indices,
+ * kv_last_page_len), the query rows split into groups that share that
+ * level's KV.
+ *
+ *   level 0       the system chunks: one group per run of consecutive
+ *                 requests with the same system chunk (shared KV, one pass);
+ *   level 1..C    context k of each request, one group per request (an empty
+ *                 group where a request has fewer than k contexts);
+ *   level C+1     each request's query chunk.
+ *
+ * Contexts get a level each, not one level together, because a CSR row may
+ * end mid-page only at its last page and chunks end wherever their tokens
+ * do. Nothing is copied: every index names a chunk's own frame.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "share_internal.h"
+
+static const char *const role_name[] = { "system", "context", "query" };
+
+static int resolve(struct engine *eng, const struct kvp_chunk_id *id,
+		   uint32_t want, uint32_t r, uint32_t k, struct chunk **out,
+		   struct errbuf *e)
+{
+	struct chunk *c = chunk_find(eng, id);
+	const char *role = role_name[want - 1];
+	char sid[17];
+
+	chunk_id_short(id, sid);
+	eng->st.chunk_lookups++;
+	if (!c)
+		return errbuf_set(e, -ENOENT, "request %" PRIu32 ": %s chunk %s"
+				  " is not registered (never, or deleted, or "
+				  "evicted); register it again", r, role, sid);
+	if (c->state != KVP_CHUNK_READY)
+		return errbuf_set(e, -EAGAIN, "request %" PRIu32 ": %s chunk %s is "
+				  "not ready (being filled); retry after it seals",
+				  r, role, sid);
+	if (c->type != want)
+		return errbuf_set(e, -EINVAL, "request %" PRIu32 ": chunk %s is a %s "
+				  "chunk, given as the %s: incompatible chunks (each "
+				  "request takes exactly one system and one query)",
+				  r, sid, kvp_chunk_type_name(c->type), role);
+	*out = c;
+	return 0;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The chunk of request r at level lv (NULL: none there). */
+static struct chunk *at_level(struct chunk **ch, const uint32_t *first,
+			      const struct kvp_compose_req *reqs, uint32_t r,
+			      uint32_t lv, uint32_t nlevels)
+{
+	if (lv == 0)
+		return ch[first[r]];
+	if (lv == nlevels - 1)
+		return ch[first[r] + 1 + reqs[r].ncontexts];
+	return lv - 1 < reqs[r].ncontexts ? ch[first[r] + lv] : NULL;
+}
+
+int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
+		  uint32_t nreq, bool preview, uint32_t owner, uint64_t now_ns,
+		  struct share_composition *out, struct errbuf *e)
+{
+	struct share *s = eng->share;
+	uint32_t maxc = 0, nlevels, total = 0, *first = NULL, ndist = 0;
+	struct chunk **ch = NULL, **dist = NULL;
+	uint64_t ints = 0, off = 0;
+	int ret = 0;
+
+	if (!nreq || nreq > KVP_COMPOSE_MAX_REQUESTS)
+		return errbuf_set(e, -EINVAL, "compose: %" PRIu32 " requests; give "
+				  "1 to %d", nreq, KVP_COMPOSE_MAX_REQUESTS);
+	for (uint32_t r = 0; r < nreq; r++) {
+		if (reqs[r].ncontexts > KVP_COMPOSE_MAX_CONTEXTS)
+			return errbuf_set(e, -EINVAL, "compose: request %" PRIu32
+					  " has %" PRIu32 " contexts, at most %d", r,
+					  reqs[r].ncontexts, KVP_COMPOSE_MAX_CONTEXTS);
+		if (reqs[r].ncontexts > maxc)
+			maxc = reqs[r].ncontexts;
+		total += reqs[r].ncontexts + 2;
+	}
+	nlevels = maxc + 2;
+	ch = malloc(total * sizeof(*ch));
+	dist = malloc(total * sizeof(*dist));
+	first = malloc(nreq * sizeof(*first));
+	if (!ch || !dist || !first) {
+		ret = errbuf_set(e, -ENOMEM, "compose: out of memory");
+		goto out;
+	}
+	for (uint32_t r = 0, i = 0; r < nreq && !ret; r++) {
+		first[r] = i;
+		ret = resolve(eng, &reqs[r].system, KVP_CHUNK_SYSTEM, r, 0, &ch[i++], e);
+		for (uint32_t k = 0; k < reqs[r].ncontexts && !ret; k++)
+			ret = resolve(eng, &reqs[r].contexts[k], KVP_CHUNK_CONTEXT, r,
+				      k, &ch[i++], e);
+		if (!ret)
+			ret = resolve(eng, &reqs[r].query, KVP_CHUNK_QUERY, r, 0,
+				      &ch[i++], e);
+	}
+	if (ret)
+		goto out;
+
+	/* Sizes: per level 3 * groups + 2 ints of CSR plus its indices. */
+	memset(out, 0, sizeof(*out));
+	for (uint32_t lv = 0; lv < nlevels; lv++) {
+		uint32_t g = 0;
+
+		for (uint32_t r = 0; r < nreq; r++) {
+			struct chunk *c = at_level(ch, first, reqs, r, lv, nlevels);
+
+			if (lv == 0 && r && c == ch[first[r - 1]])
+				continue; /* same system as the request before */
+			g++;
+			ints += c ? c->npages : 0;
+		}
+		out->ngroups[lv] = g;
+		ints += 3 * (uint64_t)g + 2;
+	}
+	ret = share_scratch(eng, ints, e);
+	if (!ret && !preview)
+		ret = slease_reserve(eng, e);
+	if (ret)
+		goto out;
+
+	for (uint32_t lv = 0; lv < nlevels; lv++) {
+		int32_t *qo = s->scratch + off, *kv = qo + out->ngroups[lv] + 1;
+		int32_t *last = kv + out->ngroups[lv] + 1, *idx = last + out->ngroups[lv];
+		uint32_t g = 0, rows = 0, pages = 0;
+
+		qo[0] = kv[0] = 0;
+		for (uint32_t r = 0; r < nreq; r++) {
+			struct chunk *c = at_level(ch, first, reqs, r, lv, nlevels);
+			uint32_t q = reqs[r].qo_len ? reqs[r].qo_len : 1;
+
+			rows += q;
+			if (lv == 0 && r + 1 < nreq && ch[first[r + 1]] == c)
+				continue; /* the group goes on */
+			for (uint32_t p = 0; c && p < c->npages; p++)
+				idx[pages++] = (int32_t)c->frames[p];
+			last[g] = c ? (int32_t)((c->tokens - 1) % eng->P) + 1 : 0;
+			qo[++g] = (int32_t)rows;
+			kv[g] = (int32_t)pages;
+		}
+		out->qo_indptr[lv] = qo;
+		out->kv_indptr[lv] = kv;
+		out->kv_last_page_len[lv] = last;
+		out->kv_indices[lv] = idx;
+		off += 3 * (uint64_t)out->ngroups[lv] + 2 + pages;
+	}
+	for (uint32_t i = 0; i < total; i++)
+		out->tokens += ch[i]->tokens;
+	memcpy(dist, ch, total * sizeof(*ch));
+	qsort(dist, total, sizeof(*dist), cmp_ptr);
+	for (uint32_t i = 0; i < total; i++)
+		if (!i || dist[i] != dist[i - 1]) {
+			dist[ndist++] = dist[i];
+			out->pages += dist[i]->npages;
+		}
+	out->bytes = out->pages * eng->layout.page_bytes;
+	out->nlevels = nlevels;
+	out->nrequests = nreq;
+	for (uint32_t i = 0; i < total; i++) {
+		ch[i]->hits++;
+		ch[i]->last_access_ns = now_ns;
+	}
+	eng->st.chunk_hits += total;
+	s->chunk_last_access_ns = now_ns;
+	if (!preview) {
+		struct share_lease *l;
+		struct chunk **held = realloc(dist, ndist * sizeof(*held));
+
+		if (held)
+			dist = held;
+		slease_new(eng, SL_COMPOSE, owner, &out->lease, &l, NULL);
+		l->comp.chunks = dist;
+		l->comp.n = ndist;
+		for (uint32_t i = 0; i < ndist; i++)
+			chunk_hold(eng, dist[i]);
+		dist = NULL; /* the lease owns it */
+		eng->st.compositions++;
+	}
+out:
+	free(ch);
+	free(dist);
+	free(first);
+	return ret;
+}

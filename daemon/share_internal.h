@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share_internal.h - the data structures behind share.h, shared by
+ * share.c (frames, leases, eviction hooks, check), share_prefix.c,
+ * share_chunk.c, share_seq.c and share_compose.c.
+ *
+ * Invariants (share_check() verifies them):
+ *  - a device frame is owned by a history, a chunk, or the shared-page
+ *    world (share.h); in the last case sp[f].refs counts the sequence pages
+ *    listing f (and sp[f].pc != PC_NONE when it is published);
+ *  - sp[f].refs == 0 && sp[f].pc == PC_NONE never holds for a frame in use
+ *    by the shared-page world: such a frame is freed at once;
+ *  - a published entry with refs > 0 has a parent with refs > 0 (whoever
+ *    holds page i of a chain holds pages 0..i-1): so every idle entry's
+ *    subtree is idle and pc_idle entries can all be evicted, leaves first;
+ *  - pc LRU = the idle leaves (refs == 0, nchildren == 0);
+ *  - chunk LRU = the ready chunks in the table with holders == 0;
+ *  - a chunk's holders = its read leases + compositions holding it +
+ *    sequence pins + 1 while a fill lease is open;
+ *  - a dead chunk (deleted or evicted: out of the table) lives only while
+ *    holders > 0, then its frames are freed.
+ */
+#ifndef KVPOOL_SHARE_INTERNAL_H
+#define KVPOOL_SHARE_INTERNAL_H
+
+#include "engine_internal.h"
+#include "share.h"
+
+#define PC_NONE UINT32_MAX
+#define SHARE_LEASE_BIT (1ull << 31)
+#define SHARE_LEASE_MAX (1u << 24)
+
+/* ------------------------------------------------------------ shared pages */
+
+struct spage {
+	uint32_t refs;           /* sequence pages listing this frame */
+	uint32_t pc;             /* prefix entry, or PC_NONE */
+};
+
+struct pc_entry {
+	uint8_t hash[32];
+	uint32_t frame;          /* FRAME_NONE: entry slot free */
+	uint32_t parent;         /* PC_NONE for page 0 of a chain */
+	uint32_t nchildren;      /* entries whose parent this is */
+	uint32_t hnext;          /* hash chain */
+	uint32_t prev, next;     /* pc LRU links (idle leaves) */
+	bool on_lru;
+	uint64_t tick;
+};
+
+/* ------------------------------------------------------------ chunks */
+
+struct chunk {
+	struct kvp_chunk_id id;
+	uint32_t type;
+	uint32_t state;          /* enum kvp_chunk_state */
+	uint32_t tokens;
+	uint32_t npages;
+	uint32_t *frames;        /* device frames the chunk owns */
+	uint32_t holders;
+	uint32_t filler;         /* owner of the fill lease while FILLING */
+	uint64_t fill_lease;     /* 0 once sealed */
+	bool dead;               /* out of the table (deleted or evicted) */
+	bool on_lru;
+	uint64_t created_ns;
+	uint64_t last_access_ns;
+	uint64_t hits;
+	uint64_t tick;
+	char meta[KVP_CHUNK_META_MAX];
+	struct chunk *hnext;
+	struct chunk *prev, *next; /* chunk LRU */
+};
+
+/* ------------------------------------------------------------ sequences */
+
+enum seq_page_kind {
+	SP_REF = 0,              /* refcounted shared-world frame (sp[].refs) */
+	SP_BORROWED = 1,         /* a history's or chunk's frame, kept by a pin */
+};
+
+struct seq_page {
+	uint32_t frame;
+	uint32_t kind;           /* enum seq_page_kind */
+};
+
+struct seq_pin {
+	uint32_t kind;           /* KVP_SRC_USER or KVP_SRC_CHUNK */
+	void *obj;               /* struct history * / struct chunk * */
+};
+
+struct seq {
+	uint64_t id;
+	uint32_t owner;
+	uint64_t len;            /* committed tokens */
+	uint32_t npages;         /* committed + reserved */
+	uint32_t cap;
+	struct seq_page *pages;
+	struct seq_pin *pins;
+	uint32_t npins;
+	uint64_t write_lease;    /* open write lease, or 0 */
+	uint32_t n_new;          /* its reserved tokens */
+	/* Publishing: the token ids of [0, len + n_new) while hashable. */
+	bool hashable;
+	uint32_t *tokens;
+	uint64_t tokens_cap;
+	uint32_t published;      /* leading pages published (or found) */
+	/* Pages found published by someone else when this one committed the
+	 * same tokens: it keeps its own copy (clients hold its page table)
+	 * and holds theirs, so the chain it publishes after them has held
+	 * parents (the invariant above). */
+	uint32_t *anchors;
+	uint32_t nanchors;
+	struct seq *hnext;
+};
+
+struct seq_table {
+	struct seq **buckets;
+	uint64_t mask;
+	uint64_t count;
+};
+
+/* ------------------------------------------------------------ leases */
+
+enum share_lease_kind {
+	SL_FREE = 0,
+	SL_SEQ_WRITE,
+	SL_CHUNK_FILL,
+	SL_CHUNK_READ,
+	SL_COMPOSE,
+};
+
+struct share_lease {
+	uint32_t kind;
+	uint32_t gen;
+	uint32_t owner;
+	uint32_t next_free;
+	bool committed;          /* SEQ_WRITE / CHUNK_FILL: committed (sealed) */
+	union {
+		struct seq *seq;
+		struct chunk *chunk;
+		struct {
+			struct chunk **chunks;
+			uint32_t n;
+		} comp;
+	};
+};
+
+/* ------------------------------------------------------------ the whole */
+
+struct share {
+	uint8_t salt[SHARE_SALT_BYTES];
+	uint32_t nframes;        /* device frames */
+	struct spage *sp;        /* [nframes] */
+
+	/* prefix cache: entries[nframes], hash buckets, free list, LRU */
+	struct pc_entry *pc;
+	uint32_t *pc_buckets;
+	uint32_t pc_mask;
+	uint32_t pc_free;
+	uint32_t pc_head, pc_tail; /* idle leaves, oldest first */
+	uint64_t pc_count;       /* published entries */
+	uint64_t pc_idle;        /* of those with refs == 0 */
+
+	/* chunks: table by id (alive ones), LRU of unheld ready ones */
+	struct chunk **chunk_buckets;
+	uint32_t chunk_mask;
+	uint64_t chunk_count;    /* alive (in the table) */
+	uint64_t chunk_pages;    /* pages of alive and dead chunks */
+	struct chunk *chunk_head, *chunk_tail;
+	struct chunk *dead_head; /* dead chunks still held (prev/next links) */
+	uint64_t chunk_lru_frames;
+	uint64_t chunk_last_access_ns;
+
+	struct seq_table seqs;
+	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
+
+	struct share_lease *leases;
+	uint32_t leases_cap;
+	uint32_t lease_free;
+	uint32_t leases_live;
+
+	/* scratch for results (compose arrays, hit lists) */
+	int32_t *scratch;
+	uint64_t scratch_cap;
+	struct kvp_chunk_id *ids; /* list scratch */
+	uint64_t ids_cap;
+};
+
+/* share.c */
+int share_create(struct engine *eng, struct errbuf *e);
+void share_destroy(struct engine *eng);
+/* Frames eviction can free from the shared world: unheld chunks, idle pages. */
+uint64_t share_evictable(const struct engine *eng);
+/* Tick of the oldest evictable item of the shared world (UINT64_MAX: none). */
+uint64_t share_oldest_tick(const struct engine *eng);
+/* Evict that item; returns device frames freed. */
+uint32_t share_evict_oldest(struct engine *eng);
+uint32_t share_release_owner(struct engine *eng, uint32_t owner);
+void share_stats(const struct engine *eng, struct kvp_stats *st);
+/* owner: one byte per device frame, set for frames histories hold; adds
+ * the shared world's and chunks' frames to it and to *frames_held. */
+int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
+		struct errbuf *e);
+int share_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
+		      uint32_t n, struct kvp_slot *out, struct errbuf *e);
+int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
+		       struct errbuf *e);
+int share_lease_release(struct engine *eng, uint64_t id, struct errbuf *e);
+int64_t share_lease_owner(struct engine *eng, uint64_t id);
+
+/* Make `need` device frames free, evicting across every LRU; the caller
+ * checked engine_device_avail(). */
+uint32_t share_frame_alloc(struct engine *eng); /* a free device frame (sp reset) */
+void sp_ref(struct engine *eng, uint32_t frame);
+void sp_unref(struct engine *eng, uint32_t frame);
+int share_scratch(struct engine *eng, uint64_t n, struct errbuf *e);
+/* Read one token's K and V (all layers) of a device frame through the
+ * backend into out ([layers][2][heads][dim]). */
+int share_read_token(struct engine *eng, uint32_t frame, uint32_t slot,
+		     void *out, struct errbuf *e);
+
+int slease_new(struct engine *eng, uint32_t kind, uint32_t owner,
+	       uint64_t *id, struct share_lease **out, struct errbuf *e);
+int slease_reserve(struct engine *eng, struct errbuf *e);
+struct share_lease *slease_lookup(struct engine *eng, uint64_t id);
+void slease_put(struct engine *eng, struct share_lease *l);
+uint64_t slease_id(const struct engine *eng, const struct share_lease *l);
+
+/* share_prefix.c */
+void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
+		  const uint32_t *tokens, uint8_t out[32]);
+uint32_t pc_find(const struct engine *eng, const uint8_t hash[32]);
+/* Publish frame under hash with parent (PC_NONE for page 0). The frame is
+ * held (refs > 0) and unpublished; the hash is not in the table. */
+void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+		uint32_t parent);
+/* Idle-state transitions, called by sp_ref/sp_unref. */
+void pc_became_busy(struct engine *eng, uint32_t e);
+void pc_became_idle(struct engine *eng, uint32_t e);
+/* Evict the pc LRU head (an idle leaf): frees its frame. */
+void pc_evict_head(struct engine *eng);
+int pc_init(struct share *s, uint32_t nframes);
+void pc_fini(struct share *s);
+
+/* share_chunk.c */
+void chunk_hold(struct engine *eng, struct chunk *c);
+void chunk_unhold(struct engine *eng, struct chunk *c);
+struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id);
+uint32_t chunk_evict(struct engine *eng, struct chunk *c); /* drop from LRU: frees */
+void chunk_lru_remove(struct engine *eng, struct chunk *c);
+void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed);
+int chunk_table_init(struct share *s, uint32_t nframes);
+void chunk_table_fini(struct engine *eng);
+/* Format an id for messages: first 16 hex digits. */
+void chunk_id_short(const struct kvp_chunk_id *id, char out[17]);
+int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
+		struct errbuf *e);
+
+/* share_seq.c */
+void seq_commit(struct engine *eng, struct seq *q, uint32_t n);
+void seq_end_write(struct engine *eng, struct seq *q);
+void seq_destroy(struct engine *eng, struct seq *q);
+int seq_table_init(struct seq_table *t);
+void seq_table_fini(struct engine *eng);
+uint32_t seq_release_owner(struct engine *eng, uint32_t owner);
+/* Count each frame's SP_REF listings into refs[]; check pins. */
+int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e);
+
+/* engine.c, for the shared world */
+uint64_t engine_device_avail(const struct engine *eng, const struct history *h);
+int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e);
+void history_pin(struct engine *eng, struct history *h);
+void history_unpin(struct engine *eng, struct history *h);
+
+#endif /* KVPOOL_SHARE_INTERNAL_H */

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share_prefix.c - the prefix cache: full pages published under chained
+ * hashes, found again by later token lists, evicted leaves first.
+ *
+ *     h_i = SHA-256(h_{i-1} || salt || tokens[iP, (i+1)P) as LE uint32)
+ *     h_{-1} = 32 zero bytes
+ *
+ * Token ids are hashed as little-endian uint32 whatever the host's byte
+ * order, and the salt is the tenant's (derived from the config, not from
+ * anything random), so every process and every restart computes the same
+ * hashes. The table has one entry per published frame, so it is sized once
+ * from the device tier and never grows: publishing cannot fail.
+ */
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "share_internal.h"
+
+/* ------------------------------------------------------------ hashing */
+
+void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
+		  const uint32_t *tokens, uint8_t out[32])
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	uint8_t le[4 * 64];
+	uint32_t done = 0;
+
+	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
+		abort(); /* OpenSSL cannot allocate a digest: nothing to do */
+	EVP_DigestUpdate(ctx, prev, 32);
+	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
+	while (done < eng->P) {
+		uint32_t n = eng->P - done < 64 ? eng->P - done : 64;
+
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t t = tokens[done + i];
+
+			le[4 * i] = (uint8_t)t;
+			le[4 * i + 1] = (uint8_t)(t >> 8);
+			le[4 * i + 2] = (uint8_t)(t >> 16);
+			le[4 * i + 3] = (uint8_t)(t >> 24);
+		}
+		EVP_DigestUpdate(ctx, le, 4 * n);
+		done += n;
+	}
+	EVP_DigestFinal_ex(ctx, out, NULL);
+	EVP_MD_CTX_free(ctx);
+}
+
+void share_prefix_hashes(const struct engine *eng, const uint32_t *tokens,
+			 uint32_t n, uint8_t (*out)[32])
+{
+	static const uint8_t zero[32];
+
+	for (uint32_t i = 0; i < n / eng->P; i++)
+		pc_hash_page(eng, i ? out[i - 1] : zero, tokens + (uint64_t)i * eng->P,
+			     out[i]);
+}
+
+/* ------------------------------------------------------------ table */
+
+static uint32_t bucket_of(const struct share *s, const uint8_t hash[32])
+{
+	uint32_t b;
+
+	memcpy(&b, hash, sizeof(b)); /* SHA-256 bytes are uniform already */
+	return b & s->pc_mask;
+}
+
+int pc_init(struct share *s, uint32_t nframes)
+{
+	uint32_t nb = 16;
+
+	while (nb < 2 * (uint64_t)nframes && nb < (1u << 31))
+		nb <<= 1;
+	s->pc = calloc(nframes ? nframes : 1, sizeof(*s->pc));
+	s->pc_buckets = malloc((size_t)nb * sizeof(*s->pc_buckets));
+	if (!s->pc || !s->pc_buckets)
+		return -ENOMEM;
+	s->pc_mask = nb - 1;
+	for (uint32_t i = 0; i < nb; i++)
+		s->pc_buckets[i] = PC_NONE;
+	for (uint32_t i = 0; i < nframes; i++) {
+		s->pc[i].frame = FRAME_NONE;
+		s->pc[i].hnext = i + 1 < nframes ? i + 1 : PC_NONE;
+	}
+	s->pc_free = nframes ? 0 : PC_NONE;
+	s->pc_head = s->pc_tail = PC_NONE;
+	return 0;
+}
+
+void pc_fini(struct share *s)
+{
+	free(s->pc);
+	free(s->pc_buckets);
+}
+
+uint32_t pc_find(const struct engine *eng, const uint8_t hash[32])
+{
+	const struct share *s = eng->share;
+
+	for (uint32_t i = s->pc_buckets[bucket_of(s, hash)]; i != PC_NONE;
+	     i = s->pc[i].hnext)
+		if (!memcmp(s->pc[i].hash, hash, 32))
+			return i;
+	return PC_NONE;
+}
+
+static void pc_unlink_hash(struct share *s, uint32_t e)
+{
+	uint32_t *p = &s->pc_buckets[bucket_of(s, s->pc[e].hash)];
+
+	while (*p != e)
+		p = &s->pc[*p].hnext;
+	*p = s->pc[e].hnext;
+}
+
+void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+		uint32_t parent)
+{
+	struct share *s = eng->share;
+	uint32_t e = s->pc_free, b = bucket_of(s, hash);
+	struct pc_entry *pe;
+
+	if (e == PC_NONE)
+		abort(); /* one entry per frame: cannot run out */
+	pe = &s->pc[e];
+	s->pc_free = pe->hnext;
+	memcpy(pe->hash, hash, 32);
+	pe->frame = frame;
+	pe->parent = parent;
+	pe->nchildren = 0;
+	pe->on_lru = false;
+	pe->hnext = s->pc_buckets[b];
+	s->pc_buckets[b] = e;
+	s->sp[frame].pc = e;
+	if (parent != PC_NONE)
+		s->pc[parent].nchildren++; /* held by the publisher: not on the LRU */
+	s->pc_count++;
+}
+
+/* ------------------------------------------------------------ LRU */
+
+static void lru_unlink(struct share *s, uint32_t e)
+{
+	struct pc_entry *pe = &s->pc[e];
+
+	if (pe->prev != PC_NONE)
+		s->pc[pe->prev].next = pe->next;
+	else
+		s->pc_head = pe->next;
+	if (pe->next != PC_NONE)
+		s->pc[pe->next].prev = pe->prev;
+	else
+		s->pc_tail = pe->prev;
+	pe->on_lru = false;
+}
+
+static void lru_push_tail(struct engine *eng, uint32_t e)
+{
+	struct share *s = eng->share;
+	struct pc_entry *pe = &s->pc[e];
+
+	pe->tick = ++eng->tick;
+	pe->on_lru = true;
+	pe->next = PC_NONE;
+	pe->prev = s->pc_tail;
+	if (s->pc_tail != PC_NONE)
+		s->pc[s->pc_tail].next = e;
+	else
+		s->pc_head = e;
+	s->pc_tail = e;
+}
+
+/* A parent becomes a leaf when its last child goes: it is at least as old
+ * as that child, so it goes to the head, next in line. */
+static void lru_push_head(struct share *s, uint32_t e, uint64_t tick)
+{
+	struct pc_entry *pe = &s->pc[e];
+
+	pe->tick = tick;
+	pe->on_lru = true;
+	pe->prev = PC_NONE;
+	pe->next = s->pc_head;
+	if (s->pc_head != PC_NONE)
+		s->pc[s->pc_head].prev = e;
+	else
+		s->pc_tail = e;
+	s->pc_head = e;
+}
+
+void pc_became_busy(struct engine *eng, uint32_t e)
+{
+	struct share *s = eng->share;
+
+	s->pc_idle--;
+	if (s->pc[e].on_lru)
+		lru_unlink(s, e);
+}
+
+void pc_became_idle(struct engine *eng, uint32_t e)
+{
+	struct share *s = eng->share;
+
+	s->pc_idle++;
+	if (!s->pc[e].nchildren)
+		lru_push_tail(eng, e);
+}
+
+void pc_evict_head(struct engine *eng)
+{
+	struct share *s = eng->share;
+	uint32_t e = s->pc_head, parent = s->pc[e].parent;
+	struct pc_entry *pe = &s->pc[e];
+
+	lru_unlink(s, e);
+	pc_unlink_hash(s, e);
+	s->sp[pe->frame].pc = PC_NONE;
+	frames_free(&eng->frames[KVP_TIER_DEVICE], pe->frame);
+	pe->frame = FRAME_NONE;
+	pe->hnext = s->pc_free;
+	s->pc_free = e;
+	s->pc_count--;
+	s->pc_idle--;
+	eng->st.prefix_evicted_pages++;
+	if (parent != PC_NONE && !--s->pc[parent].nchildren &&
+	    !s->sp[s->pc[parent].frame].refs)
+		lru_push_head(s, parent, pe->tick);
+}
+
+/* ------------------------------------------------------------ lookup */
+
+void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 struct share_prefix_hit *out)
+{
+	static const uint8_t zero[32];
+	/* Never the whole prompt: the last token is left to compute. */
+	uint32_t full = n ? (n - 1) / eng->P : 0, hit = 0;
+	uint8_t h[32];
+
+	*out = (struct share_prefix_hit){ 0 };
+	eng->st.prefix_lookups++;
+	eng->st.prefix_lookup_tokens += n;
+	if (full && engine_view_reserve(eng, full, NULL))
+		full = 0; /* no room for the answer: report no hit */
+	while (hit < full) {
+		uint32_t e;
+
+		pc_hash_page(eng, hit ? h : zero, tokens + (uint64_t)hit * eng->P, h);
+		e = pc_find(eng, h);
+		if (e == PC_NONE)
+			break;
+		eng->view[hit++] = eng->share->pc[e].frame;
+	}
+	eng->st.prefix_hit_tokens += (uint64_t)hit * eng->P;
+	out->tokens = hit * eng->P;
+	out->npages = hit;
+	out->frames = eng->view;
+}

@@ -1,0 +1,835 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share_seq.c - sequences: request-scoped page lists built on prefix-cache
+ * hits (seed 004 allocate/free) and virtual sequences built from the pages
+ * of user histories, chunks and other sequences (seed 000).
+ *
+ * A sequence's page i is either borrowed (a history's or a chunk's frame:
+ * the sequence pins the history / holds the chunk, which keeps the frame and
+ * its bytes) or refcounted (sp[].refs: prefix hits, another sequence's
+ * pages, its own). Only the last page of a sequence may be partial, and a
+ * partial last page that someone else can see (borrowed, or refs > 1) is
+ * copied before the sequence writes into it: copy on write, so neither side
+ * ever sees the other's new tokens. (The owner of a borrowed history page
+ * appends past our tokens only, so our tokens never change under us.)
+ *
+ * Ordering within the engine: every operation plans its frames (free +
+ * evictable after the pins it is about to take) before it changes anything,
+ * takes its pins and references first, then evicts, so eviction can never
+ * pick what the operation is about to use.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "share_internal.h"
+
+#define SEQ_MAX_SOURCES 64
+
+/* ------------------------------------------------------------ table */
+
+static uint64_t seq_hash(uint64_t id)
+{
+	id ^= id >> 33;
+	id *= 0xff51afd7ed558ccdull;
+	id ^= id >> 33;
+	return id;
+}
+
+int seq_table_init(struct seq_table *t)
+{
+	t->buckets = calloc(64, sizeof(*t->buckets));
+	t->mask = 63;
+	t->count = 0;
+	return t->buckets ? 0 : -ENOMEM;
+}
+
+static struct seq *seq_find(struct engine *eng, uint64_t id)
+{
+	struct seq_table *t = &eng->share->seqs;
+
+	for (struct seq *q = t->buckets[seq_hash(id) & t->mask]; q; q = q->hnext)
+		if (q->id == id)
+			return q;
+	return NULL;
+}
+
+/* Grow before inserting, so the insert itself cannot fail. */
+static int seq_table_reserve(struct seq_table *t)
+{
+	uint64_t nb = (t->mask + 1) * 2;
+	struct seq **b;
+
+	if (t->count + 1 <= t->mask + 1)
+		return 0;
+	b = calloc(nb, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	for (uint64_t i = 0; i <= t->mask; i++)
+		while (t->buckets[i]) {
+			struct seq *q = t->buckets[i];
+
+			t->buckets[i] = q->hnext;
+			q->hnext = b[seq_hash(q->id) & (nb - 1)];
+			b[seq_hash(q->id) & (nb - 1)] = q;
+		}
+	free(t->buckets);
+	t->buckets = b;
+	t->mask = nb - 1;
+	return 0;
+}
+
+static void seq_table_insert(struct seq_table *t, struct seq *q)
+{
+	struct seq **b = &t->buckets[seq_hash(q->id) & t->mask];
+
+	q->hnext = *b;
+	*b = q;
+	t->count++;
+}
+
+static void seq_table_remove(struct seq_table *t, struct seq *q)
+{
+	struct seq **p = &t->buckets[seq_hash(q->id) & t->mask];
+
+	while (*p != q)
+		p = &(*p)->hnext;
+	*p = q->hnext;
+	t->count--;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static int seq_reserve_pages(struct seq *q, uint64_t n)
+{
+	uint32_t cap = q->cap ? q->cap : 4;
+	struct seq_page *p;
+
+	if (n <= q->cap)
+		return 0;
+	if (n > UINT32_MAX)
+		return -ENOMEM;
+	while (cap < n)
+		cap = cap > UINT32_MAX / 2 ? (uint32_t)n : cap * 2;
+	p = realloc(q->pages, (size_t)cap * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	q->pages = p;
+	q->cap = cap;
+	return 0;
+}
+
+static int seq_reserve_tokens(struct seq *q, uint64_t n)
+{
+	uint64_t cap = q->tokens_cap ? q->tokens_cap : 64;
+	uint32_t *t;
+
+	if (n <= q->tokens_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	t = realloc(q->tokens, cap * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	q->tokens = t;
+	q->tokens_cap = cap;
+	return 0;
+}
+
+static void seq_push_ref(struct engine *eng, struct seq *q, uint32_t frame)
+{
+	sp_ref(eng, frame);
+	q->pages[q->npages++] = (struct seq_page){ frame, SP_REF };
+	eng->share->seq_pages++;
+}
+
+static void seq_drop_page(struct engine *eng, struct seq *q, uint32_t i)
+{
+	if (q->pages[i].kind == SP_REF) {
+		sp_unref(eng, q->pages[i].frame);
+		eng->share->seq_pages--;
+	}
+}
+
+/* Drop pages [from, npages), last first (frames go back ascending). */
+static void seq_truncate(struct engine *eng, struct seq *q, uint32_t from)
+{
+	while (q->npages > from)
+		seq_drop_page(eng, q, --q->npages);
+}
+
+/* Is the partial last page visible to anyone else? Then copy it first. */
+static bool seq_needs_cow(const struct engine *eng, const struct seq *q)
+{
+	const struct seq_page *p;
+
+	if (!(q->len % eng->P) || !q->npages)
+		return false;
+	p = &q->pages[q->npages - 1];
+	return p->kind == SP_BORROWED || eng->share->sp[p->frame].refs > 1;
+}
+
+/* Copy the last page into a frame of q's own (device to device). */
+static void seq_cow(struct engine *eng, struct seq *q)
+{
+	struct seq_page *p = &q->pages[q->npages - 1];
+	uint32_t f = share_frame_alloc(eng);
+
+	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_D2D, COPY_SYNC,
+		   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_DEVICE],
+		   eng->layout.page_bytes);
+	copy_page(&eng->copy, f, p->frame);
+	copy_end(&eng->copy, NULL); /* as every copy: a fault is the backend's to report */
+	seq_drop_page(eng, q, q->npages - 1);
+	sp_ref(eng, f);
+	*p = (struct seq_page){ f, SP_REF };
+	eng->share->seq_pages++;
+	eng->st.cow_pages++;
+}
+
+static void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
+			  uint64_t hit, struct engine_lease *out)
+{
+	uint64_t tokens = q->len + q->n_new;
+
+	for (uint32_t i = 0; i < q->npages; i++)
+		eng->view[i] = q->pages[i].frame;
+	*out = (struct engine_lease){
+		.id = lid,
+		.len = q->len,
+		.n_new = q->n_new,
+		.npages = q->npages,
+		.frames = eng->view,
+		.last_page_len = tokens ? (uint32_t)((tokens - 1) % eng->P) + 1 : 0,
+		.hit_tokens = hit,
+	};
+}
+
+static struct seq *seq_new(uint64_t id, uint32_t owner)
+{
+	struct seq *q = calloc(1, sizeof(*q));
+
+	if (q) {
+		q->id = id;
+		q->owner = owner;
+	}
+	return q;
+}
+
+static void seq_free_mem(struct seq *q)
+{
+	free(q->pages);
+	free(q->pins);
+	free(q->tokens);
+	free(q->anchors);
+	free(q);
+}
+
+static int seq_exists(uint64_t id, struct errbuf *e)
+{
+	return errbuf_set(e, -EEXIST, "sequence %" PRIu64 " exists already; "
+			  "free it first or pick another id", id);
+}
+
+static int plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,
+		       uint64_t need, uint64_t unavailable, struct errbuf *e)
+{
+	uint64_t avail = engine_device_avail(eng, NULL);
+
+	if (pages_total > eng->frames[KVP_TIER_DEVICE].total)
+		return errbuf_set(e, -E2BIG, "sequence %" PRIu64 ": %" PRIu64
+				  " pages but the device tier holds only %" PRIu32
+				  "; use fewer tokens or raise device_mem", id,
+				  pages_total, eng->frames[KVP_TIER_DEVICE].total);
+	avail = avail > unavailable ? avail - unavailable : 0;
+	if (need > avail)
+		return errbuf_set(e, -ENOMEM, "sequence %" PRIu64 ": device tier out "
+				  "of memory: %" PRIu64 " pages needed, %" PRIu64
+				  " free or evictable, the rest held; release leases, "
+				  "free sequences or raise device_mem", id, need, avail);
+	return 0;
+}
+
+/* ------------------------------------------------------------ publishing */
+
+/* Publish the full committed pages not yet published (see the top of
+ * share_prefix.c for the chain). */
+static void seq_publish(struct engine *eng, struct seq *q)
+{
+	static const uint8_t zero[32];
+	struct share *s = eng->share;
+	uint32_t full = (uint32_t)(q->len / eng->P);
+
+	while (q->hashable && q->published < full) {
+		uint32_t i = q->published, parent = PC_NONE, e;
+		const uint8_t *prev = zero;
+		uint8_t h[32];
+
+		if (i) {
+			/* Page i-1 is published: by us, or anchored. */
+			parent = q->nanchors && s->sp[q->pages[i - 1].frame].pc == PC_NONE ?
+				 s->sp[q->anchors[q->nanchors - 1]].pc :
+				 s->sp[q->pages[i - 1].frame].pc;
+			prev = s->pc[parent].hash;
+		}
+		pc_hash_page(eng, prev, q->tokens + (uint64_t)i * eng->P, h);
+		e = pc_find(eng, h);
+		if (e == PC_NONE) {
+			pc_publish(eng, q->pages[i].frame, h, parent);
+		} else if (s->pc[e].frame != q->pages[i].frame) {
+			/* Someone published the same tokens first: keep ours (the
+			 * client holds our page table) and hold theirs. */
+			uint32_t *a = realloc(q->anchors,
+					      (q->nanchors + 1) * sizeof(*a));
+
+			if (!a) {
+				q->hashable = false; /* stop publishing; nothing lost */
+				break;
+			}
+			q->anchors = a;
+			sp_ref(eng, s->pc[e].frame);
+			q->anchors[q->nanchors++] = s->pc[e].frame;
+			eng->st.prefix_dedupe_pages++;
+		}
+		q->published++;
+	}
+}
+
+/* ------------------------------------------------------------ commit */
+
+void seq_commit(struct engine *eng, struct seq *q, uint32_t n)
+{
+	q->len += n;
+	q->n_new = 0;
+	seq_truncate(eng, q, (uint32_t)pages_for(eng, q->len));
+	seq_publish(eng, q);
+}
+
+void seq_end_write(struct engine *eng, struct seq *q)
+{
+	q->n_new = 0;
+	seq_truncate(eng, q, (uint32_t)pages_for(eng, q->len));
+}
+
+/* ------------------------------------------------------------ alloc */
+
+int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
+		    uint32_t n, uint32_t owner, struct engine_lease *out,
+		    struct errbuf *e)
+{
+	static const uint8_t zero[32];
+	struct share *s = eng->share;
+	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL;
+	uint64_t pages, lid;
+	struct share_lease *l;
+	struct seq *q;
+	uint8_t h[32];
+	int ret;
+
+	if (!n)
+		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": no tokens "
+				  "given", id);
+	if (seq_find(eng, id))
+		return seq_exists(id, e);
+	pages = pages_for(eng, n);
+	full = (n - 1) / eng->P; /* never the whole prompt */
+	ret = plan_frames(eng, id, pages, 0, 0, e);
+	if (ret)
+		return ret;
+	hits = malloc((full ? full : 1) * sizeof(*hits));
+	if (!hits)
+		return errbuf_set(e, -ENOMEM, "out of memory");
+	while (hit < full) {
+		uint32_t pe;
+
+		pc_hash_page(eng, hit ? h : zero, tokens + (uint64_t)hit * eng->P, h);
+		pe = pc_find(eng, h);
+		if (pe == PC_NONE)
+			break;
+		idle_hits += !s->sp[s->pc[pe].frame].refs;
+		hits[hit++] = s->pc[pe].frame;
+	}
+	/* Idle hits are counted evictable now, but they will be ours. */
+	ret = plan_frames(eng, id, pages, pages - hit, idle_hits, e);
+	if (!ret)
+		ret = slease_reserve(eng, e);
+	if (!ret)
+		ret = engine_view_reserve(eng, (uint32_t)pages, e);
+	if (!ret && (seq_table_reserve(&s->seqs) || !(q = seq_new(id, owner)))) {
+		ret = errbuf_set(e, -ENOMEM, "out of memory for a sequence");
+	} else if (!ret && (seq_reserve_pages(q, pages) ||
+			    seq_reserve_tokens(q, n))) {
+		seq_free_mem(q);
+		ret = errbuf_set(e, -ENOMEM, "out of memory for a sequence");
+	}
+	if (ret) {
+		free(hits);
+		return ret;
+	}
+
+	/* Commit point. References first, then eviction. */
+	eng->st.prefix_lookups++;
+	eng->st.prefix_lookup_tokens += n;
+	eng->st.prefix_hit_tokens += (uint64_t)hit * eng->P;
+	for (uint32_t i = 0; i < hit; i++)
+		seq_push_ref(eng, q, hits[i]);
+	free(hits);
+	evict_for_device(eng, (uint32_t)(pages - hit));
+	while (q->npages < pages)
+		seq_push_ref(eng, q, share_frame_alloc(eng));
+	memcpy(q->tokens, tokens, (size_t)n * sizeof(*tokens));
+	q->hashable = true;
+	q->published = hit;
+	q->len = (uint64_t)hit * eng->P;
+	q->n_new = n - hit * eng->P;
+	seq_table_insert(&s->seqs, q);
+	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+	l->seq = q;
+	q->write_lease = lid;
+	eng->st.prepares++;
+	eng->st.hit_tokens += q->len;
+	seq_lease_out(eng, q, lid, q->len, out);
+	return 0;
+}
+
+/* ------------------------------------------------------------ create */
+
+struct src_plan {
+	uint32_t kind;
+	uint64_t tokens;
+	struct history *h;
+	struct chunk *c;
+	struct seq *q;
+};
+
+static int src_resolve(struct engine *eng, const struct kvp_seq_src *src,
+		       uint32_t i, struct src_plan *p, struct errbuf *e)
+{
+	char sid[17];
+
+	*p = (struct src_plan){ .kind = src->kind };
+	switch (src->kind) {
+	case KVP_SRC_USER:
+		p->h = user_table_find(&eng->users, src->id);
+		if (!p->h || !p->h->len)
+			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": user %"
+					  PRIu64 " has nothing cached", i, src->id);
+		if (p->h->start)
+			return errbuf_set(e, -EINVAL, "source %" PRIu32 ": user %"
+					  PRIu64 "'s history starts at token %" PRIu64
+					  " (its head was trimmed): a sequence starts "
+					  "at token 0", i, src->id, p->h->start);
+		p->tokens = src->tokens ? src->tokens : p->h->len;
+		if (p->tokens > p->h->len)
+			return errbuf_set(e, -EINVAL, "source %" PRIu32 ": user %"
+					  PRIu64 " has %" PRIu64 " tokens committed, "
+					  "not %" PRIu64, i, src->id, p->h->len,
+					  p->tokens);
+		return 0;
+	case KVP_SRC_CHUNK:
+		p->c = chunk_find(eng, &src->chunk);
+		chunk_id_short(&src->chunk, sid);
+		if (!p->c)
+			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": chunk %s "
+					  "is not registered (never, or deleted, or "
+					  "evicted)", i, sid);
+		if (p->c->state != KVP_CHUNK_READY)
+			return errbuf_set(e, -EAGAIN, "source %" PRIu32 ": chunk %s "
+					  "is not ready (being filled); retry after "
+					  "it seals", i, sid);
+		p->tokens = p->c->tokens;
+		return 0;
+	case KVP_SRC_SEQ:
+		p->q = seq_find(eng, src->id);
+		if (!p->q || !p->q->len)
+			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": sequence %"
+					  PRIu64 " %s", i, src->id, p->q ?
+					  "has no committed tokens" : "does not exist");
+		p->tokens = p->q->len;
+		return 0;
+	default:
+		return errbuf_set(e, -EINVAL, "source %" PRIu32 ": kind %" PRIu32
+				  " is not user (1), chunk (2) or sequence (3)", i,
+				  src->kind);
+	}
+}
+
+/* Frames the pins of source i take off the evictable lists (once per
+ * history or chunk however often it appears). */
+static uint64_t src_unavailable(const struct src_plan *p, uint32_t i)
+{
+	for (uint32_t j = 0; j < i; j++)
+		if ((p[i].h && p[j].h == p[i].h) || (p[i].c && p[j].c == p[i].c))
+			return 0;
+	if (p[i].h && p[i].h->lru == LRU_DEVICE)
+		return p[i].h->nres[KVP_TIER_DEVICE];
+	if (p[i].c && p[i].c->on_lru)
+		return p[i].c->npages;
+	return 0;
+}
+
+/* Host-only pages of source i's history: the create onloads all of them
+ * (counted once however often the history appears). */
+static uint32_t src_onload(const struct src_plan *p, uint32_t i)
+{
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < i; j++)
+		if (p[i].h && p[j].h == p[i].h)
+			return 0;
+	for (uint64_t k = 0; p[i].h && k < p[i].h->npages; k++)
+		n += p[i].h->pages[k].frame[KVP_TIER_DEVICE] == FRAME_NONE;
+	return n;
+}
+
+static void history_onload_sync(struct engine *eng, struct history *h,
+				uint64_t pages)
+{
+	uint32_t n = 0;
+
+	history_settle(eng, h); /* a lease's onload may still be landing */
+	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
+		   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
+		   eng->layout.page_bytes);
+	for (uint64_t i = 0; i < pages; i++) {
+		if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE)
+			continue;
+		page_set_frame(eng, h, (uint32_t)i, KVP_TIER_DEVICE,
+			       frames_alloc(&eng->frames[KVP_TIER_DEVICE]));
+		copy_page(&eng->copy, h->pages[i].frame[KVP_TIER_DEVICE],
+			  h->pages[i].frame[KVP_TIER_HOST]);
+		n++;
+	}
+	copy_end(&eng->copy, NULL);
+	h->onload_fence = eng->copy.fence;
+	history_settle(eng, h); /* borrowed pages must be there when we return */
+	eng->st.onloaded_pages += n;
+	eng->st.bytes_h2d += eng->copy.bytes;
+}
+
+static void seq_pin(struct engine *eng, struct seq *q, uint32_t kind, void *obj)
+{
+	if (kind == KVP_SRC_USER) {
+		history_pin(eng, obj);
+		eng->seq_pins++;
+	} else {
+		chunk_hold(eng, obj);
+	}
+	q->pins[q->npins++] = (struct seq_pin){ kind, obj };
+}
+
+int share_seq_create(struct engine *eng, uint64_t id,
+		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		     uint32_t owner, struct engine_lease *out, struct errbuf *e)
+{
+	struct src_plan plan[SEQ_MAX_SOURCES];
+	uint64_t total = 0, unavailable = 0, onload = 0, pages, need, lid = 0;
+	uint32_t npins = 0;
+	struct share_lease *l;
+	struct seq *q;
+	bool cow;
+	int ret;
+
+	if (nsrc > SEQ_MAX_SOURCES)
+		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": %" PRIu32
+				  " sources, at most %d", id, nsrc, SEQ_MAX_SOURCES);
+	if (!nsrc && !n_new)
+		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": no sources and "
+				  "no new tokens: nothing to make", id);
+	if (seq_find(eng, id))
+		return seq_exists(id, e);
+	for (uint32_t i = 0; i < nsrc; i++) {
+		ret = src_resolve(eng, &src[i], i, &plan[i], e);
+		if (ret)
+			return ret;
+		if (i + 1 < nsrc && plan[i].tokens % eng->P)
+			return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": source %"
+					  PRIu32 " ends mid-page (%" PRIu64 " tokens, "
+					  "pages of %" PRIu32 "); only the last source "
+					  "may, since a page table has one partial page "
+					  "(compose chunks with kvp_compose instead)",
+					  id, i, plan[i].tokens, eng->P);
+		total += plan[i].tokens;
+		unavailable += src_unavailable(plan, i);
+		onload += src_onload(plan, i);
+		npins += plan[i].q ? plan[i].q->npins : 1;
+	}
+	cow = n_new && total % eng->P;
+	pages = pages_for(eng, total + n_new);
+	need = onload + (pages - pages_for(eng, total)) + cow;
+	ret = plan_frames(eng, id, pages, need, unavailable, e);
+	if (!ret && n_new)
+		ret = slease_reserve(eng, e);
+	if (!ret)
+		ret = engine_view_reserve(eng, (uint32_t)pages, e);
+	if (ret)
+		return ret;
+	if (seq_table_reserve(&eng->share->seqs) || !(q = seq_new(id, owner)))
+		return errbuf_set(e, -ENOMEM, "out of memory for a sequence");
+	q->pins = malloc((npins ? npins : 1) * sizeof(*q->pins));
+	if (!q->pins || seq_reserve_pages(q, pages)) {
+		seq_free_mem(q);
+		return errbuf_set(e, -ENOMEM, "out of memory for a sequence");
+	}
+
+	/* Commit point. Pins and references first, then eviction. */
+	for (uint32_t i = 0; i < nsrc; i++) {
+		struct seq *from = plan[i].q;
+
+		if (!from) {
+			seq_pin(eng, q, plan[i].kind, plan[i].h ? (void *)plan[i].h
+							        : (void *)plan[i].c);
+			continue;
+		}
+		for (uint32_t k = 0; k < from->npins; k++)
+			seq_pin(eng, q, from->pins[k].kind, from->pins[k].obj);
+	}
+	for (uint32_t i = 0; i < nsrc; i++) {
+		uint64_t np = pages_for(eng, plan[i].tokens);
+
+		for (uint64_t k = 0; plan[i].q && k < np; k++)
+			if (plan[i].q->pages[k].kind == SP_REF)
+				sp_ref(eng, plan[i].q->pages[k].frame);
+	}
+	evict_for_device(eng, (uint32_t)need);
+	for (uint32_t i = 0; i < nsrc; i++) {
+		uint64_t np = pages_for(eng, plan[i].tokens);
+
+		if (plan[i].h && src_onload(plan, i))
+			history_onload_sync(eng, plan[i].h, plan[i].h->npages);
+		for (uint64_t k = 0; k < np; k++) {
+			struct seq_page pg;
+
+			if (plan[i].h)
+				pg = (struct seq_page){
+					plan[i].h->pages[k].frame[KVP_TIER_DEVICE],
+					SP_BORROWED };
+			else if (plan[i].c)
+				pg = (struct seq_page){ plan[i].c->frames[k],
+							SP_BORROWED };
+			else
+				pg = plan[i].q->pages[k]; /* referenced above */
+			q->pages[q->npages++] = pg;
+			eng->share->seq_pages += pg.kind == SP_REF;
+		}
+	}
+	q->len = total;
+	if (cow)
+		seq_cow(eng, q);
+	while (q->npages < pages)
+		seq_push_ref(eng, q, share_frame_alloc(eng));
+	q->n_new = n_new;
+	seq_table_insert(&eng->share->seqs, q);
+	if (n_new) {
+		slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+		l->seq = q;
+		q->write_lease = lid;
+	}
+	eng->st.prepares++;
+	eng->st.hit_tokens += total;
+	seq_lease_out(eng, q, lid, total, out);
+	return 0;
+}
+
+/* ------------------------------------------------------------ extend / free */
+
+static int seq_of_owner(struct engine *eng, uint64_t id, uint32_t owner,
+			struct seq **out, struct errbuf *e)
+{
+	struct seq *q = seq_find(eng, id);
+
+	if (!q)
+		return errbuf_set(e, -ENOENT, "sequence %" PRIu64 " does not exist "
+				  "(freed, or its client detached)", id);
+	if (q->owner != owner)
+		return errbuf_set(e, -EPERM, "sequence %" PRIu64 " belongs to client "
+				  "%" PRIu32 "; only it may change or free it "
+				  "(others may use it as a source)", id, q->owner);
+	*out = q;
+	return 0;
+}
+
+int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
+		     const uint32_t *tokens, uint32_t owner,
+		     struct engine_lease *out, struct errbuf *e)
+{
+	struct share_lease *l = NULL;
+	uint64_t pages, need, lid;
+	struct seq *q;
+	bool cow;
+	int ret = seq_of_owner(eng, id, owner, &q, e);
+
+	if (ret)
+		return ret;
+	if (!n_new)
+		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": extend by 0 "
+				  "tokens does nothing", id);
+	if (q->write_lease)
+		l = slease_lookup(eng, q->write_lease);
+	if (l && !l->committed)
+		return errbuf_set(e, -EBUSY, "sequence %" PRIu64 ": its write lease "
+				  "%#" PRIx64 " has not committed; commit or release "
+				  "it first", id, q->write_lease);
+	if (q->len + n_new >= (1ull << 40))
+		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": too long", id);
+	cow = seq_needs_cow(eng, q);
+	pages = pages_for(eng, q->len + n_new);
+	need = pages - q->npages + cow;
+	ret = plan_frames(eng, id, pages, need, 0, e);
+	if (!ret)
+		ret = slease_reserve(eng, e);
+	if (!ret)
+		ret = engine_view_reserve(eng, (uint32_t)pages, e);
+	if (!ret && (seq_reserve_pages(q, pages) ||
+		     (tokens && q->hashable && seq_reserve_tokens(q, q->len + n_new))))
+		ret = errbuf_set(e, -ENOMEM, "out of memory for a sequence");
+	if (ret)
+		return ret;
+
+	/* Commit point. A committed lease still open goes with the new one. */
+	if (l) {
+		slease_put(eng, l);
+		eng->st.releases++;
+	}
+	evict_for_device(eng, (uint32_t)need);
+	if (cow)
+		seq_cow(eng, q);
+	while (q->npages < pages)
+		seq_push_ref(eng, q, share_frame_alloc(eng));
+	if (tokens && q->hashable)
+		memcpy(q->tokens + q->len, tokens, (size_t)n_new * sizeof(*tokens));
+	else
+		q->hashable = false;
+	q->n_new = n_new;
+	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+	l->seq = q;
+	q->write_lease = lid;
+	eng->st.prepares++;
+	seq_lease_out(eng, q, lid, 0, out);
+	return 0;
+}
+
+void seq_destroy(struct engine *eng, struct seq *q)
+{
+	seq_truncate(eng, q, 0);
+	while (q->nanchors)
+		sp_unref(eng, q->anchors[--q->nanchors]);
+	while (q->npins) {
+		struct seq_pin *p = &q->pins[--q->npins];
+
+		if (p->kind == KVP_SRC_USER) {
+			eng->seq_pins--;
+			history_unpin(eng, p->obj);
+		} else {
+			chunk_unhold(eng, p->obj);
+		}
+	}
+	seq_table_remove(&eng->share->seqs, q);
+	seq_free_mem(q);
+}
+
+int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
+		   struct errbuf *e)
+{
+	struct seq *q;
+	int ret = seq_of_owner(eng, id, owner, &q, e);
+
+	if (ret)
+		return ret;
+	if (q->write_lease && slease_lookup(eng, q->write_lease))
+		share_lease_release(eng, q->write_lease, NULL);
+	seq_destroy(eng, q);
+	return 0;
+}
+
+uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
+{
+	struct seq_table *t = &eng->share->seqs;
+	uint32_t n = 0;
+
+	for (uint64_t b = 0; b <= t->mask; b++) {
+		struct seq *q = t->buckets[b], *next;
+
+		for (; q; q = next) {
+			next = q->hnext;
+			if (q->owner != owner)
+				continue;
+			share_seq_free(eng, q->id, owner, NULL);
+			n++;
+		}
+	}
+	return n;
+}
+
+void seq_table_fini(struct engine *eng)
+{
+	struct seq_table *t = &eng->share->seqs;
+
+	for (uint64_t b = 0; b <= t->mask; b++)
+		while (t->buckets[b])
+			seq_destroy(eng, t->buckets[b]);
+	free(t->buckets);
+	t->buckets = NULL;
+}
+
+int share_seq_read_tokens(struct engine *eng, uint64_t id, uint64_t pos,
+			  uint32_t n, void *out, struct errbuf *e)
+{
+	struct seq *q = seq_find(eng, id);
+	unsigned char *dst = out;
+	int ret = 0;
+
+	if (!q)
+		return errbuf_set(e, -ENOENT, "sequence %" PRIu64 " does not exist",
+				  id);
+	if (pos > q->len || n > q->len - pos)
+		return errbuf_set(e, -ERANGE, "sequence %" PRIu64 ": tokens [%" PRIu64
+				  ", %" PRIu64 ") are not all committed", id, pos,
+				  pos + n);
+	for (uint32_t i = 0; i < n && !ret; i++, dst += eng->layout.token_bytes)
+		ret = share_read_token(eng, q->pages[(pos + i) / eng->P].frame,
+				       (uint32_t)((pos + i) % eng->P), dst, e);
+	return ret;
+}
+
+int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e)
+{
+	struct seq_table *t = &eng->share->seqs;
+	uint64_t pins = 0, count = 0, ref_pages = 0;
+
+	for (uint64_t b = 0; b <= t->mask; b++)
+		for (struct seq *q = t->buckets[b]; q; q = q->hnext) {
+			count++;
+			if (q->npages != pages_for(eng, q->len + q->n_new))
+				return errbuf_set(e, -EFAULT, "sequence %" PRIu64 ": %"
+						  PRIu32 " pages for %" PRIu64 " + %"
+						  PRIu32 " tokens", q->id, q->npages,
+						  q->len, q->n_new);
+			for (uint32_t i = 0; i < q->npages; i++) {
+				uint32_t f = q->pages[i].frame;
+
+				if (!frames_in_use(&eng->frames[KVP_TIER_DEVICE], f))
+					return errbuf_set(e, -EFAULT, "sequence %"
+							  PRIu64 " page %" PRIu32
+							  ": frame %" PRIu32 " is free",
+							  q->id, i, f);
+				if (q->pages[i].kind == SP_REF) {
+					refs[f]++;
+					ref_pages++;
+				}
+			}
+			for (uint32_t i = 0; i < q->nanchors; i++)
+				refs[q->anchors[i]]++;
+			for (uint32_t i = 0; i < q->npins; i++)
+				pins += q->pins[i].kind == KVP_SRC_USER;
+		}
+	if (count != t->count || pins != eng->seq_pins ||
+	    ref_pages != eng->share->seq_pages)
+		return errbuf_set(e, -EFAULT, "sequences: table counts %" PRIu64
+				  " (found %" PRIu64 "), history pins %" PRIu64
+				  " (found %" PRIu64 "), pages %" PRIu64 " (found %"
+				  PRIu64 ")", t->count, count, eng->seq_pins, pins,
+				  eng->share->seq_pages, ref_pages);
+	return 0;
+}
