@@ -152,7 +152,8 @@ struct kvp_stats {
 	uint64_t prefix_lookup_tokens; /* tokens those asked about */
 	uint64_t prefix_hit_tokens;    /* tokens found cached */
 	uint64_t prefix_evicted_pages;
-	uint64_t prefix_dedupe_pages;  /* pages a commit found already published: its copy freed */
+	uint64_t prefix_dedupe_pages;  /* pages a commit found published by another sequence
+					* meanwhile (its own copy stays private) */
 	uint64_t seqs;            /* gauge: sequences (seq_alloc / seq_create) alive */
 	uint64_t seq_pages;       /* gauge: device pages sequences own (not borrowed) */
 	uint64_t cow_pages;       /* partial pages copied on write */
