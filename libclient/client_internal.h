@@ -8,7 +8,7 @@
  * libclient reads as attach (client.c) -> rings (ring.c) -> operations
  * (batch.c: async queue/submit/reap and the one path every call takes;
  * calls.c: the synchronous calls on top of it; share.c: the sharing calls,
- * chunk_id.c their id and type names) -> data ops (append.c; on
+ * chunk_id.c, in kvpool_common, their id and type names) -> data ops (append.c; on
  * the cuda backend through cuda.c: the mapping of the GPU pool, the staging
  * ring for slots, and the events commit waits for).
  *

@@ -283,6 +283,10 @@ static void table_sizes_columns_to_widest_cell(void **state)
 
 /* ---------------------------------------------------------------- commands */
 
+/* The clock the renderers count ages from in these tests. */
+#define SEC 1000000000ull
+#define DEMO_NOW (1795000000ull * SEC)
+
 /* Every field a different value, so a field printed under another's name shows. */
 static struct kvp_stats demo_stats(void)
 {
@@ -296,6 +300,13 @@ static struct kvp_stats demo_stats(void)
 		.evicted_pages = 9, .demoted_users = 10, .demoted_pages = 11,
 		.offloaded_pages = 12, .onloaded_pages = 13, .trimmed_pages = 14,
 		.bytes_d2h = 3ull << 20, .bytes_h2d = 16, .clients = 17, .tenants = 18,
+		.prefix_pages = 19, .prefix_idle_pages = 20, .prefix_lookups = 21,
+		.prefix_lookup_tokens = 400, .prefix_hit_tokens = 100,
+		.prefix_evicted_pages = 22, .prefix_dedupe_pages = 23, .seqs = 24,
+		.seq_pages = 25, .cow_pages = 26, .chunks = 27, .chunk_pages = 28,
+		.chunk_bytes = 5ull << 20, .chunk_lookups = 8, .chunk_hits = 6,
+		.chunk_evicted = 29, .chunk_last_access_ns = DEMO_NOW - 90 * SEC,
+		.compositions = 30,
 	};
 
 	return s;
@@ -309,7 +320,7 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 
 	/* One tenant's own client: the scope is that tenant. */
 	s.tenants = 1;
-	render_stats(capture_open(&c), true, &s, false);
+	render_stats(capture_open(&c), true, &s, false, DEMO_NOW);
 	capture_expect(&c,
 		       "{\n"
 		       "  \"scope\": \"tenant\",\n"
@@ -344,13 +355,34 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"onloaded_pages\": 13,\n"
 		       "  \"trimmed_pages\": 14,\n"
 		       "  \"bytes_d2h\": 3145728,\n"
-		       "  \"bytes_h2d\": 16\n"
+		       "  \"bytes_h2d\": 16,\n"
+		       "  \"prefix_pages\": 19,\n"
+		       "  \"prefix_idle_pages\": 20,\n"
+		       "  \"prefix_lookups\": 21,\n"
+		       "  \"prefix_lookup_tokens\": 400,\n"
+		       "  \"prefix_hit_tokens\": 100,\n"
+		       "  \"prefix_evicted_pages\": 22,\n"
+		       "  \"prefix_dedupe_pages\": 23,\n"
+		       "  \"seqs\": 24,\n"
+		       "  \"seq_pages\": 25,\n"
+		       "  \"cow_pages\": 26,\n"
+		       "  \"chunks\": 27,\n"
+		       "  \"chunk_pages\": 28,\n"
+		       "  \"chunk_bytes\": 5242880,\n"
+		       "  \"chunk_lookups\": 8,\n"
+		       "  \"chunk_hits\": 6,\n"
+		       "  \"chunk_evicted\": 29,\n"
+		       "  \"compositions\": 30,\n"
+		       "  \"chunk_last_access_ns\": 1794999910000000000,\n"
+		       "  \"chunk_last_access_age_s\": 90,\n"
+		       "  \"prefix_hit_rate\": 0.2500,\n"
+		       "  \"chunk_hit_rate\": 0.7500\n"
 		       "}\n");
-	render_stats(capture_open(&c), true, &s, true);
+	render_stats(capture_open(&c), true, &s, true, DEMO_NOW);
 	capture_expect_prefix(&c, want_all);
 	/* Sums over several tenants are all tenants' (a tenantless admin). */
 	s.tenants = 2;
-	render_stats(capture_open(&c), true, &s, false);
+	render_stats(capture_open(&c), true, &s, false, DEMO_NOW);
 	capture_expect_prefix(&c, want_all);
 }
 
@@ -359,7 +391,7 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 	struct kvp_stats s = demo_stats();
 	struct capture c;
 
-	render_stats(capture_open(&c), false, &s, true);
+	render_stats(capture_open(&c), false, &s, true, DEMO_NOW);
 	capture_expect(&c,
 		       "scope: all tenants\n"
 		       "\n"
@@ -385,7 +417,28 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "onloaded_pages    13\n"
 		       "trimmed_pages     14\n"
 		       "bytes_d2h         3145728 (3.0 MiB)\n"
-		       "bytes_h2d         16\n");
+		       "bytes_h2d         16\n"
+		       "\n"
+		       "prefix_pages      19\n"
+		       "prefix_idle_pages 20\n"
+		       "prefix_lookups    21\n"
+		       "prefix_lookup_tokens 400\n"
+		       "prefix_hit_tokens 100\n"
+		       "prefix_evicted_pages 22\n"
+		       "prefix_dedupe_pages 23\n"
+		       "seqs              24\n"
+		       "seq_pages         25\n"
+		       "cow_pages         26\n"
+		       "chunks            27\n"
+		       "chunk_pages       28\n"
+		       "chunk_bytes       5242880 (5.0 MiB)\n"
+		       "chunk_lookups     8\n"
+		       "chunk_hits        6\n"
+		       "chunk_evicted     29\n"
+		       "compositions      30\n"
+		       "chunk_last_access 90s ago\n"
+		       "prefix_hit_rate   25.0%\n"
+		       "chunk_hit_rate    75.0%\n");
 }
 
 static const struct kvp_user_info demo_users[] = {
@@ -556,6 +609,173 @@ static void evict_and_offload_say_what_was_freed(void **state)
 	capture_expect(&c, "{\n  \"all\": false,\n  \"user\": 7,\n  \"pages_copied\": 1\n}\n");
 }
 
+/* ---------------------------------------------------------------- chunks */
+
+static void chunk_ids_parse_as_prefixes_and_format_back(void **state)
+{
+	struct kvp_chunk_id id;
+	char out[65], hex[65];
+
+	assert_int_equal(parse_chunk_prefix("0123ABCDef", out), 10);
+	assert_string_equal(out, "0123abcdef");
+	assert_int_equal(parse_chunk_prefix("", out), -EINVAL);
+	assert_int_equal(parse_chunk_prefix("12g4", out), -EINVAL);
+	assert_int_equal(parse_chunk_prefix("0x12", out), -EINVAL);
+	memset(hex, 'a', 65);
+	hex[64] = '\0';
+	assert_int_equal(parse_chunk_prefix(hex, out), 64);
+	{
+		char longer[66];
+
+		memset(longer, 'b', 65);
+		longer[65] = '\0';
+		assert_int_equal(parse_chunk_prefix(longer, out), -EINVAL);
+	}
+	for (int i = 0; i < KVP_CHUNK_ID_BYTES; i++)
+		id.b[i] = (uint8_t)(i * 9 + 1);
+	kvp_chunk_id_format(&id, hex);
+	assert_int_equal(strlen(hex), 64);
+	assert_memory_equal(hex, "01", 2);
+	{
+		struct kvp_chunk_id back;
+
+		assert_int_equal(kvp_chunk_id_parse(&back, hex), 0);
+		assert_memory_equal(&back, &id, sizeof(id));
+		assert_int_equal(kvp_chunk_id_parse(&back, "abc"), -EINVAL);
+	}
+	assert_string_equal(kvp_chunk_type_name(KVP_CHUNK_CONTEXT), "context");
+	assert_int_equal(kvp_chunk_type_parse("query"), KVP_CHUNK_QUERY);
+	assert_int_equal(kvp_chunk_type_parse("Query"), -EINVAL);
+	assert_null(kvp_chunk_type_name(0));
+	assert_null(kvp_chunk_type_name(4));
+}
+
+static void fmt_age_counts_in_the_largest_sensible_unit(void **state)
+{
+	char buf[16];
+
+	fmt_age(buf, sizeof(buf), DEMO_NOW, 0);
+	assert_string_equal(buf, "-");
+	fmt_age(buf, sizeof(buf), DEMO_NOW, DEMO_NOW + SEC);
+	assert_string_equal(buf, "0s");
+	fmt_age(buf, sizeof(buf), DEMO_NOW, DEMO_NOW - 119 * SEC);
+	assert_string_equal(buf, "119s");
+	fmt_age(buf, sizeof(buf), DEMO_NOW, DEMO_NOW - 120 * SEC);
+	assert_string_equal(buf, "2m");
+	fmt_age(buf, sizeof(buf), DEMO_NOW, DEMO_NOW - 3 * 3600 * SEC);
+	assert_string_equal(buf, "3h");
+	fmt_age(buf, sizeof(buf), DEMO_NOW, DEMO_NOW - 50 * 3600 * SEC);
+	assert_string_equal(buf, "2d");
+}
+
+static struct kvp_chunk_info demo_chunk(uint8_t first, uint32_t type,
+					uint32_t state, const char *meta)
+{
+	struct kvp_chunk_info ci = {
+		.type = type, .state = state, .tokens = 100, .pages = 7,
+		.bytes = 7 * 4096, .holders = 2, .filler = state == KVP_CHUNK_FILLING ? 5 : 0,
+		.created_ns = DEMO_NOW - 7200 * SEC, .last_access_ns = DEMO_NOW - 5 * SEC,
+		.hits = 3,
+	};
+
+	for (int i = 0; i < KVP_CHUNK_ID_BYTES; i++)
+		ci.id.b[i] = (uint8_t)(first + i);
+	snprintf(ci.meta, sizeof(ci.meta), "%s", meta);
+	return ci;
+}
+
+static void chunks_table_cuts_ids_and_sanitizes_metadata(void **state)
+{
+	struct kvp_chunk_info rows[2] = {
+		demo_chunk(0x10, KVP_CHUNK_SYSTEM, KVP_CHUNK_READY, "doc=a,lang=en"),
+		demo_chunk(0xa0, KVP_CHUNK_CONTEXT, KVP_CHUNK_FILLING, "evil=\x1b[31m"),
+	};
+	struct capture c;
+
+	rows[1].last_access_ns = 0;
+	render_chunks(capture_open(&c), false, rows, 2, DEMO_NOW);
+	capture_expect(&c,
+		       "ID                TYPE     STATE    TOKENS  PAGES     BYTES  HOLDERS  HITS  LAST  META\n"
+		       "1011121314151617  system   ready       100      7  28.0 KiB        2     3    5s  doc=a,lang=en\n"
+		       "a0a1a2a3a4a5a6a7  context  filling     100      7  28.0 KiB        2     3     -  evil=?[31m\n");
+	render_chunks(capture_open(&c), false, rows, 0, DEMO_NOW);
+	capture_expect(&c, "ID  TYPE  STATE  TOKENS  PAGES  BYTES  HOLDERS  HITS  LAST  META\n");
+}
+
+static void chunks_json_has_every_field_and_the_full_id(void **state)
+{
+	struct kvp_chunk_info row = demo_chunk(0x00, KVP_CHUNK_QUERY, KVP_CHUNK_READY,
+					       "q=\"1\"");
+	struct capture c;
+
+	render_chunks(capture_open(&c), true, &row, 1, DEMO_NOW);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"chunks\": [\n"
+		       "    {\n"
+		       "      \"id\": \"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\",\n"
+		       "      \"type\": \"query\",\n"
+		       "      \"state\": \"ready\",\n"
+		       "      \"tokens\": 100,\n"
+		       "      \"pages\": 7,\n"
+		       "      \"bytes\": 28672,\n"
+		       "      \"holders\": 2,\n"
+		       "      \"filler\": 0,\n"
+		       "      \"hits\": 3,\n"
+		       "      \"created_ns\": 1794992800000000000,\n"
+		       "      \"last_access_ns\": 1794999995000000000,\n"
+		       "      \"last_access_age_s\": 5,\n"
+		       "      \"meta\": \"q=\\\"1\\\"\"\n"
+		       "    }\n"
+		       "  ],\n"
+		       "  \"count\": 1\n"
+		       "}\n");
+}
+
+static void chunk_shows_one_chunk_in_full(void **state)
+{
+	struct kvp_chunk_info ci = demo_chunk(0xf0, KVP_CHUNK_CONTEXT,
+					      KVP_CHUNK_FILLING, "");
+	struct capture c;
+
+	render_chunk(capture_open(&c), false, &ci, DEMO_NOW);
+	capture_expect(&c,
+		       "id           f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff000102030405060708090a0b0c0d0e0f\n"
+		       "type         context\n"
+		       "state        filling\n"
+		       "tokens       100\n"
+		       "pages        7\n"
+		       "bytes        28672 (28.0 KiB)\n"
+		       "holders      2\n"
+		       "filler       client 5\n"
+		       "hits         3\n"
+		       "created      2h ago\n"
+		       "last_access  5s ago\n"
+		       "meta         -\n");
+}
+
+static void chunk_ops_say_how_many_were_deleted(void **state)
+{
+	struct chunk_op_result r = { .op = "clear", .type = KVP_CHUNK_CONTEXT, .count = 3 };
+	struct capture c;
+
+	render_chunk_op(capture_open(&c), false, &r);
+	capture_expect(&c, "clear chunks (type context): 3 chunks deleted\n");
+	r.type = 0;
+	r.count = 1;
+	render_chunk_op(capture_open(&c), true, &r);
+	capture_expect(&c, "{\n  \"op\": \"clear\",\n  \"type\": \"all\",\n"
+		       "  \"chunks_deleted\": 1\n}\n");
+	r = (struct chunk_op_result){ .op = "evict_unused", .max_age_s = 60 };
+	render_chunk_op(capture_open(&c), false, &r);
+	capture_expect(&c, "evict unused chunks (idle 60 s or more): 0 chunks deleted\n");
+	r = (struct chunk_op_result){ .op = "delete", .count = 1 };
+	memset(r.id, 'c', 64);
+	render_chunk_op(capture_open(&c), true, &r);
+	capture_expect(&c, "{\n  \"op\": \"delete\",\n  \"id\": \"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\",\n"
+		       "  \"chunks_deleted\": 1\n}\n");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -577,6 +797,12 @@ int main(void)
 		cmocka_unit_test(user_shows_len_zero_as_nothing_cached),
 		cmocka_unit_test(clients_escape_hostile_names),
 		cmocka_unit_test(evict_and_offload_say_what_was_freed),
+		cmocka_unit_test(chunk_ids_parse_as_prefixes_and_format_back),
+		cmocka_unit_test(fmt_age_counts_in_the_largest_sensible_unit),
+		cmocka_unit_test(chunks_table_cuts_ids_and_sanitizes_metadata),
+		cmocka_unit_test(chunks_json_has_every_field_and_the_full_id),
+		cmocka_unit_test(chunk_shows_one_chunk_in_full),
+		cmocka_unit_test(chunk_ops_say_how_many_were_deleted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

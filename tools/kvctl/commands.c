@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvctl.h"
 
@@ -128,6 +129,16 @@ static int list_all(struct kvp_client *c, struct list *l)
 	return KVCTL_EXIT_OK;
 }
 
+/* Ages are counted from the operator's clock: the daemon stamps chunks
+ * with CLOCK_REALTIME on the same machine. */
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct kvp_stats s;
@@ -143,7 +154,7 @@ int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
 				"'kvctl stats --all-tenants'\n");
 		return KVCTL_EXIT_FAIL;
 	}
-	render_stats(stdout, a->json, &s, a->all_tenants);
+	render_stats(stdout, a->json, &s, a->all_tenants, now_ns());
 	return KVCTL_EXIT_OK;
 }
 
@@ -190,11 +201,144 @@ int cmd_clients(struct kvp_client *c, const struct kvctl_args *a)
 	return status;
 }
 
+/* ------------------------------------------------------------ chunks */
+
+/* Every chunk of type matching filter, in id order; *rows is the caller's
+ * to free. Returns the exit status (a failure has been reported). */
+static int chunks_all(struct kvp_client *c, uint32_t type, const char *filter,
+		      struct kvp_chunk_info **rows, size_t *n)
+{
+	size_t cap = 0;
+	int more = 1;
+
+	*rows = NULL;
+	*n = 0;
+	while (more) {
+		const struct kvp_chunk_id *after = *n ? &(*rows)[*n - 1].id : NULL;
+		struct kvp_chunk_id last;
+		int rc;
+
+		if (grow((void **)rows, &cap, *n, LIST_BATCH, sizeof(**rows)) < 0) {
+			fprintf(stderr, "kvctl: chunks: out of memory after %zu rows\n", *n);
+			return KVCTL_EXIT_FAIL;
+		}
+		/* The cursor must not live in the buffer that grows. */
+		if (after) {
+			last = *after;
+			after = &last;
+		}
+		more = 0;
+		rc = kvp_chunk_list(c, type, filter, after, *rows + *n, LIST_BATCH, &more);
+		if (rc < 0)
+			return op_fail(c, rc, "chunks");
+		if ((uint32_t)rc > LIST_BATCH || (more && rc == 0)) {
+			fprintf(stderr, "kvctl: chunks: daemon returned %d rows (more %d) for "
+				"a page of %u; stopping\n", rc, more, LIST_BATCH);
+			return KVCTL_EXIT_FAIL;
+		}
+		*n += (size_t)rc;
+	}
+	return KVCTL_EXIT_OK;
+}
+
+/*
+ * The chunk a typed id names: the full id as is; a prefix must match
+ * exactly one chunk of the tenant. Returns the exit status.
+ */
+static int chunk_resolve(struct kvp_client *c, const char *hex,
+			 struct kvp_chunk_id *id)
+{
+	struct kvp_chunk_info *rows;
+	size_t n, len = strlen(hex), found = 0;
+	char full[65];
+	int status;
+
+	if (kvp_chunk_id_parse(id, hex) == 0)
+		return KVCTL_EXIT_OK;
+	status = chunks_all(c, 0, NULL, &rows, &n);
+	if (status != KVCTL_EXIT_OK)
+		return status;
+	for (size_t i = 0; i < n; i++) {
+		kvp_chunk_id_format(&rows[i].id, full);
+		if (strncmp(full, hex, len) == 0) {
+			if (!found++)
+				*id = rows[i].id;
+		}
+	}
+	free(rows);
+	if (found == 1)
+		return KVCTL_EXIT_OK;
+	if (!found)
+		fprintf(stderr, "kvctl: no chunk id starts with '%s' in this tenant; "
+			"see 'kvctl chunks'\n", hex);
+	else
+		fprintf(stderr, "kvctl: '%s' is the start of %zu chunk ids; give more "
+			"digits (or all 64)\n", hex, found);
+	return KVCTL_EXIT_FAIL;
+}
+
+int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct chunk_op_result r = { .type = a->chunk_type, .max_age_s = a->max_age_s };
+	struct kvp_chunk_info *rows;
+	size_t n;
+	int rc;
+
+	if (a->clear || a->evict_unused) {
+		r.op = a->clear ? "clear" : "evict_unused";
+		rc = a->clear ? kvp_chunk_clear(c, a->chunk_type) :
+		     kvp_chunk_evict_unused(c, a->max_age_s);
+		if (rc < 0)
+			return op_fail(c, rc, "chunks");
+		r.count = (uint64_t)rc;
+		render_chunk_op(stdout, a->json, &r);
+		return KVCTL_EXIT_OK;
+	}
+	rc = chunks_all(c, a->chunk_type, a->filter, &rows, &n);
+	if (rc == KVCTL_EXIT_OK)
+		render_chunks(stdout, a->json, rows, n, now_ns());
+	free(rows);
+	return rc;
+}
+
+int cmd_chunk(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_chunk_info ci;
+	struct kvp_chunk_id id;
+	int rc = chunk_resolve(c, a->chunk, &id);
+
+	if (rc != KVCTL_EXIT_OK)
+		return rc;
+	rc = kvp_chunk_get(c, &id, &ci);
+	if (rc < 0)
+		return op_fail(c, rc, "chunk");
+	render_chunk(stdout, a->json, &ci, now_ns());
+	return KVCTL_EXIT_OK;
+}
+
+static int evict_chunk(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct chunk_op_result r = { .op = "delete", .count = 1 };
+	struct kvp_chunk_id id;
+	int rc = chunk_resolve(c, a->chunk, &id);
+
+	if (rc != KVCTL_EXIT_OK)
+		return rc;
+	rc = kvp_chunk_delete(c, &id);
+	if (rc < 0)
+		return op_fail(c, rc, "evict --chunk");
+	kvp_chunk_id_format(&id, r.id);
+	render_chunk_op(stdout, a->json, &r);
+	return KVCTL_EXIT_OK;
+}
+
 int cmd_evict(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct op_result r = { .all = a->all, .user = a->user, .sel = a->sel };
 	int rc;
 
+	if (a->has_chunk)
+		return evict_chunk(c, a);
 	if (a->all)
 		rc = kvp_evict_all(c, a->sel);
 	else

@@ -33,6 +33,11 @@ enum opt_id {
 	OPT_USER,
 	OPT_ALL,
 	OPT_TIER,
+	OPT_CHUNK,
+	OPT_TYPE,
+	OPT_FILTER,
+	OPT_CLEAR,
+	OPT_EVICT_UNUSED,
 	NOPTS,
 };
 
@@ -55,6 +60,12 @@ static const struct opt_spec {
 	[OPT_USER] = { "user", 0, "ID", "the user id (decimal, 0 to 2^64-1)" },
 	[OPT_ALL] = { "all", 0, NULL, "every user of every tenant (admin)" },
 	[OPT_TIER] = { "tier", 0, "TIER", "device, host or all (default: all)" },
+	[OPT_CHUNK] = { "chunk", 0, "ID", "a chunk id: 64 hex digits or a unique prefix" },
+	[OPT_TYPE] = { "type", 0, "TYPE", "chunk type: system, context or query (default: all)" },
+	[OPT_FILTER] = { "filter", 0, "K=V,...", "only chunks whose metadata has every pair" },
+	[OPT_CLEAR] = { "clear", 0, NULL, "delete every chunk (of --type)" },
+	[OPT_EVICT_UNUSED] = { "evict-unused", 0, "SECONDS",
+			       "delete ready chunks nobody holds, idle that long" },
 };
 
 /* The command line as read, before it is given meaning. */
@@ -88,6 +99,10 @@ static int check_user(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 		      struct kvctl_args *a);
 static int check_target(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			struct kvctl_args *a);
+static int check_chunks(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+			struct kvctl_args *a);
+static int check_chunk(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+		       struct kvctl_args *a);
 
 static const struct kvctl_cmd cmds[] = {
 	{ "stats", "[--all-tenants]",
@@ -102,12 +117,20 @@ static const struct kvctl_cmd cmds[] = {
 	{ "clients", "",
 	  "list attached clients (admin)",
 	  0, 0, check_none, cmd_clients },
-	{ "evict", "--user ID | --all [--tier device|host|all]",
-	  "drop a user's pages, or every unleased user's (admin), from a tier",
-	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_TIER), 0, check_target, cmd_evict },
+	{ "evict", "--user ID | --all [--tier device|host|all] | --chunk ID",
+	  "drop a user's pages, or every unleased user's (admin), or a chunk",
+	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_TIER) | BIT(OPT_CHUNK), 0,
+	  check_target, cmd_evict },
 	{ "offload", "--user ID | --all",
 	  "copy a user's device pages, or everyone's (admin), to the host tier",
 	  BIT(OPT_USER) | BIT(OPT_ALL), 0, check_target, cmd_offload },
+	{ "chunks", "[--type T] [--filter K=V,...] | --clear [--type T] | --evict-unused SECONDS",
+	  "list the tenant's chunks; or delete them (all, or of a type), or the idle ones",
+	  BIT(OPT_TYPE) | BIT(OPT_FILTER) | BIT(OPT_CLEAR) | BIT(OPT_EVICT_UNUSED), 0,
+	  check_chunks, cmd_chunks },
+	{ "chunk", "ID",
+	  "one chunk: type, state, tokens, pages, holders, hits, metadata",
+	  0, 1, check_chunk, cmd_chunk },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -125,7 +148,7 @@ static const struct kvctl_cmd *find_cmd(const char *name)
 static void print_opt(FILE *f, enum opt_id o)
 {
 	const struct opt_spec *s = &opt_specs[o];
-	char lhs[48];
+	char lhs[56];
 
 	if (s->short_name)
 		snprintf(lhs, sizeof(lhs), "-%c, --%s%s%s", s->short_name, s->name,
@@ -326,7 +349,67 @@ static int check_user(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 	return user_id(cmd, "", cl->pos[1], &a->user);
 }
 
-/* evict and offload: exactly one of --user ID and --all; evict's --tier. */
+static int chunk_id(const struct kvctl_cmd *cmd, const char *opt, const char *s,
+		    struct kvctl_args *a)
+{
+	if (parse_chunk_prefix(s, a->chunk) < 0)
+		return usage_error(cmd, "%s'%s' is not a chunk id; give its 64 hex "
+				   "digits or a prefix of them (as 'kvctl chunks' shows)",
+				   opt, s);
+	a->has_chunk = true;
+	return 0;
+}
+
+static int check_chunk(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+		       struct kvctl_args *a)
+{
+	return chunk_id(cmd, "", cl->pos[1], a);
+}
+
+/* chunks: list (with --type, --filter), --clear (with --type) or
+ * --evict-unused, one at a time. */
+static int check_chunks(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+			struct kvctl_args *a)
+{
+	const char *t = cl->val[OPT_TYPE];
+	uint64_t secs;
+	int type;
+
+	a->clear = cl->seen & BIT(OPT_CLEAR);
+	a->evict_unused = cl->seen & BIT(OPT_EVICT_UNUSED);
+	if (a->clear && a->evict_unused)
+		return usage_error(cmd, "give --clear or --evict-unused, not both");
+	if ((a->clear || a->evict_unused) && (cl->seen & BIT(OPT_FILTER)))
+		return usage_error(cmd, "--filter only selects what is listed; it does "
+				   "not apply to --clear or --evict-unused");
+	if (a->evict_unused && (cl->seen & BIT(OPT_TYPE)))
+		return usage_error(cmd, "--evict-unused applies to every type; drop --type");
+	if (cl->seen & BIT(OPT_TYPE)) {
+		type = kvp_chunk_type_parse(t);
+		if (type < 0)
+			return usage_error(cmd, "--type: '%s' is not a chunk type; valid "
+					   "types: system, context, query", t);
+		a->chunk_type = (uint32_t)type;
+	}
+	if (cl->seen & BIT(OPT_FILTER)) {
+		a->filter = cl->val[OPT_FILTER];
+		if (!strchr(a->filter, '=') || strlen(a->filter) >= KVP_CHUNK_META_MAX)
+			return usage_error(cmd, "--filter: '%s' is not a list of key=value "
+					   "pairs (k=v,k2=v2, under %d bytes)", a->filter,
+					   KVP_CHUNK_META_MAX);
+	}
+	if (a->evict_unused) {
+		if (parse_u64(cl->val[OPT_EVICT_UNUSED], &secs) < 0 || secs > UINT32_MAX)
+			return usage_error(cmd, "--evict-unused: '%s' is not a number of "
+					   "seconds (0 to %" PRIu32 ")",
+					   cl->val[OPT_EVICT_UNUSED], UINT32_MAX);
+		a->max_age_s = (uint32_t)secs;
+	}
+	return 0;
+}
+
+/* evict and offload: exactly one of --user ID and --all; evict's --tier;
+ * or evict --chunk ID alone. */
 static int check_target(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			struct kvctl_args *a)
 {
@@ -334,6 +417,12 @@ static int check_target(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 	int rc;
 
 	a->all = cl->seen & BIT(OPT_ALL);
+	if (cl->seen & BIT(OPT_CHUNK)) {
+		if (user || a->all || (cl->seen & BIT(OPT_TIER)))
+			return usage_error(cmd, "--chunk ID deletes one chunk; it does not "
+					   "combine with --user, --all or --tier");
+		return chunk_id(cmd, "--chunk: ", cl->val[OPT_CHUNK], a);
+	}
 	if (user && a->all)
 		return usage_error(cmd, "give --user ID or --all, not both");
 	if (!user && !a->all)

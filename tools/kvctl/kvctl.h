@@ -9,7 +9,7 @@
  *   render.c    turns what a command fetched into a table or one JSON object;
  *   output.c    sizes, percentages, text for a terminal and the table printer
  *               (the JSON writer is tools/common/json.c, shared with kvbench);
- *   parse.c     strict parsing of user ids, counts and tier names.
+ *   parse.c     strict parsing of user ids, counts, tier names, chunk ids.
  * render.c, output.c and parse.c do no I/O but to the FILE they are given,
  * so tests/unit/test_kvctl_output.c checks them byte for byte.
  */
@@ -45,6 +45,13 @@ int parse_tier_sel(const char *s, uint32_t *sel);
 /* The name parse_tier_sel() reads for sel; "?" for no valid selection. */
 const char *tier_sel_name(uint32_t sel);
 
+/*
+ * A chunk id as typed: 1 to 64 hex digits (the full id, or a prefix such as
+ * the 16 digits `kvctl chunks` shows), written lowercase into out. Returns
+ * the number of digits, or -EINVAL.
+ */
+int parse_chunk_prefix(const char *s, char out[65]);
+
 /* ---------------------------------------------------------------- output.c */
 
 /*
@@ -55,6 +62,10 @@ int fmt_bytes(char *buf, size_t len, uint64_t bytes);
 
 /* part of whole as a percentage rounded down to 0.1 ("25.0%"); "-" when whole is 0. */
 int fmt_percent(char *buf, size_t len, uint64_t part, uint64_t whole);
+
+/* How long ago then_ns was at now_ns (CLOCK_REALTIME): "42s", "5m", "3h",
+ * "2d"; "-" when then_ns is 0 (never); "0s" when it is in the future. */
+int fmt_age(char *buf, size_t len, uint64_t now_ns, uint64_t then_ns);
 
 /*
  * Copy at most srclen bytes of src (stopping at a NUL) into dst for a
@@ -86,9 +97,10 @@ void table_print(FILE *f, const struct table_col *cols, size_t ncols,
 
 /* ---------------------------------------------------------------- render.c */
 
-/* Each writes one JSON object when json is set, else the human form. */
+/* Each writes one JSON object when json is set, else the human form.
+ * now_ns (CLOCK_REALTIME) is what ages are counted from. */
 void render_stats(FILE *f, bool json, const struct kvp_stats *s,
-		  bool all_tenants);
+		  bool all_tenants, uint64_t now_ns);
 void render_user(FILE *f, bool json, const struct kvp_user_info *u);
 /* with_tenant: add the TENANT column (admins see every tenant's users);
  * truncated: --limit stopped the listing while the daemon had more. */
@@ -109,6 +121,25 @@ struct op_result {
 void render_evict(FILE *f, bool json, const struct op_result *r);
 void render_offload(FILE *f, bool json, const struct op_result *r);
 
+/* kvctl chunks: one row per chunk, the id cut to 16 hex digits in the
+ * table (full in JSON). */
+void render_chunks(FILE *f, bool json, const struct kvp_chunk_info *rows,
+		   size_t n, uint64_t now_ns);
+/* kvctl chunk ID: every field of one chunk. */
+void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
+		  uint64_t now_ns);
+
+/* What chunks --clear, chunks --evict-unused or evict --chunk did. */
+struct chunk_op_result {
+	const char *op;     /* "clear", "evict_unused", "delete" */
+	uint32_t type;      /* clear: enum kvp_chunk_type, 0 all */
+	uint32_t max_age_s; /* evict_unused */
+	char id[65];        /* delete: the full id */
+	uint64_t count;     /* chunks deleted */
+};
+
+void render_chunk_op(FILE *f, bool json, const struct chunk_op_result *r);
+
 /* ---------------------------------------------------------------- commands.c */
 
 /* Everything the command line said, parsed and checked by kvctl.c. */
@@ -119,6 +150,13 @@ struct kvctl_args {
 	uint64_t user;        /* user: the ID argument; evict, offload: --user */
 	uint32_t sel;         /* evict: enum kvp_tier_sel, KVP_SEL_ALL by default */
 	uint64_t limit;       /* users: 0 = no limit */
+	uint32_t chunk_type;  /* chunks: --type, 0 = all */
+	const char *filter;   /* chunks: --filter k=v,... (NULL: none) */
+	bool clear;           /* chunks --clear */
+	bool evict_unused;    /* chunks --evict-unused SECONDS */
+	uint32_t max_age_s;
+	char chunk[65];       /* chunk ID, evict --chunk ID: hex digits typed */
+	bool has_chunk;
 };
 
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);
@@ -127,5 +165,7 @@ int cmd_user(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_clients(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_evict(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_offload(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_chunk(struct kvp_client *c, const struct kvctl_args *a);
 
 #endif /* KVCTL_H */

@@ -47,6 +47,23 @@ int fmt_percent(char *buf, size_t len, uint64_t part, uint64_t whole)
 			(unsigned long long)(tenths % 10));
 }
 
+int fmt_age(char *buf, size_t len, uint64_t now_ns, uint64_t then_ns)
+{
+	uint64_t s;
+
+	if (then_ns == 0)
+		return snprintf(buf, len, "-");
+	s = now_ns > then_ns ? (now_ns - then_ns) / 1000000000ull : 0;
+	/* Two of a unit before the next: "90s", not "1m". */
+	if (s < 120)
+		return snprintf(buf, len, "%llus", (unsigned long long)s);
+	if (s < 120 * 60)
+		return snprintf(buf, len, "%llum", (unsigned long long)(s / 60));
+	if (s < 48 * 3600)
+		return snprintf(buf, len, "%lluh", (unsigned long long)(s / 3600));
+	return snprintf(buf, len, "%llud", (unsigned long long)(s / 86400));
+}
+
 /* ---------------------------------------------------------------- text */
 
 size_t text_sanitize(char *dst, size_t dstlen, const char *src, size_t srclen)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * parse.c - strict parsing of what an operator types: user ids, counts and
- * tier selections. Nothing here prints; kvctl.c turns the -errno into a
- * message that names the option and says what is valid.
+ * parse.c - strict parsing of what an operator types: user ids, counts,
+ * tier selections and chunk ids. Nothing here prints; kvctl.c turns the
+ * -errno into a message that names the option and says what is valid.
  */
 #include <errno.h>
 #include <string.h>
@@ -65,4 +65,23 @@ const char *tier_sel_name(uint32_t sel)
 		if (tier_sels[i].sel == sel)
 			return tier_sels[i].name;
 	return "?";
+}
+
+int parse_chunk_prefix(const char *s, char out[65])
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > 64)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (c >= 'A' && c <= 'F')
+			c = (char)(c - 'A' + 'a');
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return -EINVAL;
+		out[i] = c;
+	}
+	out[n] = '\0';
+	return (int)n;
 }

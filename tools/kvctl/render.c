@@ -49,6 +49,38 @@ static const struct stat_field stat_counters[] = {
 	STAT(bytes_h2d, true),
 };
 
+/* Sharing: the prefix cache, sequences, chunks, compositions. */
+static const struct stat_field stat_share[] = {
+	STAT(prefix_pages, false),
+	STAT(prefix_idle_pages, false),
+	STAT(prefix_lookups, false),
+	STAT(prefix_lookup_tokens, false),
+	STAT(prefix_hit_tokens, false),
+	STAT(prefix_evicted_pages, false),
+	STAT(prefix_dedupe_pages, false),
+	STAT(seqs, false),
+	STAT(seq_pages, false),
+	STAT(cow_pages, false),
+	STAT(chunks, false),
+	STAT(chunk_pages, false),
+	STAT(chunk_bytes, true),
+	STAT(chunk_lookups, false),
+	STAT(chunk_hits, false),
+	STAT(chunk_evicted, false),
+	STAT(compositions, false),
+};
+
+/* A rate as a JSON number in [0, 1] with 4 decimals, null when nothing
+ * was asked. */
+static void rate_json(struct json *j, const char *key, uint64_t part,
+		      uint64_t whole)
+{
+	if (whole)
+		json_f64(j, key, (double)part / (double)whole, 4);
+	else
+		json_null(j, key);
+}
+
 static uint64_t stat_value(const struct kvp_stats *s, const struct stat_field *f)
 {
 	uint64_t v;
@@ -64,7 +96,8 @@ static const char *tier_name(size_t t)
 	return n ? n : "?";
 }
 
-static void stats_json(FILE *f, const struct kvp_stats *s, bool all_tenants)
+static void stats_json(FILE *f, const struct kvp_stats *s, bool all_tenants,
+		       uint64_t now_ns)
 {
 	struct json j;
 
@@ -86,6 +119,16 @@ static void stats_json(FILE *f, const struct kvp_stats *s, bool all_tenants)
 		json_u64(&j, stat_gauges[i].name, stat_value(s, &stat_gauges[i]));
 	for (size_t i = 0; i < NELEM(stat_counters); i++)
 		json_u64(&j, stat_counters[i].name, stat_value(s, &stat_counters[i]));
+	for (size_t i = 0; i < NELEM(stat_share); i++)
+		json_u64(&j, stat_share[i].name, stat_value(s, &stat_share[i]));
+	json_u64(&j, "chunk_last_access_ns", s->chunk_last_access_ns);
+	if (s->chunk_last_access_ns)
+		json_u64(&j, "chunk_last_access_age_s", now_ns > s->chunk_last_access_ns ?
+			 (now_ns - s->chunk_last_access_ns) / 1000000000ull : 0);
+	else
+		json_null(&j, "chunk_last_access_age_s");
+	rate_json(&j, "prefix_hit_rate", s->prefix_hit_tokens, s->prefix_lookup_tokens);
+	rate_json(&j, "chunk_hit_rate", s->chunk_hits, s->chunk_lookups);
 	json_end(&j);
 }
 
@@ -108,6 +151,15 @@ static void tier_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
 	}
 }
 
+/* Names line up at 17 columns; the longer sharing names get one more space
+ * than their length so the value never touches them. */
+static int stat_width(const struct stat_field *sf)
+{
+	int n = (int)strlen(sf->name);
+
+	return n < 17 ? 17 : n;
+}
+
 static void stat_line(FILE *f, const struct kvp_stats *s, const struct stat_field *sf)
 {
 	uint64_t v = stat_value(s, sf);
@@ -115,19 +167,22 @@ static void stat_line(FILE *f, const struct kvp_stats *s, const struct stat_fiel
 
 	if (sf->bytes && v >= 1024) {
 		fmt_bytes(size, sizeof(size), v);
-		fprintf(f, "%-17s %" PRIu64 " (%s)\n", sf->name, v, size);
+		fprintf(f, "%-*s %" PRIu64 " (%s)\n", stat_width(sf), sf->name, v, size);
 	} else {
-		fprintf(f, "%-17s %" PRIu64 "\n", sf->name, v);
+		fprintf(f, "%-*s %" PRIu64 "\n", stat_width(sf), sf->name, v);
 	}
 }
 
-void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenants)
+void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenants,
+		  uint64_t now_ns)
 {
+	char buf[32];
+
 	/* A tenant's own client always sums exactly one tenant; more means the
 	 * daemon answered for several (an admin with no tenant of its own). */
 	all_tenants = all_tenants || s->tenants > 1;
 	if (json) {
-		stats_json(f, s, all_tenants);
+		stats_json(f, s, all_tenants, now_ns);
 		return;
 	}
 	fprintf(f, "scope: %s\n\n", all_tenants ? "all tenants" : "this client's tenant");
@@ -138,6 +193,16 @@ void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenant
 	fputc('\n', f);
 	for (size_t i = 0; i < NELEM(stat_counters); i++)
 		stat_line(f, s, &stat_counters[i]);
+	fputc('\n', f);
+	for (size_t i = 0; i < NELEM(stat_share); i++)
+		stat_line(f, s, &stat_share[i]);
+	fmt_age(buf, sizeof(buf), now_ns, s->chunk_last_access_ns);
+	fprintf(f, "%-17s %s%s\n", "chunk_last_access", buf,
+		s->chunk_last_access_ns ? " ago" : "");
+	fmt_percent(buf, sizeof(buf), s->prefix_hit_tokens, s->prefix_lookup_tokens);
+	fprintf(f, "%-17s %s\n", "prefix_hit_rate", buf);
+	fmt_percent(buf, sizeof(buf), s->chunk_hits, s->chunk_lookups);
+	fprintf(f, "%-17s %s\n", "chunk_hit_rate", buf);
 }
 
 /* ---------------------------------------------------------------- users */
@@ -339,4 +404,169 @@ void render_offload(FILE *f, bool json, const struct op_result *r)
 	else
 		fprintf(f, "offload user %" PRIu64 ": %" PRIu64 " page%s copied to the host tier\n",
 			r->user, r->count, r->count == 1 ? "" : "s");
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+static const char *type_text(uint32_t type)
+{
+	const char *n = kvp_chunk_type_name(type);
+
+	return n ? n : "?";
+}
+
+static const char *state_text(uint32_t state)
+{
+	switch (state) {
+	case KVP_CHUNK_FILLING: return "filling";
+	case KVP_CHUNK_READY: return "ready";
+	default: return "?";
+	}
+}
+
+static void chunk_members(struct json *j, const struct kvp_chunk_info *ci,
+			  uint64_t now_ns)
+{
+	char hex[65];
+
+	kvp_chunk_id_format(&ci->id, hex);
+	json_str(j, "id", hex);
+	json_str(j, "type", type_text(ci->type));
+	json_str(j, "state", state_text(ci->state));
+	json_u64(j, "tokens", ci->tokens);
+	json_u64(j, "pages", ci->pages);
+	json_u64(j, "bytes", ci->bytes);
+	json_u64(j, "holders", ci->holders);
+	json_u64(j, "filler", ci->filler);
+	json_u64(j, "hits", ci->hits);
+	json_u64(j, "created_ns", ci->created_ns);
+	json_u64(j, "last_access_ns", ci->last_access_ns);
+	if (ci->last_access_ns)
+		json_u64(j, "last_access_age_s", now_ns > ci->last_access_ns ?
+			 (now_ns - ci->last_access_ns) / 1000000000ull : 0);
+	else
+		json_null(j, "last_access_age_s");
+	json_strn(j, "meta", ci->meta, sizeof(ci->meta));
+}
+
+static const struct table_col chunk_cols[] = {
+	{ "ID", true }, { "TYPE", true }, { "STATE", true }, { "TOKENS", false },
+	{ "PAGES", false }, { "BYTES", false }, { "HOLDERS", false },
+	{ "HITS", false }, { "LAST", false }, { "META", true },
+};
+
+struct chunk_ctx {
+	const struct kvp_chunk_info *rows;
+	uint64_t now_ns;
+};
+
+static void chunk_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
+{
+	const struct chunk_ctx *cc = ctx;
+	const struct kvp_chunk_info *ci = &cc->rows[row];
+	char hex[65];
+
+	switch (col) {
+	case 0:
+		kvp_chunk_id_format(&ci->id, hex);
+		snprintf(buf, len, "%.16s", hex);
+		break;
+	case 1: snprintf(buf, len, "%s", type_text(ci->type)); break;
+	case 2: snprintf(buf, len, "%s", state_text(ci->state)); break;
+	case 3: snprintf(buf, len, "%" PRIu32, ci->tokens); break;
+	case 4: snprintf(buf, len, "%" PRIu32, ci->pages); break;
+	case 5: fmt_bytes(buf, len, ci->bytes); break;
+	case 6: snprintf(buf, len, "%" PRIu32, ci->holders); break;
+	case 7: snprintf(buf, len, "%" PRIu64, ci->hits); break;
+	case 8: fmt_age(buf, len, cc->now_ns, ci->last_access_ns); break;
+	/* Whatever a client registered: not for the terminal as is. */
+	case 9: text_sanitize(buf, len, ci->meta, sizeof(ci->meta)); break;
+	}
+}
+
+void render_chunks(FILE *f, bool json, const struct kvp_chunk_info *rows,
+		   size_t n, uint64_t now_ns)
+{
+	struct chunk_ctx cc = { rows, now_ns };
+
+	if (json) {
+		struct json j;
+
+		json_begin(&j, f);
+		json_arr_begin(&j, "chunks");
+		for (size_t i = 0; i < n; i++) {
+			json_obj_begin(&j, NULL);
+			chunk_members(&j, &rows[i], now_ns);
+			json_obj_end(&j);
+		}
+		json_arr_end(&j);
+		json_u64(&j, "count", n);
+		json_end(&j);
+		return;
+	}
+	table_print(f, chunk_cols, NELEM(chunk_cols), n, chunk_cell, &cc);
+}
+
+void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
+		  uint64_t now_ns)
+{
+	char hex[65], buf[TABLE_CELL_MAX * 4 + 8];
+
+	if (json) {
+		struct json j;
+
+		json_begin(&j, f);
+		chunk_members(&j, ci, now_ns);
+		json_end(&j);
+		return;
+	}
+	kvp_chunk_id_format(&ci->id, hex);
+	fprintf(f, "%-12s %s\n", "id", hex);
+	fprintf(f, "%-12s %s\n", "type", type_text(ci->type));
+	fprintf(f, "%-12s %s\n", "state", state_text(ci->state));
+	fprintf(f, "%-12s %" PRIu32 "\n", "tokens", ci->tokens);
+	fprintf(f, "%-12s %" PRIu32 "\n", "pages", ci->pages);
+	fmt_bytes(buf, sizeof(buf), ci->bytes);
+	fprintf(f, "%-12s %" PRIu64 " (%s)\n", "bytes", ci->bytes, buf);
+	fprintf(f, "%-12s %" PRIu32 "\n", "holders", ci->holders);
+	if (ci->state == KVP_CHUNK_FILLING)
+		fprintf(f, "%-12s client %" PRIu32 "\n", "filler", ci->filler);
+	fprintf(f, "%-12s %" PRIu64 "\n", "hits", ci->hits);
+	fmt_age(buf, sizeof(buf), now_ns, ci->created_ns);
+	fprintf(f, "%-12s %s%s\n", "created", buf, ci->created_ns ? " ago" : "");
+	fmt_age(buf, sizeof(buf), now_ns, ci->last_access_ns);
+	fprintf(f, "%-12s %s%s\n", "last_access", buf, ci->last_access_ns ? " ago" : "");
+	text_sanitize(buf, sizeof(buf), ci->meta, sizeof(ci->meta));
+	fprintf(f, "%-12s %s\n", "meta", buf);
+}
+
+void render_chunk_op(FILE *f, bool json, const struct chunk_op_result *r)
+{
+	const char *type = r->type ? type_text(r->type) : "all";
+	const char *s = r->count == 1 ? "" : "s";
+
+	if (json) {
+		struct json j;
+
+		json_begin(&j, f);
+		json_str(&j, "op", r->op);
+		if (!strcmp(r->op, "clear"))
+			json_str(&j, "type", type);
+		else if (!strcmp(r->op, "evict_unused"))
+			json_u64(&j, "max_age_s", r->max_age_s);
+		else
+			json_str(&j, "id", r->id);
+		json_u64(&j, "chunks_deleted", r->count);
+		json_end(&j);
+		return;
+	}
+	if (!strcmp(r->op, "clear"))
+		fprintf(f, "clear chunks (type %s): %" PRIu64 " chunk%s deleted\n",
+			type, r->count, s);
+	else if (!strcmp(r->op, "evict_unused"))
+		fprintf(f, "evict unused chunks (idle %" PRIu32 " s or more): %" PRIu64
+			" chunk%s deleted\n", r->max_age_s, r->count, s);
+	else
+		fprintf(f, "deleted chunk %s (its pages are freed once no lease "
+			"holds them)\n", r->id);
 }
