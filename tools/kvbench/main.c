@@ -44,6 +44,8 @@ static const struct kvb_cmd cmds[] = {
 	  cmd_throughput },
 	{ "gpu", "GPU data path: append kernel, offload/onload, append latency vs ceilings",
 	  cmd_gpu },
+	{ "prefix", "prefix cache and chunks: hit rate vs best, dedupe, compose latency",
+	  cmd_prefix },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
