@@ -323,7 +323,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL;
 	uint64_t pages, lid;
 	struct share_lease *l;
-	struct seq *q;
+	struct seq *q = NULL;
 	uint8_t h[32];
 	int ret;
 
@@ -527,7 +527,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	uint64_t total = 0, unavailable = 0, onload = 0, pages, need, lid = 0;
 	uint32_t npins = 0;
 	struct share_lease *l;
-	struct seq *q;
+	struct seq *q = NULL;
 	bool cow;
 	int ret;
 
@@ -656,7 +656,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 {
 	struct share_lease *l = NULL;
 	uint64_t pages, need, lid;
-	struct seq *q;
+	struct seq *q = NULL;
 	bool cow;
 	int ret = seq_of_owner(eng, id, owner, &q, e);
 
@@ -732,7 +732,7 @@ void seq_destroy(struct engine *eng, struct seq *q)
 int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
 		   struct errbuf *e)
 {
-	struct seq *q;
+	struct seq *q = NULL;
 	int ret = seq_of_owner(eng, id, owner, &q, e);
 
 	if (ret)
