@@ -90,19 +90,22 @@ int share_seq_alloc(struct engine *eng, uint64_t seq, const uint32_t *tokens,
  * seed 000 virtual sequence: see kvp_seq_create. Errors as share_seq_alloc
  * plus -ENOENT (a source not found: named), -EAGAIN (a chunk not ready),
  * -EINVAL (a source other than the last ends mid-page; bad kind; nsrc 0 and
- * n_new 0), -EBUSY (a USER source asking for more tokens than committed).
+ * n_new 0; a USER source asking for more tokens than committed, or whose
+ * head was trimmed).
  * A USER source whose pages are on the host tier is onloaded first.
  */
 int share_seq_create(struct engine *eng, uint64_t seq,
 		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
 		     uint32_t owner, struct engine_lease *out, struct errbuf *e);
 
-/* -ENOENT unknown seq or not owner's, -EBUSY write lease open, else as above. */
+/* -ENOENT unknown seq, -EPERM another client's, -EBUSY write lease open
+ * (uncommitted; a committed one still open is released by the extend), else
+ * as above. */
 int share_seq_extend(struct engine *eng, uint64_t seq, uint32_t n_new,
 		     const uint32_t *tokens, uint32_t owner,
 		     struct engine_lease *out, struct errbuf *e);
 
-/* -ENOENT unknown or not owner's. Ends its write lease too. */
+/* -ENOENT unknown, -EPERM another client's. Ends its write lease too. */
 int share_seq_free(struct engine *eng, uint64_t seq, uint32_t owner,
 		   struct errbuf *e);
 
