@@ -42,3 +42,14 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
 endif()
+
+# kvbench prefix: a tiny trace in-process and through a private kvpoold; the
+# JSON keys others rely on and 0 <= hit_rate <= best_hit_rate <= 1.
+if(TARGET kvbench AND TARGET kvpoold)
+  add_executable(test_kvbench_prefix ${CMAKE_CURRENT_LIST_DIR}/test_kvbench_prefix.c)
+  add_dependencies(test_kvbench_prefix kvbench kvpoold)
+  add_test(NAME test_kvbench_prefix
+    COMMAND test_kvbench_prefix $<TARGET_FILE:kvbench> $<TARGET_FILE:kvpoold>)
+  set_tests_properties(test_kvbench_prefix PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif() # kvbench prefix
