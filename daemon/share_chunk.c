@@ -179,9 +179,9 @@ static uint32_t chunk_kill(struct engine *eng, struct chunk *c)
 		return 0;
 	chunk_lru_remove(eng, c);
 	chunk_table_remove(eng->share, c);
-	c->dead = true;
-	if (!c->holders)
+	if (!c->holders) /* before dead is set: it is on no dead list */
 		return chunk_free(eng, c);
+	c->dead = true;
 	/* Held: on the dead list, so its frames stay accounted for. */
 	c->prev = NULL;
 	c->next = eng->share->dead_head;
