@@ -525,7 +525,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 {
 	struct src_plan plan[SEQ_MAX_SOURCES];
 	uint64_t total = 0, unavailable = 0, onload = 0, pages, need, lid = 0;
-	uint32_t npins = 0;
+	uint32_t npins = 0, nanchors = 0;
 	struct share_lease *l;
 	struct seq *q = NULL;
 	bool cow;
@@ -554,6 +554,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 		unavailable += src_unavailable(plan, i);
 		onload += src_onload(plan, i);
 		npins += plan[i].q ? plan[i].q->npins : 1;
+		nanchors += plan[i].q ? plan[i].q->nanchors : 0;
 	}
 	cow = n_new && total % eng->P;
 	pages = pages_for(eng, total + n_new);
@@ -568,7 +569,8 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	if (seq_table_reserve(&eng->share->seqs) || !(q = seq_new(id, owner)))
 		return errbuf_set(e, -ENOMEM, "out of memory for a sequence");
 	q->pins = malloc((npins ? npins : 1) * sizeof(*q->pins));
-	if (!q->pins || seq_reserve_pages(q, pages)) {
+	q->anchors = nanchors ? malloc(nanchors * sizeof(*q->anchors)) : NULL;
+	if (!q->pins || (nanchors && !q->anchors) || seq_reserve_pages(q, pages)) {
 		seq_free_mem(q);
 		return errbuf_set(e, -ENOMEM, "out of memory for a sequence");
 	}
@@ -584,6 +586,12 @@ int share_seq_create(struct engine *eng, uint64_t id,
 		}
 		for (uint32_t k = 0; k < from->npins; k++)
 			seq_pin(eng, q, from->pins[k].kind, from->pins[k].obj);
+		/* Its anchors hold the published parents of pages it published
+		 * after a duplicate: we hold those pages now, so them too. */
+		for (uint32_t k = 0; k < from->nanchors; k++) {
+			sp_ref(eng, from->anchors[k]);
+			q->anchors[q->nanchors++] = from->anchors[k];
+		}
 	}
 	for (uint32_t i = 0; i < nsrc; i++) {
 		uint64_t np = pages_for(eng, plan[i].tokens);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The main job: build kvpool (Release) and run it on a demo workload, on the
-# shm backend: a private kvpoold, four client processes that prepare, append,
-# commit and release KV pages for many users through the shared-memory rings,
+# The main job: build kvpool (Release) and run it on the recommender workload,
+# on the shm backend: a private kvpoold with a device tier smaller than the
+# working set and a host tier, four pipeline processes replaying a
+# KuaiRand-1K-like trace through the shared-memory rings (info, prepare from
+# start+len, append, commit, release; demotion, onload and eviction happen),
 # then what the operator sees (kvctl stats, kvctl users), then a clean stop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,14 +22,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== kvpoold on $sock (shm backend, 96 MiB device tier, 256 MiB host tier)"
+layout=layers=2,kv_heads=2,head_dim=64,dtype=bf16,page_tokens=16
+echo "== kvpoold on $sock (shm backend, 48 MiB device tier, 32 MiB host tier, $layout)"
 "$bin/kvpoold" --socket="$sock" --backend=shm --foreground --log="$dir/kvpoold.log" \
-	--device_mem=96M --host_mem=256M --max_tokens_per_user=64 &
+	--device_mem=48M --host_mem=32M --layout="$layout" &
 daemon=$!
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
-echo "== 4 client processes, 256 users each, batches of 32: prepare + append + commit + release"
-"$bin/kvbench" throughput --socket "$sock" --clients 4 --seconds 3 "$@"
+echo "== 4 pipeline processes replay the first day of a 200-user trace (batches of 8)"
+"$bin/kvbench" replay --socket "$sock" --layout "$layout" --systems kvpool \
+	--users 200 --first-days 1 --pipelines 4 "$@"
 
 echo
 echo "== kvctl stats"

@@ -4,7 +4,8 @@
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev)
+pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
+      libhiredis-dev redis-server gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -43,6 +43,17 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_share_errors 60)
 endif()
 
+# kvbench replay on a hand-made trace against a real kvpoold and a real
+# redis-server, every system, hit rates checked against the hand-computed
+# figure; then a small generated replay with eviction.
+if(TARGET kvbench AND TARGET kvpoold)
+  add_test(NAME test_replay
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_replay.sh $<TARGET_FILE:kvbench>
+            ${PROJECT_SOURCE_DIR}/tests/data)
+  set_tests_properties(test_replay PROPERTIES LABELS integration TIMEOUT 120
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvbench prefix: a tiny trace in-process and through a private kvpoold; the
 # JSON keys others rely on and 0 <= hit_rate <= best_hit_rate <= 1.
 if(TARGET kvbench AND TARGET kvpoold)

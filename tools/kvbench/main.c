@@ -44,6 +44,9 @@ static const struct kvb_cmd cmds[] = {
 	  cmd_throughput },
 	{ "gpu", "GPU data path: append kernel, offload/onload, append latency vs ceilings",
 	  cmd_gpu },
+	{ "trace", "generate (or read) a KuaiRand-1K-like recommender trace", cmd_trace },
+	{ "replay", "recommender pipelines on a trace: kvpool vs in-process, uds, Redis",
+	  cmd_replay },
 	{ "prefix", "prefix cache and chunks: hit rate vs best, dedupe, compose latency",
 	  cmd_prefix },
 };
