@@ -28,10 +28,17 @@
  *   - a sequence write lease: commit(n) makes n tokens part of the sequence
  *     and publishes the pages they fill; release ends the write lease (the
  *     uncommitted slots go back) but not the sequence;
- *   - a chunk fill lease: commit(n == tokens) seals the chunk (same as
- *     share_chunk_seal); release before the seal deletes the chunk;
+ *   - a chunk fill lease: commit(n == tokens) seals the chunk, release
+ *     ends the lease (share_chunk_seal does both); release before the seal
+ *     deletes the chunk;
  *   - a chunk read lease and a composition: commit is -EINVAL, release lets
  *     the chunks go.
+ * A sequence that commits a page someone else published meanwhile keeps
+ * its own copy (its client holds the page table) and holds the published
+ * one as an anchor until it is freed: correctness over memory. Dedupe that
+ * saves pages happens at seq_alloc (hits) and chunk register (same id).
+ * A sequence made with n_new == 0 has no write lease (lease id 0).
+ *
  * engine_release_owner() also frees the owner's sequences and ends its
  * chunk leases (unsealed chunks it was filling are deleted).
  *
