@@ -8,6 +8,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +28,11 @@ int share_create(struct engine *eng, struct errbuf *e)
 	s->nframes = n;
 	s->lease_free = UINT32_MAX;
 	s->sp = calloc(n ? n : 1, sizeof(*s->sp));
+	s->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+	s->md = EVP_MD_CTX_new();
+	if (!s->sha256 || !s->md)
+		return errbuf_set(e, -ENOMEM, "engine: OpenSSL has no SHA-256 "
+				  "(libcrypto: %s)", OpenSSL_version(OPENSSL_VERSION));
 	if (!s->sp || pc_init(s, n) || chunk_table_init(s, n) ||
 	    seq_table_init(&s->seqs))
 		return errbuf_set(e, -ENOMEM, "engine: out of memory for the "
@@ -55,6 +62,8 @@ void share_destroy(struct engine *eng)
 	free(s->leases);
 	free(s->scratch);
 	free(s->ids);
+	EVP_MD_CTX_free(s->md);
+	EVP_MD_free(s->sha256);
 	free(s);
 	eng->share = NULL;
 }

@@ -39,13 +39,11 @@ void chunk_id_short(const struct kvp_chunk_id *id, char out[17])
 static void chunk_id_of(const struct engine *eng, const uint32_t *tokens,
 			uint32_t n, struct kvp_chunk_id *id)
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	EVP_MD_CTX *ctx = share_digest_begin(eng);
 	char spec[160];
 	uint8_t le[4 * 256];
 	int len = kvp_layout_format(&eng->layout, spec, sizeof(spec));
 
-	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
-		abort(); /* OpenSSL cannot allocate a digest */
 	EVP_DigestUpdate(ctx, spec, (size_t)len);
 	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
 	for (uint32_t done = 0; done < n;) {
@@ -63,7 +61,6 @@ static void chunk_id_of(const struct engine *eng, const uint32_t *tokens,
 		done += k;
 	}
 	EVP_DigestFinal_ex(ctx, id->b, NULL);
-	EVP_MD_CTX_free(ctx);
 }
 
 /* ------------------------------------------------------------ table */
@@ -248,8 +245,15 @@ void chunk_table_fini(struct engine *eng)
 	s->chunk_buckets = NULL;
 }
 
+static void chunk_lru_push(struct engine *eng, struct chunk *c);
+
+/* A hit: count it and make the chunk the most recently used. */
 static void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns)
 {
+	if (c->on_lru) {
+		chunk_lru_remove(eng, c);
+		chunk_lru_push(eng, c);
+	}
 	c->hits++;
 	c->last_access_ns = now_ns;
 	eng->share->chunk_last_access_ns = now_ns;

@@ -147,8 +147,15 @@ struct share_lease {
 
 /* ------------------------------------------------------------ the whole */
 
+struct evp_md_ctx_st;
+struct evp_md_st;
+
 struct share {
 	uint8_t salt[SHARE_SALT_BYTES];
+	/* SHA-256, fetched once: a fetch and a context per page cost more than
+	 * hashing the page (OpenSSL 3). */
+	struct evp_md_st *sha256;
+	struct evp_md_ctx_st *md;
 	uint32_t nframes;        /* device frames */
 	struct spage *sp;        /* [nframes] */
 
@@ -225,6 +232,9 @@ int slease_reserve(struct engine *eng, struct errbuf *e);
 struct share_lease *slease_lookup(struct engine *eng, uint64_t id);
 void slease_put(struct engine *eng, struct share_lease *l);
 uint64_t slease_id(const struct engine *eng, const struct share_lease *l);
+
+/* Start a SHA-256 on the shared context (share_prefix.c). */
+struct evp_md_ctx_st *share_digest_begin(const struct engine *eng);
 
 /* share_prefix.c */
 void pc_hash_page(const struct engine *eng, const uint8_t prev[32],

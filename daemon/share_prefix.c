@@ -21,15 +21,22 @@
 
 /* ------------------------------------------------------------ hashing */
 
+EVP_MD_CTX *share_digest_begin(const struct engine *eng)
+{
+	struct share *s = eng->share;
+
+	if (!EVP_DigestInit_ex2(s->md, s->sha256, NULL))
+		abort(); /* a fetched SHA-256 that will not start: libcrypto broken */
+	return s->md;
+}
+
 void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
 		  const uint32_t *tokens, uint8_t out[32])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	EVP_MD_CTX *ctx = share_digest_begin(eng);
 	uint8_t le[4 * 64];
 	uint32_t done = 0;
 
-	if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL))
-		abort(); /* OpenSSL cannot allocate a digest: nothing to do */
 	EVP_DigestUpdate(ctx, prev, 32);
 	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
 	while (done < eng->P) {
@@ -47,7 +54,6 @@ void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
 		done += n;
 	}
 	EVP_DigestFinal_ex(ctx, out, NULL);
-	EVP_MD_CTX_free(ctx);
 }
 
 void share_prefix_hashes(const struct engine *eng, const uint32_t *tokens,
