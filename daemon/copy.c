@@ -3,6 +3,7 @@
  * copy.c - batched, run-coalescing page copies between tiers (see copy.h).
  */
 #include <string.h>
+#include <time.h>
 
 #include "copy.h"
 
@@ -19,6 +20,7 @@ void copy_begin(struct copy_batch *b, const struct backend_ops *be,
 	b->src = src;
 	b->page_bytes = page_bytes;
 	b->bytes = 0;
+	b->sync_ns = 0;
 	b->n = 0;
 	b->fence = 0;
 	b->err = 0;
@@ -39,8 +41,14 @@ static void copy_flush(struct copy_batch *b)
 		if (fence > b->fence)
 			b->fence = fence;
 	} else {
+		struct timespec t0, t1;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		ret = b->be->copy(b->be_ctx, b->dir, b->dst, b->src, b->runs,
 				  b->n, &b->errmsg);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		b->sync_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll +
+					 (t1.tv_nsec - t0.tv_nsec));
 	}
 	if (ret && !b->err)
 		b->err = ret;

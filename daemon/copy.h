@@ -34,6 +34,7 @@ struct copy_batch {
 	const struct tier_mem *dst, *src;
 	uint64_t page_bytes;
 	uint64_t bytes;   /* total bytes added since copy_begin() */
+	uint64_t sync_ns; /* COPY_SYNC: wall time the backend's copies took */
 	uint32_t n;
 	uint64_t fence;   /* COPY_ASYNC: what the flushed copies land with */
 	int err;          /* first backend error, sticky until copy_begin() */

@@ -136,6 +136,7 @@ static uint32_t copy_to_host(struct engine *eng, struct history *h, uint32_t lim
 	}
 	copy_end(&eng->copy, NULL);
 	eng->st.bytes_d2h += eng->copy.bytes;
+	eng->st.ns_d2h += eng->copy.sync_ns;
 	return n;
 }
 

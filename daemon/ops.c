@@ -464,8 +464,12 @@ static void stats_add(struct kvp_stats *sum, const struct kvp_stats *x)
 
 	_Static_assert(sizeof(*sum) % sizeof(uint64_t) == 0,
 		       "kvp_stats is made of uint64_t counters");
+	uint64_t last = sum->chunk_last_access_ns > x->chunk_last_access_ns ?
+			sum->chunk_last_access_ns : x->chunk_last_access_ns;
+
 	for (size_t i = 0; i < sizeof(*sum) / sizeof(uint64_t); i++)
 		d[i] += v[i];
+	sum->chunk_last_access_ns = last; /* a time: the latest, not a sum */
 }
 
 /* Adds the pool's counters to *(struct kvp_stats *)arg; cannot fail. */

@@ -165,6 +165,8 @@ struct kvp_stats {
 	uint64_t chunk_evicted;   /* chunks evicted under pressure or evict_unused */
 	uint64_t chunk_last_access_ns; /* gauge: CLOCK_REALTIME of the last hit/register, 0 none */
 	uint64_t compositions;    /* compose calls that returned page tables */
+	uint64_t ns_d2h;          /* wall time of the device -> host copies (offload,
+				   * demotion): bytes_d2h / ns_d2h is their bandwidth */
 };
 
 /* ------------------------------------------------------------------------ */
