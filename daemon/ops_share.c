@@ -80,6 +80,25 @@ static int op_input(struct op *o, size_t extra, const unsigned char **in,
 	return 0;
 }
 
+/*
+ * op_input() for inputs that start with a fixed header: checks in_len can
+ * hold it, copies the input out once and the header out of that copy.
+ */
+static int op_input_header(struct op *o, void *hdr, size_t hsize, size_t extra,
+			   const unsigned char **in, void **priv)
+{
+	int ret;
+
+	if (o->sqe->in_len < hsize)
+		return errbuf_set(o->e, -EINVAL, "%s: the input starts with a %zu-byte "
+				  "header; in_len is %" PRIu32, o->name, hsize,
+				  o->sqe->in_len);
+	ret = op_input(o, extra, in, priv);
+	if (!ret)
+		memcpy(hdr, *in, hsize);
+	return ret;
+}
+
 /* in_len holds exactly n token ids. */
 static int check_tokens(struct op *o, uint32_t n, bool may_be_empty)
 {
@@ -250,16 +269,11 @@ int op_seq_create(struct op *o)
 	uint64_t fence = 0;
 	int ret;
 
-	if (q->in_len < sizeof(h))
-		return errbuf_set(o->e, -EINVAL, "%s: the input starts with an %zu-byte "
-				  "header; in_len is %" PRIu32, o->name, sizeof(h),
-				  q->in_len);
 	if (q->n > SHARE_MAX_TOKENS)
 		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " new tokens; at most %u",
 				  o->name, q->n, SHARE_MAX_TOKENS);
-	if ((ret = op_input(o, 0, &in, NULL)))
+	if ((ret = op_input_header(o, &h, sizeof(h), 0, &in, NULL)))
 		return ret;
-	memcpy(&h, in, sizeof(h));
 	if (h.rsv)
 		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
 				  o->name);
@@ -367,13 +381,8 @@ int op_chunk_register(struct op *o)
 	uint64_t want;
 	int ret;
 
-	if (q->in_len < sizeof(h))
-		return errbuf_set(o->e, -EINVAL, "%s: the input starts with a %zu-byte "
-				  "header; in_len is %" PRIu32, o->name, sizeof(h),
-				  q->in_len);
-	if ((ret = op_input(o, 0, &in, NULL)))
+	if ((ret = op_input_header(o, &h, sizeof(h), 0, &in, NULL)))
 		return ret;
-	memcpy(&h, in, sizeof(h));
 	if (h.rsv)
 		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
 				  o->name);
@@ -475,14 +484,10 @@ int op_chunk_list(struct op *o)
 
 	if (max < 0)
 		return max;
-	if (q->in_len < sizeof(h))
-		return errbuf_set(o->e, -EINVAL, "%s: the input starts with a %zu-byte "
-				  "header; in_len is %" PRIu32, o->name, sizeof(h),
-				  q->in_len);
-	n = op_input(o, (size_t)max * sizeof(*rows), &in, (void **)&rows);
+	n = op_input_header(o, &h, sizeof(h), (size_t)max * sizeof(*rows), &in,
+			    (void **)&rows);
 	if (n)
 		return n;
-	memcpy(&h, in, sizeof(h));
 	if (h.rsv || h.has_after > 1)
 		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero and "
 				  "has_after 0 or 1", o->name);
@@ -652,14 +657,9 @@ int op_compose(struct op *o)
 	uint64_t want;
 	int ret;
 
-	if (q->in_len < sizeof(h))
-		return errbuf_set(o->e, -EINVAL, "%s: the input starts with an %zu-byte "
-				  "header; in_len is %" PRIu32, o->name, sizeof(h),
-				  q->in_len);
 	/* The header decides the scratch size: read it from the one copy. */
-	if ((ret = op_input(o, 0, &in, NULL)))
+	if ((ret = op_input_header(o, &h, sizeof(h), 0, &in, NULL)))
 		return ret;
-	memcpy(&h, in, sizeof(h));
 	if (!h.nreq || h.nreq > KVP_COMPOSE_MAX_REQUESTS)
 		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " requests; compose 1 "
 				  "to %u at once", o->name, h.nreq,
