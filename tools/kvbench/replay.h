@@ -8,7 +8,11 @@
  *   replay_pipeline.c  one pipeline's loop over its requests, the same for
  *                      every system (struct rsys_ops is the system)
  *   replay_sys.c       the systems: kvpool (ring), uds, inproc
- *   replay_redis.c     the Redis system and its redis-server
+ *   replay_redis.c     the Redis system and its redis-server (a stub that
+ *                      says how to get it where kvbench was built without
+ *                      hiredis)
+ *   replay_cuda.c      --backend cuda: the pipelines' device buffer, stream
+ *                      and appends, and the copy ceilings (CUDA builds)
  *   replay_report.c    table, JSON, markdown and plot data
  *
  * A PIPELINE takes its requests (its users' requests, in trace order) in
@@ -47,6 +51,10 @@ struct rlease {
 	uint32_t last_page_len;
 	uint32_t onloaded_pages;
 	int32_t *idx;             /* page table copy, max_pages entries */
+	struct kvp_lease kl;      /* kvpool: the lease as libkvpool returned it
+				   * (its page table in the arena, valid until
+				   * the next call or submit): what the GPU
+				   * appends take */
 	unsigned char *tail;      /* redis: the cached partial last page */
 	uint32_t tail_bytes;
 };
@@ -80,7 +88,29 @@ struct rsys_ops {
 	int (*info_batch)(void *ctx, struct rbatch_item *it, uint32_t n);
 	int (*prepare_batch)(void *ctx, struct rbatch_item *it, uint32_t n);
 	int (*commit_batch)(void *ctx, struct rbatch_item *it, uint32_t n);
+	/* Optional: every prepared lease's new tokens in one call, made right
+	 * after prepare_batch (nothing submitted in between, so the leases'
+	 * page tables are still the arena's): the cuda backend's one
+	 * kvp_append_batch_async() launch. */
+	int (*append_batch)(void *ctx, struct rlease *const *l, uint32_t n);
 };
+
+/* Where kvbench was built without hiredis: what the Redis system says. */
+#ifndef KVBENCH_HAVE_HIREDIS
+#define KVBENCH_HAVE_HIREDIS 0
+#endif
+#define REPLAY_NO_HIREDIS "kvbench was built without hiredis: install libhiredis-dev " \
+			  "(scripts/deps.sh) and rebuild"
+
+/* 1 where kvbench links the cuda backend (it defines KVPOOL_HAVE_CUDA=1). */
+#ifdef KVPOOL_HAVE_CUDA
+#define REPLAY_CUDA 1
+#else
+#define REPLAY_CUDA 0
+#endif
+
+enum rbackend { RB_SHM, RB_CUDA };
+#define REPLAY_HSTU_LAYOUT "layers=8,kv_heads=4,head_dim=256,dtype=bf16,page_tokens=32"
 
 struct ropts {
 	struct kvb_daemon_opts d;
@@ -98,6 +128,8 @@ struct ropts {
 	char layout_spec[256];
 	struct kvp_layout layout;
 	uint32_t systems;         /* bit per enum rsys_id */
+	enum rbackend backend;    /* --backend: the kvpoold's (kvpool system) */
+	bool layout_given;
 	const char *redis;        /* --redis HOST:PORT: a running one */
 	const char *redis_server; /* the binary to start */
 	/* output */
@@ -144,11 +176,43 @@ int rpipe_run(struct rpipe *p, const struct rsys_ops *ops, void *ctx);
 
 /* ---------------------------------------------------------------- systems */
 
-/* kvpool through the rings (sync calls) or the uds request mode. */
+/* kvpool through the rings (sync calls) or the uds request mode. gpu_bytes
+ * > 0 (cuda backend, CUDA builds): a device buffer of that many bytes and a
+ * stream for the appends (rsys_kvpool_cuda_ops). */
 int rsys_kvpool_open(void **ctx, const char *socket, bool uds, uint32_t max_pages,
-		     uint32_t spin_us, char *err, size_t errlen);
+		     uint32_t spin_us, uint64_t gpu_bytes, char *err, size_t errlen);
 void rsys_kvpool_close(void *ctx);
 extern const struct rsys_ops rsys_kvpool_ops, rsys_uds_ops;
+#if REPLAY_CUDA
+extern const struct rsys_ops rsys_kvpool_cuda_ops;
+
+/* replay_cuda.c: a pipeline's side of the GPU (its own stream and buffer). */
+struct rgpu;
+int rgpu_open(struct rgpu **g, struct kvp_client *c, uint64_t bytes, char *err,
+	      size_t errlen);
+void rgpu_close(struct rgpu *g);
+/* "Compute" the K/V of n leases' new tokens into the buffer (a memset on
+ * the stream: the model's output) and append them with one
+ * kvp_append_batch_async() (n == 1: kvp_append_async()). Commit waits. */
+int rgpu_append(struct rgpu *g, struct kvp_client *c, struct rlease *const *l,
+		uint32_t n, char *err, size_t errlen);
+
+/* The raw pinned cudaMemcpyAsync ceilings, timed like the daemon's copies
+ * (wall clock around enqueue + cudaStreamSynchronize), between a
+ * cudaMalloc buffer and a cudaHostAlloc(portable) one on device. */
+struct rgpu_ceiling {
+	int device;
+	char gpu[256];
+	uint32_t pages_per_sync;  /* the mean demotion's pages */
+	uint64_t page_bytes;
+	double d2h_pages;         /* B/s: k one-page copies, then a sync */
+	double d2h_run;           /* k pages as one copy, then a sync */
+	double d2h_bulk;          /* 1 GiB copies */
+	double h2d_pages, h2d_bulk;
+};
+int rgpu_measure_ceiling(int device, uint64_t page_bytes, uint32_t pages_per_sync,
+			 struct rgpu_ceiling *out, char *err, size_t errlen);
+#endif
 
 /* The engine in this process, with the daemon's geometry. */
 int rsys_inproc_open(void **ctx, const struct kvp_layout *l, uint32_t device_pages,
@@ -191,6 +255,7 @@ struct rsys_result {
 	struct kvp_stats stats;   /* the pool's counters over the run */
 	uint64_t device_frames, host_frames;
 	char note[256];           /* e.g. the redis-server's maxmemory */
+	char skipped[256];        /* not run, and why (e.g. no hiredis) */
 };
 
 struct rrun {
@@ -210,6 +275,11 @@ struct rrun {
 	struct redis_server redis;
 	char redis_where[128];
 	struct kvb_machine m;
+	bool have_ceiling;        /* --backend cuda */
+#if REPLAY_CUDA
+	struct rgpu_ceiling ceil;
+#endif
+	char ceiling_err[256];
 };
 
 extern const char *const rsys_name[NSYS];

@@ -10,6 +10,9 @@
  * wrong place: that lease is released and the whole request prepared again
  * from position 0 (counted in reprepares).
  *
+ * APPENDS are timed per lease, or per batch where the system appends a
+ * batch with one call (append_batch: the GPU's one launch).
+ *
  * A FULL POOL. When every frame the prepare could take is pinned by leases
  * (this pipeline's batch and the others'), the prepare fails with -ENOMEM:
  * the pipeline finishes the requests of its batch it holds leases for, then
@@ -250,6 +253,25 @@ static int run_batch_batched(struct batch *b)
 			prepared(p, s, it[i].lat_ns);
 		}
 	}
+	/* One launch for the batch (GPU), before anything else is submitted:
+	 * the leases' page tables are the arena's until then. */
+	if (b->ops->append_batch) {
+		struct rlease *ls[MAX_BATCH];
+		uint32_t nl = 0;
+		uint64_t t0, t1;
+
+		for (uint32_t i = 0; i < n; i++)
+			if (b->s[i].prepared && b->s[i].l.n_new)
+				ls[nl++] = &b->s[i].l;
+		if (nl) {
+			t0 = now_ns();
+			rc = b->ops->append_batch(b->ctx, ls, nl);
+			t1 = now_ns();
+			if (rc)
+				return fail(p, b->ops, b->ctx, rc, "append batch", ls[0]->key);
+			sample(p, OP_APPEND, t1 - t0);
+		}
+	}
 	/* Raced leases go back before anything else is submitted. */
 	for (uint32_t i = 0; i < n; i++) {
 		struct slot *s = &b->s[i];
@@ -268,7 +290,7 @@ static int run_batch_batched(struct batch *b)
 
 		if (!s->prepared)
 			continue;
-		if (s->l.n_new) {
+		if (s->l.n_new && !b->ops->append_batch) {
 			t0 = now_ns();
 			rc = b->ops->append(b->ctx, &s->l, p->kv);
 			t1 = now_ns();

@@ -7,6 +7,11 @@
  * kvp_cqe + result back, what a team would build by hand), and the engine
  * in this process (no IPC: the floor). Appends are the same in all three:
  * kvp_append_cpu() into the device tier the lease's page table names.
+ *
+ * With --backend cuda (rsys_kvpool_cuda_ops) the ring calls are the same and
+ * the appends are the GPU's: replay_cuda.c fills the pipeline's device
+ * buffer and appends the batch with one kvp_append_batch_async() on the
+ * pipeline's stream; the queued commit waits for it (libkvpool's events).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,11 +33,12 @@ struct kv {
 	unsigned char *reply;     /* uds: kvp_cqe + result */
 	size_t reply_len;
 	uint64_t tag;
+	struct rgpu *gpu;         /* cuda backend: stream and device buffer */
 	char err[KVP_ERRLEN + 64];
 };
 
 int rsys_kvpool_open(void **ctx, const char *socket, bool uds, uint32_t max_pages,
-		     uint32_t spin_us, char *err, size_t errlen)
+		     uint32_t spin_us, uint64_t gpu_bytes, char *err, size_t errlen)
 {
 	struct kvp_connect_opts co = { .socket = socket, .spin_us = spin_us,
 				       .name = uds ? "kvbench-replay-uds" : "kvbench-replay" };
@@ -58,6 +64,18 @@ int rsys_kvpool_open(void **ctx, const char *socket, bool uds, uint32_t max_page
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	if (gpu_bytes) {
+#if REPLAY_CUDA
+		rc = rgpu_open(&k->gpu, k->c, gpu_bytes, err, errlen);
+#else
+		snprintf(err, errlen, "--backend cuda: this kvbench was built without CUDA");
+		rc = -EOPNOTSUPP;
+#endif
+		if (rc) {
+			rsys_kvpool_close(k);
+			return rc;
+		}
+	}
 	*ctx = k;
 	return 0;
 }
@@ -68,6 +86,11 @@ void rsys_kvpool_close(void *ctx)
 
 	if (!k)
 		return;
+#if REPLAY_CUDA
+	/* Before the detach: the buffer and stream live in the pool's context. */
+	if (k->gpu)
+		rgpu_close(k->gpu);
+#endif
 	if (k->c)
 		kvp_close(k->c);
 	free(k->reply);
@@ -101,6 +124,7 @@ static void lease_from(struct rlease *l, const struct kvp_lease *kl)
 	l->npages = kl->npages;
 	l->last_page_len = kl->last_page_len;
 	l->onloaded_pages = kl->onloaded_pages;
+	l->kl = *kl;
 }
 
 static int ring_prepare(void *ctx, uint64_t key, uint64_t pos, uint32_t n_new,
@@ -276,6 +300,33 @@ const struct rsys_ops rsys_kvpool_ops = {
 	.error = kv_error, .info_batch = ring_info_batch,
 	.prepare_batch = ring_prepare_batch, .commit_batch = ring_commit_batch,
 };
+
+#if REPLAY_CUDA
+/* The GPU appends: the leases as libkvpool returned them (l->kl). */
+static int gpu_append(void *ctx, struct rlease *l, const void *kv)
+{
+	struct kv *k = ctx;
+
+	k->err[0] = '\0';
+	return rgpu_append(k->gpu, k->c, &l, 1, k->err, sizeof(k->err));
+}
+
+static int gpu_append_batch(void *ctx, struct rlease *const *l, uint32_t n)
+{
+	struct kv *k = ctx;
+
+	k->err[0] = '\0';
+	return rgpu_append(k->gpu, k->c, l, n, k->err, sizeof(k->err));
+}
+
+const struct rsys_ops rsys_kvpool_cuda_ops = {
+	.name = "kvpool", .info = ring_info, .prepare = ring_prepare,
+	.append = gpu_append, .commit = ring_commit, .release = ring_release,
+	.error = kv_error, .info_batch = ring_info_batch,
+	.prepare_batch = ring_prepare_batch, .commit_batch = ring_commit_batch,
+	.append_batch = gpu_append_batch,
+};
+#endif
 
 /* ---------------------------------------------------------------- uds */
 
