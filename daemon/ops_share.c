@@ -120,7 +120,7 @@ static int check_tokens(struct op *o, uint32_t n, bool may_be_empty)
 /* in_len is exactly one chunk id; *id gets the copy. */
 static int input_id(struct op *o, struct kvp_chunk_id *id)
 {
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	int ret;
 
 	if (o->sqe->in_len != sizeof(*id))
@@ -203,7 +203,7 @@ int op_prefix_lookup(struct op *o)
 	const struct kvp_sqe *q = o->sqe;
 	struct share_prefix_hit hit;
 	struct kvp_prefix_out po;
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	struct engine *eng;
 	uint64_t room;
 	int ret;
@@ -240,7 +240,7 @@ int op_prefix_lookup(struct op *o)
 int op_seq_alloc(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	struct engine_lease l;
 	struct engine *eng;
 	int ret;
@@ -263,7 +263,7 @@ int op_seq_create(struct op *o)
 	const struct kvp_sqe *q = o->sqe;
 	struct kvp_seq_create_in h;
 	const struct kvp_seq_src *src;
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	struct engine_lease l;
 	struct engine *eng;
 	uint64_t fence = 0;
@@ -375,7 +375,7 @@ int op_chunk_register(struct op *o)
 	struct kvp_chunk_register_in h;
 	struct share_chunk_reg reg;
 	struct kvp_chunk_reg_out ro;
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	const char *meta;
 	struct engine *eng;
 	uint64_t want;
@@ -477,7 +477,7 @@ int op_chunk_list(struct op *o)
 	int max = op_list_rows(o, sizeof(struct kvp_chunk_info), "CHUNK_LIST");
 	struct kvp_chunk_info *rows;
 	struct kvp_chunk_list_in h;
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	const char *filter;
 	bool more = false;
 	int n;
@@ -652,7 +652,7 @@ int op_compose(struct op *o)
 	struct share_composition sc;
 	struct kvp_compose_req *reqs;
 	struct kvp_compose_in h;
-	const unsigned char *in;
+	const unsigned char *in = NULL;
 	struct engine *eng;
 	uint64_t want;
 	int ret;
