@@ -41,25 +41,11 @@ static void chunk_id_of(const struct engine *eng, const uint32_t *tokens,
 {
 	EVP_MD_CTX *ctx = share_digest_begin(eng);
 	char spec[160];
-	uint8_t le[4 * 256];
 	int len = kvp_layout_format(&eng->layout, spec, sizeof(spec));
 
 	EVP_DigestUpdate(ctx, spec, (size_t)len);
 	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
-	for (uint32_t done = 0; done < n;) {
-		uint32_t k = n - done < 256 ? n - done : 256;
-
-		for (uint32_t i = 0; i < k; i++) {
-			uint32_t t = tokens[done + i];
-
-			le[4 * i] = (uint8_t)t;
-			le[4 * i + 1] = (uint8_t)(t >> 8);
-			le[4 * i + 2] = (uint8_t)(t >> 16);
-			le[4 * i + 3] = (uint8_t)(t >> 24);
-		}
-		EVP_DigestUpdate(ctx, le, 4 * (size_t)k);
-		done += k;
-	}
+	share_digest_tokens(ctx, tokens, n);
 	EVP_DigestFinal_ex(ctx, id->b, NULL);
 }
 
@@ -244,8 +230,6 @@ void chunk_table_fini(struct engine *eng)
 	free(s->chunk_buckets);
 	s->chunk_buckets = NULL;
 }
-
-static void chunk_lru_push(struct engine *eng, struct chunk *c);
 
 /* A hit: count it and make the chunk the most recently used. */
 static void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns)

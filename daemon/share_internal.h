@@ -237,6 +237,13 @@ uint64_t slease_id(const struct engine *eng, const struct share_lease *l);
 struct evp_md_ctx_st *share_digest_begin(const struct engine *eng);
 
 /* share_prefix.c */
+/* Hash n token ids into ctx as little-endian uint32 (any host order). */
+void share_digest_tokens(struct evp_md_ctx_st *ctx, const uint32_t *tokens,
+			 uint64_t n);
+/* Walk the chain of tokens' first `full` pages while it is published:
+ * their frames into frames[], how many of them are idle into *idle. */
+uint32_t pc_match(struct engine *eng, const uint32_t *tokens, uint32_t full,
+		  uint32_t *frames, uint32_t *idle);
 void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
 		  const uint32_t *tokens, uint8_t out[32]);
 uint32_t pc_find(const struct engine *eng, const uint8_t hash[32]);

@@ -30,19 +30,14 @@ EVP_MD_CTX *share_digest_begin(const struct engine *eng)
 	return s->md;
 }
 
-void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
-		  const uint32_t *tokens, uint8_t out[32])
+void share_digest_tokens(EVP_MD_CTX *ctx, const uint32_t *tokens, uint64_t n)
 {
-	EVP_MD_CTX *ctx = share_digest_begin(eng);
-	uint8_t le[4 * 64];
-	uint32_t done = 0;
+	uint8_t le[4 * 256];
 
-	EVP_DigestUpdate(ctx, prev, 32);
-	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
-	while (done < eng->P) {
-		uint32_t n = eng->P - done < 64 ? eng->P - done : 64;
+	for (uint64_t done = 0; done < n;) {
+		uint64_t k = n - done < 256 ? n - done : 256;
 
-		for (uint32_t i = 0; i < n; i++) {
+		for (uint64_t i = 0; i < k; i++) {
 			uint32_t t = tokens[done + i];
 
 			le[4 * i] = (uint8_t)t;
@@ -50,9 +45,19 @@ void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
 			le[4 * i + 2] = (uint8_t)(t >> 16);
 			le[4 * i + 3] = (uint8_t)(t >> 24);
 		}
-		EVP_DigestUpdate(ctx, le, 4 * n);
-		done += n;
+		EVP_DigestUpdate(ctx, le, 4 * k);
+		done += k;
 	}
+}
+
+void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
+		  const uint32_t *tokens, uint8_t out[32])
+{
+	EVP_MD_CTX *ctx = share_digest_begin(eng);
+
+	EVP_DigestUpdate(ctx, prev, 32);
+	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
+	share_digest_tokens(ctx, tokens, eng->P);
 	EVP_DigestFinal_ex(ctx, out, NULL);
 }
 
@@ -239,19 +244,15 @@ void pc_evict_head(struct engine *eng)
 
 /* ------------------------------------------------------------ lookup */
 
-void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
-			 struct share_prefix_hit *out)
+uint32_t pc_match(struct engine *eng, const uint32_t *tokens, uint32_t full,
+		  uint32_t *frames, uint32_t *idle)
 {
 	static const uint8_t zero[32];
-	/* Never the whole prompt: the last token is left to compute. */
-	uint32_t full = n ? (n - 1) / eng->P : 0, hit = 0;
+	const struct share *s = eng->share;
+	uint32_t hit = 0;
 	uint8_t h[32];
 
-	*out = (struct share_prefix_hit){ 0 };
-	eng->st.prefix_lookups++;
-	eng->st.prefix_lookup_tokens += n;
-	if (full && engine_view_reserve(eng, full, NULL))
-		full = 0; /* no room for the answer: report no hit */
+	*idle = 0;
 	while (hit < full) {
 		uint32_t e;
 
@@ -259,8 +260,23 @@ void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 		e = pc_find(eng, h);
 		if (e == PC_NONE)
 			break;
-		eng->view[hit++] = eng->share->pc[e].frame;
+		*idle += !s->sp[s->pc[e].frame].refs;
+		frames[hit++] = s->pc[e].frame;
 	}
+	return hit;
+}
+
+void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 struct share_prefix_hit *out)
+{
+	/* Never the whole prompt: the last token is left to compute. */
+	uint32_t full = n ? (n - 1) / eng->P : 0, hit = 0, idle;
+
+	*out = (struct share_prefix_hit){ 0 };
+	eng->st.prefix_lookups++;
+	eng->st.prefix_lookup_tokens += n;
+	if (full && !engine_view_reserve(eng, full, NULL))
+		hit = pc_match(eng, tokens, full, eng->view, &idle);
 	eng->st.prefix_hit_tokens += (uint64_t)hit * eng->P;
 	out->tokens = hit * eng->P;
 	out->npages = hit;

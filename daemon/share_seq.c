@@ -318,13 +318,11 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 		    uint32_t n, uint32_t owner, struct engine_lease *out,
 		    struct errbuf *e)
 {
-	static const uint8_t zero[32];
 	struct share *s = eng->share;
 	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL;
 	uint64_t pages, lid;
 	struct share_lease *l;
 	struct seq *q = NULL;
-	uint8_t h[32];
 	int ret;
 
 	if (!n)
@@ -340,16 +338,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	hits = malloc((full ? full : 1) * sizeof(*hits));
 	if (!hits)
 		return errbuf_set(e, -ENOMEM, "out of memory");
-	while (hit < full) {
-		uint32_t pe;
-
-		pc_hash_page(eng, hit ? h : zero, tokens + (uint64_t)hit * eng->P, h);
-		pe = pc_find(eng, h);
-		if (pe == PC_NONE)
-			break;
-		idle_hits += !s->sp[s->pc[pe].frame].refs;
-		hits[hit++] = s->pc[pe].frame;
-	}
+	hit = pc_match(eng, tokens, full, hits, &idle_hits);
 	/* Idle hits are counted evictable now, but they will be ours. */
 	ret = plan_frames(eng, id, pages, pages - hit, idle_hits, e);
 	if (!ret)
