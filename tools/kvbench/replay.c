@@ -796,16 +796,14 @@ KVB_USAGE_END_OPTS
 }
 
 enum {
-	OPT_USERS = 256, OPT_DAYS, OPT_SEED, OPT_TRACE, OPT_HSTU, OPT_FIRST_DAYS,
+	OPT_TRACE = 256, OPT_HSTU, OPT_FIRST_DAYS,
 	OPT_REQUESTS, OPT_PIPELINES, OPT_BATCH, OPT_DEVICE_FRAC, OPT_HOST_FRAC,
 	OPT_DEVICE_PAGES, OPT_HOST_PAGES, OPT_LAYOUT, OPT_SYSTEMS, OPT_REDIS,
 	OPT_REDIS_SERVER, OPT_MD, OPT_PLOT_DIR, OPT_BACKEND,
 };
 
 static const struct option long_opts[] = {
-	{ "users", required_argument, NULL, OPT_USERS },
-	{ "days", required_argument, NULL, OPT_DAYS },
-	{ "seed", required_argument, NULL, OPT_SEED },
+	TRACE_GEN_LONG_OPTS,
 	{ "trace", required_argument, NULL, OPT_TRACE },
 	{ "hstu", required_argument, NULL, OPT_HSTU },
 	{ "first-days", required_argument, NULL, OPT_FIRST_DAYS },
@@ -863,20 +861,11 @@ static int one_opt(void *ctx, int c, const char *arg)
 {
 	struct ropts *o = ctx;
 	char err[KVP_ERRLEN];
-	uint64_t v;
-	int rc;
+	int rc = trace_gen_opt(SUB, &o->gen, c, arg);
 
+	if (rc != -2)
+		return rc;
 	switch (c) {
-	case OPT_USERS:
-		rc = kvb_opt_count(SUB, "--users", arg, 1, TRACE_MAX_USER, &v);
-		o->gen.users = (uint32_t)v;
-		return rc;
-	case OPT_DAYS:
-		rc = kvb_opt_count(SUB, "--days", arg, 1, 3660, &v);
-		o->gen.days = (uint32_t)v;
-		return rc;
-	case OPT_SEED:
-		return kvb_opt_count(SUB, "--seed", arg, 0, UINT64_MAX, &o->gen.seed);
 	case OPT_TRACE:
 		o->trace_path = arg;
 		return -1;

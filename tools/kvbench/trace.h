@@ -151,4 +151,20 @@ struct trace_stats {
 
 int trace_stats(const struct trace *t, struct trace_stats *s);
 
+/*
+ * The generator's options, which `kvbench trace` and `kvbench replay` both
+ * take: their getopt codes (above both subcommands' own) and their rows for
+ * a long_opts table (<getopt.h>).
+ */
+enum { TRACE_OPT_USERS = 400, TRACE_OPT_DAYS, TRACE_OPT_SEED };
+#define TRACE_GEN_LONG_OPTS						\
+	{ "users", required_argument, NULL, TRACE_OPT_USERS },		\
+	{ "days", required_argument, NULL, TRACE_OPT_DAYS },		\
+	{ "seed", required_argument, NULL, TRACE_OPT_SEED }
+
+/* Read generator option `code` of subcommand sub into *gen: -1 to go on or
+ * the exit status (kvb_opt_*), -2 when code is not a generator option. */
+int trace_gen_opt(const char *sub, struct trace_gen_opts *gen, int code,
+		  const char *arg);
+
 #endif /* KVBENCH_TRACE_H */

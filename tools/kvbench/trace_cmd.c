@@ -45,12 +45,10 @@ static void usage(FILE *f)
 KVB_USAGE_END_OPTS);
 }
 
-enum { OPT_USERS = 256, OPT_DAYS, OPT_SEED, OPT_FIRST_DATE, OPT_OUT, OPT_IN, OPT_HSTU };
+enum { OPT_FIRST_DATE = 256, OPT_OUT, OPT_IN, OPT_HSTU };
 
 static const struct option long_opts[] = {
-	{ "users", required_argument, NULL, OPT_USERS },
-	{ "days", required_argument, NULL, OPT_DAYS },
-	{ "seed", required_argument, NULL, OPT_SEED },
+	TRACE_GEN_LONG_OPTS,
 	{ "first-date", required_argument, NULL, OPT_FIRST_DATE },
 	{ "output", required_argument, NULL, OPT_OUT },
 	{ "trace", required_argument, NULL, OPT_IN },
@@ -58,23 +56,37 @@ static const struct option long_opts[] = {
 	KVB_LONG_OPTS_END,
 };
 
+int trace_gen_opt(const char *sub, struct trace_gen_opts *gen, int code,
+		  const char *arg)
+{
+	uint64_t v;
+	int rc;
+
+	switch (code) {
+	case TRACE_OPT_USERS:
+		rc = kvb_opt_count(sub, "--users", arg, 1, TRACE_MAX_USER, &v);
+		gen->users = (uint32_t)v;
+		return rc;
+	case TRACE_OPT_DAYS:
+		rc = kvb_opt_count(sub, "--days", arg, 1, 3660, &v);
+		gen->days = (uint32_t)v;
+		return rc;
+	case TRACE_OPT_SEED:
+		return kvb_opt_count(sub, "--seed", arg, 0, UINT64_MAX, &gen->seed);
+	default:
+		return -2;
+	}
+}
+
 static int one_opt(void *ctx, int c, const char *arg)
 {
 	struct topts *o = ctx;
 	uint64_t v;
-	int rc;
+	int rc = trace_gen_opt(SUB, &o->gen, c, arg);
 
+	if (rc != -2)
+		return rc;
 	switch (c) {
-	case OPT_USERS:
-		rc = kvb_opt_count(SUB, "--users", arg, 1, TRACE_MAX_USER, &v);
-		o->gen.users = (uint32_t)v;
-		return rc;
-	case OPT_DAYS:
-		rc = kvb_opt_count(SUB, "--days", arg, 1, 3660, &v);
-		o->gen.days = (uint32_t)v;
-		return rc;
-	case OPT_SEED:
-		return kvb_opt_count(SUB, "--seed", arg, 0, UINT64_MAX, &o->gen.seed);
 	case OPT_FIRST_DATE:
 		rc = kvb_opt_count(SUB, "--first-date", arg, 19700101, 99991231, &v);
 		if (rc < 0 && (v / 100 % 100 < 1 || v / 100 % 100 > 12 || v % 100 < 1 ||
