@@ -47,6 +47,8 @@
 
 #include <cmocka.h>
 
+#include "model_util.h"
+
 #include "engine.h"
 #include "share.h"
 
@@ -194,21 +196,10 @@ struct sim {
 
 /* ------------------------------------------------------------ failing */
 
-__attribute__((format(printf, 3, 4), noreturn))
-static void sim_fail(const struct sim *s, int line, const char *fmt, ...)
-{
-	char msg[768];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	print_error("MODEL MISMATCH in %s, seed %#" PRIx64 ", step %" PRIu64 "\n"
-		    "  op: %s\n  line %d: %s\n", s->cfg->name, s->cfg->seed,
-		    s->step, s->op, line, msg);
-	fail();
-	abort();
-}
+/* A mismatch, reported with where the run was (model_util.h). */
+#define sim_fail(s, line, ...)                                            \
+	model_mismatch((s)->cfg->name, (s)->cfg->seed, (s)->step, (s)->op, \
+		       (line), __VA_ARGS__)
 
 #define EXPECT(s, cond, ...)                                      \
 	do {                                                      \
@@ -217,13 +208,6 @@ static void sim_fail(const struct sim *s, int line, const char *fmt, ...)
 	} while (0)
 
 /* ------------------------------------------------------------ randomness */
-
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 static uint64_t rng_next(struct sim *s)
 {
