@@ -343,36 +343,48 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 
 /*
  * seq_check_continuity - start_pos must continue the cached history exactly.
- * The messages are the seed's, with the user and what to send instead.
+ * The message starts with seed 002's sentence, verbatim, then names the
+ * user, what the cache holds and what to send instead. After the head was
+ * trimmed, tokens before h->start are not cached: they cannot overlap, so an
+ * input starting there is told so rather than called overlapping.
  */
 static int seq_check_continuity(const struct history *h, uint64_t user,
 				uint64_t start_pos, uint32_t n_new,
 				struct errbuf *e)
 {
-	uint64_t end;
+	uint64_t end, last;
 
 	if (!h || !h->len)
 		return 0; /* nothing cached: a history may start anywhere */
 	end = h->start + h->len;
 	if (start_pos > end)
-		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": the input sequence "
-				  "has missing tokens from %" PRIu64 " to %" PRIu64
-				  " (both inclusive); the cache holds [%" PRIu64 ", %"
-				  PRIu64 "), send the history from position %" PRIu64,
-				  user, end, start_pos - 1, h->start, end, end);
-	if (start_pos < end) {
-		/* The overlap is the part of the input the cache already has. */
-		uint64_t last = end - 1;
-
-		if (n_new && start_pos + n_new - 1 < last)
-			last = start_pos + n_new - 1;
-		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": the input sequence "
-				  "has overlapping tokens from %" PRIu64 " to %" PRIu64
-				  " (both inclusive); the cache holds [%" PRIu64 ", %"
-				  PRIu64 "), remove them and send from position %" PRIu64,
-				  user, start_pos, last, h->start, end, end);
-	}
-	return 0;
+		return errbuf_set(e, -EINVAL, "The input sequence has missing tokens "
+				  "from %" PRIu64 " to %" PRIu64 " (both inclusive). "
+				  "For user %" PRIu64 " the cache holds tokens [%" PRIu64
+				  ", %" PRIu64 "): send the input from position %" PRIu64
+				  " (or evict the user to start a new history)",
+				  end, start_pos - 1, user, h->start, end, end);
+	if (start_pos == end)
+		return 0;
+	if (start_pos < h->start)
+		return errbuf_set(e, -EINVAL, "The input sequence starts at token %"
+				  PRIu64 ", before the first cached token %" PRIu64
+				  " (tokens before it were trimmed). For user %" PRIu64
+				  " the cache holds tokens [%" PRIu64 ", %" PRIu64 ") "
+				  "(max_tokens_per_user trims its head): remove the "
+				  "input's tokens before %"
+				  PRIu64 " and send from position %" PRIu64, start_pos,
+				  h->start, user, h->start, end, end, end);
+	/* The overlap is the part of the input the cache holds (a read-only
+	 * prepare names everything cached from start_pos on). */
+	last = end - 1;
+	if (n_new && start_pos + n_new - 1 < last)
+		last = start_pos + n_new - 1;
+	return errbuf_set(e, -EINVAL, "The input sequence has overlapping tokens "
+			  "from %" PRIu64 " to %" PRIu64 " (both inclusive). For "
+			  "user %" PRIu64 " the cache holds tokens [%" PRIu64 ", %"
+			  PRIu64 "): remove them and send from position %" PRIu64,
+			  start_pos, last, user, h->start, end, end);
 }
 
 /*

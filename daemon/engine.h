@@ -111,8 +111,13 @@ struct engine_lease {
  * Prepare user's history for n_new tokens from start_pos (see the top of this
  * file). owner tags the lease for engine_release_owner() (a client id).
  * Errors (nothing changed):
- *   -EINVAL  gap or overlap ("missing tokens from A to B (both inclusive)" /
- *            "overlapping tokens from A to B (both inclusive)"), or a history
+ *   -EINVAL  gap or overlap, the message starting with seed 002's sentence
+ *            ("The input sequence has missing tokens from A to B (both
+ *            inclusive)." / "... has overlapping tokens from A to B (both
+ *            inclusive)."; the overlap is the input's intersection with the
+ *            cached [start, start+len)), an input starting before a trimmed
+ *            head ("The input sequence starts at token S, before the first
+ *            cached token T (tokens before it were trimmed)."), or a history
  *            position past 2^63
  *   -EBUSY   another lease of the user holds an uncommitted reservation
  *   -ENOMEM  the device tier cannot hold the pages with everything else pinned

@@ -133,8 +133,11 @@ static void fake_exec(struct fake *f, const struct kvp_sqe *s, struct kvp_cqe *q
 
 		if (s->user == 666) {
 			q->res = -EINVAL;
-			fake_fail(f, s, q, "user 666: missing tokens from 10 to 19 "
-				  "(both inclusive)");
+			/* the daemon's words (seed 002's sentence first) */
+			fake_fail(f, s, q, "The input sequence has missing tokens "
+				  "from 10 to 19 (both inclusive). For user 666 the "
+				  "cache holds tokens [0, 10): send the input from "
+				  "position 10");
 			break;
 		}
 		h.npages = (uint32_t)((tokens + P - 1) / P);

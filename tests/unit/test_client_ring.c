@@ -237,7 +237,9 @@ static void test_sync_error_carries_daemon_text(void **state)
 	(void)state;
 	assert_int_equal(kvp_prepare(c, 666, 0, 4, &l), -EINVAL);
 	assert_string_equal(kvp_last_error(c),
-			    "user 666: missing tokens from 10 to 19 (both inclusive)");
+			    "The input sequence has missing tokens from 10 to 19 "
+			    "(both inclusive). For user 666 the cache holds tokens "
+			    "[0, 10): send the input from position 10");
 	assert_int_equal(kvp_commit(c, 0, 1), -ENOENT);
 	assert_string_equal(kvp_last_error(c), "lease 0: no such lease");
 	assert_int_equal(kvp_clients(c, 0, ci, 4, &next), -EPERM);
@@ -335,8 +337,11 @@ static void test_async_error_points_into_arena(void **state)
 			    (const unsigned char *)o->error < c->arena + c->sync_off);
 		if (o->tag == 1) {
 			assert_int_equal(o->res, -EINVAL);
-			assert_string_equal(o->error, "user 666: missing tokens from 10 "
-					    "to 19 (both inclusive)");
+			assert_string_equal(o->error, "The input sequence has "
+					    "missing tokens from 10 to 19 (both "
+					    "inclusive). For user 666 the cache "
+					    "holds tokens [0, 10): send the input "
+					    "from position 10");
 			assert_null(o->lease.indices);
 		} else {
 			assert_int_equal(o->res, -ENOENT);
