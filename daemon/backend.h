@@ -93,5 +93,8 @@ extern const struct backend_ops backend_shm;
 extern const struct backend_ops backend_cuda;
 int backend_cuda_open(int device, void **ctx, struct errbuf *e);
 void backend_cuda_close(void *ctx);
+/* The 16-byte UUID (cuDeviceGetUuid) of ctx's device: what names that GPU in
+ * every process, whatever its CUDA_VISIBLE_DEVICES (the ordinal does not). */
+void backend_cuda_uuid(const void *ctx, uint8_t uuid[16]);
 
 #endif /* KVPOOL_BACKEND_H */

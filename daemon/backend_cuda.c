@@ -79,6 +79,7 @@ struct cuda_alloc {
 
 struct cuda_ctx {
 	int device;
+	uint8_t uuid[16];            /* cuDeviceGetUuid of device: what clients match */
 	cudaStream_t stream[2];      /* [COPY_D2H], [COPY_H2D] */
 	pthread_mutex_t lock;        /* guards allocs */
 	struct cuda_alloc *allocs;
@@ -97,6 +98,8 @@ struct cuda_ctx {
 		PFN_cuMemUnmap_v10020 unmap;
 		PFN_cuMemSetAccess_v10020 set_access;
 		PFN_cuGetErrorString_v6000 error_string;
+		PFN_cuDeviceGet_v2000 device_get;
+		PFN_cuDeviceGetUuid_v11040 device_uuid;
 	} cu;
 };
 
@@ -192,6 +195,10 @@ static int resolve_all(struct cuda_ctx *x, struct errbuf *e)
 		{ "cuMemUnmap", (void **)&x->cu.unmap },
 		{ "cuMemSetAccess", (void **)&x->cu.set_access },
 		{ "cuGetErrorString", (void **)&x->cu.error_string },
+		{ "cuDeviceGet", (void **)&x->cu.device_get },
+		/* At DRIVER_API_VERSION this is cuDeviceGetUuid_v2 (a MIG
+		 * instance's own UUID), the one libkvpool looks up too. */
+		{ "cuDeviceGetUuid", (void **)&x->cu.device_uuid },
 	};
 
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
@@ -201,6 +208,36 @@ static int resolve_all(struct cuda_ctx *x, struct errbuf *e)
 			return ret;
 	}
 	return 0;
+}
+
+/*
+ * The device's UUID. Clients find the pool's GPU by it, not by the ordinal:
+ * an ordinal only means something under the CUDA_VISIBLE_DEVICES of the
+ * process that counted it, the UUID names one GPU everywhere.
+ */
+static int device_uuid(struct cuda_ctx *x, struct errbuf *e)
+{
+	CUdevice dev;
+	CUuuid u;
+	CUresult r;
+
+	r = x->cu.device_get(&dev, x->device);
+	if (r == CUDA_SUCCESS)
+		r = x->cu.device_uuid(&u, dev);
+	if (r != CUDA_SUCCESS)
+		return errbuf_set(e, cu_errno(r), "cuda device %d: cannot read its "
+				  "UUID (cuDeviceGetUuid): %s", x->device,
+				  cu_str(x, r));
+	_Static_assert(sizeof(u.bytes) == sizeof(x->uuid), "CUuuid is 16 bytes");
+	memcpy(x->uuid, u.bytes, sizeof(x->uuid));
+	return 0;
+}
+
+void backend_cuda_uuid(const void *ctx, uint8_t uuid[16])
+{
+	const struct cuda_ctx *x = ctx;
+
+	memcpy(uuid, x->uuid, sizeof(x->uuid));
 }
 
 int backend_cuda_open(int device, void **out, struct errbuf *e)
@@ -251,6 +288,9 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 		}
 	}
 	ret = resolve_all(x, e);
+	if (ret)
+		goto fail;
+	ret = device_uuid(x, e);
 	if (ret)
 		goto fail;
 	*out = x;

@@ -28,6 +28,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "client.h"
 #include "listener.h"
 #include "log.h"
@@ -423,6 +424,12 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 	w->layout = s->cfg->layout;
 	w->shm_bytes = c->shm.bytes;
 	w->cuda_device = tenants_cuda_device(&s->tenants, c->pool);
+#if KVPOOL_HAVE_CUDA
+	/* The ordinal is ours; a client under another CUDA_VISIBLE_DEVICES
+	 * finds the GPU by its UUID (proto.h, v4). */
+	if (w->cuda_device >= 0)
+		backend_cuda_uuid(s->tenants.pools[c->pool].be_ctx, w->cuda_uuid);
+#endif
 	w->pool = c->pool;
 	w->npools = s->tenants.npools;
 	fds[w->nfds++] = c->shm.fd;

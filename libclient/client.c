@@ -14,7 +14,8 @@
  *
  * The device tier is a memfd mapped here on the shm backend; on the cuda
  * backend (welcome.cuda_device >= 0) it is a cuMemCreate allocation that
- * cuda.c imports and maps into the GPU's address space.
+ * cuda.c imports and maps into the GPU's address space, on the device of
+ * this process whose UUID is welcome.cuda_uuid.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -410,7 +411,8 @@ static int map_shm(struct kvp_client *c, int fd, uint64_t expect)
 	return 0;
 }
 
-static int map_device(struct kvp_client *c, int *fd, int32_t cuda_device)
+static int map_device(struct kvp_client *c, int *fd, int32_t cuda_device,
+		      const uint8_t cuda_uuid[16])
 {
 	const uint64_t bytes = c->tier_bytes[KVP_TIER_DEVICE];
 	int64_t size;
@@ -419,7 +421,7 @@ static int map_device(struct kvp_client *c, int *fd, int32_t cuda_device)
 	/* A GPU pool: a cuMem handle for cuda.c to import. (A daemon that
 	 * says shm is believed whatever else its welcome holds.) */
 	if (cuda_device >= 0 && strcmp(c->backend, "shm"))
-		return kvpc_cuda_attach(c, fd, cuda_device);
+		return kvpc_cuda_attach(c, fd, cuda_device, cuda_uuid);
 	if (strcmp(c->backend, "shm"))
 		return kvpc_err(c, -EPROTO,
 				"kvpoold at %s serves a '%s' pool on no CUDA device; this "
@@ -484,7 +486,8 @@ static int attach(struct kvp_client *c, const struct kvp_connect_opts *o,
 	    (ret = get_welcome(c, &w, fds, nfds)) ||
 	    (ret = check_welcome(c, &w, *nfds)) ||
 	    (ret = map_shm(c, fds[0], w.shm_bytes)) ||
-	    (*nfds > 1 && (ret = map_device(c, &fds[1], w.cuda_device))) ||
+	    (*nfds > 1 && (ret = map_device(c, &fds[1], w.cuda_device,
+					    w.cuda_uuid))) ||
 	    (ret = setup_slots(c)))
 		return ret;
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));

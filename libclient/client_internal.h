@@ -216,9 +216,22 @@ struct kvpc_cuda_job {
 	void *stream;                 /* cudaStream_t; NULL: legacy default */
 	int sync;                     /* wait for it (kvp_append) */
 };
-/* Import *fd (a cuMemCreate POSIX fd) on CUDA device `device`, map
- * tier_bytes[DEVICE] bytes and set c->device; closes *fd (-1 after). */
-int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device);
+/* Find the GPU whose UUID is uuid among this process's devices (`device`
+ * is its ordinal in the daemon, for messages), import *fd (a cuMemCreate
+ * POSIX fd) there, map tier_bytes[DEVICE] bytes and set c->device and
+ * c->cuda_device (this process's ordinal); closes *fd (-1 after). -ENODEV
+ * when that GPU is not visible here. */
+int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device,
+		     const uint8_t uuid[16]);
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi -L's form). */
+#define KVPC_UUID_STRLEN 41
+void kvpc_uuid_format(const uint8_t uuid[16], char out[KVPC_UUID_STRLEN]);
+/* The index of want in seen[n] (this process's devices' UUIDs, by
+ * ordinal): the ordinal to use. -ENODEV with a message naming the GPU,
+ * daemon_ordinal and $CUDA_VISIBLE_DEVICES when it is not there; -EPROTO
+ * for an all-zero want (a daemon that sent no UUID). No CUDA needed. */
+int kvpc_cuda_pick(struct kvp_client *c, const uint8_t want[16],
+		   int32_t daemon_ordinal, const uint8_t (*seen)[16], int n);
 /* Wait for every append in flight, unmap and free (kvp_close). */
 void kvpc_cuda_detach(struct kvp_client *c);
 /* Stage the slots, copy them over and launch, all on j->stream. */

@@ -9,7 +9,15 @@
  * (cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap, ...) are
  * looked up with cudaGetDriverEntryPoint when the first cuda welcome comes.
  *
- * ATTACH. welcome.cuda_device names the GPU; fds[1] is a cuMemCreate
+ * WHICH GPU. welcome.cuda_uuid names the GPU (welcome.cuda_device is only
+ * its ordinal in the daemon, which under another CUDA_VISIBLE_DEVICES is
+ * another GPU or none). The attach reads the UUID of every device this
+ * process sees and maps on the one that matches: its ordinal here is what
+ * kvp_cuda_device() returns. When none matches, kvp_connect fails with
+ * -ENODEV naming the GPU (kvpc_cuda_pick, built with or without CUDA so CI
+ * tests the matching and the message).
+ *
+ * ATTACH. fds[1] is a cuMemCreate
  * allocation exported as a POSIX fd. It is imported, a virtual range of
  * tier_bytes[DEVICE] is reserved, the allocation is mapped there with read
  * and write access for that device, and the fd is closed (the handle holds
@@ -49,9 +57,50 @@
 
 #include "client_internal.h"
 
+/* ------------------------------------------------------------ which GPU */
+
+void kvpc_uuid_format(const uint8_t u[16], char out[KVPC_UUID_STRLEN])
+{
+	/* nvidia-smi -L's form, which CUDA_VISIBLE_DEVICES accepts too. */
+	snprintf(out, KVPC_UUID_STRLEN,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+		 "%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5],
+		 u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int kvpc_cuda_pick(struct kvp_client *c, const uint8_t want[16],
+		   int32_t daemon_ordinal, const uint8_t (*seen)[16], int n)
+{
+	static const uint8_t zero[16];
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	char name[KVPC_UUID_STRLEN];
+
+	if (!memcmp(want, zero, sizeof(zero)))
+		return kvpc_err(c, -EPROTO,
+				"kvpoold at %s did not say which GPU its pool is on "
+				"(no device UUID in its welcome)", c->path);
+	for (int i = 0; i < n; i++)
+		if (!memcmp(seen[i], want, 16))
+			return i;
+	kvpc_uuid_format(want, name);
+	if (!vis)
+		return kvpc_err(c, -ENODEV,
+				"kvpoold's pool is on %s (ordinal %" PRId32 " in the "
+				"daemon), which is not visible to this process "
+				"(CUDA_VISIBLE_DEVICES unset, %d device(s) visible); "
+				"make it visible (same machine and container as "
+				"kvpoold?)", name, daemon_ordinal, n);
+	return kvpc_err(c, -ENODEV,
+			"kvpoold's pool is on %s (ordinal %" PRId32 " in the daemon), "
+			"which is not visible to this process "
+			"(CUDA_VISIBLE_DEVICES=%s, %d device(s) visible); make it "
+			"visible", name, daemon_ordinal, vis, n);
+}
+
 #ifndef KVPOOL_HAVE_CUDA
 
-int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device)
+int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device,
+		     const uint8_t uuid[16])
 {
 	return kvpc_err(c, -EOPNOTSUPP,
 			"kvpoold at %s serves its pool from CUDA device %" PRId32
@@ -139,6 +188,8 @@ static struct {
 	CUresult (*addr_free)(CUdeviceptr, size_t);
 	CUresult (*release)(CUmemGenericAllocationHandle);
 	CUresult (*error_string)(CUresult, const char **);
+	CUresult (*device_get)(CUdevice *, int);
+	CUresult (*device_uuid)(CUuuid *, CUdevice);
 } drv;
 
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
@@ -184,6 +235,9 @@ static void resolve(void)
 	ENTRY(addr_free, "cuMemAddressFree");
 	ENTRY(release, "cuMemRelease");
 	ENTRY(error_string, "cuGetErrorString");
+	ENTRY(device_get, "cuDeviceGet");
+	/* cuDeviceGetUuid_v2 at ABI 12000, as kvpoold reads it. */
+	ENTRY(device_uuid, "cuDeviceGetUuid");
 }
 
 static const char *cu_str(CUresult r)
@@ -234,10 +288,10 @@ static int map_pool(struct kvp_client *c, int *fd)
 		e = cudaFree(NULL); /* the primary context exists from here */
 	if (e != cudaSuccess)
 		return kvpc_err(c, -ENODEV,
-				"kvpoold at %s serves its pool from CUDA device %d: %s "
-				"(this process must see the GPUs kvpoold sees: check "
-				"CUDA_VISIBLE_DEVICES)", c->path, cu->device,
-				cudaGetErrorString(e));
+				"kvpoold at %s serves its pool from CUDA device %d "
+				"of this process, which cannot be used here: %s "
+				"(in use exclusively by another process?)", c->path,
+				cu->device, cudaGetErrorString(e));
 	r = drv.ctx_get(&cu->ctx);
 	if (r != CUDA_SUCCESS || !cu->ctx)
 		return kvpc_err(c, -EIO, "no CUDA context on device %d: %s",
@@ -289,12 +343,31 @@ static int map_pool(struct kvp_client *c, int *fd)
 	return 0;
 }
 
-int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device)
+/*
+ * This process's ordinal of the GPU whose UUID is want (the daemon's
+ * `device`), or -errno. Every visible device's UUID is read (a few
+ * microseconds each, once per attach): ordinals here and in the daemon
+ * need not agree.
+ */
+static int find_device(struct kvp_client *c, int32_t device, const uint8_t want[16])
 {
-	struct kvpc_cuda *cu;
-	CUcontext prev = NULL;
-	int ret;
+	uint8_t (*seen)[16];
+	cudaError_t e;
+	CUresult r;
+	int n = 0, ret;
 
+	/* Seeing no device at all (CUDA_VISIBLE_DEVICES empty, or naming only
+	 * GPUs that do not exist) is the same mistake as not seeing this one:
+	 * say which GPU to make visible, before the driver lookups below,
+	 * which may fail for the same reason and say less. */
+	e = cudaGetDeviceCount(&n);
+	if (e == cudaErrorNoDevice || (e == cudaSuccess && n <= 0))
+		return kvpc_cuda_pick(c, want, device, NULL, 0);
+	if (e != cudaSuccess)
+		return kvpc_err(c, -ENODEV,
+				"kvpoold at %s serves its pool from a GPU, but CUDA "
+				"cannot be used in this process: %s", c->path,
+				cudaGetErrorString(e));
 	pthread_once(&drv_once, resolve);
 	if (drv_missing)
 		return kvpc_err(c, -ENODEV,
@@ -303,13 +376,45 @@ int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device)
 				c->path, device, drv_missing,
 				drv_error == cudaSuccess ? "not found" :
 				cudaGetErrorString(drv_error));
+	seen = calloc((size_t)n, sizeof(*seen));
+	if (!seen)
+		return kvpc_err(c, -ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++) {
+		CUdevice dev;
+		CUuuid u;
+
+		r = drv.device_get(&dev, i);
+		if (r == CUDA_SUCCESS)
+			r = drv.device_uuid(&u, dev);
+		if (r != CUDA_SUCCESS) {
+			free(seen);
+			return kvpc_err(c, -EIO, "cannot read the UUID of CUDA device "
+					"%d (cuDeviceGetUuid): %s", i, cu_str(r));
+		}
+		memcpy(seen[i], u.bytes, sizeof(seen[i]));
+	}
+	ret = kvpc_cuda_pick(c, want, device, (const uint8_t (*)[16])seen, n);
+	free(seen);
+	return ret;
+}
+
+int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device,
+		     const uint8_t uuid[16])
+{
+	struct kvpc_cuda *cu;
+	CUcontext prev = NULL;
+	int ret, ordinal;
+
+	ordinal = find_device(c, device, uuid);
+	if (ordinal < 0)
+		return ordinal;
 	cu = calloc(1, sizeof(*cu));
 	if (!cu)
 		return kvpc_err(c, -ENOMEM, "out of memory");
-	cu->device = device;
+	cu->device = ordinal;
 	cu->bytes = c->tier_bytes[KVP_TIER_DEVICE];
 	c->cuda = cu;
-	c->cuda_device = device;
+	c->cuda_device = ordinal;
 
 	if (drv.ctx_get(&prev) != CUDA_SUCCESS)
 		prev = NULL;

@@ -83,7 +83,7 @@
 #include "kvpool.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 3
+#define KVP_PROTO_VERSION 4 /* v4: welcome.cuda_uuid */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -126,12 +126,19 @@ struct kvp_welcome {
 	 * tier_bytes[DEVICE] bytes (a multiple of the allocation granularity;
 	 * the first tier_frames[DEVICE] * page_bytes are the frames). Import it
 	 * with cuMemImportFromShareableHandle, map it with cuMemAddressReserve +
-	 * cuMemMap + cuMemSetAccess on CUDA device cuda_device. shm backend:
+	 * cuMemMap + cuMemSetAccess on the CUDA device cuda_uuid names (v4;
+	 * cuda_device is its ordinal in the daemon). shm backend:
 	 * cuda_device is -1 and fds[1] is a memfd to mmap. */
 	int32_t cuda_device;
 	uint32_t pool;         /* the pool attached to */
 	uint32_t npools;       /* how many the daemon serves */
 	uint32_t rsv2;
+	/* v4. cuda backend: the pool's GPU by its UUID (cuDeviceGetUuid_v2,
+	 * the bytes of CUuuid). cuda_device is the daemon's ordinal, which
+	 * names another GPU (or none) under another CUDA_VISIBLE_DEVICES: the
+	 * client maps on the device of its own whose UUID this is, and fails
+	 * the attach with -ENODEV when it sees none. Zero on shm. */
+	uint8_t cuda_uuid[16];
 };
 
 /* ------------------------------------------------------------ shm */
