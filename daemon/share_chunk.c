@@ -538,7 +538,11 @@ int share_chunk_list(struct engine *eng, uint32_t type, const char *filter,
 			    (!cursor || memcmp(c->id.b, cursor->b, 32) > 0) &&
 			    meta_match(c->meta, filter))
 				s->ids[n++] = c->id;
-	qsort(s->ids, n, sizeof(*s->ids), cmp_id);
+	/* A tenant that never had a chunk has no ids array yet, and qsort's
+	 * base must not be NULL even for 0 elements (glibc declares it
+	 * nonnull; UBSan aborts the daemon on it). */
+	if (n > 1)
+		qsort(s->ids, n, sizeof(*s->ids), cmp_id);
 	for (; from < n && w < max; from++)
 		chunk_info_of(eng, chunk_find(eng, &s->ids[from]), &rows[w++]);
 	*more = from < n;

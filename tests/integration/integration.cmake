@@ -41,6 +41,8 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
+  # Every kvctl command against a fresh daemon, a fresh tenant and a full one.
+  kvpool_integration_test(test_kvctl_all 180)
 endif()
 
 # kvbench replay on a hand-made trace against a real kvpoold and a real
