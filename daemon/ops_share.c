@@ -253,7 +253,7 @@ int op_seq_alloc(struct op *o)
 	ret = share_seq_alloc(eng, q->arg, (const uint32_t *)in, q->n, o->c->id,
 			      &l, o->e);
 	if (!ret && (ret = put_lease(o, 0, &l)))
-		share_seq_free(eng, q->arg, o->c->id, NULL);
+		share_seq_discard(eng, q->arg, o->c->id);
 	op_unlock_own(o);
 	return ret;
 }
@@ -297,7 +297,7 @@ int op_seq_create(struct op *o)
 	eng = op_lock_own(o);
 	ret = share_seq_create(eng, q->arg, src, h.nsrc, q->n, o->c->id, &l, o->e);
 	if (!ret && (ret = put_lease(o, 0, &l)))
-		share_seq_free(eng, q->arg, o->c->id, NULL);
+		share_seq_discard(eng, q->arg, o->c->id);
 	if (!ret)
 		fence = lease_fence(o, eng, &l);
 	op_unlock_own(o);

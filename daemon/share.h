@@ -112,9 +112,17 @@ int share_seq_extend(struct engine *eng, uint64_t seq, uint32_t n_new,
 		     const uint32_t *tokens, uint32_t owner,
 		     struct engine_lease *out, struct errbuf *e);
 
-/* -ENOENT unknown, -EPERM another client's. Ends its write lease too. */
+/*
+ * -ENOENT unknown, -EPERM another client's, -EBUSY while its write lease is
+ * held (committed or not: until the client releases it, that lease's page
+ * table names the sequence's pages, and its client may still write through
+ * it; a leased user history is not evicted either).
+ */
 int share_seq_free(struct engine *eng, uint64_t seq, uint32_t owner,
 		   struct errbuf *e);
+/* Free seq and end its write lease, held or not: for its owner's detach and
+ * for undoing a create whose result could not be sent. No-op when unknown. */
+void share_seq_discard(struct engine *eng, uint64_t seq, uint32_t owner);
 
 /* For tests: read committed tokens [pos, pos+n) of seq (format as
  * engine_read_tokens). */

@@ -734,10 +734,27 @@ int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
 
 	if (ret)
 		return ret;
+	/* The rule evict follows for a leased history: never take pages from
+	 * under a lease its client still holds (issue 11: a free that ended
+	 * the lease let the next append land in pages another user owned). */
+	if (q->write_lease && slease_lookup(eng, q->write_lease))
+		return errbuf_set(e, -EBUSY, "sequence %" PRIu64 ": its write lease "
+				  "%#" PRIx64 " is still held; release it "
+				  "(kvp_release) before freeing the sequence", id,
+				  q->write_lease);
+	seq_destroy(eng, q);
+	return 0;
+}
+
+void share_seq_discard(struct engine *eng, uint64_t id, uint32_t owner)
+{
+	struct seq *q = NULL;
+
+	if (seq_of_owner(eng, id, owner, &q, NULL))
+		return;
 	if (q->write_lease && slease_lookup(eng, q->write_lease))
 		share_lease_release(eng, q->write_lease, NULL);
 	seq_destroy(eng, q);
-	return 0;
 }
 
 uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
@@ -752,7 +769,7 @@ uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
 			next = q->hnext;
 			if (q->owner != owner)
 				continue;
-			share_seq_free(eng, q->id, owner, NULL);
+			share_seq_discard(eng, q->id, owner);
 			n++;
 		}
 	}

@@ -5,10 +5,11 @@
  *
  * New token i of a lease sits at history position q = len + i (counted from
  * the history's start): page q / page_tokens of the lease's page table, slot
- * q % page_tokens of that page's frame. The page table lives in the arena,
- * which the daemon can write, so each frame index is read once, checked
- * against the device tier's frame count and only then used; the lease
- * itself is the caller's memory and is checked against the arena too.
+ * q % page_tokens of that page's frame. The caller's struct kvp_lease is
+ * trusted for nothing but its id: the lease table (lease.c) says whether
+ * this client holds that lease open, how many new tokens it has, and its
+ * page table (a private copy made when the lease was granted). Each frame
+ * is checked against the device tier's frame count before it is used.
  *
  * Every call checks all of its ranges and frames before it writes or
  * enqueues anything, so a failed call leaves the tier as it was.
@@ -29,16 +30,6 @@
 #include "kvp_kernels.h"
 
 #define APPEND_BATCH 256u /* slots computed per kvp_append_cpu() call */
-
-/* The lease's page table must be one the daemon wrote into our arena. */
-static int table_in_arena(const struct kvp_client *c, const struct kvp_lease *l)
-{
-	const unsigned char *p = (const unsigned char *)l->indices;
-	const uint64_t bytes = (uint64_t)l->npages * sizeof(int32_t);
-
-	return p >= c->arena && bytes <= c->arena_bytes &&
-	       (uint64_t)(p - c->arena) <= c->arena_bytes - bytes;
-}
 
 /* A device tier to write into, or why not. */
 static int need_tier(struct kvp_client *c, const char *what)
@@ -65,35 +56,39 @@ static int shm_stream(struct kvp_client *c, void *stream, const char *what)
 	return 0;
 }
 
-/* Tokens [first, first + n) of lease l: within its n_new, and l one that
- * kvp_prepare() or kvp_reap() filled in. */
+/*
+ * Tokens [first, first + n) of lease l: l must name a lease this client
+ * holds open (lease.c: not released, committed, ended by the daemon or
+ * another client's), and the range must lie within its own new tokens.
+ * Only l->id is read from the caller's struct; the record says the rest.
+ */
 static int check_range(struct kvp_client *c, const struct kvp_lease *l,
-		       uint32_t first, uint32_t n, const char *what)
+		       uint32_t first, uint32_t n, const char *what,
+		       struct kvpc_lease **out)
 {
-	const uint32_t P = c->layout.page_tokens;
+	struct kvpc_lease *r;
+	int ret;
 
-	if (!l || !l->indices)
-		return kvpc_err(c, -EINVAL, "%s: NULL lease or page table", what);
-	if (first > l->n_new || n > l->n_new - first)
+	if (!l)
+		return kvpc_err(c, -EINVAL, "%s: NULL lease", what);
+	if ((ret = kvpc_lease_open(c, l->id, what, &r)))
+		return ret;
+	if (first > r->n_new || n > r->n_new - first)
 		return kvpc_err(c, -EINVAL,
 				"%s: tokens [%" PRIu32 ", %" PRIu64 ") are outside the "
-				"%" PRIu32 " new tokens of lease %" PRIu64, what, first,
-				(uint64_t)first + n, l->n_new, l->id);
-	if (!table_in_arena(c, l) || l->len > UINT64_MAX / 2 ||
-	    (l->len + l->n_new + P - 1) / P > l->npages)
-		return kvpc_err(c, -EINVAL,
-				"%s: lease %" PRIu64 " is not one kvp_prepare() or "
-				"kvp_reap() filled in (or no longer valid)", what, l->id);
+				"%" PRIu32 " new tokens of lease %#" PRIx64, what, first,
+				(uint64_t)first + n, r->n_new, r->id);
+	*out = r;
 	return 0;
 }
 
-/* The slots of tokens [first, first + n) of l into out (range checked). */
-static int fill_slots(struct kvp_client *c, const struct kvp_lease *l,
+/* The slots of new tokens [first, first + n) of r (range checked). */
+static int fill_slots(struct kvp_client *c, const struct kvpc_lease *r,
 		      uint32_t first, uint32_t n, struct kvp_slot *out)
 {
 	const uint32_t P = c->layout.page_tokens;
 	const uint32_t frames = c->tier_frames[KVP_TIER_DEVICE];
-	const uint64_t q0 = l->len + first;
+	const uint64_t q0 = r->len + first;
 	uint64_t page = UINT64_MAX;
 	uint32_t frame = 0;
 
@@ -101,16 +96,15 @@ static int fill_slots(struct kvp_client *c, const struct kvp_lease *l,
 		uint64_t q = q0 + i;
 
 		if (q / P != page) {
-			/* Read once from the arena, checked, then used.
-			 * Relaxed: the acquire of cq_tail that delivered the
-			 * lease already ordered the daemon's write of it. */
-			int32_t f = __atomic_load_n(&l->indices[q / P], __ATOMIC_RELAXED);
+			/* The private copy: no other party writes it, but the
+			 * daemon wrote it, so its frames are checked. */
+			int32_t f = q / P < r->npages ? r->frames[q / P] : -1;
 
 			if (f < 0 || (uint32_t)f >= frames)
 				return kvpc_err(c, -EINVAL,
-						"append: lease %" PRIu64 " page %" PRIu64
+						"append: lease %#" PRIx64 " page %" PRIu64
 						" names frame %" PRId32 ", outside the %" PRIu32
-						" frames of the device tier", l->id, q / P, f,
+						" frames of the device tier", r->id, q / P, f,
 						frames);
 			page = q / P;
 			frame = (uint32_t)f;
@@ -125,8 +119,12 @@ int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
 		      uint32_t count, struct kvp_slot *out)
 {
 	for (uint32_t i = 0; i < count; i++) {
-		int ret = fill_slots(c, items[i].lease, items[i].first, items[i].n, out);
+		struct kvpc_lease *r;
+		int ret = check_range(c, items[i].lease, items[i].first, items[i].n,
+				      "append", &r);
 
+		if (!ret)
+			ret = fill_slots(c, r, items[i].first, items[i].n, out);
 		if (ret)
 			return ret;
 		out += items[i].n;
@@ -177,10 +175,11 @@ int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 {
 	const unsigned char *src = kv;
 	struct kvp_slot slots[APPEND_BATCH];
+	struct kvpc_lease *r;
 	int ret;
 
 	if ((ret = need_tier(c, "append")) ||
-	    (ret = check_range(c, l, first, n, "append")))
+	    (ret = check_range(c, l, first, n, "append", &r)))
 		return ret;
 	if (n && !kv)
 		return kvpc_err(c, -EINVAL, "append: NULL data for %" PRIu32 " tokens", n);
@@ -193,7 +192,7 @@ int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 	for (uint32_t done = 0; done < n;) {
 		uint32_t m = n - done < APPEND_BATCH ? n - done : APPEND_BATCH;
 
-		ret = fill_slots(c, l, first + done, m, slots);
+		ret = fill_slots(c, r, first + done, m, slots);
 		if (ret)
 			return ret;
 		kvp_append_cpu(&c->layout, c->device, slots, m,
@@ -209,6 +208,7 @@ int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
 		     uint32_t first, uint32_t n, const void *kv, void *stream)
 {
 	const struct kvp_append_item item = { l, first, n };
+	struct kvpc_lease *r;
 	int ret;
 
 	if ((ret = need_tier(c, "append_async")))
@@ -216,7 +216,7 @@ int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
 	if (!c->cuda)
 		return (ret = shm_stream(c, stream, "append_async")) ? ret :
 		       kvp_append(c, l, first, n, kv);
-	if ((ret = check_range(c, l, first, n, "append_async")))
+	if ((ret = check_range(c, l, first, n, "append_async", &r)))
 		return ret;
 	if (n && !kv)
 		return kvpc_err(c, -EINVAL, "append_async: NULL data for %" PRIu32
@@ -231,10 +231,11 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 {
 	const struct kvp_append_item item = { l, first, n };
 	struct kvp_slot *slots;
+	struct kvpc_lease *r;
 	int ret;
 
 	if ((ret = need_tier(c, "append_layers")) ||
-	    (ret = check_range(c, l, first, n, "append_layers")) ||
+	    (ret = check_range(c, l, first, n, "append_layers", &r)) ||
 	    (!c->cuda && (ret = shm_stream(c, stream, "append_layers"))))
 		return ret;
 	if (!n) {
@@ -253,7 +254,7 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 
 	if (!(slots = scratch(c, n)))
 		return -ENOMEM;
-	ret = fill_slots(c, l, first, n, slots);
+	ret = fill_slots(c, r, first, n, slots);
 	if (ret)
 		return ret;
 	kvp_append_layers_cpu(&c->layout, c->device, slots, n, k, v);
@@ -267,6 +268,7 @@ int kvp_append_batch_async(struct kvp_client *c,
 			   const void *kv, void *stream)
 {
 	struct kvp_slot *slots;
+	struct kvpc_lease *r;
 	uint64_t total = 0;
 	char what[48];
 	int ret;
@@ -278,7 +280,8 @@ int kvp_append_batch_async(struct kvp_client *c,
 		return kvpc_err(c, -EINVAL, "append_batch: NULL items");
 	for (uint32_t i = 0; i < count; i++) {
 		snprintf(what, sizeof(what), "append_batch item %" PRIu32, i);
-		ret = check_range(c, items[i].lease, items[i].first, items[i].n, what);
+		ret = check_range(c, items[i].lease, items[i].first, items[i].n, what,
+				  &r);
 		if (ret)
 			return ret;
 		total += items[i].n;

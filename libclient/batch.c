@@ -67,6 +67,8 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 	s->op = sqe->opcode;
 	s->user = sqe->user;
 	s->n = sqe->n;
+	s->lease = sqe->opcode == KVP_OP_COMMIT || sqe->opcode == KVP_OP_RELEASE ?
+		   sqe->arg : 0;
 	s->user_tag = user_tag;
 	s->pos = c->sq_tail;
 	c->inflight++;
@@ -223,26 +225,46 @@ int kvp_queue_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 	return queue_async(c, &sqe, tag);
 }
 
+/*
+ * An async commit goes only through a lease this client holds open, like
+ * kvp_commit(); from the moment it is queued the lease takes no writes (the
+ * daemon may give its slots back before we reap). A failed commit reopens
+ * it at reap (reap_lease).
+ */
 KVP_PUBLIC
 int kvp_queue_commit(struct kvp_client *c, uint64_t lease, uint32_t n,
 		     int release, uint64_t tag)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n,
 			       .flags = release ? KVP_SQE_RELEASE : 0 };
+	struct kvpc_lease *r;
+	int ret;
+
 	/* The lease's GPU appends land before the commit is even queued
 	 * (cuda.c, COMMIT ORDERING). */
-	int ret = kvpc_cuda_wait_lease(c, lease);
-
-	return ret ? ret : queue_async(c, &sqe, tag);
+	if ((ret = kvpc_check_dead(c)) ||
+	    (ret = kvpc_lease_open(c, lease, "queue_commit", &r)) ||
+	    (ret = kvpc_cuda_wait_lease(c, lease)) ||
+	    (ret = queue_async(c, &sqe, tag)))
+		return ret;
+	r->state = KVPC_LEASE_COMMITTING;
+	r->committed = n;
+	r->release_queued = (uint8_t)!!release;
+	return 0;
 }
 
 KVP_PUBLIC
 int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
+	struct kvpc_lease *r;
 	int ret = kvpc_cuda_wait_lease(c, lease);
 
-	return ret ? ret : queue_async(c, &sqe, tag);
+	if (ret || (ret = queue_async(c, &sqe, tag)))
+		return ret;
+	if ((r = kvpc_lease_find(c, lease)))
+		r->state = KVPC_LEASE_RELEASING;
+	return 0;
 }
 
 KVP_PUBLIC
@@ -267,6 +289,29 @@ static uint32_t async_op(uint8_t opcode)
 	case KVP_OP_COMMIT: return KVP_ASYNC_COMMIT;
 	case KVP_OP_RELEASE: return KVP_ASYNC_RELEASE;
 	default: return 0;
+	}
+}
+
+/* Mirror a reaped commit or release in the lease table (lease.c, STATES). */
+static void reap_lease(struct kvp_client *c, const struct kvpc_slot *s,
+		       int32_t res)
+{
+	struct kvpc_lease *r = kvpc_lease_find(c, s->lease);
+
+	if (!r)
+		return;
+	if (s->op == KVP_OP_RELEASE) {
+		if (res >= 0 || res == -ENOENT || res == -EPERM)
+			kvpc_lease_drop(c, s->lease);
+		else if (r->state == KVPC_LEASE_RELEASING)
+			r->state = KVPC_LEASE_OPEN;
+	} else if (r->state == KVPC_LEASE_COMMITTING) {
+		if (res >= 0 && r->release_queued)
+			kvpc_lease_drop(c, s->lease);
+		else if (res >= 0)
+			r->state = KVPC_LEASE_CLOSED;
+		else
+			r->state = KVPC_LEASE_OPEN;
 	}
 }
 
@@ -300,9 +345,13 @@ static int reap_one(struct kvp_client *c, const struct kvp_cqe *cqe,
 
 		ret = kvpc_decode_lease(c, (uint32_t)idx, cqe, &out->lease, tmp,
 					sizeof(tmp));
+		if (!ret && (ret = kvpc_lease_add(c, &out->lease, KVPC_LEASE_HISTORY, 0)))
+			snprintf(tmp, sizeof(tmp), "%s", c->err);
 		if (ret)
 			memcpy(msg, tmp, sizeof(tmp));
 	}
+	if (s->op == KVP_OP_COMMIT || s->op == KVP_OP_RELEASE)
+		reap_lease(c, s, cqe->res);
 	if (ret) {
 		/* The message was written into the slot's own slice. */
 		memset(&out->lease, 0, sizeof(out->lease));

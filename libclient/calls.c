@@ -109,30 +109,60 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 		return ret;
 	if (kvpc_decode_lease(c, idx, &cqe, out, msg, sizeof(msg)))
 		return kvpc_err(c, -EPROTO, "%s", msg);
-	return 0;
+	return kvpc_lease_add(c, out, KVPC_LEASE_HISTORY, 0);
 }
 
 /*
  * Commit and release first wait for the lease's appends still in flight on
  * the GPU (cuda.c, COMMIT ORDERING): a commit must not make tokens visible,
  * nor a release hand pages back, before their bytes landed.
+ *
+ * A commit goes only through a lease this client holds open (lease.c): a
+ * released, committed or foreign one is -ESTALE here, before the daemon is
+ * asked. Once the daemon has committed, the lease takes no more writes.
  */
 KVP_PUBLIC
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n };
-	int ret = kvpc_cuda_wait_lease(c, lease);
+	struct kvpc_lease *r;
+	int ret;
 
-	return ret ? ret : call_res(c, &sqe);
+	if ((ret = kvpc_check_dead(c)) ||
+	    (ret = kvpc_lease_open(c, lease, "commit", &r)) ||
+	    (ret = kvpc_cuda_wait_lease(c, lease)))
+		return ret;
+	ret = call_res(c, &sqe);
+	if (ret >= 0) {
+		r->state = KVPC_LEASE_CLOSED;
+		r->committed = n;
+	}
+	return ret;
 }
 
+/* Whether a release's answer means the daemon no longer holds the lease for
+ * this client: done, or never held (unknown, another client's). */
+static int release_ended(int ret)
+{
+	return ret >= 0 || ret == -ENOENT || ret == -EPERM;
+}
+
+/*
+ * A release is sent for any id (the daemon checks that it is this client's);
+ * the lease's record and page table are dropped once the daemon answered.
+ */
 KVP_PUBLIC
 int kvp_release(struct kvp_client *c, uint64_t lease)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
 	int ret = kvpc_cuda_wait_lease(c, lease);
 
-	return ret ? ret : call_res(c, &sqe);
+	if (ret)
+		return ret;
+	ret = call_res(c, &sqe);
+	if (release_ended(ret))
+		kvpc_lease_drop(c, lease);
+	return ret;
 }
 
 KVP_PUBLIC

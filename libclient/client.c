@@ -557,6 +557,7 @@ void kvp_close(struct kvp_client *c)
 	free(c->slots);
 	free(c->free_slots);
 	free(c->scratch);
+	kvpc_lease_table_free(c);
 	free(c);
 }
 

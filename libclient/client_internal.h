@@ -65,6 +65,7 @@ struct kvpc_slot {
 	uint32_t gen;       /* bumped each time the slot is taken */
 	uint32_t pos;       /* SQ position its SQE was written at */
 	uint32_t n;         /* PREPARE: n_new asked for */
+	uint64_t lease;     /* COMMIT / RELEASE: the lease it ends (lease.c) */
 	uint8_t op;         /* enum kvp_opcode */
 	uint8_t busy;
 	uint8_t sync;       /* result range is the sync range */
@@ -116,6 +117,11 @@ struct kvp_client {
 	int cuda_device;              /* the pool's CUDA device; -1 on shm */
 	struct kvpc_cuda *cuda;       /* cuda.c state; NULL on shm */
 
+	/* ---- lease.c: the leases this client holds, by id */
+	struct kvpc_lease **lease_tab; /* lease_mask + 1 buckets, NULL: none yet */
+	uint32_t lease_mask;
+	uint32_t lease_count;
+
 	/* ---- append.c: host slots for the shm data ops, grown on demand */
 	struct kvp_slot *scratch;
 	uint32_t scratch_cap;
@@ -125,6 +131,59 @@ struct kvp_client {
 	char dead_msg[KVP_ERRLEN];
 	char err[KVP_ERRLEN];         /* kvp_last_error() */
 };
+
+/*
+ * lease.c: the leases this client holds (see the comment there). A record
+ * keeps what the data ops may trust: the lease's id, len, n_new and a
+ * private copy of its page table.
+ */
+enum kvpc_lease_state {
+	KVPC_LEASE_OPEN = 1,       /* writable */
+	KVPC_LEASE_COMMITTING = 2, /* a commit is queued (async) */
+	KVPC_LEASE_CLOSED = 3,     /* committed: readable, not writable */
+	KVPC_LEASE_RELEASING = 4,  /* a release is queued (async) */
+};
+
+enum kvpc_lease_kind {
+	KVPC_LEASE_HISTORY = 1,    /* prepare of a user history */
+	KVPC_LEASE_SEQ = 2,        /* a sequence's write lease (seq = its id) */
+	KVPC_LEASE_CHUNK_FILL = 3, /* a registered chunk's fill lease */
+	KVPC_LEASE_READ = 4,       /* chunk_acquire: read-only */
+	KVPC_LEASE_COMPOSE = 5,    /* a composition's hold on its chunks */
+};
+
+struct kvpc_lease {
+	uint64_t id;
+	uint64_t seq;              /* KVPC_LEASE_SEQ: the sequence */
+	uint64_t len;              /* committed tokens before the lease */
+	uint32_t n_new;
+	uint32_t npages;
+	uint32_t committed;        /* CLOSED: tokens the commit kept */
+	uint8_t state;             /* enum kvpc_lease_state */
+	uint8_t kind;              /* enum kvpc_lease_kind */
+	uint8_t release_queued;    /* COMMITTING with release: gone on success */
+	int32_t frames[];          /* npages device frames, copied at decode */
+};
+
+/* Record *l (just decoded from the arena): copy its page table and point
+ * l->indices at the copy. id 0 (no lease) records nothing. 0 or -ENOMEM
+ * with the last error set (the daemon still holds the lease). */
+int kvpc_lease_add(struct kvp_client *c, struct kvp_lease *l, uint8_t kind,
+		   uint64_t seq);
+/* Record a held composition: a copy of its bytes-long result at *copy,
+ * kept until the release. 0 or -ENOMEM (no message set). */
+int kvpc_lease_add_blob(struct kvp_client *c, uint64_t id, const void *src,
+			uint32_t bytes, const unsigned char **copy);
+struct kvpc_lease *kvpc_lease_find(const struct kvp_client *c, uint64_t id);
+/* The record of an OPEN lease in *out, or -ESTALE naming the lease and why
+ * (not held by this client, committed, commit or release queued). */
+int kvpc_lease_open(struct kvp_client *c, uint64_t id, const char *what,
+		    struct kvpc_lease **out);
+/* Forget a lease (released, or ended by the daemon); frees its page table. */
+void kvpc_lease_drop(struct kvp_client *c, uint64_t id);
+/* Forget every lease of sequence seq but keep. */
+void kvpc_lease_drop_seq(struct kvp_client *c, uint64_t seq, uint64_t keep);
+void kvpc_lease_table_free(struct kvp_client *c);
 
 /* client.c: the client's last error. kvpc_err() returns code. */
 __attribute__((format(printf, 3, 4)))

@@ -12,6 +12,7 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/ring.c
   libclient/batch.c
   libclient/calls.c
+  libclient/lease.c
   libclient/share.c
   libclient/append.c
   libclient/cuda.c)

@@ -189,7 +189,7 @@ int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
 		return kvpc_err(c, -EPROTO, "kvpoold at %s returned a lease of %" PRIu64
 				" cached + %" PRIu32 " new tokens for %" PRIu32,
 				c->path, out->len, out->n_new, n);
-	return ret;
+	return ret ? ret : kvpc_lease_add(c, out, KVPC_LEASE_SEQ, seq);
 }
 
 KVP_PUBLIC
@@ -200,6 +200,7 @@ int kvp_seq_create(struct kvp_client *c, uint64_t seq,
 	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_CREATE, .arg = seq, .n = n_new };
 	struct kvp_seq_create_in h = { .nsrc = nsrc };
 	unsigned char *in;
+	int ret;
 
 	if (!out)
 		return null_arg(c, "seq_create", "the lease pointer");
@@ -211,7 +212,8 @@ int kvp_seq_create(struct kvp_client *c, uint64_t seq,
 	memcpy(in, &h, sizeof(h));
 	if (nsrc)
 		memcpy(in + sizeof(h), src, (size_t)nsrc * sizeof(*src));
-	return call_lease(c, &sqe, n_new, seq, out);
+	ret = call_lease(c, &sqe, n_new, seq, out);
+	return ret ? ret : kvpc_lease_add(c, out, KVPC_LEASE_SEQ, seq);
 }
 
 KVP_PUBLIC
@@ -220,6 +222,7 @@ int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_EXTEND, .arg = seq, .n = n_new };
 	unsigned char *in;
+	int ret;
 
 	if (!out)
 		return null_arg(c, "seq_extend", "the lease pointer");
@@ -228,15 +231,26 @@ int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
 			return -E2BIG;
 		memcpy(in, tokens, (size_t)n_new * 4);
 	}
-	return call_lease(c, &sqe, n_new, seq, out);
+	ret = call_lease(c, &sqe, n_new, seq, out);
+	if (ret)
+		return ret;
+	/* The daemon ended the previous (committed) write lease with this
+	 * one: it takes no writes and its page table goes. */
+	kvpc_lease_drop_seq(c, seq, out->id);
+	return kvpc_lease_add(c, out, KVPC_LEASE_SEQ, seq);
 }
 
+/* Refused (-EBUSY) while the sequence's write lease is held; after a free
+ * no lease of it is left to forget, but a stale record would be. */
 KVP_PUBLIC
 int kvp_seq_free(struct kvp_client *c, uint64_t seq)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_FREE, .arg = seq };
+	int ret = call_res(c, &sqe);
 
-	return call_res(c, &sqe);
+	if (ret >= 0)
+		kvpc_lease_drop_seq(c, seq, 0);
+	return ret;
 }
 
 /* ------------------------------------------------------------ chunks */
@@ -287,7 +301,7 @@ int kvp_chunk_register(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 	if (!ret && out->lease.len)
 		return kvpc_err(c, -EPROTO, "kvpoold at %s returned a fill lease with %"
 				PRIu64 " tokens already in it", c->path, out->lease.len);
-	return ret;
+	return ret ? ret : kvpc_lease_add(c, &out->lease, KVPC_LEASE_CHUNK_FILL, 0);
 }
 
 KVP_PUBLIC
@@ -310,7 +324,11 @@ int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg)
 	if (ret)
 		return ret;
 	sqe.arg = reg->lease.id;
-	return call_res(c, &sqe);
+	ret = call_res(c, &sqe);
+	/* A seal ends the fill lease; so does a daemon that no longer has it. */
+	if (ret >= 0 || ret == -ENOENT || ret == -EPERM)
+		kvpc_lease_drop(c, reg->lease.id);
+	return ret;
 }
 
 static uint64_t now_us(void)
@@ -348,6 +366,8 @@ int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
 		if ((ret = put_id(c, &sqe, id, "chunk_acquire")))
 			return ret;
 		ret = call_lease(c, &sqe, 0, 0, out);
+		if (!ret)
+			ret = kvpc_lease_add(c, out, KVPC_LEASE_READ, 0);
 		now = now_us();
 		if (ret != -EAGAIN || now >= deadline)
 			break;
@@ -586,12 +606,24 @@ static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
 	if (ret < 0)
 		return ret;
 	src = kvpc_slot_out(c, idx, &len);
+	/* A held composition's tables live as long as its lease: decode them
+	 * from a copy the lease table keeps until kvp_release(). */
+	if (!preview && cqe.val0 &&
+	    (ret = kvpc_lease_add_blob(c, cqe.val0, src, cqe.out_bytes, &src))) {
+		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = cqe.val0 };
+
+		call_res(c, &rel);
+		return kvpc_err(c, -ENOMEM, "compose: out of memory for the page "
+				"tables of %" PRIu32 " bytes; the composition was "
+				"released", cqe.out_bytes);
+	}
 	ret = decode_composition(c, src, cqe.out_bytes, out);
 	if (ret && !preview && cqe.val0) {
 		/* Malformed but held: let the chunks go rather than leak them. */
 		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = cqe.val0 };
 
 		call_res(c, &rel);
+		kvpc_lease_drop(c, cqe.val0);
 		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a malformed "
 				"composition; it was released", c->path);
 	}

@@ -154,6 +154,12 @@ static void client_errors(struct kvp_client *c)
 	CHECK(rc == 0, "seq_alloc: %s", kvp_last_error(c));
 	rc = kvp_seq_alloc(c, 5, t5, 5, &hold);
 	CHECK(rc == -EEXIST, "seq_alloc of an existing id: %d", rc);
+	/* Never freed under its held write lease (the lease's page table names
+	 * its pages): -EBUSY, then a release lets it go. */
+	rc = kvp_seq_free(c, 5);
+	CHECK(rc == -EBUSY && strstr(kvp_last_error(c), "write lease"),
+	      "seq_free under its lease: %d '%s'", rc, kvp_last_error(c));
+	CHECK(kvp_release(c, l.id) == 0, "release: %s", kvp_last_error(c));
 	CHECK(kvp_seq_free(c, 5) == 0, "seq_free: %s", kvp_last_error(c));
 	CHECK(kvp_seq_free(c, 5) == -ENOENT, "seq_free twice passed");
 

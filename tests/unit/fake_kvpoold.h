@@ -164,6 +164,10 @@ static void fake_exec(struct fake *f, const struct kvp_sqe *s, struct kvp_cqe *q
 		if (!s->arg) {
 			q->res = -ENOENT;
 			fake_fail(f, s, q, "lease 0: no such lease");
+		} else if (s->n == 999) { /* a commit the daemon refuses */
+			q->res = -EINVAL;
+			fake_fail(f, s, q, "lease %" PRIu64 ": commit of 999 tokens but "
+				  "only 4 were prepared", s->arg);
 		} else {
 			q->res = (int32_t)s->n + ((s->flags & KVP_SQE_RELEASE) ? 1000 : 0);
 		}

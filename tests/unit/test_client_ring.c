@@ -240,8 +240,10 @@ static void test_sync_error_carries_daemon_text(void **state)
 			    "The input sequence has missing tokens from 10 to 19 "
 			    "(both inclusive). For user 666 the cache holds tokens "
 			    "[0, 10): send the input from position 10");
-	assert_int_equal(kvp_commit(c, 0, 1), -ENOENT);
-	assert_string_equal(kvp_last_error(c), "lease 0: no such lease");
+	/* A lease this client does not hold never reaches the daemon. */
+	assert_int_equal(kvp_commit(c, 0, 1), -ESTALE);
+	assert_non_null(strstr(kvp_last_error(c), "commit: lease 0 is not held by "
+			       "this client"));
 	assert_int_equal(kvp_clients(c, 0, ci, 4, &next), -EPERM);
 	assert_string_equal(kvp_last_error(c), "op 9: needs an admin uid");
 	assert_int_equal(kvp_info(c, 1, &ui), 0);
@@ -269,17 +271,25 @@ static void test_async_tags_survive_out_of_order_completion(void **state)
 	struct fake *f = fake_new();
 	struct kvp_client *c;
 	struct kvp_completion out[40];
+	struct kvp_lease l7, l8, l9;
 	int seen[40] = { 0 };
 
 	(void)state;
 	f->reverse = 1;
 	c = fake_attach(f, NULL);
+	/* Leases to end: the fake grants lease 1000 + user. */
+	assert_int_equal(kvp_prepare(c, 7, 0, 4, &l7), 0);
+	assert_int_equal(kvp_prepare(c, 8, 0, 4, &l8), 0);
+	assert_int_equal(kvp_prepare(c, 9, 0, 4, &l9), 0);
 	for (uint32_t i = 0; i < 32; i++)
 		assert_int_equal(kvp_queue_prepare(c, 100 + i, 0, 4, 5000 + i), 0);
 	assert_int_equal(kvp_queue_info(c, 4, 6000), 0);
-	assert_int_equal(kvp_queue_commit(c, 77, 3, 1, 6001), 0);
-	assert_int_equal(kvp_queue_commit(c, 77, 3, 0, 6002), 0);
-	assert_int_equal(kvp_queue_release(c, 77, 6003), 0);
+	assert_int_equal(kvp_queue_commit(c, l7.id, 3, 1, 6001), 0);
+	assert_int_equal(kvp_queue_commit(c, l8.id, 3, 0, 6002), 0);
+	assert_int_equal(kvp_queue_release(c, l9.id, 6003), 0);
+	/* Queued commits and releases end the leases for writes at once. */
+	assert_int_equal(kvp_queue_commit(c, l8.id, 3, 0, 6004), -ESTALE);
+	assert_int_equal(kvp_append(c, &l9, 0, 1, out), -ESTALE);
 	assert_int_equal(kvp_submit(c), 36);
 	reap_all(c, out, 36);
 	for (uint32_t i = 0; i < 36; i++) {
@@ -315,6 +325,11 @@ static void test_async_tags_survive_out_of_order_completion(void **state)
 	for (int i = 0; i < 36; i++)
 		assert_int_equal(seen[i], 1);
 	assert_int_equal(c->inflight, 0);
+	/* Reaped: 7 and 9 are gone, 8 is committed; the 32 new ones are open. */
+	assert_null(kvpc_lease_find(c, l7.id));
+	assert_null(kvpc_lease_find(c, l9.id));
+	assert_int_equal(kvpc_lease_find(c, l8.id)->state, KVPC_LEASE_CLOSED);
+	assert_int_equal(c->lease_count, 33);
 	kvp_close(c);
 	fake_free(f);
 }
@@ -324,10 +339,13 @@ static void test_async_error_points_into_arena(void **state)
 	struct fake *f = fake_new();
 	struct kvp_client *c = fake_attach(f, NULL);
 	struct kvp_completion out[2];
+	unsigned char kv[128] = { 5 };
+	struct kvp_lease l;
 
 	(void)state;
+	assert_int_equal(kvp_prepare(c, 5, 0, 4, &l), 0);
 	assert_int_equal(kvp_queue_prepare(c, 666, 0, 4, 1), 0);
-	assert_int_equal(kvp_queue_commit(c, 0, 1, 0, 2), 0);
+	assert_int_equal(kvp_queue_commit(c, l.id, 999, 0, 2), 0);
 	assert_int_equal(kvp_submit(c), 2);
 	reap_all(c, out, 2);
 	for (int i = 0; i < 2; i++) {
@@ -344,11 +362,14 @@ static void test_async_error_points_into_arena(void **state)
 					    "from position 10");
 			assert_null(o->lease.indices);
 		} else {
-			assert_int_equal(o->res, -ENOENT);
-			assert_string_equal(o->error, "lease 0: no such lease");
+			assert_int_equal(o->res, -EINVAL);
+			assert_string_equal(o->error, "lease 1005: commit of 999 tokens "
+					    "but only 4 were prepared");
 		}
 	}
 	assert_string_equal(kvp_last_error(c), "");
+	/* The refused commit gave nothing back: the lease is open again. */
+	assert_int_equal(kvp_append(c, &l, 0, 1, kv), 0);
 	kvp_close(c);
 	fake_free(f);
 }
@@ -695,10 +716,27 @@ static void test_append_writes_exactly_the_leased_slots(void **state)
 	assert_non_null(strstr(kvp_last_error(c), "[5, 8) are outside the 7 new tokens"));
 	assert_int_equal(kvp_append(c, &l, 8, 0, kv), -EINVAL);
 	assert_int_equal(kvp_append(c, &l, 7, 0, kv), 0);
+	/* Only the id of the caller's struct counts: a forged page table or
+	 * n_new changes nothing, a forged id is not held. */
 	forged = l;
 	forged.indices = table;
-	assert_int_equal(kvp_append(c, &forged, 0, 1, kv), -EINVAL);
-	assert_non_null(strstr(kvp_last_error(c), "not one kvp_prepare()"));
+	forged.n_new = 100;
+	forged.len = 0;
+	assert_int_equal(kvp_append(c, &forged, 0, 1, kv), 0);
+	kvp_read_cpu(&f->layout, f->dev, slots, 1, back);
+	assert_memory_equal(back, kv, 128);
+	assert_int_equal(kvp_append(c, &forged, 7, 1, kv), -EINVAL);
+	forged.id = l.id + 1;
+	assert_int_equal(kvp_append(c, &forged, 0, 1, kv), -ESTALE);
+	assert_non_null(strstr(kvp_last_error(c), "is not held by this client"));
+	/* Committed: no more writes, no second commit; released: unknown. */
+	assert_int_equal(kvp_commit(c, l.id, 7), 7); /* the fake answers n */
+	assert_int_equal(kvp_append(c, &l, 0, 1, kv), -ESTALE);
+	assert_non_null(strstr(kvp_last_error(c), "has committed 7 of its 7 new tokens"));
+	assert_int_equal(kvp_commit(c, l.id, 7), -ESTALE);
+	assert_int_equal(kvp_release(c, l.id), 0);
+	assert_int_equal(kvp_append(c, &l, 0, 1, kv), -ESTALE);
+	assert_non_null(strstr(kvp_last_error(c), "is not held by this client"));
 	kvp_close(c);
 	fake_free(f);
 }

@@ -910,6 +910,12 @@ static void op_seq_free(struct sim *s)
 		return;
 	snprintf(s->op, sizeof(s->op), "seq_free(seq %" PRIu64 ")", q->id);
 	rc = share_seq_free(s->eng, q->id, q->owner, &e);
+	if (q->wl) {
+		/* Its write lease is held: refused, nothing changes (share.h). */
+		EXPECT(s, rc == -EBUSY, "seq_free under a held write lease = %d (%s); "
+		       "want -EBUSY", rc, e.msg);
+		return;
+	}
 	EXPECT(s, rc == 0, "seq_free = %d (%s)", rc, e.msg);
 	seq_destroy(s, q);
 	s->o.frees++;
