@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpoolmodule.h - what the parts of the kvpool._kvpool extension share.
+ *
+ * The extension is a thin C layer over libkvpool: every Python call is one
+ * library call plus argument conversion, so a call costs little more than
+ * the C call itself (tools/pybench.py measures it). The Python package
+ * (python/kvpool/) adds the torch conveniences on top of these types.
+ *
+ * Objects and what they hold:
+ *   Client  - one struct kvp_client (one attach to kvpoold). A lock
+ *             serialises calls (libkvpool clients are single-threaded);
+ *             calls run with the GIL released.
+ *   Lease   - a copy of a struct kvp_lease plus a Python-owned copy of its
+ *             page table; holds its Client.
+ *   View    - a strided window on the client's device tier (shape, strides,
+ *             dtype), exported through the buffer protocol (shm backend),
+ *             DLPack and __cuda_array_interface__ (cuda backend). A View
+ *             holds its Client, and the Client's mapping lives as long as
+ *             any View does (see client_close in client.c: MAPPING LIFETIME).
+ */
+#ifndef KVPOOLMODULE_H
+#define KVPOOLMODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <stdint.h>
+
+#include <kvpool.h>
+
+/* ------------------------------------------------------------ Client */
+
+typedef struct {
+	PyObject_HEAD
+	struct kvp_client *c;    /* NULL once detached */
+	PyThread_type_lock lock; /* one call at a time */
+	int closed;              /* close() was called: every call raises */
+	Py_ssize_t views;        /* live View objects (they keep the mapping) */
+	struct kvp_layout layout;
+	void *tier;              /* kvp_device_base() */
+	uint64_t tier_frames;    /* device-tier frames of this client's tenant */
+	int cuda_device;         /* -1: shm backend (host memory) */
+	/* Leases this client holds that Python has not released: close()
+	 * releases them even while Views keep the mapping alive. */
+	uint64_t *live;
+	Py_ssize_t nlive, caplive;
+	PyObject *weakrefs;
+} KvpClient;
+
+extern PyTypeObject KvpClient_Type;
+
+/* Raise for a closed client (ClientClosedError); returns -1. */
+int client_check_open(KvpClient *self);
+/* Take the client's lock (releasing the GIL while waiting); -1 with an
+ * exception set when the client is closed. */
+int client_enter(KvpClient *self);
+void client_leave(KvpClient *self);
+/* A View was created / freed (the last one of a closed client detaches). */
+void client_view_get(KvpClient *self);
+void client_view_put(KvpClient *self);
+void client_live_add(KvpClient *self, uint64_t lease);
+void client_live_del(KvpClient *self, uint64_t lease);
+
+/* ------------------------------------------------------------ Lease */
+
+enum lease_kind {
+	LEASE_HISTORY = 0, /* prepare: a user history */
+	LEASE_SEQ = 1,     /* seq_alloc / seq_create / seq_extend */
+	LEASE_CHUNK_FILL = 2, /* chunk_register, created: fill, then seal */
+	LEASE_CHUNK_READ = 3, /* chunk_acquire */
+};
+
+typedef struct {
+	PyObject_HEAD
+	KvpClient *client;
+	struct kvp_lease l;      /* as libkvpool returned it */
+	PyObject *table;         /* bytes: int32 page table, our own copy */
+	int kind;                /* enum lease_kind */
+	int released;
+	int committed;           /* commit() returned */
+	uint64_t seq;            /* LEASE_SEQ */
+	struct kvp_chunk_reg reg; /* LEASE_CHUNK_FILL (and the id for READ) */
+	int sealed;
+	PyObject *weakrefs;
+} KvpLease;
+
+extern PyTypeObject KvpLease_Type;
+/* The type prepare() and friends create: the package's subclass once
+ * registered (kvpool.Lease), else KvpLease_Type. */
+extern PyTypeObject *lease_type;
+
+/* A Lease for l (its page table copied now); NULL with an exception. */
+PyObject *lease_new(KvpClient *client, const struct kvp_lease *l, int kind);
+
+/* ------------------------------------------------------------ View */
+
+#define VIEW_MAX_DIMS 8
+
+typedef struct {
+	PyObject_HEAD
+	KvpClient *client;
+	char *data;              /* first element */
+	int ndim;
+	int64_t shape[VIEW_MAX_DIMS];
+	int64_t strides[VIEW_MAX_DIMS]; /* in elements */
+	uint32_t dtype;          /* enum kvp_dtype */
+	Py_ssize_t exports;      /* buffer-protocol exports */
+} KvpView;
+
+extern PyTypeObject KvpView_Type;
+
+/* ------------------------------------------------------------ errors */
+
+/*
+ * Raise the kvpool exception for ret (-errno) with message msg (the daemon's
+ * or the library's). The class is chosen by kvpool.errors.from_code (so the
+ * hierarchy lives in Python, with its docs). Returns NULL.
+ */
+PyObject *kvp_raise(int ret, const char *msg);
+/* kvp_raise with the client's last error. */
+PyObject *kvp_raise_client(KvpClient *self, int ret);
+/* Exception classes the C code raises directly. */
+extern PyObject *ClientClosedError;
+extern PyObject *StaleLeaseError;
+
+/* ------------------------------------------------------------ helpers */
+
+/* A uint32 token array from a buffer (itemsize 4) or a sequence of ints
+ * (or an object with tolist(), e.g. a torch tensor). *buf must be freed
+ * with PyMem_Free when *owned. */
+int tokens_from_object(PyObject *o, uint32_t **out, uint32_t *n, int *owned,
+		       Py_buffer *view);
+void tokens_release(uint32_t *tok, int owned, Py_buffer *view);
+/* 64 hex digits (str or bytes) or a 32-byte bytes object. */
+int chunk_id_from_object(PyObject *o, struct kvp_chunk_id *id);
+PyObject *chunk_id_to_str(const struct kvp_chunk_id *id);
+/* enum kvp_chunk_type from None (0), an int or a name ("system", ...). */
+int chunk_type_from_object(PyObject *o, uint32_t *type, int allow_all);
+
+PyObject *user_info_to_object(const struct kvp_user_info *in);
+PyObject *user_info_to_dict(const struct kvp_user_info *in);
+
+/* Methods defined in share.c and queue.c, part of Client's method table. */
+extern PyMethodDef client_share_methods[];
+extern PyMethodDef client_queue_methods[];
+
+int share_module_init(PyObject *m);
+int queue_module_init(PyObject *m);
+
+#endif /* KVPOOLMODULE_H */

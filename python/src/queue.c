@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * queue.c - Client's asynchronous batch calls: queue many operations (many
+ * users), submit them with one wake-up, reap the completions
+ * (kvp_queue_* / kvp_submit / kvp_reap). A completion is a Completion
+ * struct sequence; failures are not raised but carried (.error is the
+ * kvpool exception the synchronous call would have raised), as one failed
+ * user must not hide the others' results. A prepare's lease becomes a Lease
+ * at reap time, its page table copied before the next submit can reuse it.
+ */
+#include "kvpoolmodule.h"
+
+#include <errno.h>
+#include <string.h>
+
+static PyTypeObject Completion_Type;
+
+static PyStructSequence_Field completion_fields[] = {
+	{ "tag", "the tag given when queued" },
+	{ "op", "'info', 'prepare', 'commit' or 'release'" },
+	{ "res", ">= 0, or -errno" },
+	{ "info", "UserInfo (info), else None" },
+	{ "lease", "Lease (a successful prepare), else None" },
+	{ "error", "the exception of a failed operation (not raised), else None" },
+	{ NULL, NULL },
+};
+
+static PyStructSequence_Desc completion_desc = {
+	"kvpool.Completion",
+	"Completion(tag, op, res, info, lease, error): one reaped operation.",
+	completion_fields, 6,
+};
+
+static const char *op_name(uint32_t op)
+{
+	switch (op) {
+	case KVP_ASYNC_INFO:
+		return "info";
+	case KVP_ASYNC_PREPARE:
+		return "prepare";
+	case KVP_ASYNC_COMMIT:
+		return "commit";
+	case KVP_ASYNC_RELEASE:
+		return "release";
+	default:
+		return "?";
+	}
+}
+
+/* The exception object for a failed completion, without raising it. */
+static PyObject *error_object(int res, const char *msg)
+{
+	PyObject *et, *ev, *tb;
+
+	kvp_raise(res, msg);
+	PyErr_Fetch(&et, &ev, &tb);
+	PyErr_NormalizeException(&et, &ev, &tb);
+	Py_XDECREF(et);
+	Py_XDECREF(tb);
+	return ev;
+}
+
+#define CALL(ret, expr)                                                        \
+	do {                                                                   \
+		Py_BEGIN_ALLOW_THREADS(ret) = (expr);                          \
+		Py_END_ALLOW_THREADS                                           \
+	} while (0)
+
+static PyObject *queue_result(KvpClient *self, int ret)
+{
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	Py_RETURN_NONE;
+}
+
+/* A lease argument: a Lease or its id. */
+static int lease_id_from_object(PyObject *o, uint64_t *id)
+{
+	if (PyObject_TypeCheck(o, &KvpLease_Type)) {
+		*id = ((KvpLease *)o)->l.id;
+		return 0;
+	}
+	*id = PyLong_AsUnsignedLongLong(o);
+	return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *q_info(KvpClient *self, PyObject *args)
+{
+	unsigned long long user, tag = 0;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "K|K:queue_info", &user, &tag) || client_enter(self))
+		return NULL;
+	ret = kvp_queue_info(self->c, user, tag);
+	client_leave(self);
+	return queue_result(self, ret);
+}
+
+static PyObject *q_prepare(KvpClient *self, PyObject *args)
+{
+	unsigned long long user, start, tag = 0;
+	unsigned int n_new;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "KKI|K:queue_prepare", &user, &start, &n_new, &tag) ||
+	    client_enter(self))
+		return NULL;
+	ret = kvp_queue_prepare(self->c, user, start, n_new, tag);
+	client_leave(self);
+	return queue_result(self, ret);
+}
+
+static PyObject *q_commit(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "lease", "n", "release", "tag", NULL };
+	unsigned long long tag = 0;
+	unsigned int n;
+	int release = 0, ret;
+	PyObject *lease_o;
+	uint64_t id;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|pK:queue_commit", kwlist, &lease_o,
+					 &n, &release, &tag) ||
+	    lease_id_from_object(lease_o, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_queue_commit(self->c, id, n, release, tag));
+	client_leave(self);
+	if (ret >= 0 && PyObject_TypeCheck(lease_o, &KvpLease_Type)) {
+		/* Queued: the Lease may not be used to write any more; a
+		 * release in the same operation ends it. */
+		((KvpLease *)lease_o)->committed = 1;
+		if (release) {
+			((KvpLease *)lease_o)->released = 1;
+			client_live_del(self, id);
+		}
+	}
+	return queue_result(self, ret);
+}
+
+static PyObject *q_release(KvpClient *self, PyObject *args)
+{
+	unsigned long long tag = 0;
+	PyObject *lease_o;
+	uint64_t id;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "O|K:queue_release", &lease_o, &tag) ||
+	    lease_id_from_object(lease_o, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_queue_release(self->c, id, tag));
+	client_leave(self);
+	if (ret >= 0) {
+		if (PyObject_TypeCheck(lease_o, &KvpLease_Type))
+			((KvpLease *)lease_o)->released = 1;
+		client_live_del(self, id);
+	}
+	return queue_result(self, ret);
+}
+
+static PyObject *q_submit(KvpClient *self, PyObject *unused)
+{
+	int ret;
+
+	if (client_enter(self))
+		return NULL;
+	CALL(ret, kvp_submit(self->c));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return PyLong_FromLong(ret);
+}
+
+#define REAP_MAX 256
+
+static PyObject *q_reap(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "min_complete", "max", NULL };
+	unsigned int min_complete = 1, max = REAP_MAX;
+	struct kvp_completion *cq;
+	PyObject *list = NULL;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|II:reap", kwlist, &min_complete, &max))
+		return NULL;
+	if (max == 0 || max > REAP_MAX)
+		max = REAP_MAX;
+	if (min_complete > max)
+		min_complete = max;
+	cq = PyMem_Calloc(max, sizeof(*cq));
+	if (!cq)
+		return PyErr_NoMemory();
+	if (client_enter(self)) {
+		PyMem_Free(cq);
+		return NULL;
+	}
+	CALL(ret, kvp_reap(self->c, cq, max, min_complete));
+	if (ret < 0) {
+		kvp_raise_client(self, ret);
+		goto out;
+	}
+	list = PyList_New(ret);
+	for (int i = 0; list && i < ret; i++) {
+		const struct kvp_completion *k = &cq[i];
+		PyObject *o = PyStructSequence_New(&Completion_Type), *info = Py_None,
+			 *lease = Py_None, *err = Py_None;
+
+		if (!o) {
+			Py_CLEAR(list);
+			break;
+		}
+		Py_INCREF(Py_None);
+		Py_INCREF(Py_None);
+		Py_INCREF(Py_None);
+		if (k->res < 0) {
+			Py_DECREF(err);
+			err = error_object(k->res, k->error);
+		} else if (k->op == KVP_ASYNC_INFO) {
+			Py_DECREF(info);
+			info = user_info_to_object(&k->info);
+		} else if (k->op == KVP_ASYNC_PREPARE) {
+			Py_DECREF(lease);
+			lease = lease_new(self, &k->lease, LEASE_HISTORY);
+		}
+		PyStructSequence_SET_ITEM(o, 0, PyLong_FromUnsignedLongLong(k->tag));
+		PyStructSequence_SET_ITEM(o, 1, PyUnicode_FromString(op_name(k->op)));
+		PyStructSequence_SET_ITEM(o, 2, PyLong_FromLong(k->res));
+		PyStructSequence_SET_ITEM(o, 3, info);
+		PyStructSequence_SET_ITEM(o, 4, lease);
+		PyStructSequence_SET_ITEM(o, 5, err);
+		PyList_SET_ITEM(list, i, o);
+		for (int f = 0; f < 6; f++)
+			if (!PyStructSequence_GET_ITEM(o, f)) {
+				Py_CLEAR(list);
+				break;
+			}
+	}
+out:
+	client_leave(self);
+	PyMem_Free(cq);
+	return list;
+}
+
+PyMethodDef client_queue_methods[] = {
+	{ "queue_info", (PyCFunction)q_info, METH_VARARGS,
+	  "queue_info($self, user, tag=0, /)\n--\n\n"
+	  "Queue an info (kvp_queue_info); submit() sends it, reap() returns it." },
+	{ "queue_prepare", (PyCFunction)q_prepare, METH_VARARGS,
+	  "queue_prepare($self, user, start_pos, n_new, tag=0, /)\n--\n\n"
+	  "Queue a prepare (kvp_queue_prepare). Operations on one user take effect\n"
+	  "in queue order; its completion carries the Lease." },
+	{ "queue_commit", (PyCFunction)(void (*)(void))q_commit, METH_VARARGS | METH_KEYWORDS,
+	  "queue_commit($self, /, lease, n, release=False, tag=0)\n--\n\n"
+	  "Queue a commit of a Lease (or lease id); release=True releases it in the\n"
+	  "same operation (kvp_queue_commit)." },
+	{ "queue_release", (PyCFunction)q_release, METH_VARARGS,
+	  "queue_release($self, lease, tag=0, /)\n--\n\n"
+	  "Queue a release of a Lease or lease id (kvp_queue_release)." },
+	{ "submit", (PyCFunction)q_submit, METH_NOARGS,
+	  "submit($self, /)\n--\n\n"
+	  "Publish every queued operation with at most one wake-up (kvp_submit);\n"
+	  "returns how many. Synchronous calls raise BusyError until all are reaped." },
+	{ "reap", (PyCFunction)(void (*)(void))q_reap, METH_VARARGS | METH_KEYWORDS,
+	  "reap($self, /, min_complete=1, max=256)\n--\n\n"
+	  "Completions as a list of Completion(tag, op, res, info, lease, error),\n"
+	  "waiting until at least min_complete are there (kvp_reap). A failed\n"
+	  "operation's exception is in .error, not raised." },
+	{ NULL, NULL, 0, NULL },
+};
+
+int queue_module_init(PyObject *m)
+{
+	if (PyStructSequence_InitType2(&Completion_Type, &completion_desc) < 0)
+		return -1;
+	Py_INCREF(&Completion_Type);
+	return PyModule_AddObject(m, "Completion", (PyObject *)&Completion_Type);
+}

@@ -1,0 +1,707 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * share.c - Client's sharing calls: the prefix cache, sequences (seed 004
+ * allocate/free, seed 000 virtual sequences), chunks (seed 001) and
+ * cascade compositions (seeds 001/003). Token lists are uint32 buffers or
+ * sequences of ints; chunk ids are 64 hex digits.
+ */
+#include "kvpoolmodule.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define CALL(ret, expr)                                                        \
+	do {                                                                   \
+		Py_BEGIN_ALLOW_THREADS(ret) = (expr);                          \
+		Py_END_ALLOW_THREADS                                           \
+	} while (0)
+
+static PyObject *int32_bytes(const int32_t *p, size_t n)
+{
+	return PyBytes_FromStringAndSize(n ? (const char *)p : NULL,
+					 (Py_ssize_t)(n * sizeof(int32_t)));
+}
+
+/* ------------------------------------------------------------ prefix */
+
+static PyObject *c_prefix_lookup(KvpClient *self, PyObject *arg)
+{
+	struct kvp_prefix_hit hit;
+	uint32_t *tok, n;
+	int owned, ret;
+	Py_buffer vb;
+	PyObject *res = NULL;
+
+	if (tokens_from_object(arg, &tok, &n, &owned, &vb))
+		return NULL;
+	if (client_enter(self))
+		goto out;
+	CALL(ret, kvp_prefix_lookup(self->c, tok, n, &hit));
+	if (ret < 0)
+		kvp_raise_client(self, ret);
+	else
+		res = Py_BuildValue("{sIsIsN}", "tokens", hit.tokens, "npages", hit.npages,
+				    "indices", int32_bytes(hit.indices, hit.npages));
+	client_leave(self);
+out:
+	tokens_release(tok, owned, &vb);
+	return res;
+}
+
+/* ------------------------------------------------------------ sequences */
+
+static PyObject *seq_lease(KvpClient *self, const struct kvp_lease *l, uint64_t seq)
+{
+	PyObject *o = lease_new(self, l, LEASE_SEQ);
+
+	if (o)
+		((KvpLease *)o)->seq = seq;
+	return o;
+}
+
+static PyObject *c_seq_alloc(KvpClient *self, PyObject *args)
+{
+	unsigned long long seq;
+	PyObject *tok_o, *res = NULL;
+	struct kvp_lease l;
+	uint32_t *tok, n;
+	int owned, ret;
+	Py_buffer vb;
+
+	if (!PyArg_ParseTuple(args, "KO:seq_alloc", &seq, &tok_o) ||
+	    tokens_from_object(tok_o, &tok, &n, &owned, &vb))
+		return NULL;
+	if (client_enter(self))
+		goto out;
+	CALL(ret, kvp_seq_alloc(self->c, seq, tok, n, &l));
+	if (ret < 0)
+		kvp_raise_client(self, ret);
+	else
+		res = seq_lease(self, &l, seq);
+	client_leave(self);
+out:
+	tokens_release(tok, owned, &vb);
+	return res;
+}
+
+/* A source: ("user", id[, tokens]) / ("chunk", hex) / ("seq", id), kinds
+ * by name or number (kvp_src_kind). */
+static int src_from_object(PyObject *o, struct kvp_seq_src *s)
+{
+	PyObject *kind_o, *id_o;
+	Py_ssize_t n;
+	long kind;
+
+	memset(s, 0, sizeof(*s));
+	if (!PyTuple_Check(o) || (n = PyTuple_GET_SIZE(o)) < 2 || n > 3) {
+		PyErr_SetString(PyExc_TypeError,
+				"a source is ('user', user_id[, tokens]), ('chunk', "
+				"chunk_id) or ('seq', seq_id): see kvpool.src_user()");
+		return -1;
+	}
+	kind_o = PyTuple_GET_ITEM(o, 0);
+	id_o = PyTuple_GET_ITEM(o, 1);
+	if (PyUnicode_Check(kind_o)) {
+		const char *k = PyUnicode_AsUTF8(kind_o);
+
+		if (!k)
+			return -1;
+		kind = !strcmp(k, "user") ? KVP_SRC_USER : !strcmp(k, "chunk") ?
+		       KVP_SRC_CHUNK : !strcmp(k, "seq") ? KVP_SRC_SEQ : -1;
+	} else {
+		kind = PyLong_AsLong(kind_o);
+		if (kind == -1 && PyErr_Occurred())
+			return -1;
+	}
+	s->kind = (uint32_t)kind;
+	switch (kind) {
+	case KVP_SRC_CHUNK:
+		return chunk_id_from_object(id_o, &s->chunk);
+	case KVP_SRC_USER:
+		if (n == 3) {
+			s->tokens = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(o, 2));
+			if (PyErr_Occurred())
+				return -1;
+		}
+		/* fall through */
+	case KVP_SRC_SEQ:
+		s->id = PyLong_AsUnsignedLongLong(id_o);
+		return PyErr_Occurred() ? -1 : 0;
+	default:
+		PyErr_SetString(PyExc_ValueError,
+				"a source kind is 'user', 'chunk' or 'seq'");
+		return -1;
+	}
+}
+
+static PyObject *c_seq_create(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "seq", "sources", "n_new", NULL };
+	unsigned long long seq;
+	unsigned int n_new = 0;
+	PyObject *src_o, *fast, *res = NULL;
+	struct kvp_seq_src *src = NULL;
+	struct kvp_lease l;
+	Py_ssize_t nsrc;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "KO|I:seq_create", kwlist, &seq,
+					 &src_o, &n_new))
+		return NULL;
+	fast = PySequence_Fast(src_o, "sources: a list of source tuples");
+	if (!fast)
+		return NULL;
+	nsrc = PySequence_Fast_GET_SIZE(fast);
+	src = PyMem_Calloc((size_t)(nsrc ? nsrc : 1), sizeof(*src));
+	if (!src) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < nsrc; i++)
+		if (src_from_object(PySequence_Fast_GET_ITEM(fast, i), &src[i]))
+			goto out;
+	if (client_enter(self))
+		goto out;
+	CALL(ret, kvp_seq_create(self->c, seq, src, (uint32_t)nsrc, n_new, &l));
+	if (ret < 0)
+		kvp_raise_client(self, ret);
+	else
+		res = seq_lease(self, &l, seq);
+	client_leave(self);
+out:
+	PyMem_Free(src);
+	Py_DECREF(fast);
+	return res;
+}
+
+static PyObject *c_seq_extend(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "seq", "n_new", "tokens", NULL };
+	unsigned long long seq;
+	unsigned int n_new;
+	PyObject *tok_o = Py_None, *res = NULL;
+	uint32_t *tok = NULL, n = 0;
+	int owned = 0, ret;
+	Py_buffer vb = { 0 };
+	struct kvp_lease l;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "KI|O:seq_extend", kwlist, &seq,
+					 &n_new, &tok_o))
+		return NULL;
+	if (tok_o != Py_None) {
+		if (tokens_from_object(tok_o, &tok, &n, &owned, &vb))
+			return NULL;
+		if (n != n_new) {
+			PyErr_Format(PyExc_ValueError,
+				     "seq_extend: %u tokens for n_new = %u", n, n_new);
+			goto out;
+		}
+	}
+	if (client_enter(self))
+		goto out;
+	CALL(ret, kvp_seq_extend(self->c, seq, n_new, tok, &l));
+	if (ret < 0)
+		kvp_raise_client(self, ret);
+	else
+		res = seq_lease(self, &l, seq);
+	client_leave(self);
+out:
+	tokens_release(tok, owned, &vb);
+	return res;
+}
+
+static PyObject *c_seq_free(KvpClient *self, PyObject *arg)
+{
+	unsigned long long seq = PyLong_AsUnsignedLongLong(arg);
+	int ret;
+
+	if (seq == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (client_enter(self))
+		return NULL;
+	CALL(ret, kvp_seq_free(self->c, seq));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------ chunks */
+
+/* meta: None, "k=v,k2=v2" or a dict. */
+static int meta_from_object(PyObject *o, char *buf, size_t len)
+{
+	PyObject *s = NULL;
+	const char *p;
+
+	buf[0] = '\0';
+	if (!o || o == Py_None)
+		return 0;
+	if (PyDict_Check(o)) {
+		PyObject *parts = PyList_New(0), *k, *v, *sep;
+		Py_ssize_t pos = 0;
+
+		if (!parts)
+			return -1;
+		while (PyDict_Next(o, &pos, &k, &v)) {
+			PyObject *kv = PyUnicode_FromFormat("%S=%S", k, v);
+
+			if (!kv || PyList_Append(parts, kv)) {
+				Py_XDECREF(kv);
+				Py_DECREF(parts);
+				return -1;
+			}
+			Py_DECREF(kv);
+		}
+		if (PyList_Sort(parts)) {
+			Py_DECREF(parts);
+			return -1;
+		}
+		sep = PyUnicode_FromString(",");
+		s = sep ? PyUnicode_Join(sep, parts) : NULL;
+		Py_XDECREF(sep);
+		Py_DECREF(parts);
+		if (!s)
+			return -1;
+	} else if (PyUnicode_Check(o)) {
+		s = Py_NewRef(o);
+	} else {
+		PyErr_SetString(PyExc_TypeError, "metadata: None, a dict or 'k=v,k2=v2'");
+		return -1;
+	}
+	p = PyUnicode_AsUTF8(s);
+	if (!p || strlen(p) >= len) {
+		if (p)
+			PyErr_Format(PyExc_ValueError, "metadata: at most %zu bytes", len - 1);
+		Py_DECREF(s);
+		return -1;
+	}
+	memcpy(buf, p, strlen(p) + 1);
+	Py_DECREF(s);
+	return 0;
+}
+
+static PyObject *c_chunk_register(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tokens", "type", "meta", NULL };
+	PyObject *tok_o, *type_o = NULL, *meta_o = Py_None, *res = NULL;
+	char meta[KVP_CHUNK_META_MAX];
+	struct kvp_chunk_reg reg;
+	uint32_t type, *tok, n;
+	int owned, ret;
+	Py_buffer vb;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:chunk_register", kwlist, &tok_o,
+					 &type_o, &meta_o) ||
+	    chunk_type_from_object(type_o, &type, 0) ||
+	    meta_from_object(meta_o, meta, sizeof(meta)) ||
+	    tokens_from_object(tok_o, &tok, &n, &owned, &vb))
+		return NULL;
+	if (client_enter(self))
+		goto out;
+	memset(&reg, 0, sizeof(reg));
+	CALL(ret, kvp_chunk_register(self->c, tok, n, type, meta[0] ? meta : NULL, &reg));
+	if (ret < 0) {
+		kvp_raise_client(self, ret);
+	} else {
+		res = lease_new(self, &reg.lease, LEASE_CHUNK_FILL);
+		if (res)
+			((KvpLease *)res)->reg = reg;
+	}
+	client_leave(self);
+out:
+	tokens_release(tok, owned, &vb);
+	return res;
+}
+
+static PyObject *c_chunk_acquire(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "chunk_id", "wait_ms", NULL };
+	PyObject *id_o, *res = NULL;
+	unsigned int wait_ms = 0;
+	struct kvp_chunk_id id;
+	struct kvp_lease l;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:chunk_acquire", kwlist, &id_o,
+					 &wait_ms) ||
+	    chunk_id_from_object(id_o, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_acquire(self->c, &id, wait_ms, &l));
+	if (ret < 0) {
+		kvp_raise_client(self, ret);
+	} else {
+		res = lease_new(self, &l, LEASE_CHUNK_READ);
+		if (res)
+			((KvpLease *)res)->reg.id = id;
+	}
+	client_leave(self);
+	return res;
+}
+
+static PyObject *chunk_info_to_dict(const struct kvp_chunk_info *ci)
+{
+	char meta[KVP_CHUNK_META_MAX + 1];
+	const char *type = kvp_chunk_type_name(ci->type);
+
+	memcpy(meta, ci->meta, KVP_CHUNK_META_MAX);
+	meta[KVP_CHUNK_META_MAX] = '\0';
+	return Py_BuildValue("{sNsssssIsIsKsIsIsKsKsKss}", "chunk_id",
+			     chunk_id_to_str(&ci->id), "type", type ? type : "?",
+			     "state", ci->state == KVP_CHUNK_READY ? "ready" : "filling",
+			     "tokens", ci->tokens, "pages", ci->pages, "bytes",
+			     (unsigned long long)ci->bytes, "holders", ci->holders,
+			     "filler", ci->filler, "created_ns",
+			     (unsigned long long)ci->created_ns, "last_access_ns",
+			     (unsigned long long)ci->last_access_ns, "hits",
+			     (unsigned long long)ci->hits, "meta", meta);
+}
+
+static PyObject *c_chunk_get(KvpClient *self, PyObject *arg)
+{
+	struct kvp_chunk_id id;
+	struct kvp_chunk_info ci;
+	int ret;
+
+	if (chunk_id_from_object(arg, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_get(self->c, &id, &ci));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return chunk_info_to_dict(&ci);
+}
+
+#define CHUNK_ROWS 32
+
+static PyObject *c_chunk_list(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "type", "filter", NULL };
+	PyObject *type_o = Py_None, *filter_o = Py_None, *list = NULL, *d;
+	char filter[KVP_CHUNK_META_MAX];
+	struct kvp_chunk_info *rows;
+	struct kvp_chunk_id after;
+	int more = 0, ret, have_after = 0;
+	uint32_t type;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:chunk_list", kwlist, &type_o,
+					 &filter_o) ||
+	    chunk_type_from_object(type_o, &type, 1) ||
+	    meta_from_object(filter_o, filter, sizeof(filter)))
+		return NULL;
+	rows = PyMem_Malloc(CHUNK_ROWS * sizeof(*rows));
+	list = PyList_New(0);
+	if (!rows || !list) {
+		PyErr_NoMemory();
+		goto err;
+	}
+	if (client_enter(self))
+		goto err;
+	do {
+		CALL(ret, kvp_chunk_list(self->c, type, filter[0] ? filter : NULL,
+					 have_after ? &after : NULL, rows, CHUNK_ROWS, &more));
+		if (ret < 0) {
+			kvp_raise_client(self, ret);
+			client_leave(self);
+			goto err;
+		}
+		for (int i = 0; i < ret; i++) {
+			d = chunk_info_to_dict(&rows[i]);
+			if (!d || PyList_Append(list, d)) {
+				Py_XDECREF(d);
+				client_leave(self);
+				goto err;
+			}
+			Py_DECREF(d);
+		}
+		if (ret > 0) {
+			after = rows[ret - 1].id;
+			have_after = 1;
+		}
+	} while (more && ret > 0);
+	client_leave(self);
+	PyMem_Free(rows);
+	return list;
+err:
+	PyMem_Free(rows);
+	Py_XDECREF(list);
+	return NULL;
+}
+
+static PyObject *c_chunk_delete(KvpClient *self, PyObject *arg)
+{
+	struct kvp_chunk_id id;
+	int ret;
+
+	if (chunk_id_from_object(arg, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_delete(self->c, &id));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	Py_RETURN_NONE;
+}
+
+static PyObject *c_chunk_clear(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "type", NULL };
+	PyObject *type_o = Py_None;
+	uint32_t type;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:chunk_clear", kwlist, &type_o) ||
+	    chunk_type_from_object(type_o, &type, 1) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_clear(self->c, type));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return PyLong_FromLong(ret);
+}
+
+static PyObject *c_chunk_evict_unused(KvpClient *self, PyObject *arg)
+{
+	unsigned long age = PyLong_AsUnsignedLong(arg);
+	int ret;
+
+	if ((age == (unsigned long)-1 && PyErr_Occurred()) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_evict_unused(self->c, (uint32_t)age));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return PyLong_FromLong(ret);
+}
+
+/* ------------------------------------------------------------ compose */
+
+/* A request: a dict {system, contexts=[], query, qo_len=0} or a tuple
+ * (system, contexts, query[, qo_len]). */
+static int req_from_object(PyObject *o, struct kvp_compose_req *r,
+			   struct kvp_chunk_id *ctx, uint32_t maxctx)
+{
+	PyObject *sys, *ctxs, *query, *qo = NULL, *fast;
+	Py_ssize_t n;
+
+	memset(r, 0, sizeof(*r));
+	if (PyDict_Check(o)) {
+		sys = PyDict_GetItemString(o, "system");
+		ctxs = PyDict_GetItemString(o, "contexts");
+		query = PyDict_GetItemString(o, "query");
+		qo = PyDict_GetItemString(o, "qo_len");
+	} else if (PyTuple_Check(o) && (PyTuple_GET_SIZE(o) == 3 || PyTuple_GET_SIZE(o) == 4)) {
+		sys = PyTuple_GET_ITEM(o, 0);
+		ctxs = PyTuple_GET_ITEM(o, 1);
+		query = PyTuple_GET_ITEM(o, 2);
+		if (PyTuple_GET_SIZE(o) == 4)
+			qo = PyTuple_GET_ITEM(o, 3);
+	} else {
+		PyErr_SetString(PyExc_TypeError,
+				"a request is {'system': id, 'contexts': [ids], 'query': "
+				"id, 'qo_len': n} or (system, contexts, query[, qo_len])");
+		return -1;
+	}
+	if (!sys || !query) {
+		PyErr_SetString(PyExc_ValueError, "a request needs a system and a query chunk");
+		return -1;
+	}
+	if (chunk_id_from_object(sys, &r->system) || chunk_id_from_object(query, &r->query))
+		return -1;
+	if (qo && qo != Py_None) {
+		r->qo_len = (uint32_t)PyLong_AsUnsignedLong(qo);
+		if (PyErr_Occurred())
+			return -1;
+	}
+	if (!ctxs || ctxs == Py_None)
+		return 0;
+	fast = PySequence_Fast(ctxs, "contexts: a list of chunk ids");
+	if (!fast)
+		return -1;
+	n = PySequence_Fast_GET_SIZE(fast);
+	if ((uint64_t)n > maxctx) {
+		PyErr_Format(PyExc_ValueError, "at most %u contexts per request", maxctx);
+		Py_DECREF(fast);
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (chunk_id_from_object(PySequence_Fast_GET_ITEM(fast, i), &ctx[i])) {
+			Py_DECREF(fast);
+			return -1;
+		}
+	Py_DECREF(fast);
+	r->contexts = ctx;
+	r->ncontexts = (uint32_t)n;
+	return 0;
+}
+
+static PyObject *composition_to_dict(const struct kvp_composition *cp)
+{
+	PyObject *levels = PyList_New(cp->nlevels);
+
+	if (!levels)
+		return NULL;
+	for (uint32_t i = 0; i < cp->nlevels; i++) {
+		const struct kvp_cascade_level *lv = &cp->level[i];
+		uint32_t g = lv->ngroups;
+		uint32_t nidx = g && lv->kv_indptr ? (uint32_t)lv->kv_indptr[g] : 0;
+		PyObject *d = Py_BuildValue("{sIsNsNsNsN}", "ngroups", g, "qo_indptr",
+					    int32_bytes(lv->qo_indptr, g + 1), "kv_indptr",
+					    int32_bytes(lv->kv_indptr, g + 1), "kv_indices",
+					    int32_bytes(lv->kv_indices, nidx), "kv_last_page_len",
+					    int32_bytes(lv->kv_last_page_len, g));
+
+		if (!d) {
+			Py_DECREF(levels);
+			return NULL;
+		}
+		PyList_SET_ITEM(levels, i, d);
+	}
+	return Py_BuildValue("{sKsIsIsKsKsKsN}", "lease", (unsigned long long)cp->lease,
+			     "nlevels", cp->nlevels, "nrequests", cp->nrequests, "tokens",
+			     (unsigned long long)cp->tokens, "pages",
+			     (unsigned long long)cp->pages, "bytes",
+			     (unsigned long long)cp->bytes, "levels", levels);
+}
+
+static PyObject *do_compose(KvpClient *self, PyObject *reqs_o, int preview)
+{
+	PyObject *fast, *res = NULL;
+	struct kvp_compose_req *reqs = NULL;
+	struct kvp_chunk_id *ctx = NULL;
+	struct kvp_composition *cp = NULL;
+	Py_ssize_t n;
+	int ret;
+
+	fast = PySequence_Fast(reqs_o, "requests: a list of requests");
+	if (!fast)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(fast);
+	if (n > KVP_COMPOSE_MAX_REQUESTS) {
+		PyErr_Format(PyExc_ValueError, "at most %d requests", KVP_COMPOSE_MAX_REQUESTS);
+		goto out;
+	}
+	reqs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(*reqs));
+	ctx = PyMem_Calloc((size_t)(n ? n : 1) * KVP_COMPOSE_MAX_CONTEXTS, sizeof(*ctx));
+	cp = PyMem_Calloc(1, sizeof(*cp));
+	if (!reqs || !ctx || !cp) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (req_from_object(PySequence_Fast_GET_ITEM(fast, i), &reqs[i],
+				    ctx + i * KVP_COMPOSE_MAX_CONTEXTS,
+				    KVP_COMPOSE_MAX_CONTEXTS))
+			goto out;
+	if (client_enter(self))
+		goto out;
+	if (preview)
+		CALL(ret, kvp_compose_preview(self->c, reqs, (uint32_t)n, cp));
+	else
+		CALL(ret, kvp_compose(self->c, reqs, (uint32_t)n, cp));
+	if (ret < 0) {
+		kvp_raise_client(self, ret);
+	} else {
+		/* Copied under the lock: the tables are in the arena. */
+		res = composition_to_dict(cp);
+		if (res && cp->lease)
+			client_live_add(self, cp->lease);
+	}
+	client_leave(self);
+out:
+	PyMem_Free(reqs);
+	PyMem_Free(ctx);
+	PyMem_Free(cp);
+	Py_DECREF(fast);
+	return res;
+}
+
+static PyObject *c_compose(KvpClient *self, PyObject *arg)
+{
+	return do_compose(self, arg, 0);
+}
+
+static PyObject *c_compose_preview(KvpClient *self, PyObject *arg)
+{
+	return do_compose(self, arg, 1);
+}
+
+PyMethodDef client_share_methods[] = {
+	{ "prefix_lookup", (PyCFunction)c_prefix_lookup, METH_O,
+	  "prefix_lookup($self, tokens, /)\n--\n\n"
+	  "How many leading tokens of a token list the prefix cache holds\n"
+	  "(kvp_prefix_lookup): {'tokens', 'npages', 'indices' (int32 bytes)}.\n"
+	  "Full pages only, never all of them (the last token is left to compute).\n"
+	  "Pins nothing: seq_alloc() is what holds pages." },
+	{ "seq_alloc", (PyCFunction)c_seq_alloc, METH_VARARGS,
+	  "seq_alloc($self, seq, tokens, /)\n--\n\n"
+	  "A request-scoped sequence for a prompt (kvp_seq_alloc, seed 004's\n"
+	  "allocate): the leading full pages found in the prefix cache are shared,\n"
+	  "pages are allocated for the rest. Returns a Lease with len = cached\n"
+	  "tokens and n_new = the rest: append those and commit() them (which\n"
+	  "publishes the pages they fill). seq_free() ends the sequence." },
+	{ "seq_create", (PyCFunction)(void (*)(void))c_seq_create, METH_VARARGS | METH_KEYWORDS,
+	  "seq_create($self, /, seq, sources, n_new=0)\n--\n\n"
+	  "A virtual sequence (kvp_seq_create, seed 000): the pages of the sources\n"
+	  "in order, shared by refcount, plus n_new tokens of its own. Sources:\n"
+	  "kvpool.src_user(user, tokens=0), src_chunk(chunk_id), src_seq(seq).\n"
+	  "Every source but the last must end on a page boundary. Returns a Lease\n"
+	  "(len = source tokens)." },
+	{ "seq_extend", (PyCFunction)(void (*)(void))c_seq_extend, METH_VARARGS | METH_KEYWORDS,
+	  "seq_extend($self, /, seq, n_new, tokens=None)\n--\n\n"
+	  "Grow a sequence by n_new tokens (decode): a new write Lease. tokens\n"
+	  "(n_new ids) keep its pages publishable in the prefix cache. BusyError\n"
+	  "while its previous write lease is not committed." },
+	{ "seq_free", (PyCFunction)c_seq_free, METH_O,
+	  "seq_free($self, seq, /)\n--\n\n"
+	  "Drop a sequence's references (kvp_seq_free); pages nobody else holds are\n"
+	  "freed (or stay in the prefix cache when published)." },
+	{ "chunk_register", (PyCFunction)(void (*)(void))c_chunk_register,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "chunk_register($self, /, tokens, type, meta=None)\n--\n\n"
+	  "Register a chunk (kvp_chunk_register, seed 001): type 'system', 'context'\n"
+	  "or 'query'; meta a dict or 'k=v,k2=v2'. The id is SHA-256 of the layout,\n"
+	  "the tenant's salt and the tokens. Returns a Lease: lease.chunk_id, and\n"
+	  "when lease.created this client fills it (append) and seals it (seal(),\n"
+	  "or the end of its with block); otherwise nothing was allocated (a hit).\n"
+	  "PoolFullError when the device tier cannot take it." },
+	{ "chunk_acquire", (PyCFunction)(void (*)(void))c_chunk_acquire,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "chunk_acquire($self, /, chunk_id, wait_ms=0)\n--\n\n"
+	  "A read Lease on a ready chunk: its page table, pinned until release()\n"
+	  "(kvp_chunk_acquire). A chunk being filled: waits up to wait_ms for the\n"
+	  "seal, then NotReadyError. NotFoundError when not registered." },
+	{ "chunk_get", (PyCFunction)c_chunk_get, METH_O,
+	  "chunk_get($self, chunk_id, /)\n--\n\n"
+	  "One chunk as a dict: chunk_id, type, state, tokens, pages, bytes, holders,\n"
+	  "filler, created_ns, last_access_ns, hits, meta (kvp_chunk_get)." },
+	{ "chunk_list", (PyCFunction)(void (*)(void))c_chunk_list, METH_VARARGS | METH_KEYWORDS,
+	  "chunk_list($self, /, type=None, filter=None)\n--\n\n"
+	  "Every chunk of a type (None: all) whose metadata has every pair of\n"
+	  "filter (a dict or 'k=v,...'), in id order, as dicts (kvp_chunk_list)." },
+	{ "chunk_delete", (PyCFunction)c_chunk_delete, METH_O,
+	  "chunk_delete($self, chunk_id, /)\n--\n\n"
+	  "Remove a chunk from the registry; its pages are freed once nobody holds\n"
+	  "them (kvp_chunk_delete)." },
+	{ "chunk_clear", (PyCFunction)(void (*)(void))c_chunk_clear, METH_VARARGS | METH_KEYWORDS,
+	  "chunk_clear($self, /, type=None)\n--\n\n"
+	  "Delete every chunk of a type (None: all); returns how many." },
+	{ "chunk_evict_unused", (PyCFunction)c_chunk_evict_unused, METH_O,
+	  "chunk_evict_unused($self, max_age_s, /)\n--\n\n"
+	  "Delete ready chunks nobody holds that were not used for max_age_s\n"
+	  "seconds; returns how many." },
+	{ "_compose", (PyCFunction)c_compose, METH_O,
+	  "_compose($self, requests, /)\n--\n\nkvp_compose as a dict (see compose())." },
+	{ "_compose_preview", (PyCFunction)c_compose_preview, METH_O,
+	  "_compose_preview($self, requests, /)\n--\n\nkvp_compose_preview as a dict." },
+	{ NULL, NULL, 0, NULL },
+};
+
+int share_module_init(PyObject *m)
+{
+	return PyModule_AddIntConstant(m, "SRC_USER", KVP_SRC_USER) ||
+	       PyModule_AddIntConstant(m, "SRC_CHUNK", KVP_SRC_CHUNK) ||
+	       PyModule_AddIntConstant(m, "SRC_SEQ", KVP_SRC_SEQ) ||
+	       PyModule_AddIntConstant(m, "CHUNK_SYSTEM", KVP_CHUNK_SYSTEM) ||
+	       PyModule_AddIntConstant(m, "CHUNK_CONTEXT", KVP_CHUNK_CONTEXT) ||
+	       PyModule_AddIntConstant(m, "CHUNK_QUERY", KVP_CHUNK_QUERY) ? -1 : 0;
+}
