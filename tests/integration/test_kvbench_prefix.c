@@ -2,8 +2,11 @@
 /*
  * test_kvbench_prefix.c - `kvbench prefix --json` on a tiny trace, in-process
  * and through a private kvpoold: the report has the keys others rely on
- * (hit_rate, best_hit_rate, dedupe_pages_saved, compose_p50_ns,
- * compose_p99_ns, source), 0 <= hit_rate <= best_hit_rate <= 1, both runs
+ * (hit_rate, best_hit_rate, belady_hit_rate, hit_ratio_vs_belady,
+ * dedupe_pages_saved, compose_p50_ns, compose_p99_ns, source),
+ * 0 <= hit_rate <= belady_hit_rate <= best_hit_rate <= 1 (no policy with the
+ * pool's pages beats the offline optimum, which no bounded cache lifts above
+ * the unbounded one) and hit_ratio_vs_belady their quotient, both runs
  * succeeded with every page a hit handed out holding the right KV, and
  * sharing saved pages. A few seconds.
  *
@@ -114,7 +117,7 @@ static bool section_ok(const char *json, const char *name)
 int main(int argc, char **argv)
 {
 	char *out = malloc(OUT_MAX);
-	double hit, best, dedupe, p50, p99;
+	double hit, best, belady, vs_belady, dedupe, p50, p99;
 	char *const args[] = {
 		argc > 1 ? argv[1] : (char *)"kvbench", (char *)"prefix", (char *)"--json",
 		(char *)"--seed", (char *)"7", (char *)"--conversations", (char *)"8",
@@ -137,12 +140,20 @@ int main(int argc, char **argv)
 	      "\"source\" is not \"kvpoold\" (the kvpoold run did not succeed)");
 	CHECK(number(out, "hit_rate", &hit), "no hit_rate");
 	CHECK(number(out, "best_hit_rate", &best), "no best_hit_rate");
+	CHECK(number(out, "belady_hit_rate", &belady), "no belady_hit_rate");
+	CHECK(number(out, "hit_ratio_vs_belady", &vs_belady), "no hit_ratio_vs_belady");
 	CHECK(number(out, "dedupe_pages_saved", &dedupe), "no dedupe_pages_saved");
 	CHECK(number(out, "compose_p50_ns", &p50), "no compose_p50_ns");
 	CHECK(number(out, "compose_p99_ns", &p99), "no compose_p99_ns");
 	if (!failures) {
-		CHECK(0 <= hit && hit <= best && best <= 1,
-		      "not 0 <= hit_rate (%g) <= best_hit_rate (%g) <= 1", hit, best);
+		CHECK(0 <= hit && hit <= belady && belady <= best && best <= 1,
+		      "not 0 <= hit_rate (%g) <= belady_hit_rate (%g) <= "
+		      "best_hit_rate (%g) <= 1", hit, belady, best);
+		/* Both are printed to 6 decimals. */
+		CHECK(belady > 0 && vs_belady - hit / belady < 1e-5 &&
+		      hit / belady - vs_belady < 1e-5,
+		      "hit_ratio_vs_belady %g is not hit_rate / belady_hit_rate "
+		      "(%g / %g)", vs_belady, hit, belady);
 		CHECK(hit > 0, "nothing was served from cache");
 		CHECK(dedupe > 0, "no pages saved by sharing");
 		CHECK(p50 > 0 && p99 >= p50, "compose latency p50 %g p99 %g", p50, p99);

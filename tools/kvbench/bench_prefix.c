@@ -41,6 +41,14 @@ static const char *const best_definition =
 	"(prompt and reply), capped at floor((n-1)/P) pages; chunk workloads, "
 	"every use of a system or context chunk after its first (queries are fresh)";
 
+static const char *const belady_definition =
+	"the hit rate of Belady's MIN on the same trace with the run's pool_pages: "
+	"page granularity, on a miss evict the page used farthest in the future "
+	"(ties: the deeper page of its chain first), a request's pages pinned while "
+	"it is served; hits counted as the run counts them: multi-turn, a page only "
+	"when every page before it in the prompt hit too (the hash chain), capped at "
+	"floor((n-1)/P); chunk workloads, a chunk only when all of its pages are cached";
+
 /* ---------------------------------------------------------------- options */
 
 static void usage(FILE *f)
@@ -52,7 +60,8 @@ static void usage(FILE *f)
 "Replay the multi-turn, RAG and multi-agent workloads (generated from --seed)\n"
 "against the prefix cache and chunks, in-process and through a private kvpoold,\n"
 "each on a pool smaller than its working set; report the hit rate against the\n"
-"best possible for the trace, pages saved by dedupe and compose latency.\n"
+"best possible for the trace (unbounded, and Belady's MIN with the same pool),\n"
+"pages saved by dedupe and compose latency.\n"
 "\n"
 "Workloads (0 requests skips one):\n"
 "  --seed N             trace seed (default 1)\n"
@@ -81,7 +90,8 @@ static void usage(FILE *f)
 "  --device N           CUDA device ordinal (default 0)\n"
 KVB_USAGE_END_OPTS
 "\n"
-"JSON: hit_rate, best_hit_rate, dedupe_pages_saved, compose_p50_ns, compose_p99_ns\n"
+"JSON: hit_rate, best_hit_rate, belady_hit_rate, hit_ratio_vs_belady,\n"
+"dedupe_pages_saved, compose_p50_ns, compose_p99_ns\n"
 "(from the kvpoold run when it ran, else inproc: see \"source\"), then both runs\n"
 "per workload; with --gpu, reuse_speedup and reuse_speedup_host. See kvbench(1).\n");
 }
@@ -248,7 +258,7 @@ static int parse_opts(int argc, char **argv, struct prefix_opts *o)
 /* ---------------------------------------------------------------- totals */
 
 struct totals {
-	uint64_t needed, hit, best, dedupe;
+	uint64_t needed, hit, best, belady, dedupe;
 };
 
 static struct totals run_totals(const struct pb_run *r)
@@ -263,6 +273,7 @@ static struct totals run_totals(const struct pb_run *r)
 		t.needed += w->tokens_needed;
 		t.hit += w->tokens_hit;
 		t.best += w->best_tokens;
+		t.belady += w->belady_tokens;
 		t.dedupe += w->dedupe_pages_saved;
 	}
 	return t;
@@ -302,6 +313,9 @@ static void json_workload(struct json *j, const struct pb_workload *w, int which
 	json_f64(j, "hit_rate", ratio(w->tokens_hit, w->tokens_needed), 6);
 	json_f64(j, "best_hit_rate", ratio(w->best_tokens, w->tokens_needed), 6);
 	json_f64(j, "hit_rate_of_best", ratio(w->tokens_hit, w->best_tokens), 6);
+	json_u64(j, "belady_tokens", w->belady_tokens);
+	json_f64(j, "belady_hit_rate", ratio(w->belady_tokens, w->tokens_needed), 6);
+	json_f64(j, "hit_ratio_vs_belady", ratio(w->tokens_hit, w->belady_tokens), 6);
 	json_u64(j, "dedupe_pages_saved", w->dedupe_pages_saved);
 	json_u64(j, "footprint_pages", w->footprint_pages);
 	json_u64(j, "pool_pages", w->pool_pages);
@@ -350,12 +364,15 @@ static void json_run(struct json *j, const char *key, const struct pb_run *r, bo
 		json_str(j, "error", r->error);
 	json_f64(j, "hit_rate", ratio(t.hit, t.needed), 6);
 	json_f64(j, "best_hit_rate", ratio(t.best, t.needed), 6);
+	json_f64(j, "belady_hit_rate", ratio(t.belady, t.needed), 6);
+	json_f64(j, "hit_ratio_vs_belady", ratio(t.hit, t.belady), 6);
 	json_u64(j, "dedupe_pages_saved", t.dedupe);
 	json_u64(j, "compose_p50_ns", r->compose8.p50);
 	json_u64(j, "compose_p99_ns", r->compose8.p99);
 	json_u64(j, "tokens_needed", t.needed);
 	json_u64(j, "tokens_hit", t.hit);
 	json_u64(j, "best_tokens", t.best);
+	json_u64(j, "belady_tokens", t.belady);
 	json_obj_begin(j, "compose8");
 	json_u64(j, "chunks", 8);
 	json_u64(j, "pages", r->compose8_pages);
@@ -377,6 +394,7 @@ static void json_trace(struct json *j, const struct pw_trace *t)
 
 	json_obj_begin(j, "trace");
 	json_str(j, "best_hit_rate_definition", best_definition);
+	json_str(j, "belady_hit_rate_definition", belady_definition);
 	if (t->mt.nturns) {
 		json_obj_begin(j, "multi_turn");
 		json_u64(j, "conversations", t->mt.nconv);
@@ -416,6 +434,8 @@ static void print_json(const struct prefix_opts *o, const struct pw_trace *t,
 	json_str(&j, "source", top == kvpd ? "kvpoold" : "inproc");
 	json_f64(&j, "hit_rate", ratio(tt.hit, tt.needed), 6);
 	json_f64(&j, "best_hit_rate", ratio(tt.best, tt.needed), 6);
+	json_f64(&j, "belady_hit_rate", ratio(tt.belady, tt.needed), 6);
+	json_f64(&j, "hit_ratio_vs_belady", ratio(tt.hit, tt.belady), 6);
 	json_u64(&j, "dedupe_pages_saved", tt.dedupe);
 	json_u64(&j, "compose_p50_ns", top->compose8.p50);
 	json_u64(&j, "compose_p99_ns", top->compose8.p99);
@@ -455,9 +475,10 @@ static void print_run(const char *name, const struct pb_run *r)
 	struct totals t = run_totals(r);
 
 	printf("\n%s%s%s\n", name, r->ran ? "" : ": FAILED: ", r->ran ? "" : r->error);
-	printf("  %-11s %8s %11s %11s %7s %7s %9s %9s %9s %9s %11s %11s\n", "workload",
-	       "requests", "needed", "hit", "hit%", "best%", "pool pg", "footprint",
-	       "evicted", "dedupe pg", "op0 p50/p99", "op2 p50/p99");
+	printf("  %-11s %8s %11s %11s %7s %7s %7s %6s %9s %9s %9s %9s %11s %11s\n",
+	       "workload", "requests", "needed", "hit", "hit%", "MIN%", "best%", "/MIN",
+	       "pool pg", "footprint", "evicted", "dedupe pg", "op0 p50/p99",
+	       "op2 p50/p99");
 	for (int k = 0; k < PB_NWL; k++) {
 		const struct pb_workload *w = &r->wl[k];
 		char a[32], b[32];
@@ -466,17 +487,22 @@ static void print_run(const char *name, const struct pb_run *r)
 			continue;
 		snprintf(a, sizeof(a), "%" PRIu64 "/%" PRIu64, w->op[0].p50, w->op[0].p99);
 		snprintf(b, sizeof(b), "%" PRIu64 "/%" PRIu64, w->op[2].p50, w->op[2].p99);
-		printf("  %-11s %8" PRIu64 " %11" PRIu64 " %11" PRIu64 " %6.1f%% %6.1f%% %9"
-		       PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %11s %11s\n",
+		printf("  %-11s %8" PRIu64 " %11" PRIu64 " %11" PRIu64 " %6.1f%% %6.1f%% "
+		       "%6.1f%% %6.3f %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64
+		       " %11s %11s\n",
 		       w->name, w->requests, w->tokens_needed, w->tokens_hit,
 		       100 * ratio(w->tokens_hit, w->tokens_needed),
-		       100 * ratio(w->best_tokens, w->tokens_needed), w->pool_pages,
+		       100 * ratio(w->belady_tokens, w->tokens_needed),
+		       100 * ratio(w->best_tokens, w->tokens_needed),
+		       ratio(w->tokens_hit, w->belady_tokens), w->pool_pages,
 		       w->footprint_pages, k == PB_WL_MT ? w->evicted_pages : w->evicted_chunks,
 		       w->dedupe_pages_saved, a, b);
 	}
-	printf("  %-11s %8s %11" PRIu64 " %11" PRIu64 " %6.1f%% %6.1f%% %9s %9s %9s %9" PRIu64
-	       "\n", "all", "", t.needed, t.hit, 100 * ratio(t.hit, t.needed),
-	       100 * ratio(t.best, t.needed), "", "", "", t.dedupe);
+	printf("  %-11s %8s %11" PRIu64 " %11" PRIu64 " %6.1f%% %6.1f%% %6.1f%% %6.3f %9s "
+	       "%9s %9s %9" PRIu64 "\n", "all", "", t.needed, t.hit,
+	       100 * ratio(t.hit, t.needed), 100 * ratio(t.belady, t.needed),
+	       100 * ratio(t.best, t.needed), ratio(t.hit, t.belady), "", "", "",
+	       t.dedupe);
 	printf("  compose of 8 chunks (system + 6 contexts + query, %" PRIu64 " pages): "
 	       "p50 %" PRIu64 " ns, p99 %" PRIu64 " ns (%zu samples); release p50 %" PRIu64
 	       " ns\n", r->compose8_pages, r->compose8.p50, r->compose8.p99, r->compose8.n,
@@ -496,8 +522,9 @@ static void print_table(const struct prefix_opts *o, const struct pb_run *inproc
 	printf("kvbench prefix on %s (%ld CPUs); layout %s (%" PRIu64 " B/page); seed %"
 	       PRIu64 "\n", m->cpu_model, m->nproc, o->layout_spec, o->layout.page_bytes,
 	       o->w.seed);
-	printf("hit%% = tokens served from cache / tokens needed; best%% = the same for an\n"
-	       "unbounded cache on this trace (see kvbench(1)); op0/op2 latency in ns:\n"
+	printf("hit%% = tokens served from cache / tokens needed; MIN%% = the same for\n"
+	       "Belady's MIN with the same pool pages, best%% for an unbounded cache, on\n"
+	       "this trace (see kvbench(1)); /MIN = hit / MIN; op0/op2 latency in ns:\n"
 	       "multi_turn seq_alloc/commit, rag and agents register(hit)/compose\n");
 	if (ask_in)
 		print_run("inproc (engine, share_* in this process)", inproc);

@@ -4,7 +4,8 @@
  * (the engine in-process, or kvpoold through the client library): one
  * driver, so both are measured the same way.
  *
- * Every workload runs on a fresh pool of pb_pool_pages() pages:
+ * Every workload runs on a fresh pool of pb_pool_pages() pages (and Belady's
+ * MIN is simulated on the same trace with as many pages, prefix_workload.h):
  *
  *  - multi-turn, per turn: seq_alloc(prompt) (the prefix cache serves the
  *    leading full pages it holds), append the KV of the uncached tokens,
@@ -488,7 +489,7 @@ static int run_workload(struct driver *d, int which, pb_open_fn open,
 	struct pb_workload *w = &d->run->wl[which];
 	struct pb_target t = { 0 };
 	uint64_t footprint, minp, cap, t0;
-	int rc = -1;
+	int rc = -1, bel;
 
 	if (which == PB_WL_MT ? !tr->mt.nturns : !cs->nreq)
 		return 0;
@@ -513,6 +514,18 @@ static int run_workload(struct driver *d, int which, pb_open_fn open,
 	}
 	w->footprint_pages = footprint;
 	w->pool_pages = pb_pool_pages(d->o, footprint, minp);
+	/* The offline optimum for the same pool, trace and hit rule. */
+	bel = which == PB_WL_MT ?
+	      pw_belady_multiturn(&tr->mt, d->l->page_tokens, w->pool_pages,
+				  &w->belady_tokens) :
+	      pw_belady_chunks(cs, d->l->page_tokens, w->pool_pages, &w->belady_tokens);
+	if (bel) {
+		snprintf(d->run->error, sizeof(d->run->error), "%s: Belady simulation "
+			 "with %" PRIu64 " pages: %s", w->name, w->pool_pages,
+			 bel == -ENOSPC ? "a request needs more pages than the pool has "
+			 "(raise --pool-pages)" : strerror(-bel));
+		return -1;
+	}
 	for (int k = 0; k < 4; k++) {
 		if (samples_init(&d->op[k], cap)) {
 			snprintf(d->run->error, sizeof(d->run->error), "%s: out of memory",

@@ -12,7 +12,8 @@
  *   bench_prefix_client.c  the "kvpoold" target: a private kvpoold and the
  *                          client library (kvp_seq_alloc, kvp_compose, ...)
  *   bench_prefix_gpu.c     `--gpu`: recompute with cuBLAS vs a cache hit
- *   prefix_workload.[ch]   the traces and their best hit rates
+ *   prefix_workload.[ch]   the traces, their best hit rates (unbounded
+ *                          cache) and Belady's MIN for a pool's size
  *
  * A target is a table of operations over an opaque context; the driver
  * times each call with the wall clock around it, so both targets are
@@ -126,6 +127,7 @@ struct pb_workload {
 	uint64_t tokens_needed;
 	uint64_t tokens_hit;     /* served from cache */
 	uint64_t best_tokens;
+	uint64_t belady_tokens;  /* Belady's MIN with pool_pages (prefix_workload.h) */
 	uint64_t footprint_pages;
 	uint64_t pool_pages;
 	uint64_t appended_tokens; /* KV tokens written (the misses) */

@@ -5,7 +5,9 @@
  * exactly (prefix_workload.h says what "best" means).
  *
  * Everything comes from one splitmix64 stream per workload, so a seed gives
- * the same trace on every machine. Nothing here touches a pool.
+ * the same trace on every machine. Nothing here touches a pool. The Belady
+ * simulation of a trace (its best hit rate with a pool of a given size) is
+ * at the end.
  */
 #include <errno.h>
 #include <math.h>
@@ -164,7 +166,8 @@ static int gen_multiturn(struct pw_multiturn *mt, const struct pw_params *p,
 		cv->tokens = malloc(cap * sizeof(*cv->tokens));
 		cv->prompt_end = malloc(cv->nturns * sizeof(*cv->prompt_end));
 		cv->reply_end = malloc(cv->nturns * sizeof(*cv->reply_end));
-		if (!cv->tokens || !cv->prompt_end || !cv->reply_end)
+		cv->page_node = calloc(cap / p->page_tokens + 1, sizeof(*cv->page_node));
+		if (!cv->tokens || !cv->prompt_end || !cv->reply_end || !cv->page_node)
 			goto out;
 		memcpy(cv->tokens, sys[s], syslen[s] * sizeof(*cv->tokens));
 		cv->len = syslen[s];
@@ -218,8 +221,10 @@ static int gen_multiturn(struct pw_multiturn *mt, const struct pw_params *p,
 		mt->best_tokens += tu->best;
 		mt->tokens_needed += n;
 		node = 0;
-		for (j = 0; j < cv->reply_end[tu->turn] / P; j++)
+		for (j = 0; j < cv->reply_end[tu->turn] / P; j++) {
 			node = trie_child(&trie, node, cv->tokens + (uint64_t)j * P, true);
+			cv->page_node[j] = node;
+		}
 	}
 	mt->footprint_pages = trie.nodes;
 	rc = 0;
@@ -470,10 +475,284 @@ void pw_free(struct pw_trace *t)
 		free(t->mt.conv[c].tokens);
 		free(t->mt.conv[c].prompt_end);
 		free(t->mt.conv[c].reply_end);
+		free(t->mt.conv[c].page_node);
 	}
 	free(t->mt.conv);
 	free(t->mt.order);
 	memset(&t->mt, 0, sizeof(t->mt));
 	chunks_free(&t->rag);
 	chunks_free(&t->agents);
+}
+
+/* ------------------------------------------------------------ Belady */
+
+/*
+ * MIN with a lazy max-heap of (next use, depth, page): an entry is live
+ * while its page is cached, not pinned by the request being served, and
+ * its next use is still the page's (every touch pushes a fresh entry with a
+ * later next use, so older entries of the page go stale by themselves).
+ */
+#define NEVER UINT32_MAX
+
+struct bel_entry {
+	uint32_t next;            /* the request that touches the page next */
+	uint32_t depth;           /* its position in its chain */
+	uint32_t page;
+};
+
+struct bel {
+	struct bel_entry *heap;
+	uint64_t nheap;
+	uint32_t *next;           /* per page: the next use of its live entry */
+	uint32_t *pin;            /* per page: request + 1 while it is served */
+	uint8_t *cached;
+	uint64_t ncached;
+};
+
+static bool bel_above(const struct bel_entry *a, const struct bel_entry *b)
+{
+	if (a->next != b->next)
+		return a->next > b->next;
+	if (a->depth != b->depth)
+		return a->depth > b->depth;
+	return a->page > b->page;
+}
+
+static void bel_push(struct bel *b, uint32_t next, uint32_t depth, uint32_t page)
+{
+	uint64_t i = b->nheap++;
+
+	while (i) {
+		uint64_t up = (i - 1) / 2;
+		struct bel_entry e = { next, depth, page };
+
+		if (!bel_above(&e, &b->heap[up]))
+			break;
+		b->heap[i] = b->heap[up];
+		i = up;
+	}
+	b->heap[i] = (struct bel_entry){ next, depth, page };
+}
+
+static struct bel_entry bel_pop(struct bel *b)
+{
+	struct bel_entry top = b->heap[0], last = b->heap[--b->nheap];
+	uint64_t i = 0;
+
+	for (;;) {
+		uint64_t c = 2 * i + 1;
+
+		if (c >= b->nheap)
+			break;
+		if (c + 1 < b->nheap && bel_above(&b->heap[c + 1], &b->heap[c]))
+			c++;
+		if (!bel_above(&b->heap[c], &last))
+			break;
+		b->heap[i] = b->heap[c];
+		i = c;
+	}
+	if (b->nheap)
+		b->heap[i] = last;
+	return top;
+}
+
+/* Drop the page used farthest in the future; -ENOSPC when every cached
+ * page is pinned by the request being served (stamp). */
+static int bel_evict(struct bel *b, uint32_t stamp)
+{
+	while (b->nheap) {
+		struct bel_entry e = bel_pop(b);
+
+		if (b->cached[e.page] && b->pin[e.page] != stamp &&
+		    b->next[e.page] == e.next) {
+			b->cached[e.page] = 0;
+			b->ncached--;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* Hits of request r's uses [u0, u1), against the cache before it. */
+static uint64_t bel_hits(const struct bel *b, const struct pw_bel_use *u,
+			 uint64_t u0, uint64_t u1)
+{
+	uint64_t hit = 0;
+
+	for (uint64_t k = u0; k < u1; k++) {
+		uint32_t j = 0;
+
+		while (j < u[k].lookup && b->cached[u[k].page[j]])
+			j++;
+		if (!u[k].whole)
+			hit += (uint64_t)j * u[k].tokens;
+		else if (j && j == u[k].lookup)
+			hit += u[k].tokens;
+	}
+	return hit;
+}
+
+int pw_belady(const struct pw_bel_use *u, uint64_t n, uint32_t npage_ids,
+	      uint64_t capacity, uint64_t *hit_tokens)
+{
+	struct bel b = { 0 };
+	uint32_t *next_use = NULL, *last = NULL;
+	uint64_t touches = 0, pos, u0, u1;
+	int rc = -ENOMEM;
+
+	*hit_tokens = 0;
+	for (uint64_t k = 0; k < n; k++)
+		touches += u[k].npages;
+	next_use = malloc((touches ? touches : 1) * sizeof(*next_use));
+	last = malloc((npage_ids ? npage_ids : 1) * sizeof(*last));
+	b.heap = malloc((touches ? touches : 1) * sizeof(*b.heap));
+	b.next = calloc(npage_ids ? npage_ids : 1, sizeof(*b.next));
+	b.pin = calloc(npage_ids ? npage_ids : 1, sizeof(*b.pin));
+	b.cached = calloc(npage_ids ? npage_ids : 1, 1);
+	if (!next_use || !last || !b.heap || !b.next || !b.pin || !b.cached)
+		goto out;
+
+	/* Backwards: each touch's next use is the request that touches the
+	 * page after it. */
+	for (uint32_t p = 0; p < npage_ids; p++)
+		last[p] = NEVER;
+	pos = touches;
+	for (uint64_t k = n; k-- > 0;) {
+		pos -= u[k].npages;
+		for (uint32_t j = 0; j < u[k].npages; j++) {
+			next_use[pos + j] = last[u[k].page[j]];
+			last[u[k].page[j]] = u[k].request;
+		}
+	}
+
+	pos = 0;
+	for (u0 = 0; u0 < n; u0 = u1) {
+		const uint32_t r = u[u0].request, stamp = r + 1;
+
+		for (u1 = u0; u1 < n && u[u1].request == r; u1++)
+			;
+		*hit_tokens += bel_hits(&b, u, u0, u1);
+		for (uint64_t k = u0; k < u1; k++)
+			for (uint32_t j = 0; j < u[k].npages; j++)
+				b.pin[u[k].page[j]] = stamp;
+		/* Demand paging: every page of the request is brought in, each
+		 * miss evicting the farthest-used unpinned page. */
+		for (uint64_t k = u0; k < u1; k++) {
+			for (uint32_t j = 0; j < u[k].npages; j++) {
+				uint32_t pg = u[k].page[j];
+
+				if (b.cached[pg])
+					continue;
+				if (b.ncached >= capacity && (rc = bel_evict(&b, stamp)))
+					goto out;
+				b.cached[pg] = 1;
+				b.ncached++;
+			}
+		}
+		for (uint64_t k = u0; k < u1; k++) {
+			for (uint32_t j = 0; j < u[k].npages; j++, pos++) {
+				b.next[u[k].page[j]] = next_use[pos];
+				bel_push(&b, next_use[pos], j, u[k].page[j]);
+			}
+		}
+	}
+	rc = 0;
+out:
+	free(next_use);
+	free(last);
+	free(b.heap);
+	free(b.next);
+	free(b.pin);
+	free(b.cached);
+	return rc;
+}
+
+int pw_belady_multiturn(const struct pw_multiturn *mt, uint32_t P,
+			uint64_t capacity, uint64_t *hit_tokens)
+{
+	struct pw_bel_use *u = malloc((2 * mt->nturns + 1) * sizeof(*u));
+	uint32_t *tail = malloc((mt->nturns + 1) * sizeof(*tail));
+	uint32_t nodes = 0;
+	uint64_t n = 0;
+	int rc = -ENOMEM;
+
+	*hit_tokens = 0;
+	if (!u || !tail)
+		goto out;
+	for (uint32_t c = 0; c < mt->nconv; c++)
+		for (uint32_t j = 0; j < mt->conv[c].len / P; j++)
+			if (mt->conv[c].page_node[j] > nodes)
+				nodes = mt->conv[c].page_node[j];
+	for (uint64_t k = 0; k < mt->nturns; k++) {
+		const struct pw_conv *cv = &mt->conv[mt->order[k].conv];
+		uint32_t t = mt->order[k].turn, np = cv->prompt_end[t];
+
+		/* The conversation's full pages to the end of the reply... */
+		u[n++] = (struct pw_bel_use){
+			.request = (uint32_t)k, .npages = cv->reply_end[t] / P,
+			.page = cv->page_node, .lookup = np ? (np - 1) / P : 0,
+			.tokens = P,
+		};
+		/* ...and the partial last page the sequence holds meanwhile
+		 * (its own, never seen again). */
+		if (cv->reply_end[t] % P) {
+			tail[k] = nodes + 1 + (uint32_t)k;
+			u[n++] = (struct pw_bel_use){
+				.request = (uint32_t)k, .npages = 1, .page = &tail[k],
+			};
+		}
+	}
+	rc = pw_belady(u, n, nodes + 1 + (uint32_t)mt->nturns, capacity, hit_tokens);
+out:
+	free(u);
+	free(tail);
+	return rc;
+}
+
+int pw_belady_chunks(const struct pw_chunks *cs, uint32_t P, uint64_t capacity,
+		     uint64_t *hit_tokens)
+{
+	uint64_t *first = malloc((cs->nchunks + 1) * sizeof(*first));
+	struct pw_bel_use *u = malloc((cs->nctx + 2 * (uint64_t)cs->nreq + 1) * sizeof(*u));
+	uint32_t *ids = NULL;
+	uint64_t npages = 0, n = 0;
+	int rc = -ENOMEM;
+
+	*hit_tokens = 0;
+	if (!first || !u)
+		goto out;
+	/* Chunk i's pages are ids first[i] .. first[i] + pages - 1. */
+	for (uint32_t i = 0; i < cs->nchunks; i++) {
+		first[i] = npages;
+		npages += pw_pages(cs->chunk[i].tokens, P);
+	}
+	if (npages >= UINT32_MAX) {
+		rc = -E2BIG;
+		goto out;
+	}
+	ids = malloc((npages ? npages : 1) * sizeof(*ids));
+	if (!ids)
+		goto out;
+	for (uint64_t p = 0; p < npages; p++)
+		ids[p] = (uint32_t)p;
+	for (uint32_t q = 0; q < cs->nreq; q++) {
+		const struct pw_creq *r = &cs->req[q];
+
+		for (uint32_t k = 0; k < r->nctx + 2; k++) {
+			uint32_t i = k == 0 ? r->system : k == r->nctx + 1 ? r->query :
+				     cs->ctx[r->ctx_off + k - 1];
+			uint32_t pages = (uint32_t)pw_pages(cs->chunk[i].tokens, P);
+
+			u[n++] = (struct pw_bel_use){
+				.request = q, .npages = pages, .page = ids + first[i],
+				.lookup = pages, .whole = 1, .tokens = cs->chunk[i].tokens,
+			};
+		}
+	}
+	rc = pw_belady(u, n, (uint32_t)npages, capacity, hit_tokens);
+out:
+	free(first);
+	free(u);
+	free(ids);
+	return rc;
 }

@@ -35,6 +35,32 @@
  *  - chunk requests: every use of a system or context chunk after its first
  *    is served entirely; first uses and queries (all fresh) are not.
  * best_tokens / tokens_needed is the best hit rate.
+ *
+ * THE BELADY HIT RATE (the offline optimum for the pool's capacity;
+ * pw_belady_*): an unbounded cache is out of reach for any policy with a
+ * pool of C pages, so the trace is also replayed against Belady's MIN at
+ * page granularity with the same C: on a miss with a full cache, evict the
+ * page whose next use is farthest in the future (never: first), ties going
+ * to the deeper page of its chain (a child before its parent, as the prefix
+ * cache evicts leaves first). Pages are what the kvpool run keeps: a turn
+ * touches its conversation's full pages up to the end of its reply (equal
+ * content, equal page) and one page of its own for the partial last one; a
+ * request touches every page of its chunks. A request's pages are pinned
+ * while it is served (a sequence or a composition holds them), so they are
+ * never the victim of its own misses. Hits are counted by the rule the
+ * kvpool run counts them with:
+ *  - multi-turn: a page is a hit only when it and every page before it in
+ *    the prompt are cached (a hash chain: the lookup stops at the first
+ *    miss), within the same floor((n-1)/P) cap as the best hit rate;
+ *  - chunk requests: a chunk is a hit only when every one of its pages is
+ *    cached (it is served whole or filled again), all of its tokens then.
+ * The leaves-first tie break keeps the cache closed under "parent of", so
+ * the chain rule never throws away a cached page; for chunks, which are
+ * the chain rule never throws away a cached page; for chunks, which are
+ * units of several pages, page-granular MIN is the offline optimum's
+ * standard stand-in (variable-size optimal caching is NP-hard), a very good
+ * policy rather than a proven bound.
+ * 0 <= belady_tokens <= best_tokens.
  */
 #ifndef KVBENCH_PREFIX_WORKLOAD_H
 #define KVBENCH_PREFIX_WORKLOAD_H
@@ -69,6 +95,8 @@ struct pw_conv {
 	uint32_t nturns;
 	uint32_t *prompt_end;     /* turn t's prompt: tokens [0, prompt_end[t]) */
 	uint32_t *reply_end;      /* its reply: [prompt_end[t], reply_end[t]) */
+	uint32_t *page_node;      /* full page j's id in the page trie (equal
+				   * content and prefix, equal id: 1..nodes) */
 };
 
 struct pw_turn {
@@ -144,6 +172,34 @@ void pw_free(struct pw_trace *t);
 
 /* The tokens of chunk i of cs into out[cs->chunk[i].tokens]. */
 void pw_chunk_tokens(const struct pw_chunks *cs, uint32_t i, uint32_t *out);
+
+/* ------------------------------------------------------------ Belady */
+
+/* One chain of pages a request touches (a conversation's prefix, a chunk). */
+struct pw_bel_use {
+	uint32_t request;         /* uses of one request are consecutive, in order */
+	uint32_t npages;
+	const uint32_t *page;     /* page ids in chain order, each < npage_ids */
+	uint32_t lookup;          /* the leading pages that may count as hits */
+	uint32_t whole;           /* 1: a hit only when all lookup pages are
+				   * cached, worth tokens; 0: the leading
+				   * cached run, tokens per page */
+	uint64_t tokens;
+};
+
+/*
+ * Belady's MIN over uses[0, n) with room for capacity pages (the rules
+ * above): *hit_tokens gets the tokens served from cache. A page appears at
+ * most once per request. -ENOSPC when one request's pages exceed capacity,
+ * -ENOMEM.
+ */
+int pw_belady(const struct pw_bel_use *uses, uint64_t n, uint32_t npage_ids,
+	      uint64_t capacity, uint64_t *hit_tokens);
+/* The multi-turn and chunk traces as uses, through pw_belady(). */
+int pw_belady_multiturn(const struct pw_multiturn *mt, uint32_t page_tokens,
+			uint64_t capacity, uint64_t *hit_tokens);
+int pw_belady_chunks(const struct pw_chunks *cs, uint32_t page_tokens,
+		     uint64_t capacity, uint64_t *hit_tokens);
 
 /* Pages of n tokens (the last one partial). */
 static inline uint64_t pw_pages(uint64_t n, uint32_t page_tokens)
