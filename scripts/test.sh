@@ -3,8 +3,82 @@
 # Build kvpool and run every test: the normal build (warnings as errors, all
 # labels; gpu tests skip where there is no device), then the unit tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, then an install check.
+#
+# `bash scripts/test.sh --install-check [BUILD_DIR]` runs only the install
+# check, on a tree already built in BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Install BUILD_DIR into a temp prefix and use the installed tree as a user
+# would: every file there; the installed kvpoold, kvctl and kvbench run with
+# no LD_LIBRARY_PATH (their RUNPATH, $ORIGIN/../lib, finds libkvpool.so):
+# kvpoold serves a temp socket, kvctl stats asks it, SIGTERM stops it; a
+# program built with pkg-config against the installed header and library;
+# each installed man page renders without a warning.
+install_check() {
+	local build=$1 prefix pid sock i f b page warn
+	prefix=$(mktemp -d)
+	# shellcheck disable=SC2064 # expand now: the variable is local
+	trap "rm -rf '$prefix'" EXIT
+	cmake --install "$build" --prefix "$prefix" >/dev/null
+	for f in bin/kvpoold bin/kvctl bin/kvbench include/kvpool.h lib/libkvpool.so \
+		 lib/pkgconfig/kvpool.pc share/man/man1/kvctl.1 share/man/man1/kvbench.1 \
+		 share/man/man3/kvpool.3 share/man/man5/kvpool.conf.5 share/man/man8/kvpoold.8; do
+		[ -e "$prefix/$f" ] || { echo "install check: $f missing" >&2; return 1; }
+	done
+	for b in kvpoold kvctl kvbench; do
+		readelf -d "$prefix/bin/$b" | grep -q 'RUNPATH.*\[\$ORIGIN/\.\./lib\]' || {
+			echo "install check: bin/$b has no RUNPATH \$ORIGIN/../lib:" >&2
+			readelf -d "$prefix/bin/$b" | grep -iE 'rpath|runpath|needed' >&2
+			return 1
+		}
+	done
+	(
+		unset LD_LIBRARY_PATH
+		"$prefix/bin/kvctl" --version >/dev/null
+		"$prefix/bin/kvbench" --version >/dev/null
+		sock=$prefix/run/kvpoold.sock
+		mkdir -p "$prefix/run"
+		"$prefix/bin/kvpoold" --socket="$sock" --backend=shm --foreground \
+			--device_mem=4M --host_mem=4M >"$prefix/kvpoold.log" 2>&1 &
+		pid=$!
+		trap 'kill "$pid" 2>/dev/null || true' EXIT
+		for i in $(seq 100); do
+			[ -S "$sock" ] && break
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		if ! "$prefix/bin/kvctl" --socket="$sock" stats >"$prefix/stats.out" 2>&1 ||
+		   ! grep -q device "$prefix/stats.out"; then
+			echo "install check: installed kvctl stats against the installed kvpoold failed:" >&2
+			cat "$prefix/stats.out" "$prefix/kvpoold.log" >&2
+			exit 1
+		fi
+		kill -TERM "$pid"
+		wait "$pid" || { echo "install check: kvpoold exited $? on SIGTERM" >&2
+				 cat "$prefix/kvpoold.log" >&2; exit 1; }
+	)
+	# A program built against the installed header and library, as a user would.
+	printf '#include <kvpool.h>\nint main(void) { return kvp_version() > 0 ? 0 : 1; }\n' >"$prefix/t.c"
+	# shellcheck disable=SC2046 # pkg-config prints several words
+	cc "$prefix/t.c" -o "$prefix/t" $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs kvpool)
+	LD_LIBRARY_PATH=$prefix/lib "$prefix/t"
+	if command -v man >/dev/null; then
+		for page in "$prefix"/share/man/man?/*; do
+			warn=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || true
+			[ -z "$warn" ] || { echo "install check: $page: $warn" >&2; return 1; }
+		done
+	else
+		echo "install check: no man(1) here; man pages not rendered"
+	fi
+	echo "install check passed"
+}
+
+if [ "${1:-}" = "--install-check" ]; then
+	install_check "${2:-build}"
+	exit
+fi
+
 scripts/deps.sh
 jobs=$(nproc)
 
@@ -22,16 +96,5 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
 echo "== install check"
-prefix=$(mktemp -d)
-trap 'rm -rf "$prefix"' EXIT
-cmake --install build --prefix "$prefix" >/dev/null
-for f in bin/kvpoold bin/kvctl bin/kvbench include/kvpool.h lib/libkvpool.so \
-	 lib/pkgconfig/kvpool.pc share/man/man1/kvctl.1 share/man/man1/kvbench.1 \
-	 share/man/man3/kvpool.3 share/man/man5/kvpool.conf.5 share/man/man8/kvpoold.8; do
-	[ -e "$prefix/$f" ] || { echo "install check: $f missing" >&2; exit 1; }
-done
-# A program built against the installed header and library, as a user would.
-printf '#include <kvpool.h>\nint main(void) { return kvp_version() > 0 ? 0 : 1; }\n' >"$prefix/t.c"
-cc "$prefix/t.c" -o "$prefix/t" $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs kvpool)
-LD_LIBRARY_PATH=$prefix/lib "$prefix/t"
+install_check build
 echo "all tests passed"
