@@ -36,6 +36,7 @@ struct client *client_new(struct server *s, int sock)
 	if (s->pending)
 		s->pending->prev = c;
 	s->pending = c;
+	s->npending++;
 	return c;
 }
 
@@ -48,6 +49,7 @@ static void pending_unlink(struct server *s, struct client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	c->prev = c->next = NULL;
+	s->npending--;
 }
 
 void client_register(struct server *s, struct client *c)
@@ -145,6 +147,10 @@ void client_finalize(struct server *s, struct client *c)
 	for (uint32_t i = 0; i < c->park.n; i++)
 		engine_fence_wait(c->park.v[i].eng, c->park.v[i].fence);
 	park_fini(&c->park);
+	if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) == UDS_PARKED)
+		engine_fence_wait(c->uds_wait.eng, c->uds_wait.fence);
+	free(c->uds_out);
+	c->uds_out = NULL;
 	if (!hello && c->tenant) {
 		struct tenant_pool *tp = &c->tenant->pools[c->pool];
 

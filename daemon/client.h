@@ -35,6 +35,13 @@ enum client_state {
 	CLIENT_RETIRED,
 };
 
+/* The "uds" request of a client (at most one at a time; worker.c). */
+enum uds_state {
+	UDS_IDLE,       /* the main thread may read the next one */
+	UDS_QUEUED,     /* main -> worker: uds_sqe waits for its turn */
+	UDS_PARKED,     /* run; its reply waits for an onload (uds_wait) */
+};
+
 struct client {
 	struct watch sock_w;
 	struct watch pid_w;
@@ -67,6 +74,25 @@ struct client {
 	struct park_list park;
 	struct kvp_sqe held;
 	bool holding;
+	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
+
+	/* Pending only (listener.c): when it was accepted (log_now_ms), for
+	 * hello_timeout_ms. */
+	uint64_t accepted_ms;
+
+	/* The "uds" request mode. The main thread reads one request, stops
+	 * reading the socket (EPOLLIN off) and hands it to the worker, which
+	 * runs it in the client's order (after its ring entries published
+	 * before it, behind its parked completions of the same user), answers
+	 * it and turns EPOLLIN back on. */
+	uint32_t uds_state;         /* enum uds_state; atomic */
+	struct kvp_sqe uds_sqe;     /* main thread's copy of the request */
+	unsigned char *uds_out;     /* its result bytes (UDS_RESULT_MAX) */
+	/* The worker's own: */
+	bool uds_seen;              /* seen QUEUED before this pass's rings */
+	uint64_t uds_user;          /* the user of a parked reply */
+	struct kvp_cqe uds_cqe;     /* a parked reply */
+	struct op_wait uds_wait;    /* and the onload it waits for */
 };
 
 /* Main thread: a connection accepted on sock, not attached yet. */

@@ -264,6 +264,24 @@ static int set_workers(struct config *c, struct tenant_config *t, const char *v,
 	return set_u32(&c->workers, v, 1, WORKERS_MAX, err, len);
 }
 
+static int set_max_pending(struct config *c, struct tenant_config *t,
+			   const char *v, char *err, size_t len)
+{
+	return set_u32(&c->max_pending, v, 1, 1000000, err, len);
+}
+
+static int set_max_pending_per_uid(struct config *c, struct tenant_config *t,
+				   const char *v, char *err, size_t len)
+{
+	return set_u32(&c->max_pending_per_uid, v, 1, 1000000, err, len);
+}
+
+static int set_hello_timeout_ms(struct config *c, struct tenant_config *t,
+				const char *v, char *err, size_t len)
+{
+	return set_u32(&c->hello_timeout_ms, v, 10, 3600000, err, len);
+}
+
 static int set_sq_entries(struct config *c, struct tenant_config *t,
 			  const char *v, char *err, size_t len)
 {
@@ -339,6 +357,12 @@ static const struct setting settings[] = {
 	{ "workers", G, set_workers, "N", "threads polling client rings (default 1)" },
 	{ "sq_entries", G, set_sq_entries, "N", "default submission ring entries (default 256)" },
 	{ "arena_bytes", G, set_arena_bytes, "SIZE", "default result arena per client (default 4M)" },
+	{ "max_pending", G, set_max_pending, "N",
+	  "connections waiting for their hello, in all (default 256)" },
+	{ "max_pending_per_uid", G, set_max_pending_per_uid, "N",
+	  "connections waiting for their hello, from one uid (default 64)" },
+	{ "hello_timeout_ms", G, set_hello_timeout_ms, "MS",
+	  "close a connection that sent no hello after this long (default 5000)" },
 	{ "foreground", G | B, set_foreground, "BOOL", "stay in the foreground (default no: daemonize)" },
 	{ "pidfile", G, set_pidfile, "PATH", "write the daemon's pid here (default none)" },
 	{ "log", G, set_log, "TARGET",
@@ -828,6 +852,9 @@ static int config_defaults(struct config *c)
 		.workers = 1,
 		.sq_entries = 256,
 		.arena_bytes = 4u << 20,
+		.max_pending = 256,
+		.max_pending_per_uid = 64,
+		.hello_timeout_ms = 5000,
 		.devices = { 0 },
 		.ndevices = 1,
 	};

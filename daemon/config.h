@@ -63,6 +63,12 @@ struct config {
 	uint32_t workers;
 	uint32_t sq_entries;
 	uint32_t arena_bytes;
+	/* Connections accepted that have not sent their hello yet: at most
+	 * max_pending in all and max_pending_per_uid from one uid, each closed
+	 * hello_timeout_ms after it was accepted (listener.c). */
+	uint32_t max_pending;
+	uint32_t max_pending_per_uid;
+	uint32_t hello_timeout_ms;
 	bool foreground;
 	char *pidfile;
 	char *log;                /* NULL: stderr in foreground, else syslog */

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -143,6 +144,33 @@ static int write_pidfile(const char *path)
 
 /* ------------------------------------------------------------ set-up */
 
+/*
+ * Every client costs descriptors (its socket, pidfd, shm mapping's fd while
+ * attaching) and the default soft limit is often 1024: take the hard limit,
+ * which is ours to take. Logged, so an operator who wonders why connections
+ * are shed at EMFILE sees the number.
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t was = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+			log_warn("cannot raise the descriptor limit from %llu to %llu: "
+				 "%s", (unsigned long long)was,
+				 (unsigned long long)rl.rlim_max, strerror(errno));
+			return;
+		}
+	}
+	log_info("descriptor limit %llu (RLIMIT_NOFILE)",
+		 (unsigned long long)rl.rlim_cur);
+}
+
 static int watch_fd(struct server *s, int fd, struct watch *w)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
@@ -155,11 +183,8 @@ static int server_events(struct server *s, const sigset_t *sigs, struct errbuf *
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	s->sigfd = signalfd(-1, sigs, SFD_CLOEXEC | SFD_NONBLOCK);
 	s->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	s->uds_buf = malloc(UDS_RESULT_MAX);
 	if (s->epfd < 0 || s->sigfd < 0 || s->retire_fd < 0)
 		return errbuf_set(e, -errno, "epoll/signalfd/eventfd: %s", strerror(errno));
-	if (!s->uds_buf)
-		return errbuf_set(e, -ENOMEM, "out of memory");
 	s->sig_w.kind = WATCH_SIGNAL;
 	s->retire_w.kind = WATCH_RETIRE;
 	if (watch_fd(s, s->lis.fd, &s->lis.w) || watch_fd(s, s->sigfd, &s->sig_w) ||
@@ -190,8 +215,6 @@ static void server_fini(struct server *s)
 	client_bury(s);
 	listener_close(&s->lis, s->cfg);
 	tenants_destroy(&s->tenants);
-	op_scratch_free(&s->uds_scratch);
-	free(s->uds_buf);
 	if (s->epfd >= 0)
 		close(s->epfd);
 	if (s->sigfd >= 0)
@@ -251,12 +274,21 @@ static void dispatch(struct server *s, struct watch *w, uint32_t events)
 	}
 }
 
+/* The sooner of two timeouts in ms, -1 being none. */
+static int sooner(int a, int b)
+{
+	return a < 0 ? b : b < 0 ? a : a < b ? a : b;
+}
+
 static int serve(struct server *s)
 {
 	struct epoll_event ev[64];
 
 	while (!s->stopping) {
-		int n = epoll_wait(s->epfd, ev, 64, -1);
+		/* Timers: hello timeouts, a paused listener, log summaries. */
+		uint64_t now = log_now_ms();
+		int timeout = sooner(listener_tick(s, now), log_flush_suppressed(now));
+		int n = epoll_wait(s->epfd, ev, 64, timeout);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -373,6 +405,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGHUP);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	raise_fd_limit();
 
 	server_init(&s, &cfg);
 	ret = start(&s, &cfg, &sigs);
@@ -381,6 +414,7 @@ int main(int argc, char **argv)
 		server_fini(&s);
 		if (cfg.pidfile)
 			unlink(cfg.pidfile);
+		log_flush_all(); /* what a flood left unsaid */
 		log_info("stopped");
 	} else {
 		server_fini(&s);

@@ -11,6 +11,18 @@
  * answered when its kvp_hello arrives, so a refused client reads a welcome
  * with the reason instead of a reset on its first send. Nothing here blocks:
  * sockets are non-blocking and a peer that stops reading is detached.
+ *
+ * Anyone who can reach the socket can connect, admitted or not, so what a
+ * connection costs before its hello is bounded (issue 11): one descriptor
+ * each (the pidfd comes at attach), at most max_pending of them and
+ * max_pending_per_uid from one uid, each closed hello_timeout_ms after its
+ * accept. Accepting goes back to the event loop after ACCEPT_BATCH
+ * connections, and when descriptors run out (EMFILE) it sheds the newest
+ * pending connection, or with none, stops accepting for ACCEPT_PAUSE_MS:
+ * never a loop that only a quiet attacker would end.
+ *
+ * A uds request is read here and run by the client's worker (worker.c), in
+ * the order of the client's ring.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +51,8 @@
 #endif
 
 #define PEER_GROUPS_MAX 256
+#define ACCEPT_BATCH 64     /* connections per wake-up, then the loop again */
+#define ACCEPT_PAUSE_MS 100 /* no descriptor to accept with: wait this long */
 
 /* ------------------------------------------------------------ startup */
 
@@ -237,6 +251,54 @@ static int peer_pidfd(struct client *c)
 	return -1;
 }
 
+/* Pending connections of uid (the list is at most max_pending long). */
+static uint32_t pending_of_uid(const struct server *s, uint32_t uid)
+{
+	uint32_t n = 0;
+
+	for (const struct client *c = s->pending; c; c = c->next)
+		n += c->uid == uid;
+	return n;
+}
+
+/* Close c before it costs anything more: over a cap. The welcome is for a
+ * client that reads before it sends (libkvpool sees the hang-up). */
+static void refuse_pending(struct server *s, struct client *c, const char *msg)
+{
+	struct kvp_welcome w = { .magic = KVP_PROTO_MAGIC,
+				 .version = KVP_PROTO_VERSION, .status = -EAGAIN };
+
+	snprintf(w.msg, sizeof(w.msg), "%s", msg);
+	if (send(c->sock, &w, sizeof(w), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		/* Best effort: the hang-up says it too. */
+	}
+	log_warn("refused a connection of uid %" PRIu32 " pid %" PRIu32 " before "
+		 "its hello: %s", c->uid, c->pid, msg);
+	client_finalize(s, c);
+}
+
+/* Whether one more pending connection of c's uid fits the caps; if not, c
+ * is refused and finalized. */
+static bool pending_fits(struct server *s, struct client *c)
+{
+	const struct config *cfg = s->cfg;
+	char msg[KVP_ERRLEN];
+
+	/* c is on the list already: more than the cap means over it. */
+	if (s->npending > cfg->max_pending)
+		snprintf(msg, sizeof(msg), "kvpoold has %" PRIu32 " connections "
+			 "waiting for their hello (max_pending); try again, or raise "
+			 "max_pending", cfg->max_pending);
+	else if (pending_of_uid(s, c->uid) > cfg->max_pending_per_uid)
+		snprintf(msg, sizeof(msg), "uid %" PRIu32 " has %" PRIu32 " connections "
+			 "waiting for their hello (max_pending_per_uid); send a hello "
+			 "on them or close them", c->uid, cfg->max_pending_per_uid);
+	else
+		return true;
+	refuse_pending(s, c, msg);
+	return false;
+}
+
 static void accept_one(struct server *s, int fd)
 {
 	uint32_t gids[PEER_GROUPS_MAX + 1], ngids;
@@ -248,7 +310,10 @@ static void accept_one(struct server *s, int fd)
 		close(fd);
 		return;
 	}
+	c->accepted_ms = log_now_ms();
 	ngids = peer_creds(c, gids);
+	if (!pending_fits(s, c))
+		return;
 	if (c->uid == UINT32_MAX) {
 		c->adm.allowed = false; /* no credentials, no entry */
 		snprintf(c->adm.msg, sizeof(c->adm.msg), "kvpoold could not read "
@@ -256,7 +321,6 @@ static void accept_one(struct server *s, int fd)
 	} else {
 		tenant_admit(&s->tenants, s->cfg, c->uid, gids, ngids, &c->adm);
 	}
-	c->pidfd = peer_pidfd(c);
 	ev.data.ptr = &c->sock_w;
 	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		log_err("epoll_ctl(client socket): %s", strerror(errno));
@@ -266,11 +330,55 @@ static void accept_one(struct server *s, int fd)
 	c->watched = true;
 }
 
+/* Stop watching the listener until ms from now (listener_tick resumes). */
+static void accept_pause(struct server *s, const char *why)
+{
+	struct listener *l = &s->lis;
+	struct epoll_event ev = { .events = 0, .data.ptr = &l->w };
+
+	if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
+		return; /* still watched: the next wake-up tries again */
+	l->paused_until_ms = log_now_ms() + ACCEPT_PAUSE_MS;
+	log_err("accept: %s; not accepting for %d ms (raise the descriptor limit, "
+		"or lower max_pending)", why, ACCEPT_PAUSE_MS);
+}
+
+/* Out of descriptors: give one back. The newest pending connection goes
+ * (the oldest are nearest their timeout, and a flood's newest are its
+ * own); without one, the spare accepts and drops a connection, so the
+ * level-triggered listener does not fire again at once. */
+static void accept_emfile(struct server *s, int err)
+{
+	struct listener *l = &s->lis;
+	struct client *c = s->pending;
+	int fd;
+
+	if (c) {
+		log_warn("accept: %s; closed the newest connection waiting for its "
+			 "hello (uid %" PRIu32 " pid %" PRIu32 ") to make room (raise "
+			 "the descriptor limit, or lower max_pending)", strerror(err),
+			 c->uid, c->pid);
+		client_finalize(s, c);
+		return;
+	}
+	if (l->spare_fd < 0) {
+		accept_pause(s, strerror(err));
+		return;
+	}
+	close(l->spare_fd);
+	fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	log_err("accept: %s and no connection waiting for its hello; refused a "
+		"connection (raise the descriptor limit)", strerror(err));
+}
+
 void listener_accept(struct server *s)
 {
 	struct listener *l = &s->lis;
 
-	for (;;) {
+	for (int n = 0; n < ACCEPT_BATCH; n++) {
 		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd >= 0) {
@@ -279,21 +387,47 @@ void listener_accept(struct server *s)
 		}
 		if (errno == EINTR || errno == ECONNABORTED)
 			continue;
-		if ((errno == EMFILE || errno == ENFILE) && l->spare_fd >= 0) {
-			/* Out of fds: accept and drop, or the level-triggered
-			 * listener would spin at 100% CPU. */
-			log_err("accept: %s; refusing a connection", strerror(errno));
-			close(l->spare_fd);
-			fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0)
-				close(fd);
-			l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-			continue;
-		}
-		if (errno != EAGAIN)
+		if (errno == EAGAIN)
+			return;
+		if (errno == EMFILE || errno == ENFILE)
+			accept_emfile(s, errno);
+		else if (errno == ENOBUFS || errno == ENOMEM)
+			accept_pause(s, strerror(errno));
+		else
 			log_err("accept: %s", strerror(errno));
+		/* Back to the loop: signals and hellos come first. */
 		return;
 	}
+}
+
+int listener_tick(struct server *s, uint64_t now_ms)
+{
+	struct listener *l = &s->lis;
+	uint64_t next = UINT64_MAX, limit = s->cfg->hello_timeout_ms;
+	struct client *c, *older;
+
+	if (l->paused_until_ms && now_ms >= l->paused_until_ms) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &l->w };
+
+		if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, l->fd, &ev) == 0)
+			l->paused_until_ms = 0;
+	}
+	if (l->paused_until_ms)
+		next = l->paused_until_ms - now_ms;
+	for (c = s->pending; c; c = older) {
+		uint64_t age = now_ms > c->accepted_ms ? now_ms - c->accepted_ms : 0;
+
+		older = c->next;
+		if (age < limit) {
+			next = limit - age < next ? limit - age : next;
+			continue;
+		}
+		log_warn("uid %" PRIu32 " pid %" PRIu32 ": no hello within %" PRIu64
+			 " ms (hello_timeout_ms); closed the connection", c->uid,
+			 c->pid, limit);
+		client_finalize(s, c);
+	}
+	return next == UINT64_MAX ? -1 : (int)(next > INT32_MAX ? INT32_MAX : next);
 }
 
 /* ------------------------------------------------------------ handshake */
@@ -482,6 +616,8 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	}
 	shm_close_fd(&c->shm); /* the client has it; the mapping stays */
 	client_register(s, c);
+	/* Only now: a pending connection costs one descriptor, not two. */
+	c->pidfd = peer_pidfd(c);
 	ev.data.ptr = &c->pid_w;
 	if (c->pidfd >= 0 && epoll_ctl(s->epfd, EPOLL_CTL_ADD, c->pidfd, &ev) < 0) {
 		close(c->pidfd); /* the socket hang-up still tells us */
@@ -528,22 +664,24 @@ static void conn_hello(struct server *s, struct client *c)
 
 /* ------------------------------------------------------------ uds mode */
 
-static int uds_reply(struct server *s, struct client *c,
-		     const struct kvp_cqe *cqe)
+int listener_uds_reply(int sock, const struct kvp_cqe *cqe, const void *out)
 {
 	struct iovec iov[2] = {
 		{ .iov_base = (void *)cqe, .iov_len = sizeof(*cqe) },
-		{ .iov_base = s->uds_buf, .iov_len = cqe->out_bytes },
+		{ .iov_base = (void *)out, .iov_len = cqe->out_bytes },
 	};
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
 
-	return sendmsg(c->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
+	return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
 }
 
 /*
  * One kvp_sqe in, one kvp_cqe plus its result bytes out: the ring's
- * operation without the ring, for kvbench's round-trip baseline. The same
- * ops_execute(); the result range is the start of a local buffer.
+ * operation without the ring, for kvbench's round-trip baseline. Read here,
+ * run by the client's worker (worker_uds_submit), so a user's operations
+ * keep their order whichever way they came. One request at a time: the
+ * socket is not read again (EPOLLIN off) until the worker has answered,
+ * so a client that pipelines requests waits in its own socket buffer.
  */
 static void conn_uds(struct server *s, struct client *c)
 {
@@ -551,11 +689,14 @@ static void conn_uds(struct server *s, struct client *c)
 		struct kvp_sqe q;
 		unsigned char raw[sizeof(struct kvp_sqe) + 1];
 	} m;
-	struct kvp_sqe sqe;
+	struct epoll_event ev = { .events = EPOLLRDHUP, .data.ptr = &c->sock_w };
 	struct kvp_cqe cqe;
+	char msg[128];
 	ssize_t n;
-	int ret;
+	int ret, len;
 
+	if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) != UDS_IDLE)
+		return; /* EPOLLIN is off until the worker answers */
 	n = recv(c->sock, &m, sizeof(m), MSG_DONTWAIT | MSG_TRUNC);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
@@ -563,23 +704,28 @@ static void conn_uds(struct server *s, struct client *c)
 		client_hangup(s, c, "hung up");
 		return;
 	}
-	if (n != (ssize_t)sizeof(struct kvp_sqe)) {
-		int len = snprintf((char *)s->uds_buf, UDS_RESULT_MAX, "uds request of "
-				   "%zd bytes; send exactly one %zu-byte kvp_sqe",
-				   n, sizeof(struct kvp_sqe));
-
-		cqe = (struct kvp_cqe){ .res = -EINVAL, .out_bytes = (uint32_t)len + 1 };
-	} else {
-		sqe = m.q;
-		sqe.out_off = 0;
-		if (sqe.out_len > UDS_RESULT_MAX)
-			sqe.out_len = UDS_RESULT_MAX;
-		/* No ring to park a late completion on: a prepare that
-		 * onloads waits here for the copy (ops.h). */
-		ops_execute(s, c, &sqe, NULL, 0, s->uds_buf, UDS_RESULT_MAX,
-			    &s->uds_scratch, &cqe, NULL);
+	if (n == (ssize_t)sizeof(struct kvp_sqe) && !c->uds_out)
+		c->uds_out = malloc(UDS_RESULT_MAX);
+	if (n == (ssize_t)sizeof(struct kvp_sqe) && c->uds_out) {
+		/* Off before the hand-over: the worker turns it back on, and
+		 * must not find us turning it off after it did. */
+		if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->sock, &ev) < 0) {
+			client_hangup(s, c, "epoll_ctl failed");
+			return;
+		}
+		c->uds_sqe = m.q;
+		worker_uds_submit(c);
+		return;
 	}
-	ret = uds_reply(s, c, &cqe);
+	if (n == (ssize_t)sizeof(struct kvp_sqe))
+		len = snprintf(msg, sizeof(msg), "kvpoold is out of memory for a uds "
+			       "result buffer; use the ring");
+	else
+		len = snprintf(msg, sizeof(msg), "uds request of %zd bytes; send "
+			       "exactly one %zu-byte kvp_sqe", n, sizeof(struct kvp_sqe));
+	cqe = (struct kvp_cqe){ .res = n == (ssize_t)sizeof(struct kvp_sqe) ?
+				-ENOMEM : -EINVAL, .out_bytes = (uint32_t)len + 1 };
+	ret = listener_uds_reply(c->sock, &cqe, msg);
 	if (ret == -EAGAIN)
 		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): does "
 			 "not read its uds replies; detaching it", c->id, c->uid, c->pid);

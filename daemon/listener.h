@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * listener.h - the Unix socket: single-instance startup, accept, the attach
- * handshake, and the "uds" request mode. Main thread only.
+ * handshake, and reading "uds" requests. Main thread only, but for
+ * listener_uds_reply (the workers answer uds requests).
  */
 #ifndef KVPOOLD_LISTENER_H
 #define KVPOOLD_LISTENER_H
@@ -22,9 +23,21 @@ int listener_open(struct listener *l, const struct config *cfg,
 /* Close; unlink the socket and the lock if they are ours. */
 void listener_close(struct listener *l, const struct config *cfg);
 
-/* The listening socket is readable: accept every pending connection. */
+/* The listening socket is readable: accept up to a batch of connections;
+ * at EMFILE shed the newest pending one (listener.c says how). */
 void listener_accept(struct server *s);
 /* A client socket is readable: its hello, or a uds request. */
 void listener_readable(struct server *s, struct client *c);
+
+/*
+ * Timers, at now_ms (log_now_ms()): close the pending connections older
+ * than hello_timeout_ms, and accept again after a pause. Returns the ms
+ * until the next one is due, or -1 when none is: the loop's epoll timeout.
+ */
+int listener_tick(struct server *s, uint64_t now_ms);
+
+/* Send a uds reply: cqe, then cqe->out_bytes of out, in one message,
+ * without blocking. 0 or -errno (-EAGAIN: the client does not read). */
+int listener_uds_reply(int sock, const struct kvp_cqe *cqe, const void *out);
 
 #endif /* KVPOOLD_LISTENER_H */

@@ -4,10 +4,17 @@
  * line format ("2025-01-02T03:04:05.678 kvpoold[pid]: level: text"), and a
  * reopen for logrotate. Workers log only on rare events (a broken client),
  * never per operation, so the write(2) per line costs nothing that matters.
+ *
+ * What a peer can trigger at will (a refused or dropped connection) goes
+ * through a per-call-site token bucket (log.h), so a flood of them costs a
+ * few lines and a count, not a line each: 60,000 refused connections wrote
+ * 25,700 lines before it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,18 +115,15 @@ static const char *prio_name(int prio)
 	}
 }
 
-void log_msg(int prio, const char *fmt, ...)
+static void log_vmsg(int prio, const char *fmt, va_list ap)
 {
 	char line[1024];
 	struct timespec ts;
 	struct tm tm;
-	va_list ap;
 	int n, m;
 
-	va_start(ap, fmt);
 	if (sink == SINK_SYSLOG) {
 		vsyslog(prio, fmt, ap);
-		va_end(ap);
 		return;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -128,7 +132,6 @@ void log_msg(int prio, const char *fmt, ...)
 	n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03ld kvpoold[%d]: %s: ",
 		      ts.tv_nsec / 1000000, (int)getpid(), prio_name(prio));
 	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
 	if (m < 0)
 		m = 0;
 	n += m;
@@ -139,4 +142,148 @@ void log_msg(int prio, const char *fmt, ...)
 	if (write(log_fd, line, (size_t)n) < 0) {
 		/* Nowhere left to report it. */
 	}
+}
+
+void log_msg(int prio, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vmsg(prio, fmt, ap);
+	va_end(ap);
+}
+
+/* ------------------------------------------------------------ rate limit */
+
+/* Guards every struct log_limit and the list of those that suppressed. */
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct log_limit *limited;
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	/* + 1: 0 means "never used" in a log_limit. */
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 1;
+}
+
+static uint64_t (*clock_fn)(void) = mono_ms;
+
+uint64_t log_now_ms(void)
+{
+	return clock_fn();
+}
+
+void log_set_clock(uint64_t (*now_ms)(void))
+{
+	clock_fn = now_ms ? now_ms : mono_ms;
+}
+
+bool log_limit_take(struct log_limit *l, uint64_t now_ms)
+{
+	if (!l->refill_ms) {
+		l->refill_ms = now_ms;
+		l->tokens = LOG_BURST;
+	} else if (now_ms > l->refill_ms && now_ms - l->refill_ms >= LOG_REFILL_MS) {
+		uint64_t add = (now_ms - l->refill_ms) / LOG_REFILL_MS;
+
+		l->tokens = add >= LOG_BURST - l->tokens ? LOG_BURST :
+			    l->tokens + (uint32_t)add;
+		/* Keep the remainder: a token every LOG_REFILL_MS, not every
+		 * LOG_REFILL_MS after the last line. */
+		l->refill_ms += add * LOG_REFILL_MS;
+	}
+	if (!l->tokens)
+		return false;
+	l->tokens--;
+	return true;
+}
+
+/* Under limit_lock: hand over l's count and first line, and reset them. */
+static uint64_t summary_take(struct log_limit *l, uint64_t now_ms, char *first,
+			     size_t len, uint64_t *age_ms)
+{
+	uint64_t n = l->suppressed;
+
+	snprintf(first, len, "%s", l->first);
+	*age_ms = now_ms > l->since_ms ? now_ms - l->since_ms : 0;
+	l->suppressed = 0;
+	l->first[0] = '\0';
+	return n;
+}
+
+static void summary_write(int prio, uint64_t n, uint64_t age_ms, const char *first)
+{
+	log_msg(prio, "%" PRIu64 " similar line%s suppressed in the last %" PRIu64
+		".%" PRIu64 " s (rate limit: %d, then one per %u s); the first: %s",
+		n, n == 1 ? "" : "s", age_ms / 1000, age_ms % 1000 / 100, LOG_BURST,
+		LOG_REFILL_MS / 1000, first);
+}
+
+void log_msg_limited(struct log_limit *l, int prio, const char *fmt, ...)
+{
+	char first[sizeof(l->first)];
+	uint64_t now, n = 0, age = 0;
+	va_list ap;
+	bool pass;
+
+	va_start(ap, fmt);
+	pthread_mutex_lock(&limit_lock);
+	now = log_now_ms(); /* under the lock: never older than since_ms */
+	pass = log_limit_take(l, now);
+	if (pass && l->suppressed) {
+		n = summary_take(l, now, first, sizeof(first), &age);
+	} else if (!pass && !l->suppressed++) {
+		l->prio = prio;
+		l->since_ms = now;
+		vsnprintf(l->first, sizeof(l->first), fmt, ap);
+		if (!l->listed) {
+			l->listed = true;
+			l->next = limited;
+			limited = l;
+		}
+	}
+	pthread_mutex_unlock(&limit_lock);
+	if (n)
+		summary_write(prio, n, age, first);
+	if (pass)
+		log_vmsg(prio, fmt, ap);
+	va_end(ap);
+}
+
+static int flush(uint64_t now_ms, bool all)
+{
+	uint64_t next = UINT64_MAX;
+
+	pthread_mutex_lock(&limit_lock);
+	for (struct log_limit *l = limited; l; l = l->next) {
+		char first[sizeof(l->first)];
+		uint64_t n, age = now_ms > l->since_ms ? now_ms - l->since_ms : 0;
+		int prio = l->prio;
+
+		if (!l->suppressed)
+			continue;
+		if (!all && age < LOG_SUMMARY_MS) {
+			uint64_t due = LOG_SUMMARY_MS - age;
+
+			next = due < next ? due : next;
+			continue;
+		}
+		n = summary_take(l, now_ms, first, sizeof(first), &age);
+		/* Written under the lock: rare, and keeps the walk simple. */
+		summary_write(prio, n, age, first);
+	}
+	pthread_mutex_unlock(&limit_lock);
+	return next == UINT64_MAX ? -1 : (int)next;
+}
+
+int log_flush_suppressed(uint64_t now_ms)
+{
+	return flush(now_ms, false);
+}
+
+void log_flush_all(void)
+{
+	flush(log_now_ms(), true);
 }

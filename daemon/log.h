@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <syslog.h>
 
 /*
@@ -25,11 +26,63 @@ void log_close(void);
 /* True while lines go to stderr (start-up errors need not be doubled). */
 bool log_to_stderr(void);
 
+/* One line, never rate-limited (start-up, shutdown, the limiter's own). */
 __attribute__((format(printf, 2, 3)))
 void log_msg(int prio, const char *fmt, ...);
 
-#define log_err(...)   log_msg(LOG_ERR, __VA_ARGS__)
-#define log_warn(...)  log_msg(LOG_WARNING, __VA_ARGS__)
-#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+/*
+ * The rate limit (issue 11: a flood of refused connections wrote one line
+ * each). Every log_err/log_warn/log_info call site has a token bucket of its
+ * own: LOG_BURST lines at once, then one more every LOG_REFILL_MS. A line
+ * over the limit is counted, not written; the site's next line that gets
+ * through, or log_flush_suppressed() once LOG_SUMMARY_MS have passed, first
+ * writes one line saying how many similar lines were suppressed and what the
+ * first of them said. Lines of one site are "similar" whatever their values.
+ */
+#define LOG_BURST 10
+#define LOG_REFILL_MS 5000u
+#define LOG_SUMMARY_MS 5000u
+
+struct log_limit {
+	uint64_t refill_ms;         /* when tokens were last topped up; 0: new */
+	uint32_t tokens;
+	int prio;
+	uint64_t suppressed;        /* lines dropped since the last summary */
+	uint64_t since_ms;          /* when the first of them came */
+	char first[160];            /* what it said */
+	struct log_limit *next;     /* on the list log_flush_suppressed walks */
+	bool listed;
+};
+
+/* The bucket alone (no lock, no output), at time now_ms: true when a line
+ * may go out now (a token is taken), false when it is to be suppressed. */
+bool log_limit_take(struct log_limit *l, uint64_t now_ms);
+
+/* log_msg through l's bucket (thread-safe). */
+__attribute__((format(printf, 3, 4)))
+void log_msg_limited(struct log_limit *l, int prio, const char *fmt, ...);
+
+/*
+ * Write the summary of every site whose suppressed lines are LOG_SUMMARY_MS
+ * old at now_ms (log_now_ms()). Returns the ms until the next summary is due,
+ * or -1 when none is pending: the main loop's epoll timeout.
+ */
+int log_flush_suppressed(uint64_t now_ms);
+/* Every pending summary now, due or not (at shutdown). */
+void log_flush_all(void);
+
+/* CLOCK_MONOTONIC in ms, as the limiter reads it; tests may replace the
+ * clock (NULL restores it). */
+uint64_t log_now_ms(void);
+void log_set_clock(uint64_t (*now_ms)(void));
+
+#define log_limited(prio, ...) do {					\
+		static struct log_limit log_site_;			\
+		log_msg_limited(&log_site_, prio, __VA_ARGS__);		\
+	} while (0)
+
+#define log_err(...)   log_limited(LOG_ERR, __VA_ARGS__)
+#define log_warn(...)  log_limited(LOG_WARNING, __VA_ARGS__)
+#define log_info(...)  log_limited(LOG_INFO, __VA_ARGS__)
 
 #endif /* KVPOOLD_LOG_H */

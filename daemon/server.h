@@ -5,10 +5,10 @@
  *
  * Threads: the main thread owns the sockets, the epoll loop and every
  * client's life cycle (accept, attach, detach, free). Workers own the rings
- * of the clients assigned to them. Operations run on either (rings on a
- * worker, "uds" requests on the main thread) and reach shared state only
- * under a lock: a tenant's mutex for its engine, the registry's for the
- * client list.
+ * of the clients assigned to them. Operations run on the worker serving the
+ * client, rings and "uds" requests alike (the main thread only reads a uds
+ * request and hands it over), and reach shared state only under a lock: a
+ * tenant's mutex for its engine, the registry's for the client list.
  */
 #ifndef KVPOOLD_SERVER_H
 #define KVPOOLD_SERVER_H
@@ -49,6 +49,7 @@ struct listener {
 	int fd;
 	int lock_fd;
 	int spare_fd;               /* given up to accept-and-close at EMFILE */
+	uint64_t paused_until_ms;   /* not accepting until then (no fd left) */
 	char *lock_path;
 	bool locked;                /* we hold PATH.lock: ours to unlink */
 	bool bound;                 /* the socket file is ours to unlink */
@@ -67,12 +68,11 @@ struct server {
 	struct listener lis;
 	int sigfd;
 	struct watch sig_w;
-	struct client *pending;     /* accepted, not attached yet */
+	struct client *pending;     /* accepted, not attached yet; newest first */
+	uint32_t npending;
 	struct client *graveyard;   /* finalized; freed after the epoll batch */
 	uint32_t next_id;           /* last client id handed out; never reused */
 	bool stopping;
-	unsigned char *uds_buf;     /* result buffer of "uds" requests */
-	struct op_scratch uds_scratch;
 
 	/* workers hand retired clients to the main thread here */
 	int retire_fd;              /* eventfd */

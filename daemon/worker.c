@@ -36,6 +36,18 @@
  * once) and resumes with it once U's completion is published. Other
  * clients keep going meanwhile, and none of them can use U's pages early:
  * their prepares of U get the same fence from the engine and park too.
+ *
+ * uds requests (issue 11: they used to run on the listener thread, beside
+ * the rings, and could overtake ring entries submitted before them). The
+ * main thread reads one, hands it over (worker_uds_submit) and reads no more
+ * from that socket until it is answered. A pass notes the requests handed
+ * over before it reads any sq_tail, runs the rings, then the requests: so
+ * what any ring client of this worker published before a uds request was
+ * sent is taken before it (unless it waits for CQ room or is held back, as
+ * it would behind another ring client's entries). A request also waits while its own client has
+ * ring entries it could not take yet, or a parked completion of its user;
+ * its reply parks like a ring CQE when the prepare onloads, and while it is
+ * parked the client's ring entries of that user are held back as above.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -44,11 +56,13 @@
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client.h"
+#include "listener.h"
 #include "log.h"
 #include "ops.h"
 #include "worker.h"
@@ -72,6 +86,10 @@ struct worker {
 	uint32_t n, cap;
 	struct op_scratch scratch;
 	uint32_t parked;            /* completions parked, all clients */
+	uint32_t uds_gen;           /* atomic: bumped by worker_uds_submit */
+	uint32_t uds_gen_seen;
+	uint32_t uds_busy;          /* clients whose uds request waits or parks */
+	bool uds_rescan;            /* clients came in: look at every one */
 	bool no_waitv;              /* kernel before 5.16 */
 	struct futex_waitv waitv[FUTEX_WAITV_MAX];
 };
@@ -142,6 +160,9 @@ static int take_incoming(struct worker *w)
 		c->qnext = NULL;
 		w->clients[w->n++] = c;
 	}
+	/* A request of theirs may have been handed over before they were
+	 * on the list, its uds_gen bump already seen. */
+	w->uds_rescan = count != 0;
 	return 0;
 }
 
@@ -156,6 +177,8 @@ static void drop_client(struct worker *w, uint32_t i, const char *why)
 	/* Its parked completions go with it: the main thread waits for their
 	 * fences before releasing its leases (client_finalize). */
 	w->parked -= c->park.n;
+	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED)
+		w->parked--;
 	w->clients[i] = w->clients[--w->n];
 	__atomic_sub_fetch(&w->load, 1, __ATOMIC_RELAXED);
 	client_retire(w->s, c);
@@ -214,8 +237,10 @@ static bool held_back(struct worker *w, struct client *c,
 {
 	uint64_t user;
 
-	return c->park.n && ops_sqe_user(w->s, c, sqe, &user) &&
-	       park_has_user(&c->park, user);
+	bool uds = __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED;
+
+	return (c->park.n || uds) && ops_sqe_user(w->s, c, sqe, &user) &&
+	       ((uds && c->uds_user == user) || park_has_user(&c->park, user));
 }
 
 /*
@@ -240,6 +265,7 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 	/* A2: pairs with the client's store-release of cq_head (C1): it is
 	 * done with those CQEs and their arena bytes. */
 	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
+	c->sq_tail_seen = tail; /* a uds request waits for what is below it */
 	avail = tail - c->sq_head;
 	used = c->cq_tail - cq_head;
 	if (avail > sh->sq_entries) {
@@ -310,10 +336,141 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 	return (int)(i + late);
 }
 
+/* ------------------------------------------------------------ uds */
+
+void worker_uds_submit(struct client *c)
+{
+	struct worker *w = c->worker;
+
+	/* U1: publishes c->uds_sqe and c->uds_out; pairs with the load-acquire
+	 * of uds_state at U2 (after the one of uds_gen at U3). */
+	__atomic_store_n(&c->uds_state, UDS_QUEUED, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&w->uds_gen, 1, __ATOMIC_RELEASE);
+	worker_kick(w);
+}
+
+/* Before any ring of this pass: which clients have a request handed over. */
+static bool uds_note(struct worker *w)
+{
+	/* U3: pairs with the fetch_add at U1. */
+	uint32_t gen = __atomic_load_n(&w->uds_gen, __ATOMIC_ACQUIRE);
+
+	if (gen == w->uds_gen_seen && !w->uds_busy && !w->uds_rescan)
+		return false;
+	w->uds_gen_seen = gen;
+	w->uds_rescan = false;
+	for (uint32_t i = 0; i < w->n; i++) {
+		struct client *c = w->clients[i];
+
+		/* U2 */
+		if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) == UDS_QUEUED)
+			c->uds_seen = true;
+	}
+	return true;
+}
+
+/* Whether c's request must wait: for ring entries c published before it
+ * (as this pass read sq_tail, after uds_note), or for c's parked
+ * completion of the same user. */
+static bool uds_waits(struct worker *w, struct client *c)
+{
+	uint64_t user;
+
+	if (c->holding || c->sq_head != c->sq_tail_seen)
+		return true;
+	return c->park.n && ops_sqe_user(w->s, c, &c->uds_sqe, &user) &&
+	       park_has_user(&c->park, user);
+}
+
+/* Send the reply and read the socket again; -errno when c must go. */
+static int uds_answer(struct worker *w, struct client *c,
+		      const struct kvp_cqe *cqe)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP,
+				  .data.ptr = &c->sock_w };
+	int ret = listener_uds_reply(c->sock, cqe, c->uds_out);
+
+	/* Idle before EPOLLIN is back: the main thread reads the next request
+	 * only once it sees this. */
+	__atomic_store_n(&c->uds_state, UDS_IDLE, __ATOMIC_RELEASE);
+	/* ENOENT when the main thread has let go of the socket: nothing to do. */
+	if (!ret)
+		epoll_ctl(w->s->epfd, EPOLL_CTL_MOD, c->sock, &ev);
+	return ret;
+}
+
+/* Run c's noted request, or publish its parked reply; -errno when c must
+ * go (*why says why), 1 when something was done, 0 when it still waits. */
+static int uds_serve(struct worker *w, struct client *c, const char **why)
+{
+	struct kvp_sqe sqe;
+	struct kvp_cqe cqe;
+	struct op_wait wt;
+	int ret;
+
+	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED) {
+		if (!engine_fence_done(c->uds_wait.eng, c->uds_wait.fence))
+			return 0;
+		w->parked--;
+		cqe = c->uds_cqe;
+	} else {
+		if (!c->uds_seen || uds_waits(w, c))
+			return 0;
+		c->uds_seen = false;
+		sqe = c->uds_sqe;
+		sqe.out_off = 0;
+		if (sqe.out_len > UDS_RESULT_MAX)
+			sqe.out_len = UDS_RESULT_MAX;
+		/* No arena: operations with input are refused (proto.h). */
+		ops_execute(w->s, c, &sqe, NULL, 0, c->uds_out, UDS_RESULT_MAX,
+			    &w->scratch, &cqe, &wt);
+		if (wt.fence) {
+			c->uds_cqe = cqe;
+			c->uds_wait = wt;
+			c->uds_user = sqe.user;
+			__atomic_store_n(&c->uds_state, UDS_PARKED, __ATOMIC_RELAXED);
+			w->parked++;
+			return 1;
+		}
+	}
+	ret = uds_answer(w, c, &cqe);
+	if (ret == -EAGAIN)
+		*why = "does not read its uds replies";
+	else if (ret)
+		*why = NULL; /* hung up: the main thread sees it too */
+	return ret ? ret : 1;
+}
+
+/* After the rings of this pass: the uds requests noted before them. */
+static uint32_t uds_pass(struct worker *w)
+{
+	uint32_t done = 0, i = 0;
+
+	w->uds_busy = 0;
+	while (i < w->n) {
+		struct client *c = w->clients[i];
+		const char *why = NULL;
+		int ret = uds_serve(w, c, &why);
+
+		if (ret < 0) {
+			drop_client(w, i, why ? why : "hung up");
+			continue;
+		}
+		done += (uint32_t)ret;
+		w->uds_busy += c->uds_seen ||
+			__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED;
+		i++;
+	}
+	return done;
+}
+
+/* ------------------------------------------------------------ passes */
+
 /* One pass over every client. Returns entries consumed and completions
  * published. */
 static uint32_t worker_pass(struct worker *w, bool *blocked)
 {
+	bool uds = uds_note(w);
 	uint32_t done = 0, i = 0;
 
 	*blocked = false;
@@ -335,6 +492,11 @@ static uint32_t worker_pass(struct worker *w, bool *blocked)
 		done += (uint32_t)ret;
 		*blocked |= stalled;
 		i++;
+	}
+	if (uds) {
+		done += uds_pass(w);
+		/* A request that waits is polled, whatever it waits for. */
+		*blocked |= w->uds_busy != 0;
 	}
 	return done;
 }

@@ -22,5 +22,10 @@ void workers_stop(struct server *s);
 void worker_assign(struct server *s, struct client *c);
 /* Wake a worker to look at its control state (new client, detach, stop). */
 void worker_kick(struct worker *w);
+/* Main thread: hand c's uds request (c->uds_sqe) to the worker serving c.
+ * It runs after c's ring entries published before it and behind c's
+ * parked completions of the same user; the worker sends the reply and
+ * turns EPOLLIN back on for c's socket. */
+void worker_uds_submit(struct client *c);
 
 #endif /* KVPOOLD_WORKER_H */

@@ -41,6 +41,11 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
+  # Hardening: a flood of hello-less connections on a daemon with 64 fds
+  # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
+  kvpool_integration_test(test_dos 90)
+  # A user's operations in submission order across the ring and uds modes.
+  kvpool_integration_test(test_uds_order 60)
   # Every kvctl command against a fresh daemon, a fresh tenant and a full one.
   kvpool_integration_test(test_kvctl_all 180)
 endif()

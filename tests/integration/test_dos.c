@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_dos - a uid that floods kvpoold with connections that never send a
+ * hello cannot take the daemon down.
+ *
+ * kvpoold runs with 64 descriptors (hard limit; soft 32, which it must raise
+ * to 64 itself). An attacker process opens connections as fast as it can
+ * for FLOOD_MS, reconnecting whenever the daemon drops one, then holds every
+ * one it has open without a word. Then:
+ *   - once the hello timeout has passed, a legitimate client connects and
+ *     appends, commits and reads back, although the attacker still holds
+ *     its connections open;
+ *   - while the attacker holds them the daemon is idle (CPU bounded);
+ *   - its log stays small (rate-limited: not one line per connection);
+ *   - a second flood is running when SIGTERM comes, and the daemon exits
+ *     within STOP_MS.
+ * Twice: with the default pending caps (which stop the flood before the
+ * descriptors run out), and with caps above the descriptor limit, where the
+ * daemon hits EMFILE and must shed pending connections instead.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define FD_HARD 64
+#define FD_SOFT 32
+#define FLOOD_MS 2000
+#define HOLD_CONNS 400   /* the attacker keeps at most this many open */
+#define STOP_MS 2000     /* SIGTERM to exit, mid-flood */
+#define MAX_LOG_LINES 300
+#define MAX_IDLE_CPU_MS 200 /* daemon CPU while the attacker only holds */
+
+static const char *g_sock;
+
+/* ------------------------------------------------------------ attacker */
+
+static int attack_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Connect for ms; drop what the daemon hung up and connect again. Returns
+ * connections made. */
+static long flood(int *fds, int *n, unsigned ms)
+{
+	uint64_t end = h_now_ms() + ms;
+	long made = 0;
+
+	while (h_now_ms() < end) {
+		if (*n < HOLD_CONNS) {
+			int fd = attack_connect();
+
+			if (fd >= 0) {
+				fds[(*n)++] = fd;
+				made++;
+			} else {
+				h_sleep_us(200); /* backlog full */
+			}
+			continue;
+		}
+		/* Full: give back what the daemon closed. */
+		struct pollfd p[HOLD_CONNS];
+		for (int i = 0; i < *n; i++)
+			p[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+		if (poll(p, (nfds_t)*n, 10) <= 0)
+			continue;
+		for (int i = *n - 1; i >= 0; i--)
+			if (p[i].revents & (POLLHUP | POLLERR | POLLIN)) {
+				close(fds[i]);
+				fds[i] = fds[--*n];
+			}
+	}
+	return made;
+}
+
+/* Flood, hold (tell the test 'H'), flood again on 'F' until 'E'. */
+static int attacker_main(void *arg)
+{
+	struct h_chan *ch = arg;
+	static int fds[HOLD_CONNS];
+	struct rlimit rl;
+	int n = 0;
+	long made;
+
+	h_set_name("attacker");
+	h_chan_child_side(ch);
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	made = flood(fds, &n, FLOOD_MS);
+	h_log("flood: %ld connections made, %d held open", made, n);
+	if (h_chan_say(ch->to_parent[1], 'H'))
+		return H_FAIL;
+	if (h_chan_wait(ch->to_child[0], 60000) != 'F')
+		return H_FAIL;
+	for (;;) {
+		struct pollfd p = { .fd = ch->to_child[0], .events = POLLIN };
+
+		if (poll(&p, 1, 0) == 1)
+			break; /* 'E' or EOF */
+		made += flood(fds, &n, 50);
+	}
+	h_log("%ld connections made in all", made);
+	return H_PASS;
+}
+
+/* ------------------------------------------------------------ the daemon */
+
+/* A wrapper that starts kvpoold with FD_SOFT/FD_HARD descriptors. */
+static int write_wrapper(const struct h_daemon *d, const char *daemon,
+			 char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "%s/kvpoold-64fds.sh", d->dir);
+	f = fopen(path, "w");
+	if (!f) {
+		h_fail("%s: %s", path, strerror(errno));
+		return -1;
+	}
+	fprintf(f, "#!/bin/sh\nulimit -S -n %d && ulimit -H -n %d || exit 126\n"
+		"exec '%s' \"$@\"\n", FD_SOFT, FD_HARD, daemon);
+	fclose(f);
+	return chmod(path, 0755);
+}
+
+/* The daemon's soft RLIMIT_NOFILE from /proc, or -1. */
+static long daemon_fd_limit(pid_t pid)
+{
+	char path[64], line[256];
+	long soft = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/limits", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Max open files", 14))
+			soft = strtol(line + 26, NULL, 10);
+	fclose(f);
+	return soft;
+}
+
+/* utime + stime of every thread, in ms. */
+static long daemon_cpu_ms(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut, st;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* after comm, which may hold spaces */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+			 &ut, &st) != 2)
+		return -1;
+	return (long)((ut + st) * 1000 / (unsigned long)sysconf(_SC_CLK_TCK));
+}
+
+static long log_lines(const struct h_daemon *d)
+{
+	FILE *f = fopen(d->log, "r");
+	long n = 0;
+	int ch;
+
+	if (!f)
+		return -1;
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* The last n lines of the daemon's log (all of it may be 100,000). */
+static void dump_log_tail(const struct h_daemon *d, int n)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "tail -n %d '%s' >&2", n, d->log);
+	if (system(cmd) != 0)
+		h_log("cannot show %s", d->log);
+}
+
+static int log_has(const struct h_daemon *d, const char *what)
+{
+	FILE *f = fopen(d->log, "r");
+	char line[2048];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* ------------------------------------------------------------ the test */
+
+static int run(const char *label, const char *const *flags, int hello_ms)
+{
+	const char *real = h_daemon_path;
+	struct kvp_client *c = NULL;
+	struct h_daemon d;
+	struct h_chan ch;
+	char wrapper[256], err[256];
+	uint64_t t0 = h_now_ms(), t;
+	long cpu0, cpu1, lines, lim;
+	int bad = 0, ret;
+	pid_t att;
+
+	h_log("%s", label);
+	if (h_daemon_dir(&d, 0) || write_wrapper(&d, real, wrapper, sizeof(wrapper)))
+		return -1;
+	h_daemon_path = wrapper;
+	ret = h_daemon_startv(&d, 10000, flags);
+	h_daemon_path = real;
+	if (ret)
+		return -1;
+	g_sock = d.sock;
+	lim = daemon_fd_limit(d.pid);
+	if (lim != FD_HARD) {
+		h_fail("%s: kvpoold's RLIMIT_NOFILE soft limit is %ld; it should "
+		       "have raised it from %d to the hard limit %d", label, lim,
+		       FD_SOFT, FD_HARD);
+		bad = 1;
+	}
+
+	if (h_chan_open(&ch))
+		return -1;
+	att = h_fork(attacker_main, &ch);
+	if (att < 0)
+		return -1;
+	h_chan_parent_side(&ch);
+	if (h_chan_wait(ch.to_parent[0], FLOOD_MS + 20000) != 'H') {
+		h_fail("%s: the attacker did not finish its flood", label);
+		bad = 1;
+		goto out;
+	}
+
+	/* The attacker only holds its connections now: the daemon idles. */
+	cpu0 = daemon_cpu_ms(d.pid);
+	h_sleep_ms((unsigned)hello_ms + 1000);
+	cpu1 = daemon_cpu_ms(d.pid);
+	h_log("%s: daemon CPU while the attacker holds its connections: %ld ms "
+	      "in %d ms", label, cpu1 - cpu0, hello_ms + 1000);
+	if (cpu0 < 0 || cpu1 - cpu0 > MAX_IDLE_CPU_MS) {
+		h_fail("%s: kvpoold used %ld ms of CPU in %d ms with nothing to do "
+		       "(limit %d ms)", label, cpu1 - cpu0, hello_ms + 1000,
+		       MAX_IDLE_CPU_MS);
+		bad = 1;
+	}
+
+	/* Past the hello timeout: a legitimate client gets in and works. */
+	t = h_now_ms();
+	ret = h_connect(&c, d.sock, "legit", 5000, err, sizeof(err));
+	if (ret) {
+		h_fail("%s: a legitimate client cannot attach after the flood: %s",
+		       label, err);
+		bad = 1;
+	} else {
+		h_log("%s: legitimate client attached in %" PRIu64 " ms", label,
+		      h_now_ms() - t);
+		if (h_append_cycle(c, 0xd05, 1, 0, 40, 0) ||
+		    h_verify_user(c, 0xd05, 1, 0, 40, NULL)) {
+			h_fail("%s: the legitimate client's append did not work", label);
+			bad = 1;
+		}
+		kvp_close(c);
+	}
+
+	lines = log_lines(&d);
+	h_log("%s: %ld log lines after the flood", label, lines);
+	if (lines < 0 || lines > MAX_LOG_LINES) {
+		h_fail("%s: kvpoold wrote %ld log lines for one flood (limit %d): "
+		       "not rate-limited", label, lines, MAX_LOG_LINES);
+		bad = 1;
+	}
+
+	/* SIGTERM in the middle of a second flood. */
+	h_chan_say(ch.to_child[1], 'F');
+	h_sleep_ms(500);
+	t = h_now_ms();
+	if (h_daemon_stop(&d, STOP_MS)) {
+		h_fail("%s: kvpoold did not stop within %d ms of SIGTERM under a "
+		       "flood", label, STOP_MS);
+		bad = 1;
+	} else {
+		h_log("%s: SIGTERM under a flood: exited in %" PRIu64 " ms", label,
+		      h_now_ms() - t);
+		lines = log_lines(&d);
+		h_log("%s: %ld log lines in all", label, lines);
+		if (lines > MAX_LOG_LINES || !log_has(&d, "similar lines suppressed")) {
+			h_fail("%s: %ld log lines in all and no line saying how many "
+			       "were suppressed", label, lines);
+			bad = 1;
+		}
+	}
+out:
+	h_chan_say(ch.to_child[1], 'E');
+	close(ch.to_child[1]);
+	if (h_wait(att, 10000) != 0) {
+		h_fail("%s: the attacker failed", label);
+		bad = 1;
+	}
+	close(ch.to_parent[0]);
+	if (bad)
+		dump_log_tail(&d, 60);
+	if (d.pid > 0)
+		h_daemon_kill(&d);
+	h_daemon_cleanup(&d);
+	h_log("%s: %s in %" PRIu64 " ms", label, bad ? "FAIL" : "pass",
+	      h_now_ms() - t0);
+	return bad ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const caps[] = { "--hello_timeout_ms=1000", NULL };
+	static const char *const emfile[] = { "--hello_timeout_ms=1000",
+		"--max_pending=1000", "--max_pending_per_uid=1000", NULL };
+	int fail;
+
+	h_init(argc, argv, "test_dos");
+	fail = run("pending caps below the fd limit", caps, 1000) != 0;
+	fail |= run("caps above the fd limit (EMFILE)", emfile, 1000) != 0;
+	return fail ? H_FAIL : H_PASS;
+}
