@@ -66,7 +66,8 @@ void share_set_salt(struct engine *eng, const uint8_t salt[SHARE_SALT_BYTES]);
 /* ------------------------------------------------------------ prefix cache */
 
 struct share_prefix_hit {
-	uint32_t tokens;         /* multiple of P, < n (0 when n <= 1) */
+	uint32_t tokens;         /* npages * P, or n - 1 when the npages pages
+				  * hold all n tokens (never n) */
 	uint32_t npages;
 	const uint32_t *frames;  /* device frames, not pinned */
 };

@@ -244,6 +244,10 @@ void share_digest_tokens(struct evp_md_ctx_st *ctx, const uint32_t *tokens,
  * their frames into frames[], how many of them are idle into *idle. */
 uint32_t pc_match(struct engine *eng, const uint32_t *tokens, uint32_t full,
 		  uint32_t *frames, uint32_t *idle);
+/* Tokens of an n-token list reported cached when its first hit pages are:
+ * hit * P, or n - 1 when that is all n (seed 004: the last token is left
+ * to compute). */
+uint32_t share_prefix_cached(const struct engine *eng, uint32_t n, uint32_t hit);
 void pc_hash_page(const struct engine *eng, const uint8_t prev[32],
 		  const uint32_t *tokens, uint8_t out[32]);
 uint32_t pc_find(const struct engine *eng, const uint8_t hash[32]);

@@ -269,16 +269,24 @@ uint32_t pc_match(struct engine *eng, const uint32_t *tokens, uint32_t full,
 void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 			 struct share_prefix_hit *out)
 {
-	/* Never the whole prompt: the last token is left to compute. */
-	uint32_t full = n ? (n - 1) / eng->P : 0, hit = 0, idle;
+	uint32_t full = n / eng->P, hit = 0, idle;
 
 	*out = (struct share_prefix_hit){ 0 };
 	eng->st.prefix_lookups++;
 	eng->st.prefix_lookup_tokens += n;
 	if (full && !engine_view_reserve(eng, full, NULL))
 		hit = pc_match(eng, tokens, full, eng->view, &idle);
-	eng->st.prefix_hit_tokens += (uint64_t)hit * eng->P;
-	out->tokens = hit * eng->P;
+	out->tokens = share_prefix_cached(eng, n, hit);
 	out->npages = hit;
 	out->frames = eng->view;
+	eng->st.prefix_hit_tokens += out->tokens;
+}
+
+uint32_t share_prefix_cached(const struct engine *eng, uint32_t n, uint32_t hit)
+{
+	uint64_t t = (uint64_t)hit * eng->P;
+
+	/* Seed 004: never the whole prompt; the last token is left to compute
+	 * (its logits come out of the model), and only that token. */
+	return hit && t >= n ? n - 1 : (uint32_t)t;
 }

@@ -319,10 +319,11 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 		    struct errbuf *e)
 {
 	struct share *s = eng->share;
-	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL;
+	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL, cached;
 	uint64_t pages, lid;
 	struct share_lease *l;
 	struct seq *q = NULL;
+	bool whole;
 	int ret;
 
 	if (!n)
@@ -331,7 +332,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	if (seq_find(eng, id))
 		return seq_exists(id, e);
 	pages = pages_for(eng, n);
-	full = (n - 1) / eng->P; /* never the whole prompt */
+	full = n / eng->P; /* every full page may hit, the last one too */
 	ret = plan_frames(eng, id, pages, 0, 0, e);
 	if (ret)
 		return ret;
@@ -339,8 +340,19 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	if (!hits)
 		return errbuf_set(e, -ENOMEM, "out of memory");
 	hit = pc_match(eng, tokens, full, hits, &idle_hits);
+	/*
+	 * Seed 004: a prompt cached whole reports n - 1 tokens, not a page
+	 * less; the last token is left to compute. We write that token into
+	 * the last page, which others see, so that page is copied on write
+	 * (one more frame). The copy counts as unpublished: the commit finds
+	 * the cached page by its hash and holds it as the anchor our chain
+	 * continues from, or, when the lease was rolled back and other tokens
+	 * came at n - 1, publishes the copy under their own hash.
+	 */
+	whole = hit && (uint64_t)hit * eng->P == n;
+	cached = share_prefix_cached(eng, n, hit);
 	/* Idle hits are counted evictable now, but they will be ours. */
-	ret = plan_frames(eng, id, pages, pages - hit, idle_hits, e);
+	ret = plan_frames(eng, id, pages, pages - hit + whole, idle_hits, e);
 	if (!ret)
 		ret = slease_reserve(eng, e);
 	if (!ret)
@@ -360,18 +372,20 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	/* Commit point. References first, then eviction. */
 	eng->st.prefix_lookups++;
 	eng->st.prefix_lookup_tokens += n;
-	eng->st.prefix_hit_tokens += (uint64_t)hit * eng->P;
+	eng->st.prefix_hit_tokens += cached;
 	for (uint32_t i = 0; i < hit; i++)
 		seq_push_ref(eng, q, hits[i]);
 	free(hits);
-	evict_for_device(eng, (uint32_t)(pages - hit));
+	evict_for_device(eng, (uint32_t)(pages - hit + whole));
+	if (whole)
+		seq_cow(eng, q);
 	while (q->npages < pages)
 		seq_push_ref(eng, q, share_frame_alloc(eng));
 	memcpy(q->tokens, tokens, (size_t)n * sizeof(*tokens));
 	q->hashable = true;
-	q->published = hit;
-	q->len = (uint64_t)hit * eng->P;
-	q->n_new = n - hit * eng->P;
+	q->published = hit - whole;
+	q->len = cached;
+	q->n_new = n - cached;
 	seq_table_insert(&s->seqs, q);
 	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
 	l->seq = q;

@@ -266,8 +266,8 @@ struct kvp_lease {
 	uint32_t last_page_len;  /* tokens in the last page once n_new are written */
 	uint32_t onloaded_pages; /* pages brought back from the host tier */
 	/* Device frame of each page: FlashInfer's kv_indices with kv_indptr
-	 * {0, npages} and kv_last_page_len last_page_len. Points into the
-	 * client's arena: valid until the next call (sync) or submit (async). */
+	 * {0, npages} and kv_last_page_len last_page_len. Points at the
+	 * library's copy: valid until the lease is released. */
 	const int32_t *indices;
 };
 
@@ -278,7 +278,11 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 /*
  * Data op, no round trip: write new tokens [first, first + n) of the lease
  * from kv ([n][layers][2][kv_heads][head_dim]) into their page slots.
- * -EINVAL when the range is outside the lease's n_new.
+ * Only l->id is read: the library keeps each granted lease's n_new and page
+ * table itself. -ESTALE (message names the lease) when this client does not
+ * hold the lease open: released, ended by the daemon, another client's,
+ * committed, or a commit/release queued. -EINVAL when the range is outside
+ * the lease's n_new.
  */
 int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 	       uint32_t n, const void *kv);
@@ -319,6 +323,8 @@ struct kvp_append_item {
 int kvp_append_batch_async(struct kvp_client *c,
 			   const struct kvp_append_item *items, uint32_t count,
 			   const void *kv, void *stream);
+/* -ESTALE as for kvp_append (a lease commits once: its uncommitted slots
+ * are given back, so a committed lease takes no writes either). */
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n);
 int kvp_release(struct kvp_client *c, uint64_t lease);
 /* Returns pages copied to the host tier. */
@@ -376,7 +382,7 @@ struct kvp_completion {
 	int32_t res;           /* >= 0 or -errno */
 	uint32_t op;           /* enum kvp_async_op */
 	struct kvp_user_info info;   /* INFO */
-	struct kvp_lease lease;      /* PREPARE: valid until the next kvp_submit */
+	struct kvp_lease lease;      /* PREPARE: its indices valid until released */
 	const char *error;           /* on failure: the message; valid likewise */
 };
 
@@ -410,9 +416,13 @@ int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
  * in an evictable LRU (leaves of the hash chain first).
  */
 struct kvp_prefix_hit {
-	uint32_t tokens;       /* leading tokens cached: a multiple of page_tokens,
-				* never all n (the last token is left to compute) */
-	uint32_t npages;       /* tokens / page_tokens */
+	uint32_t tokens;       /* leading tokens cached, never all n (the last
+				* token is left to compute): npages * page_tokens,
+				* or n - 1 when the npages pages hold all n tokens
+				* (n a multiple of page_tokens, seed 004) */
+	uint32_t npages;       /* cached pages: tokens / page_tokens, or n /
+				* page_tokens when tokens is n - 1 (then the last
+				* page counts though its last token does not) */
 	/* Device frames of those pages (arena; valid until the next call).
 	 * NOT pinned: kvp_seq_alloc() is what holds them. */
 	const int32_t *indices;
@@ -430,7 +440,10 @@ int kvp_prefix_lookup(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
  *
  * kvp_seq_alloc: the leading full pages of tokens found in the prefix cache
  * are shared (refcount), pages are allocated for the rest; the lease says
- * len = cached tokens and n_new = n - cached: write those with kvp_append*()
+ * len = cached tokens and n_new = n - cached. When all n tokens are cached
+ * (seed 004), len = n - 1 and n_new = 1: the pages before the last are
+ * shared and the last is a private copy of the cached one (copy on write),
+ * its slot n - 1 left to compute. Write the n_new tokens with kvp_append*()
  * and kvp_commit(lease.id, k) them (k <= n_new), which publishes the pages
  * they fill. kvp_release(lease.id) ends the write lease (uncommitted slots
  * are given back) but not the sequence: kvp_seq_free() does that.
@@ -474,12 +487,14 @@ int kvp_seq_create(struct kvp_client *c, uint64_t seq,
  * Grow a sequence by n_new tokens (decode): a new write lease as above.
  * tokens (n_new ids, or NULL) keep the sequence's pages publishable in the
  * prefix cache; without them it stops publishing. -EBUSY while its previous
- * write lease has not committed.
+ * write lease has not committed; a committed one still held ends with the
+ * extend (its handle and page table go).
  */
 int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
 		   const uint32_t *tokens, struct kvp_lease *out);
 /* Drop the sequence's references; pages no one else holds are freed (or stay
- * in the prefix cache when published). */
+ * in the prefix cache when published). -EBUSY while its write lease is held
+ * (committed or not): kvp_release() it first. */
 int kvp_seq_free(struct kvp_client *c, uint64_t seq);
 
 /*

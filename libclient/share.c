@@ -154,8 +154,10 @@ int kvp_prefix_lookup(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a %" PRIu32 "-byte "
 				"prefix result", c->path, cqe.out_bytes);
 	memcpy(&h, src, sizeof(h));
+	/* Whole pages, or n - 1 when the pages hold all n (kvpool.h). */
 	if (h.npages > (cqe.out_bytes - sizeof(h)) / 4 ||
-	    (uint64_t)h.npages * c->layout.page_tokens != h.tokens ||
+	    ((uint64_t)h.npages * c->layout.page_tokens != h.tokens &&
+	     ((uint64_t)h.npages * c->layout.page_tokens != n || h.tokens != n - 1)) ||
 	    (n && h.tokens >= n) || (!n && h.tokens))
 		return kvpc_err(c, -EPROTO, "kvpoold at %s sent an inconsistent prefix "
 				"hit (%" PRIu32 " tokens, %" PRIu32 " pages for %" PRIu32

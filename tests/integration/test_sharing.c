@@ -476,10 +476,11 @@ static int test_prefix(struct kvp_client *c)
 		return 1;
 	ids(t, PREFIX_TOKENS + 1, T_PREFIX);
 	rc = kvp_prefix_lookup(c, t, PREFIX_TOKENS, &hit);
-	/* All 80 are cached, but the last token is left to compute. */
-	if (rc != 64 || hit.tokens != 64 || hit.npages != 4) {
+	/* All 80 are cached, but the last token is left to compute (seed
+	 * 004: 79, in all 5 pages, not a page less). */
+	if (rc != 79 || hit.tokens != 79 || hit.npages != 5) {
 		h_fail("prefix: lookup of the writer's 80 tokens: %d (%u tokens, %u "
-		       "pages); want 64 in 4 (%s)", rc, hit.tokens, hit.npages,
+		       "pages); want 79 in 5 (%s)", rc, hit.tokens, hit.npages,
 		       kvp_last_error(c));
 		bad++;
 	}
@@ -487,6 +488,28 @@ static int test_prefix(struct kvp_client *c)
 	if (rc != 80) {
 		h_fail("prefix: lookup of 81 tokens: %d cached; want 80", rc);
 		bad++;
+	}
+	/* seq_alloc of the whole 80: 79 shared, the last page a private copy
+	 * holding the writer's bytes, one slot to compute at 79. */
+	int32_t cached_last = hit.npages == 5 ? hit.indices[4] : -1;
+	rc = kvp_seq_alloc(c, 78, t, PREFIX_TOKENS, &l);
+	if (rc || l.len != 79 || l.n_new != 1 || l.npages != 5) {
+		h_fail("prefix: seq_alloc of the 80 cached tokens: %d len %" PRIu64
+		       " n_new %u npages %u; want 79 + 1 in 5 pages (%s)", rc, l.len,
+		       l.n_new, l.npages, kvp_last_error(c));
+		bad++;
+	} else {
+		if (verify(c, &l, 0x9e1ull, 79, "the whole prompt's pages"))
+			bad++;
+		if (l.indices[4] == cached_last) {
+			h_fail("prefix: the last page of a whole-prompt hit is the "
+			       "cached frame %d, not a copy", l.indices[4]);
+			bad++;
+		}
+		if (kvp_release(c, l.id) || kvp_seq_free(c, 78)) {
+			h_fail("prefix: free: %s", kvp_last_error(c));
+			bad++;
+		}
 	}
 	t[3] ^= 1; /* a different first page: nothing matches */
 	rc = kvp_prefix_lookup(c, t, PREFIX_TOKENS, &hit);

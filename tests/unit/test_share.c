@@ -2,7 +2,9 @@
 /*
  * test_share.c - the sharing contract of daemon/share.h on the shm backend:
  *  - the prefix cache: commits publish full pages, lookups report whole
- *    pages but never the last token, salts separate tenants, the hashes are
+ *    pages but never the last token (a prompt cached whole reports n - 1,
+ *    its last page copied on write; test_share_full_prompt.c has more),
+ *    salts separate tenants, the hashes are
  *    the SHA-256 chain of kvpool.h (checked against OpenSSL by hand), freed
  *    sequences leave their pages cached, eviction takes leaves first, and
  *    two sequences that computed the same page keep one copy (dedupe);
@@ -177,7 +179,8 @@ static void sha256_chain(const uint8_t prev[32], const uint8_t salt[32],
 /* ------------------------------------------------------------ prefix cache */
 
 /* Commit publishes full pages only; lookups report whole pages and never the
- * last token; a second seq_alloc of the prefix shares the cached pages. */
+ * last token (seed 004: a prompt cached whole reports n - 1); a second
+ * seq_alloc of the prefix shares the cached pages. */
 static void test_prefix_commit_publishes_full_pages_lookup_caps_last_token(void **state)
 {
 	struct engine *eng = mk_engine(16, 0, 0);
@@ -217,9 +220,10 @@ static void test_prefix_commit_publishes_full_pages_lookup_caps_last_token(void 
 			 s0.tier[KVP_TIER_DEVICE].frames_used);
 
 	assert_int_equal(lookup(eng, T, 9).tokens, 8);
-	assert_int_equal(lookup(eng, T, 8).tokens, 4);   /* n = 2P: the last token */
+	assert_int_equal(lookup(eng, T, 8).tokens, 7);   /* n = 2P: all but the last token */
+	assert_int_equal(lookup(eng, T, 8).npages, 2);
 	assert_int_equal(lookup(eng, T, 5).tokens, 4);
-	assert_int_equal(lookup(eng, T, 4).tokens, 0);   /* n = P */
+	assert_int_equal(lookup(eng, T, 4).tokens, 3);   /* n = P */
 	assert_int_equal(lookup(eng, T, 1).tokens, 0);
 	assert_int_equal(lookup(eng, T, 0).tokens, 0);
 	memcpy(T2, T, sizeof(T));
@@ -230,12 +234,13 @@ static void test_prefix_commit_publishes_full_pages_lookup_caps_last_token(void 
 	T2[0] = 9999;                                    /* page 0 differs */
 	assert_int_equal(lookup(eng, T2, 10).tokens, 0);
 
-	/* n = 2P exactly: P cached (shared), the last page computed again */
+	/* n = 2P exactly, cached whole: 2P - 1 cached, page 0 shared, page 1
+	 * copied on write for the last token */
 	uint64_t used = dev_used(eng);
 	struct tlease b = seq_alloc_ok(eng, 2, T, 8, OWNER);
-	assert_int_equal(b.L.len, 4);
-	assert_int_equal(b.L.hit_tokens, 4);
-	assert_int_equal(b.L.n_new, 4);
+	assert_int_equal(b.L.len, 7);
+	assert_int_equal(b.L.hit_tokens, 7);
+	assert_int_equal(b.L.n_new, 1);
 	assert_int_equal(b.L.npages, 2);
 	assert_int_equal(b.L.last_page_len, 4);
 	assert_int_equal(b.frames[0], a.frames[0]);
@@ -244,8 +249,8 @@ static void test_prefix_commit_publishes_full_pages_lookup_caps_last_token(void 
 	/* its page 1 is the same content: committing finds it published by
 	 * another sequence and keeps its copy private (kvpool.h) */
 	s0 = stats_of(eng);
-	write_key(eng, &b, KT, 0, 4);
-	commit_ok(eng, b.L.id, 4);
+	write_key(eng, &b, KT, 0, 1);
+	commit_ok(eng, b.L.id, 1);
 	release_ok(eng, b.L.id);
 	s1 = stats_of(eng);
 	assert_int_equal(s1.prefix_dedupe_pages - s0.prefix_dedupe_pages, 1);
@@ -471,7 +476,7 @@ static void test_prefix_concurrent_allocs_dedupe_on_commit(void **state)
 	assert_int_equal(dev_used(eng), 4);
 	/* a later allocation shares the published pages, not the copies */
 	struct tlease c = seq_alloc_ok(eng, 3, T, 8, OWNER);
-	assert_int_equal(c.L.len, 4);
+	assert_int_equal(c.L.len, 7);        /* cached whole: page 1 copied */
 	assert_int_equal(c.frames[0], a.frames[0]);
 	assert_int_equal(dev_used(eng), 5);
 	release_ok(eng, c.L.id);

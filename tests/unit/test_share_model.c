@@ -161,7 +161,7 @@ struct outcomes {
 		 dedupes, registers, reg_hits, seals, abandons, acquires, eagain,
 		 deletes, zombies, commit_seal_left_open, clears, evict_unused, composes, nomem,
 		 errors, owner_deaths, drops, chunk_evictions, prefix_evictions,
-		 prepares, sweeps;
+		 prepares, sweeps, whole_hits;
 };
 
 struct sim {
@@ -500,13 +500,16 @@ static void op_seq_alloc(struct sim *s)
 	}
 	while ((hit + 1) * P <= n && (hits[hit] = pub_find(s, keys[(hit + 1) * P - 1], hit)) >= 0)
 		hit++;
-	if (hit * P >= n)
-		hit = (n - 1) / P;
+	/* Seed 004: a prompt cached whole reports n - 1 (the last token is
+	 * left to compute); its last page is copied on write, unpublished:
+	 * the commit finds the cached one (an anchor) or publishes the copy. */
+	bool whole = hit && hit * P == n;
+	uint32_t cached = whole ? n - 1 : hit * P;
 	for (uint32_t i = 0; i < hit; i++)
 		excl[hits[i]] = true;
 	snprintf(s->op, sizeof(s->op), "seq_alloc(seq %" PRIu64 ", n %u, streams %u/%u div %u, "
 		 "owner %u): model hit %u pages", (uint64_t)slot + 1, n, a, b, div, owner, hit);
-	uint32_t need = pages_for(n) - hit;
+	uint32_t need = pages_for(n) - hit + whole;
 	uint64_t ev = evictable(s, -1, NULL, excl);
 	rc = share_seq_alloc(s->eng, (uint64_t)slot + 1, toks, n, owner, &L, &e);
 	if (q->live) {
@@ -526,19 +529,27 @@ static void op_seq_alloc(struct sim *s)
 	EXPECT(s, rc == 0, "seq_alloc = %d (%s); model: fits (%u needed, %" PRIu64
 	       " free, %" PRIu64 " evictable)", rc, e.msg, need,
 	       s->st.tier[KVP_TIER_DEVICE].frames_free, ev);
-	check_lease_shape(s, &L, hit * P, n - hit * P);
-	EXPECT(s, L.hit_tokens == hit * P, "hit_tokens %" PRIu64, L.hit_tokens);
+	check_lease_shape(s, &L, cached, n - cached);
+	EXPECT(s, L.hit_tokens == cached, "hit_tokens %" PRIu64 ", model %u", L.hit_tokens,
+	       cached);
 	memset(q, 0, sizeof(*q));
 	q->live = true;
 	q->id = (uint64_t)slot + 1;
 	q->owner = owner;
 	q->hashable = true;
-	q->published = hit;
-	q->len = hit * P;
+	q->published = hit - whole;
+	q->len = cached;
 	memcpy(q->toks, toks, n * sizeof(uint32_t));
 	memcpy(q->keys, keys, n * sizeof(uint64_t));
 	for (uint32_t i = 0; i < L.npages; i++) {
-		if (i < hit) {
+		if (whole && i == hit - 1) {
+			EXPECT(s, L.frames[i] != s->sp[hits[i]].frame, "prompt cached whole: "
+			       "its last page %u is the cached frame %u, not a copy", i,
+			       L.frames[i]);
+			q->pg[i] = (struct pref){ PK_REF, sp_new(s, L.frames[i]), L.frames[i] };
+			s->o.cows++;
+			s->o.whole_hits++;
+		} else if (i < hit) {
 			EXPECT(s, L.frames[i] == s->sp[hits[i]].frame, "hit page %u is frame %u, "
 			       "the prefix cache has it in %u", i, L.frames[i], s->sp[hits[i]].frame);
 			s->sp[hits[i]].refs++;
@@ -1828,8 +1839,9 @@ static void run_model(const struct model_cfg *cfg)
 			      s->o.commit_seal_left_open);
 	EXPECT(s, s->o.hits && s->o.cows && s->o.dedupes && s->o.reg_hits && s->o.eagain &&
 	       s->o.zombies && s->o.nomem && s->o.drops && s->o.chunk_evictions &&
-	       s->o.prefix_evictions && s->o.composes && s->o.abandons,
-	       "the random mix missed a path (see the counts above)");
+	       s->o.prefix_evictions && s->o.composes && s->o.abandons && s->o.whole_hits,
+	       "the random mix missed a path (see the counts above; whole-prompt "
+	       "hits %" PRIu64 ")", s->o.whole_hits);
 	engine_destroy(s->eng);
 	free(s->sp);
 	free(s->buf);
@@ -1840,8 +1852,10 @@ static void run_model(const struct model_cfg *cfg)
 
 static void test_share_model_small_pool(void **state)
 {
+	/* Compositions are rare this tight, and any change to the engine moves
+	 * the random mix: the seed is one whose steps take every path. */
 	static const struct model_cfg cfg = { .name = "16 device pages",
-		.seed = 0x5ea7e0001ull, .steps = 50000, .device_frames = 16 };
+		.seed = 0x5ea7e0011ull, .steps = 50000, .device_frames = 16 };
 
 	(void)state;
 	run_model(&cfg);
