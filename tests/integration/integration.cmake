@@ -41,6 +41,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
+  # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
+  # written), seq_free under a lease, and a randomized lease model.
+  kvpool_integration_test(test_stale_lease 120)
   # Hardening: a flood of hello-less connections on a daemon with 64 fds
   # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
   kvpool_integration_test(test_dos 90)
