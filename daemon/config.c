@@ -525,29 +525,66 @@ static int file_line(struct config *c, char *line, const char *where,
 	return apply(c, *t, where, key, val);
 }
 
-static int load_file(struct config *c, const char *path)
+/*
+ * getline() returns -1 at the end of the file and on a read error alike
+ * (EISDIR for a directory, EIO): only feof() tells them apart. Taking an
+ * error for the end would start kvpoold on what was read so far, or on
+ * the built-in defaults (no tenants: anyone who reaches the socket). A
+ * line that ends in an error is not applied either: it may be cut short.
+ */
+int config_read(struct config *c, FILE *f, const char *path)
 {
 	struct tenant_config *t = NULL;
 	char *line = NULL, where[PATH_MAX + 32];
 	size_t cap = 0;
 	unsigned lineno = 0;
 	int ret = 0;
-	FILE *f = fopen(path, "re");
 
-	if (!f) {
-		snprintf(where, sizeof(where), "--config=%s", path);
-		return usage_err(where, "cannot read: %s", strerror(errno));
-	}
-	while (!ret && getline(&line, &cap, f) >= 0) {
-		char *hash = strchr(line, '#');
+	for (;;) {
+		char *hash;
 
+		errno = 0;
+		if (getline(&line, &cap, f) < 0 || ferror(f))
+			break;
 		lineno++;
+		hash = strchr(line, '#');
 		if (hash)
 			*hash = '\0';
 		snprintf(where, sizeof(where), "%s:%u", path, lineno);
 		ret = file_line(c, line, where, &t);
+		if (ret)
+			break;
+	}
+	if (!ret && (ferror(f) || !feof(f))) {
+		int err = errno ? errno : EIO;
+
+		snprintf(where, sizeof(where), "--config=%s", path);
+		if (lineno)
+			ret = usage_err(where, "read error after line %u: %s; kvpoold "
+					"did not start (fix the file or give another)",
+					lineno, strerror(err));
+		else
+			ret = usage_err(where, "cannot read: %s; kvpoold did not start "
+					"(give the path of a kvpool.conf(5) file)",
+					strerror(err));
 	}
 	free(line);
+	return ret;
+}
+
+static int load_file(struct config *c, const char *path)
+{
+	char where[PATH_MAX + 32];
+	FILE *f = fopen(path, "re");
+	int ret;
+
+	if (!f) {
+		snprintf(where, sizeof(where), "--config=%s", path);
+		return usage_err(where, "cannot open: %s; kvpoold did not start "
+				 "(give the path of a kvpool.conf(5) file)",
+				 strerror(errno));
+	}
+	ret = config_read(c, f, path);
 	fclose(f);
 	return ret;
 }

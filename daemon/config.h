@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "kvpool.h"
@@ -83,6 +84,12 @@ struct config {
  */
 #define CONFIG_EXIT_OK (-1)
 int config_load(struct config *cfg, int argc, char **argv);
+/*
+ * Apply the kvpool.conf lines read from f to cfg (config_load's --config
+ * step; path names the file in messages). Returns 0, or EXIT_USAGE after
+ * printing what was wrong: a bad line, or an error reading f.
+ */
+int config_read(struct config *cfg, FILE *f, const char *path);
 void config_free(struct config *cfg);
 
 /* "0,1": the devices list for messages. */

@@ -51,6 +51,8 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_uds_order 60)
   # Every kvctl command against a fresh daemon, a fresh tenant and a full one.
   kvpool_integration_test(test_kvctl_all 180)
+  # A --config kvpoold cannot read: exit 2 naming it, nothing started.
+  kvpool_integration_test(test_config_errors 60)
 endif()
 
 # kvbench replay on a hand-made trace against a real kvpoold and a real

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_config_read - kvpool.conf read through config_read() from a stream
+ * that fails when the test says (fopencookie): a read error at the start,
+ * part-way through a line, or where the end of the file would be, is a
+ * startup error naming the file and the reason, never taken for the end of
+ * the file (which would start kvpoold on a truncated configuration: the
+ * tenants after the error missing, the socket open to anyone). The clean
+ * read of the same text is the control.
+ *
+ * The integration test test_config_errors covers what a real kvpoold does
+ * with a directory, a missing, an unreadable file and /proc/self/mem.
+ */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "config.h"
+
+#define PATH "/etc/kvpool/test.conf"
+
+static const char text[] =
+	"device_mem = 4M\n"
+	"[tenant a]\n"
+	"uids = 1001\n"
+	"[tenant b]\n"
+	"uids = 1002\n";
+
+/* A stream of text that fails with err once fail_at bytes were read. */
+struct failing {
+	size_t off, fail_at;
+	int err;
+};
+
+static ssize_t failing_read(void *cookie, char *buf, size_t size)
+{
+	struct failing *s = cookie;
+	size_t left = sizeof(text) - 1 - s->off, n;
+
+	if (s->off >= s->fail_at) {
+		errno = s->err;
+		return -1;
+	}
+	if (s->fail_at - s->off < left)
+		left = s->fail_at - s->off;
+	n = size < left ? size : left;
+	memcpy(buf, text + s->off, n);
+	s->off += n;
+	return (ssize_t)n;
+}
+
+/*
+ * config_read of text failing at fail_at (SIZE_MAX: never) with err; its
+ * return value, what it printed to stderr in msg, the config in *c (the
+ * caller frees it).
+ */
+static int read_text(size_t fail_at, int err, struct config *c, char *msg,
+		     size_t len)
+{
+	struct failing s = { .fail_at = fail_at, .err = err };
+	cookie_io_functions_t io = { .read = failing_read };
+	int saved = dup(2), mfd = memfd_create("stderr", 0), ret;
+	FILE *f = fopencookie(&s, "r", io);
+	ssize_t n;
+
+	assert_non_null(f);
+	assert_true(saved >= 0 && mfd >= 0);
+	*c = (struct config){ 0 };
+	fflush(stderr);
+	dup2(mfd, 2);
+	ret = config_read(c, f, PATH);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	fclose(f);
+	n = pread(mfd, msg, len - 1, 0);
+	msg[n > 0 ? n : 0] = '\0';
+	close(mfd);
+	return ret;
+}
+
+static void clean_read_applies_every_line(void **state)
+{
+	struct config c;
+	char msg[1024];
+
+	assert_int_equal(read_text(SIZE_MAX, 0, &c, msg, sizeof(msg)), 0);
+	assert_string_equal(msg, "");
+	assert_int_equal(c.device_mem, 4u << 20);
+	assert_int_equal(c.ntenants, 2);
+	assert_string_equal(c.tenants[1].name, "b");
+	config_free(&c);
+}
+
+/* The error names the file and the reason, and is not a complaint about a
+ * truncated line. */
+static void assert_read_error(size_t fail_at, int err)
+{
+	struct config c;
+	char msg[1024];
+	int ret = read_text(fail_at, err, &c, msg, sizeof(msg));
+
+	config_free(&c);
+	if (ret != EXIT_USAGE || !strstr(msg, PATH) || !strstr(msg, strerror(err)) ||
+	    strstr(msg, "expected") || strstr(msg, "section"))
+		fail_msg("read error %d after %zu bytes: config_read returned %d "
+			 "(want %d) and said: '%s'", err, fail_at, ret, EXIT_USAGE,
+			 msg);
+}
+
+static void error_on_first_read_is_a_startup_error(void **state)
+{
+	assert_read_error(0, EIO);
+	assert_read_error(0, EISDIR);
+}
+
+static void error_mid_line_is_a_startup_error(void **state)
+{
+	/* "[tenant b" read, then the error: not a bad section, a bad read. */
+	assert_read_error(strstr(text, "[tenant b") - text + 9, EIO);
+	/* "uids = 10" of the first tenant: the rest of it and b would be lost */
+	assert_read_error(strstr(text, "uids = 1001") - text + 9, EIO);
+}
+
+static void error_where_the_file_would_end_is_a_startup_error(void **state)
+{
+	assert_read_error(sizeof(text) - 1, EIO);
+	assert_read_error(sizeof(text) - 1, ESTALE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(clean_read_applies_every_line),
+		cmocka_unit_test(error_on_first_read_is_a_startup_error),
+		cmocka_unit_test(error_mid_line_is_a_startup_error),
+		cmocka_unit_test(error_where_the_file_would_end_is_a_startup_error),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
