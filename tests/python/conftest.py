@@ -18,7 +18,7 @@ from typing import Iterator, List, Optional
 import pytest
 
 SRC = Path(os.environ.get("KVPOOL_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tinymodels
+sys.path.insert(0, str(SRC / "examples" / "python"))  # tinymodels
 
 # The layout of the tests' daemon: the tiny models' geometry, fp32.
 LAYOUT = "layers=2,kv_heads=2,head_dim=16,dtype=fp32,page_tokens=16"
@@ -126,7 +126,7 @@ def run_py(script: str, *args: str, env: Optional[dict] = None,
     """Run a Python script with this interpreter and the package's path."""
     e = dict(env or os.environ)
     e["PYTHONPATH"] = os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", ""),
-                                                   str(Path(__file__).resolve().parent)] if p)
+                                                   str(SRC / "examples" / "python")] if p)
     r = subprocess.run([sys.executable, script, *args], env=e, capture_output=True,
                        text=True, timeout=timeout)
     if r.returncode != 0:
