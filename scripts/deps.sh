@@ -4,8 +4,10 @@
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
+# python3-*: the Python package (python/) and its tests (ctest -L python).
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
-      libhiredis-dev redis-server gnuplot-nox)
+      libhiredis-dev redis-server gnuplot-nox
+      python3-dev python3-numpy python3-torch python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
