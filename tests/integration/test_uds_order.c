@@ -111,7 +111,9 @@ static int ring_finish_batch(struct h_raw *r, uint64_t user, uint64_t tag0)
 		      "user %" PRIu64 ": release: res %d", user, cc.res);
 		return 0;
 	}
-	CHECK(0, "user %" PRIu64 ": no completion for the ring PREPARE", user);
+	h_fail("user %" PRIu64 ": no completion for the ring PREPARE", user);
+	g_bad = 1;
+	return -1;
 }
 
 /* The uds PREPARE of user after the ring batch: -EBUSY, and nothing held. */
