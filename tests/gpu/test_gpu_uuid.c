@@ -12,6 +12,7 @@
  * CUDA starts):
  *
  *   - unchanged: the attach maps on ordinal D;
+ *   - the daemon's GPU alone, by UUID: the attach maps on ordinal 0;
  *   - two or more GPUs: the daemon's GPU listed first ("D,0" as indices
  *     where the variable was unset here, and as UUIDs): the attach maps on
  *     ordinal 0, the same GPU (the ordinal alone would have named another);
@@ -259,6 +260,8 @@ int main(int argc, char **argv)
 		return 1;
 
 	fail |= run_client(argv[0], NULL, "attach", d.sock, dev, uuid[dev]);
+	/* Named by its UUID alone: ordinal 0 here. */
+	fail |= run_client(argv[0], uuid[dev], "attach", d.sock, 0, uuid[dev]);
 	if (n >= 2) {
 		/* The daemon's GPU first: ordinal 0 here, 1 in the daemon. */
 		if (!here)
