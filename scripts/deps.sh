@@ -4,10 +4,11 @@
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-# python3-*: the Python package (python/) and its tests (ctest -L python).
+# python3-*: the Python package (python/), its tests (ctest -L python) and
+# test.sh's offline `pip install ./python` check.
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
       libhiredis-dev redis-server gnuplot-nox
-      python3-dev python3-numpy python3-torch python3-pytest)
+      python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

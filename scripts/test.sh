@@ -14,9 +14,10 @@ cd "$(dirname "$0")/.."
 # no LD_LIBRARY_PATH (their RUNPATH, $ORIGIN/../lib, finds libkvpool.so):
 # kvpoold serves a temp socket, kvctl stats asks it, SIGTERM stops it; a
 # program built with pkg-config against the installed header and library;
-# each installed man page renders without a warning.
+# the Python package imports, installed and pip-built; each installed man
+# page renders without a warning.
 install_check() {
-	local build=$1 prefix pid sock i f b page warn
+	local build=$1 prefix pid sock i f b page warn py
 	prefix=$(mktemp -d)
 	# shellcheck disable=SC2064 # expand now: the variable is local
 	trap "rm -rf '$prefix'" EXIT
@@ -63,6 +64,20 @@ install_check() {
 	# shellcheck disable=SC2046 # pkg-config prints several words
 	cc "$prefix/t.c" -o "$prefix/t" $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs kvpool)
 	LD_LIBRARY_PATH=$prefix/lib "$prefix/t"
+	# The Python package: installed in PREFIX/lib/python3/dist-packages (its
+	# RUNPATH finds the installed libkvpool), and built by pip from python/
+	# against the installed libkvpool, offline.
+	py=$(sed -n 's/^KVPOOL_PYTHON_EXECUTABLE:INTERNAL=//p' "$build/CMakeCache.txt")
+	[ -n "$py" ] || { echo "install check: no Python package built (python3-dev?)" >&2
+			  return 1; }
+	(cd "$prefix" && unset LD_LIBRARY_PATH &&
+	 PYTHONPATH=$prefix/lib/python3/dist-packages "$py" -c \
+		'import kvpool; assert kvpool.library_version() > 0')
+	KVPOOL_PREFIX=$prefix "$py" -m pip install -q --no-build-isolation --no-index \
+		--target "$prefix/pip" ./python
+	rm -rf python/build python/kvpool.egg-info
+	(cd "$prefix" && PYTHONPATH=$prefix/pip "$py" -c \
+		'import kvpool; assert kvpool.library_version() > 0')
 	if command -v man >/dev/null; then
 		for page in "$prefix"/share/man/man?/*; do
 			warn=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || true
