@@ -47,6 +47,7 @@ static int op_commit(struct op *o);
 static int op_release(struct op *o);
 static int op_offload(struct op *o);
 static int op_evict(struct op *o);
+static int op_evict_tenant(struct op *o);
 static int op_stats(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
@@ -56,7 +57,9 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_COMMIT] = { "commit", op_commit, KVP_SQE_RELEASE, NEED_TENANT, NULL },
 	[KVP_OP_RELEASE] = { "release", op_release, 0, NEED_TENANT, NULL },
 	[KVP_OP_OFFLOAD] = { "offload", op_offload, KVP_SQE_ALL, NEED_TENANT, "offload --all" },
-	[KVP_OP_EVICT] = { "evict", op_evict, KVP_SQE_ALL, NEED_TENANT, "evict --all" },
+	[KVP_OP_EVICT] = { "evict", op_evict, KVP_SQE_ALL, NEED_TENANT,
+			   "evicting every tenant's users (evict --all; a tenant's "
+			   "own users need no admin: kvp_evict_tenant)" },
 	[KVP_OP_STATS] = { "stats", op_stats, KVP_SQE_ALL, NEED_TENANT, "stats of all tenants" },
 	[KVP_OP_USERS] = { "users", op_users, KVP_SQE_ALL, NEED_TENANT, "users of all tenants" },
 	[KVP_OP_CLIENTS] = { "clients", op_clients, KVP_SQE_ALL, NEED_ADMIN, "listing clients" },
@@ -75,6 +78,7 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_CHUNK_EVICT_UNUSED] = { "chunk_evict_unused", op_chunk_evict_unused,
 					0, NEED_TENANT, NULL },
 	[KVP_OP_COMPOSE] = { "compose", op_compose, KVP_SQE_PREVIEW, SHARE, NULL },
+	[KVP_OP_EVICT_TENANT] = { "evict_tenant", op_evict_tenant, 0, NEED_TENANT, NULL },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -201,8 +205,9 @@ static int op_validate(struct op *o)
 	if ((q->in_off || q->in_len) && !(d->need & TAKES_INPUT))
 		return errbuf_set(o->e, -EINVAL, "%s takes no input; in_off and "
 				  "in_len must be zero", d->name);
-	if (q->sel && q->opcode != KVP_OP_EVICT)
-		return errbuf_set(o->e, -EINVAL, "%s: sel is only for EVICT", d->name);
+	if (q->sel && q->opcode != KVP_OP_EVICT && q->opcode != KVP_OP_EVICT_TENANT)
+		return errbuf_set(o->e, -EINVAL, "%s: sel is only for EVICT and "
+				  "EVICT_TENANT", d->name);
 	all = q->flags & KVP_SQE_ALL;
 	if (q->tenant && !all)
 		return errbuf_set(o->e, -EINVAL, "%s: tenant is only for admin "
@@ -214,7 +219,8 @@ static int op_validate(struct op *o)
 		all = true;
 	if (all || (d->need & NEED_ADMIN))
 		return check_admin(o, d);
-	if ((d->need & NEED_TENANT) && !o->c->tenant && q->opcode >= KVP_OP_PREFIX_LOOKUP)
+	if ((d->need & NEED_TENANT) && !o->c->tenant &&
+	    q->opcode >= KVP_OP_PREFIX_LOOKUP && q->opcode != KVP_OP_EVICT_TENANT)
 		return errbuf_set(o->e, -EPERM, "%s: client %" PRIu32 " (uid %" PRIu32
 				  ") has no tenant; chunks, sequences and the prefix "
 				  "cache belong to a tenant (run as a tenant's uid, or "
@@ -436,25 +442,59 @@ static int evict_pool(struct op *o, struct tenant *t, uint32_t pool,
 	return 0;
 }
 
+static int check_sel(struct op *o)
+{
+	if (!o->sqe->sel || (o->sqe->sel & ~KVP_SEL_ALL))
+		return errbuf_set(o->e, -EINVAL, "%s: sel %u; use 1 (device: "
+				  "demote), 2 (host) or 3 (both)", o->name,
+				  o->sqe->sel);
+	return 0;
+}
+
+/* Every unleased user of the pools in o's range: res users evicted,
+ * val0 users passed over because a lease holds them. */
+static int evict_range(struct op *o)
+{
+	struct evict_sum sum = { 0 };
+	int ret = op_for_each_pool(o, NULL, true, evict_pool, &sum);
+
+	if (ret < 0)
+		return ret;
+	o->cqe->val0 = sum.skipped;
+	return clamp_res(sum.users);
+}
+
 static int op_evict(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	struct evict_sum sum = { 0 };
-	int ret;
+	int ret = check_sel(o);
 
-	if (!q->sel || (q->sel & ~KVP_SEL_ALL))
-		return errbuf_set(o->e, -EINVAL, "evict: sel %u; use 1 (device: "
-				  "demote), 2 (host) or 3 (both)", q->sel);
+	if (ret)
+		return ret;
 	if (!(q->flags & KVP_SQE_ALL)) {
 		ret = engine_evict(op_lock_own(o), q->user, q->sel, o->e);
 		op_unlock_own(o);
 		return ret;
 	}
-	ret = op_for_each_pool(o, NULL, true, evict_pool, &sum);
-	if (ret < 0)
+	return evict_range(o);
+}
+
+/*
+ * Seed 002's evict_kv_cache ("evict all the KV data") for any client: every
+ * unleased user of its own tenant, in every pool of the tenant (its data is
+ * all of them), as evict with KVP_SQE_ALL does over every tenant for an
+ * admin. op_validate has set the tenant range to the client's tenant (and
+ * refused a client without one).
+ */
+static int op_evict_tenant(struct op *o)
+{
+	int ret = check_sel(o);
+
+	if (ret)
 		return ret;
-	o->cqe->val0 = sum.skipped; /* users passed over because a lease holds them */
-	return clamp_res(sum.users);
+	o->p_lo = 0;
+	o->p_hi = o->s->tenants.npools;
+	return evict_range(o);
 }
 
 static void stats_add(struct kvp_stats *sum, const struct kvp_stats *x)

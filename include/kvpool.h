@@ -335,6 +335,10 @@ int kvp_offload_all(struct kvp_client *c);
 int kvp_evict(struct kvp_client *c, uint64_t user, uint32_t sel);
 /* Admin: every unleased user of every tenant. Returns users affected. */
 int kvp_evict_all(struct kvp_client *c, uint32_t sel);
+/* Any client: every unleased user of its own tenant (every pool of it),
+ * seed 002's evict_kv_cache; leased users are skipped. Returns users
+ * affected. -EPERM for a client without a tenant. */
+int kvp_evict_tenant(struct kvp_client *c, uint32_t sel);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
 /*

@@ -211,6 +211,16 @@ int kvp_evict_all(struct kvp_client *c, uint32_t sel)
 	return ret ? ret : call_res(c, &sqe);
 }
 
+/* The caller's tenant only: no admin needed (kvpool.h). */
+KVP_PUBLIC
+int kvp_evict_tenant(struct kvp_client *c, uint32_t sel)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_EVICT_TENANT, .sel = (uint16_t)sel };
+	int ret = check_sel(c, sel);
+
+	return ret ? ret : call_res(c, &sqe);
+}
+
 KVP_PUBLIC
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
 {

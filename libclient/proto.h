@@ -200,6 +200,10 @@ enum kvp_opcode {
 	KVP_OP_CHUNK_CLEAR = 21,   /* n type (0: all) -> res chunks deleted */
 	KVP_OP_CHUNK_EVICT_UNUSED = 22, /* arg max_age_s -> res chunks deleted */
 	KVP_OP_COMPOSE = 23,       /* flag PREVIEW; in: kvp_compose_in -> out: kvp_compose_out */
+	/* Every unleased user of the client's tenant (all of its pools), no
+	 * admin needed (seed 002's evict_kv_cache); sel tiers -> res users
+	 * evicted, cqe.val0 users skipped because a lease holds them. */
+	KVP_OP_EVICT_TENANT = 24,
 	KVP_OP_MAX,
 };
 
@@ -210,7 +214,7 @@ enum kvp_opcode {
 struct kvp_sqe {
 	uint8_t opcode;
 	uint8_t flags;         /* KVP_SQE_* */
-	uint16_t sel;          /* EVICT: enum kvp_tier_sel */
+	uint16_t sel;          /* EVICT, EVICT_TENANT: enum kvp_tier_sel */
 	uint32_t n;            /* PREPARE n_new; COMMIT tokens; list max rows;
 				* sharing: see the opcode */
 	uint64_t tag;          /* echoed in the cqe */

@@ -38,6 +38,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_tier_pressure 120)
   kvpool_integration_test(test_racing_writers 120)
   kvpool_integration_test(test_security 120 PkgConfig::CMOCKA)
+  # A non-admin evicts its own tenant in one call (kvp_evict_tenant, kvctl
+  # evict --all), never another's; the all-tenants form stays an admin's.
+  kvpool_integration_test(test_tenant_evict 120 PkgConfig::CMOCKA)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
@@ -50,7 +53,7 @@ if(TARGET kvpoold AND TARGET kvpool)
   # A user's operations in submission order across the ring and uds modes.
   kvpool_integration_test(test_uds_order 60)
   # Every kvctl command against a fresh daemon, a fresh tenant and a full one.
-  kvpool_integration_test(test_kvctl_all 180)
+  kvpool_integration_test(test_kvctl_all 300)
   # A --config kvpoold cannot read: exit 2 naming it, nothing started.
   kvpool_integration_test(test_config_errors 60)
 endif()

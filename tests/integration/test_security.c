@@ -476,6 +476,7 @@ static void second_daemon_on_same_socket_refuses_to_start(void **state)
 
 struct kvctl_run {
 	int out[2];
+	const char *flag;       /* --all or --all-tenants */
 };
 
 static int kvctl_child(void *arg)
@@ -485,15 +486,15 @@ static int kvctl_child(void *arg)
 	dup2(k->out[1], 1);
 	dup2(k->out[1], 2);
 	setenv("KVPOOL_SOCKET", g_sock, 1);
-	execl(h_kvctl_path, "kvctl", "evict", "--all", (char *)NULL);
+	execl(h_kvctl_path, "kvctl", "evict", k->flag, (char *)NULL);
 	dprintf(2, "exec %s: %s\n", h_kvctl_path, strerror(errno));
 	return 126;
 }
 
-/* Run kvctl evict --all as uid; returns its exit code, output in buf. */
-static int kvctl_evict_all(uid_t uid, char *buf, size_t len)
+/* Run kvctl evict FLAG as uid; returns its exit code, output in buf. */
+static int kvctl_evict_all(uid_t uid, const char *flag, char *buf, size_t len)
 {
-	struct kvctl_run k;
+	struct kvctl_run k = { .flag = flag };
 	assert_int_equal(pipe(k.out), 0);
 	pid_t p = uid ? h_fork_as(uid, uid, kvctl_child, &k)
 		      : h_fork(kvctl_child, &k);
@@ -508,7 +509,10 @@ static int kvctl_evict_all(uid_t uid, char *buf, size_t len)
 	return h_wait(p, 10000);
 }
 
-static void kvctl_evict_all_as_non_admin_exits_1_saying_admin(void **state)
+/* Every tenant's users are an admin's to evict (--all-tenants, and an
+ * admin's --all); a non-admin's --all is its own tenant's
+ * (test_tenant_evict has the tenants). */
+static void kvctl_evict_all_tenants_as_non_admin_exits_1_saying_admin(void **state)
 {
 	if (!h_kvctl_path) {
 		print_message("skipped: no kvctl given\n");
@@ -519,18 +523,29 @@ static void kvctl_evict_all_as_non_admin_exits_1_saying_admin(void **state)
 	const char *extra[] = { "--socket_mode=0666", NULL };
 	struct h_daemon *d = start(state, extra);
 	char out[2048];
-	int rc = kvctl_evict_all(UID_A, out, sizeof(out));
-	print_message("kvctl evict --all as uid 1001: exit %d: %s", rc, out);
+	int rc = kvctl_evict_all(UID_A, "--all-tenants", out, sizeof(out));
+	print_message("kvctl evict --all-tenants as uid 1001: exit %d: %s", rc, out);
 	if (rc == H_SKIP)
 		skip();
 	if (rc != 1)
-		fail_msg("kvctl evict --all as a non-admin exited %d, expected 1", rc);
+		fail_msg("kvctl evict --all-tenants as a non-admin exited %d, expected 1",
+			 rc);
 	if (!strcasestr(out, "admin"))
 		fail_msg("kvctl's refusal does not say admin is needed: \"%s\"", out);
-	/* Root is an admin by default: the same command works. */
-	rc = kvctl_evict_all(0, out, sizeof(out));
+	/* --all as a non-admin: its own (here the default) tenant. */
+	rc = kvctl_evict_all(UID_A, "--all", out, sizeof(out));
+	print_message("kvctl evict --all as uid 1001: exit %d: %s", rc, out);
+	if (rc != 0 || !strstr(out, "tenant"))
+		fail_msg("kvctl evict --all as a non-admin exited %d, expected 0 "
+			 "evicting its tenant: \"%s\"", rc, out);
+	/* Root is an admin by default: both forms work, over every tenant. */
+	rc = kvctl_evict_all(0, "--all", out, sizeof(out));
 	if (rc != 0)
 		fail_msg("kvctl evict --all as root (admin) exited %d: %s", rc, out);
+	rc = kvctl_evict_all(0, "--all-tenants", out, sizeof(out));
+	if (rc != 0)
+		fail_msg("kvctl evict --all-tenants as root (admin) exited %d: %s", rc,
+			 out);
 	assert_int_equal(h_daemon_stop(d, 10000), 0);
 }
 
@@ -546,8 +561,9 @@ int main(int argc, char **argv)
 					  h_daemon_teardown),
 		cmocka_unit_test_teardown(second_daemon_on_same_socket_refuses_to_start,
 					  h_daemon_teardown),
-		cmocka_unit_test_teardown(kvctl_evict_all_as_non_admin_exits_1_saying_admin,
-					  h_daemon_teardown),
+		cmocka_unit_test_teardown(
+			kvctl_evict_all_tenants_as_non_admin_exits_1_saying_admin,
+			h_daemon_teardown),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	if (failed)

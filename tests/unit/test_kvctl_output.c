@@ -596,8 +596,17 @@ static void evict_and_offload_say_what_was_freed(void **state)
 		       "  \"pages_freed\": 12\n}\n");
 	render_evict(capture_open(&c), true, &all);
 	capture_expect(&c,
-		       "{\n  \"all\": true,\n  \"user\": null,\n  \"tier\": \"all\",\n"
-		       "  \"users_affected\": 1\n}\n");
+		       "{\n  \"all\": true,\n  \"user\": null,\n  \"scope\": \"all_tenants\",\n"
+		       "  \"tier\": \"all\",\n  \"users_affected\": 1\n}\n");
+	/* a non-admin's --all: its own tenant (seed 002's evict_kv_cache) */
+	struct op_result own = { .all = true, .tenant = true, .sel = KVP_SEL_ALL, .count = 3 };
+	render_evict(capture_open(&c), false, &own);
+	capture_expect(&c, "evict all of this client's tenant (tier all): evicted 3 users "
+		       "(leased users are skipped)\n");
+	render_evict(capture_open(&c), true, &own);
+	capture_expect(&c,
+		       "{\n  \"all\": true,\n  \"user\": null,\n  \"scope\": \"tenant\",\n"
+		       "  \"tier\": \"all\",\n  \"users_affected\": 3\n}\n");
 
 	user.count = 1;
 	render_offload(capture_open(&c), false, &user);

@@ -339,7 +339,13 @@ int cmd_evict(struct kvp_client *c, const struct kvctl_args *a)
 
 	if (a->has_chunk)
 		return evict_chunk(c, a);
-	if (a->all)
+	/* --all: an admin's is every tenant, as it always was; anyone else's is
+	 * their own tenant (seed 002's evict_kv_cache). --all-tenants says
+	 * every tenant whoever asks, so a non-admin hears that it needs one. */
+	r.tenant = a->all && !a->all_tenants && !kvp_client_is_admin(c);
+	if (r.tenant)
+		rc = kvp_evict_tenant(c, a->sel);
+	else if (a->all)
 		rc = kvp_evict_all(c, a->sel);
 	else
 		rc = kvp_evict(c, a->user, a->sel);

@@ -55,10 +55,12 @@ static const struct opt_spec {
 	[OPT_JSON] = { "json", 0, NULL, "print one JSON object instead of a table" },
 	[OPT_HELP] = { "help", 'h', NULL, "print help and exit" },
 	[OPT_VERSION] = { "version", 'V', NULL, "print the version and exit" },
-	[OPT_ALL_TENANTS] = { "all-tenants", 0, NULL, "sum over every tenant (admin)" },
+	[OPT_ALL_TENANTS] = { "all-tenants", 0, NULL,
+			      "every tenant (admin): stats summed, evict of all" },
 	[OPT_LIMIT] = { "limit", 0, "N", "list at most N users" },
 	[OPT_USER] = { "user", 0, "ID", "the user id (decimal, 0 to 2^64-1)" },
-	[OPT_ALL] = { "all", 0, NULL, "every user of every tenant (admin)" },
+	[OPT_ALL] = { "all", 0, NULL, "every unleased user: of every tenant for an "
+				      "admin (offload: admin only), else of your tenant" },
 	[OPT_TIER] = { "tier", 0, "TIER", "device, host or all (default: all)" },
 	[OPT_CHUNK] = { "chunk", 0, "ID", "a chunk id: 64 hex digits or a unique prefix" },
 	[OPT_TYPE] = { "type", 0, "TYPE", "chunk type: system, context or query (default: all)" },
@@ -117,10 +119,11 @@ static const struct kvctl_cmd cmds[] = {
 	{ "clients", "",
 	  "list attached clients (admin)",
 	  0, 0, check_none, cmd_clients },
-	{ "evict", "--user ID | --all [--tier device|host|all] | --chunk ID",
-	  "drop a user's pages, or every unleased user's (admin), or a chunk",
-	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_TIER) | BIT(OPT_CHUNK), 0,
-	  check_target, cmd_evict },
+	{ "evict", "--user ID | --all | --all-tenants [--tier device|host|all] | --chunk ID",
+	  "drop a user's pages, or every unleased user's (of your tenant; an admin's "
+	  "--all and --all-tenants: of every tenant), or a chunk",
+	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_ALL_TENANTS) | BIT(OPT_TIER) |
+	  BIT(OPT_CHUNK), 0, check_target, cmd_evict },
 	{ "offload", "--user ID | --all",
 	  "copy a user's device pages, or everyone's (admin), to the host tier",
 	  BIT(OPT_USER) | BIT(OPT_ALL), 0, check_target, cmd_offload },
@@ -408,25 +411,29 @@ static int check_chunks(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 	return 0;
 }
 
-/* evict and offload: exactly one of --user ID and --all; evict's --tier;
- * or evict --chunk ID alone. */
+/* evict and offload: exactly one of --user ID and --all (evict: or
+ * --all-tenants, which is --all over every tenant); evict's --tier; or
+ * evict --chunk ID alone. */
 static int check_target(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			struct kvctl_args *a)
 {
 	bool user = cl->seen & BIT(OPT_USER);
 	int rc;
 
-	a->all = cl->seen & BIT(OPT_ALL);
+	a->all = cl->seen & (BIT(OPT_ALL) | BIT(OPT_ALL_TENANTS));
 	if (cl->seen & BIT(OPT_CHUNK)) {
 		if (user || a->all || (cl->seen & BIT(OPT_TIER)))
 			return usage_error(cmd, "--chunk ID deletes one chunk; it does not "
-					   "combine with --user, --all or --tier");
+					   "combine with --user, --all, --all-tenants "
+					   "or --tier");
 		return chunk_id(cmd, "--chunk: ", cl->val[OPT_CHUNK], a);
 	}
 	if (user && a->all)
 		return usage_error(cmd, "give --user ID or --all, not both");
 	if (!user && !a->all)
-		return usage_error(cmd, "say whom: --user ID or --all");
+		return usage_error(cmd, "say whom: --user ID or --all%s",
+				   cmd->opts & BIT(OPT_ALL_TENANTS) ?
+				   " (or --all-tenants)" : "");
 	if (user) {
 		rc = user_id(cmd, "--user: ", cl->val[OPT_USER], &a->user);
 		if (rc)

@@ -112,6 +112,7 @@ void render_clients(FILE *f, bool json, const struct kvp_client_info *rows,
 /* What evict or offload did: to one user, or (all) to every user. */
 struct op_result {
 	bool all;
+	bool tenant;        /* all: the client's tenant only, not every tenant */
 	uint64_t user;      /* when !all */
 	uint32_t sel;       /* evict: enum kvp_tier_sel */
 	uint64_t count;     /* evict: pages freed (user) or users affected (all);

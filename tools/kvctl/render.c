@@ -374,12 +374,18 @@ void render_evict(FILE *f, bool json, const struct op_result *r)
 
 		json_begin(&j, f);
 		target_json(&j, r);
+		if (r->all)
+			json_str(&j, "scope", r->tenant ? "tenant" : "all_tenants");
 		json_str(&j, "tier", tier);
 		json_u64(&j, r->all ? "users_affected" : "pages_freed", r->count);
 		json_end(&j);
 		return;
 	}
-	if (r->all)
+	if (r->all && r->tenant)
+		fprintf(f, "evict all of this client's tenant (tier %s): evicted %" PRIu64
+			" user%s (leased users are skipped)\n", tier, r->count,
+			r->count == 1 ? "" : "s");
+	else if (r->all)
 		fprintf(f, "evict all (tier %s): %" PRIu64 " user%s affected\n",
 			tier, r->count, r->count == 1 ? "" : "s");
 	else
