@@ -95,7 +95,8 @@ static int append_reads_back(struct kvp_client *c, int ordinal)
 		gpu_test_say(tag, "cannot stage %zu bytes on device %d", bytes, ordinal);
 		goto out;
 	}
-	if ((r = kvp_prepare(c, 1, 0, n, &lease)) ||
+	/* A user of its own: every client appends to the same daemon. */
+	if ((r = kvp_prepare(c, (uint64_t)getpid(), 0, n, &lease)) ||
 	    (r = kvp_append(c, &lease, 0, n, dkv)) ||
 	    (r = kvp_commit(c, lease.id, n))) {
 		gpu_test_say(tag, "prepare/append/commit: %d: %s", r, kvp_last_error(c));
