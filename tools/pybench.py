@@ -70,6 +70,8 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=20000, help="calls of each kind")
     ap.add_argument("--round", type=int, default=1000, help="calls per alternating round")
     ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when py_over_c_p50 is above the limit (2)")
     args = ap.parse_args()
 
     import kvpool
@@ -129,7 +131,7 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             f.write(text + "\n")
-    return 0 if res["ok"] else 1
+    return 0 if res["ok"] or not args.check else 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kvpool
-from conftest import LAYOUT
+from conftest import LAYOUT, SRC, run_py
 
 
 def test_connect_reads_kvpool_socket_and_layout(daemon, monkeypatch):
@@ -313,3 +313,14 @@ def test_help_reads_like_the_man_page():
         assert getattr(kvpool.Client, name).__doc__, name
     for name in ("append", "append_layers", "append_layer", "commit", "release", "seal"):
         assert getattr(kvpool.Lease, name).__doc__, name
+
+
+def test_pybench_measures_python_against_c(daemon, tmp_path):
+    out = tmp_path / "python.json"
+    run_py(str(SRC / "tools" / "pybench.py"), "--socket", daemon.sock, "--iterations", "300",
+           "--round", "100", "--json", str(out), timeout=120)
+    import json
+    r = json.loads(out.read_text())
+    assert r["c"]["p50_ns"] > 0 and r["py"]["p50_ns"] > 0
+    assert r["py_over_c_p50"] == round(r["py"]["p50_ns"] / r["c"]["p50_ns"], 3)
+    assert {"command", "machine", "date"} <= set(r)
