@@ -7,7 +7,8 @@
  *   1. a fresh daemon (no tenants configured, nothing ever cached);
  *   2. a fresh tenant: tenants configured, the one kvctl belongs to never
  *      used (as root, another tenant holds users and chunks of a client
- *      running as nobody);
+ *      running as nobody, and every command first runs as nobody there: a
+ *      uid that is no admin, whose admin commands are refused);
  *   3. a full daemon: the device and host tiers full, chunks of every type
  *      present (two ready, one still filling), a client attached.
  *
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,6 +36,8 @@
 #define KVCTL_TIMEOUT_MS 20000
 
 static int g_bad;
+/* The uid kvctl runs as ((uid_t)-1: the test's own). */
+static uid_t g_kvctl_uid = (uid_t)-1;
 
 #define CHECK(cond, ...) do { if (!(cond)) { h_fail(__VA_ARGS__); g_bad++; } } while (0)
 
@@ -120,6 +124,13 @@ static int kvctl_expect(struct h_daemon *d, int status, const char *want, ...)
 			_exit(126);
 		dup2(fd, 1);
 		dup2(fd, 2);
+		if (g_kvctl_uid != (uid_t)-1 &&
+		    (setgroups(0, NULL) < 0 || setgid(g_kvctl_uid) < 0 ||
+		     setuid(g_kvctl_uid) < 0)) {
+			dprintf(2, "cannot become uid %u: %s\n",
+				(unsigned)g_kvctl_uid, strerror(errno));
+			_exit(125);
+		}
 		execv(h_kvctl_path, (char *const *)argv);
 		dprintf(2, "exec %s: %s\n", h_kvctl_path, strerror(errno));
 		_exit(127);
@@ -174,12 +185,14 @@ static void read_commands(struct h_daemon *d, const struct world *w)
 
 	snprintf(prefix, sizeof(prefix), "%.16s", chunk);
 	KJ(0, "device", "\"frames_total\"", "stats");
-	KJ(w->admin ? 0 : 1, "device", "\"all_tenants\"", "stats", "--all-tenants");
+	KJ(w->admin ? 0 : 1, w->admin ? "device" : "admin",
+	   w->admin ? "\"all_tenants\"" : "admin", "stats", "--all-tenants");
 	KJ(0, NULL, "\"users\"", "users");
 	KJ(0, NULL, "\"truncated\"", "users", "--limit", "1");
 	KJ(0, NULL, "\"len\"", "user", "7");
 	KJ(0, NULL, "\"len\"", "user", "18446744073709551615");
-	KJ(w->admin ? 0 : 1, "kvctl", "\"clients\"", "clients");
+	KJ(w->admin ? 0 : 1, w->admin ? "kvctl" : "admin",
+	   w->admin ? "\"clients\"" : "admin", "clients");
 	KJ(0, w->chunk[0] ? prefix : NULL, "\"chunks\"", "chunks");
 	for (const char *const *t = (const char *const[]){ "system", "context",
 	     "query", NULL }; *t; t++)
@@ -211,7 +224,8 @@ static void write_commands(struct h_daemon *d, const struct world *w)
 	KJ(w->host_full ? 1 : ok_dev, w->host_full ? "raise host_mem" : NULL,
 	   NULL, "offload", "--user", u64s(a, dev));
 	KJ(w->admin && !w->host_full ? 0 : 1, NULL,
-	   w->host_full ? "raise host_mem" : "\"pages_copied\"", "offload", "--all");
+	   !w->admin ? "admin" : w->host_full ? "raise host_mem" : "\"pages_copied\"",
+	   "offload", "--all");
 	/* Room on the host first, then a demotion (device only) into it. */
 	K(ok_host, NULL, "evict", "--user", u64s(b, host), "--tier", "host");
 	K(ok_dev, NULL, "evict", "--user", u64s(a, dev), "--tier", "device");
@@ -225,8 +239,9 @@ static void write_commands(struct h_daemon *d, const struct world *w)
 	K(1, "nothing cached", "offload", "--user", "18446744073709551615", "--json");
 	for (const char *const *t = (const char *const[]){ "device", "host", "all",
 	     NULL }; *t; t++)
-		KJ(w->admin ? 0 : 1, NULL, "\"users_affected\"", "evict", "--all",
-		   "--tier", *t);
+		/* an admin: every tenant; otherwise its own tenant */
+		KJ(0, w->admin ? NULL : "tenant", w->admin ? "\"users_affected\"" :
+		   "\"scope\": \"tenant\"", "evict", "--all", "--tier", *t);
 	KJ(0, NULL, "\"chunks_deleted\"", "chunks", "--evict-unused", "3600");
 	KJ(0, NULL, "\"chunks_deleted\"", "chunks", "--clear", "--type", "query");
 	if (w->chunk[0]) {
@@ -260,11 +275,12 @@ static int scenario_fresh_daemon(void)
 	struct h_daemon d = { 0 };
 	struct world w = { .name = "fresh daemon", .admin = 1, .no_chunk = NO_CHUNK };
 	int bad0 = g_bad;
+	uint64_t t0 = h_now_ms();
 
 	if (h_daemon_up(&d, "--device_mem=64K", "--host_mem=64K", (char *)NULL))
 		return -1;
 	every_command(&d, &w);
-	return h_daemon_finish(&d, g_bad != bad0, h_now_ms()) ? -1 : 0;
+	return h_daemon_finish(&d, g_bad != bad0, t0) ? -1 : 0;
 }
 
 /* Register (and seal unless keep_filling) n tokens from base as type with
@@ -297,19 +313,24 @@ static int make_chunk(struct kvp_client *c, uint32_t base, uint32_t n,
 	return 0;
 }
 
-/* As nobody, in the other tenant: users and a chunk there. */
+/* As nobody, in the other tenant: users 1 to 4 (3 pages each, all on the
+ * device) and a ready context chunk, whose id goes back in hex. */
+struct busy {
+	char sock[192];
+	char hex[65];
+};
+
 static int busy_tenant_client(void *arg)
 {
-	const char *sock = arg;
-	struct kvp_client *c = h_connect_or_fail(sock, "busy", 5000);
-	char hex[65];
+	struct busy *b = arg;
+	struct kvp_client *c = h_connect_or_fail(b->sock, "busy", 5000);
 
 	if (!c)
 		return 1;
 	for (uint64_t u = 1; u <= 4; u++)
 		if (h_append_cycle(c, 3, u, 0, 40, 0))
 			return 1;
-	if (make_chunk(c, 500, 32, KVP_CHUNK_CONTEXT, "doc=faq,lang=en", 0, hex))
+	if (make_chunk(c, 500, 32, KVP_CHUNK_CONTEXT, "doc=faq,lang=en", 0, b->hex))
 		return 1;
 	kvp_close(c);
 	return 0;
@@ -321,6 +342,7 @@ static int scenario_fresh_tenant(void)
 	struct world w = { .name = "fresh tenant", .admin = 1, .no_chunk = NO_CHUNK };
 	char fresh[64];
 	int root = geteuid() == 0, bad0 = g_bad;
+	uint64_t t0 = h_now_ms();
 
 	/* kvctl runs in tenant fresh; as root, nobody fills tenant busy. */
 	snprintf(fresh, sizeof(fresh), "--tenant=fresh:uids=%u", (unsigned)geteuid());
@@ -331,15 +353,30 @@ static int scenario_fresh_tenant(void)
 			   (char *)NULL))
 		return -1;
 	if (root) {
-		pid_t p = h_fork_as(NOBODY, NOBODY, busy_tenant_client, d.sock);
+		struct busy *b = h_shared_zalloc(sizeof(*b));
+		pid_t p;
 
+		if (!b)
+			return h_daemon_finish(&d, 1, t0), -1;
+		snprintf(b->sock, sizeof(b->sock), "%s", d.sock);
+		p = h_fork_as(NOBODY, NOBODY, busy_tenant_client, b);
 		CHECK(p > 0 && h_wait(p, 30000) == 0,
 		      "the busy tenant's client (as nobody) failed");
+		/* First the busy tenant's view, from a uid that is no admin:
+		 * the admin commands are refused, the daemon stays. */
+		struct world wb = { .name = "busy tenant, not an admin",
+				    .dev_user = 1, .more_users = { 2, 3, 4 },
+				    .no_chunk = NO_CHUNK };
+
+		memcpy(wb.chunk, b->hex, sizeof(wb.chunk));
+		g_kvctl_uid = NOBODY;
+		every_command(&d, &wb);
+		g_kvctl_uid = (uid_t)-1;
 	} else {
 		h_log("fresh tenant: not root, so no second tenant holds data");
 	}
 	every_command(&d, &w);
-	return h_daemon_finish(&d, g_bad != bad0, h_now_ms()) ? -1 : 0;
+	return h_daemon_finish(&d, g_bad != bad0, t0) ? -1 : 0;
 }
 
 /* Both tiers full: a device tier of 16 pages (4 held by chunks), a host
@@ -396,6 +433,7 @@ static int scenario_full(void)
 	struct world w = { .name = "full daemon", .admin = 1, .no_chunk = NO_CHUNK };
 	struct kvp_client *c;
 	int bad0 = g_bad;
+	uint64_t t0 = h_now_ms();
 
 	if (h_daemon_up(&d, "--device_mem=64K", "--host_mem=64K", (char *)NULL))
 		return -1;
@@ -403,12 +441,12 @@ static int scenario_full(void)
 	if (!c || fill(c, &w)) {
 		if (c)
 			kvp_close(c);
-		return h_daemon_finish(&d, 1, h_now_ms()), -1;
+		return h_daemon_finish(&d, 1, t0), -1;
 	}
 	/* the client stays: `clients` lists it, its leases hold the chunks */
 	every_command(&d, &w);
 	kvp_close(c);
-	return h_daemon_finish(&d, g_bad != bad0, h_now_ms()) ? -1 : 0;
+	return h_daemon_finish(&d, g_bad != bad0, t0) ? -1 : 0;
 }
 
 int main(int argc, char **argv)
