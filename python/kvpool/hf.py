@@ -47,7 +47,6 @@ layers are not supported (they raise).
 """
 from __future__ import annotations
 
-import sys
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -198,6 +197,7 @@ class KVPoolCache(_Cache):
         # The device tier as rows of one token's K (or V) of one layer:
         # row ((frame * layers + layer) * 2 + kv) * page_tokens + slot.
         self._rows = client.tier().view(-1, self._hd)
+        self._rows3 = self._rows.view(-1, self.kv_heads, self.head_dim)
         self._page_rows = self.num_layers * 2 * self.page_tokens
         B = len(self.users)
         self._len = 0                              # tokens every layer holds
@@ -247,7 +247,8 @@ class KVPoolCache(_Cache):
                 self._leases[b] = None
             for layer in self.layers:
                 layer._kbuf = layer._vbuf = layer.keys = layer.values = None
-            self._rows = None
+            self._rows = self._rows3 = self._staging = None
+            self._hist_idx = [None] * len(self.users)
             self._closed = True
             if self._own:
                 self.client.close()
@@ -436,12 +437,12 @@ class KVPoolCache(_Cache):
             layer.keys = layer._kbuf[:, :, :t0 + n]
             layer.values = layer._vbuf[:, :, :t0 + n]
         if self.write == "through":
-            rows, hd = self._rows, self._hd
+            rows = self._rows3
             for b in range(len(self.users)):
                 w = t0 - self._lease_base[b]
                 idx = self._lease_idx[b]
-                rows.index_copy_(0, idx[l, 0, w:w + n], k[b].transpose(0, 1).reshape(n, hd))
-                rows.index_copy_(0, idx[l, 1, w:w + n], v[b].transpose(0, 1).reshape(n, hd))
+                rows.index_copy_(0, idx[l, 0, w:w + n], k[b].transpose(0, 1))
+                rows.index_copy_(0, idx[l, 1, w:w + n], v[b].transpose(0, 1))
         layer._len = t0 + n
         if not self.mirror:
             layer.keys, layer.values = self._gather(l, t0 + n)
@@ -548,5 +549,3 @@ def load_kv(client: "_client.Client", user: int
     return [(g[l, 0].transpose(0, 1).unsqueeze(0).contiguous(),
              g[l, 1].transpose(0, 1).unsqueeze(0).contiguous()) for l in range(nl)]
 
-
-del sys

@@ -34,7 +34,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from . import _client
-from .errors import BusyError, KvpoolError, PermissionDeniedError
+from .errors import KvpoolError
 
 UserIds = Union[Sequence[int], torch.Tensor]
 
@@ -290,22 +290,13 @@ class KVCacheManager:
     def evict_kv_cache(self, user_ids: Optional[UserIds] = None) -> int:
         """Drop users' KV from every tier (None: all of this tenant's users,
         seed 002's evict). Pending leases are released (their new tokens are
-        not committed) first. Returns the pages (users, for all) freed."""
+        not committed) first; users another process holds leased are skipped.
+        Returns the pages (users, for all) freed."""
         if user_ids is None:
             for lease in self._leases.values():
                 lease.release()
             self._leases.clear()
-            try:
-                return self.client.evict_all()
-            except PermissionDeniedError:
-                ids = [row["user"] for row in self.client.users()]
-                freed = 0
-                for u in ids:
-                    try:
-                        freed += self.client.evict(u) and 1
-                    except BusyError:
-                        pass  # leased by another process: theirs to finish
-                return freed
+            return self.client.evict_tenant()
         ids = _ids(user_ids)
         for u in ids:
             lease = self._leases.pop(u, None)

@@ -458,6 +458,25 @@ static PyObject *client_evict_all(KvpClient *self, PyObject *args, PyObject *kw)
 	return PyLong_FromLong(ret);
 }
 
+static PyObject *client_evict_tenant(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tier", NULL };
+	PyObject *tier = NULL;
+	uint32_t sel;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:evict_tenant", kwlist, &tier) ||
+	    tiers_from_object(tier, &sel))
+		return NULL;
+	if (client_enter(self))
+		return NULL;
+	CALL(ret, kvp_evict_tenant(self->c, sel));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return PyLong_FromLong(ret);
+}
+
 static const struct {
 	const char *name;
 	size_t off;
@@ -916,8 +935,14 @@ PyMethodDef client_methods[] = {
 	{ "evict_all", (PyCFunction)(void (*)(void))client_evict_all,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "evict_all($self, /, tier='all')\n--\n\n"
-	  "Evict every unleased user (kvp_evict_all): admins every tenant's, others\n"
-	  "their own tenant's where the daemon allows it. Returns users affected." },
+	  "Admin: evict every unleased user of every tenant (kvp_evict_all).\n"
+	  "Returns users affected." },
+	{ "evict_tenant", (PyCFunction)(void (*)(void))client_evict_tenant,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "evict_tenant($self, /, tier='all')\n--\n\n"
+	  "Evict every unleased user of this client's tenant (kvp_evict_tenant,\n"
+	  "seed 002's evict_kv_cache); leased users are skipped. Returns users\n"
+	  "affected." },
 	{ "stats", (PyCFunction)(void (*)(void))client_stats, METH_VARARGS | METH_KEYWORDS,
 	  "stats($self, /, all_tenants=False)\n--\n\n"
 	  "The pool's counters as a dict (struct kvp_stats): 'device' and 'host'\n"

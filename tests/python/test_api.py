@@ -308,7 +308,7 @@ def test_help_reads_like_the_man_page():
                  "clients", "queue_info", "queue_prepare", "queue_commit", "queue_release",
                  "submit", "reap", "prefix_lookup", "seq_alloc", "seq_create", "seq_extend",
                  "seq_free", "chunk_register", "chunk_acquire", "chunk_get", "chunk_list",
-                 "chunk_delete", "chunk_clear", "chunk_evict_unused", "compose",
+                 "chunk_delete", "chunk_clear", "chunk_evict_unused", "compose", "evict_tenant",
                  "compose_preview", "close"):
         assert getattr(kvpool.Client, name).__doc__, name
     for name in ("append", "append_layers", "append_layer", "commit", "release", "seal"):
