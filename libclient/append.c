@@ -66,7 +66,7 @@ static int check_range(struct kvp_client *c, const struct kvp_lease *l,
 		       uint32_t first, uint32_t n, const char *what,
 		       struct kvpc_lease **out)
 {
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret;
 
 	if (!l)
@@ -119,7 +119,7 @@ int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
 		      uint32_t count, struct kvp_slot *out)
 {
 	for (uint32_t i = 0; i < count; i++) {
-		struct kvpc_lease *r;
+		struct kvpc_lease *r = NULL;
 		int ret = check_range(c, items[i].lease, items[i].first, items[i].n,
 				      "append", &r);
 
@@ -175,7 +175,7 @@ int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 {
 	const unsigned char *src = kv;
 	struct kvp_slot slots[APPEND_BATCH];
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret;
 
 	if ((ret = need_tier(c, "append")) ||
@@ -208,7 +208,7 @@ int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
 		     uint32_t first, uint32_t n, const void *kv, void *stream)
 {
 	const struct kvp_append_item item = { l, first, n };
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret;
 
 	if ((ret = need_tier(c, "append_async")))
@@ -231,7 +231,7 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 {
 	const struct kvp_append_item item = { l, first, n };
 	struct kvp_slot *slots;
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret;
 
 	if ((ret = need_tier(c, "append_layers")) ||
@@ -268,7 +268,7 @@ int kvp_append_batch_async(struct kvp_client *c,
 			   const void *kv, void *stream)
 {
 	struct kvp_slot *slots;
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	uint64_t total = 0;
 	char what[48];
 	int ret;

@@ -237,7 +237,7 @@ int kvp_queue_commit(struct kvp_client *c, uint64_t lease, uint32_t n,
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n,
 			       .flags = release ? KVP_SQE_RELEASE : 0 };
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret;
 
 	/* The lease's GPU appends land before the commit is even queued
@@ -257,7 +257,7 @@ KVP_PUBLIC
 int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret = kvpc_cuda_wait_lease(c, lease);
 
 	if (ret || (ret = queue_async(c, &sqe, tag)))

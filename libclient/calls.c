@@ -125,7 +125,7 @@ KVP_PUBLIC
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMMIT, .arg = lease, .n = n };
-	struct kvpc_lease *r;
+	struct kvpc_lease *r = NULL;
 	int ret;
 
 	if ((ret = kvpc_check_dead(c)) ||

@@ -121,6 +121,8 @@ struct kvp_client {
 	struct kvpc_lease **lease_tab; /* lease_mask + 1 buckets, NULL: none yet */
 	uint32_t lease_mask;
 	uint32_t lease_count;
+	struct kvpc_lease *lease_cache; /* free small records, for reuse */
+	uint32_t lease_cached;
 
 	/* ---- append.c: host slots for the shm data ops, grown on demand */
 	struct kvp_slot *scratch;
@@ -162,6 +164,8 @@ struct kvpc_lease {
 	uint8_t state;             /* enum kvpc_lease_state */
 	uint8_t kind;              /* enum kvpc_lease_kind */
 	uint8_t release_queued;    /* COMMITTING with release: gone on success */
+	uint32_t cap;              /* frames[] room, in 32-bit words */
+	struct kvpc_lease *free_next; /* on the client's record cache */
 	int32_t frames[];          /* npages device frames, copied at decode */
 };
 
