@@ -185,6 +185,9 @@ static void test_cow_is_a_device_copy_and_keeps_both_sides(void **state)
 	expect_tokens(buf, 20, 1, 0, "history: first tokens");
 	expect_tokens(buf + 20 * L.token_bytes, 6, 3, 20, "history: its new tokens");
 	fx_check(&f);
+	/* A sequence is not freed under its held write lease (share.h). */
+	assert_int_equal(share_seq_free(f.eng, 100, 2, &e), -EBUSY);
+	assert_int_equal(engine_release(f.eng, v.id, &e), 0);
 	assert_int_equal(share_seq_free(f.eng, 100, 2, &e), 0);
 	fx_close(&f);
 	free(buf);
