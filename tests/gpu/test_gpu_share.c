@@ -17,6 +17,7 @@
  *
  * Exits 77 (skip) with a message where no CUDA device is present.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
