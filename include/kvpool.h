@@ -231,6 +231,9 @@ const struct kvp_layout *kvp_client_layout(const struct kvp_client *c);
 /* The device tier as mapped in this process: a host pointer on the shm
  * backend, a CUDA device pointer (valid on kvp_cuda_device()) on cuda. */
 void *kvp_device_base(const struct kvp_client *c);
+/* Frames of the device tier mapped at kvp_device_base() (0: none): the
+ * mapping is kvp_device_frames() * page_bytes bytes. */
+uint32_t kvp_device_frames(const struct kvp_client *c);
 /* The CUDA device ordinal, in this process, of the GPU the pool lives on
  * (found by UUID: it may differ from the daemon's ordinal under another
  * CUDA_VISIBLE_DEVICES), or -1 on the shm backend. */

@@ -582,6 +582,12 @@ void *kvp_device_base(const struct kvp_client *c)
 }
 
 KVP_PUBLIC
+uint32_t kvp_device_frames(const struct kvp_client *c)
+{
+	return c->device ? c->tier_frames[KVP_TIER_DEVICE] : 0;
+}
+
+KVP_PUBLIC
 int kvp_cuda_device(const struct kvp_client *c)
 {
 	return c->cuda ? c->cuda_device : -1;

@@ -133,7 +133,6 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 	PyObject *sock_o = Py_None, *name_o = Py_None, *sock_b = NULL;
 	unsigned int pool = 0, sq = 0, arena = 0, spin = 0;
 	struct kvp_connect_opts o;
-	struct kvp_stats st;
 	char err[KVP_ERRLEN] = "";
 	struct kvp_client *c = NULL;
 	int ret;
@@ -181,19 +180,9 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 	self->layout = *kvp_client_layout(c);
 	self->tier = kvp_device_base(c);
 	self->cuda_device = kvp_cuda_device(c);
-	self->tier_frames = 0;
-	/* The tenant's device frames: what this client mapped. A client
-	 * without a tenant (admin only) has no tier. */
-	if (self->tier) {
-		Py_BEGIN_ALLOW_THREADS
-		ret = kvp_stats(c, 0, &st);
-		Py_END_ALLOW_THREADS
-		if (ret) {
-			kvp_raise_client(self, ret);
-			return -1; /* dealloc detaches */
-		}
-		self->tier_frames = st.tier[KVP_TIER_DEVICE].frames_total;
-	}
+	/* The tenant's device frames: what this client mapped (0 for a
+	 * client without a tenant, which has no tier). */
+	self->tier_frames = kvp_device_frames(c);
 	return 0;
 }
 
