@@ -149,7 +149,13 @@ static const char *op_name(unsigned op)
 {
 	static const char *n[] = { "NOP", "INFO", "PREPARE", "COMMIT", "RELEASE",
 				   "OFFLOAD", "EVICT", "STATS", "USERS", "CLIENTS" };
-	return op < KVP_OP_MAX ? n[op] : "UNKNOWN";
+	/* The sharing opcodes and later have no name here: their number. */
+	static char num[16];
+
+	if (op < sizeof(n) / sizeof(n[0]))
+		return n[op];
+	snprintf(num, sizeof(num), "opcode %u", op);
+	return num;
 }
 
 /* Run cases [from, g_ncases) in chunks that fit the rings, each with an
@@ -213,7 +219,7 @@ static struct kvp_sqe base_entry(unsigned op, uint64_t user, uint64_t arg,
 	e.arg = arg;
 	e.n = n;
 	e.out_len = UINT32_MAX - 1; /* a slice of its own */
-	if (op == KVP_OP_EVICT)
+	if (op == KVP_OP_EVICT || op == KVP_OP_EVICT_TENANT)
 		e.sel = KVP_SEL_DEVICE;
 	return e;
 }
@@ -290,8 +296,9 @@ static int table_phase(struct h_raw *r, struct kvp_client *owner)
 		MUT((e.flags = 0x80), "flags 0x80 (unknown)");
 		MUT((e.flags = 0x08), "flags 0x08 (unknown)");
 		MUT((e.tenant = 5), "tenant 5 without flag ALL");
-		if (code != KVP_OP_EVICT)
-			MUT((e.sel = KVP_SEL_DEVICE), "sel set (only EVICT has one)");
+		if (code != KVP_OP_EVICT && code != KVP_OP_EVICT_TENANT)
+			MUT((e.sel = KVP_SEL_DEVICE), "sel set (only EVICT and "
+			    "EVICT_TENANT have one)");
 		switch (code) {
 		case KVP_OP_PREPARE:
 			MUT((e.n = UINT32_MAX), "n_new 2^32-1");
@@ -328,6 +335,12 @@ static int table_phase(struct h_raw *r, struct kvp_client *owner)
 			MUT((e.sel = 0x10), "sel 0x10 (no such tier)");
 			MUT((e.sel = 0xffff), "sel 0xffff");
 			MUT((e.user = 999999999), "unknown user");
+			break;
+		case KVP_OP_EVICT_TENANT:
+			MUT((e.sel = 0), "sel 0");
+			MUT((e.sel = 0x10), "sel 0x10 (no such tier)");
+			MUT((e.sel = 0xffff), "sel 0xffff");
+			MUT((e.flags = KVP_SQE_ALL), "flag ALL");
 			break;
 		case KVP_OP_OFFLOAD:
 			MUT((e.user = 999999999), "unknown user");
