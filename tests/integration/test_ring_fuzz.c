@@ -150,7 +150,7 @@ static const char *op_name(unsigned op)
 	static const char *n[] = { "NOP", "INFO", "PREPARE", "COMMIT", "RELEASE",
 				   "OFFLOAD", "EVICT", "STATS", "USERS", "CLIENTS" };
 	/* The sharing opcodes and later have no name here: their number. */
-	static char num[16];
+	static char num[24];
 
 	if (op < sizeof(n) / sizeof(n[0]))
 		return n[op];
