@@ -261,24 +261,12 @@ static uint32_t pending_of_uid(const struct server *s, uint32_t uid)
 	return n;
 }
 
-/* Close c before it costs anything more: over a cap. The welcome is for a
- * client that reads before it sends (libkvpool sees the hang-up). */
-static void refuse_pending(struct server *s, struct client *c, const char *msg)
-{
-	struct kvp_welcome w = { .magic = KVP_PROTO_MAGIC,
-				 .version = KVP_PROTO_VERSION, .status = -EAGAIN };
-
-	snprintf(w.msg, sizeof(w.msg), "%s", msg);
-	if (send(c->sock, &w, sizeof(w), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-		/* Best effort: the hang-up says it too. */
-	}
-	log_warn("refused a connection of uid %" PRIu32 " pid %" PRIu32 " before "
-		 "its hello: %s", c->uid, c->pid, msg);
-	client_finalize(s, c);
-}
+static void refuse(struct server *s, struct client *c, int status,
+		   const char *msg);
 
 /* Whether one more pending connection of c's uid fits the caps; if not, c
- * is refused and finalized. */
+ * is refused and closed before it costs anything more (the welcome is for a
+ * client that reads before it sends; libkvpool sees the hang-up). */
 static bool pending_fits(struct server *s, struct client *c)
 {
 	const struct config *cfg = s->cfg;
@@ -295,7 +283,7 @@ static bool pending_fits(struct server *s, struct client *c)
 			 "on them or close them", c->uid, cfg->max_pending_per_uid);
 	else
 		return true;
-	refuse_pending(s, c, msg);
+	refuse(s, c, -EAGAIN, msg);
 	return false;
 }
 

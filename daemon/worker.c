@@ -44,10 +44,11 @@
  * over before it reads any sq_tail, runs the rings, then the requests: so
  * what any ring client of this worker published before a uds request was
  * sent is taken before it (unless it waits for CQ room or is held back, as
- * it would behind another ring client's entries). A request also waits while its own client has
- * ring entries it could not take yet, or a parked completion of its user;
- * its reply parks like a ring CQE when the prepare onloads, and while it is
- * parked the client's ring entries of that user are held back as above.
+ * it would behind another ring client's entries). A request also waits
+ * while its own client has ring entries it could not take yet, or a parked
+ * completion of its user; its reply parks like a ring CQE when the prepare
+ * onloads, and while it is parked the client's ring entries of that user
+ * are held back as above.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -162,7 +163,7 @@ static int take_incoming(struct worker *w)
 	}
 	/* A request of theirs may have been handed over before they were
 	 * on the list, its uds_gen bump already seen. */
-	w->uds_rescan = count != 0;
+	w->uds_rescan |= count != 0;
 	return 0;
 }
 

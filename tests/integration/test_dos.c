@@ -346,6 +346,54 @@ out:
 	return bad ? -1 : 0;
 }
 
+/* max_pending_per_uid: the connections past it are refused, and a slot is
+ * free again once one of them is gone. */
+static int per_uid_cap(void)
+{
+	static const char *const flags[] = { "--max_pending_per_uid=4",
+		"--hello_timeout_ms=60000", NULL };
+	struct kvp_client *c = NULL;
+	struct kvp_connect_opts o = { .name = "fifth" };
+	struct h_daemon d;
+	char err[KVP_ERRLEN];
+	int idle[4], bad = 0, ret;
+
+	h_log("max_pending_per_uid");
+	if (h_daemon_dir(&d, 0) || h_daemon_startv(&d, 10000, flags))
+		return -1;
+	g_sock = o.socket = d.sock;
+	for (int i = 0; i < 4; i++)
+		idle[i] = attack_connect();
+	h_sleep_ms(200); /* accepted: four pending connections of our uid */
+	ret = kvp_connect(&c, &o, err, sizeof(err));
+	if (ret == 0) {
+		h_fail("a fifth connection of one uid attached with "
+		       "max_pending_per_uid=4 and four waiting for their hello");
+		kvp_close(c);
+		bad = 1;
+	} else {
+		h_log("the fifth connection is refused: %s", err);
+	}
+	close(idle[0]);
+	h_sleep_ms(200); /* the daemon sees the hang-up */
+	ret = kvp_connect(&c, &o, err, sizeof(err));
+	if (ret) {
+		h_fail("one pending connection closed, a client still cannot "
+		       "attach: %s", err);
+		bad = 1;
+	} else {
+		kvp_close(c);
+	}
+	for (int i = 1; i < 4; i++)
+		close(idle[i]);
+	if (h_daemon_stop(&d, STOP_MS))
+		bad = 1;
+	if (bad)
+		dump_log_tail(&d, 60);
+	h_daemon_cleanup(&d);
+	return bad ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const caps[] = { "--hello_timeout_ms=1000", NULL };
@@ -356,5 +404,6 @@ int main(int argc, char **argv)
 	h_init(argc, argv, "test_dos");
 	fail = run("pending caps below the fd limit", caps, 1000) != 0;
 	fail |= run("caps above the fd limit (EMFILE)", emfile, 1000) != 0;
+	fail |= per_uid_cap() != 0;
 	return fail ? H_FAIL : H_PASS;
 }
