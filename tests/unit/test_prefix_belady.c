@@ -50,7 +50,13 @@ static void test_belady_prefix_chain_by_hand(void **state)
 	/* Room for all four: every use after the first is served whole. */
 	assert_int_equal(pw_belady(u, 5, 5, 4, &hit), 0);
 	assert_int_equal(hit, 60);
-	/* Lookup capped at one page (the last token is always computed). */
+	/* Prompts of exactly two pages (limit 20): a prompt cached whole
+	 * counts 19, its last token computed (seed 004), not a page less. */
+	for (uint32_t r = 0; r < 5; r++)
+		u[r].limit = 20;
+	assert_int_equal(pw_belady(u, 5, 5, 4, &hit), 0);
+	assert_int_equal(hit, 3 * 19);
+	/* Lookup capped at one page. */
 	for (uint32_t r = 0; r < 5; r++)
 		u[r].lookup = 1;
 	assert_int_equal(pw_belady(u, 5, 5, 4, &hit), 0);

@@ -38,7 +38,7 @@
 static const char *const best_definition =
 	"the hit rate of an unbounded cache on the same trace: multi-turn, each "
 	"prompt's longest run of leading full pages published by an earlier turn "
-	"(prompt and reply), capped at floor((n-1)/P) pages; chunk workloads, "
+	"(prompt and reply), a prompt cached whole counting n-1 tokens; chunk workloads, "
 	"every use of a system or context chunk after its first (queries are fresh)";
 
 static const char *const belady_definition =
@@ -47,7 +47,7 @@ static const char *const belady_definition =
 	"(ties: the deeper page of its chain first), a request's pages pinned while "
 	"it is served; hits counted as the run counts them: multi-turn, a page only "
 	"when every page before it in the prompt hit too (the hash chain), capped at "
-	"floor((n-1)/P); chunk workloads, a chunk only when all of its pages are cached";
+	"n-1 tokens; chunk workloads, a chunk only when all of its pages are cached";
 
 /* ---------------------------------------------------------------- options */
 

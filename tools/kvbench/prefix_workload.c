@@ -210,14 +210,16 @@ static int gen_multiturn(struct pw_multiturn *mt, const struct pw_params *p,
 		struct pw_turn *tu = &mt->order[k];
 		const struct pw_conv *cv = &mt->conv[tu->conv];
 		uint32_t n = cv->prompt_end[tu->turn], P = p->page_tokens;
-		uint32_t cap_pages = n ? (n - 1) / P : 0, node = 0, j;
+		uint32_t cap_pages = n / P, node = 0, j;
 
 		for (j = 0; j < cap_pages; j++) {
 			node = trie_child(&trie, node, cv->tokens + (uint64_t)j * P, false);
 			if (!node)
 				break;
 		}
-		tu->best = j * P;
+		/* Seed 004, as kvpool reports it: a prompt cached whole
+		 * counts n - 1 (its last token is computed for the logits). */
+		tu->best = j * P < n ? j * P : n - 1;
 		mt->best_tokens += tu->best;
 		mt->tokens_needed += n;
 		node = 0;
@@ -584,8 +586,12 @@ static uint64_t bel_hits(const struct bel *b, const struct pw_bel_use *u,
 
 		while (j < u[k].lookup && b->cached[u[k].page[j]])
 			j++;
-		if (!u[k].whole)
-			hit += (uint64_t)j * u[k].tokens;
+		if (!u[k].whole) {
+			uint64_t h = (uint64_t)j * u[k].tokens;
+
+			/* The prompt cached whole: its last token is computed. */
+			hit += u[k].limit && h >= u[k].limit ? u[k].limit - 1 : h;
+		}
 		else if (j && j == u[k].lookup)
 			hit += u[k].tokens;
 	}
@@ -690,8 +696,8 @@ int pw_belady_multiturn(const struct pw_multiturn *mt, uint32_t P,
 		/* The conversation's full pages to the end of the reply... */
 		u[n++] = (struct pw_bel_use){
 			.request = (uint32_t)k, .npages = cv->reply_end[t] / P,
-			.page = cv->page_node, .lookup = np ? (np - 1) / P : 0,
-			.tokens = P,
+			.page = cv->page_node, .lookup = np / P,
+			.tokens = P, .limit = np,
 		};
 		/* ...and the partial last page the sequence holds meanwhile
 		 * (its own, never seen again). */

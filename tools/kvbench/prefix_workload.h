@@ -51,7 +51,9 @@
  * kvpool run counts them with:
  *  - multi-turn: a page is a hit only when it and every page before it in
  *    the prompt are cached (a hash chain: the lookup stops at the first
- *    miss), within the same floor((n-1)/P) cap as the best hit rate;
+ *    miss); every full page of the prompt may hit, and a prompt cached
+ *    whole counts n - 1 tokens (seed 004: its last token is computed), as
+ *    for the best hit rate and as kvpool reports it;
  *  - chunk requests: a chunk is a hit only when every one of its pages is
  *    cached (it is served whole or filled again), all of its tokens then.
  * The leaves-first tie break keeps the cache closed under "parent of", so
@@ -185,6 +187,8 @@ struct pw_bel_use {
 				   * cached, worth tokens; 0: the leading
 				   * cached run, tokens per page */
 	uint64_t tokens;
+	uint64_t limit;           /* !whole: the prompt's length n; hits of
+				   * n or more tokens count n - 1. 0: none */
 };
 
 /*
