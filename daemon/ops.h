@@ -3,11 +3,13 @@
  * ops.h - the one validation layer for everything a client sends, and the
  * dispatch of a submission to the engine.
  *
- * ops_execute() is the only function that interprets a kvp_sqe. The ring
- * path (worker.c) and the "uds" path (listener.c) both copy the entry out of
- * untrusted memory first and hand over the copy, with the buffer the result
- * goes to (the client's arena for the ring, a local buffer for uds) and the
- * one inputs are read from (the client's arena for the ring; none for uds).
+ * ops_execute() is the only function that interprets a kvp_sqe. Both
+ * transports run on the client's worker (worker.c), in one order: a ring
+ * entry is copied out of the arena, a "uds" request out of the socket (the
+ * listener only reads it and hands it over). Each hands over the copy, with
+ * the buffer the result goes to (the client's arena for the ring, the
+ * client's uds buffer) and the one inputs are read from (the client's arena
+ * for the ring; none for uds).
  */
 #ifndef KVPOOLD_OPS_H
 #define KVPOOLD_OPS_H
@@ -49,10 +51,11 @@ struct op_wait {
  *
  * A prepare whose pages are still being onloaded has taken effect in the
  * engine (later operations on the user see it) but its completion may not
- * be published yet. With wait != NULL (the ring: worker.c parks it) the
- * fence is returned there and *cqe is published once it lands; with NULL
- * (the uds path, which has nowhere to park) ops_execute waits for the
- * fence itself, without the tenant's mutex, before it returns.
+ * be published yet. With wait != NULL (worker.c parks it, ring and uds
+ * alike) the fence is returned there and *cqe is published once it lands;
+ * with NULL (a caller with nowhere to park; kvpoold has none today)
+ * ops_execute waits for the fence itself, without the tenant's mutex,
+ * before it returns.
  */
 void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		 const unsigned char *in_base, uint32_t in_cap,
