@@ -63,13 +63,6 @@ void client_leave(KvpClient *self)
 	PyThread_release_lock(self->lock);
 }
 
-/* One library call with the GIL released, inside enter/leave. */
-#define CALL(ret, expr)                                                        \
-	do {                                                                   \
-		Py_BEGIN_ALLOW_THREADS(ret) = (expr);                          \
-		Py_END_ALLOW_THREADS                                           \
-	} while (0)
-
 /* ------------------------------------------------------------ live leases */
 
 void client_live_add(KvpClient *self, uint64_t lease)
@@ -201,7 +194,11 @@ static void client_dealloc(KvpClient *self)
 
 static int client_traverse(KvpClient *self, visitproc visit, void *arg)
 {
-	Py_VISIT(Py_TYPE(self));
+	/* Not Py_TYPE(self): a static type; the heap subclass kvpool.Client
+	 * has subtype_traverse visit it (see lease_traverse). */
+	(void)self;
+	(void)visit;
+	(void)arg;
 	return 0;
 }
 
@@ -428,42 +425,36 @@ static PyObject *client_evict(KvpClient *self, PyObject *args, PyObject *kw)
 	return PyLong_FromLong(ret);
 }
 
-static PyObject *client_evict_all(KvpClient *self, PyObject *args, PyObject *kw)
+/* evict_all / evict_tenant: one optional tier argument, a count back. */
+static PyObject *evict_many(KvpClient *self, PyObject *args, PyObject *kw,
+			    const char *fmt,
+			    int (*fn)(struct kvp_client *, uint32_t))
 {
 	static char *kwlist[] = { "tier", NULL };
 	PyObject *tier = NULL;
 	uint32_t sel;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:evict_all", kwlist, &tier) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &tier) ||
 	    tiers_from_object(tier, &sel))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
-	CALL(ret, kvp_evict_all(self->c, sel));
+	CALL(ret, fn(self->c, sel));
 	client_leave(self);
 	if (ret < 0)
 		return kvp_raise_client(self, ret);
 	return PyLong_FromLong(ret);
 }
 
+static PyObject *client_evict_all(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	return evict_many(self, args, kw, "|O:evict_all", kvp_evict_all);
+}
+
 static PyObject *client_evict_tenant(KvpClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "tier", NULL };
-	PyObject *tier = NULL;
-	uint32_t sel;
-	int ret;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:evict_tenant", kwlist, &tier) ||
-	    tiers_from_object(tier, &sel))
-		return NULL;
-	if (client_enter(self))
-		return NULL;
-	CALL(ret, kvp_evict_tenant(self->c, sel));
-	client_leave(self);
-	if (ret < 0)
-		return kvp_raise_client(self, ret);
-	return PyLong_FromLong(ret);
+	return evict_many(self, args, kw, "|O:evict_tenant", kvp_evict_tenant);
 }
 
 static const struct {

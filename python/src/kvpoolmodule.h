@@ -56,6 +56,12 @@ int client_check_open(KvpClient *self);
  * exception set when the client is closed. */
 int client_enter(KvpClient *self);
 void client_leave(KvpClient *self);
+/* One library call with the GIL released, between enter and leave. */
+#define CALL(ret, expr)                                                        \
+	do {                                                                   \
+		Py_BEGIN_ALLOW_THREADS(ret) = (expr);                          \
+		Py_END_ALLOW_THREADS                                           \
+	} while (0)
 /* A View was created / freed (the last one of a closed client detaches). */
 void client_view_get(KvpClient *self);
 void client_view_put(KvpClient *self);

@@ -60,12 +60,6 @@ static PyObject *error_object(int res, const char *msg)
 	return ev;
 }
 
-#define CALL(ret, expr)                                                        \
-	do {                                                                   \
-		Py_BEGIN_ALLOW_THREADS(ret) = (expr);                          \
-		Py_END_ALLOW_THREADS                                           \
-	} while (0)
-
 static PyObject *queue_result(KvpClient *self, int ret)
 {
 	if (ret < 0)

@@ -10,12 +10,6 @@
 #include <errno.h>
 #include <string.h>
 
-#define CALL(ret, expr)                                                        \
-	do {                                                                   \
-		Py_BEGIN_ALLOW_THREADS(ret) = (expr);                          \
-		Py_END_ALLOW_THREADS                                           \
-	} while (0)
-
 static PyObject *int32_bytes(const int32_t *p, size_t n)
 {
 	return PyBytes_FromStringAndSize(n ? (const char *)p : NULL,
