@@ -22,20 +22,20 @@ current stream; on the shm backend they are host memory (CPU models).
 Where the bytes go (the choice measured by tools/hf_proof.py, see
 bench/results/hf-cache-*.md):
 
-* ``write="through"`` (default): every ``update`` writes the new tokens' K
-  and V of that layer straight into their page slots (one ``index_copy_``
-  per K and per V into the tier's rows). A lease reserves ``reserve`` tokens
-  at a time (``prepare(user, start+len, reserve)``); it is committed and
-  released when full or at :meth:`KVPoolCache.flush`. ``reserve=1`` commits
-  every step (nothing uncommitted, three ring round trips per step).
-* ``write="behind"``: updates touch only the mirror; every ``flush_every``
-  tokens (and at flush) one prepare/commit writes them all at once.
-* ``mirror=True`` (default): attention reads a contiguous per-layer mirror
-  ``[batch, kv_heads, capacity, head_dim]`` of this generation (grown
-  geometrically, one copy per update instead of DynamicCache's growing
-  ``torch.cat``); the pages are read once, when a cache is opened on an
-  existing history. ``mirror=False`` gathers every layer's K/V from the pages
-  at every step (no second copy in memory; slower).
+* attention reads a contiguous mirror of this generation's K/V (``mirror=True``,
+  the default): one tensor ``[layers, 2, batch, kv_heads, capacity, head_dim]``,
+  grown geometrically; an ``update`` is two copies into it (where
+  DynamicCache concatenates the whole history). The pages are read once, when
+  a cache is opened on a cached history. ``mirror=False`` keeps no second
+  copy and gathers every layer's K/V from the pages at every step (slower).
+* ``write="through"`` (default): at the end of every forward (the last
+  layer's update) one ``index_copy_`` writes the step's K and V of every
+  layer into their page slots in the device tier (decode: from a view of the
+  mirror, no staging). A lease reserves ``reserve`` tokens at a time
+  (``prepare(user, start+len, reserve)``); it is committed and released when
+  full and at :meth:`KVPoolCache.flush`. ``reserve=1`` commits every step.
+* ``write="behind"``: a prefill is written at once, decode tokens every
+  ``flush_every`` tokens and at flush (one prepare/commit each time).
 
 The history is kvpool's user history (DESIGN.md): ``prepare`` must continue
 it exactly, so a cache opened on user U continues U's cached tokens, and a
@@ -91,8 +91,8 @@ class KVPoolLayer(_DynamicLayer):
         self._kvp = cache
         self.layer_idx = layer_idx
         self._len = 0
-        self._kbuf: Optional[torch.Tensor] = None
-        self._vbuf: Optional[torch.Tensor] = None
+        self._kb: Optional[torch.Tensor] = None   # views of the cache's mirror
+        self._vb: Optional[torch.Tensor] = None
 
     def __repr__(self) -> str:
         return f"KVPoolLayer({self.layer_idx}, tokens={self._len})"
@@ -159,6 +159,8 @@ class KVPoolCache(_Cache):
     Tokens become the user's kvpool history when committed: when a lease
     fills (write="through"), every ``flush_every`` tokens (write="behind")
     and at :meth:`flush` / :meth:`close` / the end of a ``with`` block.
+    Layers must be updated in turn, 0 to layers-1, with the same tokens
+    (what a decoder's forward does).
     """
 
     def __init__(self, client: Optional["_client.Client"] = None,
@@ -193,20 +195,18 @@ class KVPoolCache(_Cache):
         if config is not None:
             self._check_config(config)
         super().__init__(layers=[KVPoolLayer(self, i) for i in range(self.num_layers)])
-        self._hd = self.kv_heads * self.head_dim
-        # The device tier as rows of one token's K (or V) of one layer:
-        # row ((frame * layers + layer) * 2 + kv) * page_tokens + slot.
-        self._rows = client.tier().view(-1, self._hd)
-        self._rows3 = self._rows.view(-1, self.kv_heads, self.head_dim)
-        self._page_rows = self.num_layers * 2 * self.page_tokens
+        # The device tier as rows of one token's K (or V) of one layer,
+        # [kv_heads, head_dim]: row ((frame * layers + layer) * 2 + kv) *
+        # page_tokens + slot (see _rows).
+        self._rows = client.tier().view(-1, self.kv_heads, self.head_dim)
         B = len(self.users)
+        self._buf: Optional[torch.Tensor] = None   # the mirror [layers, 2, B, H, cap, D]
         self._len = 0                              # tokens every layer holds
         self._committed = [0] * B                  # tokens in the kvpool history
         self._leases: List[Any] = [None] * B       # write="through": the open lease
         self._lease_base = [0] * B                 # its first token
-        self._lease_idx: List[Optional[torch.Tensor]] = [None] * B   # [L, 2, n_new] rows
-        self._hist_idx: List[Optional[torch.Tensor]] = [None] * B    # mirror=False: [L, 2, cap]
-        self._staging: Optional[torch.Tensor] = None
+        self._lease_idx: List[Optional[torch.Tensor]] = [None] * B   # [n_new, layers, 2] rows
+        self._hist_idx: List[Optional[torch.Tensor]] = [None] * B    # mirror=False: [cap, layers, 2]
         self._closed = False
         if load:
             self._load()
@@ -225,10 +225,7 @@ class KVPoolCache(_Cache):
                                "(not every layer has the last tokens yet)")
         done = 0
         for b in range(len(self.users)):
-            if self.write == "through":
-                done += self._end_lease(b)
-            else:
-                done += self._write_behind(b)
+            done += self._end_lease(b) if self.write == "through" else self._write_behind(b)
         return done
 
     def close(self, flush: bool = True) -> None:
@@ -244,11 +241,10 @@ class KVPoolCache(_Cache):
             for b, lease in enumerate(self._leases):
                 if lease is not None and not self.client.closed:
                     lease.release()
-                self._leases[b] = None
+                self._leases[b] = self._lease_idx[b] = self._hist_idx[b] = None
             for layer in self.layers:
-                layer._kbuf = layer._vbuf = layer.keys = layer.values = None
-            self._rows = self._rows3 = self._staging = None
-            self._hist_idx = [None] * len(self.users)
+                layer.keys = layer.values = layer._kb = layer._vb = None
+            self._buf = self._rows = None
             self._closed = True
             if self._own:
                 self.client.close()
@@ -278,9 +274,7 @@ class KVPoolCache(_Cache):
                              f"to kvpool (append-only); cannot keep only {keep}")
         for layer in self.layers:
             layer._len = keep
-            if self.mirror and layer._kbuf is not None:
-                layer.keys = layer._kbuf[:, :, :keep]
-                layer.values = layer._vbuf[:, :, :keep]
+            self._set_views(layer, keep)
         self._len = keep
 
     def reset(self) -> None:  # type: ignore[override]
@@ -328,47 +322,44 @@ class KVPoolCache(_Cache):
         layer.dtype, layer.device = self.dtype, self.device
         layer.batch_size = B
         if self.mirror:
-            self._grow(layer, max(self._capacity, layer._len + k.shape[2]))
+            self._grow(max(self._capacity, self._len + k.shape[2]))
+            self._set_views(layer, layer._len)
         layer.is_initialized = True
 
     # ------------------------------------------------------------ the mirror
-    def _grow(self, layer: KVPoolLayer, need: int) -> None:
-        cap = 0 if layer._kbuf is None else layer._kbuf.shape[2]
+    def _grow(self, need: int) -> None:
+        buf = self._buf
+        cap = 0 if buf is None else buf.shape[4]
         if need <= cap:
             return
-        new = _round_up(max(need + 256, cap * 3 // 2), 64)
-        shape = (len(self.users), self.kv_heads, new, self.head_dim)
-        kb = torch.empty(shape, dtype=self.dtype, device=self.device)
-        vb = torch.empty(shape, dtype=self.dtype, device=self.device)
-        n = layer._len
-        if n:
-            kb[:, :, :n].copy_(layer._kbuf[:, :, :n])
-            vb[:, :, :n].copy_(layer._vbuf[:, :, :n])
-        layer._kbuf, layer._vbuf = kb, vb
-        layer.keys, layer.values = kb[:, :, :n], vb[:, :, :n]
+        new = torch.empty((self.num_layers, 2, len(self.users), self.kv_heads,
+                           _round_up(max(need + 256, cap * 3 // 2), 64), self.head_dim),
+                          dtype=self.dtype, device=self.device)
+        if buf is not None and self._len:
+            new[..., :self._len, :].copy_(buf[..., :self._len, :])
+        self._buf = new
+        for layer in self.layers:
+            self._set_views(layer, layer._len)
 
-    # ------------------------------------------------------------ rows of a page table
+    def _set_views(self, layer: KVPoolLayer, n: int) -> None:
+        if self.mirror and self._buf is not None:
+            layer._kb = self._buf[layer.layer_idx, 0]      # [B, H, cap, D]
+            layer._vb = self._buf[layer.layer_idx, 1]
+            layer.keys, layer.values = layer._kb[:, :, :n], layer._vb[:, :, :n]
+
     def _rows_of(self, lease: Any, first: int, n: int) -> torch.Tensor:
-        """[layers, 2, n] int64 rows (on the pool's device) of history
-        positions [first, first + n) of the lease's page table."""
-        P = self.page_tokens
-        table = torch.frombuffer(bytearray(lease._table), dtype=torch.int32).to(torch.int64)
-        pos = torch.arange(first, first + n, dtype=torch.int64)
-        base = table[pos // P] * self._page_rows + pos % P
-        off = torch.arange(self.num_layers * 2, dtype=torch.int64) * P
-        idx = (off.view(-1, 1) + base.view(1, -1)).view(self.num_layers, 2, n)
-        return idx.to(self.device)
+        return _rows(lease, first, n, self.num_layers, self.page_tokens).to(self.device)
 
     def _hist_append(self, b: int, idx: torch.Tensor, at: int) -> None:
         h = self._hist_idx[b]
-        need = at + idx.shape[2]
-        if h is None or h.shape[2] < need:
-            new = torch.empty((self.num_layers, 2, _round_up(max(need + 256, need * 3 // 2), 64)),
+        need = at + idx.shape[0]
+        if h is None or h.shape[0] < need:
+            new = torch.empty((_round_up(max(need + 256, need * 3 // 2), 64), self.num_layers, 2),
                               dtype=torch.int64, device=self.device)
             if h is not None and at:
-                new[:, :, :at].copy_(h[:, :, :at])
+                new[:at].copy_(h[:at])
             self._hist_idx[b] = h = new
-        h[:, :, at:need].copy_(idx)
+        h[at:need].copy_(idx)
 
     # ------------------------------------------------------------ load
     def _load(self) -> None:
@@ -384,32 +375,27 @@ class KVPoolCache(_Cache):
                 raise ValueError(f"user {i.user}: its history starts at token {i.start} "
                                  "(the head was trimmed); KVPoolCache needs it from token 0")
         n = lens.pop()
-        B, H, D = len(self.users), self.kv_heads, self.head_dim
         if self.mirror:
-            for layer in self.layers:
-                layer._len = 0
-                self._grow(layer, max(self._capacity, n))
+            self._grow(max(self._capacity, n))
         for b, u in enumerate(self.users):
             with self.client.prepare(u, n, 0) as lease:   # pins the pages while we read
-                idx = self._rows_of(lease, 0, n)
-                if self.mirror:
+                idx = self._rows_of(lease, 0, n)          # [n, layers, 2]
+                if self.mirror:                           # one gather, one copy
                     g = self._rows.index_select(0, idx.view(-1)).view(
-                        self.num_layers, 2, n, H, D)
-                    for layer in self.layers:
-                        layer._kbuf[b, :, :n].copy_(g[layer.layer_idx, 0].transpose(0, 1))
-                        layer._vbuf[b, :, :n].copy_(g[layer.layer_idx, 1].transpose(0, 1))
+                        n, self.num_layers, 2, self.kv_heads, self.head_dim)
+                    self._buf[:, :, b, :, :n].copy_(g.permute(1, 2, 3, 0, 4))
                 else:
                     self._hist_append(b, idx, 0)
             self._committed[b] = n
+        self._len = n
         for layer in self.layers:
             layer._len = n
-            layer.dtype, layer.device, layer.batch_size = self.dtype, self.device, B
+            layer.dtype, layer.device, layer.batch_size = self.dtype, self.device, len(self.users)
             layer.is_initialized = True
             if self.mirror:
-                layer.keys, layer.values = layer._kbuf[:, :, :n], layer._vbuf[:, :, :n]
+                self._set_views(layer, n)
             else:
                 layer.keys, layer.values = self._gather(layer.layer_idx, n)
-        self._len = n
 
     # ------------------------------------------------------------ update
     def _update(self, layer: KVPoolLayer, k: torch.Tensor, v: torch.Tensor
@@ -418,51 +404,55 @@ class KVPoolCache(_Cache):
             self._init_layer(layer, k)
         elif self._closed:
             self._check_open()
-        l, t0, n = layer.layer_idx, layer._len, k.shape[2]
-        if l == 0:
-            if any(x._len != t0 for x in self.layers):
-                raise RuntimeError("KVPoolCache: a forward began before every layer had "
-                                   "the previous tokens (layers must update 0..L-1 in turn)")
-            if self.write == "through":
-                self._begin_step(t0, n)
-        elif self.layers[0]._len != t0 + n:
-            raise RuntimeError(f"KVPoolCache: layer {l} updated with {n} tokens at {t0}, "
-                               f"layer 0 holds {self.layers[0]._len}: layers update in turn")
         if k.dtype != self.dtype:
             raise TypeError(f"K/V of {k.dtype}, the pool holds {self.dtype}")
+        l, t0, n = layer.layer_idx, layer._len, k.shape[2]
+        t1 = t0 + n
+        if l == 0:
+            self._begin_step(t0, n)
+        elif self.layers[0]._len != t1:
+            raise RuntimeError(f"KVPoolCache: layer {l} updated with {n} tokens at {t0}, "
+                               f"layer 0 holds {self.layers[0]._len}: layers update in turn")
         if self.mirror:
-            self._grow(layer, t0 + n)
-            layer._kbuf[:, :, t0:t0 + n].copy_(k)
-            layer._vbuf[:, :, t0:t0 + n].copy_(v)
-            layer.keys = layer._kbuf[:, :, :t0 + n]
-            layer.values = layer._vbuf[:, :, :t0 + n]
-        if self.write == "through":
-            rows = self._rows3
+            kb, vb = layer._kb, layer._vb
+            kb[:, :, t0:t1].copy_(k)
+            vb[:, :, t0:t1].copy_(v)
+            layer.keys = kb[:, :, :t1]
+            layer.values = vb[:, :, :t1]
+        else:   # straight into the pages, then read back from them
+            rows = self._rows
             for b in range(len(self.users)):
                 w = t0 - self._lease_base[b]
-                idx = self._lease_idx[b]
-                rows.index_copy_(0, idx[l, 0, w:w + n], k[b].transpose(0, 1))
-                rows.index_copy_(0, idx[l, 1, w:w + n], v[b].transpose(0, 1))
-        layer._len = t0 + n
-        if not self.mirror:
-            layer.keys, layer.values = self._gather(l, t0 + n)
+                idx = self._lease_idx[b][w:w + n, l]             # [n, 2]: K row, V row
+                rows.index_copy_(0, idx[:, 0], k[b].transpose(0, 1))
+                rows.index_copy_(0, idx[:, 1], v[b].transpose(0, 1))
+            layer.keys, layer.values = self._gather(l, t1)
+        layer._len = t1
         if l == self.num_layers - 1:
-            self._len = t0 + n
-            self._end_step()
+            self._len = t1
+            self._end_step(t0, n)
         return layer.keys, layer.values
 
     def _gather(self, l: int, n: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        H, D = self.kv_heads, self.head_dim
         ks, vs = [], []
         for b in range(len(self.users)):
             h = self._hist_idx[b]
-            ks.append(self._rows.index_select(0, h[l, 0, :n]).view(n, H, D).transpose(0, 1))
-            vs.append(self._rows.index_select(0, h[l, 1, :n]).view(n, H, D).transpose(0, 1))
+            ks.append(self._rows.index_select(0, h[:n, l, 0]).transpose(0, 1))
+            vs.append(self._rows.index_select(0, h[:n, l, 1]).transpose(0, 1))
         return torch.stack(ks), torch.stack(vs)
 
     def _begin_step(self, t0: int, n: int) -> None:
-        """write="through": make sure each row's lease has slots for tokens
-        [t0, t0 + n); else commit the full one and prepare the next."""
+        """Layer 0 starts a forward of n tokens at t0: every layer must have
+        finished the previous one; room in the mirror; write="through": each
+        row's lease has slots for [t0, t0 + n), else the full one is
+        committed and the next prepared."""
+        if self.layers[-1]._len != t0:
+            raise RuntimeError("KVPoolCache: a forward began before every layer had "
+                               "the previous tokens (layers must update 0..L-1 in turn)")
+        if self.mirror and (self._buf is None or t0 + n > self._buf.shape[4]):
+            self._grow(t0 + n)
+        if self.write != "through":
+            return
         for b, u in enumerate(self.users):
             lease = self._leases[b]
             if lease is not None and t0 + n - self._lease_base[b] <= lease.n_new:
@@ -475,13 +465,23 @@ class KVPoolCache(_Cache):
             if not self.mirror:
                 self._hist_append(b, self._lease_idx[b], t0)
 
-    def _end_step(self) -> None:
+    def _end_step(self, t0: int, n: int) -> None:
+        """The last layer is done with tokens [t0, t0 + n)."""
         if self.write == "through":
             for b, lease in enumerate(self._leases):
-                if lease is not None and self._len - self._lease_base[b] >= lease.n_new:
+                if self.mirror:   # every layer's K and V of the step, one copy
+                    w = t0 - self._lease_base[b]
+                    idx = self._lease_idx[b][w:w + n]            # [n, layers, 2]
+                    if n == 1:
+                        src = self._buf[:, :, b, :, t0]          # [layers, 2, H, D]: a view
+                    else:
+                        src = self._buf[:, :, b, :, t0:t0 + n].permute(3, 0, 1, 2, 4)
+                    self._rows.index_copy_(0, idx.reshape(-1),
+                                           src.reshape(-1, self.kv_heads, self.head_dim))
+                if self._len - self._lease_base[b] >= lease.n_new:
                     self._end_lease(b)
-        elif self._len - min(self._committed) >= self.flush_every:
-            for b in range(len(self.users)):
+        elif n > 1 or self._len - min(self._committed) >= self.flush_every:
+            for b in range(len(self.users)):    # a prefill is written at once
                 self._write_behind(b)
 
     def _end_lease(self, b: int) -> int:
@@ -503,17 +503,11 @@ class KVPoolCache(_Cache):
         n = self._len - c0
         if n <= 0:
             return 0
-        H, D, L = self.kv_heads, self.head_dim, self.num_layers
         with self.client.prepare(self.users[b], c0, n) as lease:
-            idx = self._rows_of(lease, lease.len, n)
-            st = self._staging
-            if st is None or st.shape[2] < n:
-                st = self._staging = torch.empty((L, 2, _round_up(n, 64), H, D),
-                                                 dtype=self.dtype, device=self.device)
-            for layer in self.layers:
-                st[layer.layer_idx, 0, :n].copy_(layer._kbuf[b, :, c0:c0 + n].transpose(0, 1))
-                st[layer.layer_idx, 1, :n].copy_(layer._vbuf[b, :, c0:c0 + n].transpose(0, 1))
-            self._rows.index_copy_(0, idx.view(-1), st[:, :, :n].reshape(-1, self._hd))
+            idx = self._rows_of(lease, lease.len, n)                      # [n, layers, 2]
+            src = self._buf[:, :, b, :, c0:c0 + n].permute(3, 0, 1, 2, 4)  # [n, layers, 2, H, D]
+            self._rows.index_copy_(0, idx.view(-1),
+                                   src.reshape(-1, self.kv_heads, self.head_dim))
             lease.commit(n)
         self._committed[b] = c0 + n
         return n
@@ -540,12 +534,21 @@ def load_kv(client: "_client.Client", user: int
     rows = client.tier().view(-1, H * D)
     with client.prepare(user, i.start + i.len, 0) as lease:
         n = lease.len
-        table = torch.frombuffer(bytearray(lease._table), dtype=torch.int32).to(torch.int64)
-        pos = torch.arange(n, dtype=torch.int64)
-        base = table[pos // P] * (nl * 2 * P) + pos % P
-        off = torch.arange(nl * 2, dtype=torch.int64) * P
-        idx = (off.view(-1, 1) + base.view(1, -1)).view(-1).to(rows.device)
-        g = rows.index_select(0, idx).view(nl, 2, n, H, D)
-    return [(g[l, 0].transpose(0, 1).unsqueeze(0).contiguous(),
-             g[l, 1].transpose(0, 1).unsqueeze(0).contiguous()) for l in range(nl)]
+        idx = _rows(lease, 0, n, nl, P).view(-1).to(rows.device)
+        g = rows.index_select(0, idx).view(n, nl, 2, H, D)
+    return [(g[:, l, 0].transpose(0, 1).unsqueeze(0).contiguous(),
+             g[:, l, 1].transpose(0, 1).unsqueeze(0).contiguous()) for l in range(nl)]
 
+
+def _rows(lease: Any, first: int, n: int, layers: int, P: int) -> torch.Tensor:
+    """[n, layers, 2] int64 (CPU): the device tier's rows (one token's K or
+    V of one layer, [kv_heads, head_dim]) of history positions [first,
+    first + n) of a lease's page table. The tier is [frames, layers, 2,
+    page_tokens, kv_heads, head_dim], so the row of (frame f, layer l, kv,
+    slot s) is ((f * layers + l) * 2 + kv) * page_tokens + s. Token-major,
+    so that a step's K and V of every layer are one index_copy_."""
+    table = torch.frombuffer(bytearray(lease._table), dtype=torch.int32).to(torch.int64)
+    pos = torch.arange(first, first + n, dtype=torch.int64)
+    base = table[pos // P] * (layers * 2 * P) + pos % P                       # [n]
+    off = torch.arange(layers * 2, dtype=torch.int64).view(1, layers, 2) * P  # [1, layers, 2]
+    return base.view(n, 1, 1) + off

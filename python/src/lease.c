@@ -91,7 +91,12 @@ static void lease_dealloc(KvpLease *s)
 
 static int lease_traverse(KvpLease *s, visitproc visit, void *arg)
 {
-	Py_VISIT(Py_TYPE(s));
+	/* Not Py_TYPE(s): KvpLease_Type is static, and the package's heap
+	 * subclass (kvpool.Lease) has subtype_traverse visit the type already.
+	 * Visiting it here too made the collector count every live lease's
+	 * reference to kvpool.Lease twice, and with a few leases alive it could
+	 * clear the class (its MRO): with client.prepare(...) then raised
+	 * "'Lease' object does not support the context manager protocol". */
 	Py_VISIT(s->client);
 	return 0;
 }

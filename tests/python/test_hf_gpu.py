@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: MIT
+"""kvpool.hf with the real transformers on a GPU (ctest label gpu): a Llama
+model in bf16 generates the same greedy tokens with KVPoolCache as with
+DynamicCache and the K/V kvpool hands back are bit-identical, in one process
+and across two -- tools/hf_proof.py --quick against a kvpoold --backend=cuda.
+
+Skips, saying why, where torch has no CUDA device, transformers >= 5 is not
+installed or no kvpoold is found (CI has none of them). As a script (how
+ctest runs it) a skip is exit status 77. The full figures:
+tools/hf_proof.py -> bench/results/hf-cache-*.json."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+SRC = Path(os.environ.get("KVPOOL_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+
+
+def _kvpoold() -> Optional[str]:
+    for p in [os.environ.get("KVPOOLD")] + sorted(glob.glob(str(SRC / "build*" / "kvpoold"))):
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def why_skip() -> Optional[str]:
+    try:
+        import torch
+    except ImportError as e:
+        return f"no torch ({e})"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    try:
+        import transformers
+    except ImportError as e:
+        return f"no transformers ({e}); kvpool.hf needs transformers >= 5"
+    if getattr(transformers, "FAKE", False):
+        return "only the tests' transformers stand-in is importable"
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return f"transformers {transformers.__version__}; kvpool.hf needs >= 5"
+    if not _kvpoold():
+        return "no kvpoold (build it, or set $KVPOOLD)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(why_skip() is not None, reason=str(why_skip()))
+
+
+def test_llama_greedy_and_kv_identical_to_dynamic_cache() -> None:
+    out = Path(tempfile.mkdtemp(prefix="hf-gpu-")) / "hf.json"
+    r = subprocess.run([sys.executable, str(SRC / "tools" / "hf_proof.py"), "--quick",
+                        "--kvpoold", _kvpoold(), "--out", str(out), "--md", "none"],
+                       capture_output=True, text=True, timeout=540)
+    assert out.exists(), f"hf_proof.py exited {r.returncode}:\n{r.stderr[-6000:]}"
+    res = json.loads(out.read_text())
+    print(json.dumps({k: res.get(k) for k in ("tokens_identical", "kv_bit_identical",
+                                              "decode_ratio", "decode_ratios", "device")}))
+    assert not res["errors"], "\n".join(res["errors"])
+    assert res["tokens_identical"] is True, json.dumps(res["single_process"] + res["two_processes"])
+    assert res["kv_bit_identical"] is True
+    for t in res["two_processes"]:
+        assert t["second_opened_with_tokens"] == t["expected_cached"]
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+if __name__ == "__main__":
+    reason = why_skip()
+    if reason:
+        print(f"skip: {reason}")
+        sys.exit(77)
+    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-s", __file__]))
