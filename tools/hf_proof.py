@@ -489,10 +489,11 @@ once), and generate() continues from prompt + those tokens.
 {rows}
 
 Modes: `kvpool` (default) writes each layer's new K/V straight into the leased page slots
-(`index_copy_` into the device tier) and keeps a contiguous per-layer mirror for attention, one
-lease per 64 tokens; `commit_every_token` commits every step (`reserve=1`);
-`write_behind` writes the pages from the mirror every 64 tokens; `paged_gather` keeps no mirror
-and gathers every layer's K/V from the pages at every step.
+(`index_copy_` into the device tier, one lease per 64 tokens) and gives attention each layer's
+history as the contiguous tensor DynamicCache would (grown by `torch.cat`), so the model computes
+the same bits; `commit_every_token` commits every step (`reserve=1`); `write_behind` writes the
+pages every 64 tokens (a prefill at once); `paged_gather` keeps no history tensors and gathers
+every layer's K/V from the pages at every step.
 
 Command: `{res['command']}`
 {('Errors: ' + str(len(res['errors']))) if res['errors'] else ''}
