@@ -14,7 +14,10 @@ daemon, with its pages as torch tensors.
 Errors are exceptions from kvpool.errors (GapError, OverlapError, PoolFullError,
 NotFoundError, StaleLeaseError, PermissionDeniedError, ...), all KvpoolError.
 kvpool.hstu.KVCacheManager is a drop-in for the HSTU inference example's GPU
-KV-cache manager. See kvpool(3) for the C calls each method wraps.
+KV-cache manager.
+kvpool.hf.KVPoolCache (import kvpool.hf; needs transformers >= 5) is a
+HuggingFace transformers Cache whose K/V live in kvpool pages: pass it as
+past_key_values to model.generate(). See kvpool(3) for the C calls each method wraps.
 """
 from __future__ import annotations
 

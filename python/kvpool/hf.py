@@ -19,23 +19,29 @@ model): K/V are stored bit for bit, never converted. On the cuda backend the
 pages are GPU memory mapped in this process and written with torch ops on the
 current stream; on the shm backend they are host memory (CPU models).
 
-Where the bytes go (measured by tools/hf_proof.py, see bench/results/hf-cache-*.md):
+Where the bytes go (measured by tools/hf_proof.py on an H100, see
+bench/results/hf-cache-2026-11-25.md):
 
-* attention reads each layer's history as one contiguous ``[batch, kv_heads,
-  tokens, head_dim]`` tensor grown by concatenation, exactly as
-  DynamicCache's layers are (``mirror=True``, the default): the same layout
-  gives the same kernels, so the model computes bit for bit what it computes
-  with DynamicCache. (Strided views of a preallocated buffer were 4% faster
-  on an H100 but changed bf16 rounding in SDPA.) The pages are read once,
-  when a cache is opened on a cached history. ``mirror=False`` keeps no
-  history tensors and gathers every layer's K/V from the pages at every step.
-* ``write="through"`` (default): every ``update`` writes that layer's new K
-  and V straight into their page slots in the device tier (one
-  ``index_copy_`` for K, one for V). A lease reserves ``reserve`` tokens at a
-  time (``prepare(user, start+len, reserve)``); it is committed and released
-  when full and at :meth:`KVPoolCache.flush`. ``reserve=1`` commits every step.
+* attention reads a mirror of this generation's K/V (``mirror=True``, the
+  default): one tensor ``[layers, 2, batch, kv_heads, capacity, head_dim]``,
+  grown geometrically, of which each layer's ``keys``/``values`` are
+  ``[batch, kv_heads, tokens, head_dim]`` views; an ``update`` is two copies
+  into it (where DynamicCache concatenates the whole history). The pages are
+  read once, when a cache is opened on a cached history. ``mirror=False``
+  keeps no second copy and gathers every layer's K/V from the pages at every
+  step (slower).
+* ``write="through"`` (default): at the end of every forward (the last
+  layer's update) one ``index_copy_`` writes the step's K and V of every
+  layer into their page slots in the device tier (decode: from a view of the
+  mirror, no staging). A lease reserves ``reserve`` tokens at a time
+  (``prepare(user, start+len, reserve)``); it is committed and released when
+  full and at :meth:`KVPoolCache.flush`. ``reserve=1`` commits every step.
 * ``write="behind"``: a prefill is written at once, decode tokens every
   ``flush_every`` tokens and at flush (one prepare/commit each time).
+
+(A variant that grew each layer's history with ``torch.cat`` as DynamicCache
+does and wrote every layer's K/V into the pages in its own update decoded at
+0.86x DynamicCache's tokens/s on the H100; this one at 1.04x.)
 
 The history is kvpool's user history (DESIGN.md): ``prepare`` must continue
 it exactly, so a cache opened on user U continues U's cached tokens, and a
@@ -91,6 +97,8 @@ class KVPoolLayer(_DynamicLayer):
         self._kvp = cache
         self.layer_idx = layer_idx
         self._len = 0
+        self._kb: Optional[torch.Tensor] = None   # views of the cache's mirror
+        self._vb: Optional[torch.Tensor] = None
 
     def __repr__(self) -> str:
         return f"KVPoolLayer({self.layer_idx}, tokens={self._len})"
@@ -150,7 +158,8 @@ class KVPoolCache(_Cache):
     close that connection in :meth:`close`). user: the user id (or a list,
     one per batch row). config: the model's config, to check the pool's
     layout against it now rather than at the first forward. write, mirror,
-    reserve, flush_every: see the module's doc. load: continue the user's
+    reserve, flush_every: see the module's doc. capacity: tokens to allocate
+    the mirror for up front (0: grown as needed). load: continue the user's
     cached history (default; False requires it to be empty).
 
     Tokens become the user's kvpool history when committed: when a lease
@@ -163,7 +172,7 @@ class KVPoolCache(_Cache):
     def __init__(self, client: Optional["_client.Client"] = None,
                  user: Union[int, Sequence[int]] = 0, *, config: Any = None,
                  write: str = "through", mirror: bool = True, reserve: int = 64,
-                 flush_every: int = 64, load: bool = True,
+                 flush_every: int = 64, capacity: int = 0, load: bool = True,
                  socket: Optional[str] = None) -> None:
         if write not in ("through", "behind"):
             raise ValueError(f"write must be 'through' or 'behind', not {write!r}")
@@ -188,6 +197,7 @@ class KVPoolCache(_Cache):
         self.device: torch.device = client.device
         self.write, self.mirror = write, mirror
         self.reserve, self.flush_every = int(reserve), int(flush_every)
+        self._capacity = int(capacity)
         if config is not None:
             self._check_config(config)
         super().__init__(layers=[KVPoolLayer(self, i) for i in range(self.num_layers)])
@@ -196,11 +206,12 @@ class KVPoolCache(_Cache):
         # page_tokens + slot (see _rows).
         self._rows = client.tier().view(-1, self.kv_heads, self.head_dim)
         B = len(self.users)
+        self._buf: Optional[torch.Tensor] = None   # the mirror [layers, 2, B, H, cap, D]
         self._len = 0                              # tokens every layer holds
         self._committed = [0] * B                  # tokens in the kvpool history
         self._leases: List[Any] = [None] * B       # write="through": the open lease
         self._lease_base = [0] * B                 # its first token
-        self._lease_idx: List[Optional[torch.Tensor]] = [None] * B   # [layers, 2, n_new] rows
+        self._lease_idx: List[Optional[torch.Tensor]] = [None] * B   # [n_new, layers, 2] rows
         self._hist_idx: List[Optional[torch.Tensor]] = [None] * B    # mirror=False: [cap, layers, 2]
         self._closed = False
         if load:
@@ -238,8 +249,8 @@ class KVPoolCache(_Cache):
                     lease.release()
                 self._leases[b] = self._lease_idx[b] = self._hist_idx[b] = None
             for layer in self.layers:
-                layer.keys = layer.values = None
-            self._rows = None
+                layer.keys = layer.values = layer._kb = layer._vb = None
+            self._buf = self._rows = None
             self._closed = True
             if self._own:
                 self.client.close()
@@ -269,9 +280,7 @@ class KVPoolCache(_Cache):
                              f"to kvpool (append-only); cannot keep only {keep}")
         for layer in self.layers:
             layer._len = keep
-            if self.mirror and layer.keys is not None:
-                layer.keys = layer.keys[..., :keep, :]
-                layer.values = layer.values[..., :keep, :]
+            self._set_views(layer, keep)
         self._len = keep
 
     def reset(self) -> None:  # type: ignore[override]
@@ -318,28 +327,45 @@ class KVPoolCache(_Cache):
                              f"head_dim={self.head_dim}")
         layer.dtype, layer.device = self.dtype, self.device
         layer.batch_size = B
-        if self.mirror and layer.keys is None:
-            layer.keys = k.new_empty((B, H, 0, D))
-            layer.values = k.new_empty((B, H, 0, D))
+        if self.mirror:
+            self._grow(max(self._capacity, self._len + k.shape[2]))
+            self._set_views(layer, layer._len)
         layer.is_initialized = True
 
-    # ------------------------------------------------------------ page rows
+    # ------------------------------------------------------------ the mirror
+    def _grow(self, need: int) -> None:
+        buf = self._buf
+        cap = 0 if buf is None else buf.shape[4]
+        if need <= cap:
+            return
+        new = torch.empty((self.num_layers, 2, len(self.users), self.kv_heads,
+                           _round_up(max(need + 256, cap * 3 // 2), 64), self.head_dim),
+                          dtype=self.dtype, device=self.device)
+        if buf is not None and self._len:
+            new[..., :self._len, :].copy_(buf[..., :self._len, :])
+        self._buf = new
+        for layer in self.layers:
+            self._set_views(layer, layer._len)
+
+    def _set_views(self, layer: KVPoolLayer, n: int) -> None:
+        if self.mirror and self._buf is not None:
+            layer._kb = self._buf[layer.layer_idx, 0]      # [B, H, cap, D]
+            layer._vb = self._buf[layer.layer_idx, 1]
+            layer.keys, layer.values = layer._kb[:, :, :n], layer._vb[:, :, :n]
+
     def _rows_of(self, lease: Any, first: int, n: int) -> torch.Tensor:
-        """[n, layers, 2] rows of positions [first, first + n), on the pool's device."""
         return _rows(lease, first, n, self.num_layers, self.page_tokens).to(self.device)
 
     def _hist_append(self, b: int, idx: torch.Tensor, at: int) -> None:
-        """mirror=False: the rows of positions [at, at + n) ([n, layers, 2])
-        into the row's history table [layers, 2, capacity]."""
         h = self._hist_idx[b]
         need = at + idx.shape[0]
-        if h is None or h.shape[2] < need:
-            new = torch.empty((self.num_layers, 2, _round_up(max(need + 256, need * 3 // 2), 64)),
+        if h is None or h.shape[0] < need:
+            new = torch.empty((_round_up(max(need + 256, need * 3 // 2), 64), self.num_layers, 2),
                               dtype=torch.int64, device=self.device)
             if h is not None and at:
-                new[:, :, :at].copy_(h[:, :, :at])
+                new[:at].copy_(h[:at])
             self._hist_idx[b] = h = new
-        h[:, :, at:need].copy_(idx.permute(1, 2, 0))
+        h[at:need].copy_(idx)
 
     # ------------------------------------------------------------ load
     def _load(self) -> None:
@@ -355,17 +381,15 @@ class KVPoolCache(_Cache):
                 raise ValueError(f"user {i.user}: its history starts at token {i.start} "
                                  "(the head was trimmed); KVPoolCache needs it from token 0")
         n = lens.pop()
-        H, D, nl = self.kv_heads, self.head_dim, self.num_layers
-        ks: List[List[torch.Tensor]] = [[] for _ in range(nl)]
-        vs: List[List[torch.Tensor]] = [[] for _ in range(nl)]
+        if self.mirror:
+            self._grow(max(self._capacity, n))
         for b, u in enumerate(self.users):
             with self.client.prepare(u, n, 0) as lease:   # pins the pages while we read
                 idx = self._rows_of(lease, 0, n)          # [n, layers, 2]
-                if self.mirror:                           # one gather for every layer
-                    g = self._rows.index_select(0, idx.view(-1)).view(n, nl, 2, H, D)
-                    for l in range(nl):
-                        ks[l].append(g[:, l, 0].transpose(0, 1))
-                        vs[l].append(g[:, l, 1].transpose(0, 1))
+                if self.mirror:                           # one gather, one copy
+                    g = self._rows.index_select(0, idx.view(-1)).view(
+                        n, self.num_layers, 2, self.kv_heads, self.head_dim)
+                    self._buf[:, :, b, :, :n].copy_(g.permute(1, 2, 3, 0, 4))
                 else:
                     self._hist_append(b, idx, 0)
             self._committed[b] = n
@@ -374,9 +398,8 @@ class KVPoolCache(_Cache):
             layer._len = n
             layer.dtype, layer.device, layer.batch_size = self.dtype, self.device, len(self.users)
             layer.is_initialized = True
-            if self.mirror:   # contiguous [B, H, n, D], as a DynamicLayer holds it
-                layer.keys = torch.stack(ks[layer.layer_idx])
-                layer.values = torch.stack(vs[layer.layer_idx])
+            if self.mirror:
+                self._set_views(layer, n)
             else:
                 layer.keys, layer.values = self._gather(layer.layer_idx, n)
 
@@ -396,17 +419,19 @@ class KVPoolCache(_Cache):
         elif self.layers[0]._len != t1:
             raise RuntimeError(f"KVPoolCache: layer {l} updated with {n} tokens at {t0}, "
                                f"layer 0 holds {self.layers[0]._len}: layers update in turn")
-        if self.write == "through":   # straight into the leased page slots
+        if self.mirror:
+            kb, vb = layer._kb, layer._vb
+            kb[:, :, t0:t1].copy_(k)
+            vb[:, :, t0:t1].copy_(v)
+            layer.keys = kb[:, :, :t1]
+            layer.values = vb[:, :, :t1]
+        else:   # straight into the pages, then read back from them
             rows = self._rows
             for b in range(len(self.users)):
                 w = t0 - self._lease_base[b]
-                idx = self._lease_idx[b]                         # [layers, 2, n_new]
-                rows.index_copy_(0, idx[l, 0, w:w + n], k[b].transpose(0, 1))
-                rows.index_copy_(0, idx[l, 1, w:w + n], v[b].transpose(0, 1))
-        if self.mirror:   # what DynamicLayer.update does, so attention sees the same tensors
-            layer.keys = torch.cat([layer.keys, k], dim=-2)
-            layer.values = torch.cat([layer.values, v], dim=-2)
-        else:
+                idx = self._lease_idx[b][w:w + n, l]             # [n, 2]: K row, V row
+                rows.index_copy_(0, idx[:, 0], k[b].transpose(0, 1))
+                rows.index_copy_(0, idx[:, 1], v[b].transpose(0, 1))
             layer.keys, layer.values = self._gather(l, t1)
         layer._len = t1
         if l == self.num_layers - 1:
@@ -418,8 +443,8 @@ class KVPoolCache(_Cache):
         ks, vs = [], []
         for b in range(len(self.users)):
             h = self._hist_idx[b]
-            ks.append(self._rows.index_select(0, h[l, 0, :n]).transpose(0, 1))
-            vs.append(self._rows.index_select(0, h[l, 1, :n]).transpose(0, 1))
+            ks.append(self._rows.index_select(0, h[:n, l, 0]).transpose(0, 1))
+            vs.append(self._rows.index_select(0, h[:n, l, 1]).transpose(0, 1))
         return torch.stack(ks), torch.stack(vs)
 
     def _begin_step(self, t0: int, n: int) -> None:
@@ -430,6 +455,8 @@ class KVPoolCache(_Cache):
         if self.layers[-1]._len != t0:
             raise RuntimeError("KVPoolCache: a forward began before every layer had "
                                "the previous tokens (layers must update 0..L-1 in turn)")
+        if self.mirror and (self._buf is None or t0 + n > self._buf.shape[4]):
+            self._grow(t0 + n)
         if self.write != "through":
             return
         for b, u in enumerate(self.users):
@@ -440,15 +467,23 @@ class KVPoolCache(_Cache):
                 self._end_lease(b)
             lease = self.client.prepare(u, t0, max(n, self.reserve))
             self._leases[b], self._lease_base[b] = lease, t0
-            idx = self._rows_of(lease, lease.len, lease.n_new)          # [n_new, layers, 2]
-            self._lease_idx[b] = idx.permute(1, 2, 0).contiguous()      # [layers, 2, n_new]
+            self._lease_idx[b] = self._rows_of(lease, lease.len, lease.n_new)
             if not self.mirror:
-                self._hist_append(b, idx, t0)
+                self._hist_append(b, self._lease_idx[b], t0)
 
     def _end_step(self, t0: int, n: int) -> None:
         """The last layer is done with tokens [t0, t0 + n)."""
         if self.write == "through":
             for b, lease in enumerate(self._leases):
+                if self.mirror:   # every layer's K and V of the step, one copy
+                    w = t0 - self._lease_base[b]
+                    idx = self._lease_idx[b][w:w + n]            # [n, layers, 2]
+                    if n == 1:
+                        src = self._buf[:, :, b, :, t0]          # [layers, 2, H, D]: a view
+                    else:
+                        src = self._buf[:, :, b, :, t0:t0 + n].permute(3, 0, 1, 2, 4)
+                    self._rows.index_copy_(0, idx.reshape(-1),
+                                           src.reshape(-1, self.kv_heads, self.head_dim))
                 if self._len - self._lease_base[b] >= lease.n_new:
                     self._end_lease(b)
         elif n > 1 or self._len - min(self._committed) >= self.flush_every:
@@ -474,14 +509,11 @@ class KVPoolCache(_Cache):
         n = self._len - c0
         if n <= 0:
             return 0
-        H, D = self.kv_heads, self.head_dim
         with self.client.prepare(self.users[b], c0, n) as lease:
             idx = self._rows_of(lease, lease.len, n)                      # [n, layers, 2]
-            st = torch.empty((n, self.num_layers, 2, H, D), dtype=self.dtype, device=self.device)
-            for layer in self.layers:
-                st[:, layer.layer_idx, 0].copy_(layer.keys[b, :, c0:c0 + n].transpose(0, 1))
-                st[:, layer.layer_idx, 1].copy_(layer.values[b, :, c0:c0 + n].transpose(0, 1))
-            self._rows.index_copy_(0, idx.view(-1), st.view(-1, H, D))
+            src = self._buf[:, :, b, :, c0:c0 + n].permute(3, 0, 1, 2, 4)  # [n, layers, 2, H, D]
+            self._rows.index_copy_(0, idx.view(-1),
+                                   src.reshape(-1, self.kv_heads, self.head_dim))
             lease.commit(n)
         self._committed[b] = c0 + n
         return n

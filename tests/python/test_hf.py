@@ -220,6 +220,7 @@ if pytest is not None:
         assert r.returncode == 0, r.stderr[-6000:]
         res = json.loads(out.read_text())
         assert res["tokens_identical"] is True and res["kv_bit_identical"] is True, r.stderr
+        assert res["pages_equal_attention_kv"] is True and res["dynamic_cache_repeatable"] is True
         assert not res["errors"], res["errors"]
         assert set(res["timing"]["tokens_per_s"]) >= {"dynamic_cache", "kvpool"}
         assert res["decode_ratio"] > 0

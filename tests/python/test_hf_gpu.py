@@ -65,7 +65,9 @@ def test_llama_greedy_and_kv_identical_to_dynamic_cache() -> None:
                                               "decode_ratio", "decode_ratios", "device")}))
     assert not res["errors"], "\n".join(res["errors"])
     assert res["tokens_identical"] is True, json.dumps(res["single_process"] + res["two_processes"])
-    assert res["kv_bit_identical"] is True
+    assert res["pages_equal_attention_kv"] is True   # kvpool hands back what attention read
+    if res["dynamic_cache_repeatable"]:               # the model computes the same K/V twice
+        assert res["kv_bit_identical"] is True
     for t in res["two_processes"]:
         assert t["second_opened_with_tokens"] == t["expected_cached"]
     assert r.returncode == 0, r.stderr[-3000:]
