@@ -414,17 +414,15 @@ def main() -> int:
     kvs = [s["kv"]["equal"] for s in res["single_process"] + res["two_processes"]]
     t = res.get("timing", {}).get("tokens_per_s", {})
     modes = res.get("timing", {}).get("modes", {})
-    # The timed passes generate each prompt again in every mode. Where the
-    # DynamicCache passes themselves do not repeat their reference (the
-    # model is not bitwise repeatable on this device, see the control), a
-    # flip in a kvpool pass proves nothing; where they do, every kvpool
-    # pass must repeat it too.
+    # The timed passes generate each prompt again in every mode, to time
+    # them; they are not the identity proof. On an H100 a near-tied greedy
+    # step flips from pass to pass with DynamicCache itself (the --quick
+    # model, prompt 2, token 59: 2 of 10 DynamicCache passes, and 0 to 5 of
+    # 10 in each kvpool mode, all at that token; hf-quick-reps10-2026-11-25),
+    # so a flip there says nothing about kvpool. Reported per mode, with
+    # DynamicCache's own count as the baseline.
     res["timing_tokens_identical"] = all(m.get("tokens_identical", False) for m in modes.values())
-    dyn_repeats = modes.get("dynamic_cache", {}).get("tokens_identical", False)
-    if dyn_repeats and not res["timing_tokens_identical"]:
-        bad = [k for k, m in modes.items() if not m.get("tokens_identical", False)]
-        res["errors"].append(f"timed passes: DynamicCache repeated its tokens but {bad} did not: "
-                             + json.dumps({k: modes[k]["mismatches"] for k in bad}))
+    res["timing_flips"] = {k: len(m.get("mismatches", [])) for k, m in modes.items()}
     res["tokens_identical"] = bool(ident) and all(ident)
     res["kv_bit_identical"] = bool(kvs) and all(kvs)
     same = [s.get("pages_equal_attention_kv", False) for s in res["single_process"] + res["two_processes"]]
@@ -542,8 +540,9 @@ Pool: `{res['kvpoold']}`. Prompts of {res['prompt_lengths']} tokens,
 
 - **tokens_identical: {res['tokens_identical']}** (KVPoolCache vs DynamicCache, every prompt, in one
   process and across two processes); in every timed pass of every mode:
-  {res.get('timing_tokens_identical')} (a pass that flipped is listed under the mode's
-  `mismatches`; it counts against kvpool only where the DynamicCache passes repeated theirs)
+  {res.get('timing_tokens_identical')} (flipped passes per mode, DynamicCache's own the
+  baseline: {res.get('timing_flips')}; a near-tied step flips from pass to pass on this
+  device with DynamicCache too)
 - **kv_bit_identical: {res['kv_bit_identical']}** (each layer's K and V read back from the
   pages with `kvpool.hf.load_kv` vs the DynamicCache's tensors, `torch.equal`)
 - **decode_ratio: {res['decode_ratio']}** (decode tokens/s, default KVPoolCache / DynamicCache)
