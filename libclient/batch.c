@@ -262,8 +262,10 @@ int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag)
 
 	if (ret || (ret = queue_async(c, &sqe, tag)))
 		return ret;
-	if ((r = kvpc_lease_find(c, lease)))
+	if ((r = kvpc_lease_find(c, lease)) && r->state != KVPC_LEASE_RELEASING) {
+		r->state_before = r->state;
 		r->state = KVPC_LEASE_RELEASING;
+	}
 	return 0;
 }
 
@@ -304,7 +306,7 @@ static void reap_lease(struct kvp_client *c, const struct kvpc_slot *s,
 		if (res >= 0 || res == -ENOENT || res == -EPERM)
 			kvpc_lease_drop(c, s->lease);
 		else if (r->state == KVPC_LEASE_RELEASING)
-			r->state = KVPC_LEASE_OPEN;
+			r->state = r->state_before; /* a committed lease stays closed */
 	} else if (r->state == KVPC_LEASE_COMMITTING) {
 		if (res >= 0 && r->release_queued)
 			kvpc_lease_drop(c, s->lease);

@@ -164,6 +164,8 @@ struct kvpc_lease {
 	uint8_t state;             /* enum kvpc_lease_state */
 	uint8_t kind;              /* enum kvpc_lease_kind */
 	uint8_t release_queued;    /* COMMITTING with release: gone on success */
+	uint8_t state_before;      /* RELEASING: the state a refused release
+				    * returns to (OPEN or CLOSED) */
 	uint32_t cap;              /* frames[] room, in 32-bit words */
 	struct kvpc_lease *free_next; /* on the client's record cache */
 	int32_t frames[];          /* npages device frames, copied at decode */

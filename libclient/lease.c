@@ -30,7 +30,8 @@
  * queued; back to OPEN if it fails, CLOSED (or gone, with release) when it
  * succeeds. CLOSED: committed; its uncommitted slots were given back, so it
  * takes no writes and no second commit, but its page table stays readable
- * until the release. RELEASING: a release is queued; gone when reaped.
+ * until the release. RELEASING: a release is queued; gone when reaped (back
+ * to the state it had, OPEN or CLOSED, if the daemon refused the release).
  * Endings the daemon makes on its own are mirrored by the call that causes
  * them: a seal ends the chunk's fill lease; kvp_seq_extend() ends the
  * sequence's previous (committed) write lease; a dead client has no leases.

@@ -174,6 +174,10 @@ static void fake_exec(struct fake *f, const struct kvp_sqe *s, struct kvp_cqe *q
 		break;
 	case KVP_OP_RELEASE:
 		q->res = 0;
+		if (s->arg == 1013) { /* user 13's lease: a release refused */
+			q->res = -EBUSY;
+			fake_fail(f, s, q, "lease 1013: release refused (test)");
+		}
 		break;
 	case KVP_OP_OFFLOAD:
 		q->res = (s->flags & KVP_SQE_ALL) ? 50 : 5;

@@ -741,6 +741,32 @@ static void test_append_writes_exactly_the_leased_slots(void **state)
 	fake_free(f);
 }
 
+/* A refused async release leaves the lease as it was: a committed one stays
+ * closed to writes (lease.c, STATES). */
+static void test_refused_release_keeps_a_committed_lease_closed(void **state)
+{
+	struct fake *f = fake_new();
+	struct kvp_client *c = fake_attach(f, NULL);
+	struct kvp_completion out[1];
+	unsigned char kv[4 * 128] = { 1 }; /* 4 tokens of 128 bytes */
+	struct kvp_lease l;
+
+	(void)state;
+	assert_int_equal(kvp_prepare(c, 13, 0, 4, &l), 0);
+	assert_int_equal(kvp_append(c, &l, 0, 4, kv), 0);
+	assert_int_equal(kvp_commit(c, l.id, 4), 4); /* the fake answers n */
+	assert_int_equal(kvp_queue_release(c, l.id, 1), 0);
+	assert_int_equal(kvpc_lease_find(c, l.id)->state, KVPC_LEASE_RELEASING);
+	assert_int_equal(kvp_submit(c), 1);
+	reap_all(c, out, 1);
+	assert_int_equal(out[0].res, -EBUSY);
+	assert_int_equal(kvpc_lease_find(c, l.id)->state, KVPC_LEASE_CLOSED);
+	assert_int_equal(kvp_append(c, &l, 0, 1, kv), -ESTALE);
+	assert_non_null(strstr(kvp_last_error(c), "has committed 4 of its 4"));
+	kvp_close(c);
+	fake_free(f);
+}
+
 static void test_append_refuses_frame_outside_tier(void **state)
 {
 	struct fake *f = fake_new();
@@ -784,6 +810,7 @@ int main(void)
 		cmocka_unit_test(test_foreign_completions_are_eproto),
 		cmocka_unit_test(test_long_page_table_fits_sync_range_not_slice),
 		cmocka_unit_test(test_append_writes_exactly_the_leased_slots),
+		cmocka_unit_test(test_refused_release_keeps_a_committed_lease_closed),
 		cmocka_unit_test(test_append_refuses_frame_outside_tier),
 	};
 
