@@ -311,6 +311,18 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 			    uint32_t first, uint32_t n, const void *const *k,
 			    const void *const *v, void *stream);
 
+/*
+ * One layer only: k and v each hold [n][kv_heads][head_dim] elements of
+ * layer `layer` (device memory on cuda, host memory on shm), written into
+ * the slots of new tokens [first, first + n). For models that produce K/V
+ * layer by layer (HSTU, a transformers Cache): each layer lands as it is
+ * computed, under the same lease checks and commit ordering as the other
+ * appends. -EINVAL for a layer past the layout's.
+ */
+int kvp_append_layer_async(struct kvp_client *c, const struct kvp_lease *l,
+			   uint32_t layer, uint32_t first, uint32_t n,
+			   const void *k, const void *v, void *stream);
+
 /* One lease's share of a batched append. */
 struct kvp_append_item {
 	const struct kvp_lease *lease;

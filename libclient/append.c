@@ -151,11 +151,11 @@ static struct kvp_slot *scratch(struct kvp_client *c, uint32_t n)
 
 static int cuda_job(struct kvp_client *c, const struct kvp_append_item *items,
 		    uint32_t count, uint32_t n, const void *kv,
-		    const void *const *k, const void *const *v, void *stream,
-		    int sync)
+		    const void *const *k, const void *const *v, int32_t layer,
+		    void *stream, int sync)
 {
 	const struct kvpc_cuda_job j = { .items = items, .count = count, .n = n,
-					 .kv = kv, .k = k, .v = v,
+					 .kv = kv, .k = k, .v = v, .layer = layer,
 					 .stream = stream, .sync = sync };
 	int ret;
 
@@ -186,7 +186,7 @@ int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 	if (c->cuda) {
 		const struct kvp_append_item item = { l, first, n };
 
-		return cuda_job(c, &item, 1, n, kv, NULL, NULL, NULL, 1);
+		return cuda_job(c, &item, 1, n, kv, NULL, NULL, -1, NULL, 1);
 	}
 
 	for (uint32_t done = 0; done < n;) {
@@ -221,7 +221,7 @@ int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
 	if (n && !kv)
 		return kvpc_err(c, -EINVAL, "append_async: NULL data for %" PRIu32
 				" tokens", n);
-	return cuda_job(c, &item, 1, n, kv, NULL, NULL, stream, 0);
+	return cuda_job(c, &item, 1, n, kv, NULL, NULL, -1, stream, 0);
 }
 
 KVP_PUBLIC
@@ -250,7 +250,7 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 					"append_layers: NULL %s buffer of layer %" PRIu32,
 					k[i] ? "v" : "k", i);
 	if (c->cuda)
-		return cuda_job(c, &item, 1, n, NULL, k, v, stream, 0);
+		return cuda_job(c, &item, 1, n, NULL, k, v, -1, stream, 0);
 
 	if (!(slots = scratch(c, n)))
 		return -ENOMEM;
@@ -258,6 +258,46 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 	if (ret)
 		return ret;
 	kvp_append_layers_cpu(&c->layout, c->device, slots, n, k, v);
+	c->err[0] = '\0';
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_append_layer_async(struct kvp_client *c, const struct kvp_lease *l,
+			   uint32_t layer, uint32_t first, uint32_t n,
+			   const void *k, const void *v, void *stream)
+{
+	const struct kvp_append_item item = { l, first, n };
+	struct kvpc_lease *r = NULL;
+	struct kvp_layout sub;
+	struct kvp_slot *slots;
+	void *base;
+	int ret;
+
+	if ((ret = need_tier(c, "append_layer")) ||
+	    (ret = check_range(c, l, first, n, "append_layer", &r)) ||
+	    (!c->cuda && (ret = shm_stream(c, stream, "append_layer"))))
+		return ret;
+	if (layer >= c->layout.layers)
+		return kvpc_err(c, -EINVAL, "append_layer: layer %" PRIu32 " of a "
+				"layout of %" PRIu32 " layers", layer, c->layout.layers);
+	if (!n) {
+		c->err[0] = '\0';
+		return 0;
+	}
+	if (!k || !v)
+		return kvpc_err(c, -EINVAL, "append_layer: NULL %s buffer of layer %"
+				PRIu32, k ? "v" : "k", layer);
+	if (c->cuda)
+		return cuda_job(c, &item, 1, n, NULL, &k, &v, (int32_t)layer, stream, 0);
+
+	if (!(slots = scratch(c, n)))
+		return -ENOMEM;
+	ret = fill_slots(c, r, first, n, slots);
+	if (ret)
+		return ret;
+	base = kvpc_one_layer(&c->layout, layer, c->device, &sub);
+	kvp_append_layers_cpu(&sub, base, slots, n, &k, &v);
 	c->err[0] = '\0';
 	return 0;
 }
@@ -297,7 +337,7 @@ int kvp_append_batch_async(struct kvp_client *c,
 		return kvpc_err(c, -EINVAL, "append_batch: NULL data for %" PRIu64
 				" tokens", total);
 	if (c->cuda)
-		return cuda_job(c, items, count, (uint32_t)total, kv, NULL, NULL,
+		return cuda_job(c, items, count, (uint32_t)total, kv, NULL, NULL, -1,
 				stream, 0);
 
 	if (!(slots = scratch(c, (uint32_t)total)))

@@ -278,9 +278,26 @@ struct kvpc_cuda_job {
 	uint32_t n;                   /* sum of items[].n, > 0 */
 	const void *kv;               /* [n][layers][2][heads][dim], or NULL */
 	const void *const *k, *const *v; /* host arrays of layers device ptrs */
+	int32_t layer;                /* -1: every layer; else k and v hold one
+				       * pointer each, for this layer only */
 	void *stream;                 /* cudaStream_t; NULL: legacy default */
 	int sync;                     /* wait for it (kvp_append) */
 };
+/*
+ * Layer `layer` of a tier at base seen as a pool of one layer: the same
+ * strides and page stride (page_bytes), layers 1, base moved by layer *
+ * layer_stride. Every append kernel addresses frame f, layer 0 at base +
+ * f * page_bytes, so through this view it writes exactly that layer's rows
+ * (kvp_append_layer_async: one layer, the existing kernels).
+ */
+static inline void *kvpc_one_layer(const struct kvp_layout *l, uint32_t layer,
+				   void *base, struct kvp_layout *sub)
+{
+	*sub = *l;
+	sub->layers = 1;
+	sub->token_bytes = 2 * l->token_stride;
+	return (unsigned char *)base + (uint64_t)layer * l->layer_stride;
+}
 /* Find the GPU whose UUID is uuid among this process's devices (`device`
  * is its ordinal in the daemon, for messages), import *fd (a cuMemCreate
  * POSIX fd) there, map tier_bytes[DEVICE] bytes and set c->device and

@@ -705,7 +705,10 @@ int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j)
 {
 	struct kvpc_cuda *cu = c->cuda;
 	const size_t slot_bytes = (size_t)j->n * sizeof(struct kvp_slot);
-	const size_t ptr_bytes = j->kv ? 0 : (size_t)c->layout.layers * sizeof(void *);
+	const size_t ptr_bytes = j->kv ? 0 :
+		(size_t)(j->layer >= 0 ? 1 : c->layout.layers) * sizeof(void *);
+	struct kvp_layout one;
+	void *pool = c->device;
 	cudaStream_t stream = j->stream ? (cudaStream_t)j->stream : cudaStreamLegacy;
 	struct stage *s = NULL;
 	CUcontext prev;
@@ -734,10 +737,13 @@ int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j)
 			       j->n, cudaGetErrorString(e));
 		goto out;
 	}
+	if (j->layer >= 0)
+		pool = kvpc_one_layer(&c->layout, (uint32_t)j->layer, c->device, &one);
 	if (j->kv)
 		ret = kvp_append_cuda(&c->layout, c->device, s->dev, j->n, j->kv, stream);
 	else
-		ret = kvp_append_layers_cuda(&c->layout, c->device, s->dev, j->n,
+		ret = kvp_append_layers_cuda(j->layer >= 0 ? &one : &c->layout, pool,
+					     s->dev, j->n,
 					     (const void *const *)((unsigned char *)s->dev + slot_bytes),
 					     (const void *const *)((unsigned char *)s->dev + slot_bytes +
 								   ptr_bytes),

@@ -159,15 +159,21 @@ class Lease(_kvpool.Lease):
     def append_layer(self, layer: int, k: "torch.Tensor", v: "torch.Tensor",
                      first: int = 0) -> None:
         """Write one layer's K and V (``[n, kv_heads, head_dim]``) of new tokens
-        ``[first, first + n)`` straight into the pages with a torch indexing
-        op on the pool's tensor (the HSTU model's per-layer append, on the
-        current stream). commit() waits for the device before committing."""
-        n = k.shape[0]
-        self._check_write(first, n)
-        frames, slot = self.slots(first, n, device=k.device)
-        cache = self.client.layer(layer)
-        cache[frames, 0, slot] = k.to(cache.dtype)
-        cache[frames, 1, slot] = v.to(cache.dtype)
+        ``[first, first + n)`` into the pages (kvp_append_layer_async: the
+        library's lease checks and commit ordering, on the current torch
+        stream on cuda) -- the HSTU model's per-layer append. K and V are
+        converted to the pool's dtype and made contiguous when they are not."""
+        c = self.client
+        want = torch_dtype(c.layout["dtype"])
+        k = k.to(want).contiguous()
+        v = v.to(want).contiguous()
+        shape = (c.layout["kv_heads"], c.layout["head_dim"])
+        self._check_tensor(k, shape)
+        self._check_tensor(v, shape)
+        if k.shape[0] != v.shape[0]:
+            raise ValueError(f"append_layer: {k.shape[0]} tokens of K, {v.shape[0]} of V")
+        self._append_layer_ptr(layer, first, k.shape[0], k.data_ptr(), v.data_ptr(),
+                               _stream_of(k))
 
     def commit(self, n: Optional[int] = None) -> int:
         """Make the first ``n`` new tokens (default: all) part of the history

@@ -349,6 +349,36 @@ out:
 	return res;
 }
 
+/* _append_layer_ptr(layer, first, n, k_ptr, v_ptr, stream=0): one layer's
+ * [n][kv_heads][head_dim] K and V (kvp_append_layer_async). */
+static PyObject *lease_append_layer_ptr(KvpLease *s, PyObject *args)
+{
+	unsigned long layer, first, n;
+	unsigned long long stream = 0;
+	PyObject *ko, *vo;
+	const void *k, *v;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "kkkOO|K:_append_layer_ptr", &layer, &first, &n,
+			      &ko, &vo, &stream))
+		return NULL;
+	if (lease_check_live(s, "append_layer") || lease_check_range(s, first, n))
+		return NULL;
+	k = PyLong_AsVoidPtr(ko);
+	v = PyLong_AsVoidPtr(vo);
+	if (PyErr_Occurred())
+		return NULL;
+	if (client_enter(s->client))
+		return NULL;
+	CALL(ret, kvp_append_layer_async(s->client->c, &s->l, (uint32_t)layer,
+					 (uint32_t)first, (uint32_t)n, k, v,
+					 (void *)(uintptr_t)stream));
+	client_leave(s->client);
+	if (ret < 0)
+		return kvp_raise_client(s->client, ret);
+	Py_RETURN_NONE;
+}
+
 /* _check_write(first, n): what a write through the views needs (the torch
  * per-layer path, which writes with torch ops and not through the library). */
 static PyObject *lease_check_write(KvpLease *s, PyObject *args)
@@ -583,6 +613,9 @@ static PyMethodDef lease_methods[] = {
 	{ "_append_layers_ptr", (PyCFunction)lease_append_layers_ptr, METH_VARARGS,
 	  "_append_layers_ptr($self, first, n, k_ptrs, v_ptrs, stream=0, /)\n--\n\n"
 	  "kvp_append_layers_async from per-layer [n][kv_heads][head_dim] buffers." },
+	{ "_append_layer_ptr", (PyCFunction)lease_append_layer_ptr, METH_VARARGS,
+	  "_append_layer_ptr($self, layer, first, n, k_ptr, v_ptr, stream=0, /)\n--\n\n"
+	  "kvp_append_layer_async from one layer's [n][kv_heads][head_dim] K and V." },
 	{ "_check_write", (PyCFunction)lease_check_write, METH_VARARGS,
 	  "Raise unless tokens [first, first + n) are writable now." },
 	{ "commit", (PyCFunction)(void (*)(void))lease_commit, METH_VARARGS | METH_KEYWORDS,

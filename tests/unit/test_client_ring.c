@@ -741,6 +741,59 @@ static void test_append_writes_exactly_the_leased_slots(void **state)
 	fake_free(f);
 }
 
+/* kvp_append_layer_async, layer by layer, writes exactly what one
+ * kvp_append of all layers would: the same bytes in the same slots, and
+ * nothing else. */
+static void test_append_layer_by_layer_equals_one_append(void **state)
+{
+	struct fake *f = fake_new();
+	struct kvp_client *c;
+	struct kvp_slot slots[7];
+	struct kvp_lease l;
+	unsigned char kv[7 * 128], back[7 * 128], k[7 * 64], v[7 * 64];
+	size_t nonzero = 0;
+	uint64_t row;
+
+	(void)state;
+	f->hist_len = 6;
+	c = fake_attach(f, NULL);
+	row = f->layout.token_stride;
+	assert_int_equal(f->layout.token_bytes, 2 * f->layout.layers * row);
+	assert_true(row * 7 <= sizeof(k));
+	assert_int_equal(kvp_prepare(c, 1, 6, 7, &l), 0);
+	for (size_t i = 0; i < sizeof(kv); i++)
+		kv[i] = (unsigned char)(1 + i % 253);
+	for (uint32_t layer = 0; layer < f->layout.layers; layer++) {
+		for (uint32_t t = 0; t < 7; t++) {
+			const unsigned char *tok = kv + t * f->layout.token_bytes +
+						   layer * 2 * row;
+
+			memcpy(k + t * row, tok, row);
+			memcpy(v + t * row, tok + row, row);
+		}
+		assert_int_equal(kvp_append_layer_async(c, &l, layer, 0, 7, k, v, NULL), 0);
+	}
+	for (uint32_t i = 0; i < 7; i++) {
+		uint32_t q = 6 + i;
+
+		slots[i].frame = ((q / 4) * 7 + 3) % 64;
+		slots[i].slot = q % 4;
+	}
+	kvp_read_cpu(&f->layout, f->dev, slots, 7, back);
+	assert_memory_equal(back, kv, sizeof(kv));
+	for (size_t i = 0; i < f->dev_bytes; i++)
+		nonzero += ((unsigned char *)f->dev)[i] != 0;
+	assert_int_equal(nonzero, sizeof(kv));
+	assert_int_equal(kvp_append_layer_async(c, &l, f->layout.layers, 0, 1, k, v,
+						NULL), -EINVAL);
+	assert_non_null(strstr(kvp_last_error(c), "layers"));
+	assert_int_equal(kvp_append_layer_async(c, &l, 0, 6, 2, k, v, NULL), -EINVAL);
+	assert_int_equal(kvp_commit(c, l.id, 7), 7); /* the fake answers n */
+	assert_int_equal(kvp_append_layer_async(c, &l, 0, 0, 1, k, v, NULL), -ESTALE);
+	kvp_close(c);
+	fake_free(f);
+}
+
 /* A refused async release leaves the lease as it was: a committed one stays
  * closed to writes (lease.c, STATES). */
 static void test_refused_release_keeps_a_committed_lease_closed(void **state)
@@ -811,6 +864,7 @@ int main(void)
 		cmocka_unit_test(test_long_page_table_fits_sync_range_not_slice),
 		cmocka_unit_test(test_append_writes_exactly_the_leased_slots),
 		cmocka_unit_test(test_refused_release_keeps_a_committed_lease_closed),
+		cmocka_unit_test(test_append_layer_by_layer_equals_one_append),
 		cmocka_unit_test(test_append_refuses_frame_outside_tier),
 	};
 
