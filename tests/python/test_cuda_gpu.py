@@ -141,6 +141,47 @@ def test_a_second_process_reads_what_the_first_wrote(sock: str) -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
 
 
+def test_hstu_manager_on_the_cuda_pool(sock: str) -> None:
+    """The HSTU cache manager on a GPU pool: metadata int32 on the model's
+    device, per-layer appends of a batch, commit, and the cached K/V read
+    back through its page tables; a second prepare continues the histories."""
+    import kvpool
+    from kvpool.hstu import KVCacheManager
+    users, news = [21, 22, 23], [5, 17, 33]
+    kv = {u: _kv(n, 100 + u) for u, n in zip(users, news)}
+    with kvpool.connect(sock, "hstu") as c, KVCacheManager(c) as m:
+        assert m.get_batch_kvdata_info(users)[1].tolist() == [0, 0, 0]
+        m.prepare_kv_cache(users, [0, 0, 0], news)
+        md = m.get_cache_metadata(users)
+        for t in (md.kv_indices, md.kv_indptr, md.kv_last_page_len,
+                  md.total_history_lengths, md.total_history_offsets):
+            assert t.device.type == "cuda" and t.dtype == torch.int32
+        assert md.new_history_nnz == sum(news)
+        for layer in range(3):
+            k = torch.cat([kv[u][:, layer, 0] for u in users])
+            v = torch.cat([kv[u][:, layer, 1] for u in users])
+            m.append_kvcache(layer, k, v, md)
+        m.commit_kv_cache(users)
+        assert [m.get_user_kvdata_info(u) for u in users] == [(0, n) for n in news]
+        # Read back through page tables, as an attention kernel would.
+        P = m.page_size
+        for u, n in zip(users, news):
+            with c.prepare(u, n, 0) as rd:
+                table = rd.kv_indices(device="cuda").to(torch.int64)
+                pos = torch.arange(n, device="cuda")
+                for layer in range(3):
+                    cache = m.get_kvcache_table(layer)
+                    got_k = cache[table[pos // P], 0, pos % P]
+                    got_v = cache[table[pos // P], 1, pos % P]
+                    assert torch.equal(got_k, kv[u][:, layer, 0])
+                    assert torch.equal(got_v, kv[u][:, layer, 1])
+        # The next step continues every history from where it ended.
+        m.prepare_kv_cache(users, news, [1, 1, 1])
+        md2 = m.get_cache_metadata(users)
+        assert md2.total_history_lengths.tolist() == [n + 1 for n in news]
+        m.commit_kv_cache(users)
+
+
 if __name__ == "__main__":
     why = _why_skip()
     if why:
