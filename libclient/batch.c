@@ -303,7 +303,7 @@ static void reap_lease(struct kvp_client *c, const struct kvpc_slot *s,
 	if (!r)
 		return;
 	if (s->op == KVP_OP_RELEASE) {
-		if (res >= 0 || res == -ENOENT || res == -EPERM)
+		if (kvpc_lease_ended(res))
 			kvpc_lease_drop(c, s->lease);
 		else if (r->state == KVPC_LEASE_RELEASING)
 			r->state = r->state_before; /* a committed lease stays closed */

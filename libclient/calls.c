@@ -140,13 +140,6 @@ int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n)
 	return ret;
 }
 
-/* Whether a release's answer means the daemon no longer holds the lease for
- * this client: done, or never held (unknown, another client's). */
-static int release_ended(int ret)
-{
-	return ret >= 0 || ret == -ENOENT || ret == -EPERM;
-}
-
 /*
  * A release is sent for any id (the daemon checks that it is this client's);
  * the lease's record and page table are dropped once the daemon answered.
@@ -160,7 +153,7 @@ int kvp_release(struct kvp_client *c, uint64_t lease)
 	if (ret)
 		return ret;
 	ret = call_res(c, &sqe);
-	if (release_ended(ret))
+	if (kvpc_lease_ended(ret))
 		kvpc_lease_drop(c, lease);
 	return ret;
 }

@@ -42,6 +42,7 @@
 #ifndef KVPOOL_CLIENT_INTERNAL_H
 #define KVPOOL_CLIENT_INTERNAL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -185,6 +186,13 @@ struct kvpc_lease *kvpc_lease_find(const struct kvp_client *c, uint64_t id);
  * (not held by this client, committed, commit or release queued). */
 int kvpc_lease_open(struct kvp_client *c, uint64_t id, const char *what,
 		    struct kvpc_lease **out);
+/* Whether the daemon's answer to a release (or seal) means it no longer
+ * holds the lease for this client: done, or never held (unknown, another
+ * client's). Then the record goes. */
+static inline int kvpc_lease_ended(int res)
+{
+	return res >= 0 || res == -ENOENT || res == -EPERM;
+}
 /* Forget a lease (released, or ended by the daemon); frees its page table. */
 void kvpc_lease_drop(struct kvp_client *c, uint64_t id);
 /* Forget every lease of sequence seq but keep. */

@@ -328,7 +328,7 @@ int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg)
 	sqe.arg = reg->lease.id;
 	ret = call_res(c, &sqe);
 	/* A seal ends the fill lease; so does a daemon that no longer has it. */
-	if (ret >= 0 || ret == -ENOENT || ret == -EPERM)
+	if (kvpc_lease_ended(ret))
 		kvpc_lease_drop(c, reg->lease.id);
 	return ret;
 }
