@@ -4,16 +4,13 @@
  * and chunk_acquire() return: the pinned page table and the slots of the
  * new tokens, with append / commit / release / seal.
  *
- * PAGE TABLE COPY. The page table libkvpool hands back (kvp_lease.indices)
- * may live in the client's arena, valid only until the next call. The Lease
- * copies it at once (under the client's lock, before any other call) into a
- * bytes object it owns, which is what Python sees (lease.indices) and what
- * the views are built from. For appends the library's own lease is passed
- * on, so that the library checks it (-ESTALE for a released, committed or
- * foreign lease) — unless the library's table no longer matches our copy
- * (a library that keeps tables in the arena, and a later call reused it):
- * then, on the shm backend, the copy is written from our table, which is
- * the one the daemon pinned for this lease.
+ * PAGE TABLE COPY. libkvpool keeps each lease's page table until the lease
+ * is released (kvp_lease.indices points at its copy), and its data ops take
+ * only the lease's id. The Lease also copies the table into a bytes object
+ * it owns, which is what Python sees (lease.indices) and what the views are
+ * built from: it stays readable after the release, when the library's copy
+ * is gone. Appends pass the library's lease on, so the library checks them
+ * (-ESTALE for a released, committed, daemon-ended or foreign lease).
  *
  * A Lease is released when Python releases it, when its with block ends,
  * or when it is garbage; it is committed only when asked.
@@ -140,61 +137,6 @@ static int lease_check_range(KvpLease *s, unsigned long first, unsigned long n)
 	return 0;
 }
 
-/* 1 when the library's page table still says what ours does. Called with
- * the client's lock held, on a live lease. */
-static int table_current(const KvpLease *s)
-{
-	size_t bytes = (size_t)s->l.npages * sizeof(int32_t);
-
-	return !bytes || (s->l.indices &&
-			  !memcmp(s->l.indices, PyBytes_AS_STRING(s->table), bytes));
-}
-
-/*
- * shm fallback (see PAGE TABLE COPY): token rows of tokens [first, first+n)
- * written from our table. layers_k/v NULL: kv is [n][layers][2][H][D];
- * else per-layer [n][H][D] buffers.
- */
-static int shm_write(KvpLease *s, uint32_t first, uint32_t n, const char *kv,
-		     const char *const *k, const char *const *v)
-{
-	const struct kvp_layout *L = &s->client->layout;
-	const int32_t *table = (const int32_t *)PyBytes_AS_STRING(s->table);
-	const uint64_t frames = s->client->tier_frames;
-	char *tier = s->client->tier;
-
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t q = s->l.len + first + i;
-		uint64_t page = q / L->page_tokens;
-		int32_t f;
-		char *dst;
-
-		if (page >= s->l.npages || (f = table[page]) < 0 || (uint64_t)f >= frames) {
-			PyErr_Format(PyExc_RuntimeError,
-				     "lease %llu: page %llu of its table names no frame",
-				     (unsigned long long)s->l.id, (unsigned long long)page);
-			return -1;
-		}
-		dst = tier + (uint64_t)f * L->page_bytes +
-		      (q % L->page_tokens) * L->token_stride;
-		for (uint32_t layer = 0; layer < L->layers; layer++) {
-			char *d = dst + layer * L->layer_stride;
-
-			if (kv) {
-				const char *src = kv + ((uint64_t)i * L->layers + layer) *
-							       2 * L->token_stride;
-				memcpy(d, src, L->token_stride);
-				memcpy(d + L->kv_stride, src + L->token_stride, L->token_stride);
-			} else {
-				memcpy(d, k[layer] + (uint64_t)i * L->token_stride, L->token_stride);
-				memcpy(d + L->kv_stride, v[layer] + (uint64_t)i * L->token_stride,
-				       L->token_stride);
-			}
-		}
-	}
-	return 0;
-}
-
 /* ------------------------------------------------------------ append */
 
 /* The copy itself, checks done, the client's lock held. */
@@ -204,17 +146,6 @@ static int do_append(KvpLease *s, uint32_t first, uint32_t n, const void *kv,
 	KvpClient *c = s->client;
 	int ret;
 
-	if (!table_current(s)) {
-		if (c->cuda_device >= 0) {
-			PyErr_Format(StaleLeaseError,
-				     "lease %llu: libkvpool no longer holds its page table "
-				     "(another call reused it); append before the next call",
-				     (unsigned long long)s->l.id);
-			return -1;
-		}
-		return shm_write(s, first, n, kv, (const char *const *)k,
-				 (const char *const *)v);
-	}
 	Py_BEGIN_ALLOW_THREADS
 	if (kv)
 		ret = kvp_append_async(c->c, &s->l, first, n, kv, stream);
