@@ -529,14 +529,22 @@ static PyObject *client_stats(KvpClient *self, PyObject *args, PyObject *kw)
 
 #define LIST_ROWS 128
 
-static PyObject *client_users(KvpClient *self, PyObject *unused)
+/* One page of rows from cursor (kvp_users, kvp_clients), and one row as a
+ * dict: what list_rows() needs of a listing. */
+typedef int (*list_page_fn)(struct kvp_client *c, uint64_t cursor, void *rows,
+			    uint32_t max, uint64_t *next);
+typedef PyObject *(*list_row_fn)(const void *row);
+
+/* Every row of a listing, page by page, as a list of dicts. */
+static PyObject *list_rows(KvpClient *self, list_page_fn page, size_t size,
+			   list_row_fn to_dict)
 {
-	struct kvp_user_info *rows;
+	unsigned char *rows;
 	uint64_t cursor = 0, next = 0;
 	PyObject *list = PyList_New(0), *d;
 	int ret = 0;
 
-	rows = PyMem_Malloc(LIST_ROWS * sizeof(*rows));
+	rows = PyMem_Malloc(LIST_ROWS * size);
 	if (!list || !rows) {
 		Py_XDECREF(list);
 		PyMem_Free(rows);
@@ -545,14 +553,14 @@ static PyObject *client_users(KvpClient *self, PyObject *unused)
 	if (client_enter(self))
 		goto err;
 	do {
-		CALL(ret, kvp_users(self->c, cursor, rows, LIST_ROWS, &next));
+		CALL(ret, page(self->c, cursor, rows, LIST_ROWS, &next));
 		if (ret < 0) {
 			kvp_raise_client(self, ret);
 			client_leave(self);
 			goto err;
 		}
 		for (int i = 0; i < ret; i++) {
-			d = user_info_to_dict(&rows[i]);
+			d = to_dict(rows + (size_t)i * size);
 			if (!d || PyList_Append(list, d)) {
 				Py_XDECREF(d);
 				client_leave(self);
@@ -571,59 +579,49 @@ err:
 	return NULL;
 }
 
+static int users_page(struct kvp_client *c, uint64_t cursor, void *rows,
+		      uint32_t max, uint64_t *next)
+{
+	return kvp_users(c, cursor, rows, max, next);
+}
+
+static PyObject *user_row(const void *row)
+{
+	return user_info_to_dict(row);
+}
+
+static PyObject *client_users(KvpClient *self, PyObject *unused)
+{
+	return list_rows(self, users_page, sizeof(struct kvp_user_info), user_row);
+}
+
+static int clients_page(struct kvp_client *c, uint64_t cursor, void *rows,
+			uint32_t max, uint64_t *next)
+{
+	return kvp_clients(c, cursor, rows, max, next);
+}
+
+static PyObject *client_row(const void *row)
+{
+	const struct kvp_client_info *r = row;
+	char name[sizeof(r->name) + 1];
+	PyObject *tenant = r->tenant == UINT32_MAX ?
+		Py_NewRef(Py_None) : PyLong_FromUnsignedLong(r->tenant);
+
+	memcpy(name, r->name, sizeof(r->name));
+	name[sizeof(r->name)] = '\0';
+	return Py_BuildValue("{sIsIsIsIsNsOsKsKss}", "client_id", r->client_id,
+			     "pid", r->pid, "uid", r->uid, "gid", r->gid,
+			     "tenant", tenant,
+			     "admin", (r->flags & 1) ? Py_True : Py_False,
+			     "ops", (unsigned long long)r->ops, "leases",
+			     (unsigned long long)r->leases, "name", name);
+}
+
 static PyObject *client_clients(KvpClient *self, PyObject *unused)
 {
-	struct kvp_client_info *rows;
-	uint64_t cursor = 0, next = 0;
-	PyObject *list = PyList_New(0), *d;
-	int ret = 0;
-
-	rows = PyMem_Malloc(LIST_ROWS * sizeof(*rows));
-	if (!list || !rows) {
-		Py_XDECREF(list);
-		PyMem_Free(rows);
-		return PyErr_NoMemory();
-	}
-	if (client_enter(self))
-		goto err;
-	do {
-		CALL(ret, kvp_clients(self->c, cursor, rows, LIST_ROWS, &next));
-		if (ret < 0) {
-			kvp_raise_client(self, ret);
-			client_leave(self);
-			goto err;
-		}
-		for (int i = 0; i < ret; i++) {
-			const struct kvp_client_info *r = &rows[i];
-			char name[sizeof(r->name) + 1];
-
-			memcpy(name, r->name, sizeof(r->name));
-			name[sizeof(r->name)] = '\0';
-			PyObject *tenant = r->tenant == UINT32_MAX ?
-				Py_NewRef(Py_None) : PyLong_FromUnsignedLong(r->tenant);
-
-			d = Py_BuildValue("{sIsIsIsIsNsOsKsKss}", "client_id", r->client_id,
-					  "pid", r->pid, "uid", r->uid, "gid", r->gid,
-					  "tenant", tenant,
-					  "admin", (r->flags & 1) ? Py_True : Py_False,
-					  "ops", (unsigned long long)r->ops, "leases",
-					  (unsigned long long)r->leases, "name", name);
-			if (!d || PyList_Append(list, d)) {
-				Py_XDECREF(d);
-				client_leave(self);
-				goto err;
-			}
-			Py_DECREF(d);
-		}
-		cursor = next;
-	} while (next);
-	client_leave(self);
-	PyMem_Free(rows);
-	return list;
-err:
-	PyMem_Free(rows);
-	Py_DECREF(list);
-	return NULL;
+	return list_rows(self, clients_page, sizeof(struct kvp_client_info),
+			 client_row);
 }
 
 /* ------------------------------------------------------------ views */
