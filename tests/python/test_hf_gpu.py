@@ -10,9 +10,7 @@ ctest runs it) a skip is exit status 77. The full figures:
 tools/hf_proof.py -> bench/results/hf-cache-*.json."""
 from __future__ import annotations
 
-import glob
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -21,34 +19,11 @@ from typing import Optional
 
 import pytest
 
-SRC = Path(os.environ.get("KVPOOL_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-
-
-def _kvpoold() -> Optional[str]:
-    for p in [os.environ.get("KVPOOLD")] + sorted(glob.glob(str(SRC / "build*" / "kvpoold"))):
-        if p and os.access(p, os.X_OK):
-            return p
-    return None
+from gpu_skip import SRC, kvpoold as _kvpoold, why_skip as _why_skip  # noqa: E402
 
 
 def why_skip() -> Optional[str]:
-    try:
-        import torch
-    except ImportError as e:
-        return f"no torch ({e})"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    try:
-        import transformers
-    except ImportError as e:
-        return f"no transformers ({e}); kvpool.hf needs transformers >= 5"
-    if getattr(transformers, "FAKE", False):
-        return "only the tests' transformers stand-in is importable"
-    if int(transformers.__version__.split(".")[0]) < 5:
-        return f"transformers {transformers.__version__}; kvpool.hf needs >= 5"
-    if not _kvpoold():
-        return "no kvpoold (build it, or set $KVPOOLD)"
-    return None
+    return _why_skip("kvpool.hf")
 
 
 pytestmark = pytest.mark.skipif(why_skip() is not None, reason=str(why_skip()))
