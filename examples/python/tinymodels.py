@@ -12,6 +12,11 @@ cached positions [0, pos0) (or None), ``on_kv(layer, k, v)`` receives the new
 tokens' K, V (post-RoPE); with past=None and pos0=0 it is a full recompute.
 The geometry matches the tests' kvpoold layout (2 layers, 2 KV heads,
 head_dim 16, fp32, 16-token pages).
+
+For kvpool.llm.ChunkedLLM: TinyDecoderAdapter (a kvpool.llm.ModelAdapter:
+batched forward whose attention is a kvpool.cascade.Plan), ByteTokenizer
+(UTF-8 bytes 0-255, BOS 256, EOS 257) and tiny_llm_parts() (a 258-token
+TinyDecoder, its adapter and the tokenizer).
 """
 from __future__ import annotations
 
@@ -196,3 +201,71 @@ def generate_cached(client, model: TinyDecoder, user: int, seq: List[int], steps
         cached += len(feed)
         feed = [nxt]
     return out
+
+
+class ByteTokenizer:
+    """A byte-level tokenizer: token i < 256 is byte i of the UTF-8 text;
+    256 is BOS, 257 EOS (added only with add_special_tokens=True / skipped by
+    decode). No vocabulary file, nothing to download."""
+
+    bos_token_id = 256
+    eos_token_id = 257
+    vocab_size = 258
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> List[int]:
+        ids = list(text.encode("utf-8"))
+        return [self.bos_token_id] + ids if add_special_tokens else ids
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return bytes(int(i) for i in ids if 0 <= int(i) < 256).decode("utf-8", "replace")
+
+
+class TinyDecoderAdapter:
+    """TinyDecoder as a kvpool.llm.ModelAdapter: the same weights and math,
+    batched ([B, n] tokens at per-row positions), with each layer's attention
+    done by the forward's kvpool.cascade.Plan (which stores the new K/V in
+    pool pages and attends over the cached levels). Counts its forwards and
+    the tokens they computed (``forwards``, ``tokens``, ``shapes``)."""
+
+    def __init__(self, model: TinyDecoder, eos_token_id: Optional[int] = None) -> None:
+        self.model = model
+        self.layers, self.kv_heads, self.head_dim = LAYERS, KV_HEADS, HEAD_DIM
+        self.dtype = torch.float32
+        self.device = torch.device("cpu")
+        self.vocab_size = model.head.out_features
+        self.eos_token_id = eos_token_id
+        self.forwards = 0
+        self.tokens = 0
+        self.shapes: List[Tuple[int, int]] = []
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, plan) -> torch.Tensor:
+        m = self.model
+        B, n = tokens.shape
+        self.forwards += 1
+        self.tokens += B * n
+        self.shapes.append((B, n))
+        pos = positions.reshape(-1)
+        x = m.embed(tokens)
+        for layer, b in enumerate(m.blocks):
+            h = b.norm1(x)
+            q = rope(b.q(h).reshape(B * n, b.heads, HEAD_DIM), pos)
+            k = rope(b.k(h).reshape(B * n, KV_HEADS, HEAD_DIM), pos)
+            q = q.view(B, n, b.heads, HEAD_DIM).transpose(1, 2)
+            k = k.view(B, n, KV_HEADS, HEAD_DIM).transpose(1, 2)
+            v = b.v(h).view(B, n, KV_HEADS, HEAD_DIM).transpose(1, 2)
+            out = plan.attend(layer, q, k, v).reshape(B, n, b.heads * HEAD_DIM)
+            x = x + b.o(out)
+            x = x + b.down(torch.nn.functional.silu(b.up(b.norm2(x))))
+        return m.head(m.norm(x[:, -1])).float()
+
+    __call__ = forward
+
+
+def tiny_llm_parts(seed: int = 0) -> Tuple[TinyDecoder, TinyDecoderAdapter, ByteTokenizer]:
+    """A TinyDecoder over the byte tokenizer's 258 tokens, its adapter and
+    the tokenizer: ChunkedLLM(model=adapter, tokenizer=tok)."""
+    tok = ByteTokenizer()
+    model = TinyDecoder(vocab=tok.vocab_size, seed=seed)
+    return model, TinyDecoderAdapter(model, tok.eos_token_id), tok
