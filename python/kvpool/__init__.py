@@ -18,6 +18,10 @@ KV-cache manager.
 kvpool.hf.KVPoolCache (import kvpool.hf; needs transformers >= 5) is a
 HuggingFace transformers Cache whose K/V live in kvpool pages: pass it as
 past_key_values to model.generate(). See kvpool(3) for the C calls each method wraps.
+kvpool.llm.ChunkedLLM (also kvpool.ChunkedLLM, with ChunkType, ModelAdapter and
+the chunk errors; imported on first use, with torch) is seed 001's chunk API on
+a model: registration prefills, generation composes cached KV through cascade
+attention (kvpool.cascade); ``python3 -m kvpool.chat`` is a REPL over it.
 """
 from __future__ import annotations
 
@@ -44,7 +48,20 @@ __all__ = [
     "InvalidArgumentError", "PoolFullError", "NotFoundError", "StaleLeaseError",
     "BusyError", "NotReadyError", "AlreadyError", "PermissionDeniedError",
     "ConnectError", "ProtocolError", "UnsupportedError", "ClientClosedError",
+    "ChunkedLLM", "ChunkType", "ModelAdapter", "ChunkNotFoundError",
+    "IncompatibleChunksError", "OutOfMemoryError",
 ]
+
+# kvpool.llm needs torch: its names are imported when first asked for.
+_LLM_NAMES = ("ChunkedLLM", "ChunkType", "ModelAdapter", "ChunkNotFoundError",
+              "IncompatibleChunksError", "OutOfMemoryError")
+
+
+def __getattr__(name: str):
+    if name in _LLM_NAMES:
+        from . import llm  # noqa: PLC0415
+        return getattr(llm, name)
+    raise AttributeError(f"module 'kvpool' has no attribute {name!r}")
 
 
 def connect(socket: Optional[str] = None, name: Optional[str] = None, *,

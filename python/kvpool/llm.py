@@ -1070,6 +1070,14 @@ class ChunkedLLM:
         blocks = list(self._active[row])
         return blocks, sum(b.tokens for b in blocks)
 
+    def release_generations(self) -> None:
+        """Free the private sequences of this object's generations (their
+        blocks become invalid; get_all_active_blocks returns nothing)."""
+        with self._lock:
+            for s in list(self._seqs):
+                self._free_seq(s)
+            self._active = []
+
     def get_conversation_blocks(self, row: int = 0) -> Tuple[List[Block], int]:
         """The conversation so far as blocks: every block of the last
         generation (system, contexts, query, and what was generated after
@@ -1102,7 +1110,7 @@ class ChunkedLLM:
         prev_entry: Optional[str] = None
         try:
             for i, b in enumerate(norm):
-                if pending:
+                if pending and b.kind != "seq":
                     raise ValueError(f"block {b}: follows a generation whose last token has "
                                      "no KV; only the last block may be such a sequence")
                 if b.kind == "entry":
@@ -1131,6 +1139,8 @@ class ChunkedLLM:
                     if s is None:
                         raise ChunkNotFoundError(str(b), f"block {b}: no such sequence of "
                                                  "this ChunkedLLM (freed, or another's)")
+                    # (a sequence that follows one with a pending token was made
+                    # by feeding it: the prefix check below says so)
                     want = tuple(str(x) for x in out)
                     if s.start != pos or s.prefix != want:
                         raise IncompatibleChunksError(
