@@ -196,6 +196,50 @@ static int set_max_tokens(struct config *c, struct tenant_config *t,
 	return ret;
 }
 
+static int set_max_chunks(struct config *c, struct tenant_config *t,
+			  const char *v, char *err, size_t len)
+{
+	uint64_t *dst = t ? &t->max_chunks : &c->max_chunks;
+	int ret = parse_uint(v, 0, UINT32_MAX, dst, err, len);
+
+	if (!ret && t)
+		t->has_max_chunks = true;
+	return ret;
+}
+
+static int set_chunk_memory_ratio(struct config *c, struct tenant_config *t,
+				  const char *v, char *err, size_t len)
+{
+	double *dst = t ? &t->chunk_memory_ratio : &c->chunk_memory_ratio;
+	char *end = NULL;
+	double x;
+
+	errno = 0;
+	x = strtod(v, &end);
+	if (!*v || errno || !end || *end || !(x > 0 && x <= 1)) {
+		snprintf(err, len, "use a fraction of the device tier in (0, 1], "
+			 "e.g. 0.5");
+		return -EINVAL;
+	}
+	*dst = x;
+	if (t)
+		t->has_chunk_memory_ratio = true;
+	return 0;
+}
+
+static int set_chunk_content_max(struct config *c, struct tenant_config *t,
+				 const char *v, char *err, size_t len)
+{
+	uint64_t x;
+
+	if (parse_size(v, &x, err, len) || x > (1u << 30)) {
+		snprintf(err, len, "use a size from 0 to 1G, e.g. 1M");
+		return -EINVAL;
+	}
+	c->chunk_content_max = x;
+	return 0;
+}
+
 /* Any bytes but NUL (the file's line ends it, a --tenant flag's ':'). Never
  * echoed back in messages: it is a secret. */
 static int set_hash_salt(struct config *c, struct tenant_config *t,
@@ -351,6 +395,12 @@ static const struct setting settings[] = {
 	{ "admin_uids", G, set_admin_uids, "LIST", "uids with admin rights (default 0 and kvpoold's uid)" },
 	{ "uids", T, set_uids, "LIST", "the tenant's uids" },
 	{ "gids", T, set_gids, "LIST", "the tenant's gids" },
+	{ "max_chunks", G | T, set_max_chunks, "N",
+	  "chunk names a tenant may keep, LRU ones evicted past it (default 0 = unlimited)" },
+	{ "chunk_memory_ratio", G | T, set_chunk_memory_ratio, "R",
+	  "most of the device tier chunks may take, in (0, 1] (default 1)" },
+	{ "chunk_content_max", G, set_chunk_content_max, "SIZE",
+	  "content bytes a chunk may keep (default 1M)" },
 	{ "hash_salt", T | S, set_hash_salt, "SECRET",
 	  "salt of the tenant's prefix and chunk hashes (default empty)" },
 	{ "spin_us", G, set_spin_us, "US", "how long an idle worker polls before it sleeps (default 50)" },
@@ -401,7 +451,7 @@ static void print_help(void)
 	       "  -c, --config=PATH     read settings from PATH (kvpool.conf(5)); flags override it\n"
 	       "  -f                    same as --foreground\n"
 	       "  --tenant=NAME[:uids=L][:gids=L][:device_mem=S][:host_mem=S][:max_tokens_per_user=N]\n"
-	       "              [:hash_salt=SECRET]\n"
+	       "              [:max_chunks=N][:chunk_memory_ratio=R][:hash_salt=SECRET]\n"
 	       "                        define a tenant (replaces a file tenant of that name)\n"
 	       "  -h, --help            this text\n"
 	       "  -V, --version         the version\n\nSettings (--KEY=VALUE, or KEY = VALUE in the file):\n");
@@ -804,6 +854,10 @@ static int check_tenant(struct config *c, uint32_t ti)
 		t->host_mem = c->host_mem;
 	if (!t->has_max_tokens)
 		t->max_tokens = c->max_tokens_per_user;
+	if (!t->has_max_chunks)
+		t->max_chunks = c->max_chunks;
+	if (!t->has_chunk_memory_ratio)
+		t->chunk_memory_ratio = c->chunk_memory_ratio;
 	ret = check_mem(c, who, "device_mem", t->device_mem, 1, INT32_MAX);
 	if (!ret)
 		ret = check_mem(c, who, "host_mem", t->host_mem, 0, UINT32_MAX - 1);
@@ -892,6 +946,8 @@ static int config_defaults(struct config *c)
 		.max_pending = 256,
 		.max_pending_per_uid = 64,
 		.hello_timeout_ms = 5000,
+		.chunk_memory_ratio = 1.0,
+		.chunk_content_max = 1u << 20,
 		.devices = { 0 },
 		.ndevices = 1,
 	};

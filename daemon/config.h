@@ -39,6 +39,11 @@ struct tenant_config {
 	struct id_list uids, gids;
 	uint64_t device_mem, host_mem, max_tokens; /* bytes, bytes, tokens */
 	bool has_device_mem, has_host_mem, has_max_tokens;
+	/* Chunk limits (kvpool.h kvp_chunk_limits): names, 0 unlimited; chunk
+	 * pages over device frames, (0, 1]. */
+	uint64_t max_chunks;
+	double chunk_memory_ratio;
+	bool has_max_chunks, has_chunk_memory_ratio;
 	/* The secret the tenant's prefix and chunk hashes are salted with
 	 * (tenant.c derives the engine's salt from it); "" by default. */
 	char hash_salt[HASH_SALT_MAX + 1];
@@ -59,6 +64,9 @@ struct config {
 	char *layout_spec;
 	struct kvp_layout layout; /* parsed from layout_spec by config_load */
 	uint64_t max_tokens_per_user;
+	uint64_t max_chunks;      /* default of the tenants' (0: unlimited) */
+	double chunk_memory_ratio; /* default of the tenants' (1.0) */
+	uint64_t chunk_content_max; /* bytes of content a chunk name keeps */
 	struct id_list allow_uids, allow_gids, admin_uids;
 	uint32_t spin_us;
 	uint32_t workers;

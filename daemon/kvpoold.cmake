@@ -15,6 +15,7 @@ add_executable(kvpoold
   daemon/ops.c
   daemon/ops_list.c
   daemon/ops_share.c
+  daemon/ops_chunk.c
   daemon/park.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon

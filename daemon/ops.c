@@ -79,6 +79,12 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 					0, NEED_TENANT, NULL },
 	[KVP_OP_COMPOSE] = { "compose", op_compose, KVP_SQE_PREVIEW, SHARE, NULL },
 	[KVP_OP_EVICT_TENANT] = { "evict_tenant", op_evict_tenant, 0, NEED_TENANT, NULL },
+	[KVP_OP_CHUNK_LINK] = { "chunk_link", op_chunk_link, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_ENTRY] = { "chunk_entry", op_chunk_entry, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_ENTRIES] = { "chunk_entries", op_chunk_entries, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_CONTENT] = { "chunk_content", op_chunk_content, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_TOKENS] = { "chunk_tokens", op_chunk_tokens, 0, SHARE, NULL },
+	[KVP_OP_CHUNK_LIMITS] = { "chunk_limits", op_chunk_limits, 0, SHARE, NULL },
 };
 
 /* ------------------------------------------------------------ helpers */

@@ -2,7 +2,7 @@
 /*
  * ops_internal.h - one operation being executed, shared by ops.c (checks,
  * dispatch, the data operations), ops_list.c (USERS, CLIENTS) and
- * ops_share.c (prefix cache, sequences, chunks, compositions).
+ * ops_share.c (prefix cache, sequences, compositions) and ops_chunk.c.
  */
 #ifndef KVPOOLD_OPS_INTERNAL_H
 #define KVPOOLD_OPS_INTERNAL_H
@@ -72,7 +72,23 @@ static inline bool op_lease_is_history(uint64_t lease)
 	return !(lease & (1ull << 31));
 }
 
-/* ops_share.c: one function per sharing opcode. */
+/* ops_share.c: the helpers of the sharing opcodes (ops_share.c's top
+ * comment says how they are used). */
+uint64_t op_now_ns(void);                 /* CLOCK_REALTIME */
+/* Copy the input range once into scratch, extra bytes after it in *priv. */
+int op_input(struct op *o, size_t extra, const unsigned char **in, void **priv);
+/* op_input() of an input that starts with a header of hsize, copied to hdr. */
+int op_input_header(struct op *o, void *hdr, size_t hsize, size_t extra,
+		    const unsigned char **in, void **priv);
+/* in_len is exactly one chunk id: *id gets the copy. */
+int op_input_id(struct op *o, struct kvp_chunk_id *id);
+uint64_t op_span_pages(struct op *o, uint64_t n);  /* pages of n tokens */
+/* The result room a lease of pages needs at off: -EMSGSIZE when short. */
+int op_lease_room(struct op *o, size_t off, uint64_t pages);
+/* A lease as kvp_prepare_out + frames at off (pool locked). */
+int op_put_lease(struct op *o, size_t off, const struct engine_lease *l);
+
+/* ops_share.c and ops_chunk.c: one function per sharing opcode. */
 int op_prefix_lookup(struct op *o);
 int op_seq_alloc(struct op *o);
 int op_seq_create(struct op *o);
@@ -86,6 +102,12 @@ int op_chunk_list(struct op *o);
 int op_chunk_delete(struct op *o);
 int op_chunk_clear(struct op *o);
 int op_chunk_evict_unused(struct op *o);
+int op_chunk_link(struct op *o);
+int op_chunk_entry(struct op *o);
+int op_chunk_entries(struct op *o);
+int op_chunk_content(struct op *o);
+int op_chunk_tokens(struct op *o);
+int op_chunk_limits(struct op *o);
 int op_compose(struct op *o);
 
 #endif /* KVPOOLD_OPS_INTERNAL_H */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ops_share.c - the sharing operations: prefix lookup, sequences, chunks and
+ * ops_share.c - the sharing operations: prefix lookup, sequences and
  * compositions (proto.h, "sharing (v3)"), each a thin layer between a
- * checked submission and the engine's share_* call (share.h).
+ * checked submission and the engine's share_* call (share.h); chunks are
+ * ops_chunk.c's, on the helpers here.
  *
  * Every operation here follows the same three steps, in this order:
  *   1. op_input() copies the input out of the client's arena ONCE into the
@@ -41,7 +42,7 @@
 /* Sources one virtual sequence may have. */
 #define SHARE_MAX_SOURCES 4096u
 
-static uint64_t now_ns(void)
+uint64_t op_now_ns(void)
 {
 	struct timespec ts;
 
@@ -54,7 +55,7 @@ static uint64_t now_ns(void)
  * (8-byte aligned) for results built privately. *in gets the copy, *priv
  * (may be NULL) the extra room.
  */
-static int op_input(struct op *o, size_t extra, const unsigned char **in,
+int op_input(struct op *o, size_t extra, const unsigned char **in,
 		    void **priv)
 {
 	const struct kvp_sqe *q = o->sqe;
@@ -84,7 +85,7 @@ static int op_input(struct op *o, size_t extra, const unsigned char **in,
  * op_input() for inputs that start with a fixed header: checks in_len can
  * hold it, copies the input out once and the header out of that copy.
  */
-static int op_input_header(struct op *o, void *hdr, size_t hsize, size_t extra,
+int op_input_header(struct op *o, void *hdr, size_t hsize, size_t extra,
 			   const unsigned char **in, void **priv)
 {
 	int ret;
@@ -118,7 +119,7 @@ static int check_tokens(struct op *o, uint32_t n, bool may_be_empty)
 }
 
 /* in_len is exactly one chunk id; *id gets the copy. */
-static int input_id(struct op *o, struct kvp_chunk_id *id)
+int op_input_id(struct op *o, struct kvp_chunk_id *id)
 {
 	const unsigned char *in = NULL;
 	int ret;
@@ -134,7 +135,7 @@ static int input_id(struct op *o, struct kvp_chunk_id *id)
 }
 
 /* Pages a fresh span of n tokens takes. */
-static uint64_t span_pages(struct op *o, uint64_t n)
+uint64_t op_span_pages(struct op *o, uint64_t n)
 {
 	uint32_t P = o->s->cfg->layout.page_tokens;
 
@@ -142,7 +143,7 @@ static uint64_t span_pages(struct op *o, uint64_t n)
 }
 
 /* The result room a lease of up to pages page-table entries needs at off. */
-static int lease_room(struct op *o, size_t off, uint64_t pages)
+int op_lease_room(struct op *o, size_t off, uint64_t pages)
 {
 	const size_t hdr = sizeof(struct kvp_prepare_out);
 
@@ -160,14 +161,14 @@ static int lease_room(struct op *o, size_t off, uint64_t pages)
  * with the pool locked (l->frames is engine memory). -EMSGSIZE when it does
  * not fit: nothing written, the caller undoes the lease.
  */
-static int put_lease(struct op *o, size_t off, const struct engine_lease *l)
+int op_put_lease(struct op *o, size_t off, const struct engine_lease *l)
 {
 	struct kvp_prepare_out po = {
 		.lease = l->id, .start = l->start, .len = l->len, .n_new = l->n_new,
 		.npages = l->npages, .last_page_len = l->last_page_len,
 		.onloaded_pages = l->onloaded_pages,
 	};
-	int ret = lease_room(o, off, l->npages);
+	int ret = op_lease_room(o, off, l->npages);
 
 	if (ret)
 		return ret;
@@ -246,13 +247,13 @@ int op_seq_alloc(struct op *o)
 	int ret;
 
 	if ((ret = check_tokens(o, q->n, false)) ||
-	    (ret = lease_room(o, 0, span_pages(o, q->n))) ||
+	    (ret = op_lease_room(o, 0, op_span_pages(o, q->n))) ||
 	    (ret = op_input(o, 0, &in, NULL)))
 		return ret;
 	eng = op_lock_own(o);
 	ret = share_seq_alloc(eng, q->arg, (const uint32_t *)in, q->n, o->c->id,
 			      &l, o->e);
-	if (!ret && (ret = put_lease(o, 0, &l)))
+	if (!ret && (ret = op_put_lease(o, 0, &l)))
 		share_seq_discard(eng, q->arg, o->c->id);
 	op_unlock_own(o);
 	return ret;
@@ -296,7 +297,7 @@ int op_seq_create(struct op *o)
 	}
 	eng = op_lock_own(o);
 	ret = share_seq_create(eng, q->arg, src, h.nsrc, q->n, o->c->id, &l, o->e);
-	if (!ret && (ret = put_lease(o, 0, &l)))
+	if (!ret && (ret = op_put_lease(o, 0, &l)))
 		share_seq_discard(eng, q->arg, o->c->id);
 	if (!ret)
 		fence = lease_fence(o, eng, &l);
@@ -326,7 +327,7 @@ int op_seq_extend(struct op *o)
 	ret = share_seq_extend(eng, q->arg, q->n, (const uint32_t *)in, o->c->id,
 			       &l, o->e);
 	/* Releasing the write lease gives the reserved slots back. */
-	if (!ret && (ret = put_lease(o, 0, &l)))
+	if (!ret && (ret = op_put_lease(o, 0, &l)))
 		engine_release(eng, l.id, NULL);
 	op_unlock_own(o);
 	return ret;
@@ -336,222 +337,6 @@ int op_seq_free(struct op *o)
 {
 	int ret = share_seq_free(op_lock_own(o), o->sqe->arg, o->c->id, o->e);
 
-	op_unlock_own(o);
-	return ret;
-}
-
-/* ------------------------------------------------------------ chunks */
-
-static bool type_valid(uint32_t type, bool zero_ok)
-{
-	return (zero_ok && type == 0) ||
-	       (type >= KVP_CHUNK_SYSTEM && type <= KVP_CHUNK_QUERY);
-}
-
-/* A string of len bytes (its NUL counted; 0: none) at s: NUL at the end and
- * nowhere before. */
-static int check_str(struct op *o, const char *s, uint32_t len,
-		     const char *what)
-{
-	if (!len)
-		return 0;
-	if (len > KVP_CHUNK_META_MAX)
-		return errbuf_set(o->e, -EINVAL, "%s: %s of %" PRIu32 " bytes; at most "
-				  "%u with its NUL", o->name, what, len,
-				  KVP_CHUNK_META_MAX);
-	if (s[len - 1] != '\0')
-		return errbuf_set(o->e, -EINVAL, "%s: %s is not NUL-terminated within "
-				  "its %" PRIu32 " bytes", o->name, what, len);
-	if (strlen(s) != len - 1)
-		return errbuf_set(o->e, -EINVAL, "%s: %s has a NUL at byte %zu of %"
-				  PRIu32 "; its length must count exactly one, the "
-				  "last", o->name, what, strlen(s), len);
-	return 0;
-}
-
-int op_chunk_register(struct op *o)
-{
-	const struct kvp_sqe *q = o->sqe;
-	struct kvp_chunk_register_in h;
-	struct share_chunk_reg reg;
-	struct kvp_chunk_reg_out ro;
-	const unsigned char *in = NULL;
-	const char *meta;
-	struct engine *eng;
-	uint64_t want;
-	int ret;
-
-	if ((ret = op_input_header(o, &h, sizeof(h), 0, &in, NULL)))
-		return ret;
-	if (h.rsv)
-		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero",
-				  o->name);
-	if (!type_valid(h.type, false))
-		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
-				  "use 1 (system), 2 (context) or 3 (query)", o->name,
-				  h.type);
-	if (!h.ntokens || h.ntokens > SHARE_MAX_TOKENS)
-		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " tokens; a chunk has 1 "
-				  "to %u", o->name, h.ntokens, SHARE_MAX_TOKENS);
-	want = sizeof(h) + (uint64_t)h.ntokens * 4 + h.meta_len;
-	if (h.meta_len > KVP_CHUNK_META_MAX || q->in_len != want)
-		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " tokens and %" PRIu32
-				  " metadata bytes (at most %u) need in_len %" PRIu64
-				  "; it is %" PRIu32, o->name, h.ntokens, h.meta_len,
-				  KVP_CHUNK_META_MAX, want, q->in_len);
-	meta = (const char *)in + sizeof(h) + (size_t)h.ntokens * 4;
-	if ((ret = check_str(o, meta, h.meta_len, "the metadata")) ||
-	    (ret = lease_room(o, sizeof(ro), span_pages(o, h.ntokens))))
-		return ret;
-	eng = op_lock_own(o);
-	ret = share_chunk_register(eng, (const uint32_t *)(in + sizeof(h)),
-				   h.ntokens, h.type, h.meta_len ? meta : NULL,
-				   o->c->id, now_ns(), &reg, o->e);
-	if (ret)
-		goto out;
-	ro = (struct kvp_chunk_reg_out){ .id = reg.id, .created = reg.created,
-					 .state = reg.state };
-	/* A fill lease released before its seal deletes the chunk: undone. */
-	if (reg.created && (ret = put_lease(o, sizeof(ro), &reg.lease))) {
-		engine_release(eng, reg.lease.id, NULL);
-		goto out;
-	}
-	memcpy(o->out, &ro, sizeof(ro));
-	if (!reg.created)
-		o->cqe->out_bytes = sizeof(ro);
-	ret = reg.created ? 1 : 0;
-out:
-	op_unlock_own(o);
-	return ret;
-}
-
-int op_chunk_seal(struct op *o)
-{
-	int ret = share_chunk_seal(op_lock_own(o), o->sqe->arg, o->c->id, o->e);
-
-	op_unlock_own(o);
-	return ret;
-}
-
-int op_chunk_acquire(struct op *o)
-{
-	struct kvp_chunk_id id;
-	struct engine_lease l;
-	struct engine *eng;
-	int ret;
-
-	if ((ret = input_id(o, &id)))
-		return ret;
-	eng = op_lock_own(o);
-	ret = share_chunk_acquire(eng, &id, o->c->id, now_ns(), &l, o->e);
-	if (!ret && (ret = put_lease(o, 0, &l)))
-		engine_release(eng, l.id, NULL);
-	op_unlock_own(o);
-	return ret;
-}
-
-int op_chunk_get(struct op *o)
-{
-	struct kvp_chunk_info info;
-	struct kvp_chunk_id id;
-	int ret;
-
-	if (o->out_len < sizeof(info))
-		return errbuf_set(o->e, -EMSGSIZE, "%s: the result needs out_len >= %zu "
-				  "bytes; out_len is %" PRIu32, o->name, sizeof(info),
-				  o->out_len);
-	if ((ret = input_id(o, &id)))
-		return ret;
-	ret = share_chunk_info(op_lock_own(o), &id, &info, o->e);
-	op_unlock_own(o);
-	if (ret)
-		return ret;
-	memcpy(o->out, &info, sizeof(info));
-	o->cqe->out_bytes = sizeof(info);
-	return 0;
-}
-
-int op_chunk_list(struct op *o)
-{
-	const struct kvp_sqe *q = o->sqe;
-	int max = op_list_rows(o, sizeof(struct kvp_chunk_info), "CHUNK_LIST");
-	struct kvp_chunk_info *rows;
-	struct kvp_chunk_list_in h;
-	const unsigned char *in = NULL;
-	const char *filter;
-	bool more = false;
-	int n;
-
-	if (max < 0)
-		return max;
-	n = op_input_header(o, &h, sizeof(h), (size_t)max * sizeof(*rows), &in,
-			    (void **)&rows);
-	if (n)
-		return n;
-	if (h.rsv || h.has_after > 1)
-		return errbuf_set(o->e, -EINVAL, "%s: reserved fields must be zero and "
-				  "has_after 0 or 1", o->name);
-	if (!type_valid(h.type, true))
-		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
-				  "use 0 (all), 1 (system), 2 (context) or 3 (query)",
-				  o->name, h.type);
-	if (q->in_len != sizeof(h) + (uint64_t)h.filter_len)
-		return errbuf_set(o->e, -EINVAL, "%s: a %" PRIu32 "-byte filter needs "
-				  "in_len %" PRIu64 "; it is %" PRIu32, o->name,
-				  h.filter_len, sizeof(h) + (uint64_t)h.filter_len,
-				  q->in_len);
-	filter = (const char *)in + sizeof(h);
-	if ((n = check_str(o, filter, h.filter_len, "the filter")))
-		return n;
-	n = share_chunk_list(op_lock_own(o), h.type, h.filter_len ? filter : NULL,
-			     h.has_after ? &h.after : NULL, rows, (uint32_t)max,
-			     &more, o->e);
-	op_unlock_own(o);
-	if (n < 0)
-		return n;
-	if (n > max)
-		return errbuf_set(o->e, -EPROTO, "%s: the engine listed %d rows for a "
-				  "page of %d", o->name, n, max);
-	memcpy(o->out, rows, (size_t)n * sizeof(*rows));
-	o->cqe->out_bytes = (uint32_t)((size_t)n * sizeof(*rows));
-	o->cqe->val0 = more;
-	return n;
-}
-
-int op_chunk_delete(struct op *o)
-{
-	struct kvp_chunk_id id;
-	int ret;
-
-	if ((ret = input_id(o, &id)))
-		return ret;
-	ret = share_chunk_delete(op_lock_own(o), &id, o->e);
-	op_unlock_own(o);
-	return ret;
-}
-
-int op_chunk_clear(struct op *o)
-{
-	int ret;
-
-	if (!type_valid(o->sqe->n, true))
-		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
-				  "use 0 (all), 1 (system), 2 (context) or 3 (query)",
-				  o->name, o->sqe->n);
-	ret = share_chunk_clear(op_lock_own(o), o->sqe->n);
-	op_unlock_own(o);
-	return ret;
-}
-
-int op_chunk_evict_unused(struct op *o)
-{
-	uint64_t age = o->sqe->arg;
-	int ret;
-
-	if (age > UINT32_MAX)
-		return errbuf_set(o->e, -EINVAL, "%s: max age %" PRIu64 " s; at most %"
-				  PRIu32, o->name, age, UINT32_MAX);
-	ret = share_chunk_evict_unused(op_lock_own(o), age * 1000000000ull, now_ns());
 	op_unlock_own(o);
 	return ret;
 }
@@ -684,7 +469,7 @@ int op_compose(struct op *o)
 	if ((ret = compose_reqs(o, in, reqs, h.nreq, h.nctx)))
 		return ret;
 	eng = op_lock_own(o);
-	ret = share_compose(eng, reqs, h.nreq, preview, o->c->id, now_ns(), &sc,
+	ret = share_compose(eng, reqs, h.nreq, preview, o->c->id, op_now_ns(), &sc,
 			    o->e);
 	if (!ret && (ret = put_composition(o, &sc)) && sc.lease)
 		engine_release(eng, sc.lease, NULL);

@@ -398,7 +398,7 @@ void share_stats(const struct engine *eng, struct kvp_stats *st)
 	st->prefix_idle_pages = s->pc_idle;
 	st->seqs = s->seqs.count;
 	st->seq_pages = s->seq_pages;
-	st->chunks = s->chunk_count;
+	st->chunks = s->name_count;
 	st->chunk_pages = s->chunk_pages;
 	st->chunk_bytes = s->chunk_pages * eng->layout.page_bytes;
 	st->chunk_last_access_ns = s->chunk_last_access_ns;

@@ -132,41 +132,93 @@ int share_seq_read_tokens(struct engine *eng, uint64_t seq, uint64_t pos,
 
 /* ------------------------------------------------------------ chunks */
 
+/* See kvpool.h "Chunks": names, entries, limits. */
 struct share_chunk_reg {
-	struct kvp_chunk_id id;
+	struct kvp_chunk_id id;    /* the entry */
+	struct kvp_chunk_id name;
 	bool created;
 	uint32_t state;
+	uint32_t start;
+	uint32_t tokens;
 	struct engine_lease lease; /* created: the fill lease */
 };
 
+struct share_chunk_root {
+	const uint32_t *tokens;
+	uint32_t n;
+	uint32_t type;
+	const void *content;       /* NULL: none */
+	uint32_t content_len;
+	const char *meta;          /* JSON object text or NULL */
+};
+
+/* Configured limits of the tenant (tenant.c after engine_create): max
+ * names (0: unlimited), chunk pages / device frames, content bytes. */
+void share_chunk_configure(struct engine *eng, uint64_t max_chunks,
+			   double memory_ratio, uint64_t content_max);
+
 /*
- * Errors: -EINVAL (n == 0, bad type, metadata too long or malformed),
- * -E2BIG, -ENOMEM, -ENOSPC as share_seq_alloc. now_ns: CLOCK_REALTIME.
+ * A root entry (kvp_chunk_put). Errors: -EINVAL (n == 0, bad type,
+ * metadata not a JSON object or too long, the name registered with other
+ * tokens or another type), -E2BIG (content over content_max, more pages
+ * than the device tier), -ENOMEM (limits or device tier full of held
+ * pages), -ENOSPC as share_seq_alloc. now_ns: CLOCK_REALTIME.
  */
+int share_chunk_put(struct engine *eng, const struct share_chunk_root *root,
+		    uint32_t owner, uint64_t now_ns, struct share_chunk_reg *out,
+		    struct errbuf *e);
+/* share_chunk_put without content. */
 int share_chunk_register(struct engine *eng, const uint32_t *tokens, uint32_t n,
 			 uint32_t type, const char *meta, uint32_t owner,
 			 uint64_t now_ns, struct share_chunk_reg *out,
 			 struct errbuf *e);
+/* A link (kvp_chunk_link): -ENOENT name or parent unknown, -EAGAIN parent
+ * FILLING, else as share_chunk_put. */
+int share_chunk_link(struct engine *eng, const struct kvp_chunk_id *name,
+		     const struct kvp_chunk_id *parent, uint32_t owner,
+		     uint64_t now_ns, struct share_chunk_reg *out,
+		     struct errbuf *e);
 /* The fill lease's owner only: -ENOENT / -EPERM / -EALREADY (sealed). */
 int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 		     struct errbuf *e);
-/* -ENOENT not found, -EAGAIN filling ("not ready"). */
+/* id: an entry, or a name for its root. -ENOENT not found, -EAGAIN filling. */
 int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 			uint32_t owner, uint64_t now_ns, struct engine_lease *out,
 			struct errbuf *e);
+/* A name's row; id: the name or one of its entries. */
 int share_chunk_info(struct engine *eng, const struct kvp_chunk_id *id,
 		     struct kvp_chunk_info *out, struct errbuf *e);
-/* Ids > cursor (NULL: from the start), ascending; *more set when rows
- * remain after the last one written. Returns rows or -ENOMEM/-EINVAL. */
+int share_chunk_entry(struct engine *eng, const struct kvp_chunk_id *id,
+		      struct kvp_chunk_entry_info *out, struct errbuf *e);
+/* Rows of a name's entries (at most max); returns how many it has. */
+int share_chunk_entries(struct engine *eng, const struct kvp_chunk_id *name,
+			struct kvp_chunk_entry_info *rows, uint32_t max,
+			struct errbuf *e);
+/* A name's content from byte off: *data / *len point into engine memory
+ * (the rest after off), *total its length. */
+int share_chunk_content(struct engine *eng, const struct kvp_chunk_id *name,
+			const void **data, uint32_t *total, struct errbuf *e);
+int share_chunk_tokens(struct engine *eng, const struct kvp_chunk_id *name,
+		       const uint32_t **tokens, uint32_t *n, struct errbuf *e);
+/* Names > cursor (NULL: from the start), ascending; *more set when rows
+ * remain after the last one written. filter: JSON object text or NULL.
+ * Returns rows or -ENOMEM/-EINVAL. */
 int share_chunk_list(struct engine *eng, uint32_t type, const char *filter,
 		     const struct kvp_chunk_id *cursor, struct kvp_chunk_info *rows,
 		     uint32_t max, bool *more, struct errbuf *e);
+/* A name or an entry, and everything below: returns entries deleted. */
 int share_chunk_delete(struct engine *eng, const struct kvp_chunk_id *id,
 		       struct errbuf *e);
+/* Names deleted. */
 int share_chunk_clear(struct engine *eng, uint32_t type);
 int share_chunk_evict_unused(struct engine *eng, uint64_t max_age_ns,
 			     uint64_t now_ns);
-/* For tests: read tokens [pos, pos+n) of a chunk (any state). */
+/* Set (max_chunks < 0 / memory_ratio < 0: keep; clamped to the configured
+ * ones) and read the limits. -EINVAL a ratio of 0 or not a number. */
+int share_chunk_limits(struct engine *eng, int64_t max_chunks,
+		       double memory_ratio, struct kvp_chunk_limits *out,
+		       struct errbuf *e);
+/* For tests: read tokens [pos, pos+n) of an entry (any state). */
 int share_chunk_read_tokens(struct engine *eng, const struct kvp_chunk_id *id,
 			    uint32_t pos, uint32_t n, void *out,
 			    struct errbuf *e);

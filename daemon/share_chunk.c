@@ -1,25 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * share_chunk.c - chunks (seed 001): immutable token spans with their KV,
- * content-addressed, filled once by the client that registered them first.
+ * share_chunk.c - chunk entries (kvpool.h "Chunks"): a name's tokens at one
+ * place (a root at position 0, or a link after a parent entry), with their
+ * KV pages, filled once by the client that registered them first. Names,
+ * metadata, listing and deletion by name are share_chunk_name.c's.
  *
- * Life of a chunk:
+ * Life of an entry:
  *
- *   register (new id) ──▶ FILLING, held by its fill lease
+ *   put / link (new id) ──▶ FILLING, held by its fill lease (a link also
+ *        │                  holds its parent: fill_pin)
  *        │ commit(all tokens) / share_chunk_seal
  *        ▼
- *      READY ── holders 0 ──▶ on the chunk LRU (evictable)
- *        │ delete / clear / evict_unused / evicted under pressure
+ *      READY ── unheld, no children ──▶ on the chunk LRU (evictable)
+ *        │ delete / clear / evict_unused / evicted (limits, pressure)
  *        ▼
- *      dead: out of the table, so nobody finds it again; its frames go
- *      back when the last holder lets go (a leased chunk stays readable).
+ *      dead: out of the table with every entry below it, so nobody finds
+ *      them again; frames go back when the last holder lets go (a leased
+ *      entry stays readable).
  *
- * A fill lease released (or its client dead) before the seal deletes the
- * chunk: nobody ever sees half-written pages, and the next register of
- * the content creates it afresh.
+ * A fill lease released (or its client dead) before the seal kills the
+ * entry and lets its parent go: nobody ever sees half-written pages, and
+ * the next registration creates it afresh.
+ *
+ * LIMITS. Creating an entry first makes room under the tenant's limits,
+ * after checking that room can be made (plan, then commit): max_chunks
+ * evicts whole names, least recently accessed first, among those whose
+ * entries and everything below them are unheld and READY; the memory
+ * ratio evicts LRU leaves (a parent joins the LRU when its last child
+ * goes). Device pressure takes LRU leaves too (share_evict_oldest).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,17 +47,32 @@ void chunk_id_short(const struct kvp_chunk_id *id, char out[17])
 		snprintf(out + 2 * i, 3, "%02x", id->b[i]);
 }
 
-/* SHA-256(layout spec || salt || tokens as LE uint32). */
-static void chunk_id_of(const struct engine *eng, const uint32_t *tokens,
-			uint32_t n, struct kvp_chunk_id *id)
+/* SHA-256(layout spec || salt || parent id (0^32: root) || tokens LE). */
+static void entry_id_of(const struct engine *eng, const struct chunk *parent,
+			const uint32_t *tokens, uint32_t n, struct kvp_chunk_id *id)
 {
+	static const struct kvp_chunk_id root;
 	EVP_MD_CTX *ctx = share_digest_begin(eng);
 	char spec[160];
 	int len = kvp_layout_format(&eng->layout, spec, sizeof(spec));
 
 	EVP_DigestUpdate(ctx, spec, (size_t)len);
 	EVP_DigestUpdate(ctx, eng->share->salt, SHARE_SALT_BYTES);
+	EVP_DigestUpdate(ctx, parent ? parent->id.b : root.b, KVP_CHUNK_ID_BYTES);
 	share_digest_tokens(ctx, tokens, n);
+	EVP_DigestFinal_ex(ctx, id->b, NULL);
+}
+
+/* The name: SHA-256 of the content, or of the tokens (LE) without one. */
+static void name_id_of(const struct engine *eng, const struct share_chunk_root *r,
+		       struct kvp_chunk_id *id)
+{
+	EVP_MD_CTX *ctx = share_digest_begin(eng);
+
+	if (r->content_len)
+		EVP_DigestUpdate(ctx, r->content, r->content_len);
+	else
+		share_digest_tokens(ctx, r->tokens, r->n);
 	EVP_DigestFinal_ex(ctx, id->b, NULL);
 }
 
@@ -63,14 +90,16 @@ int chunk_table_init(struct share *s, uint32_t nframes)
 {
 	uint32_t nb = 16;
 
-	/* Alive chunks hold a frame each at least: they never outnumber frames. */
+	/* Alive entries hold a frame each at least: never more than frames. */
 	while (nb < 2 * (uint64_t)nframes && nb < (1u << 31))
 		nb <<= 1;
 	s->chunk_buckets = calloc(nb, sizeof(*s->chunk_buckets));
 	if (!s->chunk_buckets)
 		return -ENOMEM;
 	s->chunk_mask = nb - 1;
-	return 0;
+	s->cfg_memory_ratio = s->memory_ratio = 1.0;
+	s->content_max = 1u << 20;
+	return name_table_init(s, nframes);
 }
 
 struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id)
@@ -81,6 +110,17 @@ struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id)
 		if (!memcmp(c->id.b, id->b, sizeof(id->b)))
 			return c;
 	return NULL;
+}
+
+struct chunk *chunk_resolve(struct engine *eng, const struct kvp_chunk_id *id)
+{
+	struct chunk *c = chunk_find(eng, id);
+	struct chunk_name *n;
+
+	if (c)
+		return c;
+	n = name_find(eng, id);
+	return n ? name_root(n) : NULL;
 }
 
 static void chunk_table_remove(struct share *s, struct chunk *c)
@@ -131,6 +171,18 @@ static void chunk_lru_push(struct engine *eng, struct chunk *c)
 	s->chunk_lru_frames += c->npages;
 }
 
+/* On the LRU exactly when evictable: alive, READY, unheld, a leaf. */
+static void chunk_lru_update(struct engine *eng, struct chunk *c)
+{
+	bool want = !c->dead && c->state == KVP_CHUNK_READY && !c->holders &&
+		    !c->nchildren;
+
+	if (want && !c->on_lru)
+		chunk_lru_push(eng, c);
+	else if (!want)
+		chunk_lru_remove(eng, c);
+}
+
 /* ------------------------------------------------------------ life */
 
 static uint32_t chunk_free(struct engine *eng, struct chunk *c)
@@ -155,13 +207,48 @@ static uint32_t chunk_free(struct engine *eng, struct chunk *c)
 	return n;
 }
 
-/* Out of the table; freed now or when its last holder lets go. */
-static uint32_t chunk_kill(struct engine *eng, struct chunk *c)
+static void child_unlink(struct engine *eng, struct chunk *c)
 {
-	if (c->dead)
-		return 0;
+	struct chunk *p = c->parent;
+
+	if (!p)
+		return;
+	if (c->sib_prev)
+		c->sib_prev->sib_next = c->sib_next;
+	else
+		p->child_head = c->sib_next;
+	if (c->sib_next)
+		c->sib_next->sib_prev = c->sib_prev;
+	c->sib_prev = c->sib_next = NULL;
+	c->parent = NULL;
+	p->nchildren--;
+	chunk_lru_update(eng, p); /* a leaf now, perhaps */
+}
+
+static void name_unlink(struct engine *eng, struct chunk *c)
+{
+	struct chunk_name *n = c->name;
+
+	if (c->name_prev)
+		c->name_prev->name_next = c->name_next;
+	else
+		n->entries = c->name_next;
+	if (c->name_next)
+		c->name_next->name_prev = c->name_prev;
+	c->name_prev = c->name_next = NULL;
+	c->name = NULL;
+	if (!--n->nentries)
+		name_free(eng, n);
+}
+
+/* One entry without children out of the table; freed now or when its
+ * last holder lets go. */
+static uint32_t chunk_kill_one(struct engine *eng, struct chunk *c)
+{
 	chunk_lru_remove(eng, c);
 	chunk_table_remove(eng->share, c);
+	child_unlink(eng, c);
+	name_unlink(eng, c);
 	if (!c->holders) /* before dead is set: it is on no dead list */
 		return chunk_free(eng, c);
 	c->dead = true;
@@ -172,6 +259,26 @@ static uint32_t chunk_kill(struct engine *eng, struct chunk *c)
 		c->next->prev = c;
 	eng->share->dead_head = c;
 	return 0;
+}
+
+/* Deepest first, without recursion: a chain may be as long as the device
+ * tier has frames. */
+uint32_t chunk_kill_tree(struct engine *eng, struct chunk *c, uint32_t *nkilled)
+{
+	uint32_t freed = 0;
+
+	if (c->dead)
+		return 0;
+	for (;;) {
+		struct chunk *x = c;
+
+		while (x->child_head)
+			x = x->child_head;
+		freed += chunk_kill_one(eng, x);
+		(*nkilled)++;
+		if (x == c)
+			return freed;
+	}
 }
 
 void chunk_hold(struct engine *eng, struct chunk *c)
@@ -188,24 +295,32 @@ void chunk_unhold(struct engine *eng, struct chunk *c)
 		return;
 	if (c->dead)
 		chunk_free(eng, c);
-	else if (c->state == KVP_CHUNK_READY)
-		chunk_lru_push(eng, c);
+	else
+		chunk_lru_update(eng, c);
 }
 
 uint32_t chunk_evict(struct engine *eng, struct chunk *c)
 {
+	uint32_t n = 0;
+
 	eng->st.chunk_evicted++;
-	return chunk_kill(eng, c);
+	return chunk_kill_tree(eng, c, &n);
 }
 
 void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed)
 {
+	struct chunk *pin = c->fill_pin;
+	uint32_t n = 0;
+
 	c->fill_lease = 0;
 	c->filler = 0;
+	c->fill_pin = NULL;
 	if (sealed)
 		c->state = KVP_CHUNK_READY;
 	else
-		chunk_kill(eng, c); /* its fill lease still holds it */
+		chunk_kill_tree(eng, c, &n); /* its fill lease still holds it */
+	if (pin)
+		chunk_unhold(eng, pin);
 }
 
 void chunk_table_fini(struct engine *eng)
@@ -217,11 +332,13 @@ void chunk_table_fini(struct engine *eng)
 	for (uint32_t b = 0; b <= s->chunk_mask; b++)
 		while (s->chunk_buckets[b]) {
 			struct chunk *c = s->chunk_buckets[b];
+			uint32_t n = 0;
 
-			c->holders = 0; /* the engine goes: nobody holds anything */
-			chunk_kill(eng, c);
+			while (c->parent)
+				c = c->parent;
+			chunk_kill_tree(eng, c, &n); /* held ones: dead list */
 		}
-	while (s->dead_head) { /* only after a fault: holders are gone */
+	while (s->dead_head) { /* the engine goes: nobody holds anything */
 		struct chunk *c = s->dead_head;
 
 		c->holders = 0;
@@ -229,81 +346,149 @@ void chunk_table_fini(struct engine *eng)
 	}
 	free(s->chunk_buckets);
 	s->chunk_buckets = NULL;
+	name_table_fini(eng);
 }
 
-/* A hit: count it and make the chunk the most recently used. */
-static void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns)
+void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns)
 {
 	if (c->on_lru) {
 		chunk_lru_remove(eng, c);
 		chunk_lru_push(eng, c);
 	}
-	c->hits++;
-	c->last_access_ns = now_ns;
+	if (c->name) {
+		c->name->hits++;
+		c->name->last_access_ns = now_ns;
+	}
 	eng->share->chunk_last_access_ns = now_ns;
 	eng->st.chunk_hits++;
 }
 
-/* ------------------------------------------------------------ metadata */
+/* ------------------------------------------------------------ limits */
 
-/* "k=v,k2=v2": printable, no ',' or '=' inside a key or value, keys
- * non-empty. */
-static int meta_check(const char *meta, struct errbuf *e)
+void share_chunk_configure(struct engine *eng, uint64_t max_chunks,
+			   double memory_ratio, uint64_t content_max)
 {
-	size_t len = strnlen(meta, KVP_CHUNK_META_MAX);
-	const char *p = meta;
+	struct share *s = eng->share;
 
-	if (len >= KVP_CHUNK_META_MAX)
-		return errbuf_set(e, -EINVAL, "chunk metadata is longer than %d "
-				  "bytes; keep it short (ids, names, versions)",
-				  KVP_CHUNK_META_MAX - 1);
-	while (*p) {
-		const char *end = strchr(p, ','), *eq;
-		size_t n = end ? (size_t)(end - p) : strlen(p);
+	s->cfg_max_chunks = s->max_chunks = max_chunks;
+	s->cfg_memory_ratio = s->memory_ratio = memory_ratio;
+	s->content_max = content_max;
+}
 
-		eq = memchr(p, '=', n);
-		if (!eq || eq == p || memchr(eq + 1, '=', n - (size_t)(eq + 1 - p)))
-			return errbuf_set(e, -EINVAL, "chunk metadata '%.*s': each "
-					  "pair must be key=value with a non-empty key "
-					  "(pairs separated by ',')", (int)n, p);
-		for (size_t i = 0; i < n; i++)
-			if ((unsigned char)p[i] < 0x20 || p[i] == 0x7f)
-				return errbuf_set(e, -EINVAL, "chunk metadata holds a "
-						  "control character at byte %zu",
-						  (size_t)(p - meta) + i);
-		p += n + (end ? 1 : 0);
-		if (end && !*p)
-			return errbuf_set(e, -EINVAL, "chunk metadata ends with ','");
-	}
+static uint64_t limit_pages(const struct engine *eng)
+{
+	return (uint64_t)(eng->share->memory_ratio * eng->share->nframes);
+}
+
+int share_chunk_limits(struct engine *eng, int64_t max_chunks,
+		       double memory_ratio, struct kvp_chunk_limits *out,
+		       struct errbuf *e)
+{
+	struct share *s = eng->share;
+
+	if (memory_ratio != memory_ratio || memory_ratio == 0)
+		return errbuf_set(e, -EINVAL, "chunk memory ratio %g: give a "
+				  "fraction of the device tier in (0, %g], or a "
+				  "negative number to keep %g", memory_ratio,
+				  s->cfg_memory_ratio, s->memory_ratio);
+	if (max_chunks >= 0)
+		s->max_chunks = s->cfg_max_chunks && (!max_chunks ||
+			(uint64_t)max_chunks > s->cfg_max_chunks) ?
+			s->cfg_max_chunks : (uint64_t)max_chunks;
+	if (memory_ratio > 0)
+		s->memory_ratio = memory_ratio > s->cfg_memory_ratio ?
+				  s->cfg_memory_ratio : memory_ratio;
+	if (out)
+		*out = (struct kvp_chunk_limits){
+			.max_chunks = s->max_chunks,
+			.config_max_chunks = s->cfg_max_chunks,
+			.memory_ratio = s->memory_ratio,
+			.config_memory_ratio = s->cfg_memory_ratio,
+			.names = s->name_count,
+			.pages = s->chunk_pages,
+			.limit_pages = limit_pages(eng),
+		};
 	return 0;
 }
 
-/* Every pair of filter is one of meta's pairs. */
-static bool meta_match(const char *meta, const char *filter)
+/* A name whose entries are all unmarked (chunk_mark_busy), the least
+ * recently accessed one; NULL when none. */
+static struct chunk_name *name_freeable(struct engine *eng)
 {
-	const char *f = filter;
+	struct share *s = eng->share;
+	struct chunk_name *best = NULL;
 
-	while (f && *f) {
-		const char *fe = strchr(f, ',');
-		size_t fn = fe ? (size_t)(fe - f) : strlen(f);
-		const char *m = meta;
-		bool found = false;
+	for (uint32_t b = 0; b <= s->name_mask; b++)
+		for (struct chunk_name *n = s->name_buckets[b]; n; n = n->hnext) {
+			bool busy = false;
 
-		while (*m && !found) {
-			const char *me = strchr(m, ',');
-			size_t mn = me ? (size_t)(me - m) : strlen(m);
-
-			found = mn == fn && !memcmp(m, f, fn);
-			m += mn + (me ? 1 : 0);
+			for (struct chunk *c = n->entries; c && !busy; c = c->name_next)
+				busy = c->mark == s->mark;
+			if (!busy && (!best || n->last_access_ns < best->last_access_ns))
+				best = n;
 		}
-		if (!found)
-			return false;
-		f += fn + (fe ? 1 : 0);
-	}
-	return true;
+	return best;
 }
 
-/* ------------------------------------------------------------ operations */
+/*
+ * Plan room for an entry of pages (and a new name when new_name): -ENOMEM
+ * naming the limit when it cannot be made; nothing changes. The caller
+ * holds what it must keep (a link's parent) before.
+ */
+static int limits_plan(struct engine *eng, uint64_t pages, bool new_name,
+		       const char *sid, struct errbuf *e)
+{
+	struct share *s = eng->share;
+	uint64_t lim = limit_pages(eng), free_pages;
+	bool names_full = new_name && s->max_chunks && s->name_count >= s->max_chunks;
+
+	if (!names_full && s->chunk_pages + pages <= lim)
+		return 0;
+	free_pages = chunk_mark_busy(eng);
+	if (names_full && !name_freeable(eng))
+		return errbuf_set(e, -ENOMEM, "chunk %s: the tenant has %" PRIu64
+				  " chunks, its max_chunks, and every one of them "
+				  "has entries held (leases, compositions, sequences) "
+				  "or being filled, or under such; release some or "
+				  "delete chunks (kvctl chunks), or raise max_chunks",
+				  sid, s->name_count);
+	if (s->chunk_pages + pages > lim + free_pages)
+		return errbuf_set(e, -ENOMEM, "chunk %s: %" PRIu64 " more pages "
+				  "would pass chunk_memory_ratio %.3g (%" PRIu64
+				  " of %" PRIu32 " device pages); chunks have %"
+				  PRIu64 ", %" PRIu64 " of them held, being filled "
+				  "or under such entries; release some, delete "
+				  "chunks or raise chunk_memory_ratio", sid, pages,
+				  s->memory_ratio, lim, s->nframes, s->chunk_pages,
+				  s->chunk_pages - free_pages);
+	return 0;
+}
+
+/* Make the room limits_plan() found: cannot fail. */
+static void limits_make_room(struct engine *eng, uint64_t pages, bool new_name)
+{
+	struct share *s = eng->share;
+	uint64_t lim = limit_pages(eng);
+
+	if (new_name && s->max_chunks && s->name_count >= s->max_chunks) {
+		struct chunk_name *n;
+
+		chunk_mark_busy(eng);
+		n = name_freeable(eng);
+		while (n && s->name_count >= s->max_chunks) {
+			const struct kvp_chunk_id id = n->id;
+
+			/* The last entry's kill frees the name. */
+			while ((n = name_find(eng, &id)))
+				chunk_evict(eng, n->entries);
+			n = name_freeable(eng);
+		}
+	}
+	while (s->chunk_pages + pages > lim && s->chunk_head)
+		chunk_evict(eng, s->chunk_head);
+}
+
+/* ------------------------------------------------------------ creation */
 
 static void chunk_lease_out(struct engine *eng, const struct chunk *c,
 			    uint64_t id, uint32_t n_new, struct engine_lease *out)
@@ -311,6 +496,7 @@ static void chunk_lease_out(struct engine *eng, const struct chunk *c,
 	memcpy(eng->view, c->frames, (size_t)c->npages * sizeof(*c->frames));
 	*out = (struct engine_lease){
 		.id = id,
+		.start = c->start,
 		.len = n_new ? 0 : c->tokens,
 		.n_new = n_new,
 		.npages = c->npages,
@@ -320,92 +506,317 @@ static void chunk_lease_out(struct engine *eng, const struct chunk *c,
 	};
 }
 
-int share_chunk_register(struct engine *eng, const uint32_t *tokens, uint32_t n,
-			 uint32_t type, const char *meta, uint32_t owner,
-			 uint64_t now_ns, struct share_chunk_reg *out,
-			 struct errbuf *e)
+static void reg_out(const struct chunk *c, bool created,
+		    struct share_chunk_reg *out)
 {
-	struct share *s = eng->share;
-	struct share_lease *l;
-	struct kvp_chunk_id id;
+	out->id = c->id;
+	out->name = c->name->id;
+	out->created = created;
+	out->state = c->state;
+	out->start = c->start;
+	out->tokens = c->tokens;
+}
+
+/* What a new entry needs before the commit point. */
+struct entry_plan {
+	uint64_t pages;
 	struct chunk *c;
-	uint64_t pages, lid;
-	char sid[17];
+};
+
+static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
+		      const char *sid, struct entry_plan *p, struct errbuf *e)
+{
 	int ret;
 
-	if (!n)
-		return errbuf_set(e, -EINVAL, "a chunk needs at least one token");
-	if (!kvp_chunk_type_name(type))
-		return errbuf_set(e, -EINVAL, "chunk type %" PRIu32 " is not system "
-				  "(1), context (2) or query (3)", type);
-	ret = meta_check(meta ? meta : "", e);
-	if (ret)
-		return ret;
-	chunk_id_of(eng, tokens, n, &id);
-	chunk_id_short(&id, sid);
-	eng->st.chunk_lookups++;
-	c = chunk_find(eng, &id);
-	if (c) {
-		if (c->type != type)
-			return errbuf_set(e, -EINVAL, "chunk %s is registered as %s, "
-					  "not %s: the same tokens cannot be two "
-					  "types", sid, kvp_chunk_type_name(c->type),
-					  kvp_chunk_type_name(type));
-		chunk_touch(eng, c, now_ns);
-		*out = (struct share_chunk_reg){ .id = id, .created = false,
-						 .state = c->state };
-		return 0;
-	}
-	pages = pages_for(eng, n);
-	if (pages > eng->frames[KVP_TIER_DEVICE].total)
+	p->pages = pages_for(eng, n);
+	if (p->pages > eng->frames[KVP_TIER_DEVICE].total)
 		return errbuf_set(e, -E2BIG, "chunk %s: %" PRIu32 " tokens need %"
 				  PRIu64 " pages but the device tier holds only %"
 				  PRIu32 "; split it or raise device_mem", sid, n,
-				  pages, eng->frames[KVP_TIER_DEVICE].total);
-	if (engine_device_avail(eng, NULL) < pages)
+				  p->pages, eng->frames[KVP_TIER_DEVICE].total);
+	ret = limits_plan(eng, p->pages, new_name, sid, e);
+	if (ret)
+		return ret;
+	if (engine_device_avail(eng, NULL) < p->pages)
 		return errbuf_set(e, -ENOMEM, "chunk %s: device tier out of memory: "
 				  "%" PRIu64 " pages needed, %" PRIu64 " free or "
 				  "evictable, the rest held; release leases, delete "
 				  "chunks (kvctl chunks) or raise device_mem", sid,
-				  pages, engine_device_avail(eng, NULL));
+				  p->pages, engine_device_avail(eng, NULL));
 	ret = slease_reserve(eng, e);
 	if (!ret)
-		ret = engine_view_reserve(eng, (uint32_t)pages, e);
+		ret = engine_view_reserve(eng, (uint32_t)p->pages, e);
 	if (ret)
 		return ret;
-	c = calloc(1, sizeof(*c));
-	if (c)
-		c->frames = malloc(pages * sizeof(*c->frames));
-	if (!c || !c->frames) {
-		free(c);
+	p->c = calloc(1, sizeof(*p->c));
+	if (p->c)
+		p->c->frames = malloc(p->pages * sizeof(*p->c->frames));
+	if (!p->c || !p->c->frames) {
+		free(p->c);
 		return errbuf_set(e, -ENOMEM, "chunk %s: out of memory", sid);
 	}
+	return 0;
+}
 
-	/* Commit point: nothing fails from here on. */
-	evict_for_device(eng, (uint32_t)pages);
-	c->id = id;
-	c->type = type;
+/*
+ * After entry_plan() and the name's insertion: make room, take the frames,
+ * put the entry in the tables, open its fill lease. Cannot fail.
+ */
+static void entry_commit(struct engine *eng, struct entry_plan *p,
+			 struct chunk_name *name, struct chunk *parent,
+			 const struct kvp_chunk_id *id, bool new_name,
+			 uint32_t owner, uint64_t now_ns,
+			 struct share_chunk_reg *out)
+{
+	struct share *s = eng->share;
+	struct chunk *c = p->c;
+	struct share_lease *l;
+	uint64_t lid;
+
+	limits_make_room(eng, p->pages, new_name);
+	evict_for_device(eng, (uint32_t)p->pages);
+	c->id = *id;
+	c->type = name->type;
 	c->state = KVP_CHUNK_FILLING;
-	c->tokens = n;
-	for (c->npages = 0; c->npages < pages; c->npages++)
+	c->tokens = name->ntokens;
+	c->start = parent ? parent->start + parent->tokens : 0;
+	for (c->npages = 0; c->npages < p->pages; c->npages++)
 		c->frames[c->npages] = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
-	c->created_ns = c->last_access_ns = now_ns;
-	snprintf(c->meta, sizeof(c->meta), "%s", meta ? meta : "");
-	c->hnext = s->chunk_buckets[chunk_bucket(s, &id)];
-	s->chunk_buckets[chunk_bucket(s, &id)] = c;
+	c->hnext = s->chunk_buckets[chunk_bucket(s, id)];
+	s->chunk_buckets[chunk_bucket(s, id)] = c;
 	s->chunk_count++;
-	s->chunk_pages += pages;
+	s->chunk_pages += p->pages;
 	s->chunk_last_access_ns = now_ns;
+	/* Into the name's list and the parent's children. */
+	c->name = name;
+	c->name_next = name->entries;
+	if (name->entries)
+		name->entries->name_prev = c;
+	name->entries = c;
+	name->nentries++;
+	name->last_access_ns = now_ns;
+	if (parent) {
+		c->parent = parent;
+		c->sib_next = parent->child_head;
+		if (parent->child_head)
+			parent->child_head->sib_prev = c;
+		parent->child_head = c;
+		parent->nchildren++;
+		c->fill_pin = parent; /* the caller's hold becomes the pin */
+	}
 	slease_new(eng, SL_CHUNK_FILL, owner, &lid, &l, NULL);
 	l->chunk = c;
 	c->holders = 1;
 	c->filler = owner;
 	c->fill_lease = lid;
-	out->id = id;
-	out->created = true;
-	out->state = c->state;
-	chunk_lease_out(eng, c, lid, n, &out->lease);
+	reg_out(c, true, out);
+	chunk_lease_out(eng, c, lid, c->tokens, &out->lease);
 	eng->st.prepares++;
+}
+
+/* A found entry: a hit. */
+static void entry_hit(struct engine *eng, struct chunk *c, uint64_t now_ns,
+		      struct share_chunk_reg *out)
+{
+	chunk_touch(eng, c, now_ns);
+	*out = (struct share_chunk_reg){ 0 };
+	reg_out(c, false, out);
+}
+
+/* A new name record from r (its tokens, content and metadata copied). */
+static int name_make(const struct share_chunk_root *r,
+		     const struct kvp_chunk_id *id, struct json_t *meta,
+		     char *canon, uint64_t now_ns, const char *sid,
+		     struct chunk_name **out, struct errbuf *e)
+{
+	struct chunk_name *n = calloc(1, sizeof(*n));
+
+	if (n) {
+		n->tokens = malloc((size_t)r->n * sizeof(*n->tokens));
+		n->content = r->content_len ? malloc(r->content_len) : NULL;
+	}
+	if (!n || !n->tokens || (r->content_len && !n->content)) {
+		if (n) {
+			free(n->tokens);
+			free(n->content);
+		}
+		free(n);
+		return errbuf_set(e, -ENOMEM, "chunk %s: out of memory for its "
+				  "record", sid);
+	}
+	n->id = *id;
+	n->type = r->type;
+	n->ntokens = r->n;
+	memcpy(n->tokens, r->tokens, (size_t)r->n * sizeof(*n->tokens));
+	if (r->content_len)
+		memcpy(n->content, r->content, r->content_len);
+	n->content_len = r->content_len;
+	n->meta = canon;
+	n->meta_json = meta;
+	n->created_ns = n->last_access_ns = now_ns;
+	*out = n;
+	return 0;
+}
+
+/* Free a name_make() record that never went into the table. */
+static void name_unmake(struct chunk_name *n)
+{
+	json_decref(n->meta_json);
+	free(n->meta);
+	free(n->tokens);
+	free(n->content);
+	free(n);
+}
+
+int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
+		    uint32_t owner, uint64_t now_ns, struct share_chunk_reg *out,
+		    struct errbuf *e)
+{
+	struct share *s = eng->share;
+	struct kvp_chunk_id nid, id;
+	struct json_t *meta = NULL;
+	struct chunk_name *name, *fresh = NULL;
+	struct entry_plan p;
+	struct chunk *c;
+	char sid[17], *canon = NULL;
+	int ret;
+
+	if (!r->n)
+		return errbuf_set(e, -EINVAL, "a chunk needs at least one token");
+	if (!kvp_chunk_type_name(r->type))
+		return errbuf_set(e, -EINVAL, "chunk type %" PRIu32 " is not system "
+				  "(1), context (2) or query (3)", r->type);
+	if (r->content_len > s->content_max)
+		return errbuf_set(e, -E2BIG, "chunk content of %" PRIu32 " bytes is "
+				  "over kvpoold's chunk_content_max (%" PRIu64 " bytes);"
+				  " store less (a digest, a URL) or raise "
+				  "chunk_content_max", r->content_len, s->content_max);
+	name_id_of(eng, r, &nid);
+	chunk_id_short(&nid, sid);
+	name = name_find(eng, &nid);
+	if (name && (name->type != r->type || name->ntokens != r->n ||
+		     memcmp(name->tokens, r->tokens, (size_t)r->n * 4)))
+		return errbuf_set(e, -EINVAL, "chunk %s is registered as %s with %"
+				  PRIu32 " tokens; this registration is %s with %"
+				  PRIu32 " tokens%s: delete it first (kvctl chunks "
+				  "--delete)", sid, kvp_chunk_type_name(name->type),
+				  name->ntokens, kvp_chunk_type_name(r->type), r->n,
+				  name->type == r->type ? " (other tokens: a different "
+				  "tokenizer?)" : "");
+	ret = meta_parse(r->meta, "chunk metadata", &meta, &canon, e);
+	if (ret)
+		return ret;
+	entry_id_of(eng, NULL, r->tokens, r->n, &id);
+	eng->st.chunk_lookups++;
+	c = chunk_find(eng, &id);
+	/* Metadata given to a known name is merged into its own (checked
+	 * first: the merge may not fit). The entry found belongs to the name
+	 * that registered these tokens first, should two contents share
+	 * tokens. */
+	if (meta && (c || name)) {
+		struct chunk_name *into = c ? c->name : name;
+		struct json_t *merged;
+		char *mtext;
+
+		ret = name_meta_merge(into, meta, &merged, &mtext, e);
+		json_decref(meta);
+		free(canon);
+		if (ret)
+			return ret;
+		name_meta_set(into, merged, mtext);
+		meta = NULL;
+		canon = NULL;
+	}
+	if (c) {
+		entry_hit(eng, c, now_ns, out);
+		return 0;
+	}
+	if (!name) {
+		ret = name_make(r, &nid, meta, canon, now_ns, sid, &fresh, e);
+		if (ret) {
+			json_decref(meta);
+			free(canon);
+			return ret;
+		}
+	}
+	ret = entry_plan(eng, r->n, !name, sid, &p, e);
+	if (ret) {
+		if (fresh)
+			name_unmake(fresh);
+		return ret;
+	}
+	/* Commit point: nothing fails from here on. */
+	if (fresh) {
+		limits_make_room(eng, 0, true); /* before it counts itself */
+		name_insert(eng, fresh);
+		name = fresh;
+	}
+	entry_commit(eng, &p, name, NULL, &id, false, owner, now_ns, out);
+	return 0;
+}
+
+int share_chunk_register(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 uint32_t type, const char *meta, uint32_t owner,
+			 uint64_t now_ns, struct share_chunk_reg *out,
+			 struct errbuf *e)
+{
+	struct share_chunk_root r = { .tokens = tokens, .n = n, .type = type,
+				      .meta = meta };
+
+	return share_chunk_put(eng, &r, owner, now_ns, out, e);
+}
+
+static int entry_not_found(const char *what, const struct kvp_chunk_id *id,
+			   struct errbuf *e)
+{
+	char hex[65];
+
+	kvp_chunk_id_format(id, hex);
+	return errbuf_set(e, -ENOENT, "%s %s is not registered (never, or "
+			  "deleted, or evicted); register it again", what, hex);
+}
+
+int share_chunk_link(struct engine *eng, const struct kvp_chunk_id *nid,
+		     const struct kvp_chunk_id *pid, uint32_t owner,
+		     uint64_t now_ns, struct share_chunk_reg *out,
+		     struct errbuf *e)
+{
+	struct chunk_name *name = name_find(eng, nid);
+	struct chunk *parent = chunk_find(eng, pid), *c;
+	struct kvp_chunk_id id;
+	struct entry_plan p;
+	char sid[17], spid[17];
+	int ret;
+
+	chunk_id_short(nid, sid);
+	chunk_id_short(pid, spid);
+	eng->st.chunk_lookups++;
+	if (!name)
+		return entry_not_found("chunk", nid, e);
+	if (!parent)
+		return entry_not_found("parent entry", pid, e);
+	if (parent->state != KVP_CHUNK_READY)
+		return errbuf_set(e, -EAGAIN, "chunk %s: parent entry %s is not "
+				  "ready: client %" PRIu32 " is filling it; retry "
+				  "after it seals", sid, spid, parent->filler);
+	if ((uint64_t)parent->start + parent->tokens + name->ntokens > UINT32_MAX)
+		return errbuf_set(e, -EINVAL, "chunk %s after entry %s would end "
+				  "past position %" PRIu32, sid, spid, UINT32_MAX);
+	entry_id_of(eng, parent, name->tokens, name->ntokens, &id);
+	c = chunk_find(eng, &id);
+	if (c) {
+		entry_hit(eng, c, now_ns, out);
+		return 0;
+	}
+	/* Held across the plan: the room made for the link must not be the
+	 * parent's. On success the hold becomes the fill pin. */
+	chunk_hold(eng, parent);
+	ret = entry_plan(eng, name->ntokens, false, sid, &p, e);
+	if (ret) {
+		chunk_unhold(eng, parent);
+		return ret;
+	}
+	entry_commit(eng, &p, name, parent, &id, false, owner, now_ns, out);
 	return 0;
 }
 
@@ -429,20 +840,11 @@ int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 	return share_lease_release(eng, lease, e);
 }
 
-static int chunk_not_found(const struct kvp_chunk_id *id, struct errbuf *e)
-{
-	char hex[65];
-
-	kvp_chunk_id_format(id, hex);
-	return errbuf_set(e, -ENOENT, "chunk %s is not registered (never, or "
-			  "deleted, or evicted); register it again", hex);
-}
-
 int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 			uint32_t owner, uint64_t now_ns, struct engine_lease *out,
 			struct errbuf *e)
 {
-	struct chunk *c = chunk_find(eng, id);
+	struct chunk *c = chunk_resolve(eng, id);
 	struct share_lease *l;
 	uint64_t lid;
 	char sid[17];
@@ -450,7 +852,7 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 
 	eng->st.chunk_lookups++;
 	if (!c)
-		return chunk_not_found(id, e);
+		return entry_not_found("chunk", id, e);
 	chunk_id_short(id, sid);
 	if (c->state != KVP_CHUNK_READY)
 		return errbuf_set(e, -EAGAIN, "chunk %s is not ready: client %"
@@ -471,163 +873,64 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 	return 0;
 }
 
-static void chunk_info_of(const struct engine *eng, const struct chunk *c,
-			  struct kvp_chunk_info *out)
+static void entry_info_of(const struct engine *eng, const struct chunk *c,
+			  struct kvp_chunk_entry_info *out)
 {
-	*out = (struct kvp_chunk_info){
+	*out = (struct kvp_chunk_entry_info){
 		.id = c->id,
-		.type = c->type,
-		.state = c->state,
+		.name = c->name->id,
+		.start = c->start,
 		.tokens = c->tokens,
 		.pages = c->npages,
-		.bytes = (uint64_t)c->npages * eng->layout.page_bytes,
-		/* the fill lease is the filler's, not a reader's */
+		.state = c->state,
+		/* the fill lease is the filler's, not a reader's; a FILLING
+		 * child's pin is its fill, not a reader either */
 		.holders = c->holders - (c->fill_lease ? 1 : 0),
-		.filler = c->filler,
-		.created_ns = c->created_ns,
-		.last_access_ns = c->last_access_ns,
-		.hits = c->hits,
+		.children = c->nchildren,
 	};
-	memcpy(out->meta, c->meta, sizeof(out->meta));
+	for (const struct chunk *k = c->child_head; k; k = k->sib_next)
+		if (k->fill_pin == c)
+			out->holders--;
+	if (c->parent)
+		out->parent = c->parent->id;
 }
 
-int share_chunk_info(struct engine *eng, const struct kvp_chunk_id *id,
-		     struct kvp_chunk_info *out, struct errbuf *e)
+int share_chunk_entry(struct engine *eng, const struct kvp_chunk_id *id,
+		      struct kvp_chunk_entry_info *out, struct errbuf *e)
 {
 	struct chunk *c = chunk_find(eng, id);
 
 	if (!c)
-		return chunk_not_found(id, e);
-	chunk_info_of(eng, c, out);
+		return entry_not_found("chunk entry", id, e);
+	entry_info_of(eng, c, out);
 	return 0;
 }
 
-static int cmp_id(const void *a, const void *b)
+int share_chunk_entries(struct engine *eng, const struct kvp_chunk_id *nid,
+			struct kvp_chunk_entry_info *rows, uint32_t max,
+			struct errbuf *e)
 {
-	return memcmp(a, b, sizeof(struct kvp_chunk_id));
-}
+	struct chunk_name *n = name_find(eng, nid);
+	uint32_t i = 0;
 
-int share_chunk_list(struct engine *eng, uint32_t type, const char *filter,
-		     const struct kvp_chunk_id *cursor, struct kvp_chunk_info *rows,
-		     uint32_t max, bool *more, struct errbuf *e)
-{
-	struct share *s = eng->share;
-	uint64_t n = 0, from = 0;
-	uint32_t w = 0;
-	int ret;
-
-	*more = false;
-	if (type && !kvp_chunk_type_name(type))
-		return errbuf_set(e, -EINVAL, "chunk type %" PRIu32 " is not system "
-				  "(1), context (2) or query (3)", type);
-	ret = meta_check(filter ? filter : "", e);
-	if (ret)
-		return ret;
-	if (s->chunk_count > s->ids_cap) {
-		struct kvp_chunk_id *p = realloc(s->ids, s->chunk_count * sizeof(*p));
-
-		if (!p)
-			return errbuf_set(e, -ENOMEM, "out of memory listing %" PRIu64
-					  " chunks", s->chunk_count);
-		s->ids = p;
-		s->ids_cap = s->chunk_count;
-	}
-	for (uint32_t b = 0; b <= s->chunk_mask; b++)
-		for (struct chunk *c = s->chunk_buckets[b]; c; c = c->hnext)
-			if ((!type || c->type == type) &&
-			    (!cursor || memcmp(c->id.b, cursor->b, 32) > 0) &&
-			    meta_match(c->meta, filter))
-				s->ids[n++] = c->id;
-	/* A tenant that never had a chunk has no ids array yet, and qsort's
-	 * base must not be NULL even for 0 elements (glibc declares it
-	 * nonnull; UBSan aborts the daemon on it). */
-	if (n > 1)
-		qsort(s->ids, n, sizeof(*s->ids), cmp_id);
-	for (; from < n && w < max; from++)
-		chunk_info_of(eng, chunk_find(eng, &s->ids[from]), &rows[w++]);
-	*more = from < n;
-	return (int)w;
-}
-
-int share_chunk_delete(struct engine *eng, const struct kvp_chunk_id *id,
-		       struct errbuf *e)
-{
-	struct chunk *c = chunk_find(eng, id);
-
-	if (!c)
-		return chunk_not_found(id, e);
-	return (int)chunk_kill(eng, c);
-}
-
-/* Kill every alive chunk matching pred; returns how many. */
-static int chunk_kill_matching(struct engine *eng,
-			       bool (*pred)(const struct chunk *, const void *),
-			       const void *arg, bool evicted)
-{
-	struct share *s = eng->share;
-	int n = 0;
-
-	for (uint32_t b = 0; b <= s->chunk_mask; b++) {
-		struct chunk *c = s->chunk_buckets[b], *next;
-
-		for (; c; c = next) {
-			next = c->hnext;
-			if (!pred(c, arg))
-				continue;
-			if (evicted)
-				eng->st.chunk_evicted++;
-			chunk_kill(eng, c);
-			n++;
-		}
-	}
-	return n;
-}
-
-static bool of_type(const struct chunk *c, const void *arg)
-{
-	uint32_t type = *(const uint32_t *)arg;
-
-	return !type || c->type == type;
-}
-
-int share_chunk_clear(struct engine *eng, uint32_t type)
-{
-	if (type && !kvp_chunk_type_name(type))
-		return -EINVAL;
-	return chunk_kill_matching(eng, of_type, &type, false);
-}
-
-struct age_arg {
-	uint64_t max_age_ns;
-	uint64_t now_ns;
-};
-
-static bool unused_for(const struct chunk *c, const void *arg)
-{
-	const struct age_arg *a = arg;
-
-	return c->state == KVP_CHUNK_READY && !c->holders &&
-	       a->now_ns >= c->last_access_ns &&
-	       a->now_ns - c->last_access_ns >= a->max_age_ns;
-}
-
-int share_chunk_evict_unused(struct engine *eng, uint64_t max_age_ns,
-			     uint64_t now_ns)
-{
-	struct age_arg a = { max_age_ns, now_ns };
-
-	return chunk_kill_matching(eng, unused_for, &a, true);
+	if (!n)
+		return entry_not_found("chunk", nid, e);
+	/* Oldest first: the list is newest first. */
+	for (struct chunk *c = n->entries; c; c = c->name_next, i++)
+		if (n->nentries - 1 - i < max)
+			entry_info_of(eng, c, &rows[n->nentries - 1 - i]);
+	return (int)n->nentries;
 }
 
 int share_chunk_read_tokens(struct engine *eng, const struct kvp_chunk_id *id,
 			    uint32_t pos, uint32_t n, void *out, struct errbuf *e)
 {
-	struct chunk *c = chunk_find(eng, id);
+	struct chunk *c = chunk_resolve(eng, id);
 	unsigned char *dst = out;
 	int ret = 0;
 
 	if (!c)
-		return chunk_not_found(id, e);
+		return entry_not_found("chunk", id, e);
 	if (pos > c->tokens || n > c->tokens - pos)
 		return errbuf_set(e, -ERANGE, "tokens [%" PRIu32 ", %" PRIu32 ") are "
 				  "past the chunk's %" PRIu32, pos, pos + n,
@@ -638,56 +941,113 @@ int share_chunk_read_tokens(struct engine *eng, const struct kvp_chunk_id *id,
 	return ret;
 }
 
+/* ------------------------------------------------------------ check */
+
+static int entry_check(struct engine *eng, const struct chunk *c,
+		       struct errbuf *e)
+{
+	bool want_lru = c->state == KVP_CHUNK_READY && !c->holders &&
+			!c->nchildren;
+	uint32_t kids = 0, pins = 0;
+	char sid[17];
+
+	chunk_id_short(&c->id, sid);
+	if (c->dead || c->on_lru != want_lru)
+		return errbuf_set(e, -EFAULT, "chunk entry %s: dead %d, on LRU %d, "
+				  "holders %" PRIu32 ", children %" PRIu32, sid,
+				  c->dead, c->on_lru, c->holders, c->nchildren);
+	if ((c->state == KVP_CHUNK_FILLING) != !!c->fill_lease ||
+	    (c->fill_lease && !c->holders) ||
+	    (c->fill_pin && c->fill_pin != c->parent) ||
+	    (c->parent && c->state == KVP_CHUNK_FILLING && !c->fill_pin))
+		return errbuf_set(e, -EFAULT, "chunk entry %s: state %" PRIu32
+				  " with fill lease %#" PRIx64 ", pin %p", sid,
+				  c->state, c->fill_lease, (void *)c->fill_pin);
+	if (!c->name || name_find(eng, &c->name->id) != c->name ||
+	    c->type != c->name->type || c->tokens != c->name->ntokens)
+		return errbuf_set(e, -EFAULT, "chunk entry %s: its name is not "
+				  "in the table or does not match", sid);
+	if (c->parent && (c->parent->dead || chunk_find(eng, &c->parent->id) !=
+			  c->parent || c->start != c->parent->start +
+			  c->parent->tokens))
+		return errbuf_set(e, -EFAULT, "chunk entry %s: parent gone or "
+				  "start %" PRIu32 " wrong", sid, c->start);
+	if (!c->parent && c->start)
+		return errbuf_set(e, -EFAULT, "chunk root %s starts at %" PRIu32,
+				  sid, c->start);
+	for (const struct chunk *k = c->child_head; k; k = k->sib_next) {
+		if (k->parent != c || ++kids > c->nchildren)
+			return errbuf_set(e, -EFAULT, "chunk entry %s: child list "
+					  "holds %u+ entries, counts %" PRIu32, sid,
+					  kids, c->nchildren);
+		pins += k->fill_pin == c;
+	}
+	if (kids != c->nchildren || pins + (c->fill_lease ? 1 : 0) > c->holders)
+		return errbuf_set(e, -EFAULT, "chunk entry %s: %u children listed, "
+				  "%" PRIu32 " counted; %u pins, %" PRIu32
+				  " holders", sid, kids, c->nchildren, pins,
+				  c->holders);
+	return 0;
+}
+
 int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
 		struct errbuf *e)
 {
 	struct share *s = eng->share;
-	uint64_t alive = 0, lru = 0, lru_frames = 0;
+	uint64_t alive = 0, lru = 0, lru_frames = 0, named = 0, names = 0;
+	int ret;
 
 	for (uint32_t b = 0; b <= s->chunk_mask; b++)
 		for (struct chunk *c = s->chunk_buckets[b]; c; c = c->hnext) {
-			char sid[17];
-			bool want_lru = c->state == KVP_CHUNK_READY && !c->holders;
-
-			chunk_id_short(&c->id, sid);
 			alive++;
-			if (c->dead || c->on_lru != want_lru)
-				return errbuf_set(e, -EFAULT, "chunk %s: dead %d, on "
-						  "LRU %d, holders %" PRIu32, sid,
-						  c->dead, c->on_lru, c->holders);
-			if ((c->state == KVP_CHUNK_FILLING) != !!c->fill_lease ||
-			    (c->fill_lease && !c->holders))
-				return errbuf_set(e, -EFAULT, "chunk %s: state %"
-						  PRIu32 " with fill lease %#" PRIx64,
-						  sid, c->state, c->fill_lease);
+			ret = entry_check(eng, c, e);
+			if (ret)
+				return ret;
 			for (uint32_t i = 0; i < c->npages; i++) {
 				uint32_t f = c->frames[i];
 
 				if (!frames_in_use(&eng->frames[KVP_TIER_DEVICE], f) ||
 				    owner[f])
-					return errbuf_set(e, -EFAULT, "chunk %s page %"
+					return errbuf_set(e, -EFAULT, "chunk page %"
 							  PRIu32 ": frame %" PRIu32
-							  " free or owned twice", sid,
-							  i, f);
+							  " free or owned twice", i, f);
 				owner[f] = 1;
 				(*frames)++;
 			}
+		}
+	for (uint32_t b = 0; b <= s->name_mask; b++)
+		for (struct chunk_name *n = s->name_buckets[b]; n; n = n->hnext) {
+			uint32_t k = 0;
+
+			names++;
+			for (struct chunk *c = n->entries; c; c = c->name_next)
+				if (c->name != n || ++k > n->nentries)
+					return errbuf_set(e, -EFAULT, "chunk name "
+							  "list broken");
+			if (!k || k != n->nentries)
+				return errbuf_set(e, -EFAULT, "chunk name with %u "
+						  "entries listed, %" PRIu32
+						  " counted", k, n->nentries);
+			named += k;
 		}
 	for (struct chunk *c = s->chunk_head; c; c = c->next) {
 		lru_frames += c->npages;
 		if (++lru > alive)
 			return errbuf_set(e, -EFAULT, "chunk LRU has a cycle");
 	}
-	if (alive != s->chunk_count || lru_frames != s->chunk_lru_frames)
+	if (alive != s->chunk_count || lru_frames != s->chunk_lru_frames ||
+	    named != alive || names != s->name_count)
 		return errbuf_set(e, -EFAULT, "chunk table counts %" PRIu64 " (found %"
-				  PRIu64 "), LRU frames %" PRIu64 " (found %" PRIu64
-				  ")", s->chunk_count, alive, s->chunk_lru_frames,
-				  lru_frames);
-	/* Dead chunks still held own their frames too. */
+				  PRIu64 ", %" PRIu64 " through names), LRU frames %"
+				  PRIu64 " (found %" PRIu64 "), names %" PRIu64
+				  " (found %" PRIu64 ")", s->chunk_count, alive,
+				  named, s->chunk_lru_frames, lru_frames,
+				  s->name_count, names);
+	/* Dead entries still held own their frames too. */
 	for (struct chunk *c = s->dead_head; c; c = c->next) {
-		if (!c->dead || !c->holders)
-			return errbuf_set(e, -EFAULT, "dead chunk list holds a chunk "
-					  "alive or unheld");
+		if (!c->dead || !c->holders || c->name || c->parent)
+			return errbuf_set(e, -EFAULT, "dead chunk list holds an entry "
+					  "alive, unheld or linked");
 		for (uint32_t i = 0; i < c->npages; i++) {
 			if (owner[c->frames[i]])
 				return errbuf_set(e, -EFAULT, "dead chunk frame %"

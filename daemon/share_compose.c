@@ -6,15 +6,21 @@
  * kv_last_page_len), the query rows split into groups that share that
  * level's KV.
  *
- *   level 0       the system chunks: one group per run of consecutive
- *                 requests with the same system chunk (shared KV, one pass);
- *   level 1..C    context k of each request, one group per request (an empty
- *                 group where a request has fewer than k contexts);
- *   level C+1     each request's query chunk.
+ *   level 0       the system entries;
+ *   level 1..C    context k of each request (an empty group where a request
+ *                 has fewer than k contexts);
+ *   level C+1     each request's query entry.
+ *
+ * A request is a chain of entries (kvpool.h "Chunks"): the system a root,
+ * each context linked after the entry before it, the query after the last
+ * one; resolve() checks it. At every level one group per run of
+ * consecutive requests with the same entry: because entries chain, the
+ * same entry at level k means the same prefix, so a context shared by
+ * several requests is one cascade node (its KV read once for all of them).
  *
  * Contexts get a level each, not one level together, because a CSR row may
- * end mid-page only at its last page and chunks end wherever their tokens
- * do. Nothing is copied: every index names a chunk's own frame.
+ * end mid-page only at its last page and entries end wherever their tokens
+ * do. Nothing is copied: every index names an entry's own frame.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,29 +31,56 @@
 
 static const char *const role_name[] = { "system", "context", "query" };
 
+/*
+ * The entry of request r at position k of its chain (role want), whose
+ * parent must be prev (NULL: a root). id may be a name for the system: its
+ * root entry.
+ */
 static int resolve(struct engine *eng, const struct kvp_chunk_id *id,
-		   uint32_t want, uint32_t r, uint32_t k, struct chunk **out,
-		   struct errbuf *e)
+		   uint32_t want, uint32_t r, uint32_t k, struct chunk *prev,
+		   struct chunk **out, struct errbuf *e)
 {
-	struct chunk *c = chunk_find(eng, id);
+	struct chunk *c = want == KVP_CHUNK_SYSTEM ? chunk_resolve(eng, id) :
+			  chunk_find(eng, id);
 	const char *role = role_name[want - 1];
-	char sid[17];
+	char sid[17], spar[17], sprev[17], what[32];
 
 	chunk_id_short(id, sid);
+	if (want == KVP_CHUNK_CONTEXT)
+		snprintf(what, sizeof(what), "context %" PRIu32, k);
+	else
+		snprintf(what, sizeof(what), "%s", role);
 	eng->st.chunk_lookups++;
 	if (!c)
-		return errbuf_set(e, -ENOENT, "request %" PRIu32 ": %s chunk %s"
+		return errbuf_set(e, -ENOENT, "request %" PRIu32 ": %s entry %s"
 				  " is not registered (never, or deleted, or "
-				  "evicted); register it again", r, role, sid);
+				  "evicted); register it again", r, what, sid);
 	if (c->state != KVP_CHUNK_READY)
-		return errbuf_set(e, -EAGAIN, "request %" PRIu32 ": %s chunk %s is "
+		return errbuf_set(e, -EAGAIN, "request %" PRIu32 ": %s entry %s is "
 				  "not ready (being filled); retry after it seals",
-				  r, role, sid);
+				  r, what, sid);
 	if (c->type != want)
-		return errbuf_set(e, -EINVAL, "request %" PRIu32 ": chunk %s is a %s "
+		return errbuf_set(e, -EINVAL, "request %" PRIu32 ": entry %s is a %s "
 				  "chunk, given as the %s: incompatible chunks (each "
-				  "request takes exactly one system and one query)",
-				  r, sid, kvp_chunk_type_name(c->type), role);
+				  "request takes one system, its contexts and one "
+				  "query)", r, sid, kvp_chunk_type_name(c->type), what);
+	if (c->parent != prev) {
+		if (c->parent)
+			chunk_id_short(&c->parent->id, spar);
+		if (prev)
+			chunk_id_short(&prev->id, sprev);
+		if (!prev)
+			return errbuf_set(e, -EINVAL, "request %" PRIu32 ": system "
+					  "entry %s follows entry %s; the system "
+					  "must be a root entry (kvp_chunk_put)", r,
+					  sid, spar);
+		return errbuf_set(e, -EINVAL, "request %" PRIu32 ": %s entry %s "
+				  "%s%s, not after %s: the chain is broken; link it "
+				  "after %s (kvp_chunk_link(name, %s))", r, what,
+				  sid, c->parent ? "follows entry " : "is a root "
+				  "entry (position 0)", c->parent ? spar : "",
+				  sprev, sprev, sprev);
+	}
 	*out = c;
 	return 0;
 }
@@ -103,13 +136,16 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 	}
 	for (uint32_t r = 0, i = 0; r < nreq && !ret; r++) {
 		first[r] = i;
-		ret = resolve(eng, &reqs[r].system, KVP_CHUNK_SYSTEM, r, 0, &ch[i++], e);
-		for (uint32_t k = 0; k < reqs[r].ncontexts && !ret; k++)
+		ret = resolve(eng, &reqs[r].system, KVP_CHUNK_SYSTEM, r, 0, NULL,
+			      &ch[i], e);
+		i++;
+		for (uint32_t k = 0; k < reqs[r].ncontexts && !ret; k++, i++)
 			ret = resolve(eng, &reqs[r].contexts[k], KVP_CHUNK_CONTEXT, r,
-				      k, &ch[i++], e);
+				      k, ch[i - 1], &ch[i], e);
 		if (!ret)
 			ret = resolve(eng, &reqs[r].query, KVP_CHUNK_QUERY, r, 0,
-				      &ch[i++], e);
+				      ch[i - 1], &ch[i], e);
+		i++;
 	}
 	if (ret)
 		goto out;
@@ -122,8 +158,9 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 		for (uint32_t r = 0; r < nreq; r++) {
 			struct chunk *c = at_level(ch, first, reqs, r, lv, nlevels);
 
-			if (lv == 0 && r && c == ch[first[r - 1]])
-				continue; /* same system as the request before */
+			if (c && r && c == at_level(ch, first, reqs, r - 1, lv,
+						    nlevels))
+				continue; /* same entry as the request before */
 			g++;
 			ints += c ? c->npages : 0;
 		}
@@ -147,7 +184,8 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 			uint32_t q = reqs[r].qo_len ? reqs[r].qo_len : 1;
 
 			rows += q;
-			if (lv == 0 && r + 1 < nreq && ch[first[r + 1]] == c)
+			if (c && r + 1 < nreq &&
+			    at_level(ch, first, reqs, r + 1, lv, nlevels) == c)
 				continue; /* the group goes on */
 			for (uint32_t p = 0; c && p < c->npages; p++)
 				idx[pages++] = (int32_t)c->frames[p];
@@ -173,12 +211,8 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 	out->bytes = out->pages * eng->layout.page_bytes;
 	out->nlevels = nlevels;
 	out->nrequests = nreq;
-	for (uint32_t i = 0; i < total; i++) {
-		ch[i]->hits++;
-		ch[i]->last_access_ns = now_ns;
-	}
-	eng->st.chunk_hits += total;
-	s->chunk_last_access_ns = now_ns;
+	for (uint32_t i = 0; i < total; i++)
+		chunk_touch(eng, ch[i], now_ns);
 	if (!preview) {
 		struct share_lease *l;
 		struct chunk **held = realloc(dist, ndist * sizeof(*held));

@@ -14,11 +14,16 @@
  *    holds page i of a chain holds pages 0..i-1): so every idle entry's
  *    subtree is idle and pc_idle entries can all be evicted, leaves first;
  *  - pc LRU = the idle leaves (refs == 0, nchildren == 0);
- *  - chunk LRU = the ready chunks in the table with holders == 0;
- *  - a chunk's holders = its read leases + compositions holding it +
- *    sequence pins + 1 while a fill lease is open;
- *  - a dead chunk (deleted or evicted: out of the table) lives only while
- *    holders > 0, then its frames are freed.
+ *  - chunk LRU = the ready entries in the table with holders == 0 and no
+ *    live children (leaves: an entry's children need it);
+ *  - an entry's holders = its read leases + compositions holding it +
+ *    sequence pins + 1 while a fill lease is open + 1 per FILLING child
+ *    (fill_pin);
+ *  - every entry in the table has its name, its name lists it, and its
+ *    parent (if any) is in the table and lists it as a child; a name is in
+ *    the name table exactly while it has entries;
+ *  - a dead entry (deleted or evicted: out of the table) lives only while
+ *    holders > 0, then its frames are freed; it has no name and no parent.
  */
 #ifndef KVPOOL_SHARE_INTERNAL_H
 #define KVPOOL_SHARE_INTERNAL_H
@@ -50,27 +55,53 @@ struct pc_entry {
 
 /* ------------------------------------------------------------ chunks */
 
+struct chunk_name;
+struct json_t;
+
+/* An entry (kvpool.h "Chunks"): a name's tokens at one place, with pages. */
 struct chunk {
 	struct kvp_chunk_id id;
-	uint32_t type;
+	struct chunk_name *name; /* NULL once dead */
+	struct chunk *parent;    /* NULL for a root, and once dead */
+	struct chunk *fill_pin;  /* FILLING link: its parent, held meanwhile */
+	uint32_t type;           /* the name's */
 	uint32_t state;          /* enum kvp_chunk_state */
+	uint32_t start;          /* parent->start + parent->tokens; 0: a root */
 	uint32_t tokens;
 	uint32_t npages;
-	uint32_t *frames;        /* device frames the chunk owns */
+	uint32_t *frames;        /* device frames the entry owns */
 	uint32_t holders;
 	uint32_t filler;         /* owner of the fill lease while FILLING */
 	uint64_t fill_lease;     /* 0 once sealed */
 	bool dead;               /* out of the table (deleted or evicted) */
 	bool on_lru;
+	uint64_t tick;
+	uint64_t mark;           /* == share.mark: busy (chunk_plan_limits) */
+	struct chunk *child_head; /* live entries whose parent this is */
+	struct chunk *sib_prev, *sib_next;
+	uint32_t nchildren;
+	struct chunk *name_prev, *name_next; /* the name's entries */
+	struct chunk *hnext;
+	struct chunk *prev, *next; /* chunk LRU, or the dead list */
+};
+
+/* A name record: what was registered, shared by its entries. */
+struct chunk_name {
+	struct kvp_chunk_id id;
+	uint32_t type;
+	uint32_t ntokens;
+	uint32_t *tokens;
+	unsigned char *content;  /* NULL: none */
+	uint32_t content_len;
+	char *meta;              /* compact JSON, sorted keys; NULL: none */
+	struct json_t *meta_json;
 	uint64_t created_ns;
 	uint64_t last_access_ns;
 	uint64_t hits;
-	uint64_t tick;
-	char meta[KVP_CHUNK_META_MAX];
-	struct chunk *hnext;
-	struct chunk *prev, *next; /* chunk LRU */
+	struct chunk *entries;   /* list through name_next */
+	uint32_t nentries;
+	struct chunk_name *hnext;
 };
-
 /* ------------------------------------------------------------ sequences */
 
 enum seq_page_kind {
@@ -168,15 +199,24 @@ struct share {
 	uint64_t pc_count;       /* published entries */
 	uint64_t pc_idle;        /* of those with refs == 0 */
 
-	/* chunks: table by id (alive ones), LRU of unheld ready ones */
+	/* chunks: entries by id (alive ones), LRU of unheld ready leaves */
 	struct chunk **chunk_buckets;
 	uint32_t chunk_mask;
-	uint64_t chunk_count;    /* alive (in the table) */
-	uint64_t chunk_pages;    /* pages of alive and dead chunks */
+	uint64_t chunk_count;    /* alive entries (in the table) */
+	uint64_t chunk_pages;    /* pages of alive and dead entries */
 	struct chunk *chunk_head, *chunk_tail;
-	struct chunk *dead_head; /* dead chunks still held (prev/next links) */
+	struct chunk *dead_head; /* dead entries still held (prev/next links) */
 	uint64_t chunk_lru_frames;
 	uint64_t chunk_last_access_ns;
+	uint64_t mark;           /* epoch of chunk.mark */
+	/* names by id */
+	struct chunk_name **name_buckets;
+	uint32_t name_mask;
+	uint64_t name_count;
+	/* limits (kvpool.h kvp_chunk_limits): configured and in force */
+	uint64_t cfg_max_chunks, max_chunks;
+	double cfg_memory_ratio, memory_ratio;
+	uint64_t content_max;    /* bytes of content a name may have */
 
 	struct seq_table seqs;
 	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
@@ -263,19 +303,48 @@ void pc_evict_head(struct engine *eng);
 int pc_init(struct share *s, uint32_t nframes);
 void pc_fini(struct share *s);
 
-/* share_chunk.c */
+/* share_chunk.c: entries */
 void chunk_hold(struct engine *eng, struct chunk *c);
 void chunk_unhold(struct engine *eng, struct chunk *c);
 struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id);
+/* An entry by id, else a name's root entry; NULL when neither. */
+struct chunk *chunk_resolve(struct engine *eng, const struct kvp_chunk_id *id);
 uint32_t chunk_evict(struct engine *eng, struct chunk *c); /* drop from LRU: frees */
+/* Kill c and every entry below it; frames freed, *nkilled += entries. */
+uint32_t chunk_kill_tree(struct engine *eng, struct chunk *c, uint32_t *nkilled);
 void chunk_lru_remove(struct engine *eng, struct chunk *c);
 void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed);
+/* A use of entry c (hit, acquire, compose): LRU, its name's statistics. */
+void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns);
 int chunk_table_init(struct share *s, uint32_t nframes);
 void chunk_table_fini(struct engine *eng);
 /* Format an id for messages: first 16 hex digits. */
 void chunk_id_short(const struct kvp_chunk_id *id, char out[17]);
 int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
 		struct errbuf *e);
+
+/* share_chunk_name.c: names */
+struct chunk_name *name_find(struct engine *eng, const struct kvp_chunk_id *id);
+/* The name's root entry, NULL when it has none. */
+struct chunk *name_root(const struct chunk_name *n);
+void name_insert(struct engine *eng, struct chunk_name *n);
+/* Out of the table and freed (its last entry went). */
+void name_free(struct engine *eng, struct chunk_name *n);
+/* Parse and check metadata text (NULL or "": none) into *out (NULL: none)
+ * and its canonical text; what names the input in messages. */
+int meta_parse(const char *text, const char *what, struct json_t **out,
+	       char **canon, struct errbuf *e);
+/* n's metadata with meta's keys put in (a copy, and its canonical text):
+ * -EINVAL when the text would not fit. name_meta_set() installs them. */
+int name_meta_merge(const struct chunk_name *n, struct json_t *meta,
+		    struct json_t **merged, char **canon, struct errbuf *e);
+void name_meta_set(struct chunk_name *n, struct json_t *meta, char *canon);
+/* Busy marks: every entry that is held or FILLING, and its ancestors
+ * (so an unmarked entry's whole subtree can be evicted); returns the pages
+ * of the unmarked. */
+uint64_t chunk_mark_busy(struct engine *eng);
+int name_table_init(struct share *s, uint32_t nframes);
+void name_table_fini(struct engine *eng);
 
 /* share_seq.c */
 void seq_commit(struct engine *eng, struct seq *q, uint32_t n);

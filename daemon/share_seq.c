@@ -431,7 +431,7 @@ static int src_resolve(struct engine *eng, const struct kvp_seq_src *src,
 					  p->tokens);
 		return 0;
 	case KVP_SRC_CHUNK:
-		p->c = chunk_find(eng, &src->chunk);
+		p->c = chunk_resolve(eng, &src->chunk);
 		chunk_id_short(&src->chunk, sid);
 		if (!p->c)
 			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": chunk %s "

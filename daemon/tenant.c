@@ -134,6 +134,7 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		       const char *name, const struct config *cfg,
 		       uint64_t device_mem, uint64_t host_mem,
 		       uint64_t max_tokens, const char *hash_salt,
+		       uint64_t max_chunks, double chunk_ratio,
 		       struct errbuf *e)
 {
 	uint8_t salt[SHARE_SALT_BYTES];
@@ -179,6 +180,8 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 			return ret;
 		}
 		share_set_salt(tp->eng, salt);
+		share_chunk_configure(tp->eng, max_chunks, chunk_ratio,
+				      cfg->chunk_content_max);
 		pthread_mutex_init(&tp->lock, NULL);
 		if (plain)
 			log_info("tenant %s: device tier %" PRIu32 " pages, host tier %"
@@ -219,14 +222,16 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 		if (ts->implicit) {
 			t->uids = t->gids = &none;
 			ret = tenant_init(ts, t, 0, "default", cfg, cfg->device_mem,
-					  cfg->host_mem, cfg->max_tokens_per_user, "", e);
+					  cfg->host_mem, cfg->max_tokens_per_user, "",
+					  cfg->max_chunks, cfg->chunk_memory_ratio, e);
 		} else {
 			const struct tenant_config *tc = &cfg->tenants[i];
 
 			t->uids = &tc->uids;
 			t->gids = &tc->gids;
 			ret = tenant_init(ts, t, i, tc->name, cfg, tc->device_mem,
-					  tc->host_mem, tc->max_tokens, tc->hash_salt, e);
+					  tc->host_mem, tc->max_tokens, tc->hash_salt,
+					  tc->max_chunks, tc->chunk_memory_ratio, e);
 		}
 		if (!ret)
 			ts->n++;

@@ -157,11 +157,11 @@ struct kvp_stats {
 	uint64_t seqs;            /* gauge: sequences (seq_alloc / seq_create) alive */
 	uint64_t seq_pages;       /* gauge: device pages sequences own (not borrowed) */
 	uint64_t cow_pages;       /* partial pages copied on write */
-	uint64_t chunks;          /* gauge: chunks registered (filling or ready) */
-	uint64_t chunk_pages;     /* gauge: their pages */
+	uint64_t chunks;          /* gauge: chunk names registered */
+	uint64_t chunk_pages;     /* gauge: their entries' pages (deleted but held too) */
 	uint64_t chunk_bytes;     /* gauge: their pages' bytes */
-	uint64_t chunk_lookups;   /* registers + acquires */
-	uint64_t chunk_hits;      /* of those, found the chunk already there */
+	uint64_t chunk_lookups;   /* registers, links, acquires, compose entries */
+	uint64_t chunk_hits;      /* of those, found the entry already there */
 	uint64_t chunk_evicted;   /* chunks evicted under pressure or evict_unused */
 	uint64_t chunk_last_access_ns; /* gauge: CLOCK_REALTIME of the last hit/register, 0 none */
 	uint64_t compositions;    /* compose calls that returned page tables */
@@ -473,7 +473,8 @@ int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
 enum kvp_src_kind {
 	KVP_SRC_USER = 1,  /* the first `tokens` committed tokens of a user history
 			    * (0: all of them); the history is pinned meanwhile */
-	KVP_SRC_CHUNK = 2, /* a ready chunk, all of its tokens */
+	KVP_SRC_CHUNK = 2, /* a ready chunk entry (or a name: its root), all of
+			    * its tokens */
 	KVP_SRC_SEQ = 3,   /* the committed tokens of another sequence */
 };
 
@@ -517,9 +518,32 @@ int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
 int kvp_seq_free(struct kvp_client *c, uint64_t seq);
 
 /*
- * Chunks (seed 001): immutable token spans with their KV, content-addressed
- * by id = SHA-256(layout spec || salt || tokens), so registering the same
- * content twice gives the same id and one set of pages.
+ * Chunks (seed 001). A chunk's KV depends on every token before it and on
+ * its positions, so a chunk is kept as ENTRIES under a NAME:
+ *
+ *   name   what the registrant calls the chunk (seed 001's chunk_id):
+ *          SHA-256 of its content bytes, or with no content of its tokens as
+ *          LE uint32. One record per name and tenant: type, token ids,
+ *          content (bounded by kvpoold's chunk_content_max), a JSON object of
+ *          metadata, access statistics. It lives while it has entries.
+ *   entry  the KV of the name's tokens at one place: at position 0 (a root)
+ *          or right after a parent entry (a link),
+ *              id    = SHA-256(layout spec || salt || parent id (0^32 for a
+ *                      root) || tokens as LE uint32)
+ *              start = parent.start + parent.tokens (0 for a root).
+ *          Entries have the pages, the states (FILLING, READY), the holders
+ *          and the fill lease; the same tokens under another parent are
+ *          another entry with other pages.
+ *
+ * Register a root with kvp_chunk_put(), then a link per parent with
+ * kvp_chunk_link(); fill what was created (created = 1) at positions
+ * start .. start + tokens - 1 and kvp_chunk_seal() it. Deleting a name or an
+ * entry deletes every entry below it (unusable without its ancestor).
+ *
+ * Limits per tenant (kvpool.conf max_chunks, chunk_memory_ratio;
+ * kvp_chunk_limits()): creating an entry or a name evicts unheld READY
+ * entries, least recently used first and leaves first, until they fit;
+ * -ENOMEM names the limit and what is held when they cannot.
  */
 enum kvp_chunk_type {
 	KVP_CHUNK_SYSTEM = 1,  /* "system": a system prompt (cascade level 0) */
@@ -532,8 +556,13 @@ enum kvp_chunk_state {
 	KVP_CHUNK_READY = 2,   /* sealed: immutable, readable by everyone */
 };
 
-/* Metadata: "key=value" pairs separated by ',' (no ',' or '=' inside). */
-#define KVP_CHUNK_META_MAX 256
+/* Metadata: a JSON object as text (its NUL included, at most this many
+ * bytes once kvpoold wrote it compactly with sorted keys). The library also
+ * takes the old "key=value,key2=value2" and sends {"key":"value",...}. */
+#define KVP_CHUNK_META_MAX 2048
+/* The first bytes of a name's content in a kvp_chunk_info, NUL-terminated,
+ * cut on a UTF-8 character boundary. */
+#define KVP_CHUNK_PREVIEW_MAX 64
 
 const char *kvp_chunk_type_name(uint32_t type); /* NULL when unknown */
 int kvp_chunk_type_parse(const char *name);     /* enum, or -EINVAL */
@@ -542,79 +571,168 @@ void kvp_chunk_id_format(const struct kvp_chunk_id *id, char hex[65]);
 /* Exactly 64 hex digits; -EINVAL otherwise. */
 int kvp_chunk_id_parse(struct kvp_chunk_id *id, const char *hex);
 
+/* One row per NAME. */
 struct kvp_chunk_info {
-	struct kvp_chunk_id id;
+	struct kvp_chunk_id id;  /* the name */
+	struct kvp_chunk_id root; /* its root entry (all zero: none) */
 	uint32_t type;           /* enum kvp_chunk_type */
-	uint32_t state;          /* enum kvp_chunk_state */
+	uint32_t state;          /* the root entry's (READY when it has none) */
 	uint32_t tokens;
-	uint32_t pages;
+	uint32_t pages;          /* over all of its entries */
 	uint64_t bytes;          /* pages * page_bytes */
-	uint32_t holders;        /* leases, sequences and compositions holding it */
-	uint32_t filler;         /* FILLING: the client id writing it; else 0 */
+	uint32_t holders;        /* leases, sequences and compositions holding
+				  * its entries, summed */
+	uint32_t entries;        /* its live entries (root and links) */
+	uint32_t filler;         /* the root FILLING: the client id writing it */
+	uint32_t content_len;    /* bytes of content (kvp_chunk_content) */
 	uint64_t created_ns;     /* CLOCK_REALTIME */
 	uint64_t last_access_ns;
-	uint64_t hits;           /* registers that found it + acquires */
-	char meta[KVP_CHUNK_META_MAX]; /* NUL-terminated */
+	uint64_t hits;           /* registers that found it, acquires, compositions */
+	char preview[KVP_CHUNK_PREVIEW_MAX]; /* content's first bytes */
+	char meta[KVP_CHUNK_META_MAX]; /* JSON object text ("" none) */
+};
+
+/* One entry. */
+struct kvp_chunk_entry_info {
+	struct kvp_chunk_id id;
+	struct kvp_chunk_id name;
+	struct kvp_chunk_id parent; /* all zero for a root */
+	uint32_t start;          /* position of its first token */
+	uint32_t tokens;
+	uint32_t pages;
+	uint32_t state;          /* enum kvp_chunk_state */
+	uint32_t holders;        /* as kvp_chunk_info's, this entry's */
+	uint32_t children;       /* live entries whose parent it is */
 };
 
 struct kvp_chunk_reg {
-	struct kvp_chunk_id id;
-	int created;             /* 1: this call made it; fill it and seal */
+	struct kvp_chunk_id id;  /* the entry */
+	struct kvp_chunk_id name;
+	int created;             /* 1: this call made the entry; fill it, seal */
 	uint32_t state;          /* enum kvp_chunk_state */
-	/* created: the write lease (len 0, n_new = all tokens): write with
-	 * kvp_append*(), then kvp_chunk_seal(). Otherwise zero. */
+	uint32_t start;          /* position of the entry's first token */
+	uint32_t tokens;
+	/* created: the write lease (len 0, n_new = tokens, start = start): write
+	 * with kvp_append*(), then kvp_chunk_seal(). Otherwise zero. */
 	struct kvp_lease lease;
 };
 
+/* A root registration (kvp_chunk_put). */
+struct kvp_chunk_root {
+	const uint32_t *tokens;
+	uint32_t n;
+	uint32_t type;           /* enum kvp_chunk_type */
+	const void *content;     /* NULL: none; the name is then the tokens' hash */
+	uint32_t content_len;
+	const char *meta;        /* JSON object, "k=v,..." or NULL */
+};
+
+struct kvp_chunk_limits {
+	uint64_t max_chunks;     /* names the tenant may have (0: unlimited) */
+	uint64_t config_max_chunks; /* kvpool.conf's: the ceiling */
+	double memory_ratio;     /* chunk pages <= ratio * device frames */
+	double config_memory_ratio;
+	uint64_t names;          /* now */
+	uint64_t pages;          /* chunk entry pages now (deleted but held too) */
+	uint64_t limit_pages;    /* memory_ratio * device frames */
+};
+
 /*
- * Register tokens[0, n) as a chunk of type with metadata meta (NULL: none).
- * When the id exists already, nothing is allocated (a hit): created = 0.
- * -ENOMEM when the device tier cannot take it even after eviction.
+ * Register a root entry: tokens at positions 0 .. n - 1, of type, named by
+ * the content's hash (or the tokens' when content is NULL), with metadata.
+ * The same tokens give the same entry: a hit (created = 0, nothing
+ * allocated, the name's access count goes up; metadata given on a hit is
+ * merged into the name's). The same name with other tokens or another
+ * type is -EINVAL (delete it first). -E2BIG content over chunk_content_max
+ * or more pages than the device tier; -ENOMEM the limits or the device tier
+ * cannot take it even after eviction.
  */
+int kvp_chunk_put(struct kvp_client *c, const struct kvp_chunk_root *root,
+		  struct kvp_chunk_reg *out);
+/* kvp_chunk_put() without content. */
 int kvp_chunk_register(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 		       uint32_t type, const char *meta, struct kvp_chunk_reg *out);
-/* The filler's: waits for the lease's GPU appends, makes the chunk ready
+/*
+ * Register the name's tokens after entry parent (a link): a hit, or a new
+ * entry FILLING at start = parent.start + parent.tokens with a fill lease
+ * (the parent is pinned until the seal or the abort). A parent still being
+ * filled: waits up to wait_ms for its seal, then -EAGAIN. -ENOENT: the name
+ * or the parent is not registered.
+ */
+int kvp_chunk_link(struct kvp_client *c, const struct kvp_chunk_id *name,
+		   const struct kvp_chunk_id *parent, uint32_t wait_ms,
+		   struct kvp_chunk_reg *out);
+/* The filler's: waits for the lease's GPU appends, makes the entry ready
  * and ends the write lease. A filler that detaches unsealed deletes it. */
 int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg);
 /*
- * A read lease on a ready chunk: its page table (len = tokens, n_new = 0),
- * pinned until kvp_release(out->id). A chunk being filled: waits up to
- * wait_ms for the seal, then -EAGAIN "not ready". -ENOENT: not registered
- * (or evicted, or deleted).
+ * A read lease on a ready entry (id: an entry id, or a name for its root
+ * entry): its page table (len = tokens, n_new = 0, start), pinned until
+ * kvp_release(out->id). An entry being filled: waits up to wait_ms for the
+ * seal, then -EAGAIN "not ready". -ENOENT: not registered (or evicted, or
+ * deleted).
  */
 int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
 		      uint32_t wait_ms, struct kvp_lease *out);
+/* A name's row (id: the name, or one of its entries). */
 int kvp_chunk_get(struct kvp_client *c, const struct kvp_chunk_id *id,
 		  struct kvp_chunk_info *out);
+/* One entry. */
+int kvp_chunk_entry(struct kvp_client *c, const struct kvp_chunk_id *id,
+		    struct kvp_chunk_entry_info *out);
+/* A name's entries into rows[0, max); returns how many it has (more than
+ * max: call again with more room). */
+int kvp_chunk_entries(struct kvp_client *c, const struct kvp_chunk_id *name,
+		      struct kvp_chunk_entry_info *rows, uint32_t max);
+/* The content of a name into buf[0, cap); *len gets its whole length
+ * (larger than cap: only cap bytes were written). Returns bytes written. */
+int kvp_chunk_content(struct kvp_client *c, const struct kvp_chunk_id *name,
+		      void *buf, size_t cap, size_t *len);
+/* The token ids of a name, the same way. */
+int kvp_chunk_tokens(struct kvp_client *c, const struct kvp_chunk_id *name,
+		     uint32_t *buf, uint32_t cap, uint32_t *n);
 /*
- * List chunks of type (0: all) whose metadata contains every pair of filter
- * ("k=v,k2=v2"; NULL or "": no filter), in ascending id order, those with id
- * greater than *after (NULL: from the first). Returns rows written; *more is
- * 1 when more rows follow the last one (list again with after = its id).
+ * List names of type (0: all) whose metadata holds every key of filter with
+ * an equal value (a JSON object, or "k=v,k2=v2" for string values; NULL or
+ * "": no filter), in ascending name order, those greater than *after (NULL:
+ * from the first). Returns rows written; *more is 1 when more rows follow
+ * the last one (list again with after = its id).
  */
 int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
 		   const struct kvp_chunk_id *after, struct kvp_chunk_info *rows,
 		   uint32_t max, int *more);
-/* Remove from the registry; its pages are freed once no one holds them
- * (a leased chunk stays readable until released). */
+/* Delete a name (every entry of it) or one entry, and every entry below
+ * them; returns entries deleted. Their pages are freed once no one holds
+ * them (a leased entry stays readable until released). */
 int kvp_chunk_delete(struct kvp_client *c, const struct kvp_chunk_id *id);
-/* Delete every chunk of type (0: all); returns how many. */
+/* Delete every name of type (0: all); returns how many. */
 int kvp_chunk_clear(struct kvp_client *c, uint32_t type);
-/* Delete ready chunks nobody holds that were not accessed for max_age_s
- * seconds; returns how many. */
+/* Delete names not accessed for max_age_s seconds whose entries (and the
+ * entries below them) are ready and unheld; returns how many. */
 int kvp_chunk_evict_unused(struct kvp_client *c, uint32_t max_age_s);
+/*
+ * Set the tenant's chunk limits in the client's pool, clamped to the
+ * configured ones (max_chunks < 0, memory_ratio < 0: keep), and read them
+ * with the usage into *out (may be NULL). Lowering them evicts nothing at
+ * once; the next creation does.
+ */
+int kvp_chunk_limits(struct kvp_client *c, int64_t max_chunks,
+		     double memory_ratio, struct kvp_chunk_limits *out);
 
 /*
  * Compositions (seeds 001/003): cascade page tables for FlashInfer's
- * MultiLevelCascadeAttentionWrapper. Requests are system + contexts + query
- * chunks. Level 0 holds the system chunks: one group per run of consecutive
- * requests with the same system chunk (put requests sharing a system next to
- * each other). Levels 1..C hold the contexts by position (C = most contexts
- * in the batch): each request is one group there with its k-th context, or
- * an empty group (kv_indptr unchanged, last_page_len 0) when it has fewer.
- * (Contexts get a level each because a page table row may end mid-page only
- * at its last page.) Level C+1 holds each request's query. qo_indptr counts
- * qo_len query rows per request.
+ * MultiLevelCascadeAttentionWrapper. A request is a chain of ENTRY ids: a
+ * system root, contexts each linked after the one before it (the first
+ * after the system), and a query linked after the last context (or the
+ * system). Level 0 holds the system entries, levels 1..C the k-th context
+ * (C = most contexts in the batch), level C+1 the queries. At every level
+ * consecutive requests with the same entry form one group (put requests
+ * sharing a prefix next to each other): a system or a context shared by
+ * several requests is one cascade node. A request with fewer than k
+ * contexts has an empty group at level k (kv_indptr unchanged,
+ * last_page_len 0). (Contexts get a level each because a page table row may
+ * end mid-page only at its last page.) qo_indptr counts qo_len query rows
+ * per request.
  */
 #define KVP_COMPOSE_MAX_CONTEXTS 64
 #define KVP_COMPOSE_MAX_LEVELS (KVP_COMPOSE_MAX_CONTEXTS + 2)
@@ -647,12 +765,12 @@ struct kvp_composition {
 };
 
 /*
- * Build the cascade for nreq requests and hold their chunks (they are not
+ * Build the cascade for nreq requests and hold their entries (they are not
  * evicted or freed) until kvp_release(out->lease). Errors (nothing held):
- * -ENOENT a chunk not found (named), -EAGAIN a chunk not ready,
- * -EINVAL incompatible chunks (a system that is not type system, a query
- * that is not type query, a context that is not type context), too many
- * contexts or requests.
+ * -ENOENT an entry not found (named), -EAGAIN an entry not ready,
+ * -EINVAL a broken chain (named with its actual parent) or a wrong type (a
+ * system that is not a system root, a context that is not a context, a
+ * query that is not a query), too many contexts or requests.
  */
 int kvp_compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
 		uint32_t nreq, struct kvp_composition *out);

@@ -262,6 +262,24 @@ int kvpc_decode_lease_at(struct kvp_client *c, const unsigned char *src,
  * Returns the CQE's res (>= 0) with *cqe filled and *idx the slot, whose
  * result range stays readable until the next call; or -errno with the last
  * error set (the daemon's message). */
+/* share.c: helpers of the sharing calls (share.c, chunk.c). */
+/* Room for bytes of input at the start of the sync range, named in sqe;
+ * NULL (last error set, -E2BIG) when it does not fit. */
+unsigned char *kvpc_input(struct kvp_client *c, struct kvp_sqe *sqe,
+			  uint64_t bytes, const char *what);
+int kvpc_null_arg(struct kvp_client *c, const char *what, const char *arg);
+/* A lease result at offset off of slot idx's output. */
+int kvpc_decode_lease_off(struct kvp_client *c, uint32_t idx,
+			  const struct kvp_cqe *cqe, size_t off,
+			  uint32_t want_n_new, uint64_t user, struct kvp_lease *l);
+/* A call returning a lease with n_new == want (UINT32_MAX: any). */
+int kvpc_call_lease(struct kvp_client *c, struct kvp_sqe *sqe,
+		    uint32_t want_n_new, uint64_t user, struct kvp_lease *out);
+int kvpc_call_res(struct kvp_client *c, struct kvp_sqe *sqe);
+/* A call whose input is one chunk id. */
+int kvpc_put_id(struct kvp_client *c, struct kvp_sqe *sqe,
+		const struct kvp_chunk_id *id, const char *what);
+
 int kvpc_call(struct kvp_client *c, struct kvp_sqe *sqe, struct kvp_cqe *cqe,
 	      uint32_t *idx);
 

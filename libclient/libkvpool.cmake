@@ -14,6 +14,7 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/calls.c
   libclient/lease.c
   libclient/share.c
+  libclient/chunk.c
   libclient/append.c
   libclient/cuda.c)
 

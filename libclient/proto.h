@@ -83,7 +83,7 @@
 #include "kvpool.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 4 /* v4: welcome.cuda_uuid */
+#define KVP_PROTO_VERSION 5 /* v4: welcome.cuda_uuid; v5: chunk names and entries */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -204,6 +204,13 @@ enum kvp_opcode {
 	 * admin needed (seed 002's evict_kv_cache); sel tiers -> res users
 	 * evicted, cqe.val0 users skipped because a lease holds them. */
 	KVP_OP_EVICT_TENANT = 24,
+	/* v5: chunk entries under names (kvpool.h "Chunks"). */
+	KVP_OP_CHUNK_LINK = 25,    /* in: kvp_chunk_link_in -> out: as CHUNK_REGISTER's (-EAGAIN: parent filling) */
+	KVP_OP_CHUNK_ENTRY = 26,   /* in: kvp_chunk_id -> out: kvp_chunk_entry_info */
+	KVP_OP_CHUNK_ENTRIES = 27, /* n max rows, in: name id -> out: kvp_chunk_entry_info[]; res: entries the name has */
+	KVP_OP_CHUNK_CONTENT = 28, /* arg offset, in: name id -> out: content bytes; val0 content length */
+	KVP_OP_CHUNK_TOKENS = 29,  /* arg offset (tokens), in: name id -> out: uint32 ids; val0 token count */
+	KVP_OP_CHUNK_LIMITS = 30,  /* in: kvp_chunk_limits_in -> out: kvp_chunk_limits */
 	KVP_OP_MAX,
 };
 
@@ -287,33 +294,51 @@ struct kvp_seq_create_in {
 };
 
 /*
- * CHUNK_REGISTER input, in this order (each part 4-byte aligned because the
- * header is 16 bytes and the ids 4 bytes each):
+ * CHUNK_REGISTER input (a root entry), in this order (the tokens 4-byte
+ * aligned because the header is 16 bytes):
  *     struct kvp_chunk_register_in     16 bytes
  *     uint32 tokens[ntokens]
- *     char meta[meta_len]              NUL-terminated (meta_len counts the
- *                                      NUL; 0: no metadata)
- * in_len == 16 + 4 * ntokens + meta_len exactly.
+ *     char meta[meta_len]              NUL-terminated JSON object text
+ *                                      (meta_len counts the NUL; 0: none)
+ *     uint8 content[content_len]       v5; any bytes (0: none)
+ * in_len == 16 + 4 * ntokens + meta_len + content_len exactly.
  */
 struct kvp_chunk_register_in {
 	uint32_t type;         /* enum kvp_chunk_type */
 	uint32_t ntokens;      /* >= 1 */
 	uint32_t meta_len;     /* <= KVP_CHUNK_META_MAX */
-	uint32_t rsv;          /* zero */
+	uint32_t content_len;  /* v5: <= kvpoold's chunk_content_max */
 };
 
-/* CHUNK_REGISTER result: when created, the fill lease follows as a
- * kvp_prepare_out + frames (len 0, n_new = ntokens); otherwise nothing. */
+/* CHUNK_LINK input: the name's tokens after the parent entry. */
+struct kvp_chunk_link_in {
+	struct kvp_chunk_id name;
+	struct kvp_chunk_id parent;
+};
+
+/* CHUNK_REGISTER / CHUNK_LINK result: when created, the fill lease follows
+ * as a kvp_prepare_out + frames (start = the entry's start, len 0, n_new =
+ * tokens); otherwise nothing. */
 struct kvp_chunk_reg_out {
-	struct kvp_chunk_id id;
+	struct kvp_chunk_id id;   /* the entry */
+	struct kvp_chunk_id name;
 	uint32_t created;      /* 1: the caller fills and seals it */
 	uint32_t state;        /* enum kvp_chunk_state */
+	uint32_t start;
+	uint32_t tokens;
+};
+
+/* CHUNK_LIMITS input: max_chunks < 0 / memory_ratio < 0 keep the current. */
+struct kvp_chunk_limits_in {
+	int64_t max_chunks;
+	double memory_ratio;
 };
 
 /*
- * CHUNK_LIST input: the header, then filter[filter_len] (NUL-terminated,
- * filter_len counts the NUL; 0: no filter). in_len == 48 + filter_len.
- * Rows (struct kvp_chunk_info) come in ascending id order from the first id
+ * CHUNK_LIST input: the header, then filter[filter_len] (NUL-terminated
+ * JSON object text, filter_len counts the NUL; 0: no filter). in_len == 48 +
+ * filter_len. Rows (struct kvp_chunk_info, one per name) come in ascending
+ * name order from the first name
  * greater than after (has_after 0: from the first); cqe.val0 is 1 when
  * more rows follow the last one written.
  */
@@ -326,7 +351,7 @@ struct kvp_chunk_list_in {
 };
 
 /*
- * COMPOSE input: the header, nreq request records, then every request's
+ * COMPOSE input (v5: entry ids that chain): the header, nreq request records, then every request's
  * context ids back to back in request order (request i's ncontexts ids
  * after those of requests 0..i-1). The daemon checks nreq <=
  * KVP_COMPOSE_MAX_REQUESTS, each ncontexts <= KVP_COMPOSE_MAX_CONTEXTS and
@@ -381,7 +406,11 @@ struct kvp_compose_level_out {
 _Static_assert(sizeof(struct kvp_seq_src) == 56, "seq source wire size");
 _Static_assert(sizeof(struct kvp_seq_create_in) == 8, "seq create header");
 _Static_assert(sizeof(struct kvp_chunk_register_in) == 16, "register header");
-_Static_assert(sizeof(struct kvp_chunk_reg_out) == 40, "register result");
+_Static_assert(sizeof(struct kvp_chunk_reg_out) == 80, "register result");
+_Static_assert(sizeof(struct kvp_chunk_link_in) == 64, "link input");
+_Static_assert(sizeof(struct kvp_chunk_limits_in) == 16, "limits input");
+_Static_assert(sizeof(struct kvp_chunk_info) % 8 == 0, "chunk row alignment");
+_Static_assert(sizeof(struct kvp_chunk_entry_info) % 8 == 0, "entry row alignment");
 _Static_assert(sizeof(struct kvp_chunk_list_in) == 48, "list header");
 _Static_assert(sizeof(struct kvp_compose_in) == 8, "compose header");
 _Static_assert(sizeof(struct kvp_compose_req_in) == 72, "compose request");

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * share.c - the sharing calls (kvpool.h, "Sharing"): prefix lookup,
- * sequences, chunks and compositions. All synchronous, through the same
- * path as calls.c (kvpc_call).
+ * sequences and compositions, and the helpers chunk.c's chunk calls share.
+ * All synchronous, through the same path as calls.c (kvpc_call).
  *
  * INPUTS. Token ids, sources, metadata, filters and compose requests are
  * written at the start of the arena's sync range and named by the SQE's
@@ -15,14 +15,6 @@
  * like a prepare's, so the append data ops, kvp_commit and kvp_release take
  * them unchanged; kvp_chunk_seal waits for the lease's GPU appends first,
  * as kvp_commit does (cuda.c, COMMIT ORDERING).
- *
- * WAITING FOR A SEAL. The daemon never blocks a worker on another client:
- * acquiring a chunk that is being filled fails at once with -EAGAIN. Here
- * kvp_chunk_acquire retries with a short, growing sleep (ACQUIRE_SLEEP_*)
- * until wait_ms have passed. Polling costs one round trip per retry; a
- * parked completion would save those but could hold a CQ slot for as long
- * as a filler takes, and a filler that dies is noticed at its hang-up
- * anyway (the chunk is deleted and the next retry gets -ENOENT).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,14 +25,11 @@
 
 #include "client_internal.h"
 
-#define ACQUIRE_SLEEP_MIN_US 100u
-#define ACQUIRE_SLEEP_MAX_US 5000u
-
 /* ------------------------------------------------------------ helpers */
 
 /* Room for bytes of input at the start of the sync range, named in sqe;
  * NULL (last error set) when it does not fit. */
-static unsigned char *input(struct kvp_client *c, struct kvp_sqe *sqe,
+unsigned char *kvpc_input(struct kvp_client *c, struct kvp_sqe *sqe,
 			    uint64_t bytes, const char *what)
 {
 	if (bytes > c->sync_bytes) {
@@ -55,7 +44,7 @@ static unsigned char *input(struct kvp_client *c, struct kvp_sqe *sqe,
 	return c->arena + c->sync_off;
 }
 
-static int null_arg(struct kvp_client *c, const char *what, const char *arg)
+int kvpc_null_arg(struct kvp_client *c, const char *what, const char *arg)
 {
 	return kvpc_err(c, -EINVAL, "%s: %s is NULL", what, arg);
 }
@@ -71,7 +60,7 @@ static int check_ids(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 }
 
 /* A lease result in the sync range of slot idx, at offset off. */
-static int decode_lease(struct kvp_client *c, uint32_t idx,
+int kvpc_decode_lease_off(struct kvp_client *c, uint32_t idx,
 			const struct kvp_cqe *cqe, size_t off,
 			uint32_t want_n_new, uint64_t user, struct kvp_lease *l)
 {
@@ -89,7 +78,7 @@ static int decode_lease(struct kvp_client *c, uint32_t idx,
 }
 
 /* A call that returns a lease with n_new == want (UINT32_MAX: any). */
-static int call_lease(struct kvp_client *c, struct kvp_sqe *sqe,
+int kvpc_call_lease(struct kvp_client *c, struct kvp_sqe *sqe,
 		      uint32_t want_n_new, uint64_t user, struct kvp_lease *out)
 {
 	struct kvp_cqe cqe;
@@ -98,10 +87,10 @@ static int call_lease(struct kvp_client *c, struct kvp_sqe *sqe,
 
 	if (ret < 0)
 		return ret;
-	return decode_lease(c, idx, &cqe, 0, want_n_new, user, out);
+	return kvpc_decode_lease_off(c, idx, &cqe, 0, want_n_new, user, out);
 }
 
-static int call_res(struct kvp_client *c, struct kvp_sqe *sqe)
+int kvpc_call_res(struct kvp_client *c, struct kvp_sqe *sqe)
 {
 	struct kvp_cqe cqe;
 	uint32_t idx = 0;
@@ -110,14 +99,14 @@ static int call_res(struct kvp_client *c, struct kvp_sqe *sqe)
 }
 
 /* A call whose input is one chunk id. */
-static int put_id(struct kvp_client *c, struct kvp_sqe *sqe,
+int kvpc_put_id(struct kvp_client *c, struct kvp_sqe *sqe,
 		  const struct kvp_chunk_id *id, const char *what)
 {
 	unsigned char *in;
 
 	if (!id)
-		return null_arg(c, what, "the chunk id");
-	in = input(c, sqe, sizeof(*id), what);
+		return kvpc_null_arg(c, what, "the chunk id");
+	in = kvpc_input(c, sqe, sizeof(*id), what);
 	if (!in)
 		return -E2BIG;
 	memcpy(in, id, sizeof(*id));
@@ -139,10 +128,10 @@ int kvp_prefix_lookup(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 	int ret;
 
 	if (!out)
-		return null_arg(c, "prefix_lookup", "the result pointer");
+		return kvpc_null_arg(c, "prefix_lookup", "the result pointer");
 	if ((ret = check_ids(c, tokens, n, "prefix_lookup")))
 		return ret;
-	if (!(in = input(c, &sqe, (uint64_t)n * 4, "prefix_lookup")))
+	if (!(in = kvpc_input(c, &sqe, (uint64_t)n * 4, "prefix_lookup")))
 		return -E2BIG;
 	if (n)
 		memcpy(in, tokens, (size_t)n * 4);
@@ -179,14 +168,14 @@ int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
 	int ret;
 
 	if (!out)
-		return null_arg(c, "seq_alloc", "the lease pointer");
+		return kvpc_null_arg(c, "seq_alloc", "the lease pointer");
 	if ((ret = check_ids(c, tokens, n, "seq_alloc")))
 		return ret;
-	if (!(in = input(c, &sqe, (uint64_t)n * 4, "seq_alloc")))
+	if (!(in = kvpc_input(c, &sqe, (uint64_t)n * 4, "seq_alloc")))
 		return -E2BIG;
 	if (n)
 		memcpy(in, tokens, (size_t)n * 4);
-	ret = call_lease(c, &sqe, UINT32_MAX, seq, out);
+	ret = kvpc_call_lease(c, &sqe, UINT32_MAX, seq, out);
 	if (!ret && out->len + out->n_new != n)
 		return kvpc_err(c, -EPROTO, "kvpoold at %s returned a lease of %" PRIu64
 				" cached + %" PRIu32 " new tokens for %" PRIu32,
@@ -205,16 +194,16 @@ int kvp_seq_create(struct kvp_client *c, uint64_t seq,
 	int ret;
 
 	if (!out)
-		return null_arg(c, "seq_create", "the lease pointer");
+		return kvpc_null_arg(c, "seq_create", "the lease pointer");
 	if (nsrc && !src)
-		return null_arg(c, "seq_create", "the source array");
-	in = input(c, &sqe, sizeof(h) + (uint64_t)nsrc * sizeof(*src), "seq_create");
+		return kvpc_null_arg(c, "seq_create", "the source array");
+	in = kvpc_input(c, &sqe, sizeof(h) + (uint64_t)nsrc * sizeof(*src), "seq_create");
 	if (!in)
 		return -E2BIG;
 	memcpy(in, &h, sizeof(h));
 	if (nsrc)
 		memcpy(in + sizeof(h), src, (size_t)nsrc * sizeof(*src));
-	ret = call_lease(c, &sqe, n_new, seq, out);
+	ret = kvpc_call_lease(c, &sqe, n_new, seq, out);
 	return ret ? ret : kvpc_lease_add(c, out, KVPC_LEASE_SEQ, seq);
 }
 
@@ -227,13 +216,13 @@ int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
 	int ret;
 
 	if (!out)
-		return null_arg(c, "seq_extend", "the lease pointer");
+		return kvpc_null_arg(c, "seq_extend", "the lease pointer");
 	if (tokens && n_new) {
-		if (!(in = input(c, &sqe, (uint64_t)n_new * 4, "seq_extend")))
+		if (!(in = kvpc_input(c, &sqe, (uint64_t)n_new * 4, "seq_extend")))
 			return -E2BIG;
 		memcpy(in, tokens, (size_t)n_new * 4);
 	}
-	ret = call_lease(c, &sqe, n_new, seq, out);
+	ret = kvpc_call_lease(c, &sqe, n_new, seq, out);
 	if (ret)
 		return ret;
 	/* The daemon ended the previous (committed) write lease with this
@@ -248,240 +237,11 @@ KVP_PUBLIC
 int kvp_seq_free(struct kvp_client *c, uint64_t seq)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_FREE, .arg = seq };
-	int ret = call_res(c, &sqe);
+	int ret = kvpc_call_res(c, &sqe);
 
 	if (ret >= 0)
 		kvpc_lease_drop_seq(c, seq, 0);
 	return ret;
-}
-
-/* ------------------------------------------------------------ chunks */
-
-KVP_PUBLIC
-int kvp_chunk_register(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
-		       uint32_t type, const char *meta, struct kvp_chunk_reg *out)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_REGISTER };
-	struct kvp_chunk_register_in h = { .type = type, .ntokens = n };
-	struct kvp_chunk_reg_out ro;
-	unsigned char *in;
-	struct kvp_cqe cqe;
-	uint32_t idx = 0, len;
-	size_t mlen = meta ? strlen(meta) : 0;
-	int ret;
-
-	if (!out)
-		return null_arg(c, "chunk_register", "the result pointer");
-	if ((ret = check_ids(c, tokens, n, "chunk_register")))
-		return ret;
-	if (mlen >= KVP_CHUNK_META_MAX)
-		return kvpc_err(c, -EINVAL, "chunk_register: metadata of %zu bytes; at "
-				"most %u", mlen, KVP_CHUNK_META_MAX - 1);
-	h.meta_len = meta ? (uint32_t)mlen + 1 : 0;
-	in = input(c, &sqe, sizeof(h) + (uint64_t)n * 4 + h.meta_len, "chunk_register");
-	if (!in)
-		return -E2BIG;
-	memcpy(in, &h, sizeof(h));
-	if (n)
-		memcpy(in + sizeof(h), tokens, (size_t)n * 4);
-	if (meta)
-		memcpy(in + sizeof(h) + (size_t)n * 4, meta, h.meta_len);
-	ret = kvpc_call(c, &sqe, &cqe, &idx);
-	if (ret < 0)
-		return ret;
-	if (cqe.out_bytes < sizeof(ro))
-		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a %" PRIu32 "-byte "
-				"register result", c->path, cqe.out_bytes);
-	memcpy(&ro, kvpc_slot_out(c, idx, &len), sizeof(ro));
-	memset(out, 0, sizeof(*out));
-	out->id = ro.id;
-	out->created = ro.created ? 1 : 0;
-	out->state = ro.state;
-	if (!ro.created)
-		return 0;
-	ret = decode_lease(c, idx, &cqe, sizeof(ro), n, 0, &out->lease);
-	if (!ret && out->lease.len)
-		return kvpc_err(c, -EPROTO, "kvpoold at %s returned a fill lease with %"
-				PRIu64 " tokens already in it", c->path, out->lease.len);
-	return ret ? ret : kvpc_lease_add(c, &out->lease, KVPC_LEASE_CHUNK_FILL, 0);
-}
-
-KVP_PUBLIC
-int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_SEAL };
-	char hex[65];
-	int ret;
-
-	if (!reg)
-		return null_arg(c, "chunk_seal", "the registration");
-	if (!reg->created) {
-		kvp_chunk_id_format(&reg->id, hex);
-		return kvpc_err(c, -EINVAL, "chunk_seal: chunk %.16s...: this call did "
-				"not create it (created = 0), so there is nothing to "
-				"seal; kvp_chunk_acquire() it to read it", hex);
-	}
-	/* Its bytes land before anyone can read it (kvp_commit's rule). */
-	ret = kvpc_cuda_wait_lease(c, reg->lease.id);
-	if (ret)
-		return ret;
-	sqe.arg = reg->lease.id;
-	ret = call_res(c, &sqe);
-	/* A seal ends the fill lease; so does a daemon that no longer has it. */
-	if (kvpc_lease_ended(ret))
-		kvpc_lease_drop(c, reg->lease.id);
-	return ret;
-}
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-static void sleep_us(uint64_t us)
-{
-	struct timespec ts = { .tv_sec = (time_t)(us / 1000000u),
-			       .tv_nsec = (long)(us % 1000000u) * 1000 };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
-KVP_PUBLIC
-int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
-		      uint32_t wait_ms, struct kvp_lease *out)
-{
-	const uint64_t deadline = now_us() + (uint64_t)wait_ms * 1000u;
-	uint64_t pause = ACQUIRE_SLEEP_MIN_US;
-	char msg[KVP_ERRLEN];
-	int ret;
-
-	if (!out)
-		return null_arg(c, "chunk_acquire", "the lease pointer");
-	for (;;) {
-		struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_ACQUIRE };
-		uint64_t now;
-
-		if ((ret = put_id(c, &sqe, id, "chunk_acquire")))
-			return ret;
-		ret = call_lease(c, &sqe, 0, 0, out);
-		if (!ret)
-			ret = kvpc_lease_add(c, out, KVPC_LEASE_READ, 0);
-		now = now_us();
-		if (ret != -EAGAIN || now >= deadline)
-			break;
-		/* Not sealed yet (see WAITING FOR A SEAL at the top). */
-		sleep_us(pause < deadline - now ? pause : deadline - now);
-		if (pause < ACQUIRE_SLEEP_MAX_US)
-			pause *= 2;
-	}
-	if (ret == -EAGAIN && wait_ms) {
-		snprintf(msg, sizeof(msg), "%s (waited %" PRIu32 " ms for the seal; "
-			 "wait longer or check that its filler is alive)",
-			 kvp_last_error(c), wait_ms);
-		return kvpc_err(c, -EAGAIN, "%s", msg);
-	}
-	return ret;
-}
-
-KVP_PUBLIC
-int kvp_chunk_get(struct kvp_client *c, const struct kvp_chunk_id *id,
-		  struct kvp_chunk_info *out)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_GET };
-	struct kvp_cqe cqe;
-	uint32_t idx = 0, len;
-	int ret;
-
-	if (!out)
-		return null_arg(c, "chunk_get", "the result pointer");
-	if ((ret = put_id(c, &sqe, id, "chunk_get")))
-		return ret;
-	ret = kvpc_call(c, &sqe, &cqe, &idx);
-	if (ret < 0)
-		return ret;
-	if (cqe.out_bytes < sizeof(*out))
-		return kvpc_err(c, -EPROTO, "kvpoold at %s sent %" PRIu32 " bytes of "
-				"chunk info, expected %zu", c->path, cqe.out_bytes,
-				sizeof(*out));
-	memcpy(out, kvpc_slot_out(c, idx, &len), sizeof(*out));
-	/* The daemon terminates it; a short string never reads past it here. */
-	out->meta[KVP_CHUNK_META_MAX - 1] = '\0';
-	return 0;
-}
-
-KVP_PUBLIC
-int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
-		   const struct kvp_chunk_id *after, struct kvp_chunk_info *rows,
-		   uint32_t max, int *more)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_LIST };
-	struct kvp_chunk_list_in h = { .type = type, .has_after = after ? 1 : 0 };
-	size_t flen = filter && *filter ? strlen(filter) + 1 : 0;
-	const unsigned char *src;
-	unsigned char *in;
-	struct kvp_cqe cqe;
-	uint32_t idx = 0, len, fit;
-	int ret;
-
-	if (!rows || !max)
-		return kvpc_err(c, -EINVAL, "chunk_list: need room for at least one row");
-	if (flen > KVP_CHUNK_META_MAX)
-		return kvpc_err(c, -EINVAL, "chunk_list: a filter of %zu bytes; at most "
-				"%u", flen - 1, KVP_CHUNK_META_MAX - 1);
-	h.filter_len = (uint32_t)flen;
-	if (after)
-		h.after = *after;
-	if (!(in = input(c, &sqe, sizeof(h) + flen, "chunk_list")))
-		return -E2BIG;
-	memcpy(in, &h, sizeof(h));
-	if (flen)
-		memcpy(in + sizeof(h), filter, flen);
-	/* At most what the sync range holds; the caller pages on with after. */
-	fit = (uint32_t)(c->sync_bytes / sizeof(*rows));
-	sqe.n = max < fit ? max : fit;
-	ret = kvpc_call(c, &sqe, &cqe, &idx);
-	if (ret < 0)
-		return ret;
-	if ((uint32_t)ret > sqe.n || (uint64_t)ret * sizeof(*rows) > cqe.out_bytes)
-		return kvpc_err(c, -EPROTO, "kvpoold at %s listed %d chunks in %" PRIu32
-				" bytes (asked for at most %" PRIu32 ")", c->path, ret,
-				cqe.out_bytes, sqe.n);
-	src = kvpc_slot_out(c, idx, &len);
-	memcpy(rows, src, (size_t)ret * sizeof(*rows));
-	for (int i = 0; i < ret; i++)
-		rows[i].meta[KVP_CHUNK_META_MAX - 1] = '\0';
-	if (more)
-		*more = cqe.val0 ? 1 : 0;
-	return ret;
-}
-
-KVP_PUBLIC
-int kvp_chunk_delete(struct kvp_client *c, const struct kvp_chunk_id *id)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_DELETE };
-	int ret = put_id(c, &sqe, id, "chunk_delete");
-
-	return ret ? ret : call_res(c, &sqe);
-}
-
-KVP_PUBLIC
-int kvp_chunk_clear(struct kvp_client *c, uint32_t type)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_CLEAR, .n = type };
-
-	return call_res(c, &sqe);
-}
-
-KVP_PUBLIC
-int kvp_chunk_evict_unused(struct kvp_client *c, uint32_t max_age_s)
-{
-	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_EVICT_UNUSED, .arg = max_age_s };
-
-	return call_res(c, &sqe);
 }
 
 /* ------------------------------------------------------------ compositions */
@@ -496,7 +256,7 @@ static int put_compose(struct kvp_client *c, struct kvp_sqe *sqe,
 	unsigned char *in, *ctx;
 
 	if (nreq && !reqs)
-		return null_arg(c, what, "the request array");
+		return kvpc_null_arg(c, what, "the request array");
 	for (uint32_t i = 0; i < nreq; i++) {
 		if (reqs[i].ncontexts && !reqs[i].contexts)
 			return kvpc_err(c, -EINVAL, "%s: request %" PRIu32 " has %" PRIu32
@@ -512,7 +272,7 @@ static int put_compose(struct kvp_client *c, struct kvp_sqe *sqe,
 	h.nctx = (uint32_t)nctx;
 	bytes = sizeof(h) + (uint64_t)nreq * sizeof(struct kvp_compose_req_in) +
 		nctx * sizeof(struct kvp_chunk_id);
-	if (!(in = input(c, sqe, bytes, what)))
+	if (!(in = kvpc_input(c, sqe, bytes, what)))
 		return -E2BIG;
 	memcpy(in, &h, sizeof(h));
 	ctx = in + sizeof(h) + (size_t)nreq * sizeof(struct kvp_compose_req_in);
@@ -601,7 +361,7 @@ static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
 	int ret;
 
 	if (!out)
-		return null_arg(c, what, "the result pointer");
+		return kvpc_null_arg(c, what, "the result pointer");
 	if ((ret = put_compose(c, &sqe, reqs, nreq, what)))
 		return ret;
 	ret = kvpc_call(c, &sqe, &cqe, &idx);
@@ -614,7 +374,7 @@ static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
 	    (ret = kvpc_lease_add_blob(c, cqe.val0, src, cqe.out_bytes, &src))) {
 		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = cqe.val0 };
 
-		call_res(c, &rel);
+		kvpc_call_res(c, &rel);
 		return kvpc_err(c, -ENOMEM, "compose: out of memory for the page "
 				"tables of %" PRIu32 " bytes; the composition was "
 				"released", cqe.out_bytes);
@@ -624,7 +384,7 @@ static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
 		/* Malformed but held: let the chunks go rather than leak them. */
 		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = cqe.val0 };
 
-		call_res(c, &rel);
+		kvpc_call_res(c, &rel);
 		kvpc_lease_drop(c, cqe.val0);
 		return kvpc_err(c, -EPROTO, "kvpoold at %s sent a malformed "
 				"composition; it was released", c->path);

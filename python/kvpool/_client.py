@@ -9,7 +9,8 @@ take, and compositions as objects.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+import json
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _kvpool
 
@@ -335,13 +336,50 @@ class Client(_kvpool.Client):
         return torch.device("cpu") if self.cuda_device < 0 else \
             torch.device("cuda", self.cuda_device)
 
+    # ------------------------------------------------------------ chunks
+    def chunk_register(self, tokens: Any, type: Union[str, int],
+                       meta: Union[None, str, Dict[str, Any]] = None,
+                       content: Union[None, str, bytes] = None) -> Dict[str, Any]:
+        """Register a root entry (kvp_chunk_put): ``tokens`` at positions 0..,
+        named by SHA-256 of ``content`` (or of the tokens without it), with
+        ``meta`` a dict or JSON object text (legacy ``'k=v,k2=v2'`` works
+        too). Returns ``{'id': entry hex, 'name': name hex, 'created': bool,
+        'state': 'filling'|'ready', 'start': 0, 'tokens': n, 'lease': Lease or
+        None}``; when created, fill ``lease`` (append) and seal it
+        (:meth:`chunk_seal`, ``lease.seal()`` or the end of its with block).
+        A hit allocates nothing. InvalidArgumentError when the name is
+        registered with other tokens or type; TooBigError content over
+        kvpoold's chunk_content_max; PoolFullError limits or device full."""
+        if isinstance(meta, dict):
+            meta = json.dumps(meta)
+        return self._chunk_register(tokens, type, meta, content)
+
+    def chunk_seal(self, reg: Any) -> None:
+        """Seal what :meth:`chunk_register` / :meth:`chunk_link` created: the
+        dict they returned, or its fill Lease. Nothing to do for a hit."""
+        lease = reg.get("lease") if isinstance(reg, dict) else reg
+        if lease is not None:
+            lease.seal()
+
+    def chunk_list(self, type: Union[None, str, int] = None,
+                   filter: Union[None, str, Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+        """Every name of a type (None: all) whose metadata holds every key of
+        ``filter`` (a dict or JSON object text; legacy ``'k=v'``) with an
+        equal value, in name order, as :meth:`chunk_get` dicts (all pages)."""
+        if isinstance(filter, dict):
+            filter = json.dumps(filter)
+        return self._chunk_list(type, filter)
+
     # ------------------------------------------------------------ compose
     def compose(self, requests: Iterable[Any]) -> Composition:
         """Cascade page tables for a batch of requests (kvp_compose): each a
-        dict ``{'system': id, 'contexts': [ids], 'query': id, 'qo_len': n}``.
-        Holds their chunks until the Composition is released. NotFoundError
-        names a chunk that is not registered; NotReadyError one being filled;
-        InvalidArgumentError incompatible chunks."""
+        dict ``{'system': id, 'contexts': [ids], 'query': id, 'qo_len': n}``
+        of ENTRY ids that chain (each context linked after the entry before
+        it, the query after the last). At every level consecutive requests
+        with the same entry share one group. Holds the entries until the
+        Composition is released. NotFoundError names an entry that is not
+        registered; NotReadyError one being filled; InvalidArgumentError a
+        broken chain (with the actual parent) or a wrong type."""
         return Composition(self, self._compose(list(requests)))
 
     def compose_preview(self, requests: Iterable[Any]) -> Composition:

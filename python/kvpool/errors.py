@@ -15,6 +15,7 @@ continuity errors ``ValueError``)::
     │   └── OverlapError               "... overlapping tokens from A to B (both inclusive)."
     ├── InvalidArgumentError (ValueError)   -EINVAL otherwise
     ├── PoolFullError (MemoryError)    -ENOMEM: everything pinned, nothing changed
+    ├── TooBigError (ValueError)       -E2BIG: more than a setting allows (chunk content)
     ├── NotFoundError (LookupError)    -ENOENT: no such chunk / sequence / lease
     ├── StaleLeaseError                -ESTALE: the lease is released, committed or not yours
     ├── BusyError                      -EBUSY: leased, or async operations in flight
@@ -34,7 +35,7 @@ from typing import Dict, Optional, Tuple, Type
 
 __all__ = [
     "KvpoolError", "ContinuityError", "GapError", "OverlapError",
-    "InvalidArgumentError", "PoolFullError", "NotFoundError", "StaleLeaseError",
+    "InvalidArgumentError", "PoolFullError", "TooBigError", "NotFoundError", "StaleLeaseError",
     "BusyError", "NotReadyError", "AlreadyError", "PermissionDeniedError",
     "ConnectError", "ProtocolError", "UnsupportedError", "ClientClosedError",
     "from_code",
@@ -159,8 +160,17 @@ class ClientClosedError(KvpoolError):
         super().__init__(_errno.EBADF, message)
 
 
+class TooBigError(KvpoolError, ValueError):
+    """-E2BIG: more than a setting or the device tier allows (chunk content
+    over kvpoold's chunk_content_max, a chunk of more pages than the tier,
+    an input larger than the arena)."""
+
+    default_errno = _errno.E2BIG
+
+
 _BY_ERRNO: Dict[int, Type[KvpoolError]] = {
     _errno.ENOMEM: PoolFullError,
+    _errno.E2BIG: TooBigError,
     _errno.ENOENT: NotFoundError,
     _errno.ESTALE: StaleLeaseError,
     _errno.EBUSY: BusyError,

@@ -222,95 +222,136 @@ static PyObject *c_seq_free(KvpClient *self, PyObject *arg)
 
 /* ------------------------------------------------------------ chunks */
 
-/* meta: None, "k=v,k2=v2" or a dict. */
-static int meta_from_object(PyObject *o, char *buf, size_t len)
+/* meta / filter: None or text (JSON object, or legacy 'k=v,k2=v2'; the
+ * Python Client turns dicts into JSON first). *out NULL for None. */
+static int text_from_object(PyObject *o, const char **out, const char *what)
 {
-	PyObject *s = NULL;
-	const char *p;
-
-	buf[0] = '\0';
+	*out = NULL;
 	if (!o || o == Py_None)
 		return 0;
-	if (PyDict_Check(o)) {
-		PyObject *parts = PyList_New(0), *k, *v, *sep;
-		Py_ssize_t pos = 0;
+	if (!PyUnicode_Check(o)) {
+		PyErr_Format(PyExc_TypeError, "%s: None or JSON object text (str), "
+			     "not %.100s", what, Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	*out = PyUnicode_AsUTF8(o);
+	return *out ? 0 : -1;
+}
 
-		if (!parts)
-			return -1;
-		while (PyDict_Next(o, &pos, &k, &v)) {
-			PyObject *kv = PyUnicode_FromFormat("%S=%S", k, v);
+static const char *state_name(uint32_t state)
+{
+	return state == KVP_CHUNK_READY ? "ready" : "filling";
+}
 
-			if (!kv || PyList_Append(parts, kv)) {
-				Py_XDECREF(kv);
-				Py_DECREF(parts);
-				return -1;
-			}
-			Py_DECREF(kv);
-		}
-		if (PyList_Sort(parts)) {
-			Py_DECREF(parts);
-			return -1;
-		}
-		sep = PyUnicode_FromString(",");
-		s = sep ? PyUnicode_Join(sep, parts) : NULL;
-		Py_XDECREF(sep);
-		Py_DECREF(parts);
-		if (!s)
-			return -1;
-	} else if (PyUnicode_Check(o)) {
-		s = Py_NewRef(o);
+/* A registration as a dict; "lease": the fill lease when created. */
+static PyObject *reg_to_dict(KvpClient *self, const struct kvp_chunk_reg *reg)
+{
+	PyObject *lease = Py_None;
+
+	if (reg->created) {
+		lease = lease_new(self, &reg->lease, LEASE_CHUNK_FILL);
+		if (!lease)
+			return NULL;
+		((KvpLease *)lease)->reg = *reg;
 	} else {
-		PyErr_SetString(PyExc_TypeError, "metadata: None, a dict or 'k=v,k2=v2'");
-		return -1;
+		Py_INCREF(lease);
 	}
-	p = PyUnicode_AsUTF8(s);
-	if (!p || strlen(p) >= len) {
-		if (p)
-			PyErr_Format(PyExc_ValueError, "metadata: at most %zu bytes", len - 1);
-		Py_DECREF(s);
-		return -1;
-	}
-	memcpy(buf, p, strlen(p) + 1);
-	Py_DECREF(s);
-	return 0;
+	return Py_BuildValue("{sNsNsOsssIsIsN}", "id", chunk_id_to_str(&reg->id),
+			     "name", chunk_id_to_str(&reg->name), "created",
+			     reg->created ? Py_True : Py_False, "state",
+			     state_name(reg->state), "start", reg->start, "tokens",
+			     reg->tokens, "lease", lease);
 }
 
 static PyObject *c_chunk_register(KvpClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "tokens", "type", "meta", NULL };
-	PyObject *tok_o, *type_o = NULL, *meta_o = Py_None, *res = NULL;
-	char meta[KVP_CHUNK_META_MAX];
+	static char *kwlist[] = { "tokens", "type", "meta", "content", NULL };
+	PyObject *tok_o, *type_o = NULL, *meta_o = Py_None, *content_o = Py_None;
+	PyObject *res = NULL;
+	struct kvp_chunk_root root = { 0 };
 	struct kvp_chunk_reg reg;
-	uint32_t type, *tok, n;
+	Py_buffer cb = { 0 };
+	uint32_t *tok;
 	int owned, ret;
 	Py_buffer vb;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:chunk_register", kwlist, &tok_o,
-					 &type_o, &meta_o) ||
-	    chunk_type_from_object(type_o, &type, 0) ||
-	    meta_from_object(meta_o, meta, sizeof(meta)) ||
-	    tokens_from_object(tok_o, &tok, &n, &owned, &vb))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO:chunk_register", kwlist,
+					 &tok_o, &type_o, &meta_o, &content_o) ||
+	    chunk_type_from_object(type_o, &root.type, 0) ||
+	    text_from_object(meta_o, &root.meta, "meta"))
 		return NULL;
+	if (content_o != Py_None) {
+		if (PyUnicode_Check(content_o)) {
+			Py_ssize_t n;
+			const char *p = PyUnicode_AsUTF8AndSize(content_o, &n);
+
+			if (!p)
+				return NULL;
+			root.content = p;
+			root.content_len = (uint32_t)n;
+			if ((Py_ssize_t)root.content_len != n) {
+				PyErr_SetString(PyExc_ValueError, "content: at most 4 GiB");
+				return NULL;
+			}
+		} else if (PyObject_GetBuffer(content_o, &cb, PyBUF_SIMPLE) == 0) {
+			root.content = cb.buf;
+			root.content_len = (uint32_t)cb.len;
+			if ((Py_ssize_t)root.content_len != cb.len) {
+				PyBuffer_Release(&cb);
+				PyErr_SetString(PyExc_ValueError, "content: at most 4 GiB");
+				return NULL;
+			}
+		} else {
+			return NULL;
+		}
+	}
+	if (tokens_from_object(tok_o, &tok, &root.n, &owned, &vb))
+		goto out_cb;
+	root.tokens = tok;
 	if (client_enter(self))
 		goto out;
 	memset(&reg, 0, sizeof(reg));
-	CALL(ret, kvp_chunk_register(self->c, tok, n, type, meta[0] ? meta : NULL, &reg));
-	if (ret < 0) {
+	CALL(ret, kvp_chunk_put(self->c, &root, &reg));
+	if (ret < 0)
 		kvp_raise_client(self, ret);
-	} else {
-		res = lease_new(self, &reg.lease, LEASE_CHUNK_FILL);
-		if (res)
-			((KvpLease *)res)->reg = reg;
-	}
+	else
+		res = reg_to_dict(self, &reg);
 	client_leave(self);
 out:
 	tokens_release(tok, owned, &vb);
+out_cb:
+	if (cb.obj)
+		PyBuffer_Release(&cb);
+	return res;
+}
+
+static PyObject *c_chunk_link(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "name", "parent", "wait_ms", NULL };
+	PyObject *name_o, *parent_o, *res = NULL;
+	struct kvp_chunk_id name, parent;
+	struct kvp_chunk_reg reg;
+	unsigned int wait_ms = 0;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I:chunk_link", kwlist, &name_o,
+					 &parent_o, &wait_ms) ||
+	    chunk_id_from_object(name_o, &name) ||
+	    chunk_id_from_object(parent_o, &parent) || client_enter(self))
+		return NULL;
+	memset(&reg, 0, sizeof(reg));
+	CALL(ret, kvp_chunk_link(self->c, &name, &parent, wait_ms, &reg));
+	if (ret < 0)
+		kvp_raise_client(self, ret);
+	else
+		res = reg_to_dict(self, &reg);
+	client_leave(self);
 	return res;
 }
 
 static PyObject *c_chunk_acquire(KvpClient *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "chunk_id", "wait_ms", NULL };
+	static char *kwlist[] = { "id", "wait_ms", NULL };
 	PyObject *id_o, *res = NULL;
 	unsigned int wait_ms = 0;
 	struct kvp_chunk_id id;
@@ -333,37 +374,188 @@ static PyObject *c_chunk_acquire(KvpClient *self, PyObject *args, PyObject *kw)
 	return res;
 }
 
+static PyObject *id_or_none(const struct kvp_chunk_id *id)
+{
+	static const struct kvp_chunk_id zero;
+
+	if (!memcmp(id, &zero, sizeof(zero)))
+		Py_RETURN_NONE;
+	return chunk_id_to_str(id);
+}
+
 static PyObject *chunk_info_to_dict(const struct kvp_chunk_info *ci)
 {
-	char meta[KVP_CHUNK_META_MAX + 1];
 	const char *type = kvp_chunk_type_name(ci->type);
 
-	memcpy(meta, ci->meta, KVP_CHUNK_META_MAX);
-	meta[KVP_CHUNK_META_MAX] = '\0';
-	return Py_BuildValue("{sNsssssIsIsKsIsIsKsKsKss}", "chunk_id",
-			     chunk_id_to_str(&ci->id), "type", type ? type : "?",
-			     "state", ci->state == KVP_CHUNK_READY ? "ready" : "filling",
-			     "tokens", ci->tokens, "pages", ci->pages, "bytes",
-			     (unsigned long long)ci->bytes, "holders", ci->holders,
-			     "filler", ci->filler, "created_ns",
-			     (unsigned long long)ci->created_ns, "last_access_ns",
-			     (unsigned long long)ci->last_access_ns, "hits",
-			     (unsigned long long)ci->hits, "meta", meta);
+	return Py_BuildValue("{sNsNsssssIsIsKsIsIsKsKsKsIsNss}",
+			     "id", chunk_id_to_str(&ci->id), "root", id_or_none(&ci->root),
+			     "type", type ? type : "?", "state", state_name(ci->state),
+			     "tokens", ci->tokens, "pages", ci->pages,
+			     "bytes", (unsigned long long)ci->bytes,
+			     "holders", ci->holders, "entries", ci->entries,
+			     "created_ns", (unsigned long long)ci->created_ns,
+			     "last_access_ns", (unsigned long long)ci->last_access_ns,
+			     "hits", (unsigned long long)ci->hits,
+			     "content_len", ci->content_len,
+			     "preview", PyUnicode_DecodeUTF8(ci->preview, (Py_ssize_t)
+							     strlen(ci->preview), "replace"),
+			     "meta", ci->meta);
+}
+
+static PyObject *entry_to_dict(const struct kvp_chunk_entry_info *en)
+{
+	return Py_BuildValue("{sNsNsNsIsIsIsssIsI}", "id", chunk_id_to_str(&en->id),
+			     "name", chunk_id_to_str(&en->name), "parent",
+			     id_or_none(&en->parent), "start", en->start, "tokens",
+			     en->tokens, "pages", en->pages, "state",
+			     state_name(en->state), "holders", en->holders,
+			     "children", en->children);
 }
 
 static PyObject *c_chunk_get(KvpClient *self, PyObject *arg)
 {
 	struct kvp_chunk_id id;
-	struct kvp_chunk_info ci;
+	struct kvp_chunk_info *ci;
+	PyObject *res = NULL;
+	int ret;
+
+	if (chunk_id_from_object(arg, &id))
+		return NULL;
+	ci = PyMem_Malloc(sizeof(*ci));
+	if (!ci)
+		return PyErr_NoMemory();
+	if (client_enter(self))
+		goto out;
+	CALL(ret, kvp_chunk_get(self->c, &id, ci));
+	client_leave(self);
+	res = ret < 0 ? kvp_raise_client(self, ret) : chunk_info_to_dict(ci);
+out:
+	PyMem_Free(ci);
+	return res;
+}
+
+static PyObject *c_chunk_entry(KvpClient *self, PyObject *arg)
+{
+	struct kvp_chunk_entry_info en;
+	struct kvp_chunk_id id;
 	int ret;
 
 	if (chunk_id_from_object(arg, &id) || client_enter(self))
 		return NULL;
-	CALL(ret, kvp_chunk_get(self->c, &id, &ci));
+	CALL(ret, kvp_chunk_entry(self->c, &id, &en));
 	client_leave(self);
 	if (ret < 0)
 		return kvp_raise_client(self, ret);
-	return chunk_info_to_dict(&ci);
+	return entry_to_dict(&en);
+}
+
+static PyObject *c_chunk_entries(KvpClient *self, PyObject *arg)
+{
+	struct kvp_chunk_entry_info *rows = NULL;
+	struct kvp_chunk_id id;
+	uint32_t cap = 16;
+	PyObject *list;
+	int ret;
+
+	if (chunk_id_from_object(arg, &id))
+		return NULL;
+	for (;;) {
+		PyMem_Free(rows);
+		rows = PyMem_Malloc(cap * sizeof(*rows));
+		if (!rows)
+			return PyErr_NoMemory();
+		if (client_enter(self)) {
+			PyMem_Free(rows);
+			return NULL;
+		}
+		CALL(ret, kvp_chunk_entries(self->c, &id, rows, cap));
+		client_leave(self);
+		if (ret < 0) {
+			PyMem_Free(rows);
+			return kvp_raise_client(self, ret);
+		}
+		if ((uint32_t)ret <= cap)
+			break;
+		cap = (uint32_t)ret; /* more entries than room: again */
+	}
+	list = PyList_New(ret);
+	for (int i = 0; list && i < ret; i++) {
+		PyObject *d = entry_to_dict(&rows[i]);
+
+		if (!d) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, i, d);
+	}
+	PyMem_Free(rows);
+	return list;
+}
+
+static PyObject *c_chunk_content(KvpClient *self, PyObject *arg)
+{
+	struct kvp_chunk_id id;
+	PyObject *res = NULL;
+	size_t len = 0;
+	char *buf = NULL;
+	int ret;
+
+	if (chunk_id_from_object(arg, &id) || client_enter(self))
+		return NULL;
+	/* The length first (a zero-byte read), then the bytes. */
+	CALL(ret, kvp_chunk_content(self->c, &id, NULL, 0, &len));
+	if (ret >= 0 && len) {
+		buf = PyMem_Malloc(len);
+		if (!buf) {
+			client_leave(self);
+			return PyErr_NoMemory();
+		}
+		CALL(ret, kvp_chunk_content(self->c, &id, buf, len, &len));
+	}
+	if (ret < 0)
+		kvp_raise_client(self, ret);
+	else
+		res = PyBytes_FromStringAndSize(buf, (Py_ssize_t)ret);
+	client_leave(self);
+	PyMem_Free(buf);
+	return res;
+}
+
+static PyObject *c_chunk_tokens(KvpClient *self, PyObject *arg)
+{
+	struct kvp_chunk_id id;
+	PyObject *res = NULL;
+	uint32_t n = 0, *buf = NULL;
+	int ret;
+
+	if (chunk_id_from_object(arg, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_tokens(self->c, &id, NULL, 0, &n));
+	if (ret >= 0 && n) {
+		buf = PyMem_Malloc((size_t)n * sizeof(*buf));
+		if (!buf) {
+			client_leave(self);
+			return PyErr_NoMemory();
+		}
+		CALL(ret, kvp_chunk_tokens(self->c, &id, buf, n, &n));
+	}
+	if (ret < 0) {
+		kvp_raise_client(self, ret);
+	} else {
+		res = PyList_New(ret);
+		for (int i = 0; res && i < ret; i++) {
+			PyObject *v = PyLong_FromUnsignedLong(buf[i]);
+
+			if (!v) {
+				Py_CLEAR(res);
+				break;
+			}
+			PyList_SET_ITEM(res, i, v);
+		}
+	}
+	client_leave(self);
+	PyMem_Free(buf);
+	return res;
 }
 
 #define CHUNK_ROWS 32
@@ -372,16 +564,16 @@ static PyObject *c_chunk_list(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "type", "filter", NULL };
 	PyObject *type_o = Py_None, *filter_o = Py_None, *list = NULL, *d;
-	char filter[KVP_CHUNK_META_MAX];
 	struct kvp_chunk_info *rows;
 	struct kvp_chunk_id after;
 	int more = 0, ret, have_after = 0;
+	const char *filter;
 	uint32_t type;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:chunk_list", kwlist, &type_o,
 					 &filter_o) ||
 	    chunk_type_from_object(type_o, &type, 1) ||
-	    meta_from_object(filter_o, filter, sizeof(filter)))
+	    text_from_object(filter_o, &filter, "filter"))
 		return NULL;
 	rows = PyMem_Malloc(CHUNK_ROWS * sizeof(*rows));
 	list = PyList_New(0);
@@ -392,7 +584,7 @@ static PyObject *c_chunk_list(KvpClient *self, PyObject *args, PyObject *kw)
 	if (client_enter(self))
 		goto err;
 	do {
-		CALL(ret, kvp_chunk_list(self->c, type, filter[0] ? filter : NULL,
+		CALL(ret, kvp_chunk_list(self->c, type, filter,
 					 have_after ? &after : NULL, rows, CHUNK_ROWS, &more));
 		if (ret < 0) {
 			kvp_raise_client(self, ret);
@@ -465,6 +657,55 @@ static PyObject *c_chunk_evict_unused(KvpClient *self, PyObject *arg)
 	if (ret < 0)
 		return kvp_raise_client(self, ret);
 	return PyLong_FromLong(ret);
+}
+
+static PyObject *c_chunk_limits(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "max_chunks", "memory_ratio", NULL };
+	PyObject *max_o = Py_None, *ratio_o = Py_None;
+	struct kvp_chunk_limits lim;
+	long long max = -1;
+	double ratio = -1;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:chunk_limits", kwlist, &max_o,
+					 &ratio_o))
+		return NULL;
+	if (max_o != Py_None) {
+		max = PyLong_AsLongLong(max_o);
+		if (max == -1 && PyErr_Occurred())
+			return NULL;
+		if (max < 0) {
+			PyErr_SetString(PyExc_ValueError,
+					"max_chunks: 0 (unlimited) or more; None keeps it");
+			return NULL;
+		}
+	}
+	if (ratio_o != Py_None) {
+		ratio = PyFloat_AsDouble(ratio_o);
+		if (ratio == -1 && PyErr_Occurred())
+			return NULL;
+		if (!(ratio > 0)) {
+			PyErr_SetString(PyExc_ValueError,
+					"memory_ratio: a fraction of the device tier in "
+					"(0, 1]; None keeps it");
+			return NULL;
+		}
+	}
+	if (client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_limits(self->c, max, ratio, &lim));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return Py_BuildValue("{sKsdsKsdsKsKsK}", "max_chunks",
+			     (unsigned long long)lim.max_chunks, "memory_ratio",
+			     lim.memory_ratio, "config_max_chunks",
+			     (unsigned long long)lim.config_max_chunks,
+			     "config_memory_ratio", lim.config_memory_ratio, "names",
+			     (unsigned long long)lim.names, "pages",
+			     (unsigned long long)lim.pages, "limit_pages",
+			     (unsigned long long)lim.limit_pages);
 }
 
 /* ------------------------------------------------------------ compose */
@@ -649,40 +890,61 @@ PyMethodDef client_share_methods[] = {
 	  "seq_free($self, seq, /)\n--\n\n"
 	  "Drop a sequence's references (kvp_seq_free); pages nobody else holds are\n"
 	  "freed (or stay in the prefix cache when published)." },
-	{ "chunk_register", (PyCFunction)(void (*)(void))c_chunk_register,
+	{ "_chunk_register", (PyCFunction)(void (*)(void))c_chunk_register,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "chunk_register($self, /, tokens, type, meta=None)\n--\n\n"
-	  "Register a chunk (kvp_chunk_register, seed 001): type 'system', 'context'\n"
-	  "or 'query'; meta a dict or 'k=v,k2=v2'. The id is SHA-256 of the layout,\n"
-	  "the tenant's salt and the tokens. Returns a Lease: lease.chunk_id, and\n"
-	  "when lease.created this client fills it (append) and seals it (seal(),\n"
-	  "or the end of its with block); otherwise nothing was allocated (a hit).\n"
-	  "PoolFullError when the device tier cannot take it." },
+	  "_chunk_register($self, /, tokens, type, meta=None, content=None)\n--\n\n"
+	  "kvp_chunk_put: a root entry (see Client.chunk_register). meta: None or\n"
+	  "JSON object text; content: str or bytes." },
+	{ "chunk_link", (PyCFunction)(void (*)(void))c_chunk_link,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "chunk_link($self, /, name, parent, wait_ms=0)\n--\n\n"
+	  "The name's tokens after entry parent (kvp_chunk_link): a dict {'id' (the\n"
+	  "entry), 'name', 'created', 'state', 'start', 'tokens', 'lease'}; when\n"
+	  "created, 'lease' is the fill lease (write positions start.. and seal it),\n"
+	  "else None. A parent being filled: waits up to wait_ms, then NotReadyError." },
 	{ "chunk_acquire", (PyCFunction)(void (*)(void))c_chunk_acquire,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "chunk_acquire($self, /, chunk_id, wait_ms=0)\n--\n\n"
-	  "A read Lease on a ready chunk: its page table, pinned until release()\n"
-	  "(kvp_chunk_acquire). A chunk being filled: waits up to wait_ms for the\n"
-	  "seal, then NotReadyError. NotFoundError when not registered." },
+	  "chunk_acquire($self, /, id, wait_ms=0)\n--\n\n"
+	  "A read Lease on a ready entry (id: an entry, or a name for its root):\n"
+	  "its page table, pinned until release() (kvp_chunk_acquire). An entry\n"
+	  "being filled: waits up to wait_ms for the seal, then NotReadyError." },
 	{ "chunk_get", (PyCFunction)c_chunk_get, METH_O,
-	  "chunk_get($self, chunk_id, /)\n--\n\n"
-	  "One chunk as a dict: chunk_id, type, state, tokens, pages, bytes, holders,\n"
-	  "filler, created_ns, last_access_ns, hits, meta (kvp_chunk_get)." },
-	{ "chunk_list", (PyCFunction)(void (*)(void))c_chunk_list, METH_VARARGS | METH_KEYWORDS,
-	  "chunk_list($self, /, type=None, filter=None)\n--\n\n"
-	  "Every chunk of a type (None: all) whose metadata has every pair of\n"
-	  "filter (a dict or 'k=v,...'), in id order, as dicts (kvp_chunk_list)." },
+	  "chunk_get($self, id, /)\n--\n\n"
+	  "A name's row (id: the name or one of its entries) as a dict: id, root\n"
+	  "(None: no root entry), type, state, tokens, pages, bytes, holders,\n"
+	  "entries, created_ns, last_access_ns, hits, content_len, preview, meta\n"
+	  "(JSON text) (kvp_chunk_get)." },
+	{ "chunk_entry", (PyCFunction)c_chunk_entry, METH_O,
+	  "chunk_entry($self, id, /)\n--\n\n"
+	  "One entry: {id, name, parent (None: a root), start, tokens, pages, state,\n"
+	  "holders, children} (kvp_chunk_entry)." },
+	{ "chunk_entries", (PyCFunction)c_chunk_entries, METH_O,
+	  "chunk_entries($self, name, /)\n--\n\n"
+	  "Every entry of a name, oldest first, as chunk_entry() dicts." },
+	{ "chunk_content", (PyCFunction)c_chunk_content, METH_O,
+	  "chunk_content($self, name, /)\n--\n\nThe content bytes of a name." },
+	{ "chunk_tokens", (PyCFunction)c_chunk_tokens, METH_O,
+	  "chunk_tokens($self, name, /)\n--\n\nThe token ids of a name (a list)." },
+	{ "_chunk_list", (PyCFunction)(void (*)(void))c_chunk_list, METH_VARARGS | METH_KEYWORDS,
+	  "_chunk_list($self, /, type=None, filter=None)\n--\n\n"
+	  "kvp_chunk_list through every page (see Client.chunk_list)." },
 	{ "chunk_delete", (PyCFunction)c_chunk_delete, METH_O,
-	  "chunk_delete($self, chunk_id, /)\n--\n\n"
-	  "Remove a chunk from the registry; its pages are freed once nobody holds\n"
-	  "them (kvp_chunk_delete)." },
+	  "chunk_delete($self, id, /)\n--\n\n"
+	  "Delete a name (every entry) or one entry, and every entry below them;\n"
+	  "pages are freed once nobody holds them (kvp_chunk_delete)." },
 	{ "chunk_clear", (PyCFunction)(void (*)(void))c_chunk_clear, METH_VARARGS | METH_KEYWORDS,
 	  "chunk_clear($self, /, type=None)\n--\n\n"
-	  "Delete every chunk of a type (None: all); returns how many." },
+	  "Delete every name of a type (None: all); returns how many." },
 	{ "chunk_evict_unused", (PyCFunction)c_chunk_evict_unused, METH_O,
 	  "chunk_evict_unused($self, max_age_s, /)\n--\n\n"
-	  "Delete ready chunks nobody holds that were not used for max_age_s\n"
-	  "seconds; returns how many." },
+	  "Delete names not used for max_age_s seconds whose entries nobody holds;\n"
+	  "returns how many." },
+	{ "chunk_limits", (PyCFunction)(void (*)(void))c_chunk_limits,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "chunk_limits($self, /, max_chunks=None, memory_ratio=None)\n--\n\n"
+	  "Set the tenant's chunk limits in this pool (None: keep), clamped to\n"
+	  "kvpool.conf's, and read them: {max_chunks, memory_ratio,\n"
+	  "config_max_chunks, config_memory_ratio, names, pages, limit_pages}." },
 	{ "_compose", (PyCFunction)c_compose, METH_O,
 	  "_compose($self, requests, /)\n--\n\nkvp_compose as a dict (see compose())." },
 	{ "_compose_preview", (PyCFunction)c_compose_preview, METH_O,

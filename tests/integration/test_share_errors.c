@@ -308,11 +308,11 @@ static void build_cases(uint32_t arena)
 	put(c, &rh, sizeof(rh));
 	put(c, tok, 16);
 	rh.type = KVP_CHUNK_CONTEXT;
-	c = add(KVP_OP_CHUNK_REGISTER, "reserved word set");
-	rh.rsv = 1;
+	c = add(KVP_OP_CHUNK_REGISTER, "content_len past the input");
+	rh.content_len = 1;
 	put(c, &rh, sizeof(rh));
 	put(c, tok, 16);
-	rh.rsv = 0;
+	rh.content_len = 0;
 	c = add(KVP_OP_CHUNK_REGISTER, "header cut short");
 	put(c, &rh, 8);
 	c = add(KVP_OP_CHUNK_ACQUIRE, "an id of 31 bytes");

@@ -4,6 +4,7 @@ and its errors as the kvpool exception hierarchy with the daemon's message."""
 from __future__ import annotations
 
 import errno
+import json
 import pydoc
 
 import numpy as np
@@ -225,38 +226,56 @@ def test_async_queue_submit_reap(client, user):
 def test_chunks_register_fill_seal_acquire_list(client):
     toks = list(range(500, 540))
     kv = torch.randn(40, 2, 2, 2, 16)
-    with client.chunk_register(toks, "context", {"doc": "faq", "lang": "en"}) as reg:
-        cid = reg.chunk_id
-        assert len(cid) == 64
-        if reg.created:
-            reg.append(kv)
-    again = client.chunk_register(toks, "context")
-    assert again.chunk_id == cid and not again.created
-    info = client.chunk_get(cid)
-    assert info["state"] == "ready" and info["tokens"] == 40 and "doc=faq" in info["meta"]
-    assert any(r["chunk_id"] == cid for r in client.chunk_list("context", {"lang": "en"}))
+    reg = client.chunk_register(toks, "context", {"doc": "faq", "lang": "en", "rev": 3},
+                                content="What is kvpool? A KV cache daemon.")
+    cid, name = reg["id"], reg["name"]
+    assert len(cid) == 64 and len(name) == 64 and cid != name
+    assert reg["start"] == 0 and reg["tokens"] == 40
+    if reg["created"]:
+        assert reg["state"] == "filling"
+        with reg["lease"] as fill:
+            assert fill.chunk_id == cid and fill.start == 0
+            fill.append(kv)
+    again = client.chunk_register(toks, "context", content="What is kvpool? A KV cache daemon.")
+    assert again["id"] == cid and not again["created"] and again["lease"] is None
+    info = client.chunk_get(name)
+    assert info["state"] == "ready" and info["tokens"] == 40 and info["root"] == cid
+    assert json.loads(info["meta"]) == {"doc": "faq", "lang": "en", "rev": 3}
+    assert info["preview"] == "What is kvpool? A KV cache daemon." and info["entries"] == 1
+    assert client.chunk_get(cid)["id"] == name  # an entry id gives its name's row
+    assert client.chunk_content(name) == b"What is kvpool? A KV cache daemon."
+    assert client.chunk_tokens(name) == toks
+    assert any(r["id"] == name for r in client.chunk_list("context", {"lang": "en"}))
+    assert any(r["id"] == name for r in client.chunk_list("context", {"rev": 3}))
+    assert not client.chunk_list("context", {"rev": "3"})  # JSON values compare typed
     assert not [r for r in client.chunk_list("context", "lang=xx")]
+    with pytest.raises(kvpool.InvalidArgumentError, match="not valid JSON"):
+        client.chunk_list("context", "{bad")
     with client.chunk_acquire(cid) as rd:
         assert rd.kind == "chunk_read" and rd.len == 40
         k, v = rd.gather(0, 40)
         assert torch.equal(k, kv[:, 0, 0])
-    client.chunk_delete(cid)
+    client.chunk_delete(name)
     with pytest.raises(kvpool.NotFoundError):
         client.chunk_get(cid)
     with pytest.raises(ValueError):
         client.chunk_get("xyz")
 
 
+def _fill(client, reg, n):
+    if reg["created"]:
+        with reg["lease"] as fill:
+            fill.append(torch.zeros(n, 2, 2, 2, 16))
+    return reg
+
+
 def test_compose_and_preview(client):
-    def chunk(toks, kind):
-        with client.chunk_register(toks, kind) as r:
-            if r.created:
-                r.append(torch.zeros(len(toks), 2, 2, 2, 16))
-            return r.chunk_id
-    sys_id = chunk(list(range(1, 33)), "system")
-    ctx = chunk(list(range(40, 60)), "context")
-    q = chunk(list(range(70, 75)), "query")
-    req = {"system": sys_id, "contexts": [ctx], "query": q}
+    sys_r = _fill(client, client.chunk_register(list(range(1, 33)), "system"), 32)
+    ctx_name = _fill(client, client.chunk_register(list(range(40, 60)), "context"), 20)["name"]
+    ctx = _fill(client, client.chunk_link(ctx_name, sys_r["id"]), 20)
+    q_name = _fill(client, client.chunk_register(list(range(70, 75)), "query"), 5)["name"]
+    q = _fill(client, client.chunk_link(q_name, ctx["id"]), 5)
+    req = {"system": sys_r["id"], "contexts": [ctx["id"]], "query": q["id"]}
     pv = client.compose_preview([req])
     assert pv.lease == 0 and pv.tokens == 32 + 20 + 5 and pv.nlevels == 3
     assert pv.preview()["total_tokens"] == 57
@@ -264,8 +283,39 @@ def test_compose_and_preview(client):
         assert comp.lease != 0 and comp.nrequests == 2
         lv0 = comp.levels[0]
         assert lv0["kv_indptr"].dtype == torch.int32 and int(lv0["kv_indptr"][-1]) == 2
+        assert [lv["ngroups"] for lv in comp.levels] == [1, 1, 1]  # shared at every level
     with pytest.raises(kvpool.NotFoundError):
-        client.compose_preview([{"system": "0" * 64, "query": q}])
+        client.compose_preview([{"system": "0" * 64, "query": q["id"]}])
+    with pytest.raises(kvpool.InvalidArgumentError, match="chain is broken"):
+        client.compose_preview([{"system": sys_r["id"], "query": q["id"]}])
+    client.chunk_clear()
+
+
+def test_chunk_link_entries_and_limits(client):
+    sys_a = _fill(client, client.chunk_register(list(range(1, 17)), "system"), 16)
+    sys_b = _fill(client, client.chunk_register(list(range(101, 121)), "system"), 20)
+    doc = _fill(client, client.chunk_register(list(range(40, 50)), "context",
+                                              content="doc"), 10)
+    la = client.chunk_link(doc["name"], sys_a["id"])
+    lb = client.chunk_link(doc["name"], sys_b["id"], wait_ms=100)
+    assert la["created"] and la["start"] == 16 and la["lease"].start == 16
+    assert lb["start"] == 20 and la["id"] != lb["id"] and la["name"] == doc["name"]
+    client.chunk_seal(la)
+    client.chunk_seal(lb["lease"])
+    e = client.chunk_entry(la["id"])
+    assert e["parent"] == sys_a["id"] and e["start"] == 16 and e["state"] == "ready"
+    assert client.chunk_entry(sys_a["id"])["children"] == 1
+    ents = client.chunk_entries(doc["name"])
+    assert {x["id"] for x in ents} == {doc["id"], la["id"], lb["id"]}
+    assert client.chunk_get(doc["name"])["entries"] == 3
+    lim = client.chunk_limits()
+    assert lim["names"] >= 3 and lim["memory_ratio"] == 1.0
+    assert client.chunk_limits(max_chunks=50)["max_chunks"] == 50
+    client.chunk_limits(max_chunks=0)
+    client.chunk_delete(sys_a["name"])
+    with pytest.raises(kvpool.NotFoundError):
+        client.chunk_entry(la["id"])  # deleted with its parent
+    assert client.chunk_get(doc["name"])["entries"] == 2
     client.chunk_clear()
 
 
@@ -307,7 +357,9 @@ def test_help_reads_like_the_man_page():
     for name in ("info", "prepare", "offload", "evict", "evict_all", "stats", "users",
                  "clients", "queue_info", "queue_prepare", "queue_commit", "queue_release",
                  "submit", "reap", "prefix_lookup", "seq_alloc", "seq_create", "seq_extend",
-                 "seq_free", "chunk_register", "chunk_acquire", "chunk_get", "chunk_list",
+                 "seq_free", "chunk_register", "chunk_link", "chunk_seal", "chunk_acquire",
+                 "chunk_get", "chunk_entry", "chunk_entries", "chunk_content", "chunk_tokens",
+                 "chunk_limits", "chunk_list",
                  "chunk_delete", "chunk_clear", "chunk_evict_unused", "compose", "evict_tenant",
                  "compose_preview", "close"):
         assert getattr(kvpool.Client, name).__doc__, name
