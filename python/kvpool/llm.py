@@ -1215,10 +1215,16 @@ class ChunkedLLM:
                     if toks[0] is None:
                         continue
                     ids.append(toks[0])
-                    new_text = self._decode(ids)
-                    piece = new_text[len(text):] if new_text.startswith(text) else new_text
-                    text = new_text
-                    d = {"token": piece, "token_id": toks[0], "index": step, "text": text,
+                    full = self._decode(ids)
+                    if full.endswith("\ufffd") and reasons[0] is None:
+                        piece = ""      # an incomplete character: wait for its bytes
+                    else:
+                        k = 0
+                        while k < min(len(text), len(full)) and text[k] == full[k]:
+                            k += 1
+                        piece = full[k:]
+                        text = full
+                    d = {"token": piece, "token_id": toks[0], "index": step, "text": full,
                          "finish_reason": reasons[0]}
                     if reasons[0] is not None:
                         break
