@@ -137,14 +137,19 @@ class Level:
     (a decode loop keeps the chain's levels and makes a Plan per step).
     """
 
-    __slots__ = ("pages", "lengths", "row_group", "page_tokens")
+    __slots__ = ("pages", "lengths", "row_group", "page_tokens", "keep_kv", "_prep")
 
     def __init__(self, pages: torch.Tensor, lengths: torch.Tensor, row_group: torch.Tensor,
-                 page_tokens: int) -> None:
+                 page_tokens: int, keep_kv: bool = False) -> None:
         self.pages = pages.to(torch.int64)
         self.lengths = lengths.to(torch.int64)
         self.row_group = row_group.to(torch.int64)
         self.page_tokens = int(page_tokens)
+        #: keep each layer's gathered K/V for the next Plans over this level (a
+        #: decode loop over an unchanging chain: one gather per layer for the
+        #: whole generation, at the cost of a copy of the level's KV)
+        self.keep_kv = bool(keep_kv)
+        self._prep: dict = {}
         if self.pages.dim() != 2 or self.pages.shape[0] != self.lengths.shape[0]:
             raise ValueError(f"Level: pages {tuple(self.pages.shape)} for "
                              f"{self.lengths.shape[0]} groups")
@@ -163,7 +168,19 @@ class Level:
 
     def to(self, device: Any) -> "Level":
         return Level(self.pages.to(device), self.lengths.to(device),
-                     self.row_group.to(device), self.page_tokens)
+                     self.row_group.to(device), self.page_tokens, self.keep_kv)
+
+    def prepared(self, rows: int, device: Any) -> "_Prepared":
+        """The per-forward indices on device (made once per level)."""
+        key = (rows, str(device))
+        p = self._prep.get(key)
+        if p is None:
+            p = self._prep[key] = _Prepared(self, rows, torch.device(device))
+        return p
+
+    def drop_kv(self) -> None:
+        """Forget kept K/V (keep_kv) and prepared indices."""
+        self._prep.clear()
 
     # ------------------------------------------------------------ builders
     @classmethod
@@ -267,39 +284,41 @@ class Level:
 
 
 class _Prepared:
-    """A level's per-forward indices (built once per Plan)."""
+    """A level's per-forward indices, computed on the CPU (no device syncs)
+    and moved to the device once; cached on the Level for later Plans."""
 
-    __slots__ = ("pages", "kmask", "qidx", "qvalid", "row_group", "row_pos", "identity",
-                 "tokens", "empty")
+    __slots__ = ("pages", "kmask", "qidx", "row_group", "row_pos", "identity", "tokens",
+                 "empty", "kv")
 
     def __init__(self, lv: Level, rows: int, device: torch.device) -> None:
         P = lv.page_tokens
         if lv.rows != rows:
             raise ValueError(f"Plan: a level of {lv.rows} rows in a plan of {rows}")
-        lv = lv.to(device)
+        pages, lengths, rg = lv.pages.cpu(), lv.lengths.cpu(), lv.row_group.cpu()
         G = lv.ngroups
-        self.pages = lv.pages
-        T = int(lv.pages.shape[1]) * P
+        # only as many pages as the longest group needs
+        need = int((lengths.max() + P - 1) // P) if G else 0
+        pages = pages[:, :need]
+        T = need * P
         self.tokens = T
-        self.empty = T == 0 or not bool((lv.lengths > 0).any())
-        self.kmask = torch.arange(T, device=device)[None, :] < lv.lengths[:, None]  # [G, T]
-        counts = torch.bincount(lv.row_group, minlength=G)
+        self.empty = T == 0
+        kmask = torch.arange(T)[None, :] < lengths[:, None]                 # [G, T]
+        self.kmask = None if bool(kmask.all()) else kmask.to(device, non_blocking=True)
+        counts = torch.bincount(rg, minlength=G)
         R = int(counts.max()) if rows else 0
-        order = torch.sort(lv.row_group, stable=True).indices
-        sorted_groups = lv.row_group[order]
+        order = torch.sort(rg, stable=True).indices
         starts = torch.cumsum(counts, 0) - counts
-        pos_sorted = torch.arange(rows, device=device) - starts[sorted_groups]
-        row_pos = torch.empty_like(lv.row_group)
+        pos_sorted = torch.arange(rows) - starts[rg[order]]
+        row_pos = torch.empty_like(rg)
         row_pos[order] = pos_sorted
-        self.row_group = lv.row_group
-        self.row_pos = row_pos
-        qidx = torch.zeros(G, max(R, 1), dtype=torch.int64, device=device)
-        qvalid = torch.zeros(G, max(R, 1), dtype=torch.bool, device=device)
-        qidx[lv.row_group, row_pos] = torch.arange(rows, device=device)
-        qvalid[lv.row_group, row_pos] = True
-        self.qidx, self.qvalid = qidx, qvalid
-        self.identity = G == 1 and R == rows and bool(
-            (row_pos == torch.arange(rows, device=device)).all())
+        qidx = torch.zeros(G, max(R, 1), dtype=torch.int64)
+        qidx[rg, row_pos] = torch.arange(rows)
+        self.identity = G == 1 and R == rows and bool((row_pos == torch.arange(rows)).all())
+        self.pages = pages.to(device, non_blocking=True)
+        self.qidx = qidx.to(device, non_blocking=True)
+        self.row_group = rg.to(device, non_blocking=True)
+        self.row_pos = row_pos.to(device, non_blocking=True)
+        self.kv: Optional[dict] = {} if lv.keep_kv else None
 
 
 class Plan:
@@ -328,7 +347,7 @@ class Plan:
             device = self.cache(0).device
         self.device = torch.device(device)
         self.levels: List[Level] = list(levels)
-        self._prep = [_Prepared(lv, self.rows, self.device) for lv in self.levels]
+        self._prep = [lv.prepared(self.rows, self.device) for lv in self.levels]
         self._prep = [p for p in self._prep if not p.empty]
         self.store = None
         if store is not None:
@@ -424,18 +443,26 @@ class Plan:
             cache = self.cache(layer)
             qf = qs.transpose(1, 2)                              # [B, n, Hq, D]
             for p in self._prep:
-                o2, lse2 = self._past(p, qf, cache, Hkv, rep)
+                o2, lse2 = self._past(p, layer, qf, cache, Hkv, rep)
                 o, lse = merge_state(o, lse, o2, lse2)
         return o.to(q.dtype)
 
-    def _past(self, p: _Prepared, qf: torch.Tensor, cache: torch.Tensor, Hkv: int,
-              rep: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _past(self, p: _Prepared, layer: int, qf: torch.Tensor, cache: torch.Tensor,
+              Hkv: int, rep: int) -> Tuple[torch.Tensor, torch.Tensor]:
         B, n, Hq, D = qf.shape
         G, R = p.qidx.shape
-        kv = cache[p.pages]                                      # [G, Pm, 2, P, Hkv, D]
         T = p.tokens
-        K = kv[:, :, 0].reshape(G, T, Hkv, D).float().permute(0, 2, 1, 3).unsqueeze(2)
-        V = kv[:, :, 1].reshape(G, T, Hkv, D).float().permute(0, 2, 1, 3).unsqueeze(2)
+        got = p.kv.get(layer) if p.kv is not None else None
+        if got is None:
+            kv = cache[p.pages]                                  # [G, Pm, 2, P, Hkv, D]
+            K = kv[:, :, 0].reshape(G, T, Hkv, D).permute(0, 2, 1, 3).unsqueeze(2)
+            V = kv[:, :, 1].reshape(G, T, Hkv, D).permute(0, 2, 1, 3).unsqueeze(2)
+            if p.kv is not None:
+                K, V = K.contiguous(), V.contiguous()
+                p.kv[layer] = (K, V)
+        else:
+            K, V = got
+        K, V = K.float(), V.float()
         if p.identity:
             qg = qf.unsqueeze(0)                                 # [1, B, n, Hq, D]
         else:
@@ -443,10 +470,10 @@ class Plan:
         Rr = qg.shape[1]
         # [G, R*n, Hkv, rep, D] -> [G, Hkv, rep, R*n, D]
         qh = qg.reshape(G, Rr * n, Hkv, rep, D).permute(0, 2, 3, 1, 4)
-        kmask = p.kmask[:, None, None, None, :]                  # [G, 1, 1, 1, T]
+        kmask = p.kmask[:, None, None, None, :] if p.kmask is not None else None
 
-        def mask(q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
-            return kmask[..., k0:k1]
+        def mask(q0: int, q1: int, k0: int, k1: int) -> Optional[torch.Tensor]:
+            return kmask[..., k0:k1] if kmask is not None else None
         o, lse = _attend_tiled(qh, K, V, mask, self.max_score_elems)
         # back to [G, R, n, Hq, D] / [G, R, n, Hq]
         o = o.permute(0, 3, 1, 2, 4).reshape(G, Rr, n, Hq, D)

@@ -284,13 +284,17 @@ class ChunkedLLM:
     wait_ms: how long to wait for a chunk another process is filling.
     prefill_chunk: the most tokens one prefill forward takes (longer
     prefills are split; each piece attends to the ones before it).
+    keep_chain_kv: during a decode, keep each layer's K/V of the composed
+    chain gathered from the pages after the first step (one gather per layer
+    per generation instead of one per step, for a copy of the chain's KV
+    while the generation runs).
     """
 
     def __init__(self, model_path: Optional[str] = None, max_chunks: int = 1000,
                  chunk_memory_ratio: float = 0.5, enable_deduplication: bool = True, *,
                  model: Any = None, tokenizer: Any = None, client: Any = None,
                  socket: Optional[str] = None, wait_ms: int = 30000,
-                 prefill_chunk: int = 8192) -> None:
+                 prefill_chunk: int = 8192, keep_chain_kv: bool = False) -> None:
         if not enable_deduplication:
             raise ValueError(
                 "enable_deduplication=False is not supported: kvpool chunks are "
@@ -313,6 +317,7 @@ class ChunkedLLM:
         self.client = client
         self.wait_ms = int(wait_ms)
         self.prefill_chunk = max(1, int(prefill_chunk))
+        self.keep_chain_kv = bool(keep_chain_kv)
         L = client.layout
         self.page_tokens: int = L["page_tokens"]
         a = self.adapter
@@ -809,7 +814,7 @@ class ChunkedLLM:
                     leases.append(self.client.seq_create(s, [], cap))
                 seqs.append(s)
             tables = [ls.kv_indices() for ls in leases]
-            own = Level.from_tables([(t, cap, 1) for t in tables], P, device=self.device)
+            own = Level.from_tables([(t, cap, 1) for t in tables], P)
             frames, slots = Plan.slots_of([(t, 0, cap) for t in tables], P,
                                           device=self.device)
 
@@ -845,6 +850,9 @@ class ChunkedLLM:
                     done += m
                 self.counters["prefill_tokens"] += B * nfeed
             # ---- decode
+            if self.keep_chain_kv:
+                levels = [Level(lv.pages, lv.lengths, lv.row_group, lv.page_tokens,
+                                keep_kv=True) for lv in levels]
             step = 0
             while True:
                 toks = self._sample(logits, sp, gen)
@@ -904,7 +912,7 @@ class ChunkedLLM:
                 "completion_tokens": len(ids), **extra}
 
     def _chain_levels(self, comp: Any, rows: int) -> List[Level]:
-        return [Level.from_csr(lv, self.page_tokens, rows=rows, qo_len=1, device=self.device)
+        return [Level.from_csr(lv, self.page_tokens, rows=rows, qo_len=1)
                 for lv in comp.levels]
 
     def generate_from_chunks(self, system_chunk_id: str,
@@ -1129,8 +1137,7 @@ class ChunkedLLM:
                     with self._errs(eid):
                         r = self.client.chunk_acquire(eid, wait_ms=self.wait_ms)
                     reads.append(r)
-                    levels.append(Level.from_tables([(r.kv_indices(), r.len, 1)], P,
-                                                    device=self.device))
+                    levels.append(Level.from_tables([(r.kv_indices(), r.len, 1)], P))
                     out.append(Block("entry", eid, pos, int(r.len)))
                     pos += int(r.len)
                     prev_entry = eid
@@ -1148,8 +1155,7 @@ class ChunkedLLM:
                             f"({s.start} tokens); here it follows {len(out)} blocks "
                             f"({pos} tokens)")
                     if s.tokens:
-                        levels.append(Level.from_tables([(s.table, s.tokens, 1)], P,
-                                                        device=self.device))
+                        levels.append(Level.from_tables([(s.table, s.tokens, 1)], P))
                     out.append(Block("seq", s.seq, pos, s.tokens))
                     pos += s.tokens
                     pending = list(s.pending)

@@ -404,3 +404,21 @@ def test_sampling_is_seeded(llm):
     g = llm.generate_from_chunks(s, [], q, GREEDY)["token_ids"]
     st = llm.generate_from_chunks(s, [], q, dict(GREEDY, stop_token_ids=[g[4]]))
     assert st["finish_reason"] == "stop" and st["token_ids"] == g[:g.index(g[4]) + 1]
+
+
+def test_keep_chain_kv_gives_the_same_tokens(kd, llm):
+    """keep_chain_kv (one gather of the chain per layer per generation) and
+    prefill pieces change nothing in the tokens."""
+    s = llm.register_chunk(SYSTEM, "system_prompt")
+    c = llm.register_chunk(DOCS[1], "context")
+    q = llm.register_chunk(QUERIES[1], "query")
+    reqs = [{"system_chunk_id": s, "context_chunk_ids": [c], "query_chunk_id": q},
+            {"system_chunk_id": s, "context_chunk_ids": [], "query_chunk_id": q}]
+    want = [o["token_ids"] for o in llm.batch_generate_from_chunks(reqs, GREEDY)]
+    model, adapter, tok = tiny_llm_parts()
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=kd.sock, keep_chain_kv=True,
+                    prefill_chunk=5) as other:
+        got = [o["token_ids"] for o in other.batch_generate_from_chunks(reqs, GREEDY)]
+        assert got == want
+        r = other.infer_from_blocks([], 0, tok.encode(SYSTEM + QUERIES[1]), GREEDY)
+        assert r["token_ids"] == want[1]
