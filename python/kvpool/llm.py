@@ -807,6 +807,7 @@ class ChunkedLLM:
         out: List[List[int]] = [[] for _ in range(B)]
         reason: List[Optional[str]] = [None] * B
         tables: List[torch.Tensor] = []
+        failed = False
         try:
             for _ in range(B):
                 s = self._new_seq_id()
@@ -878,9 +879,20 @@ class ChunkedLLM:
                 logits = self._forward(cur, pos, p)
                 self.counters["decode_tokens"] += B
                 step += 1
+        except GeneratorExit:   # a stream closed after (or before) its last token
+            raise
+        except BaseException:
+            failed = True
+            raise
         finally:
             self._sync()
             rows: List[_Seq] = []
+            if failed:          # nothing half-written is kept: the sequences go
+                for b, ls in enumerate(leases):
+                    with contextlib.suppress(Exception):
+                        ls.release()
+                    self._free_seq(seqs[b])
+                leases = []
             for b in range(len(leases)):
                 kv = nfeed + max(len(out[b]) - 1, 0)   # tokens of this row with KV
                 ls = leases[b]

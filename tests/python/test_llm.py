@@ -422,3 +422,30 @@ def test_keep_chain_kv_gives_the_same_tokens(kd, llm):
         assert got == want
         r = other.infer_from_blocks([], 0, tok.encode(SYSTEM + QUERIES[1]), GREEDY)
         assert r["token_ids"] == want[1]
+
+
+def test_a_failing_forward_keeps_nothing(kd, llm):
+    """A model error mid-generation: the private sequences are freed, the
+    pool's frames are back, and the next generation works."""
+    s = llm.register_chunk(SYSTEM, "system_prompt")
+    q = llm.register_chunk(QUERIES[0], "query")
+    llm.generate_from_chunks(s, [], q, dict(GREEDY, max_tokens=2))
+    llm.release_generations()
+    used = llm.client.stats()["device"]["frames_used"]
+    real = llm.adapter.forward
+    calls = [0]
+
+    def flaky(tokens, positions, plan):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("model failure")
+        return real(tokens, positions, plan)
+    llm.adapter.forward = flaky
+    try:
+        with pytest.raises(RuntimeError):
+            llm.generate_from_chunks(s, [], q, dict(GREEDY, max_tokens=8))
+    finally:
+        llm.adapter.forward = real
+    assert llm.client.stats()["device"]["frames_used"] == used
+    out = llm.generate_from_chunks(s, [], q, dict(GREEDY, max_tokens=5))
+    expect_same(llm.model, toks(llm, SYSTEM, QUERIES[0]), out["token_ids"], "after a failure")
