@@ -782,7 +782,7 @@ int share_chunk_link(struct engine *eng, const struct kvp_chunk_id *nid,
 		     struct errbuf *e)
 {
 	struct chunk_name *name = name_find(eng, nid);
-	struct chunk *parent = chunk_find(eng, pid), *c;
+	struct chunk *parent = chunk_resolve(eng, pid), *c;
 	struct kvp_chunk_id id;
 	struct entry_plan p;
 	char sid[17], spid[17];

@@ -284,7 +284,7 @@ static int scenario_fresh_daemon(void)
 }
 
 /* Register (and seal unless keep_filling) n tokens from base as type with
- * meta; the id in hex. The read lease a ready chunk is acquired with, or
+ * meta; the name in hex. The read lease a ready chunk is acquired with, or
  * the filler's lease, is kept (so the fill cannot evict the chunk). */
 static int make_chunk(struct kvp_client *c, uint32_t base, uint32_t n,
 		      uint32_t type, const char *meta, int keep_filling,
@@ -309,7 +309,7 @@ static int make_chunk(struct kvp_client *c, uint32_t base, uint32_t n,
 		h_fail("chunk of %u tokens from %u: %s", n, base, kvp_last_error(c));
 		return rc;
 	}
-	kvp_chunk_id_format(&reg.id, hex);
+	kvp_chunk_id_format(&reg.name, hex); /* what kvctl lists */
 	return 0;
 }
 

@@ -58,6 +58,25 @@ static int make_chunk(struct kvp_client *c, uint32_t base, uint32_t n,
 	return rc;
 }
 
+/* Link the name of root entry *id after parent and seal it: *id becomes
+ * the link entry's id. */
+static int link_chunk(struct kvp_client *c, const struct kvp_chunk_id *parent,
+		      struct kvp_chunk_id *id)
+{
+	struct kvp_chunk_info ci;
+	struct kvp_chunk_reg reg;
+	int rc = kvp_chunk_get(c, id, &ci);
+
+	if (!rc)
+		rc = kvp_chunk_link(c, &ci.id, parent, 1000, &reg);
+	if (!rc && reg.created)
+		rc = kvp_chunk_seal(c, &reg);
+	if (rc)
+		h_fail("link_chunk: %s", kvp_last_error(c));
+	*id = reg.id;
+	return rc;
+}
+
 static int names(const char *msg, const struct kvp_chunk_id *id)
 {
 	char hex[65];
@@ -70,7 +89,7 @@ static int names(const char *msg, const struct kvp_chunk_id *id)
 static void client_errors(struct kvp_client *c)
 {
 	const struct kvp_layout *lay = kvp_client_layout(c);
-	struct kvp_chunk_id sys, ctx, q, missing, ctx65[65];
+	struct kvp_chunk_id sys, ctx, q, ctx_l, q_l, missing, ctx65[65];
 	struct kvp_composition comp;
 	struct kvp_chunk_reg reg;
 	struct kvp_lease l, hold;
@@ -82,6 +101,12 @@ static void client_errors(struct kvp_client *c)
 	if (make_chunk(c, 100, 40, KVP_CHUNK_SYSTEM, &sys) ||
 	    make_chunk(c, 200, 33, KVP_CHUNK_CONTEXT, &ctx) ||
 	    make_chunk(c, 300, 5, KVP_CHUNK_QUERY, &q)) {
+		g_bad++;
+		return;
+	}
+	/* The chain sys -> ctx_l -> q_l (contexts and queries follow). */
+	ctx_l = ctx;
+	if (link_chunk(c, &sys, &ctx_l) || (q_l = q, link_chunk(c, &ctx_l, &q_l))) {
 		g_bad++;
 		return;
 	}
@@ -106,13 +131,20 @@ static void client_errors(struct kvp_client *c)
 	for (int i = 0; i < 65; i++)
 		ctx65[i] = ctx;
 	rq = (struct kvp_compose_req){ .system = sys, .contexts = ctx65,
-				       .ncontexts = 65, .query = q };
+				       .ncontexts = 65, .query = q_l };
 	rc = kvp_compose(c, &rq, 1, &comp);
 	CHECK(rc == -EINVAL && strstr(kvp_last_error(c), "65"),
 	      "compose with 65 contexts: %d '%s'", rc, kvp_last_error(c));
 
+	/* A broken chain: the query's parent is ctx_l, not the system. */
+	rq = (struct kvp_compose_req){ .system = sys, .query = q_l };
+	rc = kvp_compose(c, &rq, 1, &comp);
+	CHECK(rc == -EINVAL && names(kvp_last_error(c), &q_l) &&
+	      names(kvp_last_error(c), &ctx_l) && strstr(kvp_last_error(c), "chain"),
+	      "compose of a broken chain: %d '%s'", rc, kvp_last_error(c));
 	/* A good composition: preview holds nothing, compose holds. */
-	rq.ncontexts = 1;
+	rq = (struct kvp_compose_req){ .system = sys, .contexts = &ctx_l,
+				       .ncontexts = 1, .query = q_l };
 	rc = kvp_compose_preview(c, &rq, 1, &comp);
 	CHECK(rc == 0 && comp.lease == 0 && comp.nlevels == 3 && comp.tokens == 40 + 33 + 5,
 	      "preview: %d lease %" PRIu64 " levels %u tokens %" PRIu64 " (%s)", rc,
@@ -401,11 +433,11 @@ static void ring_errors(const char *sock, struct kvp_client *lib)
 	/* Still serving: a good register from the raw client... */
 	struct rawcase *c = add(KVP_OP_CHUNK_REGISTER, "good");
 	struct kvp_chunk_register_in rh = { .type = KVP_CHUNK_QUERY, .ntokens = 3,
-					    .meta_len = 4 };
+					    .meta_len = 8 };
 	uint32_t tok[3] = { 11, 12, 13 };
 	put(c, &rh, sizeof(rh));
 	put(c, tok, sizeof(tok));
-	put(c, "x=y", 4);
+	put(c, "{\"x\":1}", 8);
 	memcpy(r.arena + IN_OFF, c->in, c->in_bytes);
 	rc = h_raw_call(&r, &c->e, &cqe, 1, 5000);
 	CHECK(rc == 0 && cqe.res == 1 &&

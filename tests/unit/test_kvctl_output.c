@@ -684,19 +684,22 @@ static struct kvp_chunk_info demo_chunk(uint8_t first, uint32_t type,
 		.type = type, .state = state, .tokens = 100, .pages = 7,
 		.bytes = 7 * 4096, .holders = 2, .filler = state == KVP_CHUNK_FILLING ? 5 : 0,
 		.created_ns = DEMO_NOW - 7200 * SEC, .last_access_ns = DEMO_NOW - 5 * SEC,
-		.hits = 3,
+		.hits = 3, .entries = 2, .content_len = 5000,
 	};
 
-	for (int i = 0; i < KVP_CHUNK_ID_BYTES; i++)
+	for (int i = 0; i < KVP_CHUNK_ID_BYTES; i++) {
 		ci.id.b[i] = (uint8_t)(first + i);
+		ci.root.b[i] = (uint8_t)(0x40 + i);
+	}
 	snprintf(ci.meta, sizeof(ci.meta), "%s", meta);
+	snprintf(ci.preview, sizeof(ci.preview), "%s", "Doc \x1b one");
 	return ci;
 }
 
 static void chunks_table_cuts_ids_and_sanitizes_metadata(void **state)
 {
 	struct kvp_chunk_info rows[2] = {
-		demo_chunk(0x10, KVP_CHUNK_SYSTEM, KVP_CHUNK_READY, "doc=a,lang=en"),
+		demo_chunk(0x10, KVP_CHUNK_SYSTEM, KVP_CHUNK_READY, "{\"doc\":\"a\",\"n\":1}"),
 		demo_chunk(0xa0, KVP_CHUNK_CONTEXT, KVP_CHUNK_FILLING, "evil=\x1b[31m"),
 	};
 	struct capture c;
@@ -704,11 +707,11 @@ static void chunks_table_cuts_ids_and_sanitizes_metadata(void **state)
 	rows[1].last_access_ns = 0;
 	render_chunks(capture_open(&c), false, rows, 2, DEMO_NOW);
 	capture_expect(&c,
-		       "ID                TYPE     STATE    TOKENS  PAGES     BYTES  HOLDERS  HITS  LAST  META\n"
-		       "1011121314151617  system   ready       100      7  28.0 KiB        2     3    5s  doc=a,lang=en\n"
-		       "a0a1a2a3a4a5a6a7  context  filling     100      7  28.0 KiB        2     3     -  evil=?[31m\n");
+		       "NAME              TYPE     STATE    TOKENS  ENTRIES  PAGES  HOLDERS  HITS  LAST  META               PREVIEW\n"
+		       "1011121314151617  system   ready       100        2      7        2     3    5s  {\"doc\":\"a\",\"n\":1}  Doc ? one\n"
+		       "a0a1a2a3a4a5a6a7  context  filling     100        2      7        2     3     -  evil=?[31m         Doc ? one\n");
 	render_chunks(capture_open(&c), false, rows, 0, DEMO_NOW);
-	capture_expect(&c, "ID  TYPE  STATE  TOKENS  PAGES  BYTES  HOLDERS  HITS  LAST  META\n");
+	capture_expect(&c, "NAME  TYPE  STATE  TOKENS  ENTRIES  PAGES  HOLDERS  HITS  LAST  META  PREVIEW\n");
 }
 
 static void chunks_json_has_every_field_and_the_full_id(void **state)
@@ -723,9 +726,11 @@ static void chunks_json_has_every_field_and_the_full_id(void **state)
 		       "  \"chunks\": [\n"
 		       "    {\n"
 		       "      \"id\": \"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\",\n"
+		       "      \"root\": \"404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f\",\n"
 		       "      \"type\": \"query\",\n"
 		       "      \"state\": \"ready\",\n"
 		       "      \"tokens\": 100,\n"
+		       "      \"entries\": 2,\n"
 		       "      \"pages\": 7,\n"
 		       "      \"bytes\": 28672,\n"
 		       "      \"holders\": 2,\n"
@@ -734,6 +739,8 @@ static void chunks_json_has_every_field_and_the_full_id(void **state)
 		       "      \"created_ns\": 1794992800000000000,\n"
 		       "      \"last_access_ns\": 1794999995000000000,\n"
 		       "      \"last_access_age_s\": 5,\n"
+		       "      \"content_len\": 5000,\n"
+		       "      \"preview\": \"Doc \\u001b one\",\n"
 		       "      \"meta\": \"q=\\\"1\\\"\"\n"
 		       "    }\n"
 		       "  ],\n"
@@ -749,10 +756,12 @@ static void chunk_shows_one_chunk_in_full(void **state)
 
 	render_chunk(capture_open(&c), false, &ci, DEMO_NOW);
 	capture_expect(&c,
-		       "id           f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff000102030405060708090a0b0c0d0e0f\n"
+		       "name         f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff000102030405060708090a0b0c0d0e0f\n"
+		       "root         404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f\n"
 		       "type         context\n"
 		       "state        filling\n"
 		       "tokens       100\n"
+		       "entries      2\n"
 		       "pages        7\n"
 		       "bytes        28672 (28.0 KiB)\n"
 		       "holders      2\n"
@@ -760,7 +769,50 @@ static void chunk_shows_one_chunk_in_full(void **state)
 		       "hits         3\n"
 		       "created      2h ago\n"
 		       "last_access  5s ago\n"
+		       "content      5000 bytes\n"
+		       "preview      Doc ? one\n"
 		       "meta         -\n");
+}
+
+static void chunk_entries_show_parent_and_start(void **state)
+{
+	struct kvp_chunk_entry_info rows[2] = {
+		{ .start = 0, .tokens = 20, .pages = 2, .state = KVP_CHUNK_READY,
+		  .children = 1 },
+		{ .start = 35, .tokens = 20, .pages = 2, .state = KVP_CHUNK_FILLING,
+		  .holders = 1 },
+	};
+	struct capture c;
+
+	for (int i = 0; i < KVP_CHUNK_ID_BYTES; i++) {
+		rows[0].id.b[i] = (uint8_t)(0x10 + i);
+		rows[1].id.b[i] = (uint8_t)(0x20 + i);
+		rows[1].parent.b[i] = (uint8_t)(0x30 + i);
+		rows[0].name.b[i] = rows[1].name.b[i] = (uint8_t)(0x50 + i);
+	}
+	render_chunk_entries(capture_open(&c), false, rows, 2);
+	capture_expect(&c,
+		       "ENTRY             PARENT            START  TOKENS  PAGES  STATE    HOLDERS  CHILDREN\n"
+		       "1011121314151617  - (root)              0      20      2  ready          0         1\n"
+		       "2021222324252627  3031323334353637     35      20      2  filling        1         0\n");
+	render_chunk_entries(capture_open(&c), true, rows + 1, 1);
+	capture_expect(&c,
+		       "{\n"
+		       "  \"entries\": [\n"
+		       "    {\n"
+		       "      \"id\": \"202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f\",\n"
+		       "      \"name\": \"505152535455565758595a5b5c5d5e5f606162636465666768696a6b6c6d6e6f\",\n"
+		       "      \"parent\": \"303132333435363738393a3b3c3d3e3f404142434445464748494a4b4c4d4e4f\",\n"
+		       "      \"start\": 35,\n"
+		       "      \"tokens\": 20,\n"
+		       "      \"pages\": 2,\n"
+		       "      \"state\": \"filling\",\n"
+		       "      \"holders\": 1,\n"
+		       "      \"children\": 0\n"
+		       "    }\n"
+		       "  ],\n"
+		       "  \"count\": 1\n"
+		       "}\n");
 }
 
 static void chunk_ops_say_how_many_were_deleted(void **state)
@@ -811,6 +863,7 @@ int main(void)
 		cmocka_unit_test(chunks_table_cuts_ids_and_sanitizes_metadata),
 		cmocka_unit_test(chunks_json_has_every_field_and_the_full_id),
 		cmocka_unit_test(chunk_shows_one_chunk_in_full),
+		cmocka_unit_test(chunk_entries_show_parent_and_start),
 		cmocka_unit_test(chunk_ops_say_how_many_were_deleted),
 	};
 

@@ -119,7 +119,8 @@ static struct share_chunk_reg chunk_reg(struct engine *eng, const uint32_t *toke
 	return r;
 }
 
-/* A ready chunk of n tokens base, base+1, ... with key = base. */
+/* A ready chunk of n tokens base, base+1, ... with key = base: its name
+ * (which acquire, delete, info and seq sources take for the root entry). */
 static struct kvp_chunk_id chunk_make(struct engine *eng, uint32_t base, uint32_t n,
 				      uint32_t type, const char *meta, uint64_t now,
 				      struct tlease *fill)
@@ -133,7 +134,7 @@ static struct kvp_chunk_id chunk_make(struct engine *eng, uint32_t base, uint32_
 	t = chunk_put(eng, tok, n, type, meta, OWNER, now, base, false, &id);
 	if (fill)
 		*fill = t;
-	return id;
+	return chunk_info_ok(eng, &id).id; /* the name: its root entry's */
 }
 
 /* Read a chunk's tokens through a (copied) page table. */
@@ -542,7 +543,8 @@ static void test_chunk_register_fill_seal_then_register_again_is_a_hit(void **st
 
 	(void)state;
 	tokens_seq(C, 10, 300);
-	r = chunk_reg(eng, C, 10, KVP_CHUNK_CONTEXT, "src=a,lang=en", OWNER, 5 * SEC, 0);
+	r = chunk_reg(eng, C, 10, KVP_CHUNK_CONTEXT, "{\"src\": \"a\", \"lang\": \"en\"}",
+		      OWNER, 5 * SEC, 0);
 	assert_true(r.created);
 	assert_int_equal(r.state, KVP_CHUNK_FILLING);
 	assert_int_equal(r.lease.n_new, 10);
@@ -551,7 +553,12 @@ static void test_chunk_register_fill_seal_then_register_again_is_a_hit(void **st
 	tlease_copy(&fill, &r.lease);
 	id = r.id;
 	ci = chunk_info_ok(eng, &id);
-	assert_memory_equal(ci.id.b, id.b, 32);
+	assert_memory_equal(ci.id.b, r.name.b, 32);  /* the entry's name's row */
+	assert_memory_equal(ci.root.b, id.b, 32);
+	assert_memory_not_equal(r.name.b, id.b, 32);
+	assert_int_equal(ci.entries, 1);
+	assert_int_equal(r.start, 0);
+	assert_int_equal(r.lease.start, 0);
 	assert_int_equal(ci.state, KVP_CHUNK_FILLING);
 	assert_int_equal(ci.type, KVP_CHUNK_CONTEXT);
 	assert_int_equal(ci.tokens, 10);
@@ -559,7 +566,7 @@ static void test_chunk_register_fill_seal_then_register_again_is_a_hit(void **st
 	assert_int_equal(ci.bytes, 3 * engine_layout(eng)->page_bytes);
 	assert_int_equal(ci.filler, OWNER);
 	assert_int_equal(ci.created_ns, 5 * SEC);
-	assert_string_equal(ci.meta, "src=a,lang=en");
+	assert_string_equal(ci.meta, "{\"lang\":\"en\",\"src\":\"a\"}"); /* canonical */
 	assert_int_equal(dev_used(eng), 3);
 
 	/* only the filler seals */
@@ -777,12 +784,12 @@ static void test_chunk_list_by_type_and_metadata_with_paging(void **state)
 	int n;
 
 	(void)state;
-	ids[0] = chunk_make(eng, 100, 4, KVP_CHUNK_SYSTEM, "name=py", 1, NULL);
-	ids[1] = chunk_make(eng, 200, 4, KVP_CHUNK_CONTEXT, "src=docs,sec=intro", 1, NULL);
-	ids[2] = chunk_make(eng, 300, 4, KVP_CHUNK_CONTEXT, "src=docs,sec=api", 1, NULL);
-	ids[3] = chunk_make(eng, 400, 4, KVP_CHUNK_CONTEXT, "src=web", 1, NULL);
+	ids[0] = chunk_make(eng, 100, 4, KVP_CHUNK_SYSTEM, "{\"name\": \"py\"}", 1, NULL);
+	ids[1] = chunk_make(eng, 200, 4, KVP_CHUNK_CONTEXT, "{\"src\": \"docs\", \"sec\": \"intro\"}", 1, NULL);
+	ids[2] = chunk_make(eng, 300, 4, KVP_CHUNK_CONTEXT, "{\"src\": \"docs\", \"sec\": \"api\"}", 1, NULL);
+	ids[3] = chunk_make(eng, 400, 4, KVP_CHUNK_CONTEXT, "{\"src\": \"web\"}", 1, NULL);
 	ids[4] = chunk_make(eng, 500, 4, KVP_CHUNK_QUERY, NULL, 1, NULL);
-	ids[5] = chunk_make(eng, 600, 4, KVP_CHUNK_CONTEXT, "sec=api,src=docs,x=1", 1, NULL);
+	ids[5] = chunk_make(eng, 600, 4, KVP_CHUNK_CONTEXT, "{\"sec\": \"api\", \"src\": \"docs\", \"x\": 1}", 1, NULL);
 
 	n = share_chunk_list(eng, 0, NULL, NULL, rows, 8, &more, &e);
 	assert_int_equal(n, 6);
@@ -797,19 +804,35 @@ static void test_chunk_list_by_type_and_metadata_with_paging(void **state)
 	n = share_chunk_list(eng, KVP_CHUNK_SYSTEM, NULL, NULL, rows, 8, &more, &e);
 	assert_int_equal(n, 1);
 	assert_memory_equal(rows[0].id.b, ids[0].b, 32);
-	assert_string_equal(rows[0].meta, "name=py");
+	assert_string_equal(rows[0].meta, "{\"name\":\"py\"}");
 
-	n = share_chunk_list(eng, 0, "src=docs", NULL, rows, 8, &more, &e);
+	n = share_chunk_list(eng, 0, "{\"src\": \"docs\"}", NULL, rows, 8, &more, &e);
 	assert_int_equal(n, 3);
-	n = share_chunk_list(eng, 0, "sec=api,src=docs", NULL, rows, 8, &more, &e);
+	n = share_chunk_list(eng, 0, "{\"sec\": \"api\", \"src\": \"docs\"}", NULL, rows, 8, &more, &e);
 	assert_int_equal(n, 2);
 	for (int i = 0; i < n; i++)
 		assert_true(!memcmp(rows[i].id.b, ids[2].b, 32) ||
 			    !memcmp(rows[i].id.b, ids[5].b, 32));
-	n = share_chunk_list(eng, KVP_CHUNK_QUERY, "src=docs", NULL, rows, 8, &more, &e);
+	n = share_chunk_list(eng, KVP_CHUNK_QUERY, "{\"src\": \"docs\"}", NULL, rows, 8, &more, &e);
 	assert_int_equal(n, 0);
-	n = share_chunk_list(eng, 0, "src=doc", NULL, rows, 8, &more, &e);
+	n = share_chunk_list(eng, 0, "{\"src\": \"doc\"}", NULL, rows, 8, &more, &e);
 	assert_int_equal(n, 0);           /* values match whole, not as prefixes */
+	/* non-string values compare as JSON: 1 is not "1" nor 1.5 */
+	n = share_chunk_list(eng, 0, "{\"x\": 1}", NULL, rows, 8, &more, &e);
+	assert_int_equal(n, 1);
+	assert_memory_equal(rows[0].id.b, ids[5].b, 32);
+	n = share_chunk_list(eng, 0, "{\"x\": \"1\"}", NULL, rows, 8, &more, &e);
+	assert_int_equal(n, 0);
+	n = share_chunk_list(eng, 0, "{\"x\": 1, \"src\": \"docs\"}", NULL, rows, 8,
+			     &more, &e);
+	assert_int_equal(n, 1);
+	/* a bad filter names what is wrong */
+	assert_int_equal(share_chunk_list(eng, 0, "{\"x\": ", NULL, rows, 8, &more, &e),
+			 -EINVAL);
+	assert_non_null(strstr(e.msg, "not valid JSON"));
+	assert_int_equal(share_chunk_list(eng, 0, "[1]", NULL, rows, 8, &more, &e),
+			 -EINVAL);
+	assert_non_null(strstr(e.msg, "an array, not a JSON object"));
 
 	/* paging: 2 at a time, each page after the last id of the previous */
 	struct kvp_chunk_info all[6];
@@ -1254,19 +1277,53 @@ struct comp_fix {
 	struct tlease fsys, fsys2, fctx[3], fq[3];
 };
 
-/* system 6 tokens, system2 4, contexts 8 / 5 / 3, queries 3 / 2 / 1 */
+/*
+ * A link entry of n tokens base.. after parent, its pages written with
+ * key = base; the name's root entry (made to create the name) is deleted
+ * again, so the link's pages are the only ones. Returns the entry id.
+ */
+static struct kvp_chunk_id link_make(struct engine *eng, uint32_t base, uint32_t n,
+				     uint32_t type, const struct kvp_chunk_id *parent,
+				     struct tlease *fill)
+{
+	struct kvp_chunk_id name = chunk_make(eng, base, n, type, NULL, 1, NULL);
+	struct share_chunk_reg r;
+	struct errbuf e = { "" };
+	struct tlease t;
+	int rc;
+
+	rc = share_chunk_link(eng, &name, parent, OWNER, 1, &r, &e);
+	if (rc || !r.created)
+		fail_msg("share_chunk_link = %d (created %d): %s", rc, r.created, e.msg);
+	assert_memory_equal(r.name.b, name.b, 32);
+	tlease_copy(&t, &r.lease);
+	write_key(eng, &t, base, 0, n);
+	assert_int_equal(share_chunk_seal(eng, t.L.id, OWNER, &e), 0);
+	/* the root entry: the name's row still names it */
+	struct kvp_chunk_info ci = chunk_info_ok(eng, &name);
+	assert_int_equal(ci.entries, 2);
+	assert_int_equal(share_chunk_delete(eng, &ci.root, &e), 1);
+	CHECK(eng);
+	if (fill)
+		*fill = t;
+	return r.id;
+}
+
+/*
+ * Chains (tokens): sys (6) -> ctx0 (8) -> ctx1 (5) -> q0 (3);
+ * sys -> ctx2 (3) -> q1 (2); sys2 (4) -> q2 (1). sys / sys2 are names
+ * (their roots), the rest link entries.
+ */
 static void comp_fixture(struct engine *eng, struct comp_fix *f)
 {
-	static const uint32_t clen[3] = { 8, 5, 3 }, qlen[3] = { 3, 2, 1 };
-
 	f->sys = chunk_make(eng, 1000, 6, KVP_CHUNK_SYSTEM, NULL, 1, &f->fsys);
 	f->sys2 = chunk_make(eng, 1100, 4, KVP_CHUNK_SYSTEM, NULL, 1, &f->fsys2);
-	for (int i = 0; i < 3; i++) {
-		f->ctx[i] = chunk_make(eng, 2000 + 100 * i, clen[i], KVP_CHUNK_CONTEXT,
-				       NULL, 1, &f->fctx[i]);
-		f->q[i] = chunk_make(eng, 3000 + 100 * i, qlen[i], KVP_CHUNK_QUERY,
-				     NULL, 1, &f->fq[i]);
-	}
+	f->ctx[0] = link_make(eng, 2000, 8, KVP_CHUNK_CONTEXT, &f->sys, &f->fctx[0]);
+	f->ctx[1] = link_make(eng, 2100, 5, KVP_CHUNK_CONTEXT, &f->ctx[0], &f->fctx[1]);
+	f->q[0] = link_make(eng, 3000, 3, KVP_CHUNK_QUERY, &f->ctx[1], &f->fq[0]);
+	f->ctx[2] = link_make(eng, 2200, 3, KVP_CHUNK_CONTEXT, &f->sys, &f->fctx[2]);
+	f->q[1] = link_make(eng, 3100, 2, KVP_CHUNK_QUERY, &f->ctx[2], &f->fq[1]);
+	f->q[2] = link_make(eng, 3200, 1, KVP_CHUNK_QUERY, &f->sys2, &f->fq[2]);
 }
 
 /* Group g of level l holds exactly the pages of a chunk of ntok tokens. */
@@ -1500,27 +1557,33 @@ static void test_compose_holds_chunks_through_delete(void **state)
 	(void)state;
 	comp_fixture(eng, &f);
 	uint64_t used = dev_used(eng);
-	struct kvp_compose_req r = { .system = f.sys, .contexts = &f.ctx[0],
-				     .ncontexts = 1, .query = f.q[0] };
+	struct kvp_chunk_id ctx[2] = { f.ctx[0], f.ctx[1] };
+	struct kvp_compose_req r = { .system = f.sys, .contexts = ctx,
+				     .ncontexts = 2, .query = f.q[0] };
 	assert_int_equal(compose(eng, &r, 1, false, &c, &e), 0);
 	uint64_t lease = c.lease;
-	assert_true(share_chunk_delete(eng, &f.ctx[0], &e) >= 0);
+	/* ctx[0] and everything below it (ctx[1], q[0]) */
+	assert_int_equal(share_chunk_delete(eng, &f.ctx[0], &e), 3);
+	CHECK(eng);
+	assert_false(chunk_exists(eng, &f.ctx[1]));
+	assert_false(chunk_exists(eng, &f.q[0]));
+	/* both systems, with ctx[2], q[1] and q[2] below them */
 	assert_int_equal(share_chunk_clear(eng, KVP_CHUNK_SYSTEM), 2);
 	CHECK(eng);
-	assert_false(chunk_exists(eng, &f.ctx[0]));
 	assert_false(chunk_exists(eng, &f.sys));
-	assert_int_equal(dev_used(eng), used - 1);      /* sys2 went, sys is held */
-	/* nothing else can evict them meanwhile */
-	assert_int_equal(share_chunk_evict_unused(eng, 0, 1000 * SEC), 4);
-	CHECK(eng);
+	assert_false(chunk_exists(eng, &f.q[2]));
+	/* held ones stay: sys 2 + ctx0 2 + ctx1 2 + q0 1 pages */
+	assert_int_equal(dev_used(eng), 7);
+	assert_true(used > 7);
+	assert_int_equal(stats_of(eng).chunks, 0);
+	assert_int_equal(share_chunk_evict_unused(eng, 0, 1000 * SEC), 0);
 	expect_chunk_frames(eng, f.fsys.frames, 1000, 6);
 	expect_chunk_frames(eng, f.fctx[0].frames, 2000, 8);
+	expect_chunk_frames(eng, f.fctx[1].frames, 2100, 5);
 	expect_chunk_frames(eng, f.fq[0].frames, 3000, 3);
-	assert_int_equal(dev_used(eng), 2 + 2 + 1);
 	release_ok(eng, lease);
-	/* sys and ctx[0] were deleted: freed now; q[0] was only held */
-	assert_int_equal(dev_used(eng), 1);
-	assert_true(chunk_exists(eng, &f.q[0]));
+	assert_int_equal(dev_used(eng), 0);
+	CHECK(eng);
 	drop_engine();
 }
 

@@ -1081,7 +1081,7 @@ static void op_chunk_register(struct sim *s)
 	if (nr < 0)
 		return;
 	content_tokens(c, toks);
-	snprintf(meta, sizeof(meta), "c=%d,t=%u", c, content_type(c));
+	snprintf(meta, sizeof(meta), "{\"c\":%d,\"t\":%u}", c, content_type(c));
 	uint64_t ev = evictable(s, -1, NULL, NULL);
 	snprintf(s->op, sizeof(s->op), "chunk_register(content %d, %u tokens, owner %u): %s",
 		 c, n, owner, r < 0 ? "new" : s->c[r].ready ? "ready" : "filling");
@@ -1314,11 +1314,12 @@ static void op_chunk_admin(struct sim *s)
 		EXPECT(s, rc == (int)want && !more, "list = %d more %d (%s), model %u", rc, more,
 		       e.msg, want);
 		for (int i = 0; i < rc; i++) {
-			int c = (int)((rows[i].meta[2] - '0') * (rows[i].meta[3] == ',' ? 1 : 10) +
-				      (rows[i].meta[3] == ',' ? 0 : rows[i].meta[3] - '0'));
+			/* meta is {"c":N,"t":T}; rows are names, the model's
+			 * ids the root entries'. */
+			int c = atoi(rows[i].meta + 5);
 			int r = c >= 0 && c < NCONTENT ? s->reg[c] : -1;
 
-			EXPECT(s, r >= 0 && !memcmp(rows[i].id.b, s->c[r].id.b, 32) &&
+			EXPECT(s, r >= 0 && !memcmp(rows[i].root.b, s->c[r].id.b, 32) &&
 			       rows[i].tokens == s->c[r].ntok &&
 			       rows[i].state == (s->c[r].ready ? KVP_CHUNK_READY : KVP_CHUNK_FILLING) &&
 			       (rows[i].holders > 0) == (chunk_holders(s, r) > 0),
@@ -1384,43 +1385,16 @@ static void op_compose(struct sim *s)
 	snprintf(s->op, sizeof(s->op), "compose(%u requests, %u levels%s)", nreq, cmax + 2,
 		 preview ? ", preview" : "");
 	rc = share_compose(s->eng, reqs, nreq, preview, owner, s->now, &out, &e);
-	EXPECT(s, rc == 0, "compose of ready chunks = %d (%s)", rc, e.msg);
-	EXPECT(s, out.nlevels == cmax + 2 && out.nrequests == nreq && out.tokens == tokens &&
-	       out.bytes == out.pages * s->l->page_bytes && !preview == !!out.lease,
-	       "compose: %u levels, %u requests, %" PRIu64 " tokens, lease %#" PRIx64
-	       "; model %u, %u, %" PRIu64, out.nlevels, out.nrequests, out.tokens, out.lease,
-	       cmax + 2, nreq, tokens);
-	uint32_t lq = out.nlevels - 1;
-	EXPECT(s, out.ngroups[lq] == nreq, "query level has %u groups", out.ngroups[lq]);
-	for (uint32_t i = 0; i < nreq; i++) {
-		const struct mchunk *k = &s->c[qrec[i]];
-		int32_t a = out.kv_indptr[lq][i];
-
-		EXPECT(s, out.kv_indptr[lq][i + 1] - a == (int32_t)k->npages &&
-		       out.kv_last_page_len[lq][i] == (int32_t)((k->ntok - 1) % P + 1),
-		       "request %u's query group: %d pages, last %d", i,
-		       out.kv_indptr[lq][i + 1] - a, out.kv_last_page_len[lq][i]);
-		for (uint32_t p = 0; p < k->npages; p++)
-			EXPECT(s, out.kv_indices[lq][a + (int32_t)p] == (int32_t)k->frames[p],
-			       "request %u query page %u: frame %d, chunk's %u", i, p,
-			       out.kv_indices[lq][a + (int32_t)p], k->frames[p]);
-	}
-	if (preview) {
-		s->nochange = true;
-		return;
-	}
-	struct mcomp *m = &s->comp[s->ncomp++];
-	m->lease = out.lease;
-	m->owner = owner;
-	m->nrecs = 0;
-	for (int i = 0; i < nrecs; i++) {
-		bool dup = false;
-
-		for (uint32_t k = 0; k < m->nrecs; k++)
-			dup |= m->recs[k] == recs[i];
-		if (!dup)
-			m->recs[m->nrecs++] = recs[i];
-	}
+	/* The model registers roots only: a query root does not follow its
+	 * request's system, so compose refuses the chain and holds nothing
+	 * (chains are test_share's compose tests). */
+	EXPECT(s, rc == -EINVAL && strstr(e.msg, "chain is broken") &&
+	       strstr(e.msg, "request 0"), "compose of root chunks = %d (%s)", rc, e.msg);
+	(void)tokens;
+	(void)qrec;
+	(void)recs;
+	(void)nrecs;
+	s->nochange = true;
 	s->o.composes++;
 }
 

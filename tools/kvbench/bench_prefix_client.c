@@ -96,6 +96,25 @@ static int c_chunk_register(void *ctx, const uint32_t *tokens, uint32_t n, uint3
 	if (rc < 0)
 		return rc;
 	out->id = out->creg.id;
+	out->name = out->creg.name;
+	out->created = out->creg.created != 0;
+	if (out->created)
+		lease_out(&out->creg.lease, &out->lease);
+	return rc;
+}
+
+static int c_chunk_link(void *ctx, const struct kvp_chunk_id *name,
+			const struct kvp_chunk_id *parent, struct pb_chunk_reg *out)
+{
+	struct cli_ctx *x = ctx;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = kvp_chunk_link(x->c, name, parent, 1000, &out->creg);
+	if (rc < 0)
+		return rc;
+	out->id = out->creg.id;
+	out->name = out->creg.name;
 	out->created = out->creg.created != 0;
 	if (out->created)
 		lease_out(&out->creg.lease, &out->lease);
@@ -196,6 +215,7 @@ int pb_client_open(struct pb_target *t, const struct prefix_opts *o,
 	t->commit = c_commit;
 	t->release = c_release;
 	t->chunk_register = c_chunk_register;
+	t->chunk_link = c_chunk_link;
 	t->chunk_seal = c_chunk_seal;
 	t->chunk_delete = c_chunk_delete;
 	t->compose = c_compose;

@@ -122,6 +122,26 @@ static int e_chunk_register(void *ctx, const uint32_t *tokens, uint32_t n, uint3
 		return rc;
 	memset(out, 0, sizeof(*out));
 	out->id = reg.id;
+	out->name = reg.name;
+	out->created = reg.created;
+	if (reg.created)
+		lease_out(&reg.lease, &out->lease);
+	return rc;
+}
+
+static int e_chunk_link(void *ctx, const struct kvp_chunk_id *name,
+			const struct kvp_chunk_id *parent, struct pb_chunk_reg *out)
+{
+	struct eng_ctx *x = ctx;
+	struct share_chunk_reg reg;
+	int rc = share_chunk_link(x->eng, name, parent, OWNER, realtime_ns(), &reg,
+				  &x->e);
+
+	if (rc < 0)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	out->id = reg.id;
+	out->name = reg.name;
 	out->created = reg.created;
 	if (reg.created)
 		lease_out(&reg.lease, &out->lease);
@@ -221,6 +241,7 @@ int pb_engine_open(struct pb_target *t, const struct prefix_opts *o,
 	t->commit = e_commit;
 	t->release = e_release;
 	t->chunk_register = e_chunk_register;
+	t->chunk_link = e_chunk_link;
 	t->chunk_seal = e_chunk_seal;
 	t->chunk_delete = e_chunk_delete;
 	t->compose = e_compose;

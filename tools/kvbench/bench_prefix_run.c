@@ -188,12 +188,41 @@ static int run_multiturn(struct driver *d)
 
 /* ------------------------------------------------------------ chunks */
 
-/* Register chunk i (its tokens in tok); fill and seal it when new. *hit says
- * whether it was there. reg_s: where the register's time goes (NULL: not
- * timed). */
+/* Fill and seal what a register or link created (n tokens tok). */
+static int fill_chunk(struct driver *d, uint32_t i, const uint32_t *tok, uint32_t n,
+		      struct pb_chunk_reg *reg)
+{
+	int rc;
+
+	if (reg->lease.n_new != n) {
+		snprintf(d->run->error, sizeof(d->run->error), "%s: chunk %u of %u tokens: "
+			 "fill lease of %u", d->w->name, i, n, reg->lease.n_new);
+		return -1;
+	}
+	kv_fill(d, tok, 0, n);
+	rc = d->t->append(d->t->ctx, &reg->lease, n, d->kv);
+	if (rc < 0)
+		return fail(d, "append (chunk fill)", rc);
+	d->w->appended_tokens += n;
+	rc = d->t->chunk_seal(d->t->ctx, reg);
+	if (rc < 0)
+		return fail(d, "chunk_seal", rc);
+	return 0;
+}
+
+/*
+ * Register chunk i (its tokens in tok) as a root, or, after entry parent,
+ * as a link of it (a chunk's KV depends on what precedes it, so a context
+ * or query is an entry after its request's chain; the root makes the name
+ * and is a hit after the first time). Fill and seal what is new. *id gets
+ * the entry, *name the name, *hit whether the entry was there. timed: the
+ * last step's time goes to the register samples. Returns 0, 1 when the
+ * parent was evicted meanwhile (the caller starts the chain again), -1.
+ */
 static int register_chunk(struct driver *d, const struct pw_chunks *cs, uint32_t i,
-			  const uint32_t *tok, struct kvp_chunk_id *id, bool *hit,
-			  bool timed)
+			  const uint32_t *tok, const struct kvp_chunk_id *parent,
+			  struct kvp_chunk_id *id, struct kvp_chunk_id *name,
+			  bool *hit, bool timed)
 {
 	const struct pw_chunk *c = &cs->chunk[i];
 	struct pb_chunk_reg reg;
@@ -201,31 +230,33 @@ static int register_chunk(struct driver *d, const struct pw_chunks *cs, uint32_t
 	uint64_t t0, dt;
 	int rc;
 
-	snprintf(meta, sizeof(meta), "workload=%s,index=%u", cs->name, i);
+	snprintf(meta, sizeof(meta), "{\"workload\":\"%s\",\"index\":%u}", cs->name, i);
 	t0 = now_ns();
 	rc = d->t->chunk_register(d->t->ctx, tok, c->tokens, c->type, meta, &reg);
 	dt = now_ns() - t0;
 	if (rc < 0)
 		return fail(d, "chunk_register", rc);
+	if (reg.created && fill_chunk(d, i, tok, c->tokens, &reg))
+		return -1;
+	if (parent) {
+		struct kvp_chunk_id nm = reg.name;
+
+		t0 = now_ns();
+		rc = d->t->chunk_link(d->t->ctx, &nm, parent, &reg);
+		dt = now_ns() - t0;
+		if (rc == -ENOENT)
+			return 1;
+		if (rc < 0)
+			return fail(d, "chunk_link", rc);
+		if (reg.created && fill_chunk(d, i, tok, c->tokens, &reg))
+			return -1;
+	}
 	if (timed)
 		samples_add(&d->op[reg.created ? 1 : 0], dt);
 	*id = reg.id;
+	if (name)
+		*name = reg.name;
 	*hit = !reg.created;
-	if (!reg.created)
-		return 0;
-	if (reg.lease.n_new != c->tokens) {
-		snprintf(d->run->error, sizeof(d->run->error), "%s: chunk %u of %u tokens: "
-			 "fill lease of %u", d->w->name, i, c->tokens, reg.lease.n_new);
-		return -1;
-	}
-	kv_fill(d, tok, 0, c->tokens);
-	rc = d->t->append(d->t->ctx, &reg.lease, c->tokens, d->kv);
-	if (rc < 0)
-		return fail(d, "append (chunk fill)", rc);
-	d->w->appended_tokens += c->tokens;
-	rc = d->t->chunk_seal(d->t->ctx, &reg);
-	if (rc < 0)
-		return fail(d, "chunk_seal", rc);
 	return 0;
 }
 
@@ -262,7 +293,7 @@ static int run_chunks(struct driver *d, const struct pw_chunks *cs)
 {
 	struct pb_workload *w = d->w;
 	const uint32_t P = d->l->page_tokens;
-	struct kvp_chunk_id ids[REQ_CHUNKS];
+	struct kvp_chunk_id ids[REQ_CHUNKS], qname;
 	uint32_t idx[REQ_CHUNKS];
 	bool filled[REQ_CHUNKS];
 
@@ -282,17 +313,28 @@ static int run_chunks(struct driver *d, const struct pw_chunks *cs)
 		 * when no attempt had to fill it. */
 		memset(filled, 0, sizeof(filled));
 		for (int attempt = 0; attempt < 3; attempt++) {
-			for (uint32_t k = 0; k < n; k++) {
+			rc = 0;
+			for (uint32_t k = 0; k < n && !rc; k++) {
 				bool hit;
 
-				if (register_chunk(d, cs, idx[k], d->tok[k], &ids[k], &hit,
-						   attempt == 0))
+				rc = register_chunk(d, cs, idx[k], d->tok[k],
+						    k ? &ids[k - 1] : NULL, &ids[k],
+						    k == n - 1 ? &qname : NULL, &hit,
+						    attempt == 0);
+				if (rc < 0)
 					return -1;
+				if (rc)
+					break; /* a parent evicted meanwhile */
 				if (!hit)
 					filled[k] = true;
 				else if (attempt == 0)
 					w->dedupe_pages_saved +=
 						pw_pages(cs->chunk[idx[k]].tokens, P);
+			}
+			if (rc) {
+				w->compose_retries++;
+				rc = -ENOENT;
+				continue;
 			}
 			memset(&req, 0, sizeof(req));
 			req.system = ids[0];
@@ -325,7 +367,8 @@ static int run_chunks(struct driver *d, const struct pw_chunks *cs)
 		samples_add(&d->op[3], now_ns() - t0);
 		if (rc < 0)
 			return fail(d, "release (composition)", rc);
-		rc = d->t->chunk_delete(d->t->ctx, &ids[n - 1]);
+		/* The query's name: its link and its root. */
+		rc = d->t->chunk_delete(d->t->ctx, &qname);
 		if (rc < 0)
 			return fail(d, "chunk_delete (query)", rc);
 		w->requests++;
@@ -335,32 +378,47 @@ static int run_chunks(struct driver *d, const struct pw_chunks *cs)
 
 /* ------------------------------------------------------------ compose 8 */
 
-/* Register the compose set and compose each query with every context once:
- * 0, 1 when a chunk was evicted meanwhile (try again), -1 on an error. */
+/*
+ * Compositions of 8 chunks: a system, 6 contexts drawn from the compose set
+ * and a query. A context's KV depends on what precedes it, so each draw is
+ * its own chain of entries (system root, each context linked after the
+ * one before, the query after the last): COMPOSE8_CHAINS distinct draws
+ * are registered and filled untimed, then composed in turn, timed.
+ */
+#define COMPOSE8_CHAINS 2
+
+struct chain8 {
+	struct kvp_chunk_id e[8]; /* system, 6 contexts, query: entries */
+};
+
+/* Register every chain and compose each once (untimed: it makes them
+ * recent): 0, 1 when an entry was evicted meanwhile (try again), -1. */
 static int compose8_setup(struct driver *d, const struct pw_chunks *cs,
-			  struct kvp_chunk_id *sys, struct kvp_chunk_id *ctx,
-			  struct kvp_chunk_id *qry)
+			  const uint8_t *choice, struct chain8 *ch)
 {
 	bool hit;
 	int rc;
 
-	pw_chunk_tokens(cs, cs->compose_system, d->tok[0]);
-	if (register_chunk(d, cs, cs->compose_system, d->tok[0], sys, &hit, false))
-		return -1;
-	for (uint32_t i = 0; i < cs->ncompose_ctx; i++) {
-		pw_chunk_tokens(cs, cs->compose_ctx[i], d->tok[0]);
-		if (register_chunk(d, cs, cs->compose_ctx[i], d->tok[0], &ctx[i], &hit, false))
-			return -1;
+	for (uint32_t c = 0; c < COMPOSE8_CHAINS; c++) {
+		uint32_t idx[8];
+
+		idx[0] = cs->compose_system;
+		for (uint32_t i = 0; i < 6; i++)
+			idx[1 + i] = cs->compose_ctx[choice[c * 6 + i]];
+		idx[7] = cs->compose_query[c % cs->ncompose_query];
+		for (uint32_t k = 0; k < 8; k++) {
+			pw_chunk_tokens(cs, idx[k], d->tok[0]);
+			rc = register_chunk(d, cs, idx[k], d->tok[0],
+					    k ? &ch[c].e[k - 1] : NULL, &ch[c].e[k], NULL,
+					    &hit, false);
+			if (rc)
+				return rc;
+		}
 	}
-	for (uint32_t i = 0; i < cs->ncompose_query; i++) {
-		pw_chunk_tokens(cs, cs->compose_query[i], d->tok[0]);
-		if (register_chunk(d, cs, cs->compose_query[i], d->tok[0], &qry[i], &hit, false))
-			return -1;
-	}
-	for (uint32_t i = 0; i < cs->ncompose_query; i++) {
+	for (uint32_t c = 0; c < COMPOSE8_CHAINS; c++) {
 		struct kvp_compose_req req = {
-			.system = *sys, .contexts = ctx, .ncontexts = cs->ncompose_ctx,
-			.qo_len = 1, .query = qry[i],
+			.system = ch[c].e[0], .contexts = &ch[c].e[1], .ncontexts = 6,
+			.qo_len = 1, .query = ch[c].e[7],
 		};
 		struct pb_comp comp;
 
@@ -379,32 +437,16 @@ static int compose8_setup(struct driver *d, const struct pw_chunks *cs,
 static int run_compose8(struct driver *d, const struct pw_chunks *cs)
 {
 	const uint64_t n = d->o->compose_samples, warm = n < 100 ? n : 100;
-	struct kvp_chunk_id sys, ctx[16], qry[8], pick[6];
+	struct chain8 ch[COMPOSE8_CHAINS];
 	struct samples sc = { 0 }, sr = { 0 };
-	uint8_t *choice = NULL;
+	uint8_t choice[COMPOSE8_CHAINS * 6];
 	uint64_t rng = d->o->w.seed ^ 0x636f6d706f736538ull;
 	int rc = -1;
 
 	if (cs->ncompose_ctx < 6 || n == 0)
 		return 0;
-	/* Ready chunks to compose from, filled now if the trace left them out.
-	 * A register that finds a chunk does not make it recent (a compose
-	 * does), so a later register may evict an earlier member of the set:
-	 * register them all, compose each query with all contexts (untimed:
-	 * it makes them recent), again until every compose found its chunks. */
-	for (int attempt = 0;; attempt++) {
-		if (compose8_setup(d, cs, &sys, ctx, qry) == 0)
-			break;
-		if (attempt == 3)
-			return -1;
-	}
-	/* The draws, made before anything is timed: 6 distinct of the contexts. */
-	choice = malloc((warm + n) * 6);
-	if (!choice || samples_init(&sc, n) || samples_init(&sr, n)) {
-		snprintf(d->run->error, sizeof(d->run->error), "compose: out of memory");
-		goto out;
-	}
-	for (uint64_t s = 0; s < warm + n; s++) {
+	/* The draws: 6 distinct of the contexts per chain. */
+	for (uint32_t c = 0; c < COMPOSE8_CHAINS; c++) {
 		uint8_t perm[16];
 
 		for (uint32_t i = 0; i < cs->ncompose_ctx; i++)
@@ -419,21 +461,36 @@ static int run_compose8(struct driver *d, const struct pw_chunks *cs)
 			tmp = perm[i];
 			perm[i] = perm[j];
 			perm[j] = tmp;
-			choice[s * 6 + i] = perm[i];
+			choice[c * 6 + i] = perm[i];
 		}
 	}
+	/* Register the chains, compose each once, again until every compose
+	 * found its entries (a later register may evict an earlier one). */
+	for (int attempt = 0;; attempt++) {
+		rc = compose8_setup(d, cs, choice, ch);
+		if (rc < 0)
+			return -1;
+		if (rc == 0)
+			break;
+		if (attempt == 3) {
+			snprintf(d->run->error, sizeof(d->run->error), "compose: the 8-chunk "
+				 "chains keep being evicted; give the daemon more memory");
+			return -1;
+		}
+	}
+	if (samples_init(&sc, n) || samples_init(&sr, n)) {
+		snprintf(d->run->error, sizeof(d->run->error), "compose: out of memory");
+		goto out;
+	}
 	for (uint64_t s = 0; s < warm + n; s++) {
-		struct kvp_compose_req req = { 0 };
+		const struct chain8 *c = &ch[s % COMPOSE8_CHAINS];
+		struct kvp_compose_req req = {
+			.system = c->e[0], .contexts = &c->e[1], .ncontexts = 6,
+			.qo_len = 1, .query = c->e[7],
+		};
 		struct pb_comp comp;
 		uint64_t t0, t1, t2;
 
-		for (uint32_t i = 0; i < 6; i++)
-			pick[i] = ctx[choice[s * 6 + i]];
-		req.system = sys;
-		req.contexts = pick;
-		req.ncontexts = 6;
-		req.qo_len = 1;
-		req.query = qry[s % cs->ncompose_query];
 		t0 = now_ns();
 		rc = d->t->compose(d->t->ctx, &req, &comp);
 		t1 = now_ns();
@@ -460,7 +517,6 @@ static int run_compose8(struct driver *d, const struct pw_chunks *cs)
 	samples_summarize(&sr, &d->run->compose8_release);
 	rc = 0;
 out:
-	free(choice);
 	samples_free(&sc);
 	samples_free(&sr);
 	return rc;

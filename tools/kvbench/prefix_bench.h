@@ -46,7 +46,8 @@ struct pb_lease {
 };
 
 struct pb_chunk_reg {
-	struct kvp_chunk_id id;
+	struct kvp_chunk_id id;  /* the entry */
+	struct kvp_chunk_id name;
 	bool created;
 	struct pb_lease lease;   /* created: the fill lease */
 	/* What the target needs back at seal (the client's kvp_chunk_reg). */
@@ -80,6 +81,9 @@ struct pb_target {
 	int (*release)(void *ctx, uint64_t lease);
 	int (*chunk_register)(void *ctx, const uint32_t *tokens, uint32_t n,
 			      uint32_t type, const char *meta, struct pb_chunk_reg *out);
+	/* The name's tokens after entry parent (kvp_chunk_link). */
+	int (*chunk_link)(void *ctx, const struct kvp_chunk_id *name,
+			  const struct kvp_chunk_id *parent, struct pb_chunk_reg *out);
 	int (*chunk_seal)(void *ctx, const struct pb_chunk_reg *reg);
 	int (*chunk_delete)(void *ctx, const struct kvp_chunk_id *id);
 	int (*compose)(void *ctx, const struct kvp_compose_req *req, struct pb_comp *out);

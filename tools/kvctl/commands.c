@@ -277,6 +277,40 @@ static int chunk_resolve(struct kvp_client *c, const char *hex,
 	return KVCTL_EXIT_FAIL;
 }
 
+/* chunks --entries NAME: the name's entries, asked again with room for
+ * all of them when there are more than the first guess. */
+static int chunk_entries(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_chunk_entry_info *rows = NULL;
+	struct kvp_chunk_id id;
+	uint32_t cap = 64;
+	int rc = chunk_resolve(c, a->chunk, &id);
+
+	if (rc != KVCTL_EXIT_OK)
+		return rc;
+	for (;;) {
+		struct kvp_chunk_entry_info *p = realloc(rows, cap * sizeof(*rows));
+
+		if (!p) {
+			free(rows);
+			fprintf(stderr, "kvctl: chunks --entries: out of memory\n");
+			return KVCTL_EXIT_FAIL;
+		}
+		rows = p;
+		rc = kvp_chunk_entries(c, &id, rows, cap);
+		if (rc < 0) {
+			free(rows);
+			return op_fail(c, rc, "chunks --entries");
+		}
+		if ((uint32_t)rc <= cap)
+			break;
+		cap = (uint32_t)rc;
+	}
+	render_chunk_entries(stdout, a->json, rows, (size_t)rc);
+	free(rows);
+	return KVCTL_EXIT_OK;
+}
+
 int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct chunk_op_result r = { .type = a->chunk_type, .max_age_s = a->max_age_s };
@@ -294,6 +328,8 @@ int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a)
 		render_chunk_op(stdout, a->json, &r);
 		return KVCTL_EXIT_OK;
 	}
+	if (a->entries)
+		return chunk_entries(c, a);
 	rc = chunks_all(c, a->chunk_type, a->filter, &rows, &n);
 	if (rc == KVCTL_EXIT_OK)
 		render_chunks(stdout, a->json, rows, n, now_ns());
@@ -318,7 +354,7 @@ int cmd_chunk(struct kvp_client *c, const struct kvctl_args *a)
 
 static int evict_chunk(struct kvp_client *c, const struct kvctl_args *a)
 {
-	struct chunk_op_result r = { .op = "delete", .count = 1 };
+	struct chunk_op_result r = { .op = "delete" };
 	struct kvp_chunk_id id;
 	int rc = chunk_resolve(c, a->chunk, &id);
 
@@ -327,6 +363,7 @@ static int evict_chunk(struct kvp_client *c, const struct kvctl_args *a)
 	rc = kvp_chunk_delete(c, &id);
 	if (rc < 0)
 		return op_fail(c, rc, "evict --chunk");
+	r.count = (uint64_t)rc; /* entries, with those below them */
 	kvp_chunk_id_format(&id, r.id);
 	render_chunk_op(stdout, a->json, &r);
 	return KVCTL_EXIT_OK;

@@ -38,6 +38,7 @@ enum opt_id {
 	OPT_FILTER,
 	OPT_CLEAR,
 	OPT_EVICT_UNUSED,
+	OPT_ENTRIES,
 	NOPTS,
 };
 
@@ -64,10 +65,14 @@ static const struct opt_spec {
 	[OPT_TIER] = { "tier", 0, "TIER", "device, host or all (default: all)" },
 	[OPT_CHUNK] = { "chunk", 0, "ID", "a chunk id: 64 hex digits or a unique prefix" },
 	[OPT_TYPE] = { "type", 0, "TYPE", "chunk type: system, context or query (default: all)" },
-	[OPT_FILTER] = { "filter", 0, "K=V,...", "only chunks whose metadata has every pair" },
+	[OPT_FILTER] = { "filter", 0, "JSON|K=V,...",
+			 "only chunks whose metadata has every key with an equal value "
+			 "(a JSON object, or key=value pairs of strings)" },
 	[OPT_CLEAR] = { "clear", 0, NULL, "delete every chunk (of --type)" },
 	[OPT_EVICT_UNUSED] = { "evict-unused", 0, "SECONDS",
 			       "delete ready chunks nobody holds, idle that long" },
+	[OPT_ENTRIES] = { "entries", 0, "NAME",
+			  "a chunk's entries (where it was prefilled): parent, start" },
 };
 
 /* The command line as read, before it is given meaning. */
@@ -127,10 +132,12 @@ static const struct kvctl_cmd cmds[] = {
 	{ "offload", "--user ID | --all",
 	  "copy a user's device pages, or everyone's (admin), to the host tier",
 	  BIT(OPT_USER) | BIT(OPT_ALL), 0, check_target, cmd_offload },
-	{ "chunks", "[--type T] [--filter K=V,...] | --clear [--type T] | --evict-unused SECONDS",
-	  "list the tenant's chunks; or delete them (all, or of a type), or the idle ones",
-	  BIT(OPT_TYPE) | BIT(OPT_FILTER) | BIT(OPT_CLEAR) | BIT(OPT_EVICT_UNUSED), 0,
-	  check_chunks, cmd_chunks },
+	{ "chunks", "[--type T] [--filter JSON|K=V,...] | --entries NAME | --clear [--type T] | "
+	  "--evict-unused SECONDS",
+	  "list the tenant's chunks (or one chunk's entries); or delete them (all, or "
+	  "of a type), or the idle ones",
+	  BIT(OPT_TYPE) | BIT(OPT_FILTER) | BIT(OPT_CLEAR) | BIT(OPT_EVICT_UNUSED) |
+	  BIT(OPT_ENTRIES), 0, check_chunks, cmd_chunks },
 	{ "chunk", "ID",
 	  "one chunk: type, state, tokens, pages, holders, hits, metadata",
 	  0, 1, check_chunk, cmd_chunk },
@@ -387,6 +394,15 @@ static int check_chunks(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 				   "not apply to --clear or --evict-unused");
 	if (a->evict_unused && (cl->seen & BIT(OPT_TYPE)))
 		return usage_error(cmd, "--evict-unused applies to every type; drop --type");
+	if (cl->seen & BIT(OPT_ENTRIES)) {
+		if (cl->seen & (BIT(OPT_TYPE) | BIT(OPT_FILTER) | BIT(OPT_CLEAR) |
+				BIT(OPT_EVICT_UNUSED)))
+			return usage_error(cmd, "--entries NAME lists one chunk's entries; "
+					   "it does not combine with --type, --filter, "
+					   "--clear or --evict-unused");
+		a->entries = true;
+		return chunk_id(cmd, "--entries: ", cl->val[OPT_ENTRIES], a);
+	}
 	if (cl->seen & BIT(OPT_TYPE)) {
 		type = kvp_chunk_type_parse(t);
 		if (type < 0)
@@ -396,10 +412,11 @@ static int check_chunks(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 	}
 	if (cl->seen & BIT(OPT_FILTER)) {
 		a->filter = cl->val[OPT_FILTER];
-		if (!strchr(a->filter, '=') || strlen(a->filter) >= KVP_CHUNK_META_MAX)
-			return usage_error(cmd, "--filter: '%s' is not a list of key=value "
-					   "pairs (k=v,k2=v2, under %d bytes)", a->filter,
-					   KVP_CHUNK_META_MAX);
+		if ((a->filter[0] != '{' && !strchr(a->filter, '=')) ||
+		    strlen(a->filter) >= KVP_CHUNK_META_MAX)
+			return usage_error(cmd, "--filter: '%s' is neither a JSON object "
+					   "nor key=value pairs (k=v,k2=v2), under %d "
+					   "bytes", a->filter, KVP_CHUNK_META_MAX);
 	}
 	if (a->evict_unused) {
 		if (parse_u64(cl->val[OPT_EVICT_UNUSED], &secs) < 0 || secs > UINT32_MAX)

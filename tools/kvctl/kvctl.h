@@ -122,13 +122,17 @@ struct op_result {
 void render_evict(FILE *f, bool json, const struct op_result *r);
 void render_offload(FILE *f, bool json, const struct op_result *r);
 
-/* kvctl chunks: one row per chunk, the id cut to 16 hex digits in the
- * table (full in JSON). */
+/* kvctl chunks: one row per chunk name, the name cut to 16 hex digits in
+ * the table (full in JSON, with its root entry). */
 void render_chunks(FILE *f, bool json, const struct kvp_chunk_info *rows,
 		   size_t n, uint64_t now_ns);
 /* kvctl chunk ID: every field of one chunk. */
 void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
 		  uint64_t now_ns);
+
+/* kvctl chunks --entries NAME: one row per entry, parent and start. */
+void render_chunk_entries(FILE *f, bool json, const struct kvp_chunk_entry_info *rows,
+			  size_t n);
 
 /* What chunks --clear, chunks --evict-unused or evict --chunk did. */
 struct chunk_op_result {
@@ -136,7 +140,7 @@ struct chunk_op_result {
 	uint32_t type;      /* clear: enum kvp_chunk_type, 0 all */
 	uint32_t max_age_s; /* evict_unused */
 	char id[65];        /* delete: the full id */
-	uint64_t count;     /* chunks deleted */
+	uint64_t count;     /* chunks (delete: entries) deleted */
 };
 
 void render_chunk_op(FILE *f, bool json, const struct chunk_op_result *r);
@@ -158,6 +162,7 @@ struct kvctl_args {
 	uint32_t max_age_s;
 	char chunk[65];       /* chunk ID, evict --chunk ID: hex digits typed */
 	bool has_chunk;
+	bool entries;         /* chunks --entries NAME (in chunk) */
 };
 
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);

@@ -430,6 +430,13 @@ static const char *state_text(uint32_t state)
 	}
 }
 
+static bool id_zero(const struct kvp_chunk_id *id)
+{
+	static const struct kvp_chunk_id zero;
+
+	return !memcmp(id, &zero, sizeof(zero));
+}
+
 static void chunk_members(struct json *j, const struct kvp_chunk_info *ci,
 			  uint64_t now_ns)
 {
@@ -437,9 +444,12 @@ static void chunk_members(struct json *j, const struct kvp_chunk_info *ci,
 
 	kvp_chunk_id_format(&ci->id, hex);
 	json_str(j, "id", hex);
+	kvp_chunk_id_format(&ci->root, hex);
+	json_str(j, "root", id_zero(&ci->root) ? NULL : hex);
 	json_str(j, "type", type_text(ci->type));
 	json_str(j, "state", state_text(ci->state));
 	json_u64(j, "tokens", ci->tokens);
+	json_u64(j, "entries", ci->entries);
 	json_u64(j, "pages", ci->pages);
 	json_u64(j, "bytes", ci->bytes);
 	json_u64(j, "holders", ci->holders);
@@ -452,13 +462,16 @@ static void chunk_members(struct json *j, const struct kvp_chunk_info *ci,
 			 (now_ns - ci->last_access_ns) / 1000000000ull : 0);
 	else
 		json_null(j, "last_access_age_s");
+	json_u64(j, "content_len", ci->content_len);
+	json_strn(j, "preview", ci->preview, sizeof(ci->preview));
+	/* JSON object text, as a string: what the Python binding gives too. */
 	json_strn(j, "meta", ci->meta, sizeof(ci->meta));
 }
 
 static const struct table_col chunk_cols[] = {
-	{ "ID", true }, { "TYPE", true }, { "STATE", true }, { "TOKENS", false },
-	{ "PAGES", false }, { "BYTES", false }, { "HOLDERS", false },
-	{ "HITS", false }, { "LAST", false }, { "META", true },
+	{ "NAME", true }, { "TYPE", true }, { "STATE", true }, { "TOKENS", false },
+	{ "ENTRIES", false }, { "PAGES", false }, { "HOLDERS", false },
+	{ "HITS", false }, { "LAST", false }, { "META", true }, { "PREVIEW", true },
 };
 
 struct chunk_ctx {
@@ -480,13 +493,14 @@ static void chunk_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
 	case 1: snprintf(buf, len, "%s", type_text(ci->type)); break;
 	case 2: snprintf(buf, len, "%s", state_text(ci->state)); break;
 	case 3: snprintf(buf, len, "%" PRIu32, ci->tokens); break;
-	case 4: snprintf(buf, len, "%" PRIu32, ci->pages); break;
-	case 5: fmt_bytes(buf, len, ci->bytes); break;
+	case 4: snprintf(buf, len, "%" PRIu32, ci->entries); break;
+	case 5: snprintf(buf, len, "%" PRIu32, ci->pages); break;
 	case 6: snprintf(buf, len, "%" PRIu32, ci->holders); break;
 	case 7: snprintf(buf, len, "%" PRIu64, ci->hits); break;
 	case 8: fmt_age(buf, len, cc->now_ns, ci->last_access_ns); break;
 	/* Whatever a client registered: not for the terminal as is. */
 	case 9: text_sanitize(buf, len, ci->meta, sizeof(ci->meta)); break;
+	case 10: text_sanitize(buf, len, ci->preview, sizeof(ci->preview)); break;
 	}
 }
 
@@ -527,10 +541,13 @@ void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
 		return;
 	}
 	kvp_chunk_id_format(&ci->id, hex);
-	fprintf(f, "%-12s %s\n", "id", hex);
+	fprintf(f, "%-12s %s\n", "name", hex);
+	kvp_chunk_id_format(&ci->root, hex);
+	fprintf(f, "%-12s %s\n", "root", id_zero(&ci->root) ? "-" : hex);
 	fprintf(f, "%-12s %s\n", "type", type_text(ci->type));
 	fprintf(f, "%-12s %s\n", "state", state_text(ci->state));
 	fprintf(f, "%-12s %" PRIu32 "\n", "tokens", ci->tokens);
+	fprintf(f, "%-12s %" PRIu32 "\n", "entries", ci->entries);
 	fprintf(f, "%-12s %" PRIu32 "\n", "pages", ci->pages);
 	fmt_bytes(buf, sizeof(buf), ci->bytes);
 	fprintf(f, "%-12s %" PRIu64 " (%s)\n", "bytes", ci->bytes, buf);
@@ -542,8 +559,75 @@ void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
 	fprintf(f, "%-12s %s%s\n", "created", buf, ci->created_ns ? " ago" : "");
 	fmt_age(buf, sizeof(buf), now_ns, ci->last_access_ns);
 	fprintf(f, "%-12s %s%s\n", "last_access", buf, ci->last_access_ns ? " ago" : "");
+	fprintf(f, "%-12s %" PRIu32 " bytes\n", "content", ci->content_len);
+	text_sanitize(buf, sizeof(buf), ci->preview, sizeof(ci->preview));
+	fprintf(f, "%-12s %s\n", "preview", buf);
 	text_sanitize(buf, sizeof(buf), ci->meta, sizeof(ci->meta));
 	fprintf(f, "%-12s %s\n", "meta", buf);
+}
+
+static const struct table_col entry_cols[] = {
+	{ "ENTRY", true }, { "PARENT", true }, { "START", false }, { "TOKENS", false },
+	{ "PAGES", false }, { "STATE", true }, { "HOLDERS", false }, { "CHILDREN", false },
+};
+
+static void entry_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
+{
+	const struct kvp_chunk_entry_info *en = (const struct kvp_chunk_entry_info *)ctx + row;
+	char hex[65];
+
+	switch (col) {
+	case 0:
+		kvp_chunk_id_format(&en->id, hex);
+		snprintf(buf, len, "%.16s", hex);
+		break;
+	case 1:
+		kvp_chunk_id_format(&en->parent, hex);
+		snprintf(buf, len, "%.16s", id_zero(&en->parent) ? "- (root)" : hex);
+		break;
+	case 2: snprintf(buf, len, "%" PRIu32, en->start); break;
+	case 3: snprintf(buf, len, "%" PRIu32, en->tokens); break;
+	case 4: snprintf(buf, len, "%" PRIu32, en->pages); break;
+	case 5: snprintf(buf, len, "%s", state_text(en->state)); break;
+	case 6: snprintf(buf, len, "%" PRIu32, en->holders); break;
+	case 7: snprintf(buf, len, "%" PRIu32, en->children); break;
+	}
+}
+
+void render_chunk_entries(FILE *f, bool json, const struct kvp_chunk_entry_info *rows,
+			  size_t n)
+{
+	char hex[65];
+
+	if (!json) {
+		table_print(f, entry_cols, NELEM(entry_cols), n, entry_cell, (void *)rows);
+		return;
+	}
+	struct json j;
+
+	json_begin(&j, f);
+	json_arr_begin(&j, "entries");
+	for (size_t i = 0; i < n; i++) {
+		const struct kvp_chunk_entry_info *en = &rows[i];
+
+		json_obj_begin(&j, NULL);
+		kvp_chunk_id_format(&en->id, hex);
+		json_str(&j, "id", hex);
+		kvp_chunk_id_format(&en->name, hex);
+		json_str(&j, "name", hex);
+		kvp_chunk_id_format(&en->parent, hex);
+		json_str(&j, "parent", id_zero(&en->parent) ? NULL : hex);
+		json_u64(&j, "start", en->start);
+		json_u64(&j, "tokens", en->tokens);
+		json_u64(&j, "pages", en->pages);
+		json_str(&j, "state", state_text(en->state));
+		json_u64(&j, "holders", en->holders);
+		json_u64(&j, "children", en->children);
+		json_obj_end(&j);
+	}
+	json_arr_end(&j);
+	json_u64(&j, "count", n);
+	json_end(&j);
 }
 
 void render_chunk_op(FILE *f, bool json, const struct chunk_op_result *r)
@@ -573,6 +657,7 @@ void render_chunk_op(FILE *f, bool json, const struct chunk_op_result *r)
 		fprintf(f, "evict unused chunks (idle %" PRIu32 " s or more): %" PRIu64
 			" chunk%s deleted\n", r->max_age_s, r->count, s);
 	else
-		fprintf(f, "deleted chunk %s (its pages are freed once no lease "
-			"holds them)\n", r->id);
+		fprintf(f, "deleted chunk %s: %" PRIu64 " entr%s with everything below "
+			"(pages are freed once no lease holds them)\n", r->id, r->count,
+			r->count == 1 ? "y" : "ies");
 }
