@@ -44,6 +44,10 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
+  # Chunk entries under names across processes: links per parent, hits in a
+  # second process, grouping, cascading deletes, limits, content, JSON
+  # filters, a link filler killed mid-fill.
+  kvpool_integration_test(test_chunk_entries 120)
   # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
   # written), seq_free under a lease, and a randomized lease model.
   kvpool_integration_test(test_stale_lease 120)
