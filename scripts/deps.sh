@@ -6,8 +6,9 @@ set -euo pipefail
 
 # python3-*: the Python package (python/), its tests (ctest -L python) and
 # test.sh's offline `pip install ./python` check.
+# libjansson-dev: chunk metadata is a JSON object (kvpoold checks and matches it).
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
-      libhiredis-dev redis-server gnuplot-nox
+      libjansson-dev libhiredis-dev redis-server gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
