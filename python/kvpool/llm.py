@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import errno as _errno
 import json
 import os
@@ -533,9 +534,36 @@ class ChunkedLLM:
         id raises IncompatibleChunksError."""
         return self._register(content, chunk_type, metadata)[0]
 
+    def _known(self, content: Any, ct: ChunkType) -> Optional[str]:
+        """The name of text content the daemon holds, ready, as a root of
+        type ct: a register that would be a hit, found without tokenizing the
+        text or sending it (a 32k-token context is milliseconds of both).
+        None where a full register is needed (unknown, another type, no root
+        entry, still filling)."""
+        if not isinstance(content, str):
+            return None
+        name = hashlib.sha256(content.encode("utf-8")).hexdigest()
+        try:
+            info = self.client.chunk_get(name)
+        except _errors.NotFoundError:
+            return None
+        if info.get("type") != ct.daemon or not info.get("root") or info.get("state") != "ready":
+            return None
+        try:   # a read of its root: the daemon counts the access, as for a register hit
+            self.client.chunk_acquire(name).release()
+        except _errors.KvpoolError:
+            return None
+        return name
+
     def _register(self, content: Any, chunk_type: Union[ChunkType, str],
                   metadata: Optional[Dict[str, Any]] = None) -> Tuple[str, bool]:
         ct = ChunkType.of(chunk_type)
+        if metadata is None:
+            with self._lock:
+                name = self._known(content, ct)
+            if name is not None:
+                self.counters["root_hits"] += 1
+                return name, False
         tokens, data = self._tokens_of(content)
         if not tokens:
             raise ValueError("register_chunk: the content has no tokens")
@@ -1059,7 +1087,19 @@ class ChunkedLLM:
                 cids.append(cid)
                 if c:
                     made.append(cid)
-            if query is not None:
+            if query is not None and not persist_chunks:
+                # A query not kept is not a chunk: its tokens are fed after
+                # the cached chain into the generation's own sequence (one
+                # forward), never prefilled at position 0 as a root.
+                tokens, data = self._tokens_of(query)
+                chain, _ = self._chain(sid, cids, None)
+                blocks = [Block("entry", e["entry"], e["start"], e["tokens"]) for e in chain]
+                out = self.infer_from_blocks(blocks, sum(b.tokens for b in blocks), tokens,
+                                             sampling_params)
+                qname = hashlib.sha256(data if data is not None else
+                                       b"".join(t.to_bytes(4, "little") for t in tokens))
+                out["chunk_ids"] = {"system": sid, "context": cids, "query": qname.hexdigest()}
+            elif query is not None:
                 qid, c = self._register(query, ChunkType.QUERY)
                 if c:
                     made.append(qid)

@@ -185,6 +185,27 @@ def test_generate_without_persist_deletes_what_it_registered(llm):
             llm.get_chunk(cid)
 
 
+def test_generate_without_persist_computes_the_query_once(llm):
+    """A query that is not kept is fed after the cached chain (one forward
+    of its tokens, then decode), never prefilled at position 0 as a root of
+    its own; the cached system and context are found by their content's
+    hash (no tokenizing, no register) and their link is not recomputed."""
+    sp = dict(GREEDY, max_tokens=5)
+    system, ctx = "You are terse.", "The sky over Lisbon is blue today."
+    llm.generate(system, ctx, "Colour?", sp, persist_chunks=True)   # chain cached
+    a = llm.adapter
+    names = {r["chunk_id"] for r in llm.list_chunks()}
+    f0, t0 = a.forwards, a.tokens
+    q = "What colour is the sky over Lisbon?"
+    out = llm.generate(system, [ctx], q, sp, persist_chunks=False)
+    assert a.forwards - f0 == 5                      # the query's forward + 4 decode steps
+    assert a.tokens - t0 == len(toks(llm, q)) + 4
+    expect_same(llm.model, toks(llm, system, ctx, q), out["token_ids"], "unkept query")
+    assert {r["chunk_id"] for r in llm.list_chunks()} == names   # nothing registered
+    import hashlib
+    assert out["chunk_ids"]["query"] == hashlib.sha256(q.encode()).hexdigest()
+
+
 # ------------------------------------------------------------------ processes
 CHILD = textwrap.dedent("""
     import json, sys
