@@ -323,6 +323,15 @@ void chunk_id_short(const struct kvp_chunk_id *id, char out[17]);
 int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
 		struct errbuf *e);
 
+/* share_chunk_limits.c */
+/* Plan room for an entry of pages (and a new name when new_name): -ENOMEM
+ * naming the limit when it cannot be made; nothing changes. The caller
+ * holds what it must keep (a link's parent) first. */
+int chunk_limits_plan(struct engine *eng, uint64_t pages, bool new_name,
+		      const char *sid, struct errbuf *e);
+/* Make the room chunk_limits_plan() found: cannot fail. */
+void chunk_limits_make_room(struct engine *eng, uint64_t pages, bool new_name);
+
 /* share_chunk_name.c: names */
 struct chunk_name *name_find(struct engine *eng, const struct kvp_chunk_id *id);
 /* The name's root entry, NULL when it has none. */
