@@ -221,7 +221,14 @@ def _ref(model: Any, parts: List[List[int]], n: int, forced: Optional[List[int]]
     return {"tokens": toks, "scores": scores}
 
 
-def compare(got: List[int], ref: Dict[str, Any], forced: Dict[str, Any]) -> Dict[str, Any]:
+def bf16_ulp(x: float) -> float:
+    """The spacing of bf16 numbers at |x| (8 significant bits)."""
+    import math
+    return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - 7)
+
+
+def compare(got: List[int], ref: Dict[str, Any], forced: Dict[str, Any],
+            ulps: int = 0) -> Dict[str, Any]:
     """identical: got == the reference's own greedy tokens. consistent:
     every token got is an argmax of the reference's logits after got's own
     prefix (teacher forcing) -- the same as identical unless the reference
@@ -241,14 +248,20 @@ def compare(got: List[int], ref: Dict[str, Any], forced: Dict[str, Any]) -> Dict
         if len(got) != len(want):
             r.update(first_diff=min(len(got), len(want)), lengths=[len(got), len(want)])
     bad = None
+    worst = 0.0
     for i, t in enumerate(got):
         sc = forced["scores"][i]
-        if float(sc[t]) != float(sc.max()):
+        top = float(sc.max())
+        worst = max(worst, (top - float(sc[t])) / bf16_ulp(top))
+        if float(sc[t]) < top - ulps * bf16_ulp(top):
             top = sc.topk(2)
             bad = {"position": i, "got": t, "forced_ref_argmax": int(top.indices[0]),
                    "margin": float(top.values[0] - sc[t])}
             break
     r["consistent"] = bad is None and len(got) == len(want)
+    r["max_bf16_ulps_below_top"] = round(worst, 2)
+    if ulps:
+        r["consistent_within_bf16_ulps"] = ulps
     if bad:
         r["first_inconsistent"] = bad
     return r
@@ -270,9 +283,17 @@ def identity_cases(llm: Any, adapter: Any, model: Any, g: Any, vocab: int, N: in
     from kvpool.llm import ChunkType
     sp = dict(GREEDY, max_tokens=N)
     S, C1, C2, Q1, Q2 = (rand_ids(g, n, vocab) for n in (37, 101, 70, 19, 23))
-    def check(got: List[int], parts: List[List[int]]) -> Dict[str, Any]:
+    def check(got: List[int], parts: List[List[int]], batch: bool = False) -> Dict[str, Any]:
         if split_ref:
-            return compare(got, ref_split(model, parts, N), ref_split(model, parts, N, got))
+            # A batch is not like for like with a one-row DynamicCache: its
+            # rows attend through the cascade (fp32 levels merged by
+            # log-sum-exp where the reference runs bf16 flash attention) and
+            # its projections are GEMMs of B rows (cuBLAS picks other kernels
+            # than for 1 row). So a batch row's token must be the teacher-
+            # forced reference's argmax within 4 bf16 steps (ulps) of its top
+            # logit; how far below the top each row went is recorded.
+            return compare(got, ref_split(model, parts, N), ref_split(model, parts, N, got),
+                           ulps=4 if batch else 0)
         flat = [t for p in parts for t in p]
         return compare(got, ref_full(model, flat, N), ref_full(model, flat, N, got))
     sid = llm.register_chunk(text(S), ChunkType.SYSTEM_PROMPT, {"case": "identity"})
@@ -290,15 +311,15 @@ def identity_cases(llm: Any, adapter: Any, model: Any, g: Any, vocab: int, N: in
         requests=[{"system_chunk_id": sid, "context_chunk_ids": [c1], "query_chunk_id": q1},
                   {"system_chunk_id": sid, "context_chunk_ids": [c2], "query_chunk_id": q2}],
         sampling_params=sp)
-    out["batch_shared_system"] = [check(batch[0]["token_ids"], [S, C1, Q1]),
-                                  check(batch[1]["token_ids"], [S, C2, Q2])]
+    out["batch_shared_system"] = [check(batch[0]["token_ids"], [S, C1, Q1], True),
+                                  check(batch[1]["token_ids"], [S, C2, Q2], True)]
 
     batch = llm.batch_generate_from_chunks(
         requests=[{"system_chunk_id": sid, "context_chunk_ids": [c1], "query_chunk_id": q1},
                   {"system_chunk_id": sid, "context_chunk_ids": [c1], "query_chunk_id": q2}],
         sampling_params=sp)
-    out["batch_shared_system_context"] = [check(batch[0]["token_ids"], [S, C1, Q1]),
-                                          check(batch[1]["token_ids"], [S, C1, Q2])]
+    out["batch_shared_system_context"] = [check(batch[0]["token_ids"], [S, C1, Q1], True),
+                                          check(batch[1]["token_ids"], [S, C1, Q2], True)]
 
     S3, C3, Q3 = (rand_ids(g, n, vocab) for n in (29, 77, 15))
     f0, t0 = adapter.forwards, adapter.tokens
@@ -389,8 +410,9 @@ def ttft_child(spec: Dict[str, Any], llm: Any, adapter: Any, model: Any, g: Any)
             model(input_ids=torch.tensor([S + C], device="cuda"), past_key_values=cache,
                   use_cache=True, logits_to_keep=1)
         t_full, t_in, t_kv, agree = [], [], [], []
-        for r in range(reps + 1):           # pass 0 warms up
+        for r in range(-2, reps):           # passes -2, -1 warm up (-1 captures the graph)
             q = rand_ids(g, 32, V)
+            model.set_attn_implementation("sdpa")      # the baselines: transformers alone
             with torch.no_grad():
                 sync()
                 t0 = time.perf_counter()
@@ -405,13 +427,14 @@ def ttft_child(spec: Dict[str, Any], llm: Any, adapter: Any, model: Any, g: Any)
                 sync()
                 t2 = time.perf_counter()
                 cache.crop(L)
+            model.set_attn_implementation("kvpool")
             sync()
             t3 = time.perf_counter()
             out = llm.generate(system_prompt=text(S), context=[text(C)], query=text(q),
                                sampling_params=dict(GREEDY, max_tokens=1), persist_chunks=False)
             sync()
             t4 = time.perf_counter()
-            if r:
+            if r >= 0:
                 t_full.append(t1 - t0)
                 t_in.append(t2 - t1)
                 t_kv.append(t4 - t3)
@@ -428,7 +451,9 @@ def ttft_child(spec: Dict[str, Any], llm: Any, adapter: Any, model: Any, g: Any)
                      "samples_ms": {"full": [round(x * 1e3, 2) for x in t_full],
                                     "inprocess": [round(x * 1e3, 2) for x in t_in],
                                     "kvpool": [round(x * 1e3, 2) for x in t_kv]},
-                     "first_tokens_full_inprocess_kvpool": agree})
+                     "first_tokens_full_inprocess_kvpool": agree,
+                     "cuda_graphs": {k: getattr(adapter.inner, k, None) for k in
+                                     ("graph_captures", "graph_replays", "graph_failures")}})
         log(f"ttft ctx {L}: full {full:.1f} ms, in-process {inp:.1f} ms, kvpool {kv:.1f} ms")
     return {"rows": rows, "pid": os.getpid()}
 
@@ -492,8 +517,10 @@ def memory_rounds(llm: Any, client: Any, g: Any, vocab: int, rounds: int) -> Dic
         return int(client.stats()["device"]["frames_used"])
 
     sp = dict(GREEDY, max_tokens=4)
+    llm.release_generations()
     base_frames = used()
-    mem0 = None
+    marks = {1, 2, 5, 10, 25, 50, 75, rounds}
+    series: Dict[int, int] = {}
     freed_ok = True
     for i in range(rounds):
         S, C, Q = (rand_ids(g, n, vocab) for n in (48, 96, 16))
@@ -508,13 +535,16 @@ def memory_rounds(llm: Any, client: Any, g: Any, vocab: int, rounds: int) -> Dic
             llm.delete_chunk(cid)
         after = used()
         freed_ok = freed_ok and after == base_frames and held > after
-        if i == 1:   # after the first rounds have warmed the allocator
+        if i + 1 in marks:
             sync()
-            mem0 = torch.cuda.memory_allocated()
-    sync()
-    mem1 = torch.cuda.memory_allocated()
+            series[i + 1] = torch.cuda.memory_allocated()
+    # From round 10 on: by then the allocator is warm and the forwards that
+    # recur (a root prefill of the same length, ...) have their CUDA graphs.
+    first = min(k for k in series if k >= min(10, rounds))
     return {"rounds": rounds, "frames_before": base_frames, "frames_after": used(),
-            "frames_freed": freed_ok, "cuda_mem_growth_bytes": int(mem1 - (mem0 or mem1))}
+            "frames_freed": freed_ok, "memory_allocated_by_round": series,
+            "cuda_mem_growth_bytes": int(series[rounds] - series[first]),
+            "growth_measured_from_round": first}
 
 
 # ---------------------------------------------------------------- main

@@ -37,9 +37,10 @@ Gemma (without sliding windows), Phi3 in transformers 5.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -121,13 +122,16 @@ class _Flat:
         them) from the pages of ``cache`` (one layer) and the new tokens."""
         if self.pages is None:
             return key, value
-        kv = cache[self.pages]                       # [pages, 2, P, Hkv, D]: one gather
-        H, D = kv.shape[-2], kv.shape[-1]
+        # One gather each for K and V ([pages, P, Hkv, D], contiguous, so the
+        # token views below are free), one concatenation each into the
+        # head-major layout DynamicCache holds: two copies of the past.
+        K = cache[self.pages, 0]
+        V = cache[self.pages, 1]
+        H, D = K.shape[-2], K.shape[-1]
         ks, vs = [], []
         for at, need, n in self.spans:
-            part = kv[at:at + need]
-            ks.append(part[:, 0].reshape(-1, H, D)[:n].permute(1, 0, 2))
-            vs.append(part[:, 1].reshape(-1, H, D)[:n].permute(1, 0, 2))
+            ks.append(K[at:at + need].view(-1, H, D)[:n].permute(1, 0, 2))
+            vs.append(V[at:at + need].view(-1, H, D)[:n].permute(1, 0, 2))
         ks.append(key[0])
         vs.append(value[0])
         return torch.cat(ks, dim=1)[None], torch.cat(vs, dim=1)[None]
@@ -139,6 +143,55 @@ def _flat(plan: Any) -> _Flat:
         f = _Flat(plan)
         plan._kvpool_flat = f
     return f
+
+
+def _graph_key(plan: Any, tokens: torch.Tensor) -> Tuple[Any, ...]:
+    """What a captured forward depends on besides its inputs: the new tokens'
+    shape, every past level's pages and length, and whether it stores."""
+    lv = tuple((bytes(memoryview(l.pages[0].cpu().numpy())), int(l.lengths[0]))
+               for l in plan.levels)
+    return (tuple(tokens.shape), lv, plan.store is not None, plan.scale)
+
+
+class _Graph:
+    """One captured forward (see HFAdapter.forward). Its plan stays alive:
+    the graph reads that plan's gather indices and mask, and its
+    destination slots are static tensors refilled before each replay."""
+
+    def __init__(self, adapter: "HFAdapter", tokens: torch.Tensor, positions: torch.Tensor,
+                 plan: Any) -> None:
+        self.plan = plan
+        self.tokens = tokens.clone()
+        self.positions = positions.clone()
+        self.mask2d = torch.ones_like(tokens)
+        if plan.store is not None:
+            plan.store = (plan.store[0].clone(), plan.store[1].clone())
+        _flat(plan)                               # built outside the capture
+        model = adapter.model
+
+        def fwd() -> torch.Tensor:
+            with _using(plan):
+                out = model(input_ids=self.tokens, position_ids=self.positions,
+                            attention_mask=self.mask2d, use_cache=False, logits_to_keep=1)
+            return out.logits[:, -1].float()
+
+        side = torch.cuda.Stream(device=tokens.device)
+        side.wait_stream(torch.cuda.current_stream(tokens.device))
+        with torch.cuda.stream(side):
+            fwd()                                 # warm-up, as torch.cuda.graph asks
+        torch.cuda.current_stream(tokens.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = fwd()
+
+    def run(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
+        self.tokens.copy_(tokens)
+        self.positions.copy_(positions)
+        if plan.store is not None:
+            self.plan.store[0].copy_(plan.store[0])
+            self.plan.store[1].copy_(plan.store[1])
+        self.graph.replay()
+        return self.out.clone()
 
 
 def _mask(*args: Any, **kwargs: Any):
@@ -179,7 +232,7 @@ class HFAdapter(ModelAdapter):
     geometry: ``layers`` = num_hidden_layers, ``kv_heads`` =
     num_key_value_heads, ``head_dim``, and the model's dtype."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, cuda_graphs: bool = True, max_graphs: int = 4) -> None:
         cfg = _text_config(model.config)
         if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) \
                 and getattr(cfg, "layer_types", None) and \
@@ -201,6 +254,18 @@ class HFAdapter(ModelAdapter):
             else eos
         self.eos_token_ids: List[int] = list(eos) if isinstance(eos, (list, tuple)) else \
             ([] if eos is None else [eos])
+        # CUDA graphs: a one-row forward over the same cached chain (the
+        # same pages, hence the same gathers, mask and shapes) with as many
+        # new tokens as before -- a query against a cached system prompt
+        # and document, again -- replays a graph captured on its second
+        # use: the model's ~10 kernel launches per layer become one replay.
+        # Only the new tokens, positions and destination slots change.
+        self.cuda_graphs = bool(cuda_graphs) and self.device.type == "cuda"
+        self.max_graphs = int(max_graphs)
+        self._graphs: "collections.OrderedDict[Tuple[Any, ...], _Graph]" = collections.OrderedDict()
+        self._seen: "collections.OrderedDict[Tuple[Any, ...], int]" = collections.OrderedDict()
+        self._failed: set = set()
+        self.graph_captures = self.graph_replays = self.graph_failures = 0
         _register()
         setter = getattr(model, "set_attn_implementation", None)
         if callable(setter):
@@ -210,10 +275,47 @@ class HFAdapter(ModelAdapter):
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
+        tokens = tokens.to(self.device)
+        positions = positions.to(self.device)
+        if self.cuda_graphs and plan.rows == 1:
+            key = _graph_key(plan, tokens)
+            g = self._graphs.get(key)
+            if g is not None:
+                self._graphs.move_to_end(key)
+                self.graph_replays += 1
+                return g.run(tokens, positions, plan)
+            if key not in self._failed and self._seen.get(key, 0) >= 1:
+                g = self._capture(key, tokens, positions, plan)
+                if g is not None:
+                    return g.run(tokens, positions, plan)
+            self._seen[key] = self._seen.get(key, 0) + 1
+            self._seen.move_to_end(key)
+            while len(self._seen) > 256:
+                self._seen.popitem(last=False)
+        return self._eager(tokens, positions, plan)
+
+    def _eager(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
+        # attention_mask given: transformers then skips its packed-sequence
+        # probe (a device sync); the plan decides what is causal anyway.
         with _using(plan):
-            out = self.model(input_ids=tokens.to(self.device), position_ids=positions.to(self.device),
-                             use_cache=False, logits_to_keep=1)
+            out = self.model(input_ids=tokens, position_ids=positions,
+                             attention_mask=torch.ones_like(tokens), use_cache=False,
+                             logits_to_keep=1)
         return out.logits[:, -1].float()
+
+    def _capture(self, key: Tuple[Any, ...], tokens: torch.Tensor, positions: torch.Tensor,
+                 plan: Any) -> Optional["_Graph"]:
+        try:
+            g = _Graph(self, tokens, positions, plan)
+        except Exception:  # noqa: BLE001 - a model or kernel that cannot be captured
+            self._failed.add(key)
+            self.graph_failures += 1
+            return None
+        self._graphs[key] = g
+        self.graph_captures += 1
+        while len(self._graphs) > self.max_graphs:
+            self._graphs.popitem(last=False)
+        return g
 
     def __repr__(self) -> str:
         return (f"HFAdapter({type(self.model).__name__}, layers={self.layers}, "
