@@ -223,7 +223,7 @@ static void test_chunk_compose_and_prefix_on_the_device(void **state)
 	struct errbuf e = { .msg = "" };
 	uint32_t tok[40];
 	unsigned char *buf = malloc(40 * L.token_bytes);
-	struct share_chunk_reg sys, q;
+	struct share_chunk_reg sys, q, ql;
 	struct share_composition c;
 	struct engine_lease a, b;
 	uint32_t aframes[2];
@@ -243,7 +243,13 @@ static void test_chunk_compose_and_prefix_on_the_device(void **state)
 					      NULL, 1, 1, &q, &e), 0);
 	fill_lease(f.eng, q.lease.id, 3, 12, 0);
 	assert_int_equal(share_chunk_seal(f.eng, q.lease.id, 1, &e), 0);
-	r = (struct kvp_compose_req){ .system = sys.id, .query = q.id };
+	/* The query's KV after the system prompt: its link, at 35..37. */
+	assert_int_equal(share_chunk_link(f.eng, &q.name, &sys.id, 1, 1, &ql, &e), 0);
+	assert_true(ql.created);
+	assert_int_equal(ql.start, 35);
+	fill_lease(f.eng, ql.lease.id, 3, 13, 0);
+	assert_int_equal(share_chunk_seal(f.eng, ql.lease.id, 1, &e), 0);
+	r = (struct kvp_compose_req){ .system = sys.id, .query = ql.id };
 	if (share_compose(f.eng, &r, 1, false, 2, 2, &c, &e))
 		fail_msg("compose: %s", e.msg);
 	assert_int_equal(c.nlevels, 2);
