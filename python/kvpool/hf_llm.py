@@ -175,13 +175,18 @@ class _Graph:
                             attention_mask=self.mask2d, use_cache=False, logits_to_keep=1)
             return out.logits[:, -1].float()
 
-        side = torch.cuda.Stream(device=tokens.device)
+        # One side stream per adapter for every warm-up and capture: cuBLAS
+        # keeps a workspace per stream for the life of the process, so a new
+        # stream per capture would leak one workspace each time.
+        if adapter._stream is None:
+            adapter._stream = torch.cuda.Stream(device=tokens.device)
+        side = adapter._stream
         side.wait_stream(torch.cuda.current_stream(tokens.device))
         with torch.cuda.stream(side):
             fwd()                                 # warm-up, as torch.cuda.graph asks
         torch.cuda.current_stream(tokens.device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, stream=side):
             self.out = fwd()
 
     def run(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
@@ -266,6 +271,7 @@ class HFAdapter(ModelAdapter):
         self._seen: "collections.OrderedDict[Tuple[Any, ...], int]" = collections.OrderedDict()
         self._failed: set = set()
         self.graph_captures = self.graph_replays = self.graph_failures = 0
+        self._stream: Optional[torch.cuda.Stream] = None
         _register()
         setter = getattr(model, "set_attn_implementation", None)
         if callable(setter):
@@ -293,6 +299,12 @@ class HFAdapter(ModelAdapter):
             while len(self._seen) > 256:
                 self._seen.popitem(last=False)
         return self._eager(tokens, positions, plan)
+
+    def clear_graphs(self) -> None:
+        """Drop every captured CUDA graph (their memory pools go back to
+        torch's allocator); forwards capture again on their second use."""
+        self._graphs.clear()
+        self._seen.clear()
 
     def _eager(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
         # attention_mask given: transformers then skips its packed-sequence

@@ -236,7 +236,7 @@ static void test_chunk_compose_and_prefix_on_the_device(void **state)
 		tok[i] = 1000u + (uint32_t)i;
 	fx_open(&f, 32, 0);
 	assert_int_equal(share_chunk_register(f.eng, tok, 35, KVP_CHUNK_SYSTEM,
-					      "name=sys", 1, 1, &sys, &e), 0);
+					      "{\"name\": \"sys\"}", 1, 1, &sys, &e), 0);
 	fill_lease(f.eng, sys.lease.id, 35, 11, 0);
 	assert_int_equal(share_chunk_seal(f.eng, sys.lease.id, 1, &e), 0);
 	assert_int_equal(share_chunk_register(f.eng, tok + 1, 3, KVP_CHUNK_QUERY,
