@@ -31,7 +31,8 @@ from . import errors
 from .errors import (AlreadyError, BusyError, ClientClosedError, ConnectError,
                      ContinuityError, GapError, InvalidArgumentError, KvpoolError,
                      NotFoundError, NotReadyError, OverlapError, PermissionDeniedError,
-                     PoolFullError, ProtocolError, StaleLeaseError, UnsupportedError)
+                     PoolFullError, ProtocolError, StaleLeaseError, TooBigError,
+                     UnsupportedError)
 from . import _kvpool
 from ._kvpool import (DEFAULT_SOCKET, SEL_ALL, SEL_DEVICE, SEL_HOST, Completion,
                       UserInfo, View, layout_parse)
@@ -45,7 +46,7 @@ __all__ = [
     "as_tensor", "torch_dtype", "src_user", "src_chunk", "src_seq", "layout_parse",
     "library_version", "DEFAULT_SOCKET", "SEL_DEVICE", "SEL_HOST", "SEL_ALL",
     "errors", "KvpoolError", "ContinuityError", "GapError", "OverlapError",
-    "InvalidArgumentError", "PoolFullError", "NotFoundError", "StaleLeaseError",
+    "InvalidArgumentError", "PoolFullError", "TooBigError", "NotFoundError", "StaleLeaseError",
     "BusyError", "NotReadyError", "AlreadyError", "PermissionDeniedError",
     "ConnectError", "ProtocolError", "UnsupportedError", "ClientClosedError",
     "ChunkedLLM", "ChunkType", "ModelAdapter", "ChunkNotFoundError",
