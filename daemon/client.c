@@ -152,11 +152,8 @@ void client_finalize(struct server *s, struct client *c)
 	free(c->uds_out);
 	c->uds_out = NULL;
 	if (!hello && c->tenant) {
-		struct tenant_pool *tp = &c->tenant->pools[c->pool];
-
-		pthread_mutex_lock(&tp->lock);
-		released = engine_release_owner(tp->eng, c->id);
-		pthread_mutex_unlock(&tp->lock);
+		released = shard_set_release_owner(c->tenant->pools[c->pool].set,
+						   c->id);
 	}
 	shm_destroy(&c->shm);
 	close(c->sock);

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "shard.h" /* SHARDS_MAX */
 #include "proto.h"
 
 #ifndef KVPOOL_HAVE_CUDA
@@ -308,6 +309,18 @@ static int set_workers(struct config *c, struct tenant_config *t, const char *v,
 	return set_u32(&c->workers, v, 1, WORKERS_MAX, err, len);
 }
 
+static int set_shards(struct config *c, struct tenant_config *t, const char *v,
+		      char *err, size_t len)
+{
+	return set_u32(&c->shards, v, 0, SHARDS_MAX, err, len);
+}
+
+static int set_reclaim(struct config *c, struct tenant_config *t, const char *v,
+		       char *err, size_t len)
+{
+	return parse_bool(v, &c->reclaim, err, len);
+}
+
 static int set_max_pending(struct config *c, struct tenant_config *t,
 			   const char *v, char *err, size_t len)
 {
@@ -405,6 +418,11 @@ static const struct setting settings[] = {
 	  "salt of the tenant's prefix and chunk hashes (default empty)" },
 	{ "spin_us", G, set_spin_us, "US", "how long an idle worker polls before it sleeps (default 50)" },
 	{ "workers", G, set_workers, "N", "threads polling client rings (default 1)" },
+	{ "shards", G, set_shards, "N",
+	  "engine shards per tenant and pool, each owning a share of the users "
+	  "(default 0: one per worker)" },
+	{ "reclaim", G | B, set_reclaim, "BOOL",
+	  "demote and drop in the background to keep frames free (default true)" },
 	{ "sq_entries", G, set_sq_entries, "N", "default submission ring entries (default 256)" },
 	{ "arena_bytes", G, set_arena_bytes, "SIZE", "default result arena per client (default 4M)" },
 	{ "max_pending", G, set_max_pending, "N",
@@ -941,6 +959,7 @@ static int config_defaults(struct config *c)
 		.host_mem = DEFAULT_HOST_MEM,
 		.spin_us = 50,
 		.workers = 1,
+		.reclaim = true,
 		.sq_entries = 256,
 		.arena_bytes = 4u << 20,
 		.max_pending = 256,

@@ -70,6 +70,8 @@ struct config {
 	struct id_list allow_uids, allow_gids, admin_uids;
 	uint32_t spin_us;
 	uint32_t workers;
+	uint32_t shards;          /* per (tenant, pool); 0: one per worker */
+	bool reclaim;             /* the background reclaimer (shard.h) */
 	uint32_t sq_entries;
 	uint32_t arena_bytes;
 	/* Connections accepted that have not sent their hello yet: at most

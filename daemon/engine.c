@@ -15,10 +15,12 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "share_internal.h"
+#include "shard.h"
 
 /* Positions stay below 2^63 so start + len never wraps. */
 #define POS_LIMIT (1ull << 63)
@@ -76,7 +78,17 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	ret = user_table_init(&eng->users);
 	if (ret)
 		goto err_nomem;
+	eng->set = cfg->set;
+	eng->shard = cfg->shard;
 	for (int t = 0; t < KVP_TIERS; t++) {
+		if (eng->set) {
+			ret = frames_init_shared(&eng->frames[t], &eng->set->pool[t],
+						 shard_cache_cap(eng->set, t));
+			eng->mem[t] = eng->set->mem[t]; /* the set's, not freed here */
+			if (ret)
+				goto err_nomem;
+			continue;
+		}
 		ret = frames_init(&eng->frames[t], nframes[t]);
 		if (ret)
 			goto err_nomem;
@@ -117,7 +129,7 @@ void engine_destroy(struct engine *eng)
 		user_table_fini(&eng->users);
 	}
 	for (int t = 0; t < KVP_TIERS; t++) {
-		if (eng->mem[t].base || eng->mem[t].fd >= 0)
+		if (!eng->set && (eng->mem[t].base || eng->mem[t].fd >= 0))
 			eng->be->tier_free(eng->be_ctx, &eng->mem[t]);
 		frames_fini(&eng->frames[t]);
 	}
@@ -244,16 +256,19 @@ static void history_trim_head(struct engine *eng, struct history *h)
 
 /* ------------------------------------------------------------ leases */
 
+/* gen << 32 | shard << 24 | slot: a lease names its shard (shard.h). */
 static inline uint64_t lease_id(const struct engine *eng, uint32_t idx)
 {
-	return (uint64_t)eng->leases[idx].gen << 32 | idx;
+	return (uint64_t)eng->leases[idx].gen << 32 |
+	       (uint64_t)eng->shard << LEASE_SHARD_SHIFT | idx;
 }
 
 static struct lease *lease_lookup(struct engine *eng, uint64_t id)
 {
-	uint32_t idx = (uint32_t)id;
+	uint32_t idx = (uint32_t)id & (LEASE_MAX - 1);
 
-	if (idx >= eng->leases_cap || !eng->leases[idx].h ||
+	if ((((uint32_t)id >> LEASE_SHARD_SHIFT) & 0x7f) != eng->shard ||
+	    idx >= eng->leases_cap || !eng->leases[idx].h ||
 	    eng->leases[idx].gen != (uint32_t)(id >> 32))
 		return NULL;
 	return &eng->leases[idx];
@@ -387,18 +402,40 @@ static int seq_check_continuity(const struct history *h, uint64_t user,
 			  start_pos, last, user, h->start, end, end);
 }
 
-/*
- * Device frames free or freeable by eviction, not counting h's own: the
- * device LRU's histories, unheld chunks and idle prefix-cache pages.
- */
-uint64_t engine_device_avail(const struct engine *eng, const struct history *h)
+uint64_t engine_device_avail(struct engine *eng, const struct history *h,
+			     uint32_t need)
 {
-	uint64_t n = eng->frames[KVP_TIER_DEVICE].nfree +
-		     eng->lru[LRU_DEVICE].frames + share_evictable(eng);
+	struct shard_set *set = eng->set;
+	uint64_t n = 0;
 
+	if (set && set->global) {
+		for (uint32_t i = 0; i < set->n; i++) {
+			const struct engine *o = set->v[i].eng;
+
+			n += o->frames[KVP_TIER_DEVICE].nfree +
+			     o->lru[LRU_DEVICE].frames + share_evictable(o);
+		}
+		n += set->pool[KVP_TIER_DEVICE].nfree; /* stable: all locks held */
+	} else {
+		n = frames_reserve(&eng->frames[KVP_TIER_DEVICE], need) +
+		    eng->lru[LRU_DEVICE].frames + share_evictable(eng);
+	}
 	if (h && h->lru == LRU_DEVICE)
 		n -= h->nres[KVP_TIER_DEVICE];
 	return n;
+}
+
+uint64_t engine_tick(struct engine *eng)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	if (!eng->set)
+		return ++eng->tick;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	eng->tick = now > eng->tick ? now : eng->tick + 1;
+	return eng->tick;
 }
 
 int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
@@ -445,7 +482,12 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	new_pages = n_new ? (uint32_t)after - old_pages : 0;
 	view_pages = n_new ? (uint32_t)after : (uint32_t)pages_for(eng, len);
 	total = onload + new_pages;
-	avail = engine_device_avail(eng, h);
+	avail = engine_device_avail(eng, h, total);
+	if (total > avail && eng->set && !eng->set->global)
+		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
+				  " has %" PRIu64 " of the %" PRIu32 " device pages "
+				  "needed; retried with every shard", user, eng->shard,
+				  avail, total);
 	if (total > avail)
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": device tier out of "
 				  "memory: %" PRIu32 " pages needed, %" PRIu32 " free "
@@ -466,6 +508,7 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 		    !(h = calloc(1, sizeof(*h))))
 			return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of "
 					  "memory for a new history", user);
+		h->owner = eng;
 		h->user = user;
 		h->lru = LRU_NONE;
 		created = true;
@@ -482,8 +525,10 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	if (created)
 		user_table_insert(&eng->users, h);
 	lru_remove(eng, h); /* pinned from now on: never its own victim */
-	if (dev->nfree < total)
+	if (dev->nfree < total) {
 		evict_for_device(eng, total);
+		eng->st.reclaim_stalls++; /* the room was not there: made here */
+	}
 
 	/*
 	 * Onload without waiting: the copy lands while the caller goes on, and
@@ -643,14 +688,18 @@ static void lease_end(struct engine *eng, struct lease *l)
 	history_unpin(eng, h);
 }
 
+/* A sequence of shard 0 may pin a history of another shard (global mode,
+ * shard.h): the history's own engine keeps its lists. */
 void history_pin(struct engine *eng, struct history *h)
 {
-	lru_remove(eng, h);
+	(void)eng;
+	lru_remove(h->owner, h);
 	h->pins++;
 }
 
 void history_unpin(struct engine *eng, struct history *h)
 {
+	eng = h->owner;
 	if (--h->pins)
 		return;
 	/* Unpinned, h may be evicted: its onload must be over (only a lease

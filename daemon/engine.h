@@ -64,6 +64,12 @@ struct engine_config {
 	uint64_t max_tokens_per_user; /* 0: unlimited; else >= page_tokens */
 	const struct backend_ops *backend; /* NULL: the shm backend */
 	void *backend_ctx;
+	/* A shard of a set (shard.h): the tiers' memory and frame pools are
+	 * the set's, frames are cached per shard, lease ids carry `shard`, and
+	 * a prepare this shard cannot serve alone fails with -EAGAIN (the set
+	 * retries it in global mode). NULL: an engine with tiers of its own. */
+	struct shard_set *set;
+	uint32_t shard;
 };
 
 /* Create a pool; -EINVAL / -ENOMEM with a message in e. */
@@ -123,6 +129,8 @@ struct engine_lease {
  *   -ENOMEM  the device tier cannot hold the pages with everything else pinned
  *   -E2BIG   more pages than the whole device tier
  *   -ENOSPC  no lease slot left (2^24 leases outstanding)
+ *   -EAGAIN  (a shard only) the shard's free and evictable frames are short:
+ *            retry with every shard locked (shard.h), nothing changed
  */
 int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 		   uint32_t n_new, uint32_t owner, struct engine_lease *out,
@@ -162,6 +170,18 @@ int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
 int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped);
 
 void engine_stats(const struct engine *eng, struct kvp_stats *out);
+
+/*
+ * Free up to max frames of tier t, oldest first (device: demote to the
+ * host or drop; host: drop host-only histories), and give this shard's
+ * cached frames of t back to the set's pool. For the reclaimer (shard.h);
+ * returns frames freed. *oldest gets the tick of the oldest evictable
+ * page left (UINT64_MAX: none).
+ */
+uint32_t engine_reclaim(struct engine *eng, enum kvp_tier t, uint32_t max,
+			uint64_t *oldest);
+/* The tick of tier t's oldest evictable page, UINT64_MAX when none. */
+uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t);
 
 /* Page table entries a prepare of n_new tokens for user would return (so a
  * caller can size the result buffer before preparing). */

@@ -50,6 +50,7 @@ struct page_ref {
 };
 
 struct history {
+	struct engine *owner;    /* the shard's engine whose user table has it */
 	uint64_t user;
 	uint64_t start;          /* position of the first cached token */
 	uint64_t len;            /* committed tokens */
@@ -73,6 +74,7 @@ struct lru_list {
 };
 
 #define LEASE_MAX (1u << 24)
+#define LEASE_SHARD_SHIFT 24 /* bits 24..30 of a history lease id: its shard */
 
 struct lease {
 	struct history *h;       /* NULL: slot free */
@@ -103,11 +105,23 @@ struct engine {
 	struct copy_batch copy;
 	struct kvp_stats st;
 	uint64_t tick;           /* LRU clock: oldest first across every list */
-	uint64_t seq_pins;       /* history pins held by sequences, not leases */
+	uint64_t seq_pins;       /* history pins this engine's sequences hold */
+	uint64_t pinned_by_seqs; /* pins on this engine's histories held by
+				  * sequences (of shard 0: maybe another engine) */
 	struct share *share;     /* prefix cache, chunks, sequences (share.h) */
+	struct shard_set *set;   /* NULL: an engine alone (shard.h) */
+	uint32_t shard;          /* index in set */
 };
 
 struct share;
+
+/*
+ * The LRU clock. Alone, a counter; in a shard set, CLOCK_MONOTONIC ns kept
+ * strictly increasing per engine, so that eviction in global mode can
+ * compare the heads of different shards' lists (shard.h) without a shared
+ * counter every release would write.
+ */
+uint64_t engine_tick(struct engine *eng);
 
 /* Pages that hold `tokens` tokens (tokens < 2^63, so no overflow). */
 static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
@@ -119,8 +133,20 @@ static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
 void lru_remove(struct engine *eng, struct history *h);
 /* Put an unpinned history on the list its residency says, as most recent. */
 void lru_insert(struct engine *eng, struct history *h);
-/* Make device frames free until `need` are; the caller checked it can. */
+/* Make `need` device frames free in eng's cache (frames.h), evicting in
+ * LRU order (across shards in global mode); the caller checked it can
+ * with engine_device_avail(). */
 void evict_for_device(struct engine *eng, uint32_t need);
+/*
+ * Device frames eng can have for a caller that needs `need`: its cache,
+ * after pulling up to need from the pool, plus what eviction can free (the
+ * device LRU, unheld chunks, idle prefix pages), h's own excluded. In
+ * global mode every shard's cache, pool and evictable pages count (all
+ * are reachable with every lock held). Exact: evict_for_device(need)
+ * succeeds when this is >= need.
+ */
+uint64_t engine_device_avail(struct engine *eng, const struct history *h,
+			     uint32_t need);
 /* Demote h to the host tier when it fits there, else drop it. */
 uint32_t demote_or_drop(struct engine *eng, struct history *h);
 /* Free every frame of h and h itself. h must be unpinned. */

@@ -12,8 +12,10 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "share_internal.h"
+#include "shard.h"
 
 /* ------------------------------------------------------------ LRU lists */
 
@@ -43,7 +45,7 @@ void lru_insert(struct engine *eng, struct history *h)
 	struct lru_list *l = &eng->lru[id];
 
 	h->lru = id;
-	h->tick = ++eng->tick;
+	h->tick = engine_tick(eng);
 	h->next = NULL;
 	h->prev = l->tail;
 	if (l->tail)
@@ -89,6 +91,9 @@ static bool host_make_room(struct engine *eng, uint32_t need,
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
 	uint64_t droppable = eng->lru[LRU_HOST].frames;
 
+	/* The host LRU is the shard's own; the reclaimer keeps the pool's
+	 * free frames up for every shard (shard.h). */
+	frames_reserve(host, need);
 	if (h->lru == LRU_HOST)
 		droppable -= h->nres[KVP_TIER_HOST];
 	if (host->nfree + droppable < need)
@@ -162,23 +167,110 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 	return freed;
 }
 
+/* The oldest evictable thing of eng's device tier: a history (*h) or, when
+ * *h is NULL, the sharing world's oldest; UINT64_MAX: nothing. */
+static uint64_t device_oldest(const struct engine *eng, struct history **h)
+{
+	uint64_t st = share_oldest_tick(eng);
+
+	*h = eng->lru[LRU_DEVICE].head;
+	if (*h && (*h)->tick <= st)
+		return (*h)->tick;
+	*h = NULL;
+	return st;
+}
+
+/* Free eng's oldest device pages (see device_oldest); frames freed. */
+static uint32_t device_evict_one(struct engine *eng)
+{
+	struct history *h;
+
+	if (device_oldest(eng, &h) == UINT64_MAX)
+		return 0;
+	return h ? demote_or_drop(eng, h) : share_evict_oldest(eng);
+}
+
 /*
  * Oldest first across the device LRU of histories and the shared world's
- * lists (unheld chunks, idle prefix pages). The caller counted them all in
- * engine_device_avail(), so they cannot run dry before need is met.
+ * lists (unheld chunks, idle prefix pages) -- of every shard in global mode,
+ * their frames flushed to the pool and pulled into eng's cache. The caller
+ * counted them all in engine_device_avail(), so they cannot run dry before
+ * need is met.
  */
 void evict_for_device(struct engine *eng, uint32_t need)
 {
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
+	struct shard_set *set = eng->set;
 
-	while (dev->nfree < need) {
-		struct history *h = eng->lru[LRU_DEVICE].head;
+	if (!set || !set->global) {
+		struct history *h;
 
-		if (h && h->tick <= share_oldest_tick(eng))
-			demote_or_drop(eng, h);
-		else
-			share_evict_oldest(eng);
+		while (frames_reserve(dev, need) < need) {
+			if (device_oldest(eng, &h) == UINT64_MAX)
+				abort(); /* counted in engine_device_avail: a bug */
+			device_evict_one(eng);
+		}
+		return;
 	}
+	for (uint32_t i = 0; i < set->n; i++)
+		if (set->v[i].eng != eng)
+			frames_flush(&set->v[i].eng->frames[KVP_TIER_DEVICE]);
+	while (frames_reserve(dev, need) < need) {
+		struct engine *victim = NULL;
+		uint64_t best = UINT64_MAX;
+		struct history *h;
+
+		for (uint32_t i = 0; i < set->n; i++) {
+			uint64_t t = device_oldest(set->v[i].eng, &h);
+
+			if (t < best) {
+				best = t;
+				victim = set->v[i].eng;
+			}
+		}
+		if (!victim)
+			abort(); /* counted in engine_device_avail: a bug */
+		device_evict_one(victim);
+		if (victim != eng)
+			frames_flush(&victim->frames[KVP_TIER_DEVICE]);
+	}
+}
+
+uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t)
+{
+	struct history *h;
+
+	if (t == KVP_TIER_HOST)
+		return eng->lru[LRU_HOST].head ? eng->lru[LRU_HOST].head->tick :
+						 UINT64_MAX;
+	return device_oldest(eng, &h);
+}
+
+uint32_t engine_reclaim(struct engine *eng, enum kvp_tier t, uint32_t max,
+			uint64_t *oldest)
+{
+	uint32_t freed = 0, n;
+
+	while (freed < max) {
+		if (t == KVP_TIER_HOST) {
+			struct history *h = eng->lru[LRU_HOST].head;
+
+			n = h ? history_drop(eng, h) : 0;
+		} else {
+			struct history *h;
+
+			if (device_oldest(eng, &h) == UINT64_MAX)
+				break;
+			n = device_evict_one(eng);
+		}
+		if (!n && t == KVP_TIER_HOST)
+			break;
+		freed += n;
+	}
+	eng->st.reclaimed_pages += freed;
+	frames_flush(&eng->frames[t]);
+	*oldest = engine_oldest_tick(eng, t);
+	return freed;
 }
 
 /* ------------------------------------------------------------ offload */
@@ -200,7 +292,7 @@ static int history_offload(struct engine *eng, struct history *h,
 	uint32_t limit = offload_limit(eng, h);
 	uint32_t need = host_copies_missing(h, limit), n;
 
-	if (need > host->nfree)
+	if (need > frames_reserve(host, need))
 		return errbuf_set(e, -ENOSPC, "user %" PRIu64 ": the host tier has "
 				  "%" PRIu32 " free pages, offload needs %" PRIu32
 				  "; evict host pages (kvctl evict --tier host) or "

@@ -536,7 +536,6 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 			 int fds[2])
 {
 	struct tenant_pool *tp;
-	struct kvp_stats st;
 
 	welcome_init(w, 0, "");
 	w->client_id = c->id;
@@ -559,16 +558,13 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 		return;
 	snprintf(w->tenant, sizeof(w->tenant), "%s", c->tenant->name);
 	tp = &c->tenant->pools[c->pool];
-	pthread_mutex_lock(&tp->lock);
-	engine_stats(tp->eng, &st);
-	pthread_mutex_unlock(&tp->lock);
 	for (int t = 0; t < KVP_TIERS; t++) {
 		/* cuda: bytes is the whole allocation (granularity-rounded),
 		 * frames the pages in it the engine uses. */
-		w->tier_bytes[t] = engine_tier(tp->eng, t)->bytes;
-		w->tier_frames[t] = (uint32_t)st.tier[t].frames_total;
+		w->tier_bytes[t] = shard_set_tier(tp->set, t)->bytes;
+		w->tier_frames[t] = tp->set->pool[t].total;
 	}
-	fds[w->nfds++] = engine_tier(tp->eng, KVP_TIER_DEVICE)->fd;
+	fds[w->nfds++] = shard_set_tier(tp->set, KVP_TIER_DEVICE)->fd;
 }
 
 static void attach(struct server *s, struct client *c, const struct kvp_hello *h,

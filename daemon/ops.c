@@ -128,17 +128,54 @@ static void out_put(struct op *o, const void *p, size_t n)
 	o->cqe->out_bytes = (uint32_t)n;
 }
 
+struct shard_set *op_set(struct op *o)
+{
+	return o->c->tenant->pools[o->c->pool].set;
+}
+
+struct engine *op_lock_user(struct op *o, uint64_t user)
+{
+	struct shard_set *set = op_set(o);
+
+	o->locked = (int32_t)shard_of_user(set, user);
+	return shard_lock(set, (uint32_t)o->locked);
+}
+
+struct engine *op_lock_lease(struct op *o, uint64_t lease)
+{
+	struct shard_set *set = op_set(o);
+
+	o->locked = (int32_t)shard_of_lease(set, lease);
+	return shard_lock(set, (uint32_t)o->locked);
+}
+
 struct engine *op_lock_own(struct op *o)
 {
-	struct tenant_pool *tp = &o->c->tenant->pools[o->c->pool];
+	o->locked = OP_LOCKED_ALL;
+	return shard_lock_all(op_set(o));
+}
 
-	pthread_mutex_lock(&tp->lock);
-	return tp->eng;
+struct engine *op_lock_escalate(struct op *o)
+{
+	struct shard_set *set = op_set(o);
+	uint32_t i = (uint32_t)o->locked;
+
+	shard_unlock(set, i);
+	shard_lock_all(set);
+	o->locked = OP_LOCKED_ALL;
+	return set->v[i].eng;
 }
 
 void op_unlock_own(struct op *o)
 {
-	pthread_mutex_unlock(&o->c->tenant->pools[o->c->pool].lock);
+	struct shard_set *set = op_set(o);
+
+	if (o->locked == OP_LOCKED_ALL)
+		shard_unlock_all(set);
+	else if (o->locked >= 0)
+		shard_unlock(set, (uint32_t)o->locked);
+	o->locked = OP_UNLOCKED;
+	shard_reclaim_hint(set);
 }
 
 int op_for_each_pool(struct op *o, const char *what, bool name_pool,
@@ -150,11 +187,8 @@ int op_for_each_pool(struct op *o, const char *what, bool name_pool,
 		for (uint32_t p = o->p_lo; p < o->p_hi; p++) {
 			struct tenant_pool *tp = &t->pools[p];
 			char why[KVP_ERRLEN], where[64] = "";
-			int ret;
+			int ret = fn(o, t, p, tp, arg);
 
-			pthread_mutex_lock(&tp->lock);
-			ret = fn(o, t, p, tp, arg);
-			pthread_mutex_unlock(&tp->lock);
 			if (ret >= 0)
 				continue;
 			memcpy(why, o->e->msg, sizeof(why));
@@ -258,7 +292,7 @@ static int op_info(struct op *o)
 	struct engine_user_info in;
 	struct kvp_user_info u;
 
-	engine_info(op_lock_own(o), o->sqe->user, &in);
+	engine_info(op_lock_user(o, o->sqe->user), o->sqe->user, &in);
 	op_unlock_own(o);
 	o->cqe->val0 = in.start;
 	o->cqe->val1 = in.len;
@@ -306,10 +340,17 @@ static int op_prepare(struct op *o)
 		return errbuf_set(o->e, -EINVAL, "user %" PRIu64 ": %" PRIu32 " new "
 				  "tokens in one prepare; at most %u, split it",
 				  q->user, q->n, PREPARE_MAX_NEW);
-	eng = op_lock_own(o);
+	eng = op_lock_user(o, q->user);
 	ret = prepare_room(o, eng);
 	if (!ret)
 		ret = engine_prepare(eng, q->user, q->arg, q->n, o->c->id, &l, o->e);
+	if (ret == -EAGAIN) {
+		/* The user's shard is short of frames: every shard's lock, and
+		 * the prepare again, evicting the oldest pages of any shard. */
+		eng = op_lock_escalate(o);
+		o->e->msg[0] = '\0';
+		ret = engine_prepare(eng, q->user, q->arg, q->n, o->c->id, &l, o->e);
+	}
 	if (ret)
 		goto out;
 	bytes = sizeof(po) + (size_t)l.npages * sizeof(int32_t);
@@ -364,7 +405,7 @@ static int lease_check_owner(struct op *o, struct engine *eng, uint64_t lease)
 static int op_commit(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	struct engine *eng = op_lock_own(o);
+	struct engine *eng = op_lock_lease(o, q->arg);
 	bool released = false;
 	int ret = lease_check_owner(o, eng, q->arg);
 
@@ -380,7 +421,7 @@ static int op_commit(struct op *o)
 
 static int op_release(struct op *o)
 {
-	struct engine *eng = op_lock_own(o);
+	struct engine *eng = op_lock_lease(o, o->sqe->arg);
 	int ret = lease_check_owner(o, eng, o->sqe->arg);
 
 	if (!ret)
@@ -403,8 +444,14 @@ static int offload_pool(struct op *o, struct tenant *t, uint32_t pool,
 			struct tenant_pool *tp, void *arg)
 {
 	uint64_t *pages = arg;
-	int ret = engine_offload_all(tp->eng, o->e);
+	int ret = 0;
 
+	for (uint32_t i = 0; i < tp->set->n && ret >= 0; i++) {
+		ret = engine_offload_all(shard_lock(tp->set, i), o->e);
+		shard_unlock(tp->set, i);
+		if (ret > 0)
+			*pages += (uint64_t)ret;
+	}
 	if (ret < 0) {
 		char why[KVP_ERRLEN];
 
@@ -412,7 +459,6 @@ static int offload_pool(struct op *o, struct tenant *t, uint32_t pool,
 		return errbuf_set(o->e, ret, "%s (%" PRIu64 " pages offloaded "
 				  "before)", why, *pages);
 	}
-	*pages += (uint64_t)ret;
 	return 0;
 }
 
@@ -422,7 +468,7 @@ static int op_offload(struct op *o)
 	int ret;
 
 	if (!(o->sqe->flags & KVP_SQE_ALL)) {
-		ret = engine_offload(op_lock_own(o), o->sqe->user, o->e);
+		ret = engine_offload(op_lock_user(o, o->sqe->user), o->sqe->user, o->e);
 		op_unlock_own(o);
 		return ret;
 	}
@@ -438,13 +484,16 @@ static int evict_pool(struct op *o, struct tenant *t, uint32_t pool,
 		      struct tenant_pool *tp, void *arg)
 {
 	struct evict_sum *sum = arg;
-	uint32_t sk = 0;
-	int ret = engine_evict_all(tp->eng, o->sqe->sel, &sk);
+	for (uint32_t i = 0; i < tp->set->n; i++) {
+		uint32_t sk = 0;
+		int ret = engine_evict_all(shard_lock(tp->set, i), o->sqe->sel, &sk);
 
-	if (ret < 0)
-		return errbuf_set(o->e, ret, "eviction failed");
-	sum->users += (uint64_t)ret;
-	sum->skipped += sk;
+		shard_unlock(tp->set, i);
+		if (ret < 0)
+			return errbuf_set(o->e, ret, "eviction failed");
+		sum->users += (uint64_t)ret;
+		sum->skipped += sk;
+	}
 	return 0;
 }
 
@@ -478,7 +527,7 @@ static int op_evict(struct op *o)
 	if (ret)
 		return ret;
 	if (!(q->flags & KVP_SQE_ALL)) {
-		ret = engine_evict(op_lock_own(o), q->user, q->sel, o->e);
+		ret = engine_evict(op_lock_user(o, q->user), q->user, q->sel, o->e);
 		op_unlock_own(o);
 		return ret;
 	}
@@ -524,7 +573,7 @@ static int stats_pool(struct op *o, struct tenant *t, uint32_t pool,
 {
 	struct kvp_stats one;
 
-	engine_stats(tp->eng, &one);
+	shard_set_stats(tp->set, &one);
 	stats_add(arg, &one);
 	return 0;
 }
@@ -582,7 +631,7 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 	struct errbuf e = { .msg = "" };
 	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr,
 			.e = &e, .wait = wait, .name = "?", .in_base = in_base,
-			.in_cap = in_cap };
+			.in_cap = in_cap, .locked = OP_UNLOCKED };
 	int ret;
 
 	*cqe = (struct kvp_cqe){ .tag = sqe->tag };
@@ -609,7 +658,8 @@ done:
 bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		  uint64_t *user)
 {
-	struct tenant_pool *tp;
+	struct shard_set *set;
+	uint32_t i;
 	int ret;
 
 	if (!c->tenant || (sqe->flags & KVP_SQE_ALL))
@@ -623,10 +673,10 @@ bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		return true;
 	case KVP_OP_COMMIT:
 	case KVP_OP_RELEASE:
-		tp = &c->tenant->pools[c->pool];
-		pthread_mutex_lock(&tp->lock);
-		ret = engine_lease_user(tp->eng, sqe->arg, user);
-		pthread_mutex_unlock(&tp->lock);
+		set = c->tenant->pools[c->pool].set;
+		i = shard_of_lease(set, sqe->arg);
+		ret = engine_lease_user(shard_lock(set, i), sqe->arg, user);
+		shard_unlock(set, i);
 		return ret == 0;
 	default:
 		return false;

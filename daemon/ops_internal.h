@@ -32,7 +32,11 @@ struct op {
 	uint32_t t_lo, t_hi;        /* tenants an op spans: [t_lo, t_hi) */
 	uint32_t p_lo, p_hi;        /* and pools: the client's, or with
 				     * KVP_SQE_ALL every pool */
+	int32_t locked;             /* OP_UNLOCKED, OP_LOCKED_ALL or a shard */
 };
+
+#define OP_UNLOCKED (-1)
+#define OP_LOCKED_ALL (-2)
 
 /* Scratch of at least bytes; NULL when memory is out. */
 void *op_scratch_get(struct op_scratch *scr, size_t bytes);
@@ -43,7 +47,8 @@ int op_list_rows(struct op *o, size_t row_bytes, const char *what);
 
 /*
  * fn for each pool of each tenant the op spans ([t_lo, t_hi) x [p_lo, p_hi)),
- * tenant by tenant, under the pool's lock; the first failure (fn < 0) stops
+ * tenant by tenant (fn takes the shard locks it needs, shard.h); the first
+ * failure (fn < 0) stops
  * the walk. Returns 0 or that failure, with fn's message (o->e) put after
  * where it happened: "[what: ]tenant NAME[, pool P]: ", the pool named only
  * when name_pool is set and the daemon has several.
@@ -56,8 +61,19 @@ int op_for_each_pool(struct op *o, const char *what, bool name_pool,
 int op_users(struct op *o);
 int op_clients(struct op *o);
 
-/* The client's tenant's engine in the client's pool, its mutex held. */
+/* The client's tenant's shards in the client's pool (shard.h). */
+struct shard_set *op_set(struct op *o);
+/* The shard owning user, locked; its engine. */
+struct engine *op_lock_user(struct op *o, uint64_t user);
+/* The shard a lease id names, locked; its engine. */
+struct engine *op_lock_lease(struct op *o, uint64_t lease);
+/* Every shard, in order (the sharing opcodes: their state is shard 0's,
+ * and sequences pin other shards' histories); shard 0's engine. */
 struct engine *op_lock_own(struct op *o);
+/* From one shard's lock to every shard's (a prepare the shard could not
+ * serve alone); the same shard's engine. */
+struct engine *op_lock_escalate(struct op *o);
+/* Drop whatever op_lock_* took. */
 void op_unlock_own(struct op *o);
 
 /*

@@ -24,12 +24,12 @@ static bool row_before(const struct kvp_user_info *a,
 	return a->user < b->user || (a->user == b->user && a->tenant < b->tenant);
 }
 
-/* One tenant's rows of one pool (locked) with user >= cursor, tenant index
- * filled in. */
-static int list_pool(struct tenant *t, struct tenant_pool *tp, uint64_t cursor,
-		     struct kvp_user_info *rows, uint32_t max, uint64_t *next)
+/* One tenant's rows of one shard (locked) with user >= cursor, tenant
+ * index filled in. */
+static int list_shard(struct tenant *t, struct engine *eng, uint64_t cursor,
+		      struct kvp_user_info *rows, uint32_t max, uint64_t *next)
 {
-	int n = engine_list_users(tp->eng, cursor, rows, max, next);
+	int n = engine_list_users(eng, cursor, rows, max, next);
 
 	for (int i = 0; i < n; i++)
 		rows[i].tenant = t->index;
@@ -71,18 +71,24 @@ static void merge_rows(struct merge *m, uint32_t nadd)
 	m->nacc = k;
 }
 
-/* One (tenant, pool) source's page merged into m (arg). */
+/* One (tenant, pool) source's page merged into m (arg), shard by shard:
+ * a user's row is in one shard, so the merge never meets it twice. */
 static int merge_pool(struct op *o, struct tenant *t, uint32_t pool,
 		      struct tenant_pool *tp, void *arg)
 {
 	struct merge *m = arg;
-	uint64_t tnext;
-	int n = list_pool(t, tp, o->sqe->arg, m->add, m->max, &tnext);
 
-	if (n < 0)
-		return errbuf_set(o->e, n, "out of memory");
-	m->more |= tnext != 0;
-	merge_rows(m, (uint32_t)n);
+	for (uint32_t i = 0; i < tp->set->n; i++) {
+		uint64_t tnext;
+		int n = list_shard(t, shard_lock(tp->set, i), o->sqe->arg, m->add,
+				   m->max, &tnext);
+
+		shard_unlock(tp->set, i);
+		if (n < 0)
+			return errbuf_set(o->e, n, "out of memory");
+		m->more |= tnext != 0;
+		merge_rows(m, (uint32_t)n);
+	}
 	return 0;
 }
 
@@ -125,31 +131,14 @@ static int users_merged(struct op *o, uint32_t max, uint64_t *next)
 int op_users(struct op *o)
 {
 	int max = op_list_rows(o, sizeof(struct kvp_user_info), "USERS");
-	struct kvp_user_info *rows;
-	struct tenant_pool *tp;
 	uint64_t next = 0;
 	int n;
 
 	if (max < 0)
 		return max;
-	/* Several (tenant, pool) sources: one user id may have a row in
-	 * each (rows carry the tenant, not the pool). */
-	if ((o->t_hi - o->t_lo) * (o->p_hi - o->p_lo) > 1) {
-		n = users_merged(o, (uint32_t)max, &next);
-	} else {
-		rows = op_scratch_get(o->scr, (size_t)max * sizeof(*rows));
-		if (!rows)
-			return errbuf_set(o->e, -ENOMEM, "users: out of memory for %d "
-					  "rows; ask for fewer (n)", max);
-		tp = &o->s->tenants.v[o->t_lo].pools[o->p_lo];
-		pthread_mutex_lock(&tp->lock);
-		n = list_pool(&o->s->tenants.v[o->t_lo], tp, o->sqe->arg, rows,
-			      (uint32_t)max, &next);
-		pthread_mutex_unlock(&tp->lock);
-		if (n < 0)
-			return errbuf_set(o->e, n, "users: out of memory");
-		memcpy(o->out, rows, (size_t)n * sizeof(*rows));
-	}
+	/* Several sources (tenants, pools, shards): merged by user id; one
+	 * user id may have a row in each tenant (rows carry the tenant). */
+	n = users_merged(o, (uint32_t)max, &next);
 	if (n < 0)
 		return n;
 	o->cqe->out_bytes = (uint32_t)((size_t)n * sizeof(struct kvp_user_info));

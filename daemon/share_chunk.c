@@ -160,7 +160,7 @@ static void chunk_lru_push(struct engine *eng, struct chunk *c)
 {
 	struct share *s = eng->share;
 
-	c->tick = ++eng->tick;
+	c->tick = engine_tick(eng);
 	c->on_lru = true;
 	c->next = NULL;
 	c->prev = s->chunk_tail;
@@ -402,6 +402,7 @@ struct entry_plan {
 static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 		      const char *sid, struct entry_plan *p, struct errbuf *e)
 {
+	uint64_t avail;
 	int ret;
 
 	p->pages = pages_for(eng, n);
@@ -413,12 +414,13 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 	ret = chunk_limits_plan(eng, p->pages, new_name, sid, e);
 	if (ret)
 		return ret;
-	if (engine_device_avail(eng, NULL) < p->pages)
+	avail = engine_device_avail(eng, NULL, (uint32_t)p->pages); /* <= total */
+	if (avail < p->pages)
 		return errbuf_set(e, -ENOMEM, "chunk %s: device tier out of memory: "
 				  "%" PRIu64 " pages needed, %" PRIu64 " free or "
 				  "evictable, the rest held; release leases, delete "
 				  "chunks (kvctl chunks) or raise device_mem", sid,
-				  p->pages, engine_device_avail(eng, NULL));
+				  p->pages, avail);
 	ret = slease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)p->pages, e);

@@ -366,7 +366,6 @@ uint32_t seq_release_owner(struct engine *eng, uint32_t owner);
 int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e);
 
 /* engine.c, for the shared world */
-uint64_t engine_device_avail(const struct engine *eng, const struct history *h);
 int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e);
 void history_pin(struct engine *eng, struct history *h);
 void history_unpin(struct engine *eng, struct history *h);

@@ -175,7 +175,7 @@ static void lru_push_tail(struct engine *eng, uint32_t e)
 	struct share *s = eng->share;
 	struct pc_entry *pe = &s->pc[e];
 
-	pe->tick = ++eng->tick;
+	pe->tick = engine_tick(eng);
 	pe->on_lru = true;
 	pe->next = PC_NONE;
 	pe->prev = s->pc_tail;

@@ -235,7 +235,9 @@ static int seq_exists(uint64_t id, struct errbuf *e)
 static int plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,
 		       uint64_t need, uint64_t unavailable, struct errbuf *e)
 {
-	uint64_t avail = engine_device_avail(eng, NULL);
+	uint64_t want = need + unavailable; /* pulled from the pool first */
+	uint64_t avail = engine_device_avail(eng, NULL, want > UINT32_MAX ?
+					     UINT32_MAX : (uint32_t)want);
 
 	if (pages_total > eng->frames[KVP_TIER_DEVICE].total)
 		return errbuf_set(e, -E2BIG, "sequence %" PRIu64 ": %" PRIu64
@@ -491,6 +493,19 @@ static void history_onload_sync(struct engine *eng, struct history *h,
 {
 	uint32_t n = 0;
 
+	/* Another shard's history (global mode, shard.h): the frames the
+	 * caller made room for move to the owner's cache, and the owner's
+	 * engine gives them to its pages. */
+	if (h->owner != eng) {
+		uint32_t missing = 0;
+
+		for (uint64_t i = 0; i < pages; i++)
+			missing += h->pages[i].frame[KVP_TIER_DEVICE] == FRAME_NONE;
+		frames_move(&h->owner->frames[KVP_TIER_DEVICE],
+			    &eng->frames[KVP_TIER_DEVICE], missing);
+		eng = h->owner;
+	}
+
 	history_settle(eng, h); /* a lease's onload may still be landing */
 	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
 		   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
@@ -516,6 +531,7 @@ static void seq_pin(struct engine *eng, struct seq *q, uint32_t kind, void *obj)
 	if (kind == KVP_SRC_USER) {
 		history_pin(eng, obj);
 		eng->seq_pins++;
+		((struct history *)obj)->owner->pinned_by_seqs++;
 	} else {
 		chunk_hold(eng, obj);
 	}
@@ -731,6 +747,7 @@ void seq_destroy(struct engine *eng, struct seq *q)
 
 		if (p->kind == KVP_SRC_USER) {
 			eng->seq_pins--;
+			((struct history *)p->obj)->owner->pinned_by_seqs--;
 			history_unpin(eng, p->obj);
 		} else {
 			chunk_unhold(eng, p->obj);

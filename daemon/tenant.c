@@ -120,12 +120,8 @@ int tenants_cuda_device(const struct tenants *ts, uint32_t pool)
 
 static void tenant_fini(struct tenants *ts, struct tenant *t)
 {
-	for (uint32_t p = 0; t->pools && p < ts->npools; p++) {
-		if (!t->pools[p].eng)
-			continue;
-		engine_destroy(t->pools[p].eng);
-		pthread_mutex_destroy(&t->pools[p].lock);
-	}
+	for (uint32_t p = 0; t->pools && p < ts->npools; p++)
+		shard_set_destroy(t->pools[p].set);
 	free(t->pools);
 	t->pools = NULL;
 }
@@ -138,12 +134,16 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		       struct errbuf *e)
 {
 	uint8_t salt[SHARE_SALT_BYTES];
-	struct engine_config ec = {
-		.layout = cfg->layout,
-		.device_frames = config_frames(cfg, device_mem),
-		.host_frames = config_frames(cfg, host_mem),
-		.max_tokens_per_user = max_tokens,
-		.backend = ts->be,
+	struct shard_set_config sc = {
+		.ec = {
+			.layout = cfg->layout,
+			.device_frames = config_frames(cfg, device_mem),
+			.host_frames = config_frames(cfg, host_mem),
+			.max_tokens_per_user = max_tokens,
+			.backend = ts->be,
+		},
+		.shards = cfg->shards ? cfg->shards : cfg->workers,
+		.reclaimer = cfg->reclaim,
 	};
 	bool plain = ts->npools == 1 && ts->be == &backend_shm;
 	int ret;
@@ -165,8 +165,8 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		else
 			snprintf(where, sizeof(where), "pool %" PRIu32 " (cuda device "
 				 "%d)", p, ts->pools[p].device);
-		ec.backend_ctx = ts->pools[p].be_ctx;
-		ret = engine_create(&tp->eng, &ec, e);
+		sc.ec.backend_ctx = ts->pools[p].be_ctx;
+		ret = shard_set_create(&tp->set, &sc, e);
 		if (ret) {
 			if (!plain) {
 				char why[KVP_ERRLEN];
@@ -175,25 +175,26 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 				errbuf_set(e, ret, "tenant %s, %s: %s", name, where,
 					   why);
 			}
-			tp->eng = NULL;
+			tp->set = NULL;
 			tenant_fini(ts, t);
 			return ret;
 		}
-		share_set_salt(tp->eng, salt);
-		share_chunk_configure(tp->eng, max_chunks, chunk_ratio,
-				      cfg->chunk_content_max);
-		pthread_mutex_init(&tp->lock, NULL);
+		for (uint32_t i = 0; i < tp->set->n; i++) {
+			share_set_salt(tp->set->v[i].eng, salt);
+			share_chunk_configure(tp->set->v[i].eng, max_chunks,
+					      chunk_ratio, cfg->chunk_content_max);
+		}
 		if (plain)
 			log_info("tenant %s: device tier %" PRIu32 " pages, host tier %"
 				 PRIu32 " pages of %" PRIu64 " bytes", name,
-				 ec.device_frames, ec.host_frames,
+				 sc.ec.device_frames, sc.ec.host_frames,
 				 cfg->layout.page_bytes);
 		else
 			log_info("tenant %s, %s: device tier %" PRIu32 " pages (%"
 				 PRIu64 " bytes mapped), host tier %" PRIu32 " pages "
-				 "of %" PRIu64 " bytes", name, where, ec.device_frames,
-				 engine_tier(tp->eng, KVP_TIER_DEVICE)->bytes,
-				 ec.host_frames, cfg->layout.page_bytes);
+				 "of %" PRIu64 " bytes", name, where, sc.ec.device_frames,
+				 shard_set_tier(tp->set, KVP_TIER_DEVICE)->bytes,
+				 sc.ec.host_frames, cfg->layout.page_bytes);
 	}
 	return 0;
 }

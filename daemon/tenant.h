@@ -5,11 +5,12 @@
  *
  * A pool is one entry of `devices`: one GPU with the cuda backend (on shm,
  * one more set of memfds). Every tenant has one engine in every pool, sized
- * by the tenant's quota (device_mem / host_mem apply per pool), each behind
- * its own mutex. The engine is not thread-safe; the mutex is what makes every
- * operation on it atomic, and what orders operations on one user submitted
- * by clients served by different workers. A client attaches to one pool
- * (hello.pool) and its per-user operations go to its tenant's engine there.
+ * by the tenant's quota (device_mem / host_mem apply per pool), split into
+ * shards that own its users (shard.h), each behind its own mutex. An engine
+ * is not thread-safe; a shard's mutex is what makes every operation on it
+ * atomic, and what orders operations on one user submitted by clients
+ * served by different workers. A client attaches to one pool (hello.pool)
+ * and its per-user operations go to the shard owning the user there.
  */
 #ifndef KVPOOLD_TENANT_H
 #define KVPOOLD_TENANT_H
@@ -20,11 +21,11 @@
 
 #include "config.h"
 #include "engine.h"
+#include "shard.h"
 
-/* One tenant's engine in one pool. */
+/* One tenant's engines in one pool: shards owning its users (shard.h). */
 struct tenant_pool {
-	pthread_mutex_t lock;       /* held around every engine call */
-	struct engine *eng;
+	struct shard_set *set;
 };
 
 struct tenant {

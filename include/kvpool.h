@@ -167,6 +167,10 @@ struct kvp_stats {
 	uint64_t compositions;    /* compose calls that returned page tables */
 	uint64_t ns_d2h;          /* wall time of the device -> host copies (offload,
 				   * demotion): bytes_d2h / ns_d2h is their bandwidth */
+	uint64_t reclaim_stalls;  /* prepares that had to evict for room themselves
+				   * (the reclaimer had not kept enough free) */
+	uint64_t reclaimed_pages; /* pages the background reclaimer freed */
+	uint64_t shards;          /* gauge: engine shards summed over (daemon only) */
 };
 
 /* ------------------------------------------------------------------------ */

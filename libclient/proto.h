@@ -83,7 +83,8 @@
 #include "kvpool.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 5 /* v4: welcome.cuda_uuid; v5: chunk names and entries */
+#define KVP_PROTO_VERSION 6 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
+			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards) */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u

@@ -470,7 +470,8 @@ static const struct {
 	F(prefix_hit_tokens), F(prefix_evicted_pages), F(prefix_dedupe_pages),
 	F(seqs), F(seq_pages), F(cow_pages), F(chunks), F(chunk_pages),
 	F(chunk_bytes), F(chunk_lookups), F(chunk_hits), F(chunk_evicted),
-	F(chunk_last_access_ns), F(compositions), F(ns_d2h),
+	F(chunk_last_access_ns), F(compositions), F(ns_d2h), F(reclaim_stalls),
+	F(reclaimed_pages), F(shards),
 #undef F
 };
 

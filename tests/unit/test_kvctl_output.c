@@ -306,7 +306,8 @@ static struct kvp_stats demo_stats(void)
 		.seq_pages = 25, .cow_pages = 26, .chunks = 27, .chunk_pages = 28,
 		.chunk_bytes = 5ull << 20, .chunk_lookups = 8, .chunk_hits = 6,
 		.chunk_evicted = 29, .chunk_last_access_ns = DEMO_NOW - 90 * SEC,
-		.compositions = 30,
+		.compositions = 30, .ns_d2h = 31, .reclaim_stalls = 32,
+		.reclaimed_pages = 33, .shards = 4,
 	};
 
 	return s;
@@ -342,6 +343,7 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"clients\": 17,\n"
 		       "  \"leases\": 2,\n"
 		       "  \"tenants\": 1,\n"
+		       "  \"shards\": 4,\n"
 		       "  \"prepares\": 3,\n"
 		       "  \"commits\": 4,\n"
 		       "  \"releases\": 5,\n"
@@ -356,6 +358,9 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"trimmed_pages\": 14,\n"
 		       "  \"bytes_d2h\": 3145728,\n"
 		       "  \"bytes_h2d\": 16,\n"
+		       "  \"ns_d2h\": 31,\n"
+		       "  \"reclaim_stalls\": 32,\n"
+		       "  \"reclaimed_pages\": 33,\n"
 		       "  \"prefix_pages\": 19,\n"
 		       "  \"prefix_idle_pages\": 20,\n"
 		       "  \"prefix_lookups\": 21,\n"
@@ -403,6 +408,7 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "clients           17\n"
 		       "leases            2\n"
 		       "tenants           18\n"
+		       "shards            4\n"
 		       "\n"
 		       "prepares          3\n"
 		       "commits           4\n"
@@ -418,6 +424,9 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "trimmed_pages     14\n"
 		       "bytes_d2h         3145728 (3.0 MiB)\n"
 		       "bytes_h2d         16\n"
+		       "ns_d2h            31\n"
+		       "reclaim_stalls    32\n"
+		       "reclaimed_pages   33\n"
 		       "\n"
 		       "prefix_pages      19\n"
 		       "prefix_idle_pages 20\n"

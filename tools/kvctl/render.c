@@ -30,6 +30,7 @@ static const struct stat_field stat_gauges[] = {
 	STAT(clients, false),
 	STAT(leases, false),
 	STAT(tenants, false),
+	STAT(shards, false),
 };
 
 static const struct stat_field stat_counters[] = {
@@ -47,6 +48,9 @@ static const struct stat_field stat_counters[] = {
 	STAT(trimmed_pages, false),
 	STAT(bytes_d2h, true),
 	STAT(bytes_h2d, true),
+	STAT(ns_d2h, false),
+	STAT(reclaim_stalls, false),
+	STAT(reclaimed_pages, false),
 };
 
 /* Sharing: the prefix cache, sequences, chunks, compositions. */

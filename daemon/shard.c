@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shard.c - a (tenant, pool)'s shards: creation, routing, the lock order,
+ * whole-set walks and the reclaimer (see shard.h for the design).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_internal.h"
+#include "shard.h"
+
+/* Pages one reclaimer lock hold frees at most: requests of the shard wait
+ * behind it, so it stays a few copies long. */
+#define RECLAIM_BATCH 32u
+
+/* Tiers smaller than this get no background reclaim: a few hundred pages
+ * are a test's or a toy's, sized to the page and expecting eviction
+ * exactly when a prepare needs it. */
+#define RECLAIM_MIN_FRAMES 1024u
+
+/* ------------------------------------------------------------ routing */
+
+/* splitmix64's finaliser: users are often consecutive ids. */
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint32_t shard_of_user(const struct shard_set *s, uint64_t user)
+{
+	return s->n == 1 ? 0 : (uint32_t)(mix64(user) % s->n);
+}
+
+uint32_t shard_of_lease(const struct shard_set *s, uint64_t lease)
+{
+	uint32_t i;
+
+	if (lease & (1ull << 31))
+		return 0; /* sequences' and chunks' (share.h): shard 0's */
+	i = ((uint32_t)lease >> LEASE_SHARD_SHIFT) & 0x7f;
+	return i < s->n ? i : 0; /* a forged id then misses in shard 0 */
+}
+
+uint32_t shard_cache_cap(const struct shard_set *s, int t)
+{
+	uint64_t cap = s->pool[t].total / (8ull * s->n);
+
+	return cap < 1 ? 1 : cap > 256 ? 256 : (uint32_t)cap;
+}
+
+/* ------------------------------------------------------------ locks */
+
+struct engine *shard_lock(struct shard_set *s, uint32_t i)
+{
+	pthread_mutex_lock(&s->v[i].lock);
+	return s->v[i].eng;
+}
+
+/* What a shard freed beyond its cache's cap goes back to the pool before
+ * its lock is dropped, for the other shards. */
+static void shard_trim(struct shard *sh)
+{
+	for (int t = 0; t < KVP_TIERS; t++)
+		frames_trim(&sh->eng->frames[t]);
+}
+
+void shard_unlock(struct shard_set *s, uint32_t i)
+{
+	shard_trim(&s->v[i]);
+	pthread_mutex_unlock(&s->v[i].lock);
+}
+
+struct engine *shard_lock_all(struct shard_set *s)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		pthread_mutex_lock(&s->v[i].lock);
+	s->global = true;
+	return s->v[0].eng;
+}
+
+void shard_unlock_all(struct shard_set *s)
+{
+	s->global = false;
+	for (uint32_t i = s->n; i-- > 0;) {
+		shard_trim(&s->v[i]);
+		pthread_mutex_unlock(&s->v[i].lock);
+	}
+}
+
+/* ------------------------------------------------------------ reclaimer */
+
+void shard_reclaim_hint(struct shard_set *s)
+{
+	struct reclaimer *rc = &s->rc;
+	bool low = false;
+
+	if (!rc->started)
+		return;
+	for (int t = 0; t < KVP_TIERS; t++)
+		low |= frame_pool_free(&s->pool[t]) < rc->low[t];
+	if (!low || __atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&rc->lock);
+	rc->wake = true;
+	pthread_cond_signal(&rc->cond);
+	pthread_mutex_unlock(&rc->lock);
+}
+
+/* The shard whose oldest evictable page of tier t is the oldest; -1: none. */
+static int reclaim_victim(struct shard_set *s, enum kvp_tier t)
+{
+	uint64_t best = UINT64_MAX;
+	int victim = -1;
+
+	for (uint32_t i = 0; i < s->n; i++) {
+		uint64_t tick = engine_oldest_tick(shard_lock(s, i), t);
+
+		shard_unlock(s, i);
+		if (tick < best) {
+			best = tick;
+			victim = (int)i;
+		}
+	}
+	return victim;
+}
+
+/* Free tier t's frames until `high` are free in the pool or nothing is
+ * evictable; one shard's lock at a time, RECLAIM_BATCH pages per hold. */
+static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
+{
+	while (frame_pool_free(&s->pool[t]) < s->rc.high[t]) {
+		int i = reclaim_victim(s, t);
+		uint64_t oldest;
+		uint32_t freed;
+
+		if (i < 0)
+			return;
+		freed = engine_reclaim(shard_lock(s, (uint32_t)i), t,
+				       RECLAIM_BATCH, &oldest);
+		shard_unlock(s, (uint32_t)i);
+		if (!freed)
+			return;
+	}
+}
+
+static void *reclaimer_main(void *arg)
+{
+	struct shard_set *s = arg;
+	struct reclaimer *rc = &s->rc;
+
+	pthread_mutex_lock(&rc->lock);
+	for (;;) {
+		while (!rc->wake && !rc->stop)
+			pthread_cond_wait(&rc->cond, &rc->lock);
+		if (rc->stop)
+			break;
+		rc->runs++;
+		pthread_mutex_unlock(&rc->lock);
+		/* Device first: its demotions need host frames, which the
+		 * host pass then makes up for. */
+		reclaim_tier(s, KVP_TIER_DEVICE);
+		reclaim_tier(s, KVP_TIER_HOST);
+		pthread_mutex_lock(&rc->lock);
+		__atomic_store_n(&rc->wake, false, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&rc->lock);
+	return NULL;
+}
+
+/*
+ * Watermarks: the device tier keeps 1/32 of its frames free (at least 4,
+ * at most 4096 pages), refilled to twice that; the host tier, whose
+ * reclaim drops data, 1/64 refilled to 1/32. A tier of fewer than
+ * RECLAIM_MIN_FRAMES gets none.
+ */
+static void reclaimer_marks(struct shard_set *s)
+{
+	for (int t = 0; t < KVP_TIERS; t++) {
+		uint32_t total = s->pool[t].total;
+		uint32_t low = total / (t == KVP_TIER_DEVICE ? 32 : 64);
+
+		if (total < RECLAIM_MIN_FRAMES) {
+			s->rc.low[t] = s->rc.high[t] = 0;
+			continue;
+		}
+		low = low < 4 ? 4 : low > 4096 ? 4096 : low;
+		s->rc.low[t] = low;
+		s->rc.high[t] = 2 * low;
+	}
+}
+
+static int reclaimer_start(struct shard_set *s, struct errbuf *e)
+{
+	struct reclaimer *rc = &s->rc;
+	int ret;
+
+	pthread_mutex_init(&rc->lock, NULL);
+	pthread_cond_init(&rc->cond, NULL);
+	reclaimer_marks(s);
+	ret = pthread_create(&rc->thread, NULL, reclaimer_main, s);
+	if (ret) {
+		pthread_cond_destroy(&rc->cond);
+		pthread_mutex_destroy(&rc->lock);
+		return errbuf_set(e, -ret, "cannot start the reclaim thread: %s",
+				  strerror(ret));
+	}
+	rc->started = true;
+	return 0;
+}
+
+static void reclaimer_stop(struct shard_set *s)
+{
+	struct reclaimer *rc = &s->rc;
+
+	if (!rc->started)
+		return;
+	pthread_mutex_lock(&rc->lock);
+	rc->stop = true;
+	pthread_cond_signal(&rc->cond);
+	pthread_mutex_unlock(&rc->lock);
+	pthread_join(rc->thread, NULL);
+	pthread_cond_destroy(&rc->cond);
+	pthread_mutex_destroy(&rc->lock);
+	rc->started = false;
+}
+
+/* ------------------------------------------------------------ life cycle */
+
+int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
+		     struct errbuf *e)
+{
+	const struct engine_config *ec = &cfg->ec;
+	uint32_t nframes[KVP_TIERS] = { ec->device_frames, ec->host_frames };
+	struct shard_set *s;
+	int ret;
+
+	if (!cfg->shards || cfg->shards > SHARDS_MAX)
+		return errbuf_set(e, -EINVAL, "shards = %" PRIu32 ": use 1 to %u",
+				  cfg->shards, SHARDS_MAX);
+	s = calloc(1, sizeof(*s));
+	if (!s || !(s->v = calloc(cfg->shards, sizeof(*s->v)))) {
+		free(s);
+		return errbuf_set(e, -ENOMEM, "out of memory for %" PRIu32 " shards",
+				  cfg->shards);
+	}
+	s->be = ec->backend ? ec->backend : &backend_shm;
+	s->be_ctx = ec->backend_ctx;
+	for (int t = 0; t < KVP_TIERS; t++)
+		s->mem[t].fd = -1;
+	for (int t = 0; t < KVP_TIERS; t++) {
+		uint64_t bytes;
+
+		if (__builtin_mul_overflow((uint64_t)nframes[t], ec->layout.page_bytes,
+					   &bytes)) {
+			ret = errbuf_set(e, -EINVAL, "%s tier of %" PRIu32 " pages "
+					 "overflows", kvp_tier_name(t), nframes[t]);
+			goto err;
+		}
+		if (frame_pool_init(&s->pool[t], nframes[t])) {
+			ret = errbuf_set(e, -ENOMEM, "out of memory for the frame pools");
+			goto err;
+		}
+		if (!nframes[t] || !ec->device_frames)
+			continue; /* engine_create says what is wrong with 0 */
+		ret = s->be->tier_alloc(s->be_ctx, t, bytes, &s->mem[t], e);
+		if (ret)
+			goto err;
+	}
+	s->n = cfg->shards;
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct engine_config c = *ec;
+
+		c.set = s;
+		c.shard = i;
+		pthread_mutex_init(&s->v[i].lock, NULL);
+		ret = engine_create(&s->v[i].eng, &c, e);
+		if (ret)
+			goto err;
+	}
+	if (cfg->reclaimer) {
+		ret = reclaimer_start(s, e);
+		if (ret)
+			goto err;
+	}
+	*out = s;
+	return 0;
+err:
+	shard_set_destroy(s);
+	return ret;
+}
+
+void shard_set_destroy(struct shard_set *s)
+{
+	if (!s)
+		return;
+	reclaimer_stop(s);
+	/* Shard 0 first: its sequences pin other shards' histories. */
+	for (uint32_t i = 0; i < s->n; i++) {
+		if (s->v[i].eng) {
+			s->global = true;
+			engine_destroy(s->v[i].eng);
+			pthread_mutex_destroy(&s->v[i].lock);
+		}
+	}
+	for (int t = 0; t < KVP_TIERS; t++) {
+		if (s->mem[t].base || s->mem[t].fd >= 0)
+			s->be->tier_free(s->be_ctx, &s->mem[t]);
+		frame_pool_fini(&s->pool[t]);
+	}
+	free(s->v);
+	free(s);
+}
+
+const struct tier_mem *shard_set_tier(const struct shard_set *s, enum kvp_tier t)
+{
+	return &s->mem[t];
+}
+
+/* ------------------------------------------------------------ walks */
+
+void shard_set_stats(struct shard_set *s, struct kvp_stats *out)
+{
+	/* Everything after the tiers is a uint64_t that adds up over shards,
+	 * but for the time of the last chunk access (the latest). */
+	const size_t first = offsetof(struct kvp_stats, users) / sizeof(uint64_t);
+	const size_t last = sizeof(*out) / sizeof(uint64_t);
+	uint64_t cached[KVP_TIERS] = { 0 };
+
+	memset(out, 0, sizeof(*out));
+	for (uint32_t i = 0; i < s->n; i++) {
+		struct engine *eng = shard_lock(s, i);
+		struct kvp_stats one;
+		uint64_t acc = out->chunk_last_access_ns;
+
+		engine_stats(eng, &one);
+		for (int t = 0; t < KVP_TIERS; t++)
+			cached[t] += eng->frames[t].nfree;
+		shard_unlock(s, i);
+		for (size_t k = first; k < last; k++)
+			((uint64_t *)out)[k] += ((const uint64_t *)&one)[k];
+		out->chunk_last_access_ns = one.chunk_last_access_ns > acc ?
+					    one.chunk_last_access_ns : acc;
+	}
+	for (int t = 0; t < KVP_TIERS; t++) {
+		uint64_t total = s->pool[t].total;
+		uint64_t nfree = frame_pool_free(&s->pool[t]) + cached[t];
+
+		if (nfree > total)
+			nfree = total; /* the walk is not a snapshot */
+		out->tier[t] = (struct kvp_tier_stats){
+			.frames_total = total,
+			.frames_used = total - nfree,
+			.frames_free = nfree,
+			.bytes_total = total * s->v[0].eng->layout.page_bytes,
+		};
+	}
+	out->shards = s->n;
+}
+
+uint32_t shard_set_release_owner(struct shard_set *s, uint32_t owner)
+{
+	uint32_t n = 0;
+
+	shard_lock_all(s);
+	/* Histories first (their leases), then shard 0's sequences and chunks
+	 * (engine_release_owner of shard 0 ends those too). */
+	for (uint32_t i = s->n; i-- > 0;)
+		n += engine_release_owner(s->v[i].eng, owner);
+	shard_unlock_all(s);
+	return n;
+}
+
+/* Every shard's own check, then the frames across them: each frame handed
+ * out by at most one shard, and pool + caches + handed out == total. */
+int shard_set_check(struct shard_set *s, struct errbuf *e)
+{
+	int ret = 0;
+
+	shard_lock_all(s);
+	for (uint32_t i = 0; i < s->n && !ret; i++)
+		ret = engine_check(s->v[i].eng, e);
+	for (int t = 0; t < KVP_TIERS && !ret; t++) {
+		uint64_t sum = s->pool[t].nfree;
+
+		for (uint32_t i = 0; i < s->n; i++) {
+			const struct frames *f = &s->v[i].eng->frames[t];
+
+			sum += f->nfree + frames_used(f);
+			for (uint32_t j = i + 1; j < s->n && !ret; j++)
+				for (uint32_t w = 0; w < (f->total + 63) / 64; w++)
+					if (f->used[w] & s->v[j].eng->frames[t].used[w]) {
+						ret = errbuf_set(e, -EFAULT, "%s tier: "
+							"shards %" PRIu32 " and %" PRIu32
+							" both hold a frame near %" PRIu32,
+							kvp_tier_name(t), i, j, w * 64);
+						break;
+					}
+		}
+		if (!ret && sum != s->pool[t].total)
+			ret = errbuf_set(e, -EFAULT, "%s tier: pool, caches and pages "
+					 "hold %" PRIu64 " frames of %" PRIu32,
+					 kvp_tier_name(t), sum, s->pool[t].total);
+	}
+	shard_unlock_all(s);
+	return ret;
+}

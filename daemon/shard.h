@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shard.h - one tenant's pool split into shards that own users.
+ *
+ * Layout. A shard_set is what a (tenant, pool) used to be: one device tier
+ * and one host tier of frames. It holds N shards (kvpool.conf `shards`,
+ * default: the worker count); each shard is a whole engine (engine.h) with
+ * its own mutex, user table, leases, LRU lists, statistics and a cache of
+ * each tier's frames (frames.h). The tiers' memory and their frame pools
+ * are the set's, shared by every shard:
+ *
+ *   shard_set ── mem[tier], pool[tier] (mutex: a batch of frames at a time)
+ *      ├── shard 0: lock, engine (users whose hash is 0, prefix cache,
+ *      │            chunks, sequences, compositions)
+ *      ├── shard 1: lock, engine (users whose hash is 1)
+ *      └── ...
+ *
+ * Ownership and order. User u belongs to shard shard_of_user(u), always;
+ * a lease id carries its shard in bits 24..30 (share leases, bit 31, are
+ * shard 0's). Every operation on one user takes that shard's lock only,
+ * so two clients' operations on the same user are ordered by that lock
+ * (and each client's in ring order by the one worker serving it), while
+ * operations on users of different shards never touch a common lock except
+ * the frame pool's, once per batch of frames (frames.h).
+ *
+ * Cross-shard operations lock every shard in ascending index order (the
+ * only order any thread takes two shard locks in, so no deadlock) and set
+ * `global` while they hold them:
+ *  - the sharing operations (prefix cache, chunks, sequences, compose):
+ *    their state lives in shard 0, and a sequence may pin and onload the
+ *    histories of users in any shard (a history knows its owner engine);
+ *  - a prepare that its own shard cannot serve (shard_prepare: free frames
+ *    in the pool and its cache plus its own evictable pages are short):
+ *    retried under every lock, evicting the oldest pages of any shard;
+ *  - a dead client's leases, stats, listings, evict/offload of everything
+ *    and the consistency check walk the shards one after another.
+ * In global mode eviction compares LRU ticks across shards (ticks are
+ * CLOCK_MONOTONIC nanoseconds, strictly increasing within a shard).
+ *
+ * Reclaim (kswapd's design). A reclaimer thread per set keeps the device
+ * pool's free frames between a low and a high watermark: woken when a
+ * shard sees the pool under `low`, it demotes the globally oldest unpinned
+ * histories (one shard lock at a time, a few pages per hold) until `high`
+ * are free, and drops the oldest host-only histories the same way for the
+ * host tier. A prepare then allocates from free frames; when it must evict
+ * itself it counts a stall (kvp_stats.reclaim_stalls).
+ */
+#ifndef KVPOOLD_SHARD_H
+#define KVPOOLD_SHARD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+#include "frames.h"
+
+#define SHARDS_MAX 128u /* seven bits of a lease id */
+
+struct shard {
+	pthread_mutex_t lock;
+	struct engine *eng;
+} __attribute__((aligned(64)));
+
+struct reclaimer {
+	pthread_t thread;
+	pthread_mutex_t lock;       /* wake, stop */
+	pthread_cond_t cond;
+	bool started, wake, stop;
+	uint32_t low[KVP_TIERS];    /* free frames below which it is woken */
+	uint32_t high[KVP_TIERS];   /* it stops once this many are free */
+	uint64_t runs;              /* times it was woken (under lock) */
+};
+
+struct shard_set {
+	uint32_t n;
+	struct shard *v;                 /* [n] */
+	struct frame_pool pool[KVP_TIERS];
+	struct tier_mem mem[KVP_TIERS];
+	const struct backend_ops *be;
+	void *be_ctx;
+	bool global;                     /* every shard's lock is held */
+	struct reclaimer rc;
+};
+
+struct shard_set_config {
+	struct engine_config ec;         /* layout, tier sizes, backend */
+	uint32_t shards;                 /* >= 1 */
+	bool reclaimer;                  /* start the reclaim thread */
+};
+
+int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
+		     struct errbuf *e);
+void shard_set_destroy(struct shard_set *s);
+
+/* The shard that owns user / lease. */
+uint32_t shard_of_user(const struct shard_set *s, uint64_t user);
+uint32_t shard_of_lease(const struct shard_set *s, uint64_t lease);
+
+/* Lock one shard; its engine. */
+struct engine *shard_lock(struct shard_set *s, uint32_t i);
+void shard_unlock(struct shard_set *s, uint32_t i);
+/* Every shard in index order (global mode); shard 0's engine. */
+struct engine *shard_lock_all(struct shard_set *s);
+void shard_unlock_all(struct shard_set *s);
+
+/* Frames a shard's cache of tier t keeps at most (frames.h). */
+uint32_t shard_cache_cap(const struct shard_set *s, int t);
+
+/* Wake the reclaimer when the device pool is under its low watermark. */
+void shard_reclaim_hint(struct shard_set *s);
+
+/* The whole set, each shard under its lock in turn (global: all held). */
+void shard_set_stats(struct shard_set *s, struct kvp_stats *out);
+uint32_t shard_set_release_owner(struct shard_set *s, uint32_t owner);
+int shard_set_check(struct shard_set *s, struct errbuf *e);
+const struct tier_mem *shard_set_tier(const struct shard_set *s, enum kvp_tier t);
+
+#endif /* KVPOOLD_SHARD_H */
