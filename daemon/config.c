@@ -318,7 +318,18 @@ static int set_shards(struct config *c, struct tenant_config *t, const char *v,
 static int set_reclaim(struct config *c, struct tenant_config *t, const char *v,
 		       char *err, size_t len)
 {
-	return parse_bool(v, &c->reclaim, err, len);
+	bool on;
+
+	if (!strcmp(v, "auto")) {
+		c->reclaim = RECLAIM_AUTO;
+		return 0;
+	}
+	if (parse_bool(v, &on, err, len)) {
+		snprintf(err, len, "reclaim = %s: use auto, yes or no", v);
+		return -EINVAL;
+	}
+	c->reclaim = on ? RECLAIM_ON : RECLAIM_OFF;
+	return 0;
 }
 
 static int set_max_pending(struct config *c, struct tenant_config *t,
@@ -421,8 +432,9 @@ static const struct setting settings[] = {
 	{ "shards", G, set_shards, "N",
 	  "engine shards per tenant and pool, each owning a share of the users "
 	  "(default 0: one per worker)" },
-	{ "reclaim", G | B, set_reclaim, "BOOL",
-	  "demote and drop in the background to keep frames free (default true)" },
+	{ "reclaim", G | B, set_reclaim, "auto|yes|no",
+	  "demote and drop in the background to keep frames free (default auto: "
+	  "tiers of 1024 pages or more)" },
 	{ "sq_entries", G, set_sq_entries, "N", "default submission ring entries (default 256)" },
 	{ "arena_bytes", G, set_arena_bytes, "SIZE", "default result arena per client (default 4M)" },
 	{ "max_pending", G, set_max_pending, "N",
@@ -959,7 +971,7 @@ static int config_defaults(struct config *c)
 		.host_mem = DEFAULT_HOST_MEM,
 		.spin_us = 50,
 		.workers = 1,
-		.reclaim = true,
+		.reclaim = RECLAIM_AUTO,
 		.sq_entries = 256,
 		.arena_bytes = 4u << 20,
 		.max_pending = 256,

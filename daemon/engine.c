@@ -579,8 +579,10 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	l->owner = owner;
 	l->committed = false;
 	h->pins++;
-	if (n_new)
+	if (n_new) {
 		h->write_lease = lease_id(eng, idx);
+		h->wgen++;
+	}
 
 	eng->st.prepares++;
 	eng->st.hit_tokens += len;

@@ -180,6 +180,37 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out);
  */
 uint32_t engine_reclaim(struct engine *eng, enum kvp_tier t, uint32_t max,
 			uint64_t *oldest);
+/*
+ * The reclaimer's demotion, its copy outside the shard's lock:
+ *   plan   (locked)   the device tier's oldest: a chunk or prefix page is
+ *                     freed at once; a history is pinned, host frames are
+ *                     taken for up to max of its pages without a host copy;
+ *   copy   (unlocked) device -> host, through the caller's copy batch; the
+ *                     pinned history's frames cannot go meanwhile, and a
+ *                     writer may only append (its partial page is checked);
+ *   finish (locked)   the copies are attached where the page did not
+ *                     change; if nobody else pinned the history meanwhile
+ *                     its device frames with a host copy are freed; unpin.
+ * plan returns frames freed at once and sets d->h when a copy is planned.
+ */
+#define DEMOTE_MAX_PAGES 256u
+struct engine_demotion {
+	struct history *h;
+	uint32_t wgen, partial;       /* h->wgen; its partial page or UINT32_MAX */
+	bool failed;                  /* the copy failed: attach nothing */
+	uint32_t n;
+	uint32_t page[DEMOTE_MAX_PAGES];  /* page index in h */
+	uint32_t dev[DEMOTE_MAX_PAGES];   /* its device frame when planned */
+	uint32_t host[DEMOTE_MAX_PAGES];  /* the host frame taken for it */
+};
+struct copy_batch;
+uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
+			    uint32_t max);
+int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
+		       struct copy_batch *cb);
+uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
+			      const struct copy_batch *cb);
+
 /* The tick of tier t's oldest evictable page, UINT64_MAX when none. */
 uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t);
 

@@ -144,15 +144,18 @@ int engine_check(struct engine *eng, struct errbuf *e)
 	for (int t = 0; t < KVP_TIERS; t++) {
 		const struct frames *f = &eng->frames[t];
 
-		if (f->nfree > f->total || frames_used(f) != c.frames[t]) {
+		uint64_t held = c.frames[t] +
+				(t == KVP_TIER_HOST ? eng->demote_frames : 0);
+
+		if (f->nfree > f->total || frames_used(f) != held) {
 			ret = errbuf_set(e, -EFAULT, "%s tier: %" PRIu32 " used + %"
 					 PRIu32 " free of %" PRIu32 ", but pages hold %"
 					 PRIu64, kvp_tier_name(t), frames_used(f),
-					 f->nfree, f->total, c.frames[t]);
+					 f->nfree, f->total, held);
 			goto out;
 		}
 	}
-	if (c.pins != eng->leases_live + eng->pinned_by_seqs)
+	if (c.pins != eng->leases_live + eng->pinned_by_seqs + eng->demote_pins)
 		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " leases live and %" PRIu64
 				 " sequence pins but histories count %" PRIu64 " pins",
 				 eng->leases_live, eng->pinned_by_seqs, c.pins);

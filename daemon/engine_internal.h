@@ -61,6 +61,9 @@ struct history {
 	uint32_t pins;           /* leases and sequences (share.h) holding it */
 	int lru;                 /* enum lru_id */
 	uint64_t write_lease;    /* lease with an uncommitted reservation, or 0 */
+	uint32_t wgen;           /* bumped by every write reservation: a
+				  * demotion copying outside the lock sees
+				  * whether its partial last page changed */
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
 	uint64_t tick;           /* engine tick when it last went on an LRU */
 	struct history *hnext;   /* user_table chain */
@@ -108,6 +111,8 @@ struct engine {
 	uint64_t seq_pins;       /* history pins this engine's sequences hold */
 	uint64_t pinned_by_seqs; /* pins on this engine's histories held by
 				  * sequences (of shard 0: maybe another engine) */
+	uint32_t demote_pins;    /* histories a demotion is copying (evict.c) */
+	uint32_t demote_frames;  /* host frames it copies into, not attached yet */
 	struct share *share;     /* prefix cache, chunks, sequences (share.h) */
 	struct shard_set *set;   /* NULL: an engine alone (shard.h) */
 	uint32_t shard;          /* index in set */

@@ -236,6 +236,107 @@ void evict_for_device(struct engine *eng, uint32_t need)
 	}
 }
 
+/* ------------------------------------------------------------ reclaim */
+
+uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
+			    uint32_t max)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	struct history *h;
+	uint32_t need;
+
+	d->h = NULL;
+	d->n = 0;
+	d->failed = false;
+	if (device_oldest(eng, &h) == UINT64_MAX)
+		return 0;
+	if (!h)
+		return share_evict_oldest(eng); /* chunks, prefix pages: no copy */
+	need = host_copies_missing(h, h->npages);
+	if (need > max)
+		need = max;
+	if (need > DEMOTE_MAX_PAGES)
+		need = DEMOTE_MAX_PAGES;
+	/* Nothing to copy, or no room on the host: done here, as always. */
+	if (!need || !host_make_room(eng, need, h))
+		return demote_or_drop(eng, h);
+	history_pin(eng, h); /* unpinned: no onload in flight, no writer */
+	eng->demote_pins++;
+	d->h = h;
+	d->wgen = h->wgen;
+	d->partial = h->len % eng->P ? (uint32_t)(h->len / eng->P) : UINT32_MAX;
+	for (uint32_t i = 0; i < h->npages && d->n < need; i++) {
+		const struct page_ref *p = &h->pages[i];
+
+		if (p->frame[KVP_TIER_DEVICE] == FRAME_NONE ||
+		    p->frame[KVP_TIER_HOST] != FRAME_NONE)
+			continue;
+		d->page[d->n] = i;
+		d->dev[d->n] = p->frame[KVP_TIER_DEVICE];
+		d->host[d->n] = frames_alloc(host);
+		d->n++;
+	}
+	eng->demote_frames += d->n;
+	return 0;
+}
+
+/* No lock held: reads only what plan recorded and the tiers' fixed memory;
+ * the device frames stay h's (pinned) and the host frames are ours. */
+int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
+		       struct copy_batch *cb)
+{
+	copy_begin(cb, eng->be, eng->be_ctx, COPY_D2H, COPY_SYNC,
+		   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
+		   eng->layout.page_bytes);
+	for (uint32_t k = 0; k < d->n; k++)
+		copy_page(cb, d->host[k], d->dev[k]);
+	/* A failed copy is a device fault the backend reports; the device
+	 * copies stay, and finish keeps none of the host ones. */
+	d->failed = copy_end(cb, NULL) != 0;
+	return d->failed ? -EIO : 0;
+}
+
+uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
+			      const struct copy_batch *cb)
+{
+	struct history *h = d->h;
+	bool wrote = h->wgen != d->wgen;
+	uint32_t freed = 0;
+
+	for (uint32_t k = 0; k < d->n; k++) {
+		uint32_t i = d->page[k];
+
+		/* A writer came meanwhile: the page it appends to may have
+		 * changed under the copy; full pages cannot. */
+		if (d->failed || (wrote && i == d->partial) || i >= h->npages ||
+		    h->pages[i].frame[KVP_TIER_HOST] != FRAME_NONE ||
+		    h->pages[i].frame[KVP_TIER_DEVICE] != d->dev[k])
+			frames_free(&eng->frames[KVP_TIER_HOST], d->host[k]);
+		else
+			page_set_frame(eng, h, i, KVP_TIER_HOST, d->host[k]);
+	}
+	eng->demote_frames -= d->n;
+	eng->demote_pins--;
+	eng->st.bytes_d2h += cb->bytes;
+	eng->st.ns_d2h += cb->sync_ns;
+	/* Only our pin: the device copies of pages now on the host go. */
+	if (h->pins == 1) {
+		for (uint32_t i = 0; i < h->npages; i++)
+			if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&
+			    h->pages[i].frame[KVP_TIER_HOST] != FRAME_NONE) {
+				page_free_frame(eng, h, i, KVP_TIER_DEVICE);
+				freed++;
+			}
+		eng->st.demoted_users += freed && !h->nres[KVP_TIER_DEVICE];
+		eng->st.demoted_pages += freed;
+	}
+	history_unpin(eng, h);
+	eng->st.reclaimed_pages += freed;
+	frames_flush(&eng->frames[KVP_TIER_DEVICE]);
+	d->h = NULL;
+	return freed;
+}
+
 uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t)
 {
 	struct history *h;

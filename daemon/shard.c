@@ -12,14 +12,9 @@
 #include "engine_internal.h"
 #include "shard.h"
 
-/* Pages one reclaimer lock hold frees at most: requests of the shard wait
- * behind it, so it stays a few copies long. */
-#define RECLAIM_BATCH 32u
-
-/* Tiers smaller than this get no background reclaim: a few hundred pages
- * are a test's or a toy's, sized to the page and expecting eviction
- * exactly when a prepare needs it. */
-#define RECLAIM_MIN_FRAMES 1024u
+/* Pages one reclaim round copies at most (one history's): the copy runs
+ * without the shard's lock, so this only sizes the copy batch. */
+#define RECLAIM_BATCH 128u
 
 /* ------------------------------------------------------------ routing */
 
@@ -131,10 +126,30 @@ static int reclaim_victim(struct shard_set *s, enum kvp_tier t)
 	return victim;
 }
 
+/* One demotion of shard i's oldest device pages, the copy unlocked
+ * (engine.h); device frames freed. */
+static uint32_t reclaim_demote(struct shard_set *s, uint32_t i)
+{
+	struct reclaimer *rc = &s->rc;
+	struct engine *eng = shard_lock(s, i);
+	uint32_t freed = engine_demote_plan(eng, &rc->dem, RECLAIM_BATCH);
+
+	shard_unlock(s, i);
+	if (!rc->dem.h)
+		return freed;
+	engine_demote_copy(eng, &rc->dem, &rc->copy); /* no lock */
+	shard_lock(s, i);
+	freed += engine_demote_finish(eng, &rc->dem, &rc->copy);
+	shard_unlock(s, i);
+	return freed;
+}
+
 /* Free tier t's frames until `high` are free in the pool or nothing is
- * evictable; one shard's lock at a time, RECLAIM_BATCH pages per hold. */
+ * evictable; one shard's lock at a time, RECLAIM_BATCH pages per round. */
 static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 {
+	uint32_t idle = 0;
+
 	while (frame_pool_free(&s->pool[t]) < s->rc.high[t]) {
 		int i = reclaim_victim(s, t);
 		uint64_t oldest;
@@ -142,11 +157,15 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 
 		if (i < 0)
 			return;
-		freed = engine_reclaim(shard_lock(s, (uint32_t)i), t,
-				       RECLAIM_BATCH, &oldest);
-		shard_unlock(s, (uint32_t)i);
-		if (!freed)
-			return;
+		if (t == KVP_TIER_DEVICE) {
+			freed = reclaim_demote(s, (uint32_t)i);
+		} else {
+			freed = engine_reclaim(shard_lock(s, (uint32_t)i), t,
+					       RECLAIM_BATCH, &oldest);
+			shard_unlock(s, (uint32_t)i);
+		}
+		if (!freed && ++idle >= 8)
+			return; /* the oldest keep getting pinned: later */
 	}
 }
 
@@ -175,35 +194,38 @@ static void *reclaimer_main(void *arg)
 }
 
 /*
- * Watermarks: the device tier keeps 1/32 of its frames free (at least 4,
- * at most 4096 pages), refilled to twice that; the host tier, whose
- * reclaim drops data, 1/64 refilled to 1/32. A tier of fewer than
- * RECLAIM_MIN_FRAMES gets none.
+ * Watermarks: the device tier keeps 1/32 of its frames free (at least 2,
+ * at most 4096 pages and a quarter of the tier), refilled to twice that;
+ * the host tier, whose reclaim drops data, 1/64 refilled to 1/32. In
+ * RECLAIM_AUTO a tier of fewer than RECLAIM_MIN_FRAMES gets none.
  */
-static void reclaimer_marks(struct shard_set *s)
+static void reclaimer_marks(struct shard_set *s, enum reclaim_mode mode)
 {
 	for (int t = 0; t < KVP_TIERS; t++) {
 		uint32_t total = s->pool[t].total;
 		uint32_t low = total / (t == KVP_TIER_DEVICE ? 32 : 64);
 
-		if (total < RECLAIM_MIN_FRAMES) {
+		if (!total || (mode == RECLAIM_AUTO && total < RECLAIM_MIN_FRAMES)) {
 			s->rc.low[t] = s->rc.high[t] = 0;
 			continue;
 		}
-		low = low < 4 ? 4 : low > 4096 ? 4096 : low;
+		low = low < 2 ? 2 : low > 4096 ? 4096 : low;
+		if (low > total / 4)
+			low = total / 4 ? total / 4 : 1;
 		s->rc.low[t] = low;
 		s->rc.high[t] = 2 * low;
 	}
 }
 
-static int reclaimer_start(struct shard_set *s, struct errbuf *e)
+static int reclaimer_start(struct shard_set *s, enum reclaim_mode mode,
+			   struct errbuf *e)
 {
 	struct reclaimer *rc = &s->rc;
 	int ret;
 
 	pthread_mutex_init(&rc->lock, NULL);
 	pthread_cond_init(&rc->cond, NULL);
-	reclaimer_marks(s);
+	reclaimer_marks(s, mode);
 	ret = pthread_create(&rc->thread, NULL, reclaimer_main, s);
 	if (ret) {
 		pthread_cond_destroy(&rc->cond);
@@ -284,8 +306,8 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 		if (ret)
 			goto err;
 	}
-	if (cfg->reclaimer) {
-		ret = reclaimer_start(s, e);
+	if (cfg->reclaim != RECLAIM_OFF) {
+		ret = reclaimer_start(s, cfg->reclaim, e);
 		if (ret)
 			goto err;
 	}

@@ -40,9 +40,13 @@
  * Reclaim (kswapd's design). A reclaimer thread per set keeps the device
  * pool's free frames between a low and a high watermark: woken when a
  * shard sees the pool under `low`, it demotes the globally oldest unpinned
- * histories (one shard lock at a time, a few pages per hold) until `high`
- * are free, and drops the oldest host-only histories the same way for the
- * host tier. A prepare then allocates from free frames; when it must evict
+ * histories until `high` are free: under the owning shard's lock it pins
+ * the victim and takes host frames, then copies device -> host with no
+ * lock held (requests of that shard, the victim's user included, go on:
+ * a writer may append, and the partial page it touched is not kept), then
+ * under the lock again frees the device copies if nobody pinned the
+ * history meanwhile (engine.h, engine_demote_*). It drops the oldest
+ * host-only histories the same way for the host tier. A prepare then allocates from free frames; when it must evict
  * itself it counts a stall (kvp_stats.reclaim_stalls).
  */
 #ifndef KVPOOLD_SHARD_H
@@ -52,6 +56,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "copy.h"
 #include "engine.h"
 #include "frames.h"
 
@@ -70,6 +75,8 @@ struct reclaimer {
 	uint32_t low[KVP_TIERS];    /* free frames below which it is woken */
 	uint32_t high[KVP_TIERS];   /* it stops once this many are free */
 	uint64_t runs;              /* times it was woken (under lock) */
+	struct engine_demotion dem; /* the thread's own, with its copy batch */
+	struct copy_batch copy;
 };
 
 struct shard_set {
@@ -83,10 +90,21 @@ struct shard_set {
 	struct reclaimer rc;
 };
 
+enum reclaim_mode {
+	RECLAIM_AUTO,                    /* tiers of RECLAIM_MIN_FRAMES or more */
+	RECLAIM_ON,                      /* every tier (tests use it) */
+	RECLAIM_OFF,
+};
+
+/* Tiers smaller than this get no background reclaim in RECLAIM_AUTO: a few
+ * hundred pages are a test's or a toy's, sized to the page and expecting
+ * eviction exactly when a prepare needs it. */
+#define RECLAIM_MIN_FRAMES 1024u
+
 struct shard_set_config {
 	struct engine_config ec;         /* layout, tier sizes, backend */
 	uint32_t shards;                 /* >= 1 */
-	bool reclaimer;                  /* start the reclaim thread */
+	enum reclaim_mode reclaim;
 };
 
 int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,

@@ -143,7 +143,7 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 			.backend = ts->be,
 		},
 		.shards = cfg->shards ? cfg->shards : cfg->workers,
-		.reclaimer = cfg->reclaim,
+		.reclaim = cfg->reclaim,
 	};
 	bool plain = ts->npools == 1 && ts->be == &backend_shm;
 	int ret;

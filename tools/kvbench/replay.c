@@ -240,7 +240,7 @@ static void stats_delta(struct kvp_stats *d, const struct kvp_stats *a,
 	D(prepares); D(commits); D(releases); D(hit_tokens); D(committed_tokens);
 	D(evicted_users); D(evicted_pages); D(demoted_users); D(demoted_pages);
 	D(offloaded_pages); D(onloaded_pages); D(trimmed_pages); D(bytes_d2h); D(bytes_h2d);
-	D(ns_d2h);
+	D(ns_d2h); D(reclaim_stalls); D(reclaimed_pages);
 #undef D
 }
 
