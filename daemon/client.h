@@ -74,6 +74,8 @@ struct client {
 	struct park_list park;
 	struct kvp_sqe held;
 	bool holding;
+	uint64_t stall_since;       /* held waiting for the reclaimer since
+				     * (CLOCK_MONOTONIC ns), 0: not */
 	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
 
 	/* Pending only (listener.c): when it was accepted (log_now_ms), for

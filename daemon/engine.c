@@ -442,6 +442,27 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 		   uint32_t n_new, uint32_t owner, struct engine_lease *out,
 		   struct errbuf *e)
 {
+	return engine_prepare_flags(eng, user, start_pos, n_new, owner,
+				    ENGINE_PREPARE_COUNT, out, e);
+}
+
+/* The frames are not free yet and the reclaimer is making room: wait for
+ * it rather than evict here, while other users' requests go on. */
+static bool prepare_waits(struct engine *eng, uint32_t total, unsigned flags)
+{
+	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !eng->set ||
+	    eng->frames[KVP_TIER_DEVICE].nfree >= total ||
+	    !shard_reclaim_kick(eng->set))
+		return false;
+	if (flags & ENGINE_PREPARE_COUNT)
+		eng->st.reclaim_stalls++;
+	return true;
+}
+
+int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
+			 uint32_t n_new, uint32_t owner, unsigned flags,
+			 struct engine_lease *out, struct errbuf *e)
+{
 	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
 	uint64_t len = h ? h->len : 0, avail, after;
@@ -483,6 +504,10 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	view_pages = n_new ? (uint32_t)after : (uint32_t)pages_for(eng, len);
 	total = onload + new_pages;
 	avail = engine_device_avail(eng, h, total);
+	if (prepare_waits(eng, total, flags))
+		return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": waiting for "
+				  "the reclaimer to free %" PRIu32 " device pages",
+				  user, total);
 	if (total > avail && eng->set && !eng->set->global)
 		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
 				  " has %" PRIu64 " of the %" PRIu32 " device pages "
@@ -527,7 +552,8 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 	lru_remove(eng, h); /* pinned from now on: never its own victim */
 	if (dev->nfree < total) {
 		evict_for_device(eng, total);
-		eng->st.reclaim_stalls++; /* the room was not there: made here */
+		if (flags & ENGINE_PREPARE_COUNT)
+			eng->st.reclaim_stalls++; /* no room: made here */
 	}
 
 	/*

@@ -136,6 +136,19 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 		   uint32_t n_new, uint32_t owner, struct engine_lease *out,
 		   struct errbuf *e);
 
+/*
+ * engine_prepare with flags. ENGINE_PREPARE_WAIT_RECLAIM: a shard whose
+ * reclaimer is running and not dry (shard.h) returns -EINPROGRESS, having
+ * woken it and changed nothing, instead of evicting for the frames itself:
+ * the caller retries a little later, and other users' requests pass in the
+ * meantime. ENGINE_PREPARE_COUNT: count a stall (first try only).
+ */
+#define ENGINE_PREPARE_WAIT_RECLAIM 1u
+#define ENGINE_PREPARE_COUNT 2u
+int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
+			 uint32_t n_new, uint32_t owner, unsigned flags,
+			 struct engine_lease *out, struct errbuf *e);
+
 /* Slots of the lease's new tokens [first, first+n) in write order. */
 int engine_lease_slots(struct engine *eng, uint64_t lease, uint32_t first,
 		       uint32_t n, struct kvp_slot *out, struct errbuf *e);
@@ -191,15 +204,23 @@ uint32_t engine_reclaim(struct engine *eng, enum kvp_tier t, uint32_t max,
  *   finish (locked)   the copies are attached where the page did not
  *                     change; if nobody else pinned the history meanwhile
  *                     its device frames with a host copy are freed; unpin.
- * plan returns frames freed at once and sets d->h when a copy is planned.
+ * One round takes the oldest histories until max pages are planned (one
+ * copy batch: contiguous frames coalesce, one sync for all). plan returns
+ * frames freed at once; d->nh > 0 when a copy is planned.
  */
 #define DEMOTE_MAX_PAGES 256u
+#define DEMOTE_MAX_USERS 64u
 struct engine_demotion {
-	struct history *h;
-	uint32_t wgen, partial;       /* h->wgen; its partial page or UINT32_MAX */
+	uint32_t nh;                  /* histories pinned, in LRU order */
+	struct {
+		struct history *h;
+		uint32_t wgen;        /* h->wgen when planned */
+		uint32_t partial;     /* its partly filled page, or UINT32_MAX */
+		uint32_t first, n;    /* its pages in the arrays below */
+	} v[DEMOTE_MAX_USERS];
 	bool failed;                  /* the copy failed: attach nothing */
-	uint32_t n;
-	uint32_t page[DEMOTE_MAX_PAGES];  /* page index in h */
+	uint32_t n;                   /* pages to copy, all histories */
+	uint32_t page[DEMOTE_MAX_PAGES];  /* page index in its history */
 	uint32_t dev[DEMOTE_MAX_PAGES];   /* its device frame when planned */
 	uint32_t host[DEMOTE_MAX_PAGES];  /* the host frame taken for it */
 };

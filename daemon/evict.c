@@ -238,34 +238,26 @@ void evict_for_device(struct engine *eng, uint32_t need)
 
 /* ------------------------------------------------------------ reclaim */
 
-uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
-			    uint32_t max)
+/* Pin h and take host frames for its pages without a host copy, at most
+ * room of them; false when the host tier cannot take them (h untouched). */
+static bool demote_plan_one(struct engine *eng, struct engine_demotion *d,
+			    struct history *h, uint32_t room)
 {
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	struct history *h;
-	uint32_t need;
+	uint32_t need = host_copies_missing(h, h->npages), k = d->nh;
 
-	d->h = NULL;
-	d->n = 0;
-	d->failed = false;
-	if (device_oldest(eng, &h) == UINT64_MAX)
-		return 0;
-	if (!h)
-		return share_evict_oldest(eng); /* chunks, prefix pages: no copy */
-	need = host_copies_missing(h, h->npages);
-	if (need > max)
-		need = max;
-	if (need > DEMOTE_MAX_PAGES)
-		need = DEMOTE_MAX_PAGES;
-	/* Nothing to copy, or no room on the host: done here, as always. */
-	if (!need || !host_make_room(eng, need, h))
-		return demote_or_drop(eng, h);
-	history_pin(eng, h); /* unpinned: no onload in flight, no writer */
+	if (need > room)
+		need = room;
+	if (!host_make_room(eng, need, h))
+		return false;
+	history_pin(eng, h); /* was unpinned: no onload in flight, no writer */
 	eng->demote_pins++;
-	d->h = h;
-	d->wgen = h->wgen;
-	d->partial = h->len % eng->P ? (uint32_t)(h->len / eng->P) : UINT32_MAX;
-	for (uint32_t i = 0; i < h->npages && d->n < need; i++) {
+	d->v[k].h = h;
+	d->v[k].wgen = h->wgen;
+	d->v[k].partial = h->len % eng->P ? (uint32_t)(h->len / eng->P) :
+					    UINT32_MAX;
+	d->v[k].first = d->n;
+	for (uint32_t i = 0; i < h->npages && d->n - d->v[k].first < need; i++) {
 		const struct page_ref *p = &h->pages[i];
 
 		if (p->frame[KVP_TIER_DEVICE] == FRAME_NONE ||
@@ -276,8 +268,31 @@ uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
 		d->host[d->n] = frames_alloc(host);
 		d->n++;
 	}
-	eng->demote_frames += d->n;
-	return 0;
+	d->v[k].n = d->n - d->v[k].first;
+	eng->demote_frames += d->v[k].n;
+	d->nh++;
+	return true;
+}
+
+uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
+			    uint32_t max)
+{
+	uint32_t freed = 0;
+	struct history *h;
+
+	d->nh = d->n = 0;
+	d->failed = false;
+	if (max > DEMOTE_MAX_PAGES)
+		max = DEMOTE_MAX_PAGES;
+	while (d->n < max && d->nh < DEMOTE_MAX_USERS &&
+	       device_oldest(eng, &h) != UINT64_MAX) {
+		if (!h)
+			freed += share_evict_oldest(eng); /* no copy needed */
+		else if (!host_copies_missing(h, h->npages) ||
+			 !demote_plan_one(eng, d, h, max - d->n))
+			freed += demote_or_drop(eng, h); /* at once, as always */
+	}
+	return freed;
 }
 
 /* No lock held: reads only what plan recorded and the tiers' fixed memory;
@@ -296,30 +311,29 @@ int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
 	return d->failed ? -EIO : 0;
 }
 
-uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
-			      const struct copy_batch *cb)
+/* Attach h's copies where its pages did not change; free the device copies
+ * when our pin is its only one; unpin. Device frames freed. */
+static uint32_t demote_finish_one(struct engine *eng, struct engine_demotion *d,
+				  uint32_t k)
 {
-	struct history *h = d->h;
-	bool wrote = h->wgen != d->wgen;
+	struct history *h = d->v[k].h;
+	bool wrote = h->wgen != d->v[k].wgen;
 	uint32_t freed = 0;
 
-	for (uint32_t k = 0; k < d->n; k++) {
-		uint32_t i = d->page[k];
+	for (uint32_t j = d->v[k].first; j < d->v[k].first + d->v[k].n; j++) {
+		uint32_t i = d->page[j];
 
 		/* A writer came meanwhile: the page it appends to may have
 		 * changed under the copy; full pages cannot. */
-		if (d->failed || (wrote && i == d->partial) || i >= h->npages ||
+		if (d->failed || (wrote && i == d->v[k].partial) || i >= h->npages ||
 		    h->pages[i].frame[KVP_TIER_HOST] != FRAME_NONE ||
-		    h->pages[i].frame[KVP_TIER_DEVICE] != d->dev[k])
-			frames_free(&eng->frames[KVP_TIER_HOST], d->host[k]);
+		    h->pages[i].frame[KVP_TIER_DEVICE] != d->dev[j])
+			frames_free(&eng->frames[KVP_TIER_HOST], d->host[j]);
 		else
-			page_set_frame(eng, h, i, KVP_TIER_HOST, d->host[k]);
+			page_set_frame(eng, h, i, KVP_TIER_HOST, d->host[j]);
 	}
-	eng->demote_frames -= d->n;
+	eng->demote_frames -= d->v[k].n;
 	eng->demote_pins--;
-	eng->st.bytes_d2h += cb->bytes;
-	eng->st.ns_d2h += cb->sync_ns;
-	/* Only our pin: the device copies of pages now on the host go. */
 	if (h->pins == 1) {
 		for (uint32_t i = 0; i < h->npages; i++)
 			if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&
@@ -331,9 +345,21 @@ uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
 		eng->st.demoted_pages += freed;
 	}
 	history_unpin(eng, h);
+	return freed;
+}
+
+uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
+			      const struct copy_batch *cb)
+{
+	uint32_t freed = 0;
+
+	for (uint32_t k = 0; k < d->nh; k++)
+		freed += demote_finish_one(eng, d, k);
+	eng->st.bytes_d2h += cb->bytes;
+	eng->st.ns_d2h += cb->sync_ns;
 	eng->st.reclaimed_pages += freed;
 	frames_flush(&eng->frames[KVP_TIER_DEVICE]);
-	d->h = NULL;
+	d->nh = d->n = 0;
 	return freed;
 }
 

@@ -326,6 +326,19 @@ static int prepare_room(struct op *o, struct engine *eng)
 			  need, hdr, pages, o->out_len);
 }
 
+/*
+ * A ring prepare may wait for the reclaimer (its worker holds the entry
+ * back, worker.c) until RECLAIM_WAIT_NS after its first try; then, or for a
+ * uds request, it makes the room itself. The first try counts the stall.
+ */
+static unsigned prepare_flags(const struct op *o)
+{
+	if (!o->wait || !o->wait->may_retry)
+		return o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT;
+	return ENGINE_PREPARE_WAIT_RECLAIM |
+	       (o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
+}
+
 static int op_prepare(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
@@ -343,7 +356,14 @@ static int op_prepare(struct op *o)
 	eng = op_lock_user(o, q->user);
 	ret = prepare_room(o, eng);
 	if (!ret)
-		ret = engine_prepare(eng, q->user, q->arg, q->n, o->c->id, &l, o->e);
+		ret = engine_prepare_flags(eng, q->user, q->arg, q->n, o->c->id,
+					   prepare_flags(o), &l, o->e);
+	if (ret == -EINPROGRESS) {
+		/* The reclaimer makes the room: the worker holds this entry
+		 * and runs it again, serving other clients meanwhile. */
+		o->wait->retry = true;
+		goto out;
+	}
 	if (ret == -EAGAIN) {
 		/* The user's shard is short of frames: every shard's lock, and
 		 * the prepare again, evicting the oldest pages of any shard. */
@@ -636,7 +656,8 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 
 	*cqe = (struct kvp_cqe){ .tag = sqe->tag };
 	if (wait)
-		*wait = (struct op_wait){ 0 };
+		*wait = (struct op_wait){ .may_retry = wait->may_retry,
+					  .retried = wait->retried };
 	/* Overflow-safe: out_off + out_len could wrap; this cannot. */
 	if (sqe->out_len > out_cap || sqe->out_off > out_cap - sqe->out_len) {
 		cqe->res = -EINVAL; /* nowhere to put a message */
@@ -647,6 +668,8 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 	ret = op_validate(&o);
 	if (!ret)
 		ret = descs[sqe->opcode].fn(&o);
+	if (wait && wait->retry)
+		return; /* not executed: the caller runs the entry again */
 	if (ret < 0)
 		op_fail(&o, ret);
 	else

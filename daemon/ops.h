@@ -38,6 +38,12 @@ void op_scratch_free(struct op_scratch *scr);
 struct op_wait {
 	struct engine *eng;
 	uint64_t fence;         /* 0: publish at once */
+	/* In: the caller can hold the entry back and run it again (a prepare
+	 * that waits for the reclaimer). Out: it did; nothing was done, no
+	 * completion: run the same entry again later. */
+	bool may_retry;
+	bool retried;           /* in: this entry was held back before */
+	bool retry;
 };
 
 /*

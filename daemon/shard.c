@@ -12,11 +12,19 @@
 #include "engine_internal.h"
 #include "shard.h"
 
-/* Pages one reclaim round copies at most (one history's): the copy runs
- * without the shard's lock, so this only sizes the copy batch. */
-#define RECLAIM_BATCH 128u
+/* Pages one reclaim round copies at most (the oldest histories' in one
+ * copy batch, run without the shard's lock). */
+#define RECLAIM_BATCH 32u
 
 /* ------------------------------------------------------------ routing */
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* splitmix64's finaliser: users are often consecutive ids. */
 static inline uint64_t mix64(uint64_t x)
@@ -91,6 +99,14 @@ void shard_unlock_all(struct shard_set *s)
 
 /* ------------------------------------------------------------ reclaimer */
 
+static void reclaim_wake(struct reclaimer *rc)
+{
+	pthread_mutex_lock(&rc->lock);
+	rc->wake = true;
+	pthread_cond_signal(&rc->cond);
+	pthread_mutex_unlock(&rc->lock);
+}
+
 void shard_reclaim_hint(struct shard_set *s)
 {
 	struct reclaimer *rc = &s->rc;
@@ -102,10 +118,24 @@ void shard_reclaim_hint(struct shard_set *s)
 		low |= frame_pool_free(&s->pool[t]) < rc->low[t];
 	if (!low || __atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
 		return;
-	pthread_mutex_lock(&rc->lock);
-	rc->wake = true;
-	pthread_cond_signal(&rc->cond);
-	pthread_mutex_unlock(&rc->lock);
+	/* Found nothing to evict a moment ago (all pinned): not again at
+	 * every request; a millisecond later. */
+	if (__atomic_load_n(&rc->dry, __ATOMIC_RELAXED) &&
+	    mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) < 1000000)
+		return;
+	reclaim_wake(rc);
+}
+
+bool shard_reclaim_kick(struct shard_set *s)
+{
+	struct reclaimer *rc = &s->rc;
+
+	if (!rc->started || !rc->high[KVP_TIER_DEVICE] ||
+	    __atomic_load_n(&rc->dry, __ATOMIC_RELAXED))
+		return false;
+	if (!__atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
+		reclaim_wake(rc);
+	return true;
 }
 
 /* The shard whose oldest evictable page of tier t is the oldest; -1: none. */
@@ -126,6 +156,14 @@ static int reclaim_victim(struct shard_set *s, enum kvp_tier t)
 	return victim;
 }
 
+static void reclaim_dry(struct shard_set *s, enum kvp_tier t)
+{
+	if (t != KVP_TIER_DEVICE)
+		return;
+	__atomic_store_n(&s->rc.dry_ns, mono_ns(), __ATOMIC_RELAXED);
+	__atomic_store_n(&s->rc.dry, true, __ATOMIC_RELAXED);
+}
+
 /* One demotion of shard i's oldest device pages, the copy unlocked
  * (engine.h); device frames freed. */
 static uint32_t reclaim_demote(struct shard_set *s, uint32_t i)
@@ -135,7 +173,7 @@ static uint32_t reclaim_demote(struct shard_set *s, uint32_t i)
 	uint32_t freed = engine_demote_plan(eng, &rc->dem, RECLAIM_BATCH);
 
 	shard_unlock(s, i);
-	if (!rc->dem.h)
+	if (!rc->dem.nh)
 		return freed;
 	engine_demote_copy(eng, &rc->dem, &rc->copy); /* no lock */
 	shard_lock(s, i);
@@ -155,8 +193,10 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 		uint64_t oldest;
 		uint32_t freed;
 
-		if (i < 0)
+		if (i < 0) {
+			reclaim_dry(s, t);
 			return;
+		}
 		if (t == KVP_TIER_DEVICE) {
 			freed = reclaim_demote(s, (uint32_t)i);
 		} else {
@@ -164,8 +204,10 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 					       RECLAIM_BATCH, &oldest);
 			shard_unlock(s, (uint32_t)i);
 		}
-		if (!freed && ++idle >= 8)
-			return; /* the oldest keep getting pinned: later */
+		if (!freed && ++idle >= 8) {
+			reclaim_dry(s, t); /* the oldest keep getting pinned */
+			return;
+		}
 	}
 }
 
@@ -181,6 +223,8 @@ static void *reclaimer_main(void *arg)
 		if (rc->stop)
 			break;
 		rc->runs++;
+		/* Woken: a release may have made something evictable. */
+		__atomic_store_n(&rc->dry, false, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&rc->lock);
 		/* Device first: its demotions need host frames, which the
 		 * host pass then makes up for. */
@@ -194,7 +238,7 @@ static void *reclaimer_main(void *arg)
 }
 
 /*
- * Watermarks: the device tier keeps 1/32 of its frames free (at least 2,
+ * Watermarks: the device tier keeps 1/16 of its frames free (at least 2,
  * at most 4096 pages and a quarter of the tier), refilled to twice that;
  * the host tier, whose reclaim drops data, 1/64 refilled to 1/32. In
  * RECLAIM_AUTO a tier of fewer than RECLAIM_MIN_FRAMES gets none.
@@ -203,7 +247,7 @@ static void reclaimer_marks(struct shard_set *s, enum reclaim_mode mode)
 {
 	for (int t = 0; t < KVP_TIERS; t++) {
 		uint32_t total = s->pool[t].total;
-		uint32_t low = total / (t == KVP_TIER_DEVICE ? 32 : 64);
+		uint32_t low = total / (t == KVP_TIER_DEVICE ? 16 : 64);
 
 		if (!total || (mode == RECLAIM_AUTO && total < RECLAIM_MIN_FRAMES)) {
 			s->rc.low[t] = s->rc.high[t] = 0;

@@ -71,6 +71,9 @@
 #define WAITV_CLIENTS (FUTEX_WAITV_MAX - 1)
 #define POLL_NS 1000000L
 #define PARK_POLL_NS 20000L /* idle worker with parked completions */
+/* How long a prepare waits for the reclaimer before it evicts for itself
+ * (a few of the reclaimer's rounds: 32 pages each, shard.c). */
+#define RECLAIM_WAIT_NS 5000000ull
 
 struct worker {
 	struct server *s;
@@ -293,7 +296,7 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 	for (i = 0; i < n; i++) {
 		struct kvp_sqe sqe;
 		struct kvp_cqe cqe;
-		struct op_wait wt;
+		struct op_wait wt = { 0 };
 
 		/* The one read of this entry: validated and used as copied. */
 		if (c->holding)
@@ -308,8 +311,23 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 			break;
 		}
 		c->holding = false;
+		/* A prepare may wait for the reclaimer, RECLAIM_WAIT_NS at most
+		 * (then it makes its room itself). */
+		wt.retried = c->stall_since != 0;
+		wt.may_retry = !wt.retried ||
+			       now_ns() - c->stall_since < RECLAIM_WAIT_NS;
 		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
 			    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
+		if (wt.retry) {
+			/* Nothing done: keep the entry, serve the others. */
+			if (!c->stall_since)
+				c->stall_since = now_ns();
+			c->held = sqe;
+			c->holding = true;
+			*blocked = false;
+			break;
+		}
+		c->stall_since = 0;
 		c->sq_head++;
 		if (wt.fence && park_cqe(c, &sqe, &cqe, &wt)) {
 			w->parked++;
@@ -406,7 +424,7 @@ static int uds_serve(struct worker *w, struct client *c, const char **why)
 {
 	struct kvp_sqe sqe;
 	struct kvp_cqe cqe;
-	struct op_wait wt;
+	struct op_wait wt = { 0 }; /* no retry: a uds request is not held */
 	int ret;
 
 	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED) {
@@ -544,7 +562,7 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 {
 	uint32_t nc = w->n < WAITV_CLIENTS ? w->n : WAITV_CLIENTS;
 	struct timespec deadline, *timeout = NULL;
-	bool work = false;
+	bool work = false, stalls = false;
 
 	if (w->no_waitv) {
 		sleep_fallback(w, ctl_seen);
@@ -566,14 +584,17 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 			.val = __atomic_load_n(db, __ATOMIC_ACQUIRE),
 			.uaddr = (uintptr_t)db, .flags = FUTEX_32 };
 	}
-	for (uint32_t i = 0; i < w->n && !work; i++)
+	for (uint32_t i = 0; i < w->n && !work; i++) {
 		work = ring_has_work(w->clients[i], &blocked) ||
 		       __atomic_load_n(&w->clients[i]->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE;
+		stalls |= w->clients[i]->stall_since != 0;
+	}
 	if (!work && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
-		if (blocked || w->n > nc || w->parked) {
-			/* Fences land without a wake-up: poll them briefly. */
+		if (blocked || w->n > nc || w->parked || stalls) {
+			/* Fences land, and the reclaimer frees, without a
+			 * wake-up: poll them briefly. */
 			clock_gettime(CLOCK_MONOTONIC, &deadline);
-			deadline.tv_nsec += w->parked ? PARK_POLL_NS : POLL_NS;
+			deadline.tv_nsec += w->parked || stalls ? PARK_POLL_NS : POLL_NS;
 			if (deadline.tv_nsec >= 1000000000L) {
 				deadline.tv_sec++;
 				deadline.tv_nsec -= 1000000000L;
