@@ -781,6 +781,8 @@ static void usage(FILE *f)
 "  --socket PATH      use the kvpoold at PATH instead of starting one per system\n"
 "                     (its tiers and layout are used as they are)\n"
 "  --kvpoold PATH     the kvpoold to start (default: next to kvbench)\n"
+"  --workers N        workers (and shards) of the kvpoold started here\n"
+"                     (default: its own, 1)\n"
 "  --redis HOST:PORT  use a running Redis instead of starting redis-server\n"
 "  --redis-server PATH\n"
 "                     the redis-server to start (default: redis-server on PATH)\n"
@@ -821,6 +823,7 @@ static const struct option long_opts[] = {
 	{ "md", required_argument, NULL, OPT_MD },
 	{ "plot-dir", required_argument, NULL, OPT_PLOT_DIR },
 	{ "backend", required_argument, NULL, OPT_BACKEND },
+	{ "workers", required_argument, NULL, KVB_OPT_WORKERS },
 	KVB_DAEMON_LONG_OPTS,
 	KVB_LONG_OPTS_END,
 };
