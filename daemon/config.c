@@ -325,7 +325,7 @@ static int set_reclaim(struct config *c, struct tenant_config *t, const char *v,
 		return 0;
 	}
 	if (parse_bool(v, &on, err, len)) {
-		snprintf(err, len, "reclaim = %s: use auto, yes or no", v);
+		snprintf(err, len, "use auto, yes or no");
 		return -EINVAL;
 	}
 	c->reclaim = on ? RECLAIM_ON : RECLAIM_OFF;

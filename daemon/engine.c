@@ -452,7 +452,7 @@ static bool prepare_waits(struct engine *eng, uint32_t total, unsigned flags)
 {
 	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !eng->set ||
 	    eng->frames[KVP_TIER_DEVICE].nfree >= total ||
-	    !shard_reclaim_kick(eng->set))
+	    !shard_reclaim_kick(eng->set, total))
 		return false;
 	if (flags & ENGINE_PREPARE_COUNT)
 		eng->st.reclaim_stalls++;

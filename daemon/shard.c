@@ -53,9 +53,12 @@ uint32_t shard_of_lease(const struct shard_set *s, uint64_t lease)
 
 uint32_t shard_cache_cap(const struct shard_set *s, int t)
 {
-	uint64_t cap = s->pool[t].total / (8ull * s->n);
+	/* Small: frames idle in one shard's cache are invisible to the
+	 * others (and to the reclaimer's watermarks), so a few dozen, enough
+	 * to batch the pool's lock, not a share of the tier. */
+	uint64_t cap = s->pool[t].total / (64ull * s->n);
 
-	return cap < 1 ? 1 : cap > 256 ? 256 : (uint32_t)cap;
+	return cap < 1 ? 1 : cap > 32 ? 32 : (uint32_t)cap;
 }
 
 /* ------------------------------------------------------------ locks */
@@ -126,13 +129,20 @@ void shard_reclaim_hint(struct shard_set *s)
 	reclaim_wake(rc);
 }
 
-bool shard_reclaim_kick(struct shard_set *s)
+bool shard_reclaim_kick(struct shard_set *s, uint32_t need)
 {
 	struct reclaimer *rc = &s->rc;
+	uint32_t want = __atomic_load_n(&rc->want, __ATOMIC_RELAXED);
 
 	if (!rc->started || !rc->high[KVP_TIER_DEVICE] ||
 	    __atomic_load_n(&rc->dry, __ATOMIC_RELAXED))
 		return false;
+	/* Free this much beyond the high watermark on the next pass: the
+	 * waiting prepare's pages come on top of the usual reserve. */
+	while (want < need && !__atomic_compare_exchange_n(&rc->want, &want, need,
+							   false, __ATOMIC_RELAXED,
+							   __ATOMIC_RELAXED))
+		;
 	if (!__atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
 		reclaim_wake(rc);
 	return true;
@@ -186,9 +196,13 @@ static uint32_t reclaim_demote(struct shard_set *s, uint32_t i)
  * evictable; one shard's lock at a time, RECLAIM_BATCH pages per round. */
 static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 {
-	uint32_t idle = 0;
+	uint32_t idle = 0, target = s->rc.high[t];
 
-	while (frame_pool_free(&s->pool[t]) < s->rc.high[t]) {
+	if (t == KVP_TIER_DEVICE)
+		target += __atomic_exchange_n(&s->rc.want, 0, __ATOMIC_RELAXED);
+	if (target > s->pool[t].total)
+		target = s->pool[t].total;
+	while (frame_pool_free(&s->pool[t]) < target) {
 		int i = reclaim_victim(s, t);
 		uint64_t oldest;
 		uint32_t freed;

@@ -74,6 +74,7 @@ struct reclaimer {
 	bool started, wake, stop;
 	bool dry;                   /* its last device pass found nothing */
 	uint64_t dry_ns;            /* CLOCK_MONOTONIC when it found that */
+	uint32_t want;              /* device frames waiting prepares need */
 	uint32_t low[KVP_TIERS];    /* free frames below which it is woken */
 	uint32_t high[KVP_TIERS];   /* it stops once this many are free */
 	uint64_t runs;              /* times it was woken (under lock) */
@@ -129,9 +130,10 @@ uint32_t shard_cache_cap(const struct shard_set *s, int t);
 
 /* Wake the reclaimer when the device pool is under its low watermark. */
 void shard_reclaim_hint(struct shard_set *s);
-/* Wake it now; false when it is not running or found nothing to evict on
- * its last run (then waiting for it would be in vain). */
-bool shard_reclaim_kick(struct shard_set *s);
+/* Wake it now to free need device frames beyond its high watermark; false
+ * when it is not running or found nothing to evict on its last run (then
+ * waiting for it would be in vain). */
+bool shard_reclaim_kick(struct shard_set *s, uint32_t need);
 
 /* The whole set, each shard under its lock in turn (global: all held). */
 void shard_set_stats(struct shard_set *s, struct kvp_stats *out);
