@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "copy.h"
 
 void copy_begin(struct copy_batch *b, const struct backend_ops *be,
@@ -41,14 +42,11 @@ static void copy_flush(struct copy_batch *b)
 		if (fence > b->fence)
 			b->fence = fence;
 	} else {
-		struct timespec t0, t1;
+		uint64_t t0 = mono_ns();
 
-		clock_gettime(CLOCK_MONOTONIC, &t0);
 		ret = b->be->copy(b->be_ctx, b->dir, b->dst, b->src, b->runs,
 				  b->n, &b->errmsg);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		b->sync_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll +
-					 (t1.tv_nsec - t0.tv_nsec));
+		b->sync_ns += mono_ns() - t0;
 	}
 	if (ret && !b->err)
 		b->err = ret;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "share_internal.h"
 #include "shard.h"
 
@@ -427,13 +428,11 @@ uint64_t engine_device_avail(struct engine *eng, const struct history *h,
 
 uint64_t engine_tick(struct engine *eng)
 {
-	struct timespec ts;
 	uint64_t now;
 
 	if (!eng->set)
 		return ++eng->tick;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	now = mono_ns();
 	eng->tick = now > eng->tick ? now : eng->tick + 1;
 	return eng->tick;
 }

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 
 enum sink { SINK_STDERR, SINK_FILE, SINK_SYSLOG };
@@ -161,11 +162,8 @@ static struct log_limit *limited;
 
 static uint64_t mono_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	/* + 1: 0 means "never used" in a log_limit. */
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 1;
+	return mono_ns() / 1000000 + 1;
 }
 
 static uint64_t (*clock_fn)(void) = mono_ms;

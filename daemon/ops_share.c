@@ -34,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ops_internal.h"
 #include "share.h"
 
@@ -44,10 +45,7 @@
 
 uint64_t op_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return real_ns();
 }
 
 /*

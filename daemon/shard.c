@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "engine_internal.h"
 #include "shard.h"
 
@@ -18,13 +19,6 @@
 
 /* ------------------------------------------------------------ routing */
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* splitmix64's finaliser: users are often consecutive ids. */
 static inline uint64_t mix64(uint64_t x)

@@ -62,6 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "client.h"
 #include "listener.h"
 #include "log.h"
@@ -105,14 +106,6 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
 	__asm__ __volatile__("yield");
 #endif
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void futex_wake(uint32_t *addr, int op, int n)
@@ -315,13 +308,13 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 		 * (then it makes its room itself). */
 		wt.retried = c->stall_since != 0;
 		wt.may_retry = !wt.retried ||
-			       now_ns() - c->stall_since < RECLAIM_WAIT_NS;
+			       mono_ns() - c->stall_since < RECLAIM_WAIT_NS;
 		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
 			    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
 		if (wt.retry) {
 			/* Nothing done: keep the entry, serve the others. */
 			if (!c->stall_since)
-				c->stall_since = now_ns();
+				c->stall_since = mono_ns();
 			c->held = sqe;
 			c->holding = true;
 			*blocked = false;
@@ -640,14 +633,14 @@ static void *worker_main(void *arg)
 		 * 4-client throughput on 2 cores lost 30%; bench/results.)
 		 */
 		if (!idle++) {
-			idle_since = now_ns();
+			idle_since = mono_ns();
 			continue;
 		}
 		if (idle % 64) {
 			cpu_relax();
 			continue;
 		}
-		if (now_ns() - idle_since < spin_ns) {
+		if (mono_ns() - idle_since < spin_ns) {
 			cpu_relax();
 			continue;
 		}

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "client_internal.h"
 
 #define SEAL_SLEEP_MIN_US 100u
@@ -227,10 +228,7 @@ int kvp_chunk_register(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 
 static uint64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return mono_ns() / 1000u;
 }
 
 static void sleep_us(uint64_t us)

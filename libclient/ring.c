@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "client_internal.h"
 
 static inline void cpu_relax(void)
@@ -33,14 +34,6 @@ static inline void cpu_relax(void)
 #else
 	__asm__ __volatile__("" ::: "memory");
 #endif
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Shared (not PRIVATE) futexes: the words live in memory of two processes. */
@@ -86,7 +79,7 @@ int kvpc_ring_push(struct kvp_client *c, const struct kvp_sqe *sqe)
 
 		if (room < 0)
 			return room;
-		now = now_ns();
+		now = mono_ns();
 		if (!spin_end) {
 			spin_end = now + (uint64_t)c->spin_us * 1000u;
 			next_check = now + KVPC_SLEEP_MS * 1000000ull;
@@ -204,7 +197,7 @@ int kvpc_cq_wait(struct kvp_client *c, uint32_t want)
 		/* Spin first: a busy daemon answers within microseconds and a
 		 * futex round trip costs more than that. */
 		if ((i++ & 63) == 0) {
-			uint64_t now = now_ns();
+			uint64_t now = mono_ns();
 
 			if (!spin_end)
 				spin_end = now + (uint64_t)c->spin_us * 1000u;
