@@ -348,7 +348,7 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 	out->start = h->start;
 	out->len = h->len;
 	out->pages = (uint32_t)pages_for(eng, h->len);
-	out->leases = h->pins;
+	out->leases = h->pins - h->demoting; /* the reclaimer's pin is no lease */
 	for (uint32_t i = 0; i < out->pages; i++) {
 		out->pages_device += h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE;
 		out->pages_host += h->pages[i].frame[KVP_TIER_HOST] != FRAME_NONE;

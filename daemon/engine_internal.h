@@ -61,6 +61,7 @@ struct history {
 	uint32_t pins;           /* leases and sequences (share.h) holding it */
 	int lru;                 /* enum lru_id */
 	uint64_t write_lease;    /* lease with an uncommitted reservation, or 0 */
+	bool demoting;           /* pinned by the reclaimer's copy (evict.c) */
 	uint32_t wgen;           /* bumped by every write reservation: a
 				  * demotion copying outside the lock sees
 				  * whether its partial last page changed */

@@ -251,6 +251,7 @@ static bool demote_plan_one(struct engine *eng, struct engine_demotion *d,
 	if (!host_make_room(eng, need, h))
 		return false;
 	history_pin(eng, h); /* was unpinned: no onload in flight, no writer */
+	h->demoting = true;
 	eng->demote_pins++;
 	d->v[k].h = h;
 	d->v[k].wgen = h->wgen;
@@ -334,6 +335,7 @@ static uint32_t demote_finish_one(struct engine *eng, struct engine_demotion *d,
 	}
 	eng->demote_frames -= d->v[k].n;
 	eng->demote_pins--;
+	h->demoting = false;
 	if (h->pins == 1) {
 		for (uint32_t i = 0; i < h->npages; i++)
 			if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE &&

@@ -99,7 +99,8 @@ void shard_unlock_all(struct shard_set *s)
 static void reclaim_wake(struct reclaimer *rc)
 {
 	pthread_mutex_lock(&rc->lock);
-	rc->wake = true;
+	/* Read without the lock by the hints: atomic, like every access. */
+	__atomic_store_n(&rc->wake, true, __ATOMIC_RELAXED);
 	pthread_cond_signal(&rc->cond);
 	pthread_mutex_unlock(&rc->lock);
 }
@@ -226,7 +227,7 @@ static void *reclaimer_main(void *arg)
 
 	pthread_mutex_lock(&rc->lock);
 	for (;;) {
-		while (!rc->wake && !rc->stop)
+		while (!__atomic_load_n(&rc->wake, __ATOMIC_RELAXED) && !rc->stop)
 			pthread_cond_wait(&rc->cond, &rc->lock);
 		if (rc->stop)
 			break;
