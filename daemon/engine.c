@@ -426,6 +426,23 @@ uint64_t engine_device_avail(struct engine *eng, const struct history *h,
 	return n;
 }
 
+bool engine_device_frame_in_use(const struct engine *eng, uint32_t f)
+{
+	if (!eng->set)
+		return frames_in_use(&eng->frames[KVP_TIER_DEVICE], f);
+	for (uint32_t i = 0; i < eng->set->n; i++)
+		if (frames_in_use(&eng->set->v[i].eng->frames[KVP_TIER_DEVICE], f))
+			return true;
+	return false;
+}
+
+struct history *engine_find_history(struct engine *eng, uint64_t user)
+{
+	if (eng->set)
+		eng = eng->set->v[shard_of_user(eng->set, user)].eng;
+	return user_table_find(&eng->users, user);
+}
+
 uint64_t engine_tick(struct engine *eng)
 {
 	uint64_t now;

@@ -129,6 +129,14 @@ struct share;
  */
 uint64_t engine_tick(struct engine *eng);
 
+/* Device frame f handed out by eng or, in a shard set, by any shard (a
+ * sequence borrows other shards' history pages): for the checks. */
+bool engine_device_frame_in_use(const struct engine *eng, uint32_t f);
+
+/* The user's history wherever it lives: eng's own table, or in a shard
+ * set (global mode: every lock held) the owning shard's; NULL if none. */
+struct history *engine_find_history(struct engine *eng, uint64_t user);
+
 /* Pages that hold `tokens` tokens (tokens < 2^63, so no overflow). */
 static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
 {

@@ -421,6 +421,12 @@ static int history_offload(struct engine *eng, struct history *h,
 	uint32_t limit = offload_limit(eng, h);
 	uint32_t need = host_copies_missing(h, limit), n;
 
+	/* With every shard locked, the frames idle in the others' caches are
+	 * reachable too (shard.h: an offload short of them is retried so). */
+	if (eng->set && eng->set->global && host->nfree < need)
+		for (uint32_t i = 0; i < eng->set->n; i++)
+			if (eng->set->v[i].eng != eng)
+				frames_flush(&eng->set->v[i].eng->frames[KVP_TIER_HOST]);
 	if (need > frames_reserve(host, need))
 		return errbuf_set(e, -ENOSPC, "user %" PRIu64 ": the host tier has "
 				  "%" PRIu32 " free pages, offload needs %" PRIu32

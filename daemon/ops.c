@@ -466,12 +466,15 @@ static int offload_pool(struct op *o, struct tenant *t, uint32_t pool,
 	uint64_t *pages = arg;
 	int ret = 0;
 
+	/* Every shard locked: free host frames idle in any shard's cache are
+	 * the offload's too (evict.c, history_offload). */
+	shard_lock_all(tp->set);
 	for (uint32_t i = 0; i < tp->set->n && ret >= 0; i++) {
-		ret = engine_offload_all(shard_lock(tp->set, i), o->e);
-		shard_unlock(tp->set, i);
+		ret = engine_offload_all(tp->set->v[i].eng, o->e);
 		if (ret > 0)
 			*pages += (uint64_t)ret;
 	}
+	shard_unlock_all(tp->set);
 	if (ret < 0) {
 		char why[KVP_ERRLEN];
 
@@ -488,7 +491,15 @@ static int op_offload(struct op *o)
 	int ret;
 
 	if (!(o->sqe->flags & KVP_SQE_ALL)) {
-		ret = engine_offload(op_lock_user(o, o->sqe->user), o->sqe->user, o->e);
+		struct engine *eng = op_lock_user(o, o->sqe->user);
+
+		ret = engine_offload(eng, o->sqe->user, o->e);
+		if (ret == -ENOSPC && op_set(o)->n > 1) {
+			/* Free host frames may sit in other shards' caches. */
+			eng = op_lock_escalate(o);
+			o->e->msg[0] = '\0';
+			ret = engine_offload(eng, o->sqe->user, o->e);
+		}
 		op_unlock_own(o);
 		return ret;
 	}

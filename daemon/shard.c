@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "mix64.h"
 #include "engine_internal.h"
 #include "shard.h"
 
@@ -20,19 +21,10 @@
 /* ------------------------------------------------------------ routing */
 
 
-/* splitmix64's finaliser: users are often consecutive ids. */
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 uint32_t shard_of_user(const struct shard_set *s, uint64_t user)
 {
-	return s->n == 1 ? 0 : (uint32_t)(mix64(user) % s->n);
+	/* The high 32 bits: the user table buckets by the low ones. */
+	return s->n == 1 ? 0 : (uint32_t)((mix64(user) >> 32) % s->n);
 }
 
 uint32_t shard_of_lease(const struct shard_set *s, uint64_t lease)

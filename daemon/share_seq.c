@@ -416,7 +416,7 @@ static int src_resolve(struct engine *eng, const struct kvp_seq_src *src,
 	*p = (struct src_plan){ .kind = src->kind };
 	switch (src->kind) {
 	case KVP_SRC_USER:
-		p->h = user_table_find(&eng->users, src->id);
+		p->h = engine_find_history(eng, src->id); /* any shard's */
 		if (!p->h || !p->h->len)
 			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": user %"
 					  PRIu64 " has nothing cached", i, src->id);
@@ -854,7 +854,7 @@ int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e)
 			for (uint32_t i = 0; i < q->npages; i++) {
 				uint32_t f = q->pages[i].frame;
 
-				if (!frames_in_use(&eng->frames[KVP_TIER_DEVICE], f))
+				if (!engine_device_frame_in_use(eng, f))
 					return errbuf_set(e, -EFAULT, "sequence %"
 							  PRIu64 " page %" PRIu32
 							  ": frame %" PRIu32 " is free",

@@ -6,17 +6,14 @@
 #include <stdlib.h>
 
 #include "engine_internal.h"
+#include "mix64.h"
 
 #define INITIAL_BUCKETS 1024
 
-/* splitmix64's finaliser: user ids are often small and sequential. */
+/* The low bits of the mix pick the bucket (the shards take the high ones). */
 static inline uint64_t hash_user(uint64_t x)
 {
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	return mix64(x);
 }
 
 int user_table_init(struct user_table *t)
