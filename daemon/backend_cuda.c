@@ -6,10 +6,10 @@
  *
  * Linking. This file is plain C and links the static CUDA runtime
  * (cudart_static), which loads libcuda.so.1 only on the first CUDA call. The
- * driver API functions it needs (cuMemCreate and friends) are looked up
- * through cudaGetDriverEntryPointByVersion() in backend_cuda_open(), never
- * linked, so kvpoold and the engine start and serve the shm backend on a
- * machine with no GPU driver at all.
+ * driver API functions it needs (cuMemCreate and friends) come from
+ * lib/cuda_driver.c, the loader libkvpool uses too, in backend_cuda_open();
+ * they are looked up, never linked, so kvpoold and the engine start and
+ * serve the shm backend on a machine with no GPU driver at all.
  *
  * The device tier. cuMemCreate(PINNED, on `device`, requestedHandleTypes =
  * POSIX_FILE_DESCRIPTOR) of the requested size rounded up to the recommended
@@ -59,13 +59,10 @@
 #include <unistd.h>
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
-
-/* The driver ABI asked for: the cuMem* calls below are all CUDA 10.2's. */
-#define DRIVER_API_VERSION 12000
+#include "cuda_driver.h"
 
 /* One device-tier allocation, so tier_free can find its handle. */
 struct cuda_alloc {
@@ -87,20 +84,7 @@ struct cuda_ctx {
 	cudaEvent_t ev[FENCE_RING];  /* fence f is ev[f % FENCE_RING] */
 	uint64_t issued;             /* the last fence handed out */
 	uint64_t landed;             /* every fence <= landed has landed */
-	struct {
-		PFN_cuMemCreate_v10020 create;
-		PFN_cuMemRelease_v10020 release;
-		PFN_cuMemExportToShareableHandle_v10020 export_fd;
-		PFN_cuMemGetAllocationGranularity_v10020 granularity;
-		PFN_cuMemAddressReserve_v10020 reserve;
-		PFN_cuMemAddressFree_v10020 addr_free;
-		PFN_cuMemMap_v10020 map;
-		PFN_cuMemUnmap_v10020 unmap;
-		PFN_cuMemSetAccess_v10020 set_access;
-		PFN_cuGetErrorString_v6000 error_string;
-		PFN_cuDeviceGet_v2000 device_get;
-		PFN_cuDeviceGetUuid_v11040 device_uuid;
-	} cu;
+	const struct cuda_driver *cu; /* the process's driver functions */
 };
 
 /* ------------------------------------------------------------ errors */
@@ -135,15 +119,6 @@ static int cu_errno(CUresult r)
 	}
 }
 
-static const char *cu_str(const struct cuda_ctx *x, CUresult r)
-{
-	const char *s = NULL;
-
-	if (x->cu.error_string)
-		x->cu.error_string(r, &s);
-	return s ? s : "unknown CUDA driver error";
-}
-
 /* Make x's device current on this thread (the runtime keeps it per thread). */
 static int cuda_use(struct cuda_ctx *x, struct errbuf *e)
 {
@@ -157,57 +132,23 @@ static int cuda_use(struct cuda_ctx *x, struct errbuf *e)
 
 /* ------------------------------------------------------------ open / close */
 
-static int resolve(struct cuda_ctx *x, const char *sym, void **fn,
-		   struct errbuf *e)
+/* The driver functions (lib/cuda_driver.c), or why not, naming the device. */
+static int driver_get(struct cuda_ctx *x, struct errbuf *e)
 {
-	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-	cudaError_t err;
+	struct cuda_driver_error why;
 
-	*fn = NULL;
-	err = cudaGetDriverEntryPointByVersion(sym, fn, DRIVER_API_VERSION,
-					       cudaEnableDefault, &q);
-	if (err != cudaSuccess)
-		return errbuf_set(e, cuda_errno(err), "cuda device %d: cannot look "
-				  "up %s in the CUDA driver: %s", x->device, sym,
-				  cudaGetErrorString(err));
-	if (!*fn || q != cudaDriverEntryPointSuccess)
-		return errbuf_set(e, -ENOSYS, "cuda device %d: the CUDA driver has no "
-				  "%s (%s); kvpoold needs a driver for CUDA 12.0 or "
-				  "newer", x->device, sym,
-				  q == cudaDriverEntryPointVersionNotSufficent ?
-				  "driver too old" : "symbol not found");
-	return 0;
-}
-
-static int resolve_all(struct cuda_ctx *x, struct errbuf *e)
-{
-	struct {
-		const char *sym;
-		void **fn;
-	} t[] = {
-		{ "cuMemCreate", (void **)&x->cu.create },
-		{ "cuMemRelease", (void **)&x->cu.release },
-		{ "cuMemExportToShareableHandle", (void **)&x->cu.export_fd },
-		{ "cuMemGetAllocationGranularity", (void **)&x->cu.granularity },
-		{ "cuMemAddressReserve", (void **)&x->cu.reserve },
-		{ "cuMemAddressFree", (void **)&x->cu.addr_free },
-		{ "cuMemMap", (void **)&x->cu.map },
-		{ "cuMemUnmap", (void **)&x->cu.unmap },
-		{ "cuMemSetAccess", (void **)&x->cu.set_access },
-		{ "cuGetErrorString", (void **)&x->cu.error_string },
-		{ "cuDeviceGet", (void **)&x->cu.device_get },
-		/* At DRIVER_API_VERSION this is cuDeviceGetUuid_v2 (a MIG
-		 * instance's own UUID), the one libkvpool looks up too. */
-		{ "cuDeviceGetUuid", (void **)&x->cu.device_uuid },
-	};
-
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-		int ret = resolve(x, t[i].sym, t[i].fn, e);
-
-		if (ret)
-			return ret;
-	}
-	return 0;
+	x->cu = cuda_driver_get(&why);
+	if (x->cu)
+		return 0;
+	if (why.err != cudaSuccess)
+		return errbuf_set(e, cuda_errno(why.err), "cuda device %d: cannot "
+				  "look up %s in the CUDA driver: %s", x->device,
+				  why.sym, cudaGetErrorString(why.err));
+	return errbuf_set(e, -ENOSYS, "cuda device %d: the CUDA driver has no %s "
+			  "(%s); kvpoold needs a driver for " CUDA_DRIVER_ABI_NAME
+			  " or newer", x->device, why.sym,
+			  why.query == cudaDriverEntryPointVersionNotSufficent ?
+			  "driver too old" : "symbol not found");
 }
 
 /*
@@ -221,13 +162,13 @@ static int device_uuid(struct cuda_ctx *x, struct errbuf *e)
 	CUuuid u;
 	CUresult r;
 
-	r = x->cu.device_get(&dev, x->device);
+	r = x->cu->device_get(&dev, x->device);
 	if (r == CUDA_SUCCESS)
-		r = x->cu.device_uuid(&u, dev);
+		r = x->cu->device_uuid(&u, dev);
 	if (r != CUDA_SUCCESS)
 		return errbuf_set(e, cu_errno(r), "cuda device %d: cannot read its "
 				  "UUID (cuDeviceGetUuid): %s", x->device,
-				  cu_str(x, r));
+				  cuda_driver_strerror(x->cu, r));
 	_Static_assert(sizeof(u.bytes) == sizeof(x->uuid), "CUuuid is 16 bytes");
 	memcpy(x->uuid, u.bytes, sizeof(x->uuid));
 	return 0;
@@ -287,7 +228,7 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 			goto fail;
 		}
 	}
-	ret = resolve_all(x, e);
+	ret = driver_get(x, e);
 	if (ret)
 		goto fail;
 	ret = device_uuid(x, e);
@@ -353,7 +294,7 @@ static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out
 	int fd = -1, ret;
 
 	step = "cuMemGetAllocationGranularity";
-	r = x->cu.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	r = x->cu->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 	if (r != CUDA_SUCCESS || !gran)
 		goto cu_fail;
 	if (bytes > SIZE_MAX - (gran - 1))
@@ -365,26 +306,26 @@ static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out
 		return errbuf_set(e, -ENOMEM, "cuda device %d: out of memory", x->device);
 
 	step = "cuMemCreate";
-	r = x->cu.create(&a->handle, size, &prop, 0);
+	r = x->cu->create(&a->handle, size, &prop, 0);
 	if (r != CUDA_SUCCESS)
 		goto cu_fail_free;
 	created = true;
 	step = "cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR)";
-	r = x->cu.export_fd(&fd, a->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	r = x->cu->export_fd(&fd, a->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 	if (r != CUDA_SUCCESS)
 		goto cu_fail_free;
 	step = "cuMemAddressReserve";
-	r = x->cu.reserve(&ptr, size, gran, 0, 0);
+	r = x->cu->reserve(&ptr, size, gran, 0, 0);
 	if (r != CUDA_SUCCESS)
 		goto cu_fail_free;
 	reserved = true;
 	step = "cuMemMap";
-	r = x->cu.map(ptr, size, 0, a->handle, 0);
+	r = x->cu->map(ptr, size, 0, a->handle, 0);
 	if (r != CUDA_SUCCESS)
 		goto cu_fail_free;
 	mapped = true;
 	step = "cuMemSetAccess";
-	r = x->cu.set_access(ptr, size, &access, 1);
+	r = x->cu->set_access(ptr, size, &access, 1);
 	if (r != CUDA_SUCCESS)
 		goto cu_fail_free;
 
@@ -413,20 +354,21 @@ static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out
 cu_fail:
 	return errbuf_set(e, cu_errno(r), "cuda device %d: %s for a device tier of "
 			  "%" PRIu64 " bytes: %s", x->device, step, bytes,
-			  cu_str(x, r));
+			  cuda_driver_strerror(x->cu, r));
 cu_fail_free:
 	ret = errbuf_set(e, cu_errno(r), "cuda device %d: %s for a device tier of "
-			 "%zu bytes: %s%s", x->device, step, size, cu_str(x, r),
+			 "%zu bytes: %s%s", x->device, step, size,
+			 cuda_driver_strerror(x->cu, r),
 			 r == CUDA_ERROR_OUT_OF_MEMORY ? "; lower device_mem" : "");
 undo:
 	if (mapped)
-		x->cu.unmap(ptr, size);
+		x->cu->unmap(ptr, size);
 	if (reserved)
-		x->cu.addr_free(ptr, size);
+		x->cu->addr_free(ptr, size);
 	if (fd >= 0)
 		close(fd);
 	if (created)
-		x->cu.release(a->handle);
+		x->cu->release(a->handle);
 	free(a);
 	return ret;
 }
@@ -501,9 +443,9 @@ static void cuda_tier_free(void *ctx, struct tier_mem *m)
 	if (a) {
 		/* Clients hold their own imports; the memory lives on until
 		 * the last of them unmaps and closes its fd. */
-		x->cu.unmap(a->ptr, a->size);
-		x->cu.addr_free(a->ptr, a->size);
-		x->cu.release(a->handle);
+		x->cu->unmap(a->ptr, a->size);
+		x->cu->addr_free(a->ptr, a->size);
+		x->cu->release(a->handle);
 		free(a);
 	} else {
 		cudaFreeHost(m->base);

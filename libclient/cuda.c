@@ -7,7 +7,8 @@
  * never links libcuda: it loads and works on machines without a GPU driver
  * (CI, the shm backend). The driver functions the mapping needs
  * (cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap, ...) are
- * looked up with cudaGetDriverEntryPoint when the first cuda welcome comes.
+ * looked up when the first cuda welcome comes, by lib/cuda_driver.c, the
+ * loader kvpoold uses too (same functions at the same ABI versions).
  *
  * WHICH GPU. welcome.cuda_uuid names the GPU (welcome.cuda_device is only
  * its ordinal in the daemon, which under another CUDA_VISIBLE_DEVICES is
@@ -124,16 +125,11 @@ int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease)
 
 #else /* KVPOOL_HAVE_CUDA */
 
-#include <pthread.h>
-
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda_driver.h"
 #include "kvp_kernels.h"
-
-#if CUDART_VERSION < 12000
-#error "libkvpool needs CUDA 12 or later"
-#endif
 
 #define STAGES 32u             /* appends in flight before the host waits */
 #define STAGE_MIN (4u << 10)   /* a staging buffer's first size: 512 slots */
@@ -159,6 +155,7 @@ struct lease_rec {
 
 struct kvpc_cuda {
 	int device;
+	const struct cuda_driver *drv; /* the process's driver functions */
 	CUcontext ctx;                 /* the device's primary context */
 	CUmemGenericAllocationHandle handle;
 	CUdeviceptr base;
@@ -170,84 +167,7 @@ struct kvpc_cuda {
 	uint32_t tab_cap, tab_used;
 };
 
-/* ------------------------------------------------------------ driver */
-
-static struct {
-	CUresult (*ctx_get)(CUcontext *);
-	CUresult (*ctx_set)(CUcontext);
-	CUresult (*granularity)(size_t *, const CUmemAllocationProp *,
-				CUmemAllocationGranularity_flags);
-	CUresult (*import)(CUmemGenericAllocationHandle *, void *,
-			   CUmemAllocationHandleType);
-	CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr,
-			    unsigned long long);
-	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-			unsigned long long);
-	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-	CUresult (*unmap)(CUdeviceptr, size_t);
-	CUresult (*addr_free)(CUdeviceptr, size_t);
-	CUresult (*release)(CUmemGenericAllocationHandle);
-	CUresult (*error_string)(CUresult, const char **);
-	CUresult (*device_get)(CUdevice *, int);
-	CUresult (*device_uuid)(CUuuid *, CUdevice);
-} drv;
-
-static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
-static const char *drv_missing;        /* the first symbol not found */
-static cudaError_t drv_error = cudaSuccess;
-
-static void *entry(const char *name)
-{
-	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-	void *fn = NULL;
-	cudaError_t e;
-
-#if CUDART_VERSION >= 12050
-	e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-#else
-	e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-	if ((e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) &&
-	    !drv_missing) {
-		drv_missing = name;
-		drv_error = e;
-		fn = NULL;
-	}
-	return fn;
-}
-
-#define ENTRY(field, name)                                                  \
-	do {                                                                \
-		void *p_ = entry(name);                                     \
-		memcpy(&drv.field, &p_, sizeof(p_));                        \
-	} while (0)
-
-static void resolve(void)
-{
-	ENTRY(ctx_get, "cuCtxGetCurrent");
-	ENTRY(ctx_set, "cuCtxSetCurrent");
-	ENTRY(granularity, "cuMemGetAllocationGranularity");
-	ENTRY(import, "cuMemImportFromShareableHandle");
-	ENTRY(reserve, "cuMemAddressReserve");
-	ENTRY(map, "cuMemMap");
-	ENTRY(set_access, "cuMemSetAccess");
-	ENTRY(unmap, "cuMemUnmap");
-	ENTRY(addr_free, "cuMemAddressFree");
-	ENTRY(release, "cuMemRelease");
-	ENTRY(error_string, "cuGetErrorString");
-	ENTRY(device_get, "cuDeviceGet");
-	/* cuDeviceGetUuid_v2 at ABI 12000, as kvpoold reads it. */
-	ENTRY(device_uuid, "cuDeviceGetUuid");
-}
-
-static const char *cu_str(CUresult r)
-{
-	const char *s = NULL;
-
-	if (drv.error_string && drv.error_string(r, &s) == CUDA_SUCCESS && s)
-		return s;
-	return "unknown CUDA driver error";
-}
+/* ------------------------------------------------------------ contexts */
 
 /* Make the pool's context current; *prev gets the caller's. */
 static int enter(struct kvp_client *c, CUcontext *prev)
@@ -255,21 +175,22 @@ static int enter(struct kvp_client *c, CUcontext *prev)
 	const struct kvpc_cuda *cu = c->cuda;
 	CUresult r;
 
-	if (drv.ctx_get(prev) != CUDA_SUCCESS)
+	if (cu->drv->ctx_get(prev) != CUDA_SUCCESS)
 		*prev = NULL;
 	if (*prev == cu->ctx)
 		return 0;
-	r = drv.ctx_set(cu->ctx);
+	r = cu->drv->ctx_set(cu->ctx);
 	if (r != CUDA_SUCCESS)
 		return kvpc_err(c, -EIO, "cannot make the context of CUDA device %d "
-				"current: %s", cu->device, cu_str(r));
+				"current: %s", cu->device,
+				cuda_driver_strerror(cu->drv, r));
 	return 0;
 }
 
 static void leave(struct kvp_client *c, CUcontext prev)
 {
 	if (prev != c->cuda->ctx)
-		drv.ctx_set(prev);
+		c->cuda->drv->ctx_set(prev);
 }
 
 /* ------------------------------------------------------------ attach */
@@ -277,6 +198,7 @@ static void leave(struct kvp_client *c, CUcontext prev)
 static int map_pool(struct kvp_client *c, int *fd)
 {
 	struct kvpc_cuda *cu = c->cuda;
+	const struct cuda_driver *drv = cu->drv;
 	CUmemAllocationProp prop;
 	CUmemAccessDesc acc;
 	size_t gran = 0;
@@ -292,52 +214,54 @@ static int map_pool(struct kvp_client *c, int *fd)
 				"of this process, which cannot be used here: %s "
 				"(in use exclusively by another process?)", c->path,
 				cu->device, cudaGetErrorString(e));
-	r = drv.ctx_get(&cu->ctx);
+	r = drv->ctx_get(&cu->ctx);
 	if (r != CUDA_SUCCESS || !cu->ctx)
 		return kvpc_err(c, -EIO, "no CUDA context on device %d: %s",
-				cu->device, cu_str(r));
+				cu->device, cuda_driver_strerror(drv, r));
 
 	memset(&prop, 0, sizeof(prop));
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = cu->device;
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-	r = drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	r = drv->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS || !gran)
 		return kvpc_err(c, -EIO, "cuMemGetAllocationGranularity on device %d: %s",
-				cu->device, cu_str(r));
+				cu->device, cuda_driver_strerror(drv, r));
 	if (!cu->bytes || cu->bytes % gran)
 		return kvpc_err(c, -EPROTO,
 				"kvpoold at %s sent a device tier of %zu bytes, not a "
 				"multiple of the allocation granularity (%zu)", c->path,
 				cu->bytes, gran);
 
-	r = drv.import(&cu->handle, (void *)(intptr_t)*fd,
-		       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	r = drv->import(&cu->handle, (void *)(intptr_t)*fd,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	if (r != CUDA_SUCCESS)
 		return kvpc_err(c, -EPROTO,
 				"cannot import the device tier kvpoold at %s sent "
-				"(cuMemImportFromShareableHandle: %s)", c->path, cu_str(r));
+				"(cuMemImportFromShareableHandle: %s)", c->path,
+				cuda_driver_strerror(drv, r));
 	cu->have_handle = 1;
 	close(*fd); /* the handle keeps the memory */
 	*fd = -1;
-	r = drv.reserve(&cu->base, cu->bytes, gran, 0, 0);
+	r = drv->reserve(&cu->base, cu->bytes, gran, 0, 0);
 	if (r != CUDA_SUCCESS)
 		return kvpc_err(c, -ENOMEM, "cannot reserve %zu bytes of GPU address "
-				"space: %s", cu->bytes, cu_str(r));
+				"space: %s", cu->bytes, cuda_driver_strerror(drv, r));
 	cu->reserved = 1;
-	r = drv.map(cu->base, cu->bytes, 0, cu->handle, 0);
+	r = drv->map(cu->base, cu->bytes, 0, cu->handle, 0);
 	if (r != CUDA_SUCCESS)
 		return kvpc_err(c, -EPROTO, "cannot map kvpoold's %zu-byte device tier: "
-				"%s", cu->bytes, cu_str(r));
+				"%s", cu->bytes, cuda_driver_strerror(drv, r));
 	cu->mapped = 1;
 	memset(&acc, 0, sizeof(acc));
 	acc.location = prop.location;
 	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	r = drv.set_access(cu->base, cu->bytes, &acc, 1);
+	r = drv->set_access(cu->base, cu->bytes, &acc, 1);
 	if (r != CUDA_SUCCESS)
 		return kvpc_err(c, -EACCES, "cannot get read-write access to the device "
-				"tier on device %d: %s", cu->device, cu_str(r));
+				"tier on device %d: %s", cu->device,
+				cuda_driver_strerror(drv, r));
 	c->device = (void *)(uintptr_t)cu->base;
 	c->device_bytes = cu->bytes;
 	return 0;
@@ -345,12 +269,16 @@ static int map_pool(struct kvp_client *c, int *fd)
 
 /*
  * This process's ordinal of the GPU whose UUID is want (the daemon's
- * `device`), or -errno. Every visible device's UUID is read (a few
+ * `device`), or -errno; *out gets the driver functions it read them with
+ * (lib/cuda_driver.c). Every visible device's UUID is read (a few
  * microseconds each, once per attach): ordinals here and in the daemon
  * need not agree.
  */
-static int find_device(struct kvp_client *c, int32_t device, const uint8_t want[16])
+static int find_device(struct kvp_client *c, int32_t device, const uint8_t want[16],
+		       const struct cuda_driver **out)
 {
+	const struct cuda_driver *drv;
+	struct cuda_driver_error why;
 	uint8_t (*seen)[16];
 	cudaError_t e;
 	CUresult r;
@@ -368,14 +296,15 @@ static int find_device(struct kvp_client *c, int32_t device, const uint8_t want[
 				"kvpoold at %s serves its pool from a GPU, but CUDA "
 				"cannot be used in this process: %s", c->path,
 				cudaGetErrorString(e));
-	pthread_once(&drv_once, resolve);
-	if (drv_missing)
+	drv = cuda_driver_get(&why);
+	if (!drv)
 		return kvpc_err(c, -ENODEV,
 				"kvpoold at %s serves its pool from CUDA device %" PRId32
 				", but the CUDA driver cannot be used here (%s: %s)",
-				c->path, device, drv_missing,
-				drv_error == cudaSuccess ? "not found" :
-				cudaGetErrorString(drv_error));
+				c->path, device, why.sym,
+				why.err == cudaSuccess ? "not found" :
+				cudaGetErrorString(why.err));
+	*out = drv;
 	seen = calloc((size_t)n, sizeof(*seen));
 	if (!seen)
 		return kvpc_err(c, -ENOMEM, "out of memory");
@@ -383,13 +312,14 @@ static int find_device(struct kvp_client *c, int32_t device, const uint8_t want[
 		CUdevice dev;
 		CUuuid u;
 
-		r = drv.device_get(&dev, i);
+		r = drv->device_get(&dev, i);
 		if (r == CUDA_SUCCESS)
-			r = drv.device_uuid(&u, dev);
+			r = drv->device_uuid(&u, dev);
 		if (r != CUDA_SUCCESS) {
 			free(seen);
 			return kvpc_err(c, -EIO, "cannot read the UUID of CUDA device "
-					"%d (cuDeviceGetUuid): %s", i, cu_str(r));
+					"%d (cuDeviceGetUuid): %s", i,
+					cuda_driver_strerror(drv, r));
 		}
 		memcpy(seen[i], u.bytes, sizeof(seen[i]));
 	}
@@ -401,27 +331,29 @@ static int find_device(struct kvp_client *c, int32_t device, const uint8_t want[
 int kvpc_cuda_attach(struct kvp_client *c, int *fd, int32_t device,
 		     const uint8_t uuid[16])
 {
+	const struct cuda_driver *drv = NULL;
 	struct kvpc_cuda *cu;
 	CUcontext prev = NULL;
 	int ret, ordinal;
 
-	ordinal = find_device(c, device, uuid);
+	ordinal = find_device(c, device, uuid, &drv);
 	if (ordinal < 0)
 		return ordinal;
 	cu = calloc(1, sizeof(*cu));
 	if (!cu)
 		return kvpc_err(c, -ENOMEM, "out of memory");
 	cu->device = ordinal;
+	cu->drv = drv;
 	cu->bytes = c->tier_bytes[KVP_TIER_DEVICE];
 	c->cuda = cu;
 	c->cuda_device = ordinal;
 
-	if (drv.ctx_get(&prev) != CUDA_SUCCESS)
+	if (drv->ctx_get(&prev) != CUDA_SUCCESS)
 		prev = NULL;
 	ret = map_pool(c, fd);
 	/* Back to whatever was current (maybe nothing) before the attach. */
 	if (cu->ctx != prev)
-		drv.ctx_set(prev);
+		drv->ctx_set(prev);
 	return ret;
 }
 
@@ -450,11 +382,11 @@ void kvpc_cuda_detach(struct kvp_client *c)
 		leave(c, prev);
 	}
 	if (cu->mapped)
-		drv.unmap(cu->base, cu->bytes);
+		cu->drv->unmap(cu->base, cu->bytes);
 	if (cu->reserved)
-		drv.addr_free(cu->base, cu->bytes);
+		cu->drv->addr_free(cu->base, cu->bytes);
 	if (cu->have_handle)
-		drv.release(cu->handle);
+		cu->drv->release(cu->handle);
 	free(cu->tab);
 	free(cu);
 	c->cuda = NULL;

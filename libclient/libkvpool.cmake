@@ -23,6 +23,8 @@ function(kvpool_client_cuda target scope)
   if(KVPOOL_HAVE_CUDA)
     target_compile_definitions(${target} PRIVATE KVPOOL_HAVE_CUDA=1)
     target_link_libraries(${target} ${scope} kvpool_kernels CUDA::cudart_static)
+    # The driver loader shared with kvpoold: its objects, in this library.
+    target_link_libraries(${target} PRIVATE kvpool_cuda_driver)
   endif()
 endfunction()
 
