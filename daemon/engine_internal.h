@@ -143,6 +143,10 @@ static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
 	return (tokens + eng->P - 1) / eng->P;
 }
 
+/* engine.c: the lease id's slot, NULL when it is not held (stale gen,
+ * another shard's, released). */
+struct lease *lease_lookup(struct engine *eng, uint64_t id);
+
 /* evict.c */
 void lru_remove(struct engine *eng, struct history *h);
 /* Put an unpinned history on the list its residency says, as most recent. */
