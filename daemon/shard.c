@@ -312,7 +312,13 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 		return errbuf_set(e, -EINVAL, "shards = %" PRIu32 ": use 1 to %u",
 				  cfg->shards, SHARDS_MAX);
 	s = calloc(1, sizeof(*s));
-	if (!s || !(s->v = calloc(cfg->shards, sizeof(*s->v)))) {
+	/* struct shard is cache-line aligned (no false sharing of two shards'
+	 * locks): calloc does not promise 64. */
+	if (s && posix_memalign((void **)&s->v, 64, cfg->shards * sizeof(*s->v)))
+		s->v = NULL;
+	if (s && s->v)
+		memset(s->v, 0, cfg->shards * sizeof(*s->v));
+	if (!s || !s->v) {
 		free(s);
 		return errbuf_set(e, -ENOMEM, "out of memory for %" PRIu32 " shards",
 				  cfg->shards);
