@@ -167,7 +167,12 @@ static bool seq_needs_cow(const struct engine *eng, const struct seq *q)
 	if (!(q->len % eng->P) || !q->npages)
 		return false;
 	p = &q->pages[q->npages - 1];
-	return p->kind == SP_BORROWED || eng->share->sp[p->frame].refs > 1;
+	/* Published, the page is full for the sequence that published it (a
+	 * sequence created from it before that commit sees it partial) and
+	 * any later prefix hit's: never written in place (test_shard_model,
+	 * test_extend_copies_a_published_partial_page). */
+	return p->kind == SP_BORROWED || eng->share->sp[p->frame].refs > 1 ||
+	       eng->share->sp[p->frame].pc != PC_NONE;
 }
 
 /* Copy the last page into a frame of q's own (device to device). */

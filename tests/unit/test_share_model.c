@@ -799,7 +799,8 @@ static void op_seq_extend(struct sim *s)
 		toks[i] = vocab(stream, q->len + i);
 	struct pref *last = q->npg ? &q->pg[q->npg - 1] : NULL;
 	bool cow = q->len % P && last &&
-		   (last->kind != PK_REF || s->sp[last->obj].refs > 1);
+		   (last->kind != PK_REF || s->sp[last->obj].refs > 1 ||
+		    s->sp[last->obj].pub);
 	with_toks = q->hashable && chance(s, 80);
 	uint32_t need = pages_for(q->len + n_new) - q->npg + cow;
 	uint64_t ev = evictable(s, -1, NULL, NULL);
