@@ -185,14 +185,12 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped);
 void engine_stats(const struct engine *eng, struct kvp_stats *out);
 
 /*
- * Free up to max frames of tier t, oldest first (device: demote to the
- * host or drop; host: drop host-only histories), and give this shard's
- * cached frames of t back to the set's pool. For the reclaimer (shard.h);
- * returns frames freed. *oldest gets the tick of the oldest evictable
- * page left (UINT64_MAX: none).
+ * Free at least max host frames (or all it can), dropping the oldest
+ * host-only histories, and give this shard's cached host frames back to
+ * the set's pool. For the reclaimer (shard.h; the device tier goes through
+ * engine_demote_*); returns frames freed.
  */
-uint32_t engine_reclaim(struct engine *eng, enum kvp_tier t, uint32_t max,
-			uint64_t *oldest);
+uint32_t engine_reclaim_host(struct engine *eng, uint32_t max);
 /*
  * The reclaimer's demotion, its copy outside the shard's lock:
  *   plan   (locked)   the device tier's oldest: a chunk or prefix page is

@@ -375,30 +375,14 @@ uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t)
 	return device_oldest(eng, &h);
 }
 
-uint32_t engine_reclaim(struct engine *eng, enum kvp_tier t, uint32_t max,
-			uint64_t *oldest)
+uint32_t engine_reclaim_host(struct engine *eng, uint32_t max)
 {
-	uint32_t freed = 0, n;
+	uint32_t freed = 0;
 
-	while (freed < max) {
-		if (t == KVP_TIER_HOST) {
-			struct history *h = eng->lru[LRU_HOST].head;
-
-			n = h ? history_drop(eng, h) : 0;
-		} else {
-			struct history *h;
-
-			if (device_oldest(eng, &h) == UINT64_MAX)
-				break;
-			n = device_evict_one(eng);
-		}
-		if (!n && t == KVP_TIER_HOST)
-			break;
-		freed += n;
-	}
+	while (freed < max && eng->lru[LRU_HOST].head)
+		freed += history_drop(eng, eng->lru[LRU_HOST].head);
 	eng->st.reclaimed_pages += freed;
-	frames_flush(&eng->frames[t]);
-	*oldest = engine_oldest_tick(eng, t);
+	frames_flush(&eng->frames[KVP_TIER_HOST]);
 	return freed;
 }
 

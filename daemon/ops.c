@@ -369,7 +369,9 @@ static int op_prepare(struct op *o)
 		 * the prepare again, evicting the oldest pages of any shard. */
 		eng = op_lock_escalate(o);
 		o->e->msg[0] = '\0';
-		ret = engine_prepare(eng, q->user, q->arg, q->n, o->c->id, &l, o->e);
+		ret = engine_prepare_flags(eng, q->user, q->arg, q->n, o->c->id,
+					   prepare_flags(o) & ENGINE_PREPARE_COUNT,
+					   &l, o->e);
 	}
 	if (ret)
 		goto out;

@@ -191,7 +191,6 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 		target = s->pool[t].total;
 	while (frame_pool_free(&s->pool[t]) < target) {
 		int i = reclaim_victim(s, t);
-		uint64_t oldest;
 		uint32_t freed;
 
 		if (i < 0) {
@@ -201,8 +200,8 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 		if (t == KVP_TIER_DEVICE) {
 			freed = reclaim_demote(s, (uint32_t)i);
 		} else {
-			freed = engine_reclaim(shard_lock(s, (uint32_t)i), t,
-					       RECLAIM_BATCH, &oldest);
+			freed = engine_reclaim_host(shard_lock(s, (uint32_t)i),
+						    RECLAIM_BATCH);
 			shard_unlock(s, (uint32_t)i);
 		}
 		if (!freed && ++idle >= 8) {
