@@ -123,9 +123,9 @@ void client_hangup(struct server *s, struct client *c, const char *why)
 		client_finalize(s, c);
 		break;
 	case CLIENT_LIVE:
-		/* The worker must let go of the rings before the leases go. */
+		/* The workers must let go of the rings before the leases go. */
 		if (client_begin_detach(c, why))
-			worker_kick(c->worker);
+			client_kick_workers(c);
 		break;
 	default:
 		break; /* already on its way out */
@@ -144,9 +144,15 @@ void client_finalize(struct server *s, struct client *c)
 	/* Onloads still landing for completions it never got: wait for them
 	 * here, without the pool's mutex, so releasing the leases below does
 	 * not hold every other client of the pool while they land. */
-	for (uint32_t i = 0; i < c->park.n; i++)
-		engine_fence_wait(c->park.v[i].eng, c->park.v[i].fence);
-	park_fini(&c->park);
+	for (uint32_t k = 0; c->lanes && k < c->nlanes; k++) {
+		struct park_list *p = &c->lanes[k].park;
+
+		for (uint32_t i = 0; i < p->n; i++)
+			engine_fence_wait(p->v[i].eng, p->v[i].fence);
+		park_fini(p);
+	}
+	free(c->lanes);
+	c->lanes = NULL;
 	if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) == UDS_PARKED)
 		engine_fence_wait(c->uds_wait.eng, c->uds_wait.fence);
 	free(c->uds_out);
@@ -185,6 +191,32 @@ void client_bury(struct server *s)
 		s->graveyard = c->qnext;
 		free(c);
 	}
+}
+
+int client_lanes_init(struct client *c)
+{
+	c->lanes = calloc(c->shm.lanes, sizeof(*c->lanes));
+	if (!c->lanes)
+		return -ENOMEM;
+	c->nlanes = c->shm.lanes;
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct lane *l = &c->lanes[k];
+
+		l->c = c;
+		l->index = k;
+		l->ctl = shm_lane_ctl(&c->shm, k);
+		l->sqes = shm_lane_sqes(&c->shm, k);
+		l->cqes = shm_lane_cqes(&c->shm, k);
+	}
+	c->lanes_live = c->nlanes;
+	return 0;
+}
+
+void client_kick_workers(struct client *c)
+{
+	for (uint32_t k = 0; k < c->nlanes; k++)
+		if (c->lanes[k].worker)
+			worker_kick(c->lanes[k].worker);
 }
 
 void client_retire(struct server *s, struct client *c)

@@ -28,6 +28,32 @@
 #include "shm.h"
 #include "tenant.h"
 
+/*
+ * One ring pair of a client (proto.h, LANES) and what its worker keeps of
+ * it. Everything below `worker` is that worker thread's own: the main
+ * thread reads it only after every lane was dropped (client_retire).
+ */
+struct lane {
+	struct client *c;
+	struct worker *worker;
+	struct lane *qnext;         /* the worker's incoming queue */
+	uint32_t index;
+	struct kvp_ring_ctl *ctl;
+	struct kvp_sqe *sqes;
+	struct kvp_cqe *cqes;
+	/* The worker's ring indices: authoritative, never read back. */
+	uint32_t sq_head;
+	uint32_t cq_tail;
+	/* Completions waiting for an onload, and the SQE at sq_head, copied
+	 * out, held back behind one of them (worker.c). */
+	struct park_list park;
+	struct kvp_sqe held;
+	bool holding;
+	uint64_t stall_since;       /* held waiting for the reclaimer since
+				     * (CLOCK_MONOTONIC ns), 0: not */
+	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
+} __attribute__((aligned(64)));
+
 enum client_state {
 	CLIENT_HELLO,
 	CLIENT_LIVE,
@@ -60,23 +86,17 @@ struct client {
 	bool watched;               /* sock (and pidfd) are in the epoll set */
 	bool freed;                 /* finalized: ignore events still queued */
 	struct client_shm shm;
-	struct worker *worker;
+	struct worker *worker;      /* lane 0's: it serves the uds requests */
 	uint32_t state;             /* enum client_state; atomic */
 	const char *why;            /* set by whoever moved it to DETACHING */
 	uint64_t ops;               /* completed operations; atomic */
 	uint64_t leases;            /* held now; atomic */
 
-	/* The worker's own ring indices: authoritative, never read back. */
-	uint32_t sq_head;
-	uint32_t cq_tail;
-	/* The worker's own too (worker.c): completions waiting for an onload,
-	 * and the SQE at sq_head, copied out, held back behind one of them. */
-	struct park_list park;
-	struct kvp_sqe held;
-	bool holding;
-	uint64_t stall_since;       /* held waiting for the reclaimer since
-				     * (CLOCK_MONOTONIC ns), 0: not */
-	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
+	/* One per worker (proto.h, LANES): lane k is worker k's. */
+	struct lane *lanes;
+	uint32_t nlanes;
+	uint32_t lanes_live;        /* on a worker's list; atomic. The worker
+				     * that drops the last one retires c. */
 
 	/* Pending only (listener.c): when it was accepted (log_now_ms), for
 	 * hello_timeout_ms. */
@@ -108,6 +128,11 @@ void client_hangup(struct server *s, struct client *c, const char *why);
 void client_finalize(struct server *s, struct client *c);
 /* Main thread: free what client_finalize() left in the graveyard. */
 void client_bury(struct server *s);
+
+/* Main thread, at attach: the lanes over the shm's ring pairs. */
+int client_lanes_init(struct client *c);
+/* Kick the worker of every lane of c (it should look at c's state). */
+void client_kick_workers(struct client *c);
 
 /* Worker: c is off its list for good; hand it to the main thread. */
 void client_retire(struct server *s, struct client *c);

@@ -553,6 +553,7 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 #endif
 	w->pool = c->pool;
 	w->npools = s->tenants.npools;
+	w->shards = c->tenant ? c->tenant->pools[c->pool].set->n : 1;
 	fds[w->nfds++] = c->shm.fd;
 	if (!c->tenant)
 		return;
@@ -585,7 +586,10 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	c->admin = c->adm.admin;
 	c->pool = h->pool; /* hello_check() bounded it */
 	copy_name(c->name, h->name);
-	ret = shm_create(&c->shm, c->id, geo[0], geo[1], geo[2], &e);
+	ret = shm_create(&c->shm, c->id, s->nworkers, geo[0], geo[1], geo[2], &e);
+	if (!ret && client_lanes_init(c))
+		ret = errbuf_set(&e, -ENOMEM, "out of memory for the client's %" PRIu32
+				 " lanes", s->nworkers);
 	if (ret) {
 		refuse(s, c, ret, e.msg);
 		return;

@@ -20,8 +20,9 @@
 #define ALIGN_UP(x, a) (((x) + (a) - 1) & ~((uint64_t)(a) - 1))
 #define SHM_PAGE 4096u
 
-int shm_create(struct client_shm *s, uint32_t client_id, uint32_t sq_entries,
-	       uint32_t cq_entries, uint32_t arena_bytes, struct errbuf *e)
+int shm_create(struct client_shm *s, uint32_t client_id, uint32_t lanes,
+	       uint32_t sq_entries, uint32_t cq_entries, uint32_t arena_bytes,
+	       struct errbuf *e)
 {
 	struct kvp_shm_hdr hdr = {
 		.magic = KVP_PROTO_MAGIC,
@@ -30,6 +31,7 @@ int shm_create(struct client_shm *s, uint32_t client_id, uint32_t sq_entries,
 		.sq_entries = sq_entries,
 		.cq_entries = cq_entries,
 		.arena_bytes = arena_bytes,
+		.lanes = lanes,
 	};
 	char name[32];
 	void *base;
@@ -40,8 +42,9 @@ int shm_create(struct client_shm *s, uint32_t client_id, uint32_t sq_entries,
 	hdr.ctl_off = ALIGN_UP(sizeof(hdr), 64);
 	hdr.sq_off = ALIGN_UP(hdr.ctl_off + sizeof(struct kvp_ring_ctl), 64);
 	hdr.cq_off = ALIGN_UP(hdr.sq_off + (uint64_t)sq_entries * sizeof(struct kvp_sqe), 64);
-	hdr.arena_off = ALIGN_UP(hdr.cq_off + (uint64_t)cq_entries * sizeof(struct kvp_cqe),
-				 SHM_PAGE);
+	hdr.lane_bytes = ALIGN_UP(hdr.cq_off + (uint64_t)cq_entries * sizeof(struct kvp_cqe),
+				  64) - hdr.ctl_off;
+	hdr.arena_off = ALIGN_UP(hdr.ctl_off + lanes * hdr.lane_bytes, SHM_PAGE);
 	hdr.total_bytes = ALIGN_UP(hdr.arena_off + arena_bytes, SHM_PAGE);
 
 	snprintf(name, sizeof(name), "kvpool-client-%" PRIu32, client_id);
@@ -66,10 +69,12 @@ int shm_create(struct client_shm *s, uint32_t client_id, uint32_t sq_entries,
 		.fd = fd,
 		.base = base,
 		.bytes = hdr.total_bytes,
-		.ctl = (struct kvp_ring_ctl *)((char *)base + hdr.ctl_off),
-		.sqes = (struct kvp_sqe *)((char *)base + hdr.sq_off),
-		.cqes = (struct kvp_cqe *)((char *)base + hdr.cq_off),
 		.arena = (unsigned char *)base + hdr.arena_off,
+		.lanes = lanes,
+		.ctl_off = hdr.ctl_off,
+		.sq_off = hdr.sq_off,
+		.cq_off = hdr.cq_off,
+		.lane_bytes = hdr.lane_bytes,
 		.sq_entries = sq_entries,
 		.cq_entries = cq_entries,
 		.arena_bytes = arena_bytes,

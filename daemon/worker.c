@@ -82,19 +82,18 @@ struct worker {
 	uint32_t index;
 	uint32_t ctl;               /* private futex; bumped by worker_kick */
 	uint32_t stop;              /* atomic */
-	uint32_t load;              /* clients assigned; atomic */
 	pthread_mutex_t lock;       /* guards incoming */
-	struct client *incoming;
+	struct lane *incoming;
 
-	/* the worker thread's own */
-	struct client **clients;
+	/* the worker thread's own: lane `index` of every client */
+	struct lane **lanes;
 	uint32_t n, cap;
 	struct op_scratch scratch;
 	uint32_t parked;            /* completions parked, all clients */
 	uint32_t uds_gen;           /* atomic: bumped by worker_uds_submit */
 	uint32_t uds_gen_seen;
 	uint32_t uds_busy;          /* clients whose uds request waits or parks */
-	bool uds_rescan;            /* clients came in: look at every one */
+	bool uds_rescan;            /* lanes came in: look at every one */
 	bool no_waitv;              /* kernel before 5.16 */
 	struct futex_waitv waitv[FUTEX_WAITV_MAX];
 };
@@ -125,20 +124,20 @@ void worker_kick(struct worker *w)
 
 static int take_incoming(struct worker *w)
 {
-	struct client *list, *c;
+	struct lane *list, *l;
 	uint32_t count = 0;
 
 	pthread_mutex_lock(&w->lock);
 	list = w->incoming;
-	for (c = list; c; c = c->qnext)
+	for (l = list; l; l = l->qnext)
 		count++;
 	if (w->n + count > w->cap) {
 		uint32_t cap = w->cap ? w->cap : 16;
-		struct client **v;
+		struct lane **v;
 
 		while (cap < w->n + count)
 			cap *= 2;
-		v = realloc(w->clients, cap * sizeof(*v));
+		v = realloc(w->lanes, cap * sizeof(*v));
 		if (!v) {
 			/* They stay queued; the next kick tries again. */
 			pthread_mutex_unlock(&w->lock);
@@ -146,16 +145,16 @@ static int take_incoming(struct worker *w)
 				"%" PRIu32 " new clients wait", w->index, count);
 			return -ENOMEM;
 		}
-		w->clients = v;
+		w->lanes = v;
 		w->cap = cap;
 	}
 	w->incoming = NULL;
 	pthread_mutex_unlock(&w->lock);
 	while (list) {
-		c = list;
-		list = c->qnext;
-		c->qnext = NULL;
-		w->clients[w->n++] = c;
+		l = list;
+		list = l->qnext;
+		l->qnext = NULL;
+		w->lanes[w->n++] = l;
 	}
 	/* A request of theirs may have been handed over before they were
 	 * on the list, its uds_gen bump already seen. */
@@ -163,28 +162,42 @@ static int take_incoming(struct worker *w)
 	return 0;
 }
 
-/* Drop clients[i] for good and hand it to the main thread. */
-static void drop_client(struct worker *w, uint32_t i, const char *why)
+/*
+ * Drop lanes[i] for good; the worker that drops a client's last lane hands
+ * the client to the main thread. Until then the client cannot be retired,
+ * so everything here may still read it.
+ */
+static void drop_lane(struct worker *w, uint32_t i, const char *why)
 {
-	struct client *c = w->clients[i];
+	struct lane *l = w->lanes[i];
+	struct client *c = l->c;
 
-	if (why && client_begin_detach(c, why))
+	if (why && client_begin_detach(c, why)) {
 		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): %s; "
 			 "detaching it", c->id, c->uid, c->pid, why);
+		client_kick_workers(c); /* its other lanes' workers let go too */
+	}
 	/* Its parked completions go with it: the main thread waits for their
 	 * fences before releasing its leases (client_finalize). */
-	w->parked -= c->park.n;
-	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED)
+	w->parked -= l->park.n;
+	if (l->index == 0 &&
+	    __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED)
 		w->parked--;
-	w->clients[i] = w->clients[--w->n];
-	__atomic_sub_fetch(&w->load, 1, __ATOMIC_RELAXED);
-	client_retire(w->s, c);
+	w->lanes[i] = w->lanes[--w->n];
+	/* R1: orders our last use of the lane before the main thread's
+	 * finalize; pairs with the acq_rel of the worker that drops last. */
+	if (__atomic_sub_fetch(&c->lanes_live, 1, __ATOMIC_ACQ_REL) == 0)
+		client_retire(w->s, c);
 }
 
 /* ------------------------------------------------------------ rings */
 
-static void wake_client(struct kvp_ring_ctl *ctl)
+/* Wake the client through lane 0's words, whichever lane we published
+ * on (proto.h, LANES). */
+static void wake_client(struct lane *l)
 {
+	struct kvp_ring_ctl *ctl = l->c->lanes[0].ctl;
+
 	/* F1: orders our cq_tail store (D1) before the cq_waiters load; pairs
 	 * with the client's fence between storing cq_waiters and re-checking
 	 * cq_tail, so either it sees the completions or we see it waiting. */
@@ -198,8 +211,8 @@ static void wake_client(struct kvp_ring_ctl *ctl)
 
 /* Publishing parked completions: where the next CQE goes. */
 struct emit_ctx {
-	struct client_shm *sh;
-	struct client *c;
+	struct lane *l;
+	uint32_t mask;
 };
 
 static bool parked_landed(void *arg, const struct park *e)
@@ -211,49 +224,51 @@ static void emit_cqe(void *arg, const struct kvp_cqe *cqe)
 {
 	struct emit_ctx *x = arg;
 
-	memcpy(&x->sh->cqes[x->c->cq_tail++ & (x->sh->cq_entries - 1)], cqe,
-	       sizeof(*cqe));
+	memcpy(&x->l->cqes[x->l->cq_tail++ & x->mask], cqe, sizeof(*cqe));
 }
 
-/* Keep c's completion for later; false when it cannot be parked. */
-static bool park_cqe(struct client *c, const struct kvp_sqe *sqe,
+/* Keep l's completion for later; false when it cannot be parked. */
+static bool park_cqe(struct lane *l, const struct kvp_sqe *sqe,
 		     const struct kvp_cqe *cqe, const struct op_wait *wt)
 {
 	struct park e = { .cqe = *cqe, .eng = wt->eng, .fence = wt->fence,
 			  .user = sqe->user };
 
 	/* Sized once: a client has at most sq_entries operations in flight. */
-	if (!c->park.v && park_init(&c->park, c->shm.sq_entries))
+	if (!l->park.v && park_init(&l->park, l->c->shm.sq_entries))
 		return false;
-	return park_add(&c->park, &e);
+	return park_add(&l->park, &e);
 }
 
-/* The SQE waits for a parked completion of the same user (top of file). */
-static bool held_back(struct worker *w, struct client *c,
+/* The SQE waits for a parked completion of the same user (top of file);
+ * a parked uds reply only ever holds lane 0 (its worker's). */
+static bool held_back(struct worker *w, struct lane *l,
 		      const struct kvp_sqe *sqe)
 {
+	struct client *c = l->c;
 	uint64_t user;
+	bool uds = l->index == 0 &&
+		   __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED;
 
-	bool uds = __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED;
-
-	return (c->park.n || uds) && ops_sqe_user(w->s, c, sqe, &user) &&
-	       ((uds && c->uds_user == user) || park_has_user(&c->park, user));
+	return (l->park.n || uds) && ops_sqe_user(w->s, c, sqe, &user) &&
+	       ((uds && c->uds_user == user) || park_has_user(&l->park, user));
 }
 
 /*
- * One pass over c's rings: publish the parked completions that landed, then
+ * One pass over lane l: publish the parked completions that landed, then
  * every available SQE the CQ has room for, up to one held back behind a
  * parked completion. Returns entries consumed plus completions published,
  * or -EPROTO with *why for a broken client. *blocked says entries wait for
  * CQ room.
  */
-static int ring_pass(struct worker *w, struct client *c, bool *blocked,
+static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		     const char **why)
 {
+	struct client *c = l->c;
 	struct client_shm *sh = &c->shm;
-	struct kvp_ring_ctl *ctl = sh->ctl;
-	struct emit_ctx ex = { sh, c };
-	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = c->cq_tail;
+	struct kvp_ring_ctl *ctl = l->ctl;
+	struct emit_ctx ex = { l, sh->cq_entries - 1 };
+	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = l->cq_tail;
 	uint32_t late = 0;
 
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
@@ -262,9 +277,9 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 	/* A2: pairs with the client's store-release of cq_head (C1): it is
 	 * done with those CQEs and their arena bytes. */
 	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
-	c->sq_tail_seen = tail; /* a uds request waits for what is below it */
-	avail = tail - c->sq_head;
-	used = c->cq_tail - cq_head;
+	l->sq_tail_seen = tail; /* a uds request waits for what is below it */
+	avail = tail - l->sq_head;
+	used = l->cq_tail - cq_head;
 	if (avail > sh->sq_entries) {
 		*why = "sq_tail is more than sq_entries ahead of sq_head";
 		return -EPROTO;
@@ -273,17 +288,17 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 		*why = "cq_head moved past cq_tail";
 		return -EPROTO;
 	}
-	if (c->park.n) {
-		uint32_t before = c->park.n;
+	if (l->park.n) {
+		uint32_t before = l->park.n;
 
-		late = park_reap(&c->park, sh->cq_entries - used, parked_landed,
+		late = park_reap(&l->park, sh->cq_entries - used, parked_landed,
 				 emit_cqe, &ex);
-		w->parked -= before - c->park.n;
+		w->parked -= before - l->park.n;
 		used += late;
 	}
 	/* Each parked completion keeps one CQ slot for itself. */
 	room = sh->cq_entries - used;
-	room = room > c->park.n ? room - c->park.n : 0;
+	room = room > l->park.n ? room - l->park.n : 0;
 	n = avail < room ? avail : room;
 	*blocked = avail > room;
 	for (i = 0; i < n; i++) {
@@ -292,37 +307,37 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 		struct op_wait wt = { 0 };
 
 		/* The one read of this entry: validated and used as copied. */
-		if (c->holding)
-			sqe = c->held;
+		if (l->holding)
+			sqe = l->held;
 		else
-			memcpy(&sqe, &sh->sqes[c->sq_head & (sh->sq_entries - 1)],
+			memcpy(&sqe, &l->sqes[l->sq_head & (sh->sq_entries - 1)],
 			       sizeof(sqe));
-		if (held_back(w, c, &sqe)) {
-			c->held = sqe;
-			c->holding = true;
+		if (held_back(w, l, &sqe)) {
+			l->held = sqe;
+			l->holding = true;
 			*blocked = false; /* waits for a fence, not for the client */
 			break;
 		}
-		c->holding = false;
+		l->holding = false;
 		/* A prepare may wait for the reclaimer, RECLAIM_WAIT_NS at most
 		 * (then it makes its room itself). */
-		wt.retried = c->stall_since != 0;
+		wt.retried = l->stall_since != 0;
 		wt.may_retry = !wt.retried ||
-			       mono_ns() - c->stall_since < RECLAIM_WAIT_NS;
+			       mono_ns() - l->stall_since < RECLAIM_WAIT_NS;
 		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
 			    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
 		if (wt.retry) {
 			/* Nothing done: keep the entry, serve the others. */
-			if (!c->stall_since)
-				c->stall_since = mono_ns();
-			c->held = sqe;
-			c->holding = true;
+			if (!l->stall_since)
+				l->stall_since = mono_ns();
+			l->held = sqe;
+			l->holding = true;
 			*blocked = false;
 			break;
 		}
-		c->stall_since = 0;
-		c->sq_head++;
-		if (wt.fence && park_cqe(c, &sqe, &cqe, &wt)) {
+		l->stall_since = 0;
+		l->sq_head++;
+		if (wt.fence && park_cqe(l, &sqe, &cqe, &wt)) {
 			w->parked++;
 			continue;
 		}
@@ -331,20 +346,20 @@ static int ring_pass(struct worker *w, struct client *c, bool *blocked,
 			engine_fence_wait(wt.eng, wt.fence);
 		emit_cqe(&ex, &cqe);
 	}
-	if (!i && c->cq_tail == cq0)
+	if (!i && l->cq_tail == cq0)
 		return 0;
-	if (c->cq_tail != cq0) {
+	if (l->cq_tail != cq0) {
 		/* D1: publishes the CQEs and arena results written above (and
 		 * at execution, for parked ones); pairs with the client's
 		 * load-acquire of cq_tail. */
-		__atomic_store_n(&ctl->cq_tail, c->cq_tail, __ATOMIC_RELEASE);
+		__atomic_store_n(&ctl->cq_tail, l->cq_tail, __ATOMIC_RELEASE);
 	}
 	if (i) {
 		/* D2: the entries were copied out above; their slots are free. */
-		__atomic_store_n(&ctl->sq_head, c->sq_head, __ATOMIC_RELEASE);
+		__atomic_store_n(&ctl->sq_head, l->sq_head, __ATOMIC_RELEASE);
 	}
-	if (c->cq_tail != cq0)
-		wake_client(ctl);
+	if (l->cq_tail != cq0)
+		wake_client(l);
 	return (int)(i + late);
 }
 
@@ -372,8 +387,10 @@ static bool uds_note(struct worker *w)
 	w->uds_gen_seen = gen;
 	w->uds_rescan = false;
 	for (uint32_t i = 0; i < w->n; i++) {
-		struct client *c = w->clients[i];
+		struct client *c = w->lanes[i]->c;
 
+		if (w->lanes[i]->index)
+			continue; /* uds requests go to lane 0's worker */
 		/* U2 */
 		if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) == UDS_QUEUED)
 			c->uds_seen = true;
@@ -386,12 +403,15 @@ static bool uds_note(struct worker *w)
  * completion of the same user. */
 static bool uds_waits(struct worker *w, struct client *c)
 {
+	const struct lane *l = &c->lanes[0];
 	uint64_t user;
 
-	if (c->holding || c->sq_head != c->sq_tail_seen)
+	/* Lane 0's entries only: libkvpool sends a uds request, like any
+	 * synchronous call, with nothing in flight on any lane. */
+	if (l->holding || l->sq_head != l->sq_tail_seen)
 		return true;
-	return c->park.n && ops_sqe_user(w->s, c, &c->uds_sqe, &user) &&
-	       park_has_user(&c->park, user);
+	return l->park.n && ops_sqe_user(w->s, c, &c->uds_sqe, &user) &&
+	       park_has_user(&l->park, user);
 }
 
 /* Send the reply and read the socket again; -errno when c must go. */
@@ -460,12 +480,17 @@ static uint32_t uds_pass(struct worker *w)
 
 	w->uds_busy = 0;
 	while (i < w->n) {
-		struct client *c = w->clients[i];
+		struct client *c = w->lanes[i]->c;
 		const char *why = NULL;
-		int ret = uds_serve(w, c, &why);
+		int ret;
 
+		if (w->lanes[i]->index) {
+			i++;
+			continue;
+		}
+		ret = uds_serve(w, c, &why);
 		if (ret < 0) {
-			drop_client(w, i, why ? why : "hung up");
+			drop_lane(w, i, why ? why : "hung up");
 			continue;
 		}
 		done += (uint32_t)ret;
@@ -487,18 +512,18 @@ static uint32_t worker_pass(struct worker *w, bool *blocked)
 
 	*blocked = false;
 	while (i < w->n) {
-		struct client *c = w->clients[i];
+		struct lane *l = w->lanes[i];
 		const char *why = NULL;
 		bool stalled = false;
 		int ret;
 
-		if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE) {
-			drop_client(w, i, NULL); /* the main thread asked */
+		if (__atomic_load_n(&l->c->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE) {
+			drop_lane(w, i, NULL); /* the client is on its way out */
 			continue;
 		}
-		ret = ring_pass(w, c, &stalled, &why);
+		ret = ring_pass(w, l, &stalled, &why);
 		if (ret < 0) {
-			drop_client(w, i, why);
+			drop_lane(w, i, why);
 			continue;
 		}
 		done += (uint32_t)ret;
@@ -515,17 +540,17 @@ static uint32_t worker_pass(struct worker *w, bool *blocked)
 
 /* ------------------------------------------------------------ sleeping */
 
-/* True when c has entries we could take now (or broken indices to see). */
-static bool ring_has_work(const struct client *c, bool *blocked)
+/* True when l has entries we could take now (or broken indices to see). */
+static bool ring_has_work(const struct lane *l, bool *blocked)
 {
-	const struct client_shm *sh = &c->shm;
-	uint32_t tail = __atomic_load_n(&sh->ctl->sq_tail, __ATOMIC_ACQUIRE);
-	uint32_t cq_head = __atomic_load_n(&sh->ctl->cq_head, __ATOMIC_ACQUIRE);
+	const struct client_shm *sh = &l->c->shm;
+	uint32_t tail = __atomic_load_n(&l->ctl->sq_tail, __ATOMIC_ACQUIRE);
+	uint32_t cq_head = __atomic_load_n(&l->ctl->cq_head, __ATOMIC_ACQUIRE);
 
-	if (tail == c->sq_head || c->holding)
+	if (tail == l->sq_head || l->holding)
 		return false; /* held back: the parked poll comes back to it */
-	if (c->cq_tail - cq_head >= sh->cq_entries &&
-	    tail - c->sq_head <= sh->sq_entries) {
+	if (l->cq_tail - cq_head >= sh->cq_entries &&
+	    tail - l->sq_head <= sh->sq_entries) {
 		*blocked = true; /* waits for the client to reap */
 		return false;
 	}
@@ -535,7 +560,7 @@ static bool ring_has_work(const struct client *c, bool *blocked)
 static void set_need_wakeup(struct worker *w, uint32_t nc, bool on)
 {
 	for (uint32_t i = 0; i < nc; i++) {
-		uint32_t *flags = &w->clients[i]->shm.ctl->sq_flags;
+		uint32_t *flags = &w->lanes[i]->ctl->sq_flags;
 
 		if (on)
 			__atomic_fetch_or(flags, KVP_RING_NEED_WAKEUP, __ATOMIC_RELAXED);
@@ -569,7 +594,7 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 	w->waitv[0] = (struct futex_waitv){ .val = ctl_seen,
 		.uaddr = (uintptr_t)&w->ctl, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG };
 	for (uint32_t i = 0; i < nc; i++) {
-		uint32_t *db = &w->clients[i]->shm.ctl->sq_doorbell;
+		uint32_t *db = &w->lanes[i]->ctl->sq_doorbell;
 
 		/* Read before the re-check: a ring after it changes the value
 		 * and futex_waitv returns at once. */
@@ -578,9 +603,9 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 			.uaddr = (uintptr_t)db, .flags = FUTEX_32 };
 	}
 	for (uint32_t i = 0; i < w->n && !work; i++) {
-		work = ring_has_work(w->clients[i], &blocked) ||
-		       __atomic_load_n(&w->clients[i]->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE;
-		stalls |= w->clients[i]->stall_since != 0;
+		work = ring_has_work(w->lanes[i], &blocked) ||
+		       __atomic_load_n(&w->lanes[i]->c->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE;
+		stalls |= w->lanes[i]->stall_since != 0;
 	}
 	if (!work && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		if (blocked || w->n > nc || w->parked || stalls) {
@@ -686,7 +711,7 @@ void workers_stop(struct server *s)
 
 		pthread_join(w->thread, NULL);
 		pthread_mutex_destroy(&w->lock);
-		free(w->clients);
+		free(w->lanes);
 		op_scratch_free(&w->scratch);
 	}
 	free(s->workers);
@@ -696,18 +721,19 @@ void workers_stop(struct server *s)
 
 void worker_assign(struct server *s, struct client *c)
 {
-	struct worker *w = &s->workers[0];
+	/* Lane k to worker k (proto.h, LANES): the lanes were made one per
+	 * worker, so each worker gets exactly one lane of every client. */
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct lane *l = &c->lanes[k];
+		struct worker *w = &s->workers[k % s->nworkers];
 
-	/* Least loaded; ties go to the lowest index. */
-	for (uint32_t i = 1; i < s->nworkers; i++)
-		if (__atomic_load_n(&s->workers[i].load, __ATOMIC_RELAXED) <
-		    __atomic_load_n(&w->load, __ATOMIC_RELAXED))
-			w = &s->workers[i];
-	__atomic_add_fetch(&w->load, 1, __ATOMIC_RELAXED);
-	c->worker = w;
-	pthread_mutex_lock(&w->lock);
-	c->qnext = w->incoming;
-	w->incoming = c;
-	pthread_mutex_unlock(&w->lock);
-	worker_kick(w);
+		l->worker = w;
+		pthread_mutex_lock(&w->lock);
+		l->qnext = w->incoming;
+		w->incoming = l;
+		pthread_mutex_unlock(&w->lock);
+	}
+	c->worker = c->lanes[0].worker;
+	for (uint32_t k = 0; k < c->nlanes; k++)
+		worker_kick(c->lanes[k].worker);
 }

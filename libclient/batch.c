@@ -48,7 +48,7 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 {
 	struct kvpc_slot *s;
 	unsigned char *out;
-	uint32_t idx, len;
+	uint32_t idx, len, lane;
 	int ret;
 
 	ret = kvpc_check_dead(c);
@@ -70,14 +70,16 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 	s->lease = sqe->opcode == KVP_OP_COMMIT || sqe->opcode == KVP_OP_RELEASE ?
 		   sqe->arg : 0;
 	s->user_tag = user_tag;
-	s->pos = c->sq_tail;
+	lane = kvpc_lane_of(c, sqe);
+	s->lane = lane;
+	s->pos = c->lanes[lane].sq_tail;
 	c->inflight++;
 
 	out = kvpc_slot_out(c, idx, &len);
 	sqe->tag = ((uint64_t)s->gen << 32) | idx;
 	sqe->out_off = (uint32_t)(out - c->arena);
 	sqe->out_len = len;
-	ret = kvpc_ring_push(c, sqe);
+	ret = kvpc_ring_push(c, lane, sqe);
 	if (ret) {
 		kvpc_slot_put(c, idx);
 		return ret;
@@ -91,11 +93,13 @@ int kvpc_slot_of(struct kvp_client *c, const struct kvp_cqe *cqe)
 	uint32_t idx = (uint32_t)cqe->tag, gen = (uint32_t)(cqe->tag >> 32);
 	uint32_t len;
 	const struct kvpc_slot *s;
+	const struct kvpc_lane *l;
 
 	/* A CQE for a free slot, an old generation, or an SQE we have not
 	 * published yet is not ours: the ring can no longer be believed. */
 	if (idx >= c->sq_entries || !(s = &c->slots[idx])->busy || s->gen != gen ||
-	    (uint32_t)(s->pos - c->sq_published) < c->sq_tail - c->sq_published)
+	    (l = &c->lanes[s->lane],
+	     (uint32_t)(s->pos - l->sq_published) < l->sq_tail - l->sq_published))
 		return kvpc_fail(c, -EPROTO,
 				 "kvpoold at %s completed an operation this client did not "
 				 "submit (tag 0x%" PRIx64 "); reconnect", c->path, cqe->tag);

@@ -345,6 +345,8 @@ static int check_hdr(struct kvp_client *c, const struct kvp_shm_hdr *h,
 
 	if (h->magic != KVP_PROTO_MAGIC || h->version != KVP_PROTO_VERSION ||
 	    h->client_id != c->client_id || h->total_bytes != total ||
+	    h->lanes < 1 || h->lanes > KVP_LANES_MAX || (h->lane_bytes & 63) ||
+	    h->lane_bytes < h->cq_off + cq_size - h->ctl_off ||
 	    !is_pow2(h->sq_entries) || h->sq_entries < KVP_RING_MIN_ENTRIES ||
 	    !is_pow2(h->cq_entries) || h->cq_entries < h->sq_entries ||
 	    h->cq_entries > KVP_RING_MAX_ENTRIES ||
@@ -353,7 +355,8 @@ static int check_hdr(struct kvp_client *c, const struct kvp_shm_hdr *h,
 	    !region_ok(h->ctl_off, sizeof(struct kvp_ring_ctl), total, sizeof(*h)) ||
 	    !region_ok(h->sq_off, sq_size, total, h->ctl_off + sizeof(struct kvp_ring_ctl)) ||
 	    !region_ok(h->cq_off, cq_size, total, h->sq_off + sq_size) ||
-	    !region_ok(h->arena_off, h->arena_bytes, total, h->cq_off + cq_size))
+	    !region_ok(h->arena_off, h->arena_bytes, total,
+		       h->ctl_off + h->lanes * h->lane_bytes))
 		return kvpc_err(c, -EPROTO,
 				"kvpoold at %s sent a ring header that does not fit its "
 				"%" PRIu64 "-byte shm", c->path, total);
@@ -386,9 +389,11 @@ static int map_shm(struct kvp_client *c, int fd, uint64_t expect)
 	ret = check_hdr(c, &h, (uint64_t)size);
 	if (ret)
 		return ret;
-	c->ctl = (struct kvp_ring_ctl *)((char *)p + h.ctl_off);
-	c->sqes = (struct kvp_sqe *)((char *)p + h.sq_off);
-	c->cqes = (struct kvp_cqe *)((char *)p + h.cq_off);
+	c->lanes = calloc(h.lanes, sizeof(*c->lanes));
+	if (!c->lanes)
+		return kvpc_err(c, -ENOMEM, "out of memory for %" PRIu32 " lanes",
+				h.lanes);
+	c->nlanes = h.lanes;
 	c->arena = (unsigned char *)p + h.arena_off;
 	c->sq_entries = h.sq_entries;
 	c->sq_mask = h.sq_entries - 1;
@@ -401,13 +406,22 @@ static int map_shm(struct kvp_client *c, int fd, uint64_t expect)
 	 * them before sending the fd, so sendmsg/recvmsg order them for us;
 	 * from here on only our own copies of sq_tail and cq_head count.
 	 */
-	c->sq_tail = __atomic_load_n(&c->ctl->sq_tail, __ATOMIC_RELAXED);
-	c->sq_published = c->sq_tail;
-	c->cq_head = __atomic_load_n(&c->ctl->cq_head, __ATOMIC_RELAXED);
-	if (__atomic_load_n(&c->ctl->sq_head, __ATOMIC_RELAXED) != c->sq_tail ||
-	    __atomic_load_n(&c->ctl->cq_tail, __ATOMIC_RELAXED) != c->cq_head)
-		return kvpc_err(c, -EPROTO, "kvpoold at %s handed over rings that are "
-				"not empty", c->path);
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct kvpc_lane *l = &c->lanes[k];
+		char *at = (char *)p + k * h.lane_bytes;
+
+		l->ctl = (struct kvp_ring_ctl *)(at + h.ctl_off);
+		l->sqes = (struct kvp_sqe *)(at + h.sq_off);
+		l->cqes = (struct kvp_cqe *)(at + h.cq_off);
+		l->sq_tail = __atomic_load_n(&l->ctl->sq_tail, __ATOMIC_RELAXED);
+		l->sq_published = l->sq_tail;
+		l->cq_head = __atomic_load_n(&l->ctl->cq_head, __ATOMIC_RELAXED);
+		l->cq_released = l->cq_ready_to = l->cq_head;
+		if (__atomic_load_n(&l->ctl->sq_head, __ATOMIC_RELAXED) != l->sq_tail ||
+		    __atomic_load_n(&l->ctl->cq_tail, __ATOMIC_RELAXED) != l->cq_head)
+			return kvpc_err(c, -EPROTO, "kvpoold at %s handed over rings "
+					"that are not empty", c->path);
+	}
 	return 0;
 }
 
@@ -462,6 +476,16 @@ static int setup_slots(struct kvp_client *c)
 	return 0;
 }
 
+/* Users -> lanes (proto.h, LANES): the pool's shard count. */
+static int set_shards(struct kvp_client *c, const struct kvp_welcome *w)
+{
+	if (w->shards < 1 || w->shards > 128)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent %" PRIu32 " shards "
+				"(1 to 128); reconnect", c->path, w->shards);
+	c->shards = w->shards;
+	return 0;
+}
+
 static const char *socket_path(const struct kvp_connect_opts *o)
 {
 	const char *env;
@@ -486,6 +510,7 @@ static int attach(struct kvp_client *c, const struct kvp_connect_opts *o,
 	    (ret = get_welcome(c, &w, fds, nfds)) ||
 	    (ret = check_welcome(c, &w, *nfds)) ||
 	    (ret = map_shm(c, fds[0], w.shm_bytes)) ||
+	    (ret = set_shards(c, &w)) ||
 	    (*nfds > 1 && (ret = map_device(c, &fds[1], w.cuda_device,
 					    w.cuda_uuid))) ||
 	    (ret = setup_slots(c)))
@@ -554,6 +579,7 @@ void kvp_close(struct kvp_client *c)
 		close(c->device_fd);
 	if (c->sock >= 0)
 		close(c->sock);
+	free(c->lanes);
 	free(c->slots);
 	free(c->free_slots);
 	free(c->scratch);

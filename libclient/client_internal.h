@@ -59,12 +59,28 @@
 #define KVPC_SLEEP_MS 100        /* futex timeout between hang-up checks */
 #define KVPC_ATTACH_TIMEOUT_S 10 /* hello -> welcome */
 
+/*
+ * One ring pair (proto.h, LANES). The indices are ours (ring.c); never read
+ * back from shared memory.
+ */
+struct kvpc_lane {
+	struct kvp_ring_ctl *ctl;     /* shared indices, flags, futex words */
+	struct kvp_sqe *sqes;         /* sq_entries entries */
+	struct kvp_cqe *cqes;         /* cq_entries entries */
+	uint32_t sq_tail;             /* next SQ position to write */
+	uint32_t sq_published;        /* last value stored to ctl->sq_tail */
+	uint32_t cq_head;             /* next CQ position to read */
+	uint32_t cq_released;         /* last value stored to ctl->cq_head */
+	uint32_t cq_ready_to;         /* cq_tail as kvpc_cq_ready() last read it */
+};
+
 /* One operation slot (see OPERATION SLOTS above). */
 struct kvpc_slot {
 	uint64_t user_tag;  /* the caller's tag (async) */
 	uint64_t user;      /* INFO / PREPARE: the user asked about */
 	uint32_t gen;       /* bumped each time the slot is taken */
-	uint32_t pos;       /* SQ position its SQE was written at */
+	uint32_t pos;       /* SQ position its SQE was written at, */
+	uint32_t lane;      /* in this lane's SQ */
 	uint32_t n;         /* PREPARE: n_new asked for */
 	uint64_t lease;     /* COMMIT / RELEASE: the lease it ends (lease.c) */
 	uint8_t op;         /* enum kvp_opcode */
@@ -85,22 +101,17 @@ struct kvp_client {
 	uint32_t tier_frames[KVP_TIERS];
 	uint32_t spin_us;
 
-	/* ---- the client's shm: [hdr][ctl][sqes][cqes][arena] */
+	/* ---- the client's shm: [hdr][lanes: ctl, sqes, cqes][arena] */
 	void *shm;
 	size_t shm_bytes;
-	struct kvp_ring_ctl *ctl;     /* shared indices, flags, futex words */
-	struct kvp_sqe *sqes;         /* sq_entries entries */
-	struct kvp_cqe *cqes;         /* cq_entries entries */
+	struct kvpc_lane *lanes;      /* nlanes ring pairs (proto.h, LANES) */
+	uint32_t nlanes;
+	uint32_t shards;              /* welcome.shards: users -> lanes */
+	uint32_t cq_next;             /* the lane kvpc_cq_take() looks at first */
 	unsigned char *arena;         /* arena_bytes bytes */
-	uint32_t sq_entries, sq_mask;
+	uint32_t sq_entries, sq_mask; /* per lane */
 	uint32_t cq_entries, cq_mask;
 	uint32_t arena_bytes;
-
-	/* ---- ring state we own (ring.c); never read back from shared memory */
-	uint32_t sq_tail;             /* next SQ position to write */
-	uint32_t sq_published;        /* last value stored to ctl->sq_tail */
-	uint32_t cq_head;             /* next CQ position to read */
-
 	/* ---- operations (batch.c) */
 	struct kvpc_slot *slots;      /* sq_entries */
 	uint32_t *free_slots;         /* FIFO of free slot indices, sq_entries */
@@ -211,19 +222,39 @@ int kvpc_check_dead(struct kvp_client *c);
 /* -ECONNRESET (and the client broken) if the daemon hung up; else 0. */
 int kvpc_check_hangup(struct kvp_client *c);
 
-/* ring.c: SQ producer and CQ consumer (proto.h, RINGS and WAKE-UPS). */
-/* Write *sqe at the local tail, waiting for the daemon to free the slot. */
-int kvpc_ring_push(struct kvp_client *c, const struct kvp_sqe *sqe);
-/* Publish every pushed SQE with one store-release; wake the daemon only if
- * it sleeps. Returns how many were published. */
+/* Doorbells rung and client wake-ups so far, over every lane (kvbench's
+ * counters: the words live in shared memory, so the daemon's view too). */
+static inline uint32_t kvpc_doorbells(const struct kvp_client *c)
+{
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < c->nlanes; k++)
+		n += __atomic_load_n(&c->lanes[k].ctl->sq_doorbell, __ATOMIC_RELAXED);
+	return n;
+}
+
+static inline uint32_t kvpc_client_wakeups(const struct kvp_client *c)
+{
+	return __atomic_load_n(&c->lanes[0].ctl->cq_seq, __ATOMIC_RELAXED);
+}
+
+/* ring.c: SQ producers and CQ consumers (proto.h, RINGS, LANES and
+ * WAKE-UPS). */
+/* The lane an SQE goes to (proto.h, LANES). */
+uint32_t kvpc_lane_of(const struct kvp_client *c, const struct kvp_sqe *sqe);
+/* Write *sqe at lane's local tail, waiting for the daemon to free the slot. */
+int kvpc_ring_push(struct kvp_client *c, uint32_t lane, const struct kvp_sqe *sqe);
+/* Publish every pushed SQE, one store-release per lane that has any; wake a
+ * lane's worker only if it sleeps. Returns how many were published. */
 uint32_t kvpc_ring_submit(struct kvp_client *c);
-/* CQEs ready now, or -EPROTO (the client is marked broken). */
+/* CQEs ready now over every lane, or -EPROTO (the client is marked broken). */
 int kvpc_cq_ready(struct kvp_client *c);
 /* Wait (spin, then sleep) until at least want CQEs are ready; returns how
  * many are, or -ECONNRESET / -EPROTO. */
 int kvpc_cq_wait(struct kvp_client *c, uint32_t want);
-/* Copy the CQE at the local head out of shared memory and advance the head
- * locally; kvpc_cq_release() hands the consumed entries back to the daemon. */
+/* Copy out one CQE that kvpc_cq_ready() (or _wait) counted and advance that
+ * lane's head locally; kvpc_cq_release() hands the consumed entries back to
+ * the daemon. */
 void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out);
 void kvpc_cq_release(struct kvp_client *c);
 

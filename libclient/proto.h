@@ -19,8 +19,39 @@
  * result bytes out, in one message) that kvbench compares the ring against.
  *
  * SHM LAYOUT (offsets in kvp_shm_hdr, each 64-byte aligned):
- *     [hdr][ring ctl][sq entries][cq entries][arena]
- * The daemon writes hdr once before sending the fd and never reads it back.
+ *     [hdr][lane 0: ring ctl, sq entries, cq entries][lane 1: ...]...[arena]
+ * Lane k's ctl, sq and cq sit lane_bytes * k past lane 0's (ctl_off,
+ * sq_off, cq_off). The daemon writes hdr once before sending the fd and
+ * never reads it back.
+ *
+ * LANES (v7). A client has hdr.lanes ring pairs (SQ + CQ), one per daemon
+ * worker; worker k consumes lane k of every client and nothing else. A user
+ * belongs to shard (mix64(user) >> 32) % welcome.shards (the engine's
+ * shards own users, daemon/shard.h), and shard s to lane s % lanes
+ * (kvp_lane_of_user below), so with shards = workers (the default) a worker
+ * only ever takes its own shard's lock and touches its own shard's lines:
+ * clients, not workers, carry entries to the core that owns their user.
+ * A lease carries its shard in bits 24..30 (bit 31: a sharing lease, shard
+ * 0's), so a commit or release goes to the lane of its prepare.
+ *
+ * Order. Every entry of one user goes to one lane, so the ring's FIFO keeps
+ * that user's entries in submission order as before. Entries of different
+ * lanes are unordered with respect to each other; what needs them ordered
+ * is fenced by the client: libkvpool only queues the single-user
+ * operations (INFO, PREPARE, COMMIT, RELEASE) asynchronously, and a
+ * synchronous call (every cross-shard operation: sharing, stats, evict or
+ * offload of all, listings) runs only when nothing is in flight on any
+ * lane, so it is ordered after everything before it and before everything
+ * after it. Cross-shard entries go to lane 0. Routing is a promise the
+ * client keeps for its own sake: the daemon executes an entry on whatever
+ * lane it arrives, taking the locks the operation needs, so a client that
+ * routes wrongly only loses its own ordering, never anyone's bytes.
+ *
+ * Wake-ups of the client are per client, not per lane: it sleeps on lane
+ * 0's cq_seq with lane 0's cq_waiters set, and a worker that published
+ * completions on any lane wakes it through lane 0's words (the cq_waiters
+ * and cq_seq lines of the other lanes are unused). Doorbells stay per lane:
+ * each worker sleeps on its own lanes' sq_doorbell.
  *
  * RINGS. Single producer, single consumer each, free-running uint32 indices
  * masked on access (entries are powers of two). The submission ring (SQ) is
@@ -81,15 +112,20 @@
 #include <stdint.h>
 
 #include "kvpool.h"
+#include "mix64.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 6 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
-			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards) */
+#define KVP_PROTO_VERSION 7 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
+			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards);
+			     * v7: lanes (one ring pair per worker), welcome.shards */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
 #define KVP_ARENA_MIN_BYTES (64u << 10)
 #define KVP_ARENA_MAX_BYTES (256u << 20)
+#define KVP_LANES_MAX 64u           /* ring pairs per client (= workers) */
+#define KVP_LEASE_SHARD_SHIFT 24    /* bits 24..30 of a lease id: its shard */
+#define KVP_LEASE_SHARED (1ull << 31) /* a sharing lease: shard 0's */
 
 /* ------------------------------------------------------------ attach */
 
@@ -133,7 +169,7 @@ struct kvp_welcome {
 	int32_t cuda_device;
 	uint32_t pool;         /* the pool attached to */
 	uint32_t npools;       /* how many the daemon serves */
-	uint32_t rsv2;
+	uint32_t shards;       /* v7: the pool's shards (LANES); 1 without a tenant */
 	/* v4. cuda backend: the pool's GPU by its UUID (cuDeviceGetUuid_v2,
 	 * the bytes of CUuuid). cuda_device is the daemon's ordinal, which
 	 * names another GPU (or none) under another CUDA_VISIBLE_DEVICES: the
@@ -151,12 +187,13 @@ struct kvp_shm_hdr {
 	uint32_t sq_entries;
 	uint32_t cq_entries;
 	uint32_t arena_bytes;
-	uint32_t pad;
-	uint64_t ctl_off;
+	uint32_t lanes;        /* v7: ring pairs, 1..KVP_LANES_MAX (LANES) */
+	uint64_t ctl_off;      /* lane 0's; lane k's is lane_bytes * k further */
 	uint64_t sq_off;
 	uint64_t cq_off;
 	uint64_t arena_off;
 	uint64_t total_bytes;
+	uint64_t lane_bytes;   /* v7: from one lane's ctl to the next one's */
 };
 
 #define KVP_RING_NEED_WAKEUP (1u << 0)
@@ -172,6 +209,28 @@ struct kvp_ring_ctl {
 	_Alignas(64) uint32_t cq_waiters;  /* client: 1 while it sleeps on cq_seq */
 	_Alignas(64) uint32_t cq_seq;      /* daemon: futex the client sleeps on */
 };
+
+/* The lane a user's entries go to (LANES): its shard's. */
+static inline uint32_t kvp_lane_of_user(uint64_t user, uint32_t shards,
+					uint32_t lanes)
+{
+	if (shards <= 1 || lanes <= 1)
+		return 0;
+	/* the daemon's shard_of_user (daemon/shard.c) */
+	return (uint32_t)((mix64(user) >> 32) % shards) % lanes;
+}
+
+/* The lane of a lease's commit or release: the lane of its shard. */
+static inline uint32_t kvp_lane_of_lease(uint64_t lease, uint32_t shards,
+					 uint32_t lanes)
+{
+	uint32_t shard;
+
+	if (lease & KVP_LEASE_SHARED || lanes <= 1)
+		return 0;
+	shard = ((uint32_t)lease >> KVP_LEASE_SHARD_SHIFT) & 0x7f;
+	return shard < shards ? shard % lanes : 0;
+}
 
 /* ------------------------------------------------------------ entries */
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ring.c - the client's ends of the two rings: producer of the submission
- * ring (SQ), consumer of the completion ring (CQ), and the wake-ups both
- * ways, exactly as proto.h (RINGS, WAKE-UPS) lays them down.
+ * ring.c - the client's ends of its rings: producer of each lane's
+ * submission ring (SQ), consumer of each lane's completion ring (CQ), the
+ * routing of entries to lanes and the wake-ups both ways, exactly as
+ * proto.h (RINGS, LANES, WAKE-UPS) lays them down.
  *
  * The client keeps its own copies of the indices it owns (sq_tail, cq_head)
  * and only ever stores them to shared memory; what it reads from there
@@ -16,6 +17,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
+#include <string.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -43,28 +46,51 @@ static long futex(uint32_t *word, int op, uint32_t val,
 	return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
 }
 
+/* ------------------------------------------------------------ lanes */
+
+uint32_t kvpc_lane_of(const struct kvp_client *c, const struct kvp_sqe *sqe)
+{
+	switch (sqe->opcode) {
+	case KVP_OP_INFO:
+	case KVP_OP_PREPARE:
+		return kvp_lane_of_user(sqe->user, c->shards, c->nlanes);
+	case KVP_OP_OFFLOAD:
+	case KVP_OP_EVICT:
+		/* One user's: its shard's. Everything: lane 0. */
+		return sqe->flags & KVP_SQE_ALL ? 0 :
+		       kvp_lane_of_user(sqe->user, c->shards, c->nlanes);
+	case KVP_OP_COMMIT:
+	case KVP_OP_RELEASE:
+	case KVP_OP_CHUNK_SEAL:
+		return kvp_lane_of_lease(sqe->arg, c->shards, c->nlanes);
+	default:
+		return 0; /* cross-shard: the sharing state is shard 0's */
+	}
+}
+
 /* ------------------------------------------------------------ SQ */
 
-/* Free SQ slots, or -EPROTO when the daemon's sq_head is not within the
- * entries we published. */
-static int sq_room(struct kvp_client *c)
+/* Free SQ slots of lane l, or -EPROTO when the daemon's sq_head is not
+ * within the entries we published. */
+static int sq_room(struct kvp_client *c, struct kvpc_lane *l)
 {
 	uint32_t head, behind;
 
 	/* A2: pairs with the daemon's store-release of sq_head (D2): every
 	 * entry before head has been copied out, so its slot may be reused. */
-	head = __atomic_load_n(&c->ctl->sq_head, __ATOMIC_ACQUIRE);
-	behind = c->sq_published - head;
+	head = __atomic_load_n(&l->ctl->sq_head, __ATOMIC_ACQUIRE);
+	behind = l->sq_published - head;
 	if (behind > c->sq_entries)
 		return kvpc_fail(c, -EPROTO,
 				 "kvpoold at %s broke the submission ring (sq_head %u, "
 				 "sq_tail %u); reconnect", c->path, head,
-				 c->sq_published);
-	return (int)(c->sq_entries - (c->sq_tail - head));
+				 l->sq_published);
+	return (int)(c->sq_entries - (l->sq_tail - head));
 }
 
-int kvpc_ring_push(struct kvp_client *c, const struct kvp_sqe *sqe)
+int kvpc_ring_push(struct kvp_client *c, uint32_t lane, const struct kvp_sqe *sqe)
 {
+	struct kvpc_lane *l = &c->lanes[lane];
 	uint64_t spin_end = 0, next_check = 0;
 	int room;
 
@@ -74,7 +100,7 @@ int kvpc_ring_push(struct kvp_client *c, const struct kvp_sqe *sqe)
 	 * the ones whose completions were reaped. That it publishes sq_head
 	 * after the completion is allowed, so wait for it here: briefly.
 	 */
-	while ((room = sq_room(c)) <= 0) {
+	while ((room = sq_room(c, l)) <= 0) {
 		uint64_t now;
 
 		if (room < 0)
@@ -97,36 +123,51 @@ int kvpc_ring_push(struct kvp_client *c, const struct kvp_sqe *sqe)
 		}
 		usleep(50);
 	}
-	c->sqes[c->sq_tail & c->sq_mask] = *sqe;
-	c->sq_tail++;
+	l->sqes[l->sq_tail & c->sq_mask] = *sqe;
+	l->sq_tail++;
 	return 0;
 }
 
 uint32_t kvpc_ring_submit(struct kvp_client *c)
 {
-	uint32_t n = c->sq_tail - c->sq_published;
+	uint32_t n = 0;
+	bool any = false;
 
-	if (!n)
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct kvpc_lane *l = &c->lanes[k];
+
+		if (l->sq_tail == l->sq_published)
+			continue;
+		/* S1: pairs with the daemon's load-acquire of sq_tail: the
+		 * entries written by kvpc_ring_push() are visible before the
+		 * tail that covers them. */
+		__atomic_store_n(&l->ctl->sq_tail, l->sq_tail, __ATOMIC_RELEASE);
+		n += l->sq_tail - l->sq_published;
+		any = true;
+	}
+	if (!any)
 		return 0;
-	/* S1: pairs with the daemon's load-acquire of sq_tail: the entries
-	 * written by kvpc_ring_push() are visible before the tail that
-	 * covers them. */
-	__atomic_store_n(&c->ctl->sq_tail, c->sq_tail, __ATOMIC_RELEASE);
-	c->sq_published = c->sq_tail;
-
 	/*
-	 * W1: order the store of sq_tail before the load of sq_flags. Pairs
-	 * with the daemon's full fence between setting NEED_WAKEUP and
+	 * W1: order the stores of sq_tail before the loads of sq_flags. Pairs
+	 * with each worker's full fence between setting NEED_WAKEUP and
 	 * re-reading sq_tail: either it sees our tail and does not sleep, or
-	 * we see its flag and wake it.
+	 * we see its flag and wake it. One fence covers every lane.
 	 */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&c->ctl->sq_flags, __ATOMIC_RELAXED) &
-	    KVP_RING_NEED_WAKEUP) {
-		/* W2: the daemon waits for the doorbell to differ from the
-		 * value it read before its re-check; bump it, then wake. */
-		__atomic_fetch_add(&c->ctl->sq_doorbell, 1, __ATOMIC_RELEASE);
-		futex(&c->ctl->sq_doorbell, FUTEX_WAKE, 1, NULL);
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct kvpc_lane *l = &c->lanes[k];
+
+		if (l->sq_tail == l->sq_published)
+			continue;
+		l->sq_published = l->sq_tail;
+		if (__atomic_load_n(&l->ctl->sq_flags, __ATOMIC_RELAXED) &
+		    KVP_RING_NEED_WAKEUP) {
+			/* W2: the worker waits for the doorbell to differ from
+			 * the value it read before its re-check; bump it, then
+			 * wake. */
+			__atomic_fetch_add(&l->ctl->sq_doorbell, 1, __ATOMIC_RELEASE);
+			futex(&l->ctl->sq_doorbell, FUTEX_WAKE, 1, NULL);
+		}
 	}
 	return n;
 }
@@ -135,30 +176,41 @@ uint32_t kvpc_ring_submit(struct kvp_client *c)
 
 int kvpc_cq_ready(struct kvp_client *c)
 {
-	uint32_t tail, ready;
+	uint32_t total = 0;
 
-	/* A1: pairs with the daemon's store-release of cq_tail (D1): the
-	 * CQEs before tail and the arena bytes they name are visible. */
-	tail = __atomic_load_n(&c->ctl->cq_tail, __ATOMIC_ACQUIRE);
-	ready = tail - c->cq_head;
-	if (ready > c->cq_entries)
-		return kvpc_fail(c, -EPROTO,
-				 "kvpoold at %s broke the completion ring (cq_tail %u, "
-				 "cq_head %u); reconnect", c->path, tail, c->cq_head);
-	return (int)ready;
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct kvpc_lane *l = &c->lanes[k];
+		/* A1: pairs with the daemon's store-release of cq_tail (D1):
+		 * the CQEs before tail and the arena bytes they name are
+		 * visible. */
+		uint32_t tail = __atomic_load_n(&l->ctl->cq_tail, __ATOMIC_ACQUIRE);
+		uint32_t ready = tail - l->cq_head;
+
+		if (ready > c->cq_entries)
+			return kvpc_fail(c, -EPROTO,
+					 "kvpoold at %s broke the completion ring of lane "
+					 "%u (cq_tail %u, cq_head %u); reconnect", c->path,
+					 k, tail, l->cq_head);
+		l->cq_ready_to = tail;
+		total += ready;
+	}
+	return (int)total;
 }
 
-/* Sleep on cq_seq until want CQEs are ready (the slow half of kvpc_cq_wait). */
+/* Sleep on lane 0's cq_seq until want CQEs are ready on any lanes (the slow
+ * half of kvpc_cq_wait; proto.h, LANES: the workers of every lane wake us
+ * through lane 0's words). */
 static int cq_sleep(struct kvp_client *c, uint32_t want)
 {
 	const struct timespec nap = { .tv_sec = 0,
 				      .tv_nsec = KVPC_SLEEP_MS * 1000000l };
+	struct kvp_ring_ctl *ctl = c->lanes[0].ctl;
 	int ready;
 
 	for (;;) {
 		uint32_t seq;
 
-		__atomic_store_n(&c->ctl->cq_waiters, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&ctl->cq_waiters, 1, __ATOMIC_RELAXED);
 		/* W3: order the store of cq_waiters before the re-read of
 		 * cq_tail. Pairs with the daemon's full fence between its
 		 * store of cq_tail and its load of cq_waiters: either we see
@@ -168,11 +220,11 @@ static int cq_sleep(struct kvp_client *c, uint32_t want)
 		 * its store of cq_tail. Read before the re-check: if the wake
 		 * comes between the two, the futex sees a changed word and
 		 * returns at once. */
-		seq = __atomic_load_n(&c->ctl->cq_seq, __ATOMIC_ACQUIRE);
+		seq = __atomic_load_n(&ctl->cq_seq, __ATOMIC_ACQUIRE);
 		ready = kvpc_cq_ready(c);
 		if (ready < 0 || (uint32_t)ready >= want)
 			break;
-		if (futex(&c->ctl->cq_seq, FUTEX_WAIT, seq, &nap) < 0 &&
+		if (futex(&ctl->cq_seq, FUTEX_WAIT, seq, &nap) < 0 &&
 		    errno == ETIMEDOUT) {
 			/* Nothing for a while: is anyone still there? */
 			ready = kvpc_check_hangup(c);
@@ -180,7 +232,7 @@ static int cq_sleep(struct kvp_client *c, uint32_t want)
 				break;
 		}
 	}
-	__atomic_store_n(&c->ctl->cq_waiters, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&ctl->cq_waiters, 0, __ATOMIC_RELAXED);
 	return ready;
 }
 
@@ -211,15 +263,38 @@ int kvpc_cq_wait(struct kvp_client *c, uint32_t want)
 
 void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out)
 {
-	/* Copied out once; only the copy is looked at (the daemon may not
-	 * write the slot again until cq_head passes it, but trust nothing). */
-	*out = c->cqes[c->cq_head & c->cq_mask];
-	c->cq_head++;
+	/* Round robin from the lane after the last one taken from, so no lane
+	 * starves a caller that reaps fewer than are ready. The caller took
+	 * no more than kvpc_cq_ready() counted, so some lane has one. */
+	for (uint32_t n = 0; n < c->nlanes; n++) {
+		uint32_t k = (c->cq_next + n) % c->nlanes;
+		struct kvpc_lane *l = &c->lanes[k];
+
+		if (l->cq_head == l->cq_ready_to)
+			continue;
+		/* Copied out once; only the copy is looked at (the daemon may
+		 * not write the slot again until cq_head passes it, but trust
+		 * nothing). */
+		*out = l->cqes[l->cq_head & c->cq_mask];
+		l->cq_head++;
+		c->cq_next = (k + 1) % c->nlanes;
+		return;
+	}
+	/* Unreachable for a caller that keeps the contract; a CQE no lane
+	 * has is not one of ours, and kvpc_slot_of() refuses tag 0. */
+	memset(out, 0, sizeof(*out));
 }
 
 void kvpc_cq_release(struct kvp_client *c)
 {
-	/* C1: pairs with the daemon's load-acquire of cq_head before it
-	 * reuses a CQ slot: our reads of the entries above are done. */
-	__atomic_store_n(&c->ctl->cq_head, c->cq_head, __ATOMIC_RELEASE);
+	for (uint32_t k = 0; k < c->nlanes; k++) {
+		struct kvpc_lane *l = &c->lanes[k];
+
+		if (l->cq_head == l->cq_released)
+			continue;
+		/* C1: pairs with the daemon's load-acquire of cq_head before it
+		 * reuses a CQ slot: our reads of the entries above are done. */
+		__atomic_store_n(&l->ctl->cq_head, l->cq_head, __ATOMIC_RELEASE);
+		l->cq_released = l->cq_head;
+	}
 }

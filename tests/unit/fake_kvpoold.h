@@ -287,7 +287,8 @@ static void fake_send_welcome(struct fake *f, const struct kvp_hello *h)
 	struct kvp_welcome w = { .magic = KVP_PROTO_MAGIC,
 				 .version = f->version ? f->version : KVP_PROTO_VERSION,
 				 .status = f->status, .client_id = 7,
-				 .flags = KVP_WELCOME_TENANT | KVP_WELCOME_ADMIN };
+				 .flags = KVP_WELCOME_TENANT | KVP_WELCOME_ADMIN,
+				 .shards = 1 };
 	size_t ctl_off = up64(sizeof(struct kvp_shm_hdr)), sq_off, cq_off, arena_off;
 	int fds[4], nfds = 0, pfd[2] = { -1, -1 };
 	union { char buf[CMSG_SPACE(sizeof(fds))]; struct cmsghdr a; } u;
@@ -318,7 +319,9 @@ static void fake_send_welcome(struct fake *f, const struct kvp_hello *h)
 		.sq_entries = f->sq_entries_now, .cq_entries = f->cq_entries_now,
 		.arena_bytes = f->arena_now, .ctl_off = ctl_off, .sq_off = sq_off,
 		.cq_off = cq_off, .arena_off = f->bad_hdr ? arena_off + 64 : arena_off,
-		.total_bytes = f->shm_bytes };
+		.total_bytes = f->shm_bytes, .lanes = 1,
+		.lane_bytes = up64(cq_off + f->cq_entries_now * sizeof(struct kvp_cqe)) -
+			      ctl_off };
 	f->ctl = (void *)((char *)f->shm + ctl_off);
 	f->sqes = (void *)((char *)f->shm + sq_off);
 	f->cqes = (void *)((char *)f->shm + cq_off);

@@ -414,7 +414,7 @@ static void test_indices_wrap_past_uint32_max(void **state)
 	(void)state;
 	f->start_index = UINT32_MAX - 40;
 	c = fake_attach(f, &o);
-	assert_int_equal(c->sq_tail, UINT32_MAX - 40);
+	assert_int_equal(c->lanes[0].sq_tail, UINT32_MAX - 40);
 	for (uint64_t i = 0; i < 100; i++) {
 		assert_int_equal(kvp_info(c, i, &ui), 0);
 		assert_int_equal(ui.len, i * 10);
@@ -431,9 +431,9 @@ static void test_indices_wrap_past_uint32_max(void **state)
 		}
 	}
 	/* 500 operations from UINT32_MAX - 40: both indices wrapped to 459. */
-	assert_int_equal(c->sq_tail, 459);
-	assert_int_equal(c->cq_head, 459);
-	assert_int_equal(__atomic_load_n(&c->ctl->cq_head, __ATOMIC_ACQUIRE), 459);
+	assert_int_equal(c->lanes[0].sq_tail, 459);
+	assert_int_equal(c->lanes[0].cq_head, 459);
+	assert_int_equal(__atomic_load_n(&c->lanes[0].ctl->cq_head, __ATOMIC_ACQUIRE), 459);
 	kvp_close(c);
 	fake_free(f);
 }
@@ -560,7 +560,7 @@ static void test_sleeping_client_is_woken(void **state)
 	assert_int_equal(out.info.len, 90);
 	assert_int_equal(l.waiters, 1);  /* it slept with cq_waiters set */
 	assert_int_equal(l.woken, 1);    /* on cq_seq, and was woken there */
-	assert_int_equal(c->ctl->cq_waiters, 0);
+	assert_int_equal(c->lanes[0].ctl->cq_waiters, 0);
 	kvp_close(c);
 	fake_free(f);
 }
@@ -606,7 +606,7 @@ static int reap_bent(void (*bend)(struct fake *, struct kvp_client *,
 		assert_int_equal(kvp_submit(c), 1);
 		assert_int_equal(fake_take(f, &s), 1);
 	} else {
-		s = c->sqes[c->sq_published & c->sq_mask]; /* peeked, not published */
+		s = c->lanes[0].sqes[c->lanes[0].sq_published & c->sq_mask]; /* peeked, not published */
 	}
 	fake_exec(f, &s, &q);
 	bend(f, c, &q);

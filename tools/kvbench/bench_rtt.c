@@ -221,13 +221,11 @@ static int run_round(struct rtt *r, enum path p, uint64_t n)
 		return rc;
 	kvb_proc_sample(r->daemon_pid, &d0);
 	getrusage(RUSAGE_THREAD, &u0);
-	bell0 = __atomic_load_n(&r->c->ctl->sq_doorbell, __ATOMIC_RELAXED);
-	seq0 = __atomic_load_n(&r->c->ctl->cq_seq, __ATOMIC_RELAXED);
+	bell0 = kvpc_doorbells(r->c);
+	seq0 = kvpc_client_wakeups(r->c);
 	rc = run_path(r, p, n, true);
-	w->doorbells += (uint32_t)(__atomic_load_n(&r->c->ctl->sq_doorbell,
-						   __ATOMIC_RELAXED) - bell0);
-	w->client_sleeps += (uint32_t)(__atomic_load_n(&r->c->ctl->cq_seq,
-						       __ATOMIC_RELAXED) - seq0);
+	w->doorbells += (uint32_t)(kvpc_doorbells(r->c) - bell0);
+	w->client_sleeps += (uint32_t)(kvpc_client_wakeups(r->c) - seq0);
 	getrusage(RUSAGE_THREAD, &u1);
 	kvb_proc_sample(r->daemon_pid, &d1);
 	w->client_vcsw += (uint64_t)(u1.ru_nvcsw - u0.ru_nvcsw);
