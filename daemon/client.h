@@ -33,6 +33,15 @@
  * it. Everything below `worker` is that worker thread's own: the main
  * thread reads it only after every lane was dropped (client_retire).
  */
+/* An entry a lane keeps, copied out of the SQ (worker.c, DEFERRAL). */
+struct lane_defer {
+	struct kvp_sqe sqe;
+	uint64_t user;              /* valid when has_user */
+	bool has_user;              /* false: no single user (waits for all) */
+	uint64_t since;             /* waiting for the reclaimer since
+				     * (CLOCK_MONOTONIC ns); 0: not */
+};
+
 struct lane {
 	struct client *c;
 	struct worker *worker;
@@ -44,13 +53,12 @@ struct lane {
 	/* The worker's ring indices: authoritative, never read back. */
 	uint32_t sq_head;
 	uint32_t cq_tail;
-	/* Completions waiting for an onload, and the SQE at sq_head, copied
-	 * out, held back behind one of them (worker.c). */
+	/* Completions waiting for an onload, and the entries copied out of
+	 * the SQ that wait: behind a parked completion or an earlier deferred
+	 * entry of their user, or for the reclaimer (worker.c, DEFERRAL). */
 	struct park_list park;
-	struct kvp_sqe held;
-	bool holding;
-	uint64_t stall_since;       /* held waiting for the reclaimer since
-				     * (CLOCK_MONOTONIC ns), 0: not */
+	struct lane_defer *dq;      /* cq_entries, allocated on first use */
+	uint32_t ndq;
 	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
 } __attribute__((aligned(64)));
 

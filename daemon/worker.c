@@ -29,13 +29,25 @@
  * Order (DESIGN.md: operations on one user take effect in submission
  * order). The engine has already applied a parked prepare, so whatever runs
  * after it sees it; what must not happen is a later operation of the same
- * client on the same user completing first. Rule: while a client has a
- * parked completion for user U, the worker stops consuming that client's
- * ring at the first SQE that names U (ops_sqe_user: U itself, or a lease of
- * U), keeps that SQE copied out (c->held, so it is read from shared memory
- * once) and resumes with it once U's completion is published. Other
- * clients keep going meanwhile, and none of them can use U's pages early:
- * their prepares of U get the same fence from the engine and park too.
+ * client on the same user completing first. Other clients keep going
+ * meanwhile, and none of them can use U's pages early: their prepares of U
+ * get the same fence from the engine and park too.
+ *
+ * DEFERRAL (issue 14: a waiting entry must not hold other users' entries).
+ * An entry that must wait is copied out of the SQ once, like every entry,
+ * and kept on its lane's deferred list (l->dq, in ring order) while the
+ * worker goes on with the entries behind it. An entry waits when
+ *  - it names a user U (ops_sqe_user: U itself, or a lease of U) that has a
+ *    parked completion on this lane, or an earlier deferred entry; or
+ *  - it is a prepare that must wait for the reclaimer (ops_execute's retry:
+ *    nothing done), at most RECLAIM_WAIT_NS, then it evicts for itself;
+ *  - or it names no single user (a cross-shard call: libkvpool never sends
+ *    one with anything in flight), then it waits behind everything kept,
+ *    and everything after it waits behind it.
+ * Every pass retries the list in order before it takes new entries, so
+ * one user's entries still run in ring order. Each deferred entry keeps a
+ * CQ slot for its completion, as a parked one does, so the lane never
+ * takes more entries than it can complete.
  *
  * uds requests (issue 11: they used to run on the listener thread, beside
  * the rings, and could overtake ring entries submitted before them). The
@@ -183,6 +195,9 @@ static void drop_lane(struct worker *w, uint32_t i, const char *why)
 	if (l->index == 0 &&
 	    __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED)
 		w->parked--;
+	free(l->dq); /* deferred entries die with the client, unrun */
+	l->dq = NULL;
+	l->ndq = 0;
 	w->lanes[i] = w->lanes[--w->n];
 	/* R1: orders our last use of the lane before the main thread's
 	 * finalize; pairs with the acq_rel of the worker that drops last. */
@@ -240,26 +255,102 @@ static bool park_cqe(struct lane *l, const struct kvp_sqe *sqe,
 	return park_add(&l->park, &e);
 }
 
-/* The SQE waits for a parked completion of the same user (top of file);
- * a parked uds reply only ever holds lane 0 (its worker's). */
-static bool held_back(struct worker *w, struct lane *l,
-		      const struct kvp_sqe *sqe)
+/*
+ * Whether an entry (of user `user`, or of no single user) must wait behind
+ * what this lane already keeps: a parked completion of the same user (a
+ * parked uds reply only ever holds lane 0, its worker's), or one of the
+ * first `upto` deferred entries of the same user. An entry of no single
+ * user waits behind anything, and anything behind it (DEFERRAL at the top).
+ */
+static bool must_wait(const struct lane *l, uint32_t upto, bool has_user,
+		      uint64_t user)
 {
-	struct client *c = l->c;
-	uint64_t user;
-	bool uds = l->index == 0 &&
-		   __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED;
+	const struct client *c = l->c;
 
-	return (l->park.n || uds) && ops_sqe_user(w->s, c, sqe, &user) &&
-	       ((uds && c->uds_user == user) || park_has_user(&l->park, user));
+	if (l->index == 0 &&
+	    __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED &&
+	    (!has_user || c->uds_user == user))
+		return true;
+	if (l->park.n && (!has_user || park_has_user(&l->park, user)))
+		return true;
+	for (uint32_t i = 0; i < upto; i++)
+		if (!has_user || !l->dq[i].has_user || l->dq[i].user == user)
+			return true;
+	return false;
+}
+
+/* The user an entry names, looked up only when something could hold it
+ * (a commit's costs its shard's lock). Returns whether it looked. */
+static bool entry_user(struct worker *w, struct lane *l, struct lane_defer *d)
+{
+	bool busy = l->ndq || l->park.n ||
+		    (l->index == 0 && __atomic_load_n(&l->c->uds_state,
+						      __ATOMIC_RELAXED) == UDS_PARKED);
+
+	if (busy)
+		d->has_user = ops_sqe_user(w->s, l->c, &d->sqe, &d->user);
+	return busy;
 }
 
 /*
- * One pass over lane l: publish the parked completions that landed, then
- * every available SQE the CQ has room for, up to one held back behind a
- * parked completion. Returns entries consumed plus completions published,
- * or -EPROTO with *why for a broken client. *blocked says entries wait for
- * CQ room.
+ * Run one entry. false: it must wait for the reclaimer (nothing done; the
+ * caller keeps it deferred, d->since says since when). Its completion is
+ * emitted or parked.
+ */
+static bool run_entry(struct worker *w, struct lane *l, struct lane_defer *d,
+		      struct emit_ctx *ex)
+{
+	struct client_shm *sh = &l->c->shm;
+	struct op_wait wt = { 0 };
+	struct kvp_cqe cqe;
+
+	/* A prepare may wait for the reclaimer, RECLAIM_WAIT_NS at most
+	 * (then it makes its room itself). */
+	wt.retried = d->since != 0;
+	wt.may_retry = !wt.retried || mono_ns() - d->since < RECLAIM_WAIT_NS;
+	ops_execute(w->s, l->c, &d->sqe, sh->arena, sh->arena_bytes,
+		    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
+	if (wt.retry) {
+		if (!d->since)
+			d->since = mono_ns();
+		return false;
+	}
+	if (wt.fence && park_cqe(l, &d->sqe, &cqe, &wt)) {
+		w->parked++;
+		return true;
+	}
+	/* Could not park it (out of memory): wait for the copy here. */
+	if (wt.fence)
+		engine_fence_wait(wt.eng, wt.fence);
+	emit_cqe(ex, &cqe);
+	return true;
+}
+
+/* Retry the deferred entries in order, keeping those that still wait.
+ * Returns how many ran. */
+static uint32_t run_deferred(struct worker *w, struct lane *l,
+			     struct emit_ctx *ex)
+{
+	uint32_t kept = 0, ran = 0;
+
+	for (uint32_t i = 0; i < l->ndq; i++) {
+		struct lane_defer d = l->dq[i];
+
+		if (!must_wait(l, kept, d.has_user, d.user) && run_entry(w, l, &d, ex)) {
+			ran++;
+			continue;
+		}
+		l->dq[kept++] = d;
+	}
+	l->ndq = kept;
+	return ran;
+}
+
+/*
+ * One pass over lane l: publish the parked completions that landed, retry
+ * the deferred entries, then take every available SQE the CQ has room for.
+ * Returns entries consumed or run plus completions published, or -EPROTO
+ * with *why for a broken client. *blocked says entries wait for CQ room.
  */
 static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		     const char **why)
@@ -269,7 +360,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	struct kvp_ring_ctl *ctl = l->ctl;
 	struct emit_ctx ex = { l, sh->cq_entries - 1 };
 	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = l->cq_tail;
-	uint32_t late = 0;
+	uint32_t late = 0, ran = 0;
 
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
 	 * entries below tail are written. */
@@ -296,57 +387,37 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		w->parked -= before - l->park.n;
 		used += late;
 	}
-	/* Each parked completion keeps one CQ slot for itself. */
+	/* A deferred entry's CQ slot is kept for it (as a parked one's), so
+	 * running it here needs no room check. */
+	if (l->ndq)
+		ran = run_deferred(w, l, &ex);
+	used = l->cq_tail - cq_head;
+	/* Each parked completion and deferred entry keeps one CQ slot. */
 	room = sh->cq_entries - used;
-	room = room > l->park.n ? room - l->park.n : 0;
+	room = room > l->park.n + l->ndq ? room - l->park.n - l->ndq : 0;
 	n = avail < room ? avail : room;
 	*blocked = avail > room;
+	if (n && !l->dq && !(l->dq = calloc(sh->cq_entries, sizeof(*l->dq))))
+		n = 0; /* out of memory: try again on the next pass */
 	for (i = 0; i < n; i++) {
-		struct kvp_sqe sqe;
-		struct kvp_cqe cqe;
-		struct op_wait wt = { 0 };
+		struct lane_defer d = { 0 };
 
 		/* The one read of this entry: validated and used as copied. */
-		if (l->holding)
-			sqe = l->held;
-		else
-			memcpy(&sqe, &l->sqes[l->sq_head & (sh->sq_entries - 1)],
-			       sizeof(sqe));
-		if (held_back(w, l, &sqe)) {
-			l->held = sqe;
-			l->holding = true;
-			*blocked = false; /* waits for a fence, not for the client */
-			break;
-		}
-		l->holding = false;
-		/* A prepare may wait for the reclaimer, RECLAIM_WAIT_NS at most
-		 * (then it makes its room itself). */
-		wt.retried = l->stall_since != 0;
-		wt.may_retry = !wt.retried ||
-			       mono_ns() - l->stall_since < RECLAIM_WAIT_NS;
-		ops_execute(w->s, c, &sqe, sh->arena, sh->arena_bytes,
-			    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
-		if (wt.retry) {
-			/* Nothing done: keep the entry, serve the others. */
-			if (!l->stall_since)
-				l->stall_since = mono_ns();
-			l->held = sqe;
-			l->holding = true;
-			*blocked = false;
-			break;
-		}
-		l->stall_since = 0;
+		memcpy(&d.sqe, &l->sqes[l->sq_head & (sh->sq_entries - 1)],
+		       sizeof(d.sqe));
 		l->sq_head++;
-		if (wt.fence && park_cqe(l, &sqe, &cqe, &wt)) {
-			w->parked++;
+		if (entry_user(w, l, &d) && must_wait(l, l->ndq, d.has_user, d.user)) {
+			l->dq[l->ndq++] = d; /* room counted its CQ slot */
 			continue;
 		}
-		/* Could not park it (out of memory): wait for the copy here. */
-		if (wt.fence)
-			engine_fence_wait(wt.eng, wt.fence);
-		emit_cqe(&ex, &cqe);
+		if (run_entry(w, l, &d, &ex))
+			continue;
+		/* Waits for the reclaimer: later entries of its user wait
+		 * behind it, the others pass. */
+		d.has_user = ops_sqe_user(w->s, c, &d.sqe, &d.user);
+		l->dq[l->ndq++] = d;
 	}
-	if (!i && l->cq_tail == cq0)
+	if (!i && !ran && l->cq_tail == cq0)
 		return 0;
 	if (l->cq_tail != cq0) {
 		/* D1: publishes the CQEs and arena results written above (and
@@ -360,7 +431,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	}
 	if (l->cq_tail != cq0)
 		wake_client(l);
-	return (int)(i + late);
+	return (int)(i + ran + late);
 }
 
 /* ------------------------------------------------------------ uds */
@@ -408,7 +479,7 @@ static bool uds_waits(struct worker *w, struct client *c)
 
 	/* Lane 0's entries only: libkvpool sends a uds request, like any
 	 * synchronous call, with nothing in flight on any lane. */
-	if (l->holding || l->sq_head != l->sq_tail_seen)
+	if (l->ndq || l->sq_head != l->sq_tail_seen)
 		return true;
 	return l->park.n && ops_sqe_user(w->s, c, &c->uds_sqe, &user) &&
 	       park_has_user(&l->park, user);
@@ -547,9 +618,9 @@ static bool ring_has_work(const struct lane *l, bool *blocked)
 	uint32_t tail = __atomic_load_n(&l->ctl->sq_tail, __ATOMIC_ACQUIRE);
 	uint32_t cq_head = __atomic_load_n(&l->ctl->cq_head, __ATOMIC_ACQUIRE);
 
-	if (tail == l->sq_head || l->holding)
-		return false; /* held back: the parked poll comes back to it */
-	if (l->cq_tail - cq_head >= sh->cq_entries &&
+	if (tail == l->sq_head)
+		return false; /* deferred ones: the parked poll comes back to them */
+	if (l->cq_tail - cq_head + l->park.n + l->ndq >= sh->cq_entries &&
 	    tail - l->sq_head <= sh->sq_entries) {
 		*blocked = true; /* waits for the client to reap */
 		return false;
@@ -605,7 +676,7 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 	for (uint32_t i = 0; i < w->n && !work; i++) {
 		work = ring_has_work(w->lanes[i], &blocked) ||
 		       __atomic_load_n(&w->lanes[i]->c->state, __ATOMIC_ACQUIRE) != CLIENT_LIVE;
-		stalls |= w->lanes[i]->stall_since != 0;
+		stalls |= w->lanes[i]->ndq != 0;
 	}
 	if (!work && !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		if (blocked || w->n > nc || w->parked || stalls) {

@@ -56,6 +56,7 @@
 
 #define KVPC_MIN_SLICE 256u      /* an async slot's result slice: >= KVP_ERRLEN */
 #define KVPC_DEFAULT_SPIN_US 20u /* spin before sleeping for completions */
+#define KVPC_SPIN_MAX_NS 500000ull /* adaptive spin's cap (ring.c) */
 #define KVPC_SLEEP_MS 100        /* futex timeout between hang-up checks */
 #define KVPC_ATTACH_TIMEOUT_S 10 /* hello -> welcome */
 
@@ -100,6 +101,7 @@ struct kvp_client {
 	uint64_t tier_bytes[KVP_TIERS];
 	uint32_t tier_frames[KVP_TIERS];
 	uint32_t spin_us;
+	uint64_t wait_avg_ns;         /* ring.c: recent completion waits */
 
 	/* ---- the client's shm: [hdr][lanes: ctl, sqes, cqes][arena] */
 	void *shm;
