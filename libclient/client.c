@@ -417,6 +417,7 @@ static int map_shm(struct kvp_client *c, int fd, uint64_t expect)
 		l->sq_published = l->sq_tail;
 		l->cq_head = __atomic_load_n(&l->ctl->cq_head, __ATOMIC_RELAXED);
 		l->cq_released = l->cq_ready_to = l->cq_head;
+		l->sq_head_seen = l->sq_tail;
 		if (__atomic_load_n(&l->ctl->sq_head, __ATOMIC_RELAXED) != l->sq_tail ||
 		    __atomic_load_n(&l->ctl->cq_tail, __ATOMIC_RELAXED) != l->cq_head)
 			return kvpc_err(c, -EPROTO, "kvpoold at %s handed over rings "

@@ -73,6 +73,8 @@ struct kvpc_lane {
 	uint32_t cq_head;             /* next CQ position to read */
 	uint32_t cq_released;         /* last value stored to ctl->cq_head */
 	uint32_t cq_ready_to;         /* cq_tail as kvpc_cq_ready() last read it */
+	uint32_t cq_owed;             /* published entries not yet seen completing */
+	uint32_t sq_head_seen;        /* sq_head as sq_room() last read it */
 };
 
 /* One operation slot (see OPERATION SLOTS above). */

@@ -72,11 +72,16 @@ uint32_t kvpc_lane_of(const struct kvp_client *c, const struct kvp_sqe *sqe)
 /* ------------------------------------------------------------ SQ */
 
 /* Free SQ slots of lane l, or -EPROTO when the daemon's sq_head is not
- * within the entries we published. */
+ * within the entries we published. The head is read from shared memory
+ * only when the one seen last leaves no room: the line is the worker's,
+ * written on every pass, and a load of it per push was a cache miss per
+ * entry. */
 static int sq_room(struct kvp_client *c, struct kvpc_lane *l)
 {
 	uint32_t head, behind;
 
+	if (c->sq_entries - (l->sq_tail - l->sq_head_seen) > 0)
+		return (int)(c->sq_entries - (l->sq_tail - l->sq_head_seen));
 	/* A2: pairs with the daemon's store-release of sq_head (D2): every
 	 * entry before head has been copied out, so its slot may be reused. */
 	head = __atomic_load_n(&l->ctl->sq_head, __ATOMIC_ACQUIRE);
@@ -86,6 +91,7 @@ static int sq_room(struct kvp_client *c, struct kvpc_lane *l)
 				 "kvpoold at %s broke the submission ring (sq_head %u, "
 				 "sq_tail %u); reconnect", c->path, head,
 				 l->sq_published);
+	l->sq_head_seen = head;
 	return (int)(c->sq_entries - (l->sq_tail - head));
 }
 
@@ -144,6 +150,7 @@ uint32_t kvpc_ring_submit(struct kvp_client *c)
 		 * tail that covers them. */
 		__atomic_store_n(&l->ctl->sq_tail, l->sq_tail, __ATOMIC_RELEASE);
 		n += l->sq_tail - l->sq_published;
+		l->cq_owed += l->sq_tail - l->sq_published;
 		any = true;
 	}
 	if (!any)
@@ -181,17 +188,28 @@ int kvpc_cq_ready(struct kvp_client *c)
 
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
+		uint32_t tail, ready;
+
+		/* A lane whose published entries were all seen completing has
+		 * nothing to say: its worker's line is left alone (polling
+		 * every lane's cq_tail took lines from busy workers). */
+		if (!l->cq_owed) {
+			total += l->cq_ready_to - l->cq_head;
+			continue;
+		}
 		/* A1: pairs with the daemon's store-release of cq_tail (D1):
 		 * the CQEs before tail and the arena bytes they name are
 		 * visible. */
-		uint32_t tail = __atomic_load_n(&l->ctl->cq_tail, __ATOMIC_ACQUIRE);
-		uint32_t ready = tail - l->cq_head;
+		tail = __atomic_load_n(&l->ctl->cq_tail, __ATOMIC_ACQUIRE);
+		ready = tail - l->cq_head;
 
-		if (ready > c->cq_entries)
+		if (ready > c->cq_entries || tail - l->cq_ready_to > l->cq_owed)
 			return kvpc_fail(c, -EPROTO,
 					 "kvpoold at %s broke the completion ring of lane "
-					 "%u (cq_tail %u, cq_head %u); reconnect", c->path,
-					 k, tail, l->cq_head);
+					 "%u (cq_tail %u, cq_head %u, %u completions owed); "
+					 "reconnect", c->path, k, tail, l->cq_head,
+					 l->cq_owed);
+		l->cq_owed -= tail - l->cq_ready_to;
 		l->cq_ready_to = tail;
 		total += ready;
 	}
