@@ -365,16 +365,20 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
 	 * entries below tail are written. */
 	tail = __atomic_load_n(&ctl->sq_tail, __ATOMIC_ACQUIRE);
-	/* A2: pairs with the client's store-release of cq_head (C1): it is
-	 * done with those CQEs and their arena bytes. */
-	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
 	l->sq_tail_seen = tail; /* a uds request waits for what is below it */
 	avail = tail - l->sq_head;
-	used = l->cq_tail - cq_head;
 	if (avail > sh->sq_entries) {
 		*why = "sq_tail is more than sq_entries ahead of sq_head";
 		return -EPROTO;
 	}
+	if (!avail && !l->park.n && !l->ndq)
+		return 0;
+	/* (An idle lane costs its pass one load, of sq_tail: the client's
+	 * cq_head line is read only when there is something to complete.)
+	 * A2: pairs with the client's store-release of cq_head (C1): it is
+	 * done with those CQEs and their arena bytes. */
+	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
+	used = l->cq_tail - cq_head;
 	if (used > sh->cq_entries) {
 		*why = "cq_head moved past cq_tail";
 		return -EPROTO;
