@@ -3,11 +3,15 @@
  * worker.c - ring polling: consume SQEs, execute, publish CQEs, sleep.
  *
  * The ring protocol is libclient/proto.h's; the labels below (S1, D1, D2,
- * C1) are its. A worker never trusts shared memory: it keeps its own sq_head
- * and cq_tail, reads sq_tail and cq_head once per pass, copies each entry
- * out once, and treats impossible indices as a broken client to detach.
+ * C1) are its. Worker k serves lane k of every client (proto.h, LANES): a
+ * worker's list is of lanes, and everything below about "a client's ring"
+ * is about the client's lane of this worker. A client is retired once the
+ * worker of its last lane let go (drop_lane). A worker never trusts shared
+ * memory: it keeps its own sq_head and cq_tail, reads sq_tail and cq_head
+ * once per pass, copies each entry out once, and treats impossible indices
+ * as a broken client to detach.
  *
- * Sleeping follows io_uring's SQPOLL: set NEED_WAKEUP in every client's
+ * Sleeping follows io_uring's SQPOLL: set NEED_WAKEUP in every lane's
  * sq_flags, full fence, re-check every ring, then futex_waitv on the
  * doorbells (values read before the re-check) plus the worker's private
  * control word. A client that publishes after our re-check sees the flag
