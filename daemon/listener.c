@@ -473,11 +473,14 @@ static bool pow2(uint32_t x)
 	return x && !(x & (x - 1));
 }
 
+#define RINGS_MAX_BYTES (64ull << 20) /* a client's rings, all lanes */
+
 /* Validate the hello; fill the ring geometry with defaults applied. */
 static int hello_check(const struct config *cfg, const struct kvp_hello *h,
 		       ssize_t len, uint32_t geo[3], struct errbuf *e)
 {
 	uint32_t sq = h->sq_entries ? h->sq_entries : cfg->sq_entries, cq, arena;
+	uint64_t rings;
 
 	if (len < (ssize_t)(sizeof(h->magic) + sizeof(h->version)) ||
 	    h->magic != KVP_PROTO_MAGIC)
@@ -499,6 +502,17 @@ static int hello_check(const struct config *cfg, const struct kvp_hello *h,
 		return errbuf_set(e, -EINVAL, "cq_entries %" PRIu32 ": use a power of "
 				  "two from sq_entries (%" PRIu32 ") to %u", cq, sq,
 				  2 * KVP_RING_MAX_ENTRIES);
+	/* Every lane (one per worker) gets rings this size: bound their sum,
+	 * or a client asking for the largest rings of a daemon with many
+	 * workers would cost half a GiB. */
+	rings = (uint64_t)cfg->workers * ((uint64_t)sq * sizeof(struct kvp_sqe) +
+					  (uint64_t)cq * sizeof(struct kvp_cqe));
+	if (rings > RINGS_MAX_BYTES)
+		return errbuf_set(e, -EINVAL, "sq_entries %" PRIu32 " and cq_entries %"
+				  PRIu32 " on %" PRIu32 " lanes (one per worker) are %"
+				  PRIu64 " MiB of rings, more than %llu MiB: ask for "
+				  "fewer entries", sq, cq, cfg->workers, rings >> 20,
+				  RINGS_MAX_BYTES >> 20);
 	arena = h->arena_bytes ? h->arena_bytes : cfg->arena_bytes;
 	if (arena < KVP_ARENA_MIN_BYTES || arena > KVP_ARENA_MAX_BYTES)
 		return errbuf_set(e, -EINVAL, "arena_bytes %" PRIu32 ": use %u to %u",

@@ -349,6 +349,38 @@ static void bad_hellos_are_refused_and_stall_no_one(void **state)
 	assert_int_equal(h_daemon_stop(d, 10000), 0);
 }
 
+/*
+ * Every worker gives each client a lane of rings (proto.h, LANES): the
+ * largest rings the hello may ask for, times 16 workers, are 128 MiB per
+ * client. Refused with a message saying what to do; rings that fit still
+ * attach, and the daemon goes on serving.
+ */
+static void rings_over_all_lanes_are_bounded(void **state)
+{
+	struct h_daemon *d = calloc(1, sizeof(*d));
+	const struct kvp_hello good = { .magic = KVP_PROTO_MAGIC,
+					.version = KVP_PROTO_VERSION };
+	struct kvp_hello h = good;
+	struct kvp_connect_opts o = { .sq_entries = 4096 };
+	struct kvp_client *c = NULL;
+	char err[KVP_ERRLEN];
+
+	assert_non_null(d);
+	*state = d;
+	assert_int_equal(h_daemon_dir(d, 0), 0);
+	assert_int_equal(h_daemon_start(d, 10000, "--device_mem=4M", "--host_mem=4M",
+					"--workers=16", (char *)NULL), 0);
+	g_sock = d->sock;
+	h.sq_entries = KVP_RING_MAX_ENTRIES;
+	expect_refused(d->sock, &h, sizeof(h), "the largest rings on 16 lanes",
+		       "fewer entries");
+	o.socket = d->sock;
+	assert_int_equal(kvp_connect(&c, &o, err, sizeof(err)), 0);
+	kvp_close(c);
+	assert_serves(d->sock, 3);
+	assert_int_equal(h_daemon_stop(d, 10000), 0);
+}
+
 /* ------------------------------------------------------------ churn */
 
 static int dying_client(void *arg)
@@ -470,6 +502,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(sigint_exits_0_and_removes_socket,
 					  h_daemon_teardown),
 		cmocka_unit_test_teardown(close_releases_every_lease,
+					  h_daemon_teardown),
+		cmocka_unit_test_teardown(rings_over_all_lanes_are_bounded,
 					  h_daemon_teardown),
 		cmocka_unit_test_teardown(bad_hellos_are_refused_and_stall_no_one,
 					  h_daemon_teardown),
