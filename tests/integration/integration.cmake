@@ -42,6 +42,8 @@ if(TARGET kvpoold AND TARGET kvpool)
   # evict --all), never another's; the all-tenants form stays an admin's.
   kvpool_integration_test(test_tenant_evict 120 PkgConfig::CMOCKA)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
+  # A prepare waiting for the reclaimer lets other users' entries pass.
+  kvpool_integration_test(test_lane_deferral 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
   # Chunk entries under names across processes: links per parent, hits in a
