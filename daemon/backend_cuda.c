@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -73,6 +74,8 @@ struct cuda_alloc {
 };
 
 #define FENCE_RING 64
+
+static void d2h_prof_dump(void); /* the KVPOOL_COPY_PROFILE diagnostic */
 
 struct cuda_ctx {
 	int device;
@@ -247,6 +250,8 @@ void backend_cuda_close(void *ctx)
 
 	if (!x)
 		return;
+	if (getenv("KVPOOL_COPY_PROFILE"))
+		d2h_prof_dump();
 	cudaSetDevice(x->device);
 	for (int d = 0; d < 2; d++)
 		if (x->stream[d])
@@ -492,12 +497,55 @@ static cudaError_t enqueue_runs(struct cuda_ctx *x, enum copy_dir dir,
 	return err;
 }
 
+/*
+ * The device -> host profile (KVPOOL_COPY_PROFILE=FILE, a diagnostic; see
+ * copy.c): wall time and GPU time (events around the runs) of each copy(),
+ * split by whether an onload was running on the other stream when it
+ * started, appended to FILE when the context closes. Whether offload is
+ * slow on the link or around it (issue 14).
+ */
+struct d2h_prof {
+	uint64_t calls, bytes, wall_ns, gpu_ns, enq_ns;
+};
+static struct d2h_prof d2h_prof[2]; /* [onload running at the start] */
+static pthread_mutex_t d2h_prof_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void d2h_prof_dump(void)
+{
+	const char *path = getenv("KVPOOL_COPY_PROFILE");
+	FILE *f = path ? fopen(path, "a") : NULL;
+
+	if (!f)
+		return;
+	for (int b = 0; b < 2; b++) {
+		const struct d2h_prof *p = &d2h_prof[b];
+
+		fprintf(f, "cuda d2h onload_running %d calls %llu bytes %llu wall_ns %llu "
+			"gpu_ns %llu enqueue_ns %llu\n", b, (unsigned long long)p->calls,
+			(unsigned long long)p->bytes, (unsigned long long)p->wall_ns,
+			(unsigned long long)p->gpu_ns, (unsigned long long)p->enq_ns);
+	}
+	fclose(f);
+}
+
+static uint64_t prof_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		     const struct tier_mem *src, const struct copy_run *runs,
 		     uint32_t n, struct errbuf *e)
 {
 	struct cuda_ctx *x = ctx;
 	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
+	bool prof = dir == COPY_D2H && getenv("KVPOOL_COPY_PROFILE");
+	cudaEvent_t ev[2] = { NULL, NULL };
+	uint64_t t0 = 0, t1 = 0, bytes = 0;
+	int busy = 0;
 	cudaError_t err, serr;
 	int ret = cuda_use(x, e);
 
@@ -505,10 +553,38 @@ static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
 		return ret;
 	}
+	if (prof) {
+		cudaEventCreate(&ev[0]);
+		cudaEventCreate(&ev[1]);
+		busy = cudaStreamQuery(x->stream[COPY_H2D]) == cudaErrorNotReady;
+		t0 = prof_now();
+		cudaEventRecord(ev[0], s);
+	}
 	err = enqueue_runs(x, dir, dst, src, runs, n);
+	if (prof) {
+		cudaEventRecord(ev[1], s);
+		t1 = prof_now();
+	}
 	/* Wait even after a failed enqueue, so nothing is in flight when we
 	 * return. */
 	serr = cudaStreamSynchronize(s);
+	if (prof) {
+		uint64_t t2 = prof_now();
+		float ms = 0;
+
+		cudaEventElapsedTime(&ms, ev[0], ev[1]);
+		for (uint32_t i = 0; i < n; i++)
+			bytes += runs[i].bytes;
+		pthread_mutex_lock(&d2h_prof_lock);
+		d2h_prof[busy].calls++;
+		d2h_prof[busy].bytes += bytes;
+		d2h_prof[busy].wall_ns += t2 - t0;
+		d2h_prof[busy].enq_ns += t1 - t0;
+		d2h_prof[busy].gpu_ns += (uint64_t)(ms * 1e6);
+		pthread_mutex_unlock(&d2h_prof_lock);
+		cudaEventDestroy(ev[0]);
+		cudaEventDestroy(ev[1]);
+	}
 	if (err == cudaSuccess)
 		err = serr;
 	return err == cudaSuccess ? 0 : copy_failed(x, dir, n, "cudaMemcpyAsync",

@@ -221,6 +221,7 @@ struct engine_demotion {
 	uint32_t page[DEMOTE_MAX_PAGES];  /* page index in its history */
 	uint32_t dev[DEMOTE_MAX_PAGES];   /* its device frame when planned */
 	uint32_t host[DEMOTE_MAX_PAGES];  /* the host frame taken for it */
+	uint32_t order[DEMOTE_MAX_PAGES]; /* copy: slots by device frame */
 };
 struct copy_batch;
 uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,

@@ -296,16 +296,59 @@ uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
 	return freed;
 }
 
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Sort key of slot k: its device frame high, k low (frames < 2^32). */
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Pair the round's pages and host frames so that copies coalesce: pages in
+ * the order of their device frames get the round's host frames in
+ * ascending order. A history's pages are written a few tokens at a time,
+ * so its device frames are scattered, but frames freed together come back
+ * together (a demoted or dropped history's, an onload's), and in either
+ * order; sorted, both sides' neighbours meet and copy_page() joins them
+ * into one run. Which host frame holds which page is the demotion's own
+ * choice: nothing else has seen them.
+ */
+static void demote_pair_runs(struct engine_demotion *d)
+{
+	uint64_t key[DEMOTE_MAX_PAGES];
+
+	for (uint32_t k = 0; k < d->n; k++)
+		key[k] = (uint64_t)d->dev[k] << 32 | k;
+	qsort(key, d->n, sizeof(*key), u64_cmp);
+	qsort(d->host, d->n, sizeof(*d->host), u32_cmp);
+	for (uint32_t k = 0; k < d->n; k++)
+		d->order[k] = (uint32_t)key[k];
+	/* host[] is now in ascending order: slot order[k] gets host[k]. */
+	for (uint32_t k = 0; k < d->n; k++)
+		key[k] = d->host[k];
+	for (uint32_t k = 0; k < d->n; k++)
+		d->host[d->order[k]] = (uint32_t)key[k];
+}
+
 /* No lock held: reads only what plan recorded and the tiers' fixed memory;
  * the device frames stay h's (pinned) and the host frames are ours. */
 int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
 		       struct copy_batch *cb)
 {
+	demote_pair_runs(d);
 	copy_begin(cb, eng->be, eng->be_ctx, COPY_D2H, COPY_SYNC,
 		   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
 		   eng->layout.page_bytes);
 	for (uint32_t k = 0; k < d->n; k++)
-		copy_page(cb, d->host[k], d->dev[k]);
+		copy_page(cb, d->host[d->order[k]], d->dev[d->order[k]]);
 	/* A failed copy is a device fault the backend reports; the device
 	 * copies stay, and finish keeps none of the host ones. */
 	d->failed = copy_end(cb, NULL) != 0;
