@@ -74,6 +74,7 @@ struct cuda_alloc {
 };
 
 #define FENCE_RING 64
+#define OUT_RING 64   /* copy_start tickets in flight at most */
 
 static void d2h_prof_dump(void); /* the KVPOOL_COPY_PROFILE diagnostic */
 
@@ -88,6 +89,11 @@ struct cuda_ctx {
 	uint64_t issued;             /* the last fence handed out */
 	uint64_t landed;             /* every fence <= landed has landed */
 	const struct cuda_driver *cu; /* the process's driver functions */
+	/* copy_start tickets: events on the device -> host stream, ticket t
+	 * is out_ev[t % OUT_RING], handed out and waited for like fences. */
+	pthread_mutex_t out_lock;
+	cudaEvent_t out_ev[OUT_RING];
+	uint64_t out_issued, out_landed;
 };
 
 /* ------------------------------------------------------------ errors */
@@ -210,11 +216,14 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 	x->device = device;
 	pthread_mutex_init(&x->lock, NULL);
 	pthread_mutex_init(&x->fence_lock, NULL);
+	pthread_mutex_init(&x->out_lock, NULL);
 	ret = cuda_use(x, e);
 	if (ret)
 		goto fail;
-	for (int i = 0; i < FENCE_RING; i++) {
-		err = cudaEventCreateWithFlags(&x->ev[i], cudaEventDisableTiming);
+	for (int i = 0; i < FENCE_RING + OUT_RING; i++) {
+		cudaEvent_t *ev = i < FENCE_RING ? &x->ev[i] : &x->out_ev[i - FENCE_RING];
+
+		err = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
 		if (err != cudaSuccess) {
 			ret = errbuf_set(e, cuda_errno(err), "cuda device %d: cannot "
 					 "create a copy event: %s", device,
@@ -259,6 +268,9 @@ void backend_cuda_close(void *ctx)
 	for (int i = 0; i < FENCE_RING; i++)
 		if (x->ev[i])
 			cudaEventDestroy(x->ev[i]);
+	for (int i = 0; i < OUT_RING; i++)
+		if (x->out_ev[i])
+			cudaEventDestroy(x->out_ev[i]);
 	for (int d = 0; d < 2; d++)
 		if (x->stream[d])
 			cudaStreamDestroy(x->stream[d]);
@@ -272,6 +284,7 @@ void backend_cuda_close(void *ctx)
 	}
 	pthread_mutex_destroy(&x->lock);
 	pthread_mutex_destroy(&x->fence_lock);
+	pthread_mutex_destroy(&x->out_lock);
 	free(x);
 }
 
@@ -478,6 +491,28 @@ static int copy_failed(struct cuda_ctx *x, enum copy_dir dir, uint32_t n,
 	return ret;
 }
 
+/*
+ * cudaMemcpyBatchAsync (CUDA 12.8+): a batch of runs in one call, which the
+ * driver may hand to the copy engine as one piece of work instead of one per
+ * page. Off with KVPOOL_CUDA_COPY_BATCH=0 (to compare), and from the first
+ * call the runtime refuses on.
+ */
+#define COPY_BATCH_MAX 256
+static int batch_api = -1;
+
+static bool use_batch_api(void)
+{
+	int on = __atomic_load_n(&batch_api, __ATOMIC_RELAXED);
+
+	if (on < 0) {
+		const char *v = getenv("KVPOOL_CUDA_COPY_BATCH");
+
+		on = !(v && v[0] == '0');
+		__atomic_store_n(&batch_api, on, __ATOMIC_RELAXED);
+	}
+	return on;
+}
+
 /* Enqueue the runs on the direction's stream; the first error, if any. */
 static cudaError_t enqueue_runs(struct cuda_ctx *x, enum copy_dir dir,
 				const struct tier_mem *dst,
@@ -490,6 +525,27 @@ static cudaError_t enqueue_runs(struct cuda_ctx *x, enum copy_dir dir,
 	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
 	cudaError_t err = cudaSuccess;
 
+	if (n > 1 && n <= COPY_BATCH_MAX && use_batch_api()) {
+		void *dsts[COPY_BATCH_MAX];
+		const void *srcs[COPY_BATCH_MAX];
+		size_t sizes[COPY_BATCH_MAX], idx = 0;
+		struct cudaMemcpyAttributes attr = {
+			.srcAccessOrder = cudaMemcpySrcAccessOrderStream,
+		};
+
+		for (uint32_t i = 0; i < n; i++) {
+			dsts[i] = (char *)dst->base + runs[i].dst_off;
+			srcs[i] = (const char *)src->base + runs[i].src_off;
+			sizes[i] = runs[i].bytes;
+		}
+		err = cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &idx, 1, s);
+		if (err == cudaSuccess)
+			return err;
+		/* Not taken (nothing enqueued): the runs one by one, from now on. */
+		cudaGetLastError();
+		__atomic_store_n(&batch_api, 0, __ATOMIC_RELAXED);
+		err = cudaSuccess;
+	}
 	for (uint32_t i = 0; i < n && err == cudaSuccess; i++)
 		err = cudaMemcpyAsync((char *)dst->base + runs[i].dst_off,
 				      (const char *)src->base + runs[i].src_off,
@@ -661,6 +717,75 @@ static int cuda_copy_async(void *ctx, enum copy_dir dir,
 	return 0;
 }
 
+/*
+ * Pipelined device -> host copies: the runs, then the ticket's event, on
+ * the device -> host stream (after every copy() enqueued before). A slot
+ * is recorded again only once its previous ticket has landed, as fences.
+ */
+static int cuda_copy_start(void *ctx, const struct tier_mem *dst,
+			   const struct tier_mem *src, const struct copy_run *runs,
+			   uint32_t n, uint64_t *ticket, struct errbuf *e)
+{
+	struct cuda_ctx *x = ctx;
+	cudaStream_t s = x->stream[COPY_D2H];
+	cudaError_t err;
+	uint64_t t;
+	int ret = cuda_use(x, e);
+
+	*ticket = 0;
+	if (ret) {
+		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
+		return ret;
+	}
+	pthread_mutex_lock(&x->out_lock);
+	t = x->out_issued + 1;
+	if (t - x->out_landed > OUT_RING) {
+		cudaEventSynchronize(x->out_ev[t % OUT_RING]);
+		x->out_landed = t - OUT_RING;
+	}
+	err = enqueue_runs(x, COPY_D2H, dst, src, runs, n);
+	if (err == cudaSuccess)
+		err = cudaEventRecord(x->out_ev[t % OUT_RING], s);
+	if (err != cudaSuccess) {
+		/* Nothing may stay in flight behind an error: wait it out. */
+		cudaStreamSynchronize(s);
+		pthread_mutex_unlock(&x->out_lock);
+		return copy_failed(x, COPY_D2H, n, "cudaMemcpyAsync", err, e);
+	}
+	x->out_issued = t;
+	pthread_mutex_unlock(&x->out_lock);
+	*ticket = t;
+	return 0;
+}
+
+static int cuda_copy_wait(void *ctx, uint64_t t)
+{
+	struct cuda_ctx *x = ctx;
+	cudaError_t err = cudaSuccess;
+
+	pthread_mutex_lock(&x->out_lock);
+	if (t > x->out_landed && t <= x->out_issued) {
+		cudaEvent_t ev = x->out_ev[t % OUT_RING];
+
+		/* Outside the lock: a later start may record this slot again
+		 * only after t landed (above), which makes this wait longer,
+		 * never wrong. */
+		pthread_mutex_unlock(&x->out_lock);
+		cudaSetDevice(x->device);
+		err = cudaEventSynchronize(ev);
+		pthread_mutex_lock(&x->out_lock);
+		if (t > x->out_landed)
+			x->out_landed = t;
+	}
+	pthread_mutex_unlock(&x->out_lock);
+	if (err != cudaSuccess) {
+		fprintf(stderr, "kvpool: cuda device %d: a device-to-host copy failed "
+			"in flight: %s\n", x->device, cudaGetErrorString(err));
+		return -EIO;
+	}
+	return 0;
+}
+
 static int cuda_fence_done(void *ctx, uint64_t f)
 {
 	struct cuda_ctx *x = ctx;
@@ -733,6 +858,8 @@ const struct backend_ops backend_cuda = {
 	.tier_free = cuda_tier_free,
 	.copy = cuda_copy,
 	.copy_async = cuda_copy_async,
+	.copy_start = cuda_copy_start,
+	.copy_wait = cuda_copy_wait,
 	.fence_done = cuda_fence_done,
 	.fence_wait = cuda_fence_wait,
 	.read = cuda_read,

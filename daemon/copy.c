@@ -20,6 +20,7 @@
 #define PROF_BINS 6 /* runs of 1, 2-3, 4-7, 8-15, 16-31, 32+ pages */
 static struct {
 	uint64_t flushes, runs, bytes, ns;
+	uint64_t dst_joined; /* runs whose destination continues the last's */
 	uint64_t hist[PROF_BINS];
 } prof[3];
 static int prof_on = -1;
@@ -36,9 +37,10 @@ static void prof_dump(void)
 
 		if (!fl)
 			continue;
-		fprintf(f, "copy %s flushes %llu runs %llu bytes %llu sync_ns %llu runs_by_pages",
-			dir[d], (unsigned long long)fl, (unsigned long long)prof[d].runs,
-			(unsigned long long)prof[d].bytes, (unsigned long long)prof[d].ns);
+		fprintf(f, "copy %s flushes %llu runs %llu bytes %llu sync_ns %llu dst_joined "
+			"%llu runs_by_pages", dir[d], (unsigned long long)fl,
+			(unsigned long long)prof[d].runs, (unsigned long long)prof[d].bytes,
+			(unsigned long long)prof[d].ns, (unsigned long long)prof[d].dst_joined);
 		for (int i = 0; i < PROF_BINS; i++)
 			fprintf(f, " %llu", (unsigned long long)prof[d].hist[i]);
 		fputc('\n', f);
@@ -72,6 +74,8 @@ static void prof_flush(const struct copy_batch *b, uint64_t ns)
 		while (bin < PROF_BINS - 1 && pages >= 2ull << bin)
 			bin++;
 		__atomic_add_fetch(&prof[b->dir].hist[bin], 1, __ATOMIC_RELAXED);
+		if (i && b->runs[i].dst_off == b->runs[i - 1].dst_off + b->runs[i - 1].bytes)
+			__atomic_add_fetch(&prof[b->dir].dst_joined, 1, __ATOMIC_RELAXED);
 		bytes += b->runs[i].bytes;
 	}
 	__atomic_add_fetch(&prof[b->dir].flushes, 1, __ATOMIC_RELAXED);
@@ -106,7 +110,15 @@ static void copy_flush(struct copy_batch *b)
 
 	if (!b->n)
 		return;
-	if (b->mode == COPY_ASYNC) {
+	if (b->mode == COPY_PIPE) {
+		uint64_t ticket = 0;
+
+		prof_flush(b, 0);
+		ret = b->be->copy_start(b->be_ctx, b->dst, b->src, b->runs, b->n,
+					&ticket, &b->errmsg);
+		if (ticket > b->fence)
+			b->fence = ticket;
+	} else if (b->mode == COPY_ASYNC) {
 		uint64_t fence = 0;
 
 		prof_flush(b, 0);

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "share_internal.h"
 #include "shard.h"
 
@@ -303,39 +304,19 @@ static int u32_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Sort key of slot k: its device frame high, k low (frames < 2^32). */
-static int u64_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
- * Pair the round's pages and host frames so that copies coalesce: pages in
- * the order of their device frames get the round's host frames in
- * ascending order. A history's pages are written a few tokens at a time,
- * so its device frames are scattered, but frames freed together come back
- * together (a demoted or dropped history's, an onload's), and in either
- * order; sorted, both sides' neighbours meet and copy_page() joins them
- * into one run. Which host frame holds which page is the demotion's own
- * choice: nothing else has seen them.
+ * The round's host frames in ascending order, pages in plan order (each
+ * history's pages together): a history's copies land in as few runs of the
+ * host tier as its free frames allow, and when the host LRU drops it later
+ * they come back as runs for the next round. Copies whose destinations
+ * follow each other then move as one copy even where the device frames
+ * are scattered (a history's pages are written a few tokens at a time): the
+ * backend gathers them first (backend.h). Which host frame holds which page
+ * is the demotion's own choice: nothing else has seen them yet.
  */
 static void demote_pair_runs(struct engine_demotion *d)
 {
-	uint64_t key[DEMOTE_MAX_PAGES];
-
-	for (uint32_t k = 0; k < d->n; k++)
-		key[k] = (uint64_t)d->dev[k] << 32 | k;
-	qsort(key, d->n, sizeof(*key), u64_cmp);
 	qsort(d->host, d->n, sizeof(*d->host), u32_cmp);
-	for (uint32_t k = 0; k < d->n; k++)
-		d->order[k] = (uint32_t)key[k];
-	/* host[] is now in ascending order: slot order[k] gets host[k]. */
-	for (uint32_t k = 0; k < d->n; k++)
-		key[k] = d->host[k];
-	for (uint32_t k = 0; k < d->n; k++)
-		d->host[d->order[k]] = (uint32_t)key[k];
 }
 
 /* No lock held: reads only what plan recorded and the tiers' fixed memory;
@@ -343,16 +324,48 @@ static void demote_pair_runs(struct engine_demotion *d)
 int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
 		       struct copy_batch *cb)
 {
+	uint32_t k = 0, fails = 0;
+
 	demote_pair_runs(d);
-	copy_begin(cb, eng->be, eng->be_ctx, COPY_D2H, COPY_SYNC,
-		   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
-		   eng->layout.page_bytes);
-	for (uint32_t k = 0; k < d->n; k++)
-		copy_page(cb, d->host[d->order[k]], d->dev[d->order[k]]);
-	/* A failed copy is a device fault the backend reports; the device
-	 * copies stay, and finish keeps none of the host ones. */
-	d->failed = copy_end(cb, NULL) != 0;
-	return d->failed ? -EIO : 0;
+	d->npiece = 0;
+	d->landed_ns = 0;
+	while (k < d->nh) {
+		uint32_t p = d->npiece++, pages = 0;
+
+		d->piece[p].h0 = k;
+		d->piece[p].start_ns = mono_ns();
+		copy_begin(cb, eng->be, eng->be_ctx, COPY_D2H, COPY_PIPE,
+			   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
+			   eng->layout.page_bytes);
+		for (; k < d->nh && pages < DEMOTE_PIECE_PAGES; k++) {
+			for (uint32_t j = d->v[k].first; j < d->v[k].first + d->v[k].n; j++)
+				copy_page(cb, d->host[j], d->dev[j]);
+			pages += d->v[k].n;
+		}
+		d->piece[p].h1 = k;
+		/* A failed copy is a device fault the backend reports; the
+		 * device copies stay, and finish keeps none of the host ones. */
+		d->piece[p].failed = copy_end(cb, NULL) != 0;
+		d->piece[p].ticket = cb->fence;
+		d->piece[p].bytes = cb->bytes;
+		fails += d->piece[p].failed;
+	}
+	return fails ? -EIO : 0;
+}
+
+void engine_demote_wait(struct engine *eng, struct engine_demotion *d, uint32_t p)
+{
+	uint64_t now, from = d->piece[p].start_ns;
+
+	if (eng->be->copy_wait(eng->be_ctx, d->piece[p].ticket))
+		d->piece[p].failed = true;
+	now = mono_ns();
+	/* The link works on one piece at a time, in order: this one's time
+	 * starts when it was enqueued or the one before landed, the later. */
+	if (d->landed_ns > from)
+		from = d->landed_ns;
+	d->piece[p].ns = now > from ? now - from : 0;
+	d->landed_ns = now;
 }
 
 /* Attach h's copies where its pages did not change; free the device copies
@@ -394,17 +407,19 @@ static uint32_t demote_finish_one(struct engine *eng, struct engine_demotion *d,
 }
 
 uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
-			      const struct copy_batch *cb)
+			      uint32_t p)
 {
 	uint32_t freed = 0;
 
-	for (uint32_t k = 0; k < d->nh; k++)
+	d->failed = d->piece[p].failed;
+	for (uint32_t k = d->piece[p].h0; k < d->piece[p].h1; k++)
 		freed += demote_finish_one(eng, d, k);
-	eng->st.bytes_d2h += cb->bytes;
-	eng->st.ns_d2h += cb->sync_ns;
+	eng->st.bytes_d2h += d->piece[p].bytes;
+	eng->st.ns_d2h += d->piece[p].ns;
 	eng->st.reclaimed_pages += freed;
 	frames_flush(&eng->frames[KVP_TIER_DEVICE]);
-	d->nh = d->n = 0;
+	if (p + 1 == d->npiece)
+		d->nh = d->n = d->npiece = 0;
 	return freed;
 }
 

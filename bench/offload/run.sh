@@ -4,7 +4,7 @@
 # the copy profile (KVPOOL_COPY_PROFILE) on; results and a summary in $OUT.
 # Usage (repository root = the worktree): bench/offload/run.sh NAME:P[:K=V...] ...
 set -u
-source ../.gpu/env.sh
+cd .. && source .gpu/env.sh && cd .wt-offload || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 nproc >> $OUT/gpu.txt; git log -1 --format=%H >> $OUT/gpu.txt 2>/dev/null
 cmake -S . -B /tmp/b -DKVPOOL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON \

@@ -25,8 +25,10 @@ for f in sorted(glob.glob(os.path.join(d, 'replay-*.json'))):
             w = line.split()
             if w[0] == 'copy':
                 fl, runs, by, ns = int(w[3]), int(w[5]), int(w[7]), int(w[9])
+                joined = int(w[11]) if w[10] == 'dst_joined' else 0
                 print(f"   {line.strip()}  | pages/flush {by/2**20/max(fl,1):.1f} "
-                      f"pages/run {by/2**20/max(runs,1):.2f} GB/s {by/max(ns,1):.2f}")
+                      f"pages/run {by/2**20/max(runs,1):.2f} GB/s {by/max(ns,1):.2f} "
+                      f"runs/dst-run {runs/max(runs-joined,1):.2f}")
             else:
                 calls, by, wall, gpu, enq = (int(w[i]) for i in (5, 7, 9, 11, 13))
                 print(f"   {line.strip()}  | wall GB/s {by/max(wall,1):.2f} gpu GB/s "
