@@ -9,7 +9,8 @@
  * keeps the device tier in cuMemCreate allocations and copies with
  * cudaMemcpyAsync on its own streams.
  *
- * Two ways to copy. copy() returns once every byte has landed: the engine
+ * Three ways to copy (the third, copy_start/copy_wait, below with the ops).
+ * copy() returns once every byte has landed: the engine
  * uses it for device -> host copies (offload, demotion), because a demoted
  * history's device frames go back on the free list at once and may be handed
  * to the next prepare, so the copy out of them must be over by then.

