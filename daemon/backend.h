@@ -9,7 +9,8 @@
  * keeps the device tier in cuMemCreate allocations and copies with
  * cudaMemcpyAsync on its own streams.
  *
- * Two ways to copy. copy() returns once every byte has landed: the engine
+ * Three ways to copy (the third, copy_start/copy_wait, below with the ops).
+ * copy() returns once every byte has landed: the engine
  * uses it for device -> host copies (offload, demotion), because a demoted
  * history's device frames go back on the free list at once and may be handed
  * to the next prepare, so the copy out of them must be over by then.
@@ -69,6 +70,18 @@ struct backend_ops {
 	int (*copy_async)(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 			  const struct tier_mem *src, const struct copy_run *runs,
 			  uint32_t n, uint64_t *fence, struct errbuf *e);
+	/* Device -> host copies in a pipeline (the reclaimer's demotions):
+	 * enqueue n runs and return a ticket (0: landed already); tickets of
+	 * one context land in the order they were handed out, after every
+	 * copy() enqueued before them. copy_wait() returns once the ticket's
+	 * runs have landed: 0, or -EIO when they failed in flight. A
+	 * demotion enqueues its next histories while the first land, so the
+	 * link never idles between them and each history is finished (its
+	 * device frames freed) as soon as its own copies are over. */
+	int (*copy_start)(void *ctx, const struct tier_mem *dst,
+			  const struct tier_mem *src, const struct copy_run *runs,
+			  uint32_t n, uint64_t *ticket, struct errbuf *e);
+	int (*copy_wait)(void *ctx, uint64_t ticket);
 	/* Nonzero once fence has landed (at once for 0); never blocks. A copy
 	 * that failed in flight counts as landed (the backend reports it). */
 	int (*fence_done)(void *ctx, uint64_t fence);

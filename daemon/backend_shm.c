@@ -82,6 +82,20 @@ static int shm_copy_async(void *ctx, enum copy_dir dir,
 	return shm_copy(ctx, dir, dst, src, runs, n, e);
 }
 
+/* Likewise for the pipelined device -> host copies: ticket 0. */
+static int shm_copy_start(void *ctx, const struct tier_mem *dst,
+			  const struct tier_mem *src, const struct copy_run *runs,
+			  uint32_t n, uint64_t *ticket, struct errbuf *e)
+{
+	*ticket = 0;
+	return shm_copy(ctx, COPY_D2H, dst, src, runs, n, e);
+}
+
+static int shm_copy_wait(void *ctx, uint64_t ticket)
+{
+	return 0;
+}
+
 static int shm_fence_done(void *ctx, uint64_t fence)
 {
 	return 1;
@@ -108,6 +122,8 @@ const struct backend_ops backend_shm = {
 	.tier_free = shm_tier_free,
 	.copy = shm_copy,
 	.copy_async = shm_copy_async,
+	.copy_start = shm_copy_start,
+	.copy_wait = shm_copy_wait,
 	.fence_done = shm_fence_done,
 	.fence_wait = shm_fence_wait,
 	.read = shm_read,

@@ -2,11 +2,87 @@
 /*
  * copy.c - batched, run-coalescing page copies between tiers (see copy.h).
  */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "clock.h"
 #include "copy.h"
+
+/*
+ * The copy profile (KVPOOL_COPY_PROFILE=FILE, a diagnostic): per direction,
+ * the flushes, runs, bytes and wall time of every batch, and a histogram of
+ * run lengths in pages, appended to FILE at exit. It says whether copies
+ * coalesce and how much each synchronisation carries (issue 14).
+ */
+#define PROF_BINS 6 /* runs of 1, 2-3, 4-7, 8-15, 16-31, 32+ pages */
+static struct {
+	uint64_t flushes, runs, bytes, ns;
+	uint64_t dst_joined; /* runs whose destination continues the last's */
+	uint64_t hist[PROF_BINS];
+} prof[3];
+static int prof_on = -1;
+
+static void prof_dump(void)
+{
+	static const char *const dir[3] = { "d2h", "h2d", "d2d" };
+	FILE *f = fopen(getenv("KVPOOL_COPY_PROFILE"), "a");
+
+	if (!f)
+		return;
+	for (int d = 0; d < 3; d++) {
+		uint64_t fl = __atomic_load_n(&prof[d].flushes, __ATOMIC_RELAXED);
+
+		if (!fl)
+			continue;
+		fprintf(f, "copy %s flushes %llu runs %llu bytes %llu sync_ns %llu dst_joined "
+			"%llu runs_by_pages", dir[d], (unsigned long long)fl,
+			(unsigned long long)prof[d].runs, (unsigned long long)prof[d].bytes,
+			(unsigned long long)prof[d].ns, (unsigned long long)prof[d].dst_joined);
+		for (int i = 0; i < PROF_BINS; i++)
+			fprintf(f, " %llu", (unsigned long long)prof[d].hist[i]);
+		fputc('\n', f);
+	}
+	fclose(f);
+}
+
+static bool prof_enabled(void)
+{
+	int on = __atomic_load_n(&prof_on, __ATOMIC_RELAXED);
+
+	if (on < 0) {
+		on = getenv("KVPOOL_COPY_PROFILE") != NULL;
+		if (on && __atomic_exchange_n(&prof_on, on, __ATOMIC_RELAXED) < 0)
+			atexit(prof_dump);
+		__atomic_store_n(&prof_on, on, __ATOMIC_RELAXED);
+	}
+	return on;
+}
+
+static void prof_flush(const struct copy_batch *b, uint64_t ns)
+{
+	uint64_t bytes = 0;
+
+	if (!prof_enabled() || b->dir > COPY_D2D)
+		return;
+	for (uint32_t i = 0; i < b->n; i++) {
+		uint64_t pages = b->runs[i].bytes / b->page_bytes;
+		int bin = 0;
+
+		while (bin < PROF_BINS - 1 && pages >= 2ull << bin)
+			bin++;
+		__atomic_add_fetch(&prof[b->dir].hist[bin], 1, __ATOMIC_RELAXED);
+		if (i && b->runs[i].dst_off == b->runs[i - 1].dst_off + b->runs[i - 1].bytes)
+			__atomic_add_fetch(&prof[b->dir].dst_joined, 1, __ATOMIC_RELAXED);
+		bytes += b->runs[i].bytes;
+	}
+	__atomic_add_fetch(&prof[b->dir].flushes, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&prof[b->dir].runs, b->n, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&prof[b->dir].bytes, bytes, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&prof[b->dir].ns, ns, __ATOMIC_RELAXED);
+}
 
 void copy_begin(struct copy_batch *b, const struct backend_ops *be,
 		void *be_ctx, enum copy_dir dir, enum copy_mode mode,
@@ -34,19 +110,30 @@ static void copy_flush(struct copy_batch *b)
 
 	if (!b->n)
 		return;
-	if (b->mode == COPY_ASYNC) {
+	if (b->mode == COPY_PIPE) {
+		uint64_t ticket = 0;
+
+		prof_flush(b, 0);
+		ret = b->be->copy_start(b->be_ctx, b->dst, b->src, b->runs, b->n,
+					&ticket, &b->errmsg);
+		if (ticket > b->fence)
+			b->fence = ticket;
+	} else if (b->mode == COPY_ASYNC) {
 		uint64_t fence = 0;
 
+		prof_flush(b, 0);
 		ret = b->be->copy_async(b->be_ctx, b->dir, b->dst, b->src,
 					b->runs, b->n, &fence, &b->errmsg);
 		if (fence > b->fence)
 			b->fence = fence;
 	} else {
-		uint64_t t0 = mono_ns();
+		uint64_t t0 = mono_ns(), ns;
 
 		ret = b->be->copy(b->be_ctx, b->dir, b->dst, b->src, b->runs,
 				  b->n, &b->errmsg);
-		b->sync_ns += mono_ns() - t0;
+		ns = mono_ns() - t0;
+		b->sync_ns += ns;
+		prof_flush(b, ns);
 	}
 	if (ret && !b->err)
 		b->err = ret;

@@ -10,7 +10,9 @@
  * A batch is synchronous (COPY_SYNC: every flush goes through the backend's
  * copy(), landed when copy_end() returns) or asynchronous (COPY_ASYNC:
  * through copy_async(); copy_end() leaves in b->fence the fence of the last
- * flush, which covers the earlier ones because fences land in order).
+ * flush, which covers the earlier ones because fences land in order), or
+ * pipelined (COPY_PIPE, device -> host only: through copy_start(); b->fence
+ * is the ticket of the last flush, for copy_wait()).
  */
 #ifndef KVPOOL_COPY_H
 #define KVPOOL_COPY_H
@@ -24,6 +26,7 @@
 enum copy_mode {
 	COPY_SYNC,
 	COPY_ASYNC,
+	COPY_PIPE,
 };
 
 struct copy_batch {
@@ -36,7 +39,7 @@ struct copy_batch {
 	uint64_t bytes;   /* total bytes added since copy_begin() */
 	uint64_t sync_ns; /* COPY_SYNC: wall time the backend's copies took */
 	uint32_t n;
-	uint64_t fence;   /* COPY_ASYNC: what the flushed copies land with */
+	uint64_t fence;   /* COPY_ASYNC, COPY_PIPE: what the flushed copies land with */
 	int err;          /* first backend error, sticky until copy_begin() */
 	struct errbuf errmsg;
 	struct copy_run runs[COPY_BATCH_RUNS];

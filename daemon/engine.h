@@ -202,12 +202,17 @@ uint32_t engine_reclaim_host(struct engine *eng, uint32_t max);
  *   finish (locked)   the copies are attached where the page did not
  *                     change; if nobody else pinned the history meanwhile
  *                     its device frames with a host copy are freed; unpin.
- * One round takes the oldest histories until max pages are planned (one
- * copy batch: contiguous frames coalesce, one sync for all). plan returns
- * frames freed at once; d->nh > 0 when a copy is planned.
+ * One round takes the oldest histories until max pages are planned. copy
+ * enqueues them in pieces of whole histories, DEMOTE_PIECE_PAGES or more
+ * each (backend.h, copy_start: the link stays busy from one piece to the
+ * next), and returns; then per piece, in order: wait (unlocked) until it
+ * landed, finish (locked) its histories, so the first frames come back
+ * after one piece's copy, not the round's. plan returns frames freed at
+ * once; d->nh > 0 when a copy is planned.
  */
 #define DEMOTE_MAX_PAGES 256u
 #define DEMOTE_MAX_USERS 64u
+#define DEMOTE_PIECE_PAGES 32u
 struct engine_demotion {
 	uint32_t nh;                  /* histories pinned, in LRU order */
 	struct {
@@ -217,6 +222,15 @@ struct engine_demotion {
 		uint32_t first, n;    /* its pages in the arrays below */
 	} v[DEMOTE_MAX_USERS];
 	bool failed;                  /* the copy failed: attach nothing */
+	uint32_t npiece;              /* copy: pieces enqueued */
+	struct {
+		uint32_t h0, h1;      /* its histories: v[h0 .. h1) */
+		bool failed;
+		uint64_t ticket;      /* backend copy_start's */
+		uint64_t bytes, ns;   /* ns: from its start to seen landed */
+		uint64_t start_ns;    /* when enqueued */
+	} piece[DEMOTE_MAX_USERS];
+	uint64_t landed_ns;           /* when the last piece was seen landed */
 	uint32_t n;                   /* pages to copy, all histories */
 	uint32_t page[DEMOTE_MAX_PAGES];  /* page index in its history */
 	uint32_t dev[DEMOTE_MAX_PAGES];   /* its device frame when planned */
@@ -227,8 +241,13 @@ uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
 			    uint32_t max);
 int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
 		       struct copy_batch *cb);
+/* Unlocked: until piece p has landed (its time counted from when the link
+ * could start on it: enqueued and the piece before it landed). */
+void engine_demote_wait(struct engine *eng, struct engine_demotion *d, uint32_t p);
+/* Locked: finish piece p's histories; device frames freed. After the last
+ * piece the demotion is over (d->nh = 0). */
 uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
-			      const struct copy_batch *cb);
+			      uint32_t p);
 
 /* The tick of tier t's oldest evictable page, UINT64_MAX when none. */
 uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t);

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "clock.h"
 #include "share_internal.h"
 #include "shard.h"
 
@@ -296,20 +297,75 @@ uint32_t engine_demote_plan(struct engine *eng, struct engine_demotion *d,
 	return freed;
 }
 
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The round's host frames in ascending order, pages in plan order (each
+ * history's pages together): a history's copies land in as few runs of the
+ * host tier as its free frames allow, and when the host LRU drops it later
+ * they come back as runs for the next round. Copies whose destinations
+ * follow each other then move as one copy even where the device frames
+ * are scattered (a history's pages are written a few tokens at a time): the
+ * backend gathers them first (backend.h). Which host frame holds which page
+ * is the demotion's own choice: nothing else has seen them yet.
+ */
+static void demote_pair_runs(struct engine_demotion *d)
+{
+	qsort(d->host, d->n, sizeof(*d->host), u32_cmp);
+}
+
 /* No lock held: reads only what plan recorded and the tiers' fixed memory;
  * the device frames stay h's (pinned) and the host frames are ours. */
 int engine_demote_copy(struct engine *eng, struct engine_demotion *d,
 		       struct copy_batch *cb)
 {
-	copy_begin(cb, eng->be, eng->be_ctx, COPY_D2H, COPY_SYNC,
-		   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
-		   eng->layout.page_bytes);
-	for (uint32_t k = 0; k < d->n; k++)
-		copy_page(cb, d->host[k], d->dev[k]);
-	/* A failed copy is a device fault the backend reports; the device
-	 * copies stay, and finish keeps none of the host ones. */
-	d->failed = copy_end(cb, NULL) != 0;
-	return d->failed ? -EIO : 0;
+	uint32_t k = 0, fails = 0;
+
+	demote_pair_runs(d);
+	d->npiece = 0;
+	d->landed_ns = 0;
+	while (k < d->nh) {
+		uint32_t p = d->npiece++, pages = 0;
+
+		d->piece[p].h0 = k;
+		d->piece[p].start_ns = mono_ns();
+		copy_begin(cb, eng->be, eng->be_ctx, COPY_D2H, COPY_PIPE,
+			   &eng->mem[KVP_TIER_HOST], &eng->mem[KVP_TIER_DEVICE],
+			   eng->layout.page_bytes);
+		for (; k < d->nh && pages < DEMOTE_PIECE_PAGES; k++) {
+			for (uint32_t j = d->v[k].first; j < d->v[k].first + d->v[k].n; j++)
+				copy_page(cb, d->host[j], d->dev[j]);
+			pages += d->v[k].n;
+		}
+		d->piece[p].h1 = k;
+		/* A failed copy is a device fault the backend reports; the
+		 * device copies stay, and finish keeps none of the host ones. */
+		d->piece[p].failed = copy_end(cb, NULL) != 0;
+		d->piece[p].ticket = cb->fence;
+		d->piece[p].bytes = cb->bytes;
+		fails += d->piece[p].failed;
+	}
+	return fails ? -EIO : 0;
+}
+
+void engine_demote_wait(struct engine *eng, struct engine_demotion *d, uint32_t p)
+{
+	uint64_t now, from = d->piece[p].start_ns;
+
+	if (eng->be->copy_wait(eng->be_ctx, d->piece[p].ticket))
+		d->piece[p].failed = true;
+	now = mono_ns();
+	/* The link works on one piece at a time, in order: this one's time
+	 * starts when it was enqueued or the one before landed, the later. */
+	if (d->landed_ns > from)
+		from = d->landed_ns;
+	d->piece[p].ns = now > from ? now - from : 0;
+	d->landed_ns = now;
 }
 
 /* Attach h's copies where its pages did not change; free the device copies
@@ -351,17 +407,19 @@ static uint32_t demote_finish_one(struct engine *eng, struct engine_demotion *d,
 }
 
 uint32_t engine_demote_finish(struct engine *eng, struct engine_demotion *d,
-			      const struct copy_batch *cb)
+			      uint32_t p)
 {
 	uint32_t freed = 0;
 
-	for (uint32_t k = 0; k < d->nh; k++)
+	d->failed = d->piece[p].failed;
+	for (uint32_t k = d->piece[p].h0; k < d->piece[p].h1; k++)
 		freed += demote_finish_one(eng, d, k);
-	eng->st.bytes_d2h += cb->bytes;
-	eng->st.ns_d2h += cb->sync_ns;
+	eng->st.bytes_d2h += d->piece[p].bytes;
+	eng->st.ns_d2h += d->piece[p].ns;
 	eng->st.reclaimed_pages += freed;
 	frames_flush(&eng->frames[KVP_TIER_DEVICE]);
-	d->nh = d->n = 0;
+	if (p + 1 == d->npiece)
+		d->nh = d->n = d->npiece = 0;
 	return freed;
 }
 

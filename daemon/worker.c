@@ -89,7 +89,7 @@
 #define POLL_NS 1000000L
 #define PARK_POLL_NS 20000L /* idle worker with parked completions */
 /* How long a prepare waits for the reclaimer before it evicts for itself
- * (a few of the reclaimer's rounds: 32 pages each, shard.c). */
+ * (a few of the reclaimer's rounds: up to 128 pages each, shard.c). */
 #define RECLAIM_WAIT_NS 5000000ull
 
 struct worker {

@@ -47,6 +47,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "copy.h"
 #include "engine.h"
 #include "gpu_test_util.h"
 #include "kvpool.h"
@@ -402,6 +403,55 @@ static void test_cuda_demotion_under_pressure_and_onload_keep_bytes(void **state
 	assert_int_equal(engine_release(f.eng, l.id, &e), 0);
 	free(a);
 	free(b);
+	fx_close(&f);
+}
+
+/*
+ * The reclaimer's demotion on the GPU: one round of six histories (42
+ * pages) copied in two pieces through copy_start/copy_wait, each finished
+ * as it lands; every byte is read back from the host tier afterwards.
+ */
+static void test_cuda_pipelined_demotion_keeps_bytes(void **state)
+{
+	enum { USERS = 6, TOKENS = 7 * 32 };
+	const uint64_t pb = L.page_bytes;
+	size_t bytes = (size_t)TOKENS * L.token_bytes;
+	static struct engine_demotion d;
+	static struct copy_batch cb;
+	unsigned char *kv[USERS];
+	struct engine_user_info in;
+	uint32_t freed = 0;
+	struct fx f;
+
+	fx_open(&f, 48, 64);
+	for (int u = 0; u < USERS; u++) {
+		kv[u] = malloc(bytes);
+		assert_non_null(kv[u]);
+		fill_random(kv[u], bytes);
+		put_tokens(f.eng, 100 + u, 0, TOKENS, kv[u], NULL);
+	}
+	freed = engine_demote_plan(f.eng, &d, DEMOTE_MAX_PAGES);
+	assert_int_equal(freed, 0);
+	assert_int_equal(d.nh, USERS);
+	assert_int_equal(d.n, USERS * 7);
+	assert_int_equal(engine_demote_copy(f.eng, &d, &cb), 0);
+	/* Pieces of whole histories, DEMOTE_PIECE_PAGES (32) or more: 35 + 7. */
+	assert_int_equal(d.npiece, 2);
+	for (uint32_t p = 0, n = d.npiece; p < n; p++) {
+		engine_demote_wait(f.eng, &d, p);
+		freed += engine_demote_finish(f.eng, &d, p);
+	}
+	assert_int_equal(freed, USERS * 7);
+	assert_int_equal(d.nh, 0);
+	assert_int_equal(stats(f.eng).bytes_d2h, USERS * 7 * pb);
+	assert_true(stats(f.eng).ns_d2h > 0);
+	for (int u = 0; u < USERS; u++) {
+		engine_info(f.eng, 100 + u, &in);
+		assert_int_equal(in.pages_device, 0);
+		assert_int_equal(in.pages_host, 7);
+		expect_tokens(f.eng, 100 + u, 0, TOKENS, kv[u], "demoted in pieces");
+		free(kv[u]);
+	}
 	fx_close(&f);
 }
 
@@ -825,6 +875,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cuda_tiers_are_exported_aligned_and_zeroed),
 		cmocka_unit_test(test_cuda_offload_evict_onload_keeps_bytes),
 		cmocka_unit_test(test_cuda_demotion_under_pressure_and_onload_keep_bytes),
+		cmocka_unit_test(test_cuda_pipelined_demotion_keeps_bytes),
 		cmocka_unit_test(test_cuda_other_users_proceed_during_an_onload),
 		cmocka_unit_test(test_cuda_device_tier_maps_in_a_second_process),
 		cmocka_unit_test(test_cuda_offload_onload_bandwidth),

@@ -209,6 +209,10 @@ struct rgpu_ceiling {
 	double d2h_run;           /* k pages as one copy, then a sync */
 	double d2h_bulk;          /* 1 GiB copies */
 	double h2d_pages, h2d_bulk;
+	/* The pages and run shapes again while another stream keeps host ->
+	 * device copies going: the link as the replay shares it with onloads
+	 * (reported beside the ceiling, not instead of it). */
+	double d2h_pages_duplex, d2h_run_duplex;
 };
 int rgpu_measure_ceiling(int device, uint64_t page_bytes, uint32_t pages_per_sync,
 			 struct rgpu_ceiling *out, char *err, size_t errlen);

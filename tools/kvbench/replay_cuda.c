@@ -163,6 +163,26 @@ static int timed_copies(cudaStream_t s, void *dst, const void *src, uint64_t buf
 	return e == cudaSuccess ? 0 : -EIO;
 }
 
+/* DUPLEX_BYTES of host -> device copies queued on s2 (about twice what the
+ * measured copies take at the link's speed), then timed_copies() on s, then
+ * s2 drained: the measured copies run against a busy opposite direction. */
+#define DUPLEX_BUF (256ull << 20)
+#define DUPLEX_COPIES 32
+static int timed_duplex(cudaStream_t s, cudaStream_t s2, void *d2, void *h2, void *dst,
+			const void *src, uint64_t chunk, uint32_t k, double *out)
+{
+	cudaError_t e = cudaSuccess;
+	int rc;
+
+	for (int i = 0; i < DUPLEX_COPIES && e == cudaSuccess; i++)
+		e = cudaMemcpyAsync(d2, h2, DUPLEX_BUF, cudaMemcpyHostToDevice, s2);
+	rc = e == cudaSuccess ? timed_copies(s, dst, src, CEIL_BUF_BYTES, chunk, k, CEIL_BYTES,
+					      cudaMemcpyDeviceToHost, out) : -EIO;
+	if (cudaStreamSynchronize(s2) != cudaSuccess)
+		rc = -EIO;
+	return rc;
+}
+
 static double median5(double *v)
 {
 	return median_f64(v, CEIL_REPS);
@@ -171,10 +191,10 @@ static double median5(double *v)
 int rgpu_measure_ceiling(int device, uint64_t page_bytes, uint32_t k,
 			 struct rgpu_ceiling *c, char *err, size_t errlen)
 {
-	double v[5][CEIL_REPS];
+	double v[7][CEIL_REPS];
 	struct cudaDeviceProp prop;
-	cudaStream_t s = NULL;
-	void *d = NULL, *h = NULL;
+	cudaStream_t s = NULL, s2 = NULL;
+	void *d = NULL, *h = NULL, *d2 = NULL, *h2 = NULL;
 	uint32_t kmax = (uint32_t)(CEIL_BUF_BYTES / page_bytes);
 	cudaError_t e;
 	int rc = 0;
@@ -193,6 +213,9 @@ int rgpu_measure_ceiling(int device, uint64_t page_bytes, uint32_t k,
 	    (e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (e = cudaMalloc(&d, CEIL_BUF_BYTES)) != cudaSuccess ||
 	    (e = cudaHostAlloc(&h, CEIL_BUF_BYTES, cudaHostAllocPortable)) != cudaSuccess ||
+	    (e = cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (e = cudaMalloc(&d2, DUPLEX_BUF)) != cudaSuccess ||
+	    (e = cudaHostAlloc(&h2, DUPLEX_BUF, cudaHostAllocPortable)) != cudaSuccess ||
 	    (e = cudaMemset(d, 1, CEIL_BUF_BYTES)) != cudaSuccess) {
 		snprintf(err, errlen, "GPU %d: buffers for the copy ceilings: %s", device,
 			 cudaGetErrorString(e));
@@ -219,7 +242,9 @@ int rgpu_measure_ceiling(int device, uint64_t page_bytes, uint32_t k,
 		    timed_copies(s, d, h, CEIL_BUF_BYTES, page_bytes, kk, CEIL_BYTES,
 				 cudaMemcpyHostToDevice, &v[3][r]) ||
 		    timed_copies(s, d, h, CEIL_BUF_BYTES, CEIL_BUF_BYTES, 1, CEIL_BYTES,
-				 cudaMemcpyHostToDevice, &v[4][r]))
+				 cudaMemcpyHostToDevice, &v[4][r]) ||
+		    timed_duplex(s, s2, d2, h2, h, d, page_bytes, kk, &v[5][r]) ||
+		    timed_duplex(s, s2, d2, h2, h, d, page_bytes * kk, 1, &v[6][r]))
 			goto fail;
 	}
 	c->d2h_pages = median5(v[0]);
@@ -227,9 +252,17 @@ int rgpu_measure_ceiling(int device, uint64_t page_bytes, uint32_t k,
 	c->d2h_bulk = median5(v[2]);
 	c->h2d_pages = median5(v[3]);
 	c->h2d_bulk = median5(v[4]);
+	c->d2h_pages_duplex = median5(v[5]);
+	c->d2h_run_duplex = median5(v[6]);
 out:
 	if (s)
 		cudaStreamDestroy(s);
+	if (s2)
+		cudaStreamDestroy(s2);
+	if (d2)
+		cudaFree(d2);
+	if (h2)
+		cudaFreeHost(h2);
 	if (d)
 		cudaFree(d);
 	if (h)
