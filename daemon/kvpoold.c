@@ -31,6 +31,7 @@
 #include "client.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics.h"
 #include "worker.h"
 
 /* A fatal start-up error: on the terminal while there is one, and in the log. */
@@ -207,6 +208,7 @@ static void server_fini(struct server *s)
 	if (s->lis.fd >= 0 && s->epfd >= 0)
 		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
 	workers_stop(s);
+	metrics_close(s); /* its scrapes read the tenants, destroyed below */
 	s->retired = NULL; /* still registered: finalized below */
 	while (s->reg.head)
 		client_finalize(s, s->reg.head);
@@ -353,7 +355,11 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 	}
 	ret = server_events(s, sigs, &e);
 	if (!ret)
+		ret = metrics_open(s, &e);
+	if (!ret)
 		ret = workers_start(s, &e);
+	if (!ret)
+		ret = metrics_serve(s, &e);
 	if (ret) {
 		fatal(cfg->foreground, "%s", e.msg);
 		if (cfg->pidfile)

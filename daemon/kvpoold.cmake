@@ -16,11 +16,16 @@ add_executable(kvpoold
   daemon/ops_list.c
   daemon/ops_share.c
   daemon/ops_chunk.c
-  daemon/park.c)
+  daemon/park.c
+  daemon/metrics.c
+  daemon/metrics_ops.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
 target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
+# --metrics: Prometheus' /metrics over libmicrohttpd (Debian libmicrohttpd-dev).
+pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
+target_link_libraries(kvpoold PRIVATE PkgConfig::MHD)
 # Built with CUDA: the cuda backend (static cudart, no -lcuda: kvpoold still
 # runs where there is no GPU driver) and KVPOOL_HAVE_CUDA=1 for backend=cuda.
 if(TARGET kvpool_backend_cuda)
@@ -29,3 +34,5 @@ endif()
 
 install(TARGETS kvpoold RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES etc/kvpool.conf DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+# The dashboard of kvpoold's /metrics (kvpoold(8), METRICS).
+install(FILES etc/grafana/kvpool-dashboard.json DESTINATION ${CMAKE_INSTALL_DOCDIR}/grafana)

@@ -64,6 +64,17 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_config_errors 60)
 endif()
 
+# kvpoold --metrics under load: promtool check metrics, the counters agree
+# with each other and kvctl stats, every family in kvpoold(8), every name
+# the Grafana dashboard queries served.
+if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  add_test(NAME test_metrics
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_metrics.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(test_metrics PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvbench replay on a hand-made trace against a real kvpoold and a real
 # redis-server, every system, hit rates checked against the hand-computed
 # figure; then a small generated replay with eviction.
