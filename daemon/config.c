@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -401,6 +402,23 @@ static int set_log(struct config *c, struct tenant_config *t, const char *v,
 	return set_str(&c->log, v);
 }
 
+static int set_log_level(struct config *c, struct tenant_config *t,
+			 const char *v, char *err, size_t len)
+{
+	static const struct { const char *name; uint32_t prio; } levels[] = {
+		{ "error", LOG_ERR }, { "warning", LOG_WARNING },
+		{ "info", LOG_INFO }, { "debug", LOG_DEBUG },
+	};
+
+	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
+		if (!strcmp(v, levels[i].name)) {
+			c->log_level = levels[i].prio;
+			return 0;
+		}
+	snprintf(err, len, "use error, warning, info or debug");
+	return -EINVAL;
+}
+
 static int set_metrics(struct config *c, struct tenant_config *t, const char *v,
 		       char *err, size_t len)
 {
@@ -455,6 +473,9 @@ static const struct setting settings[] = {
 	{ "pidfile", G, set_pidfile, "PATH", "write the daemon's pid here (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
+	{ "log_level", G, set_log_level, "LEVEL",
+	  "least severe lines logged: error, warning, info or debug (default info; "
+	  "SIGHUP re-reads it)" },
 	{ "metrics", G, set_metrics, "ADDR:PORT",
 	  "serve Prometheus metrics at http://ADDR:PORT/metrics (default none)" },
 };
@@ -987,6 +1008,7 @@ static int config_defaults(struct config *c)
 		.max_pending = 256,
 		.max_pending_per_uid = 64,
 		.hello_timeout_ms = 5000,
+		.log_level = LOG_INFO,
 		.chunk_memory_ratio = 1.0,
 		.chunk_content_max = 1u << 20,
 		.devices = { 0 },

@@ -19,7 +19,8 @@ add_executable(kvpoold
   daemon/park.c
   daemon/metrics.c
   daemon/metrics_ops.c
-  daemon/sd_service.c)
+  daemon/sd_service.c
+  daemon/reload.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/libclient)

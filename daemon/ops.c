@@ -21,8 +21,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "ops_internal.h"
@@ -50,6 +52,7 @@ static int op_offload(struct op *o);
 static int op_evict(struct op *o);
 static int op_evict_tenant(struct op *o);
 static int op_stats(struct op *o);
+static int op_reload(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_NOP] = { "nop", op_nop, 0, 0, NULL },
@@ -86,6 +89,7 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_CHUNK_CONTENT] = { "chunk_content", op_chunk_content, 0, SHARE, NULL },
 	[KVP_OP_CHUNK_TOKENS] = { "chunk_tokens", op_chunk_tokens, 0, SHARE, NULL },
 	[KVP_OP_CHUNK_LIMITS] = { "chunk_limits", op_chunk_limits, 0, SHARE, NULL },
+	[KVP_OP_RELOAD] = { "reload", op_reload, 0, NEED_ADMIN, "reloading the settings" },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -638,6 +642,19 @@ static int op_stats(struct op *o)
 	if (every)
 		sum.clients = __atomic_load_n(&o->s->reg.live, __ATOMIC_RELAXED);
 	out_put(o, &sum, sizeof(sum));
+	return 0;
+}
+
+/*
+ * The settings belong to the main thread (reload.c): ask it the way an
+ * operator does, with SIGHUP, which every thread blocks and its signalfd
+ * reads. What was applied and refused goes to the log.
+ */
+static int op_reload(struct op *o)
+{
+	if (kill(getpid(), SIGHUP) < 0)
+		return errbuf_set(o->e, -errno, "reload: cannot signal kvpoold: %s",
+				  strerror(errno));
 	return 0;
 }
 

@@ -399,6 +399,10 @@ int kvp_evict_all(struct kvp_client *c, uint32_t sel);
  * seed 002's evict_kv_cache; leased users are skipped. Returns users
  * affected. -EPERM for a client without a tenant. */
 int kvp_evict_tenant(struct kvp_client *c, uint32_t sel);
+/* Admin: kvpoold re-reads its settings as on SIGHUP (kvpoold(8), SIGNALS);
+ * returns 0 once asked, before it has; its log says what changed and
+ * which keys it refused. */
+int kvp_reload(struct kvp_client *c);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
 /*

@@ -215,6 +215,14 @@ int kvp_evict_tenant(struct kvp_client *c, uint32_t sel)
 }
 
 KVP_PUBLIC
+int kvp_reload(struct kvp_client *c)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_RELOAD };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_STATS,

@@ -201,6 +201,20 @@ int cmd_clients(struct kvp_client *c, const struct kvctl_args *a)
 	return status;
 }
 
+int cmd_reload(struct kvp_client *c, const struct kvctl_args *a)
+{
+	int rc = kvp_reload(c);
+
+	if (rc < 0)
+		return op_fail(c, rc, "reload");
+	if (a->json)
+		printf("{\n  \"op\": \"reload\",\n  \"requested\": true\n}\n");
+	else
+		printf("reload requested: kvpoold re-reads its settings; its log says "
+		       "what changed and names any key it refused\n");
+	return KVCTL_EXIT_OK;
+}
+
 /* ------------------------------------------------------------ chunks */
 
 /* Every chunk of type matching filter, in id order; *rows is the caller's

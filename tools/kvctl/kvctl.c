@@ -124,6 +124,9 @@ static const struct kvctl_cmd cmds[] = {
 	{ "clients", "",
 	  "list attached clients (admin)",
 	  0, 0, check_none, cmd_clients },
+	{ "reload", "",
+	  "have kvpoold re-read its settings, as SIGHUP does (admin)",
+	  0, 0, check_none, cmd_reload },
 	{ "evict", "--user ID | --all | --all-tenants [--tier device|host|all] | --chunk ID",
 	  "drop a user's pages, or every unleased user's (of your tenant; an admin's "
 	  "--all and --all-tenants: of every tenant), or a chunk",

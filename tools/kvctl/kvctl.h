@@ -169,6 +169,7 @@ int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_users(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_user(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_clients(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_reload(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_evict(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_offload(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a);
