@@ -403,6 +403,29 @@ int kvp_evict_tenant(struct kvp_client *c, uint32_t sel);
  * returns 0 once asked, before it has; its log says what changed and
  * which keys it refused. */
 int kvp_reload(struct kvp_client *c);
+/* The daemon's operation latencies (kvp_latency), by operation. */
+enum kvp_lat_op {
+	KVP_LAT_PREPARE = 0,  /* submission to completion, in the daemon */
+	KVP_LAT_COMMIT = 1,
+	KVP_LAT_OFFLOAD = 2,
+	KVP_LAT_ONLOAD = 3,   /* a prepare's return to its copy's landing (cuda) */
+	KVP_LAT_OPS = 4,
+};
+#define KVP_LAT_BUCKETS 19 /* 1 us .. 1 s, about three a decade, then the rest */
+
+/* Histograms since the daemon started, over every worker and tenant. */
+struct kvp_latency {
+	uint64_t bucket_ns[KVP_LAT_BUCKETS]; /* upper bounds; the last UINT64_MAX */
+	struct {
+		uint64_t count;
+		uint64_t sum_ns;
+		uint64_t buckets[KVP_LAT_BUCKETS]; /* per bucket, not cumulative */
+	} op[KVP_LAT_OPS];
+	uint64_t reserved[8];                /* 0; room to grow */
+};
+/* Admin: fill *out (kvctl top's percentiles; kvpoold --metrics serves the
+ * same histograms). */
+int kvp_latency(struct kvp_client *c, struct kvp_latency *out);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
 /*

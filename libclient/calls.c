@@ -223,6 +223,14 @@ int kvp_reload(struct kvp_client *c)
 }
 
 KVP_PUBLIC
+int kvp_latency(struct kvp_client *c, struct kvp_latency *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_LATENCY };
+
+	return call_fixed(c, &sqe, out, sizeof(*out), "latency");
+}
+
+KVP_PUBLIC
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_STATS,

@@ -275,6 +275,7 @@ enum kvp_opcode {
 	 * the main thread does it after this completes). A daemon before it
 	 * answers -EINVAL, as for any opcode it does not know. */
 	KVP_OP_RELOAD = 31,
+	KVP_OP_LATENCY = 32,       /* admin; out: struct kvp_latency */
 	KVP_OP_MAX,
 };
 
