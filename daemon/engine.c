@@ -75,7 +75,8 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	eng->lease_free = UINT32_MAX;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		eng->mem[t].fd = -1;
-		eng->lru[t] = (struct lru_list){ 0 };
+		eng->lru[t] = (struct lru_list){ .frames = 0 };
+		INIT_LIST_HEAD(&eng->lru[t].list);
 	}
 	ret = user_table_init(&eng->users);
 	if (ret)
@@ -126,7 +127,7 @@ void engine_destroy(struct engine *eng)
 	if (!eng)
 		return;
 	share_destroy(eng); /* first: sequences pin histories */
-	if (eng->users.buckets) {
+	if (eng->users.ht.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);
 		user_table_fini(&eng->users);
 	}
@@ -533,6 +534,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 		h->owner = eng;
 		h->user = user;
 		h->lru = LRU_NONE;
+		INIT_LIST_HEAD(&h->lru_link);
 		created = true;
 	}
 	if (history_reserve_pages(h, old_pages + new_pages)) {

@@ -35,6 +35,7 @@
 #define KVPOOL_ENGINE_INTERNAL_H
 
 #include "copy.h"
+#include "list.h"
 #include "engine.h"
 #include "frames.h"
 #include "user_table.h"
@@ -67,13 +68,12 @@ struct history {
 				  * whether its partial last page changed */
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
 	uint64_t tick;           /* engine tick when it last went on an LRU */
-	struct history *hnext;   /* user_table chain */
-	struct history *prev, *next; /* LRU links */
+	struct hnode hnode;      /* user_table */
+	struct list_head lru_link; /* on lru[h->lru], or self-linked */
 };
 
 struct lru_list {
-	struct history *head;    /* least recently used */
-	struct history *tail;
+	struct list_head list;   /* least recently used first */
 	uint64_t frames;         /* frames of the list's tier its histories hold */
 };
 
@@ -146,6 +146,12 @@ static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
 /* engine.c: the lease id's slot, NULL when it is not held (stale gen,
  * another shard's, released). */
 struct lease *lease_lookup(struct engine *eng, uint64_t id);
+
+/* The least recently used history of list l, NULL when it is empty. */
+static inline struct history *lru_head(const struct lru_list *l)
+{
+	return list_first_entry_or_null(&l->list, struct history, lru_link);
+}
 
 /* evict.c */
 void lru_remove(struct engine *eng, struct history *h);

@@ -47,7 +47,7 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 			.bytes_total = (uint64_t)f->total * eng->layout.page_bytes,
 		};
 	}
-	out->users = eng->users.count;
+	out->users = user_table_count(&eng->users);
 	out->leases = eng->leases_live;
 	share_stats(eng, out);
 }
@@ -121,9 +121,9 @@ int engine_list_users(struct engine *eng, uint64_t cursor,
 	uint32_t n;
 
 	*next = 0;
-	if (!eng->users.count || !max)
+	if (!user_table_count(&eng->users) || !max)
 		return 0;
-	c.ids = malloc(eng->users.count * sizeof(*c.ids));
+	c.ids = malloc(user_table_count(&eng->users) * sizeof(*c.ids));
 	if (!c.ids)
 		return -ENOMEM;
 	user_table_foreach(&eng->users, list_collect_cb, &c);
