@@ -54,7 +54,7 @@ void share_destroy(struct engine *eng)
 	for (uint32_t i = 0; s->leases && i < s->leases_cap; i++)
 		if (s->leases[i].kind != SL_FREE)
 			share_lease_release(eng, slease_id(eng, &s->leases[i]), NULL);
-	if (s->seqs.buckets)
+	if (s->seqs.ht.buckets)
 		seq_table_fini(eng);
 	chunk_table_fini(eng);
 	pc_fini(s);
@@ -368,21 +368,25 @@ uint64_t share_oldest_tick(const struct engine *eng)
 	const struct share *s = eng->share;
 	uint64_t t = UINT64_MAX;
 
-	if (s->chunk_head)
-		t = s->chunk_head->tick;
-	if (s->pc_head != PC_NONE && s->pc[s->pc_head].tick < t)
-		t = s->pc[s->pc_head].tick;
+	const struct chunk *c = chunk_lru_head(s);
+	const struct pc_entry *pe = pc_lru_head(s);
+
+	if (c)
+		t = c->tick;
+	if (pe && pe->tick < t)
+		t = pe->tick;
 	return t;
 }
 
 uint32_t share_evict_oldest(struct engine *eng)
 {
 	struct share *s = eng->share;
-	struct chunk *c = s->chunk_head;
+	struct chunk *c = chunk_lru_head(s);
+	struct pc_entry *pe = pc_lru_head(s);
 
-	if (c && (s->pc_head == PC_NONE || c->tick <= s->pc[s->pc_head].tick))
+	if (c && (!pe || c->tick <= pe->tick))
 		return chunk_evict(eng, c);
-	if (s->pc_head == PC_NONE)
+	if (!pe)
 		abort(); /* the caller counted what was evictable: an engine bug */
 	pc_evict_head(eng);
 	return 1;
@@ -396,9 +400,9 @@ void share_stats(const struct engine *eng, struct kvp_stats *st)
 
 	st->prefix_pages = s->pc_count;
 	st->prefix_idle_pages = s->pc_idle;
-	st->seqs = s->seqs.count;
+	st->seqs = s->seqs.ht.count;
 	st->seq_pages = s->seq_pages;
-	st->chunks = s->name_count;
+	st->chunks = s->names.count;
 	st->chunk_pages = s->chunk_pages;
 	st->chunk_bytes = s->chunk_pages * eng->layout.page_bytes;
 	st->chunk_last_access_ns = s->chunk_last_access_ns;
@@ -413,6 +417,7 @@ int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
 	struct share *s = eng->share;
 	uint32_t *refs = calloc(s->nframes ? s->nframes : 1, sizeof(*refs));
 	uint64_t idle = 0, count = 0, lru = 0, chunk_frames = 0;
+	const struct pc_entry *lp;
 	int ret;
 
 	if (!refs)
@@ -473,7 +478,7 @@ int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
 			}
 		}
 	}
-	for (uint32_t i = s->pc_head; i != PC_NONE; i = s->pc[i].next)
+	list_for_each_entry(lp, &s->pc_lru, link)
 		if (++lru > s->pc_count)
 			break;
 	if (count != s->pc_count || idle != s->pc_idle || lru > s->pc_count) {

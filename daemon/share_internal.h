@@ -47,8 +47,8 @@ struct pc_entry {
 	uint32_t frame;          /* FRAME_NONE: entry slot free */
 	uint32_t parent;         /* PC_NONE for page 0 of a chain */
 	uint32_t nchildren;      /* entries whose parent this is */
-	uint32_t hnext;          /* hash chain */
-	uint32_t prev, next;     /* pc LRU links (idle leaves) */
+	struct hnode hnode;      /* share.pcs, while published */
+	struct list_head link;   /* pc LRU (idle leaves) or the free list */
 	bool on_lru;
 	uint64_t tick;
 };
@@ -77,12 +77,12 @@ struct chunk {
 	bool on_lru;
 	uint64_t tick;
 	uint64_t mark;           /* == share.mark: busy (chunk_plan_limits) */
-	struct chunk *child_head; /* live entries whose parent this is */
-	struct chunk *sib_prev, *sib_next;
+	struct list_head children; /* live entries whose parent this is */
+	struct list_head sib;    /* on parent->children */
 	uint32_t nchildren;
-	struct chunk *name_prev, *name_next; /* the name's entries */
-	struct chunk *hnext;
-	struct chunk *prev, *next; /* chunk LRU, or the dead list */
+	struct list_head name_link; /* on name->entries */
+	struct hnode hnode;      /* share.chunks */
+	struct list_head lru;    /* chunk LRU, or the dead list */
 };
 
 /* A name record: what was registered, shared by its entries. */
@@ -98,9 +98,9 @@ struct chunk_name {
 	uint64_t created_ns;
 	uint64_t last_access_ns;
 	uint64_t hits;
-	struct chunk *entries;   /* list through name_next */
+	struct list_head entries; /* through chunk.name_link, newest first */
 	uint32_t nentries;
-	struct chunk_name *hnext;
+	struct hnode hnode;      /* share.names */
 };
 /* ------------------------------------------------------------ sequences */
 
@@ -141,13 +141,11 @@ struct seq {
 	 * parents (the invariant above). */
 	uint32_t *anchors;
 	uint32_t nanchors;
-	struct seq *hnext;
+	struct hnode hnode;      /* share.seqs */
 };
 
 struct seq_table {
-	struct seq **buckets;
-	uint64_t mask;
-	uint64_t count;
+	struct hashtab ht;       /* by id (hashtab_hash_u64) */
 };
 
 /* ------------------------------------------------------------ leases */
@@ -192,27 +190,22 @@ struct share {
 
 	/* prefix cache: entries[nframes], hash buckets, free list, LRU */
 	struct pc_entry *pc;
-	uint32_t *pc_buckets;
-	uint32_t pc_mask;
-	uint32_t pc_free;
-	uint32_t pc_head, pc_tail; /* idle leaves, oldest first */
+	struct hashtab pcs;      /* published entries by hash */
+	struct list_head pc_free_list;
+	struct list_head pc_lru; /* idle leaves, oldest first */
 	uint64_t pc_count;       /* published entries */
 	uint64_t pc_idle;        /* of those with refs == 0 */
 
 	/* chunks: entries by id (alive ones), LRU of unheld ready leaves */
-	struct chunk **chunk_buckets;
-	uint32_t chunk_mask;
-	uint64_t chunk_count;    /* alive entries (in the table) */
+	struct hashtab chunks;   /* by id (hashtab_hash_digest); .count: alive */
 	uint64_t chunk_pages;    /* pages of alive and dead entries */
-	struct chunk *chunk_head, *chunk_tail;
-	struct chunk *dead_head; /* dead entries still held (prev/next links) */
+	struct list_head chunk_lru; /* oldest first, through chunk.lru */
+	struct list_head dead;   /* dead entries still held (chunk.lru) */
 	uint64_t chunk_lru_frames;
 	uint64_t chunk_last_access_ns;
 	uint64_t mark;           /* epoch of chunk.mark */
 	/* names by id */
-	struct chunk_name **name_buckets;
-	uint32_t name_mask;
-	uint64_t name_count;
+	struct hashtab names;    /* by id (hashtab_hash_digest) */
 	/* limits (kvpool.h kvp_chunk_limits): configured and in force */
 	uint64_t cfg_max_chunks, max_chunks;
 	double cfg_memory_ratio, memory_ratio;
@@ -295,6 +288,11 @@ uint32_t pc_find(const struct engine *eng, const uint8_t hash[32]);
  * held (refs > 0) and unpublished; the hash is not in the table. */
 void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 		uint32_t parent);
+/* The oldest idle leaf, NULL when none. */
+static inline struct pc_entry *pc_lru_head(const struct share *s)
+{
+	return list_first_entry_or_null(&s->pc_lru, struct pc_entry, link);
+}
 /* Idle-state transitions, called by sp_ref/sp_unref. */
 void pc_became_busy(struct engine *eng, uint32_t e);
 void pc_became_idle(struct engine *eng, uint32_t e);
@@ -304,6 +302,11 @@ int pc_init(struct share *s, uint32_t nframes);
 void pc_fini(struct share *s);
 
 /* share_chunk.c: entries */
+/* The least recently used evictable entry, NULL when none. */
+static inline struct chunk *chunk_lru_head(const struct share *s)
+{
+	return list_first_entry_or_null(&s->chunk_lru, struct chunk, lru);
+}
 void chunk_hold(struct engine *eng, struct chunk *c);
 void chunk_unhold(struct engine *eng, struct chunk *c);
 struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id);
@@ -334,6 +337,11 @@ void chunk_limits_make_room(struct engine *eng, uint64_t pages, bool new_name);
 
 /* share_chunk_name.c: names */
 struct chunk_name *name_find(struct engine *eng, const struct kvp_chunk_id *id);
+/* The name's newest entry (a name in the table has one at least). */
+static inline struct chunk *name_first_entry(const struct chunk_name *n)
+{
+	return list_first_entry(&n->entries, struct chunk, name_link);
+}
 /* The name's root entry, NULL when it has none. */
 struct chunk *name_root(const struct chunk_name *n);
 void name_insert(struct engine *eng, struct chunk_name *n);

@@ -29,74 +29,33 @@
 
 /* ------------------------------------------------------------ table */
 
-static uint64_t seq_hash(uint64_t id)
-{
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdull;
-	id ^= id >> 33;
-	return id;
-}
-
+/* Sequences by id: lib/hashtab.h keyed by the uint64 id. */
 int seq_table_init(struct seq_table *t)
 {
-	t->buckets = calloc(64, sizeof(*t->buckets));
-	t->mask = 63;
-	t->count = 0;
-	return t->buckets ? 0 : -ENOMEM;
+	return hashtab_init(&t->ht, 64);
 }
 
 static struct seq *seq_find(struct engine *eng, uint64_t id)
 {
-	struct seq_table *t = &eng->share->seqs;
+	struct hnode *n = hashtab_find_u64(&eng->share->seqs.ht, id);
 
-	for (struct seq *q = t->buckets[seq_hash(id) & t->mask]; q; q = q->hnext)
-		if (q->id == id)
-			return q;
-	return NULL;
+	return n ? hashtab_entry(n, struct seq, hnode) : NULL;
 }
 
 /* Grow before inserting, so the insert itself cannot fail. */
 static int seq_table_reserve(struct seq_table *t)
 {
-	uint64_t nb = (t->mask + 1) * 2;
-	struct seq **b;
-
-	if (t->count + 1 <= t->mask + 1)
-		return 0;
-	b = calloc(nb, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	for (uint64_t i = 0; i <= t->mask; i++)
-		while (t->buckets[i]) {
-			struct seq *q = t->buckets[i];
-
-			t->buckets[i] = q->hnext;
-			q->hnext = b[seq_hash(q->id) & (nb - 1)];
-			b[seq_hash(q->id) & (nb - 1)] = q;
-		}
-	free(t->buckets);
-	t->buckets = b;
-	t->mask = nb - 1;
-	return 0;
+	return hashtab_reserve(&t->ht, 1);
 }
 
 static void seq_table_insert(struct seq_table *t, struct seq *q)
 {
-	struct seq **b = &t->buckets[seq_hash(q->id) & t->mask];
-
-	q->hnext = *b;
-	*b = q;
-	t->count++;
+	hashtab_insert(&t->ht, &q->hnode, hashtab_hash_u64(q->id));
 }
 
 static void seq_table_remove(struct seq_table *t, struct seq *q)
 {
-	struct seq **p = &t->buckets[seq_hash(q->id) & t->mask];
-
-	while (*p != q)
-		p = &(*p)->hnext;
-	*p = q->hnext;
-	t->count--;
+	hashtab_remove(&t->ht, &q->hnode);
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -795,19 +754,14 @@ void share_seq_discard(struct engine *eng, uint64_t id, uint32_t owner)
 
 uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
 {
-	struct seq_table *t = &eng->share->seqs;
+	struct seq *q;
 	uint32_t n = 0;
 
-	for (uint64_t b = 0; b <= t->mask; b++) {
-		struct seq *q = t->buckets[b], *next;
-
-		for (; q; q = next) {
-			next = q->hnext;
-			if (q->owner != owner)
-				continue;
-			share_seq_discard(eng, q->id, owner);
-			n++;
-		}
+	hashtab_for_each_safe(&eng->share->seqs.ht, q, hnode) {
+		if (q->owner != owner)
+			continue;
+		share_seq_discard(eng, q->id, owner); /* removes q only */
+		n++;
 	}
 	return n;
 }
@@ -815,12 +769,11 @@ uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
 void seq_table_fini(struct engine *eng)
 {
 	struct seq_table *t = &eng->share->seqs;
+	struct seq *q;
 
-	for (uint64_t b = 0; b <= t->mask; b++)
-		while (t->buckets[b])
-			seq_destroy(eng, t->buckets[b]);
-	free(t->buckets);
-	t->buckets = NULL;
+	hashtab_for_each_safe(&t->ht, q, hnode)
+		seq_destroy(eng, q);
+	hashtab_fini(&t->ht);
 }
 
 int share_seq_read_tokens(struct engine *eng, uint64_t id, uint64_t pos,
@@ -847,39 +800,39 @@ int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e)
 {
 	struct seq_table *t = &eng->share->seqs;
 	uint64_t pins = 0, count = 0, ref_pages = 0;
+	struct seq *q;
 
-	for (uint64_t b = 0; b <= t->mask; b++)
-		for (struct seq *q = t->buckets[b]; q; q = q->hnext) {
-			count++;
-			if (q->npages != pages_for(eng, q->len + q->n_new))
-				return errbuf_set(e, -EFAULT, "sequence %" PRIu64 ": %"
-						  PRIu32 " pages for %" PRIu64 " + %"
-						  PRIu32 " tokens", q->id, q->npages,
-						  q->len, q->n_new);
-			for (uint32_t i = 0; i < q->npages; i++) {
-				uint32_t f = q->pages[i].frame;
+	hashtab_for_each_safe(&t->ht, q, hnode) {
+		count++;
+		if (q->npages != pages_for(eng, q->len + q->n_new))
+			return errbuf_set(e, -EFAULT, "sequence %" PRIu64 ": %"
+					  PRIu32 " pages for %" PRIu64 " + %"
+					  PRIu32 " tokens", q->id, q->npages,
+					  q->len, q->n_new);
+		for (uint32_t i = 0; i < q->npages; i++) {
+			uint32_t f = q->pages[i].frame;
 
-				if (!engine_device_frame_in_use(eng, f))
-					return errbuf_set(e, -EFAULT, "sequence %"
-							  PRIu64 " page %" PRIu32
-							  ": frame %" PRIu32 " is free",
-							  q->id, i, f);
-				if (q->pages[i].kind == SP_REF) {
-					refs[f]++;
-					ref_pages++;
-				}
+			if (!engine_device_frame_in_use(eng, f))
+				return errbuf_set(e, -EFAULT, "sequence %"
+						  PRIu64 " page %" PRIu32
+						  ": frame %" PRIu32 " is free",
+						  q->id, i, f);
+			if (q->pages[i].kind == SP_REF) {
+				refs[f]++;
+				ref_pages++;
 			}
-			for (uint32_t i = 0; i < q->nanchors; i++)
-				refs[q->anchors[i]]++;
-			for (uint32_t i = 0; i < q->npins; i++)
-				pins += q->pins[i].kind == KVP_SRC_USER;
 		}
-	if (count != t->count || pins != eng->seq_pins ||
+		for (uint32_t i = 0; i < q->nanchors; i++)
+			refs[q->anchors[i]]++;
+		for (uint32_t i = 0; i < q->npins; i++)
+			pins += q->pins[i].kind == KVP_SRC_USER;
+	}
+	if (count != t->ht.count || pins != eng->seq_pins ||
 	    ref_pages != eng->share->seq_pages)
 		return errbuf_set(e, -EFAULT, "sequences: table counts %" PRIu64
 				  " (found %" PRIu64 "), history pins %" PRIu64
 				  " (found %" PRIu64 "), pages %" PRIu64 " (found %"
-				  PRIu64 ")", t->count, count, eng->seq_pins, pins,
+				  PRIu64 ")", t->ht.count, count, eng->seq_pins, pins,
 				  eng->share->seq_pages, ref_pages);
 	return 0;
 }

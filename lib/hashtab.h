@@ -103,6 +103,19 @@ static inline struct hnode *hashtab_find_u64(const struct hashtab *t,
 	return n;
 }
 
+/* Buckets, and the first node of bucket b: for a walk that must start a
+ * bucket over after a removal that may take other elements with it. */
+static inline uint64_t hashtab_nbuckets(const struct hashtab *t)
+{
+	return t->buckets ? t->mask + 1 : 0;
+}
+
+static inline struct hnode *hashtab_bucket(const struct hashtab *t,
+					   uint64_t b)
+{
+	return t->buckets[b];
+}
+
 #define hashtab_entry(ptr, type, member) container_of(ptr, type, member)
 
 /* Every element whose hash is h (the caller compares keys). */
