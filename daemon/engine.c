@@ -21,7 +21,8 @@
 #include <string.h>
 
 #include "clock.h"
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 #include "shard.h"
 
 /* Positions stay below 2^63 so start + len never wraps. */

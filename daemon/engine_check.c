@@ -7,7 +7,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 
 struct check_ctx {
 	struct engine *eng;

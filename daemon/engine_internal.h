@@ -176,6 +176,13 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h);
 /* Free every frame of h and h itself. h must be unpinned. */
 uint32_t history_drop(struct engine *eng, struct history *h);
 
+/* engine.c, also for sharing (share*.c) */
+/* Room for a page table of n pages in eng->view (prepare's result). */
+int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e);
+/* A sequence keeps h: off the LRU while pinned. */
+void history_pin(struct engine *eng, struct history *h);
+void history_unpin(struct engine *eng, struct history *h);
+
 /* engine.c */
 /* Wait for h's onload to land (see the top of this file); then it has none. */
 void history_settle(struct engine *eng, struct history *h);

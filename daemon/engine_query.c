@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 
 /* ------------------------------------------------------------ info */
 

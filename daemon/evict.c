@@ -15,7 +15,8 @@
 #include <stdlib.h>
 
 #include "clock.h"
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 #include "shard.h"
 
 /* ------------------------------------------------------------ LRU lists */

@@ -29,10 +29,11 @@
 #define KVPOOL_SHARE_INTERNAL_H
 
 #include "engine_internal.h"
+#include "engine_share.h"
+#include "hashtab.h"
 #include "share.h"
 
 #define PC_NONE UINT32_MAX
-#define SHARE_LEASE_BIT (1ull << 31)
 #define SHARE_LEASE_MAX (1u << 24)
 
 /* ------------------------------------------------------------ shared pages */
@@ -226,28 +227,7 @@ struct share {
 	uint64_t ids_cap;
 };
 
-/* share.c */
-int share_create(struct engine *eng, struct errbuf *e);
-void share_destroy(struct engine *eng);
-/* Frames eviction can free from the shared world: unheld chunks, idle pages. */
-uint64_t share_evictable(const struct engine *eng);
-/* Tick of the oldest evictable item of the shared world (UINT64_MAX: none). */
-uint64_t share_oldest_tick(const struct engine *eng);
-/* Evict that item; returns device frames freed. */
-uint32_t share_evict_oldest(struct engine *eng);
-uint32_t share_release_owner(struct engine *eng, uint32_t owner);
-void share_stats(const struct engine *eng, struct kvp_stats *st);
-/* owner: one byte per device frame, set for frames histories hold; adds
- * the shared world's and chunks' frames to it and to *frames_held. */
-int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
-		struct errbuf *e);
-int share_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
-		      uint32_t n, struct kvp_slot *out, struct errbuf *e);
-int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
-		       struct errbuf *e);
-int share_lease_release(struct engine *eng, uint64_t id, struct errbuf *e);
-int64_t share_lease_owner(struct engine *eng, uint64_t id);
-
+/* share.c (and engine_share.h, what the engine core calls) */
 /* Make `need` device frames free, evicting across every LRU; the caller
  * checked engine_device_avail(). */
 uint32_t share_frame_alloc(struct engine *eng); /* a free device frame (sp reset) */
@@ -372,10 +352,5 @@ void seq_table_fini(struct engine *eng);
 uint32_t seq_release_owner(struct engine *eng, uint32_t owner);
 /* Count each frame's SP_REF listings into refs[]; check pins. */
 int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e);
-
-/* engine.c, for the shared world */
-int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e);
-void history_pin(struct engine *eng, struct history *h);
-void history_unpin(struct engine *eng, struct history *h);
 
 #endif /* KVPOOL_SHARE_INTERNAL_H */
