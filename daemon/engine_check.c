@@ -158,10 +158,11 @@ int engine_check(struct engine *eng, struct errbuf *e)
 			goto out;
 		}
 	}
-	if (c.pins != eng->leases_live + eng->pinned_by_seqs + eng->demote_pins)
-		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " leases live and %" PRIu64
-				 " sequence pins but histories count %" PRIu64 " pins",
-				 eng->leases_live, eng->pinned_by_seqs, c.pins);
+	if (c.pins != eng->history_leases + eng->pinned_by_seqs + eng->demote_pins)
+		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " history leases live and %"
+				 PRIu64 " sequence pins but histories count %" PRIu64
+				 " pins", eng->history_leases, eng->pinned_by_seqs,
+				 c.pins);
 out:
 	for (int t = 0; t < KVP_TIERS; t++)
 		free(c.owner[t]);

@@ -49,7 +49,7 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 		};
 	}
 	out->users = user_table_count(&eng->users);
-	out->leases = eng->leases_live;
+	out->leases = eng->leases_live; /* every kind: one table */
 	share_stats(eng, out);
 }
 
@@ -62,20 +62,16 @@ uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
 
 int64_t engine_lease_owner(struct engine *eng, uint64_t id)
 {
-	struct lease *l;
-
-	if (id & SHARE_LEASE_BIT)
-		return share_lease_owner(eng, id);
-	l = lease_lookup(eng, id);
+	struct lease *l = lease_lookup(eng, id);
 
 	return l ? (int64_t)l->owner : -ENOENT;
 }
 
 int engine_lease_user(struct engine *eng, uint64_t id, uint64_t *user)
 {
-	struct lease *l = (id & SHARE_LEASE_BIT) ? NULL : lease_lookup(eng, id);
+	struct lease *l = lease_lookup(eng, id);
 
-	if (!l)
+	if (!l || l->kind != LEASE_HISTORY)
 		return -ENOENT;
 	*user = l->h->user;
 	return 0;

@@ -34,7 +34,7 @@ uint64_t share_oldest_tick(const struct engine *eng);
 /* Evict that item; returns device frames freed. */
 uint32_t share_evict_oldest(struct engine *eng);
 
-/* A client is gone: its sequences and sharing leases; how many. */
+/* A client is gone: its sequences (its leases went first); how many. */
 uint32_t share_release_owner(struct engine *eng, uint32_t owner);
 /* Sharing's fields of the statistics (prefix, chunks, sequences). */
 void share_stats(const struct engine *eng, struct kvp_stats *st);
@@ -44,14 +44,22 @@ void share_stats(const struct engine *eng, struct kvp_stats *st);
 int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
 		struct errbuf *e);
 
-/* Leases of sequences, chunk fills, chunk reads and compositions (ids with
- * SHARE_LEASE_BIT): the engine's lease calls hand them on. */
+/*
+ * Sharing's leases (sequence writes, chunk fills and reads, compositions)
+ * are slots of the engine's one lease table (engine_internal.h, lease.c);
+ * their ids carry SHARE_LEASE_BIT. The engine looks an id up once and
+ * hands a sharing lease's slots and commit here, with its id for
+ * messages; lease_release() calls share_lease_end() and then frees the
+ * slot.
+ */
 #define SHARE_LEASE_BIT (1ull << 31)
-int share_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
-		      uint32_t n, struct kvp_slot *out, struct errbuf *e);
-int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
-		       struct errbuf *e);
-int share_lease_release(struct engine *eng, uint64_t id, struct errbuf *e);
-int64_t share_lease_owner(struct engine *eng, uint64_t id);
+struct lease;
+int share_lease_slots(struct engine *eng, struct lease *l, uint64_t id,
+		      uint32_t first, uint32_t n, struct kvp_slot *out,
+		      struct errbuf *e);
+int share_lease_commit(struct engine *eng, struct lease *l, uint64_t id,
+		       uint32_t n, struct errbuf *e);
+/* Let go of what l holds (the slot is the engine's to free). */
+void share_lease_end(struct engine *eng, struct lease *l);
 
 #endif /* KVPOOL_ENGINE_SHARE_H */

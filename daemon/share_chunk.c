@@ -376,7 +376,7 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 				  "evictable, the rest held; release leases, delete "
 				  "chunks (kvctl chunks) or raise device_mem", sid,
 				  p->pages, avail);
-	ret = slease_reserve(eng, e);
+	ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)p->pages, e);
 	if (ret)
@@ -407,7 +407,7 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 {
 	struct share *s = eng->share;
 	struct chunk *c = p->c;
-	struct share_lease *l;
+	struct lease *l;
 	uint64_t lid;
 
 	chunk_limits_make_room(eng, p->pages, new_name);
@@ -433,7 +433,7 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 		parent->nchildren++;
 		c->fill_pin = parent; /* the caller's hold becomes the pin */
 	}
-	slease_new(eng, SL_CHUNK_FILL, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_CHUNK_FILL, owner, &lid);
 	l->chunk = c;
 	c->holders = 1;
 	c->filler = owner;
@@ -663,10 +663,10 @@ int share_chunk_link(struct engine *eng, const struct kvp_chunk_id *nid,
 int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 		     struct errbuf *e)
 {
-	struct share_lease *l = slease_lookup(eng, lease);
+	struct lease *l = lease_lookup(eng, lease);
 	int ret;
 
-	if (!l || l->kind != SL_CHUNK_FILL)
+	if (!l || l->kind != LEASE_CHUNK_FILL)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not a chunk "
 				  "fill lease held now (sealed and released "
 				  "already, or never registered)", lease);
@@ -674,10 +674,11 @@ int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " belongs to client "
 				  "%" PRIu32 "; only the client that registered the "
 				  "chunk may seal it", lease, l->owner);
-	ret = share_lease_commit(eng, lease, l->chunk->tokens, e);
+	ret = share_lease_commit(eng, l, lease, l->chunk->tokens, e);
 	if (ret)
 		return ret;
-	return share_lease_release(eng, lease, e);
+	lease_release(eng, l);
+	return 0;
 }
 
 int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
@@ -685,7 +686,7 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 			struct errbuf *e)
 {
 	struct chunk *c = chunk_resolve(eng, id);
-	struct share_lease *l;
+	struct lease *l;
 	uint64_t lid;
 	char sid[17];
 	int ret;
@@ -698,12 +699,12 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 		return errbuf_set(e, -EAGAIN, "chunk %s is not ready: client %"
 				  PRIu32 " is filling it; retry after it seals",
 				  sid, c->filler);
-	ret = slease_reserve(eng, e);
+	ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, c->npages, e);
 	if (ret)
 		return ret;
-	slease_new(eng, SL_CHUNK_READ, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_CHUNK_READ, owner, &lid);
 	l->chunk = c;
 	chunk_hold(eng, c);
 	chunk_touch(eng, c, now_ns);

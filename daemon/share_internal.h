@@ -34,7 +34,6 @@
 #include "share.h"
 
 #define PC_NONE UINT32_MAX
-#define SHARE_LEASE_MAX (1u << 24)
 
 /* ------------------------------------------------------------ shared pages */
 
@@ -149,31 +148,7 @@ struct seq_table {
 	struct hashtab ht;       /* by id (hashtab_hash_u64) */
 };
 
-/* ------------------------------------------------------------ leases */
-
-enum share_lease_kind {
-	SL_FREE = 0,
-	SL_SEQ_WRITE,
-	SL_CHUNK_FILL,
-	SL_CHUNK_READ,
-	SL_COMPOSE,
-};
-
-struct share_lease {
-	uint32_t kind;
-	uint32_t gen;
-	uint32_t owner;
-	uint32_t next_free;
-	bool committed;          /* SEQ_WRITE / CHUNK_FILL: committed (sealed) */
-	union {
-		struct seq *seq;
-		struct chunk *chunk;
-		struct {
-			struct chunk **chunks;
-			uint32_t n;
-		} comp;
-	};
-};
+/* Leases: the engine's one table (engine_internal.h, lease.c). */
 
 /* ------------------------------------------------------------ the whole */
 
@@ -215,11 +190,6 @@ struct share {
 	struct seq_table seqs;
 	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
 
-	struct share_lease *leases;
-	uint32_t leases_cap;
-	uint32_t lease_free;
-	uint32_t leases_live;
-
 	/* scratch for results (compose arrays, hit lists) */
 	int32_t *scratch;
 	uint64_t scratch_cap;
@@ -239,12 +209,6 @@ int share_scratch(struct engine *eng, uint64_t n, struct errbuf *e);
 int share_read_token(struct engine *eng, uint32_t frame, uint32_t slot,
 		     void *out, struct errbuf *e);
 
-int slease_new(struct engine *eng, uint32_t kind, uint32_t owner,
-	       uint64_t *id, struct share_lease **out, struct errbuf *e);
-int slease_reserve(struct engine *eng, struct errbuf *e);
-struct share_lease *slease_lookup(struct engine *eng, uint64_t id);
-void slease_put(struct engine *eng, struct share_lease *l);
-uint64_t slease_id(const struct engine *eng, const struct share_lease *l);
 
 /* Start a SHA-256 on the shared context (share_prefix.c). */
 struct evp_md_ctx_st *share_digest_begin(const struct engine *eng);

@@ -287,7 +287,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	struct share *s = eng->share;
 	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL, cached;
 	uint64_t pages, lid;
-	struct share_lease *l;
+	struct lease *l;
 	struct seq *q = NULL;
 	bool whole;
 	int ret;
@@ -320,7 +320,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	/* Idle hits are counted evictable now, but they will be ours. */
 	ret = plan_frames(eng, id, pages, pages - hit + whole, idle_hits, e);
 	if (!ret)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (!ret && (seq_table_reserve(&s->seqs) || !(q = seq_new(id, owner)))) {
@@ -353,7 +353,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	q->len = cached;
 	q->n_new = n - cached;
 	seq_table_insert(&s->seqs, q);
-	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 	l->seq = q;
 	q->write_lease = lid;
 	eng->st.prepares++;
@@ -452,44 +452,6 @@ static uint32_t src_onload(const struct src_plan *p, uint32_t i)
 	return n;
 }
 
-static void history_onload_sync(struct engine *eng, struct history *h,
-				uint64_t pages)
-{
-	uint32_t n = 0;
-
-	/* Another shard's history (global mode, shard.h): the frames the
-	 * caller made room for move to the owner's cache, and the owner's
-	 * engine gives them to its pages. */
-	if (h->owner != eng) {
-		uint32_t missing = 0;
-
-		for (uint64_t i = 0; i < pages; i++)
-			missing += h->pages[i].frame[KVP_TIER_DEVICE] == FRAME_NONE;
-		frames_move(&h->owner->frames[KVP_TIER_DEVICE],
-			    &eng->frames[KVP_TIER_DEVICE], missing);
-		eng = h->owner;
-	}
-
-	history_settle(eng, h); /* a lease's onload may still be landing */
-	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
-		   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
-		   eng->layout.page_bytes);
-	for (uint64_t i = 0; i < pages; i++) {
-		if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE)
-			continue;
-		page_set_frame(eng, h, (uint32_t)i, KVP_TIER_DEVICE,
-			       frames_alloc(&eng->frames[KVP_TIER_DEVICE]));
-		copy_page(&eng->copy, h->pages[i].frame[KVP_TIER_DEVICE],
-			  h->pages[i].frame[KVP_TIER_HOST]);
-		n++;
-	}
-	copy_end(&eng->copy, NULL);
-	h->onload_fence = eng->copy.fence;
-	history_settle(eng, h); /* borrowed pages must be there when we return */
-	eng->st.onloaded_pages += n;
-	eng->st.bytes_h2d += eng->copy.bytes;
-}
-
 static void seq_pin(struct engine *eng, struct seq *q, uint32_t kind, void *obj)
 {
 	if (kind == KVP_SRC_USER) {
@@ -509,7 +471,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	struct src_plan plan[SEQ_MAX_SOURCES];
 	uint64_t total = 0, unavailable = 0, onload = 0, pages, need, lid = 0;
 	uint32_t npins = 0, nanchors = 0;
-	struct share_lease *l;
+	struct lease *l;
 	struct seq *q = NULL;
 	bool cow;
 	int ret;
@@ -544,7 +506,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	need = onload + (pages - pages_for(eng, total)) + cow;
 	ret = plan_frames(eng, id, pages, need, unavailable, e);
 	if (!ret && n_new)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (ret)
@@ -587,8 +549,11 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	for (uint32_t i = 0; i < nsrc; i++) {
 		uint64_t np = pages_for(eng, plan[i].tokens);
 
-		if (plan[i].h && src_onload(plan, i))
-			history_onload_sync(eng, plan[i].h, plan[i].h->npages);
+		if (plan[i].h && src_onload(plan, i)) {
+			history_onload(eng, plan[i].h, plan[i].h->npages);
+			/* borrowed pages must be there when we return */
+			history_settle(plan[i].h->owner, plan[i].h);
+		}
 		for (uint64_t k = 0; k < np; k++) {
 			struct seq_page pg;
 
@@ -613,7 +578,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	q->n_new = n_new;
 	seq_table_insert(&eng->share->seqs, q);
 	if (n_new) {
-		slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+		l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 		l->seq = q;
 		q->write_lease = lid;
 	}
@@ -645,7 +610,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 		     const uint32_t *tokens, uint32_t owner,
 		     struct engine_lease *out, struct errbuf *e)
 {
-	struct share_lease *l = NULL;
+	struct lease *l = NULL;
 	uint64_t pages, need, lid;
 	struct seq *q = NULL;
 	bool cow;
@@ -657,7 +622,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": extend by 0 "
 				  "tokens does nothing", id);
 	if (q->write_lease)
-		l = slease_lookup(eng, q->write_lease);
+		l = lease_lookup(eng, q->write_lease);
 	if (l && !l->committed)
 		return errbuf_set(e, -EBUSY, "sequence %" PRIu64 ": its write lease "
 				  "%#" PRIx64 " has not committed; commit or release "
@@ -669,7 +634,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	need = pages - q->npages + cow;
 	ret = plan_frames(eng, id, pages, need, 0, e);
 	if (!ret)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (!ret && (seq_reserve_pages(q, pages) ||
@@ -679,10 +644,8 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 		return ret;
 
 	/* Commit point. A committed lease still open goes with the new one. */
-	if (l) {
-		slease_put(eng, l);
-		eng->st.releases++;
-	}
+	if (l)
+		lease_release(eng, l);
 	evict_for_device(eng, (uint32_t)need);
 	if (cow)
 		seq_cow(eng, q);
@@ -693,7 +656,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	else
 		q->hashable = false;
 	q->n_new = n_new;
-	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 	l->seq = q;
 	q->write_lease = lid;
 	eng->st.prepares++;
@@ -732,7 +695,7 @@ int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
 	/* The rule evict follows for a leased history: never take pages from
 	 * under a lease its client still holds (issue 11: a free that ended
 	 * the lease let the next append land in pages another user owned). */
-	if (q->write_lease && slease_lookup(eng, q->write_lease))
+	if (q->write_lease && lease_lookup(eng, q->write_lease))
 		return errbuf_set(e, -EBUSY, "sequence %" PRIu64 ": its write lease "
 				  "%#" PRIx64 " is still held; release it "
 				  "(kvp_release) before freeing the sequence", id,
@@ -744,11 +707,13 @@ int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
 void share_seq_discard(struct engine *eng, uint64_t id, uint32_t owner)
 {
 	struct seq *q = NULL;
+	struct lease *l;
 
 	if (seq_of_owner(eng, id, owner, &q, NULL))
 		return;
-	if (q->write_lease && slease_lookup(eng, q->write_lease))
-		share_lease_release(eng, q->write_lease, NULL);
+	l = q->write_lease ? lease_lookup(eng, q->write_lease) : NULL;
+	if (l)
+		lease_release(eng, l);
 	seq_destroy(eng, q);
 }
 
