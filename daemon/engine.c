@@ -437,13 +437,29 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 				    ENGINE_PREPARE_COUNT, out, e);
 }
 
-/* The frames are not free yet and the reclaimer is making room: wait for
- * it rather than evict here, while other users' requests go on. */
-static bool prepare_waits(struct engine *eng, uint32_t total, unsigned flags)
+/*
+ * The frames are not free yet and the reclaimer is making room: wait for
+ * it rather than evict here, while other users' requests go on.
+ *
+ * A prepare that onloads also waits while taking its frames would leave
+ * the pool under the reclaimer's low watermark (kswapd's min watermark):
+ * that reserve is for prepares without an onload, which then find free
+ * frames at once while a burst of onloads (each already waiting for its
+ * host -> device copy, and reported apart) waits for the reclaimer.
+ */
+static bool prepare_waits(struct engine *eng, uint32_t total, uint32_t onload,
+			  unsigned flags)
 {
-	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !eng->set ||
-	    eng->frames[KVP_TIER_DEVICE].nfree >= total ||
-	    !shard_reclaim_kick(eng->set, total))
+	struct shard_set *set = eng->set;
+	uint32_t nfree = eng->frames[KVP_TIER_DEVICE].nfree;
+	bool short_of_frames = nfree < total;
+
+	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !set)
+		return false;
+	if (!short_of_frames && onload)
+		short_of_frames = frame_pool_free(&set->pool[KVP_TIER_DEVICE]) +
+				  (nfree - total) < set->rc.low[KVP_TIER_DEVICE];
+	if (!short_of_frames || !shard_reclaim_kick(set, total))
 		return false;
 	if (flags & ENGINE_PREPARE_COUNT)
 		eng->st.reclaim_stalls++;
@@ -495,7 +511,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	view_pages = n_new ? (uint32_t)after : (uint32_t)pages_for(eng, len);
 	total = onload + new_pages;
 	avail = engine_device_avail(eng, h, total);
-	if (prepare_waits(eng, total, flags))
+	if (prepare_waits(eng, total, onload, flags))
 		return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": waiting for "
 				  "the reclaimer to free %" PRIu32 " device pages",
 				  user, total);
