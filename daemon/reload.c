@@ -12,11 +12,13 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "engine_internal.h" /* max_tokens: no setter for one field */
 #include "log.h"
 #include "reload.h"
 #include "server.h"
 #include "share.h"
+/* After server.h, whose container_of is unguarded (lib/list.h's is):
+ * max_tokens has no setter of its own. */
+#include "engine_internal.h"
 
 static int saved_argc;
 static char **saved_argv;
