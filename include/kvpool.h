@@ -7,6 +7,13 @@
  * no function sets errno. Functions that can fail for a reason the caller can
  * act on also write a message naming what was wrong into the buffer they are
  * given (or, for connected calls, the client's last-error buffer).
+ *
+ * ABI: libkvpool.so.0 exports exactly the functions below, each under the
+ * version node of the release that added it (libclient/kvpool.map:
+ * KVPOOL_0.1, ...); abi/ holds the last release's ABI, which CI compares
+ * the library with. Structs filled or read one at a time (kvp_stats,
+ * kvp_latency, kvp_connect_opts) end in reserved words that later fields
+ * take, so they never change size; zero them when you fill them.
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -205,13 +212,24 @@ struct kvp_tier_stats {
 	  "Pages the background reclaimer freed.") \
 	X(shards, CORE, GAUGE, "", "shards", "Engine shards summed over (daemon only).")
 
-/* Counters of one pool, one uint64_t per KVP_STATS_FIELDS entry. Each
- * pool's counters are monotonic except the gauges and times. */
+#define KVP_STATS_ONE_(name, group, kind, unit, metric, help) + 1
+/* How many fields KVP_STATS_FIELDS lists, and the words they may grow to. */
+enum { KVP_STATS_NFIELDS = 0 KVP_STATS_FIELDS(KVP_STATS_ONE_), KVP_STATS_WORDS = 64 };
+#undef KVP_STATS_ONE_
+
+/*
+ * Counters of one pool, one uint64_t per KVP_STATS_FIELDS entry. Each
+ * pool's counters are monotonic except the gauges and times. The struct
+ * keeps its size as fields are added: a new field takes a reserved word,
+ * so a program built against an older kvpool.h passes a struct that is
+ * still big enough, and a daemon that does not know a field sends 0.
+ */
 struct kvp_stats {
 	struct kvp_tier_stats tier[KVP_TIERS]; /* gauges */
 #define KVP_STATS_MEMBER_(name, group, kind, unit, metric, help) uint64_t name;
 	KVP_STATS_FIELDS(KVP_STATS_MEMBER_)
 #undef KVP_STATS_MEMBER_
+	uint64_t reserved[KVP_STATS_WORDS - KVP_STATS_NFIELDS]; /* 0 */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -257,6 +275,8 @@ struct kvp_connect_opts {
 	uint32_t spin_us;      /* how long a wait spins before it sleeps; 0: 20 us */
 	uint32_t pool;         /* the daemon's pool to attach to: 0 its first (with
 				* kvpoold --devices=0,1 pool i is on the i-th GPU) */
+	uint32_t reserved[6];  /* 0 (zero the struct): options to come take
+				* these words, 0 meaning their default */
 };
 
 /*
