@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # kvpoold: the daemon. The engine (kvpool_engine) does the pool; these files
 # put it behind a socket and shared-memory rings. The wire contract is
-# libclient/proto.h, shared with libkvpool.
+# proto/proto.h, shared with libkvpool.
 add_executable(kvpoold
   daemon/kvpoold.c
   daemon/config.c
@@ -19,7 +19,7 @@ add_executable(kvpoold
   daemon/park.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
-  ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+  ${CMAKE_CURRENT_SOURCE_DIR}/proto)
 target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
 # Built with CUDA: the cuda backend (static cudart, no -lcuda: kvpoold still
 # runs where there is no GPU driver) and KVPOOL_HAVE_CUDA=1 for backend=cuda.

@@ -34,7 +34,7 @@ kvpool_client_cuda(kvpool PRIVATE)
 target_include_directories(kvpool
   PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
          $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
-  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/libclient ${CMAKE_CURRENT_SOURCE_DIR}/proto)
 set_target_properties(kvpool PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   C_VISIBILITY_PRESET hidden
@@ -49,7 +49,8 @@ add_library(kvpool_client_static STATIC ${KVPOOL_CLIENT_SOURCES})
 target_link_libraries(kvpool_client_static PUBLIC kvpool_common Threads::Threads)
 kvpool_client_cuda(kvpool_client_static PUBLIC)
 target_include_directories(kvpool_client_static
-  PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+  PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/libclient
+         ${CMAKE_CURRENT_SOURCE_DIR}/proto)
 set_target_properties(kvpool_client_static PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 

@@ -12,10 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "prefix_bench.h"
-#include "share.h"
 
 #define OWNER 1
 

@@ -41,7 +41,7 @@
 
 #include "client_internal.h"
 #include "daemon_proc.h"
-#include "engine.h"
+#include "kvpool_engine.h"
 #include "kvbench.h"
 #include "kvpool.h"
 #include "stats.h"

@@ -22,7 +22,7 @@
 #include <sys/socket.h>
 
 #include "client_internal.h"
-#include "engine.h"
+#include "kvpool_engine.h"
 #include "replay.h"
 #include "stats.h"
 
