@@ -401,6 +401,14 @@ static int set_log(struct config *c, struct tenant_config *t, const char *v,
 	return set_str(&c->log, v);
 }
 
+static int set_metrics(struct config *c, struct tenant_config *t, const char *v,
+		       char *err, size_t len)
+{
+	int ret = parse_listen_addr(v, &c->metrics_addr, err, len);
+
+	return ret ? ret : set_str(&c->metrics, v);
+}
+
 static const struct setting settings[] = {
 	{ "socket", G, set_socket, "PATH",
 	  "Unix socket to listen on (default $KVPOOL_SOCKET, else " KVP_DEFAULT_SOCKET ")" },
@@ -447,6 +455,8 @@ static const struct setting settings[] = {
 	{ "pidfile", G, set_pidfile, "PATH", "write the daemon's pid here (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
+	{ "metrics", G, set_metrics, "ADDR:PORT",
+	  "serve Prometheus metrics at http://ADDR:PORT/metrics (default none)" },
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
@@ -1016,5 +1026,6 @@ void config_free(struct config *c)
 	free(c->layout_spec);
 	free(c->pidfile);
 	free(c->log);
+	free(c->metrics);
 	*c = (struct config){ 0 };
 }

@@ -7,8 +7,13 @@ set -euo pipefail
 # python3-*: the Python package (python/), its tests (ctest -L python) and
 # test.sh's offline `pip install ./python` check.
 # libjansson-dev: chunk metadata is a JSON object (kvpoold checks and matches it).
+# libmicrohttpd-dev: kvpoold --metrics serves /metrics over it.
+# prometheus, curl: test_metrics scrapes /metrics and runs promtool check metrics.
+# libsystemd-dev: socket activation and sd_notify; systemd: test_systemd runs
+# systemd-socket-activate and systemd-analyze (no running systemd needed).
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
-      libjansson-dev libhiredis-dev redis-server gnuplot-nox
+      libjansson-dev libmicrohttpd-dev prometheus curl
+      libsystemd-dev systemd libhiredis-dev redis-server gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
