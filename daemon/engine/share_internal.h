@@ -265,6 +265,10 @@ void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed);
 void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns);
 int chunk_table_init(struct share *s, uint32_t nframes);
 void chunk_table_fini(struct engine *eng);
+/* -ENOENT: "<what> <id> is not registered (never, or deleted, or
+ * evicted); register it again". */
+int chunk_not_found(const char *what, const struct kvp_chunk_id *id,
+		    struct errbuf *e);
 /* Format an id for messages: first 16 hex digits. */
 void chunk_id_short(const struct kvp_chunk_id *id, char out[17]);
 int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
