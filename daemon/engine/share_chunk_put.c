@@ -227,18 +227,14 @@ static void name_unmake(struct chunk_name *n)
 	free(n);
 }
 
-int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
-		    uint32_t owner, uint64_t now_ns, struct share_chunk_reg *out,
-		    struct errbuf *e)
+/* A root's registration checked against itself and the name it has
+ * (*namep, NULL when new); nothing changes. */
+static int put_check(struct engine *eng, const struct share_chunk_root *r,
+		     struct kvp_chunk_id *nid, struct chunk_name **namep,
+		     char sid[17], struct errbuf *e)
 {
 	struct share *s = eng->share;
-	struct kvp_chunk_id nid, id;
-	struct json_t *meta = NULL;
-	struct chunk_name *name, *fresh = NULL;
-	struct entry_plan p;
-	struct chunk *c;
-	char sid[17], *canon = NULL;
-	int ret;
+	struct chunk_name *name;
 
 	if (!r->n)
 		return errbuf_set(e, -EINVAL, "a chunk needs at least one token");
@@ -250,9 +246,9 @@ int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
 				  "over kvpoold's chunk_content_max (%" PRIu64 " bytes);"
 				  " store less (a digest, a URL) or raise "
 				  "chunk_content_max", r->content_len, s->content_max);
-	name_id_of(eng, r, &nid);
-	chunk_id_short(&nid, sid);
-	name = name_find(eng, &nid);
+	name_id_of(eng, r, nid);
+	chunk_id_short(nid, sid);
+	name = name_find(eng, nid);
 	if (name && (name->type != r->type || name->ntokens != r->n ||
 		     memcmp(name->tokens, r->tokens, (size_t)r->n * 4)))
 		return errbuf_set(e, -EINVAL, "chunk %s is registered as %s with %"
@@ -262,6 +258,24 @@ int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
 				  name->ntokens, kvp_chunk_type_name(r->type), r->n,
 				  name->type == r->type ? " (other tokens: a different "
 				  "tokenizer?)" : "");
+	*namep = name;
+	return 0;
+}
+
+int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
+		    uint32_t owner, uint64_t now_ns, struct share_chunk_reg *out,
+		    struct errbuf *e)
+{
+	struct kvp_chunk_id nid, id;
+	struct json_t *meta = NULL;
+	struct chunk_name *name = NULL, *fresh = NULL;
+	struct entry_plan p;
+	struct chunk *c;
+	char sid[17], *canon = NULL;
+	int ret = put_check(eng, r, &nid, &name, sid, e);
+
+	if (ret)
+		return ret;
 	ret = meta_parse(r->meta, "chunk metadata", &meta, &canon, e);
 	if (ret)
 		return ret;
