@@ -5,6 +5,7 @@
 add_executable(kvpoold
   daemon/kvpoold.c
   daemon/config.c
+  daemon/config_settings.c
   daemon/config_parse.c
   daemon/log.c
   daemon/tenant.c
