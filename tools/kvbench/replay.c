@@ -52,7 +52,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
 #include "daemon_proc.h"
 #include "hstu_csv.h"
 #include "kvbench.h"
