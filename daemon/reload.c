@@ -12,13 +12,10 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "kvpool_engine.h"
 #include "log.h"
 #include "reload.h"
 #include "server.h"
-#include "share.h"
-/* After server.h, whose container_of is unguarded (lib/list.h's is):
- * max_tokens has no setter of its own. */
-#include "engine_internal.h"
 
 static int saved_argc;
 static char **saved_argv;
@@ -91,7 +88,7 @@ static void tenant_quotas(struct server *s, struct tenant *t, uint64_t max_token
 		for (uint32_t i = 0; i < set->n; i++) {
 			struct engine *eng = shard_lock(set, i);
 
-			eng->max_tokens = max_tokens;
+			engine_set_max_tokens(eng, max_tokens);
 			share_chunk_configure(eng, max_chunks, ratio,
 					      s->cfg->chunk_content_max);
 			shard_unlock(set, i);

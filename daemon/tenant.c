@@ -26,7 +26,7 @@
 #include <openssl/evp.h>
 
 #include "log.h"
-#include "share.h"
+#include "kvpool_engine.h"
 #include "tenant.h"
 
 /* ------------------------------------------------------------ salt */
