@@ -314,6 +314,8 @@ void metrics_latency(struct server *s, struct kvp_latency *out)
 
 	_Static_assert(KVP_LAT_BUCKETS == METRICS_BUCKETS + 1,
 		       "kvp_latency has the daemon's buckets and +Inf");
+	/* Someone looks: time operations from now on (metrics.h). */
+	__atomic_store_n(&metrics_timing, true, __ATOMIC_RELAXED);
 	memset(out, 0, sizeof(*out));
 	for (uint32_t b = 0; b < METRICS_BUCKETS; b++)
 		out->bucket_ns[b] = metrics_bucket_ns[b];
@@ -390,6 +392,8 @@ int metrics_open(struct server *s, struct errbuf *e)
 		return errbuf_set(e, -ENOMEM, "metrics: out of memory");
 	memset(s->opm, 0, sizeof(*s->opm) * s->cfg->workers);
 	s->nopm = s->cfg->workers;
+	if (s->cfg->metrics)
+		__atomic_store_n(&metrics_timing, true, __ATOMIC_RELAXED);
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "metrics.h"
 
 __thread struct op_metrics *metrics_self;
+bool metrics_timing;
 
 /* 1 us to 1 s, about three steps a decade: a prepare served from the
  * pool takes microseconds, one that onloads or evicts for itself
@@ -54,7 +55,7 @@ static uint32_t err_kind(int32_t res)
 
 uint64_t metrics_op_start(uint32_t opcode)
 {
-	if (!metrics_self)
+	if (!metrics_self || !__atomic_load_n(&metrics_timing, __ATOMIC_RELAXED))
 		return 0;
 	switch (opcode) {
 	case KVP_OP_PREPARE:
@@ -85,6 +86,8 @@ void metrics_op_done(uint32_t opcode, int32_t res, uint64_t t0)
 	bump(&m->ops[opcode], 1);
 	if (res < 0)
 		bump(&m->errors[opcode][err_kind(res)], 1);
+	if (!t0)
+		return; /* not timed (metrics_timing was off when it began) */
 	switch (opcode) {
 	case KVP_OP_PREPARE:
 		metrics_lat(LAT_PREPARE, mono_ns() - t0);

@@ -437,7 +437,8 @@ enum kvp_lat_op {
 };
 #define KVP_LAT_BUCKETS 19 /* 1 us .. 1 s, about three a decade, then the rest */
 
-/* Histograms since the daemon started, over every worker and tenant. */
+/* Histograms over every worker and tenant: since kvpoold started with
+ * --metrics, else since the first kvp_latency() call turned them on. */
 struct kvp_latency {
 	uint64_t bucket_ns[KVP_LAT_BUCKETS]; /* upper bounds; the last UINT64_MAX */
 	struct {
