@@ -4,7 +4,8 @@
 # the screen is drawn in place (one header in the pane), shows both tiers,
 # rates per second with prepares > 0 once a second sample exists, op
 # latency percentiles for prepare and the top users; ^C (send-keys) ends
-# it with status 0. Also `kvctl top --help` exits 0, and `kvctl stats
+# it with status 0. Also `kvctl top --help` exits 0, bad --interval,
+# --count and --json are usage errors (2), and `kvctl stats
 # --watch 1 --count 3 --json` prints three objects whose prepares never
 # decrease.
 # Usage: test_kvctl_top.sh KVPOOLD KVCTL KVBENCH. Exit 77 (skip) without tmux.
@@ -28,6 +29,14 @@ fail() {
 }
 
 "$kvctl" top --help >/dev/null || fail "kvctl top --help did not exit 0"
+# Usage errors: exit 2 before connecting, naming the word.
+for args in "top --json" "top --interval 0" "stats --count 2" "stats --watch x"; do
+	set +e
+	msg=$("$kvctl" --socket "$dir/none.sock" $args 2>&1)
+	rc=$?
+	set -e
+	[ $rc = 2 ] || fail "kvctl $args: exit $rc, want 2 ($msg)"
+done
 
 "$kvpoold" --foreground --backend=shm --socket="$dir/s.sock" --workers=2 \
 	--device_mem=4M --host_mem=4M >"$dir/log" 2>&1 &

@@ -361,6 +361,9 @@ static int check_repeat(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 	uint64_t v;
 
 	a->interval_s = 1;
+	if (!strcmp(cmd->name, "top") && (cl->seen & BIT(OPT_JSON)))
+		return usage_error(cmd, "top draws a screen; for JSON samples use "
+				   "'kvctl stats --watch SECONDS --json'");
 	if (cl->seen & (BIT(OPT_WATCH) | BIT(OPT_INTERVAL))) {
 		s = cl->val[cl->seen & BIT(OPT_WATCH) ? OPT_WATCH : OPT_INTERVAL];
 		if (parse_u64(s, &v) < 0 || v == 0 || v > 86400)
