@@ -520,6 +520,66 @@ static PyObject *client_stats(KvpClient *self, PyObject *args, PyObject *kw)
 	return stats_to_dict(&st);
 }
 
+/* kvp_latency as {op: {count, sum_ns, buckets: [(le_ns, n), ...]}}; the
+ * last bucket's le_ns is None (+Inf). */
+static PyObject *client_latency(KvpClient *self, PyObject *unused)
+{
+	static const char *const names[KVP_LAT_OPS] = {
+		"prepare", "commit", "offload", "onload",
+	};
+	struct kvp_latency lat;
+	PyObject *d;
+	int ret;
+
+	if (client_enter(self))
+		return NULL;
+	CALL(ret, kvp_latency(self->c, &lat));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	d = PyDict_New();
+	for (uint32_t k = 0; d && k < KVP_LAT_OPS; k++) {
+		PyObject *b = PyList_New(KVP_LAT_BUCKETS), *op;
+
+		for (uint32_t i = 0; b && i < KVP_LAT_BUCKETS; i++) {
+			PyObject *t = lat.bucket_ns[i] == UINT64_MAX ?
+				Py_BuildValue("(OK)", Py_None,
+					      (unsigned long long)lat.op[k].buckets[i]) :
+				Py_BuildValue("(KK)", (unsigned long long)lat.bucket_ns[i],
+					      (unsigned long long)lat.op[k].buckets[i]);
+
+			if (!t) {
+				Py_CLEAR(b);
+				break;
+			}
+			PyList_SET_ITEM(b, i, t);
+		}
+		op = b ? Py_BuildValue("{sKsKsN}", "count",
+				       (unsigned long long)lat.op[k].count, "sum_ns",
+				       (unsigned long long)lat.op[k].sum_ns, "buckets", b) : NULL;
+		if (!op || PyDict_SetItemString(d, names[k], op) < 0) {
+			Py_XDECREF(op);
+			Py_CLEAR(d);
+			break;
+		}
+		Py_DECREF(op);
+	}
+	return d;
+}
+
+static PyObject *client_reload(KvpClient *self, PyObject *unused)
+{
+	int ret;
+
+	if (client_enter(self))
+		return NULL;
+	CALL(ret, kvp_reload(self->c));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	Py_RETURN_NONE;
+}
+
 #define LIST_ROWS 128
 
 /* One page of rows from cursor (kvp_users, kvp_clients), and one row as a
@@ -914,6 +974,14 @@ PyMethodDef client_methods[] = {
 	  "Evict every unleased user of this client's tenant (kvp_evict_tenant,\n"
 	  "seed 002's evict_kv_cache); leased users are skipped. Returns users\n"
 	  "affected." },
+	{ "latency", (PyCFunction)client_latency, METH_NOARGS,
+	  "latency($self, /)\n--\n\n"
+	  "Admin: the daemon's latency histograms (kvp_latency) as\n"
+	  "{'prepare'|'commit'|'offload'|'onload': {count, sum_ns,\n"
+	  "buckets: [(le_ns or None, n), ...]}}; buckets are not cumulative." },
+	{ "reload", (PyCFunction)client_reload, METH_NOARGS,
+	  "reload($self, /)\n--\n\n"
+	  "Admin: kvpoold re-reads its settings as on SIGHUP (kvp_reload)." },
 	{ "stats", (PyCFunction)(void (*)(void))client_stats, METH_VARARGS | METH_KEYWORDS,
 	  "stats($self, /, all_tenants=False)\n--\n\n"
 	  "The pool's counters as a dict (struct kvp_stats): 'device' and 'host'\n"

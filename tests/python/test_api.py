@@ -179,6 +179,20 @@ def test_evict_of_a_leased_user_is_busy(client, user):
             client.evict(user)
 
 
+def test_latency_counts_prepares_after_it_was_asked(client, user):
+    if not client.is_admin:
+        pytest.skip("latency() is an admin's")
+    before = client.latency()  # the first call turns the histograms on
+    with client.prepare(user, 0, 3) as lease:
+        lease.commit()
+    after = client.latency()
+    assert set(after) == {"prepare", "commit", "offload", "onload"}
+    p = after["prepare"]
+    assert p["count"] >= before["prepare"]["count"] + 1
+    assert sum(n for _, n in p["buckets"]) == p["count"]
+    assert p["buckets"][-1][0] is None and p["buckets"][0][0] == 1000
+
+
 def test_stats_users_clients_are_dicts(client, user):
     with client.prepare(user, 0, 3) as lease:
         lease.commit()
