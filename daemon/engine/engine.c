@@ -461,8 +461,10 @@ static bool prepare_waits(struct engine *eng, uint32_t total, uint32_t onload,
 				  (nfree - total) < set->rc.low[KVP_TIER_DEVICE];
 	if (!short_of_frames || !shard_reclaim_kick(set, total))
 		return false;
-	if (flags & ENGINE_PREPARE_COUNT)
+	if (flags & ENGINE_PREPARE_COUNT) {
 		eng->st.reclaim_stalls++;
+		eng->st.reclaim_onload_stalls += onload != 0;
+	}
 	return true;
 }
 
@@ -640,7 +642,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	if (dev->nfree < total) {
 		evict_for_device(eng, total);
 		if (flags & ENGINE_PREPARE_COUNT)
-			eng->st.reclaim_stalls++; /* no room: made here */
+			eng->st.reclaim_direct++; /* no room: made here */
 	}
 
 	/*

@@ -307,7 +307,8 @@ static struct kvp_stats demo_stats(void)
 		.chunk_bytes = 5ull << 20, .chunk_lookups = 8, .chunk_hits = 6,
 		.chunk_evicted = 29, .chunk_last_access_ns = DEMO_NOW - 90 * SEC,
 		.compositions = 30, .ns_d2h = 31, .reclaim_stalls = 32,
-		.reclaimed_pages = 33, .shards = 4,
+		.reclaimed_pages = 33, .shards = 4, .reclaim_onload_stalls = 34,
+		.reclaim_direct = 35,
 	};
 
 	return s;
@@ -361,6 +362,8 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"ns_d2h\": 31,\n"
 		       "  \"reclaim_stalls\": 32,\n"
 		       "  \"reclaimed_pages\": 33,\n"
+		       "  \"reclaim_onload_stalls\": 34,\n"
+		       "  \"reclaim_direct\": 35,\n"
 		       "  \"prefix_pages\": 19,\n"
 		       "  \"prefix_idle_pages\": 20,\n"
 		       "  \"prefix_lookups\": 21,\n"
@@ -501,6 +504,8 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "ns_d2h            31\n"
 		       "reclaim_stalls    32\n"
 		       "reclaimed_pages   33\n"
+		       "reclaim_onload_stalls 34\n"
+		       "reclaim_direct    35\n"
 		       "\n"
 		       "prefix_pages      19\n"
 		       "prefix_idle_pages 20\n"
