@@ -30,14 +30,11 @@
 
 /* ------------------------------------------------------------ life cycle */
 
-int engine_create(struct engine **out, const struct engine_config *cfg,
-		  struct errbuf *e)
+/* The configuration checked before anything is made. */
+static int config_check(const struct engine_config *cfg, struct errbuf *e)
 {
 	const struct kvp_layout *l = &cfg->layout;
 	uint32_t nframes[KVP_TIERS] = { cfg->device_frames, cfg->host_frames };
-	struct engine *eng;
-	int ret;
-
 	struct kvp_layout chk;
 	char lerr[KVP_ERRLEN];
 
@@ -64,7 +61,19 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 			return errbuf_set(e, -EINVAL, "engine: %s tier of %" PRIu32
 					  " pages overflows", kvp_tier_name(t), nframes[t]);
 	}
+	return 0;
+}
 
+int engine_create(struct engine **out, const struct engine_config *cfg,
+		  struct errbuf *e)
+{
+	const struct kvp_layout *l = &cfg->layout;
+	uint32_t nframes[KVP_TIERS] = { cfg->device_frames, cfg->host_frames };
+	struct engine *eng;
+	int ret = config_check(cfg, e);
+
+	if (ret)
+		return ret;
 	eng = calloc(1, sizeof(*eng));
 	if (!eng)
 		return errbuf_set(e, -ENOMEM, "engine: out of memory");
