@@ -334,6 +334,8 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
  * the deferred entries, then take every available SQE the CQ has room for.
  * Returns entries consumed or run plus completions published, or -EPROTO
  * with *why for a broken client. *blocked says entries wait for CQ room.
+ * A little past 80 lines: the ring indices (S1, D1, D2, C1) are read,
+ * checked and published in one place, so their pairing can be read at once.
  */
 static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		     const char **why)
