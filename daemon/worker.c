@@ -632,6 +632,14 @@ void workers_stop(struct server *s)
 
 		pthread_join(w->thread, NULL);
 		pthread_mutex_destroy(&w->lock);
+		/* Lanes still served at exit were never dropped: their
+		 * deferred lists are the worker's to free (ASan: a leak on
+		 * every SIGTERM with a client attached). */
+		for (uint32_t j = 0; j < w->n; j++) {
+			free(w->lanes[j]->dq);
+			w->lanes[j]->dq = NULL;
+			w->lanes[j]->ndq = 0;
+		}
 		free(w->lanes);
 		op_scratch_free(&w->scratch);
 	}
