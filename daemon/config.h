@@ -84,6 +84,8 @@ struct config {
 	bool foreground;
 	char *pidfile;
 	char *log;                /* NULL: stderr in foreground, else syslog */
+	uint32_t log_level;       /* LOG_ERR .. LOG_DEBUG: lines less severe
+				   * than this are not written */
 	char *metrics;            /* "ADDR:PORT" of /metrics; NULL: none */
 	struct sockaddr_storage metrics_addr; /* parsed from it */
 	struct tenant_config *tenants;

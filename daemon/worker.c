@@ -230,7 +230,7 @@ static bool park_cqe(struct lane *l, const struct kvp_sqe *sqe,
 		     const struct kvp_cqe *cqe, const struct op_wait *wt)
 {
 	struct park e = { .cqe = *cqe, .eng = wt->eng, .fence = wt->fence,
-			  .user = sqe->user, .since_ns = metrics_op_start() };
+			  .user = sqe->user, .since_ns = metrics_op_start(KVP_OP_PREPARE) };
 
 	/* Sized once: a client has at most sq_entries operations in flight. */
 	if (!l->park.v && park_init(&l->park, l->c->shm.sq_entries))

@@ -272,6 +272,11 @@ enum kvp_opcode {
 	KVP_OP_CHUNK_CONTENT = 28, /* arg offset, in: name id -> out: content bytes; val0 content length */
 	KVP_OP_CHUNK_TOKENS = 29,  /* arg offset (tokens), in: name id -> out: uint32 ids; val0 token count */
 	KVP_OP_CHUNK_LIMITS = 30,  /* in: kvp_chunk_limits_in -> out: kvp_chunk_limits */
+	/* Admin: kvpoold re-reads its settings as on SIGHUP (it raises one;
+	 * the main thread does it after this completes). A daemon before it
+	 * answers -EINVAL, as for any opcode it does not know. */
+	KVP_OP_RELOAD = 31,
+	KVP_OP_LATENCY = 32,       /* admin; out: struct kvp_latency */
 	KVP_OP_MAX,
 };
 

@@ -36,6 +36,11 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 
 /* ------------------------------------------------------------ stats */
 
+void engine_set_max_tokens(struct engine *eng, uint64_t max_tokens)
+{
+	eng->max_tokens = max_tokens;
+}
+
 void engine_stats(const struct engine *eng, struct kvp_stats *out)
 {
 	*out = eng->st;
