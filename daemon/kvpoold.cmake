@@ -13,6 +13,7 @@ add_executable(kvpoold
   daemon/client.c
   daemon/listener.c
   daemon/worker.c
+  daemon/worker_uds.c
   daemon/ops.c
   daemon/ops_list.c
   daemon/ops_share.c

@@ -12,6 +12,7 @@
 
 #include "engine_internal.h"
 #include "engine_share.h"
+#include "shard.h"
 
 /* ------------------------------------------------------------ info */
 
@@ -212,4 +213,23 @@ out:
 	free(page);
 	free(slots);
 	return ret;
+}
+
+/* ------------------------------------------------------------ lookups */
+
+bool engine_device_frame_in_use(const struct engine *eng, uint32_t f)
+{
+	if (!eng->set)
+		return frames_in_use(&eng->frames[KVP_TIER_DEVICE], f);
+	for (uint32_t i = 0; i < eng->set->n; i++)
+		if (frames_in_use(&eng->set->v[i].eng->frames[KVP_TIER_DEVICE], f))
+			return true;
+	return false;
+}
+
+struct history *engine_find_history(struct engine *eng, uint64_t user)
+{
+	if (eng->set)
+		eng = eng->set->v[shard_of_user(eng->set, user)].eng;
+	return user_table_find(&eng->users, user);
 }
