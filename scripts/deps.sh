@@ -6,8 +6,10 @@ set -euo pipefail
 
 # python3-*: the Python package (python/), its tests (ctest -L python) and
 # test.sh's offline `pip install ./python` check.
+# liburing-dev, libzstd-dev, libxxhash-dev: the disk tier (daemon/disk/):
+# io_uring I/O, per-page zstd, the records' xxhash64 checksums.
 # libjansson-dev: chunk metadata is a JSON object (kvpoold checks and matches it).
-pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
+pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
       libjansson-dev libhiredis-dev redis-server gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
