@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "disk_codec.h"
 #include "shard.h" /* SHARDS_MAX */
 #include "proto.h"
 
@@ -401,6 +402,36 @@ static int set_log(struct config *c, struct tenant_config *t, const char *v,
 	return set_str(&c->log, v);
 }
 
+/* ---- the disk tier (daemon/disk/) */
+static int set_disk_dir(struct config *c, struct tenant_config *t,
+			const char *v, char *err, size_t len)
+{
+	if (!*v) {
+		snprintf(err, len, "give a directory kvpoold may write");
+		return -EINVAL;
+	}
+	return set_str(&c->disk_dir, v);
+}
+
+static int set_disk_size(struct config *c, struct tenant_config *t,
+			 const char *v, char *err, size_t len)
+{
+	int ret = parse_size(v, t ? &t->disk_size : &c->disk_size, err, len);
+
+	if (!ret && t)
+		t->has_disk_size = true;
+	return ret;
+}
+
+static int set_disk_compress(struct config *c, struct tenant_config *t,
+			     const char *v, char *err, size_t len)
+{
+	struct disk_codec dc;
+	int ret = disk_codec_parse(v, &dc, err, len);
+
+	return ret ? ret : set_str(&c->disk_compress, v);
+}
+
 static const struct setting settings[] = {
 	{ "socket", G, set_socket, "PATH",
 	  "Unix socket to listen on (default $KVPOOL_SOCKET, else " KVP_DEFAULT_SOCKET ")" },
@@ -445,6 +476,12 @@ static const struct setting settings[] = {
 	  "close a connection that sent no hello after this long (default 5000)" },
 	{ "foreground", G | B, set_foreground, "BOOL", "stay in the foreground (default no: daemonize)" },
 	{ "pidfile", G, set_pidfile, "PATH", "write the daemon's pid here (default none)" },
+	{ "disk_dir", G, set_disk_dir, "PATH",
+	  "directory of the disk tier's file kvpool.disk (default none: no disk tier)" },
+	{ "disk_size", G | T, set_disk_size, "SIZE",
+	  "disk tier size; per tenant, its quota of it (default 0)" },
+	{ "disk_compress", G, set_disk_compress, "none|zstd[:LEVEL]",
+	  "how pages are stored on disk (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
 };
@@ -893,6 +930,11 @@ static int check_tenant(struct config *c, uint32_t ti)
 		ret = check_mem(c, who, "host_mem", t->host_mem, 0, UINT32_MAX - 1);
 	if (!ret)
 		ret = check_max_tokens(c, who, t->max_tokens);
+	if (!ret && t->has_disk_size && (!c->disk_dir || t->disk_size > c->disk_size))
+		ret = usage_err(who, "disk_size = %" PRIu64 " is a quota of the disk "
+				"tier, which is %" PRIu64 " bytes; set disk_dir and a "
+				"disk_size at least as large", t->disk_size,
+				c->disk_dir ? c->disk_size : 0);
 	if (!ret)
 		ret = check_members(c, ti, false);
 	if (!ret)
@@ -930,6 +972,44 @@ static int check_admins(struct config *c)
 	return 0;
 }
 
+/*
+ * The disk tier: a directory kvpoold can write, a size, and a host tier
+ * (pages come back from disk through it). Checked here so a bad one stops
+ * kvpoold before it starts anything, with what to do.
+ */
+static int check_disk(struct config *c)
+{
+	if (!c->disk_dir) {
+		if (c->disk_size)
+			return usage_err("disk_size", "%" PRIu64 " bytes but no "
+					 "disk_dir; set disk_dir to enable the "
+					 "disk tier", c->disk_size);
+		return 0;
+	}
+	if (make_absolute(&c->disk_dir))
+		return EXIT_USAGE;
+	if (access(c->disk_dir, F_OK))
+		return usage_err("disk_dir", "%s: %s; create it (mkdir -p %s, owned "
+				 "by kvpoold's user) or set disk_dir to an existing "
+				 "directory", c->disk_dir, strerror(errno),
+				 c->disk_dir);
+	if (access(c->disk_dir, W_OK | X_OK))
+		return usage_err("disk_dir", "%s is not writable by uid %u (%s); "
+				 "chown it to kvpoold's user or choose another "
+				 "disk_dir", c->disk_dir, (unsigned)geteuid(),
+				 strerror(errno));
+	if (c->disk_size < c->layout.page_bytes + 4096)
+		return usage_err("disk_size", "%" PRIu64 " bytes holds no page of "
+				 "the layout (%" PRIu64 " bytes and a 4K header); "
+				 "set disk_size, e.g. 64G", c->disk_size,
+				 c->layout.page_bytes);
+	if (!c->host_mem)
+		return usage_err("disk_dir", "the disk tier needs a host tier "
+				 "(pages go to disk from it and come back through "
+				 "it); set host_mem");
+	return 0;
+}
+
 static int config_check(struct config *c)
 {
 	const size_t sun_max = sizeof(((struct sockaddr_un *)0)->sun_path);
@@ -955,6 +1035,7 @@ static int config_check(struct config *c)
 	if (!ret && c->ntenants > TENANTS_MAX)
 		ret = usage_err("tenant", "%u tenants; at most %d", c->ntenants,
 				TENANTS_MAX);
+	ret = ret ? ret : check_disk(c);
 	for (uint32_t i = 0; !ret && i < c->ntenants; i++)
 		ret = check_tenant(c, i);
 	return ret ? ret : check_admins(c);
@@ -1016,5 +1097,7 @@ void config_free(struct config *c)
 	free(c->layout_spec);
 	free(c->pidfile);
 	free(c->log);
+	free(c->disk_dir);
+	free(c->disk_compress);
 	*c = (struct config){ 0 };
 }

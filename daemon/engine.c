@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "disk_engine.h"
 #include "share_internal.h"
 #include "shard.h"
 
@@ -82,6 +83,9 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 		goto err_nomem;
 	eng->set = cfg->set;
 	eng->shard = cfg->shard;
+	eng->disk = cfg->disk; /* disk tier hook (daemon/disk/disk_engine.c) */
+	eng->disk_tenant = cfg->disk_tenant;
+	eng->disk_pool = cfg->disk_pool;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		if (eng->set) {
 			ret = frames_init_shared(&eng->frames[t], &eng->set->pool[t],
@@ -462,12 +466,21 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 {
 	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
-	uint64_t len = h ? h->len : 0, avail, after;
+	uint64_t len, avail, after;
 	uint32_t old_pages, onload, new_pages, total, idx, view_pages;
 	bool created = false;
 	struct lease *l;
 	int ret;
 
+	/* Disk tier hook: a history only on disk comes back to the host tier
+	 * first (daemon/disk/disk_engine.c), then onloads as any other. */
+	if (!h && eng->disk) {
+		ret = engine_disk_onload(eng, user, flags, e);
+		if (ret)
+			return ret;
+		h = user_table_find(&eng->users, user);
+	}
+	len = h ? h->len : 0;
 	if (n_new && h && h->write_lease)
 		return errbuf_set(e, -EBUSY, "user %" PRIu64 ": tokens from %" PRIu64
 				  " are reserved by another lease that has not "

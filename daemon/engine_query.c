@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disk_engine.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ info */
@@ -19,8 +20,10 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 	struct history *h = user_table_find(&eng->users, user);
 
 	memset(out, 0, sizeof(*out));
-	if (!h)
+	if (!h) {
+		engine_disk_info(eng, user, out); /* disk tier hook */
 		return;
+	}
 	out->exists = true;
 	out->start = h->start;
 	out->len = h->len;

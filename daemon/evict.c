@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
+#include "disk_engine.h"
 #include "share_internal.h"
 #include "shard.h"
 
@@ -86,8 +87,8 @@ static uint32_t host_copies_missing(const struct history *h, uint32_t limit)
  * Free `need` host frames by dropping the host LRU's oldest histories, h
  * excluded. Drops nothing and returns false when even that is not enough.
  */
-static bool host_make_room(struct engine *eng, uint32_t need,
-			   const struct history *h)
+bool host_make_room(struct engine *eng, uint32_t need,
+		    const struct history *h)
 {
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
 	uint64_t droppable = eng->lru[LRU_HOST].frames;
@@ -95,7 +96,7 @@ static bool host_make_room(struct engine *eng, uint32_t need,
 	/* The host LRU is the shard's own; the reclaimer keeps the pool's
 	 * free frames up for every shard (shard.h). */
 	frames_reserve(host, need);
-	if (h->lru == LRU_HOST)
+	if (h && h->lru == LRU_HOST)
 		droppable -= h->nres[KVP_TIER_HOST];
 	if (host->nfree + droppable < need)
 		return false;
@@ -104,6 +105,7 @@ static bool host_make_room(struct engine *eng, uint32_t need,
 
 		if (victim == h)
 			victim = victim->next;
+		engine_disk_demote(eng, victim); /* disk tier hook */
 		history_drop(eng, victim);
 	}
 	return true;
@@ -437,8 +439,10 @@ uint32_t engine_reclaim_host(struct engine *eng, uint32_t max)
 {
 	uint32_t freed = 0;
 
-	while (freed < max && eng->lru[LRU_HOST].head)
+	while (freed < max && eng->lru[LRU_HOST].head) {
+		engine_disk_demote(eng, eng->lru[LRU_HOST].head); /* disk tier hook */
 		freed += history_drop(eng, eng->lru[LRU_HOST].head);
+	}
 	eng->st.reclaimed_pages += freed;
 	frames_flush(&eng->frames[KVP_TIER_HOST]);
 	return freed;

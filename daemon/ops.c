@@ -333,9 +333,12 @@ static int prepare_room(struct op *o, struct engine *eng)
  */
 static unsigned prepare_flags(const struct op *o)
 {
+	/* A ring prepare never waits for the disk thread: held and retried. */
+	unsigned disk = o->wait ? ENGINE_PREPARE_DISK_DEFER : 0;
+
 	if (!o->wait || !o->wait->may_retry)
-		return o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT;
-	return ENGINE_PREPARE_WAIT_RECLAIM |
+		return disk | (o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
+	return disk | ENGINE_PREPARE_WAIT_RECLAIM |
 	       (o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
 }
 

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_engine.c - where the engine meets the disk tier (disk_tier.h): the
+ * three hooks, each called from one clearly marked place in the engine.
+ *
+ *  engine_disk_demote  the host tier evicts a history (evict.c: room for a
+ *                      demotion, the reclaimer): its pages go to the disk
+ *                      tier's staging before they are dropped.
+ *  engine_disk_onload  a prepare of a user with nothing in memory: the
+ *                      history on disk comes back into host frames, and
+ *                      the prepare onloads it to the device as any host
+ *                      history (with its fence). While the disk thread
+ *                      reads, a ring prepare gets -EINPROGRESS and its
+ *                      worker holds the entry and retries, serving other
+ *                      users meanwhile; a caller that cannot retry waits.
+ *  engine_disk_info    info / users of a history only on disk.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "disk_engine.h"
+#include "disk_tier.h"
+#include "engine_internal.h"
+
+static struct disk_key key_of(const struct engine *eng, uint64_t user)
+{
+	return (struct disk_key){ .tenant = eng->disk_tenant,
+				  .pool = eng->disk_pool, .user = user };
+}
+
+void engine_disk_demote(struct engine *eng, struct history *h)
+{
+	uint32_t n = (uint32_t)pages_for(eng, h->len);
+	struct disk_key k;
+	void **pages;
+
+	/* Only whole host-only histories: the LRU's victims always are. */
+	if (!eng->disk || !n || h->nres[KVP_TIER_DEVICE] || h->pins ||
+	    h->nres[KVP_TIER_HOST] < n)
+		return;
+	pages = malloc(n * sizeof(*pages));
+	if (!pages)
+		return; /* dropped, as without a disk tier */
+	for (uint32_t i = 0; i < n; i++)
+		pages[i] = (char *)eng->mem[KVP_TIER_HOST].base +
+			   (uint64_t)h->pages[i].frame[KVP_TIER_HOST] *
+			   eng->layout.page_bytes;
+	k = key_of(eng, h->user);
+	/* -ENOSPC: no staging room: dropped as before, counted there. */
+	disk_tier_put(eng->disk, &k, h->start, h->len, n, pages);
+	free(pages);
+}
+
+/* The history hh from disk, in host frames, on the host LRU. */
+static int history_from_disk(struct engine *eng, uint64_t user,
+			     const struct disk_hist *hh, struct errbuf *e)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	uint32_t n = (uint32_t)pages_for(eng, hh->len);
+	uint64_t pb = eng->layout.page_bytes;
+	struct history *h;
+
+	if (n > hh->npages)
+		n = hh->npages;
+	if (user_table_reserve(&eng->users) || !(h = calloc(1, sizeof(*h))))
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
+				  "its history coming back from disk", user);
+	h->pages = calloc(n ? n : 1, sizeof(*h->pages));
+	if (!h->pages) {
+		free(h);
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
+				  "its history coming back from disk", user);
+	}
+	if (!host_make_room(eng, n, NULL)) {
+		free(h->pages);
+		free(h);
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32
+				  " pages on the disk tier need host frames and the "
+				  "host tier has %" PRIu32 " free and nothing to evict; "
+				  "release leases or raise host_mem", user, n,
+				  host->nfree);
+	}
+	h->owner = eng;
+	h->user = user;
+	h->lru = LRU_NONE;
+	h->cap = n ? n : 1;
+	h->start = hh->start;
+	h->len = hh->len < (uint64_t)n * eng->P ? hh->len : (uint64_t)n * eng->P;
+	h->npages = n;
+	for (uint32_t i = 0; i < n; i++) {
+		h->pages[i].frame[KVP_TIER_DEVICE] = FRAME_NONE;
+		h->pages[i].frame[KVP_TIER_HOST] = FRAME_NONE;
+		page_set_frame(eng, h, i, KVP_TIER_HOST, frames_alloc(host));
+		memcpy((char *)eng->mem[KVP_TIER_HOST].base +
+		       (uint64_t)h->pages[i].frame[KVP_TIER_HOST] * pb,
+		       disk_tier_page(eng->disk, hh, i), pb);
+	}
+	user_table_insert(&eng->users, h);
+	lru_insert(eng, h); /* host-only: the host LRU's newest */
+	return 0;
+}
+
+int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
+		       struct errbuf *e)
+{
+	struct disk_key k = key_of(eng, user);
+	struct disk_hist hh;
+	int ret;
+
+	if (!eng->disk)
+		return 0;
+	while ((ret = disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
+		if (flags & ENGINE_PREPARE_DISK_DEFER)
+			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": reading "
+					  "its history back from the disk tier", user);
+		disk_tier_wait(eng->disk, &k);
+	}
+	if (ret == -ENOENT)
+		return 0; /* not on disk: a new history */
+	ret = history_from_disk(eng, user, &hh, e);
+	if (!ret)
+		disk_tier_take(eng->disk, &hh);
+	return ret;
+}
+
+bool engine_disk_info(struct engine *eng, uint64_t user,
+		      struct engine_user_info *out)
+{
+	struct disk_key k = key_of(eng, user);
+	uint64_t start, len;
+	uint32_t np;
+
+	if (!eng->disk || !disk_tier_info(eng->disk, &k, &start, &len, &np))
+		return false;
+	out->exists = true;
+	out->start = start;
+	out->len = len;
+	out->pages = (uint32_t)pages_for(eng, len);
+	return true;
+}
