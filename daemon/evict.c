@@ -158,6 +158,7 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 	uint32_t freed = h->nres[KVP_TIER_DEVICE];
 
 	if (!host_make_room(eng, host_copies_missing(h, h->npages), h)) {
+		engine_disk_demote(eng, h); /* disk tier hook */
 		history_drop(eng, h);
 		return freed;
 	}

@@ -3,9 +3,11 @@
  * disk_engine.c - where the engine meets the disk tier (disk_tier.h): the
  * three hooks, each called from one clearly marked place in the engine.
  *
- *  engine_disk_demote  the host tier evicts a history (evict.c: room for a
- *                      demotion, the reclaimer): its pages go to the disk
- *                      tier's staging before they are dropped.
+ *  engine_disk_demote  a history is about to be dropped by eviction
+ *                      (evict.c: the host LRU making room, the reclaimer,
+ *                      a demotion the host tier cannot take): its pages
+ *                      go to the disk tier's staging first, read from its
+ *                      host frames (or device frames on the shm backend).
  *  engine_disk_onload  a prepare of a user with nothing in memory: the
  *                      history on disk comes back into host frames, and
  *                      the prepare onloads it to the device as any host
@@ -23,11 +25,28 @@
 #include "disk_engine.h"
 #include "disk_tier.h"
 #include "engine_internal.h"
+#include "shard.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
 {
 	return (struct disk_key){ .tenant = eng->disk_tenant,
 				  .pool = eng->disk_pool, .user = user };
+}
+
+/* Where page i of h can be read by the CPU: its host frame, else its
+ * device frame where the device tier is host memory (shm); NULL: nowhere. */
+static void *page_bytes_of(struct engine *eng, struct history *h, uint32_t i)
+{
+	const struct page_ref *p = &h->pages[i];
+	uint64_t pb = eng->layout.page_bytes;
+
+	if (p->frame[KVP_TIER_HOST] != FRAME_NONE)
+		return (char *)eng->mem[KVP_TIER_HOST].base +
+		       (uint64_t)p->frame[KVP_TIER_HOST] * pb;
+	if (p->frame[KVP_TIER_DEVICE] != FRAME_NONE && eng->mem[KVP_TIER_DEVICE].base)
+		return (char *)eng->mem[KVP_TIER_DEVICE].base +
+		       (uint64_t)p->frame[KVP_TIER_DEVICE] * pb;
+	return NULL;
 }
 
 void engine_disk_demote(struct engine *eng, struct history *h)
@@ -36,21 +55,56 @@ void engine_disk_demote(struct engine *eng, struct history *h)
 	struct disk_key k;
 	void **pages;
 
-	/* Only whole host-only histories: the LRU's victims always are. */
-	if (!eng->disk || !n || h->nres[KVP_TIER_DEVICE] || h->pins ||
-	    h->nres[KVP_TIER_HOST] < n)
+	/* Unpinned: no onload in flight, no reserved pages past len. */
+	if (!eng->disk || !n || h->pins)
 		return;
 	pages = malloc(n * sizeof(*pages));
 	if (!pages)
 		return; /* dropped, as without a disk tier */
 	for (uint32_t i = 0; i < n; i++)
-		pages[i] = (char *)eng->mem[KVP_TIER_HOST].base +
-			   (uint64_t)h->pages[i].frame[KVP_TIER_HOST] *
-			   eng->layout.page_bytes;
+		if (!(pages[i] = page_bytes_of(eng, h, i)))
+			goto out; /* device-only on a GPU: dropped as before */
 	k = key_of(eng, h->user);
 	/* -ENOSPC: no staging room: dropped as before, counted there. */
 	disk_tier_put(eng->disk, &k, h->start, h->len, n, pages);
+out:
 	free(pages);
+}
+
+/*
+ * Host room for n pages: the host LRU's oldest go (to disk), and when that
+ * is not enough, the host copies of unpinned histories on the device LRU,
+ * oldest first: they are copies of pages the device holds.
+ */
+static bool host_room_for_disk(struct engine *eng, uint32_t n)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	struct history *h;
+
+	if (host_make_room(eng, n, NULL))
+		return true;
+	for (h = eng->lru[LRU_DEVICE].head; h && frames_reserve(host, n) < n;
+	     h = h->next)
+		if (h->nres[KVP_TIER_HOST] && h->nres[KVP_TIER_DEVICE] == h->npages)
+			pages_free_frames(eng, h, 0, h->npages, KVP_TIER_HOST);
+	if (host_make_room(eng, n, NULL))
+		return true;
+	if (!eng->set || !eng->set->global)
+		return false;
+	/* Every lock held: the other shards' host LRUs give frames back to
+	 * the pool, where ours takes them. */
+	for (uint32_t i = 0; i < eng->set->n && frames_reserve(host, n) < n; i++) {
+		struct engine *o = eng->set->v[i].eng;
+
+		if (o == eng)
+			continue;
+		while (o->lru[LRU_HOST].head && o->frames[KVP_TIER_HOST].nfree < n) {
+			engine_disk_demote(o, o->lru[LRU_HOST].head);
+			history_drop(o, o->lru[LRU_HOST].head);
+		}
+		frames_flush(&o->frames[KVP_TIER_HOST]);
+	}
+	return host_make_room(eng, n, NULL);
 }
 
 /* The history hh from disk, in host frames, on the host LRU. */
@@ -73,13 +127,20 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
 				  "its history coming back from disk", user);
 	}
-	if (!host_make_room(eng, n, NULL)) {
+	if (!host_room_for_disk(eng, n)) {
 		free(h->pages);
 		free(h);
+		/* A shard's host LRU is its own: retried with every lock
+		 * held, where the other shards make room too. */
+		if (eng->set && !eng->set->global)
+			return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %"
+					  PRIu32 " has no host room for its %" PRIu32
+					  " pages on disk; retried with every shard",
+					  user, eng->shard, n);
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32
 				  " pages on the disk tier need host frames and the "
-				  "host tier has %" PRIu32 " free and nothing to evict; "
-				  "release leases or raise host_mem", user, n,
+				  "host tier has %" PRIu32 " free and nothing to evict "
+				  "(pinned); release leases or raise host_mem", user, n,
 				  host->nfree);
 	}
 	h->owner = eng;

@@ -13,7 +13,8 @@
 
 struct history;
 
-/* h, host-only and unpinned, is about to be dropped by host eviction. */
+/* h, unpinned, is about to be dropped by eviction: put it on disk if its
+ * pages are all host-readable. */
 void engine_disk_demote(struct engine *eng, struct history *h);
 /*
  * Before a prepare of a user with no history in memory: bring one on disk

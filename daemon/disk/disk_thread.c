@@ -58,6 +58,11 @@ static bool slots_take(struct disk_tier *dt, struct disk_entry *e)
 			return false;
 		/* Dropped for room: its slots are overwritten soon, and a
 		 * restart that finds it anyway serves what it held. */
+		disk_logf(dt, LOG_INFO, "disk tier full%s: dropped the %" PRIu32
+			  " pages of user %" PRIu64 " (the oldest there); raise "
+			  "disk_size%s to keep more", over ? " (the tenant's quota)" :
+			  "", v->npages, v->k.user, over ? " of the tenant" : "");
+		disk_use_of(dt, v->k.tenant)->dropped_pages += v->npages;
 		disk_lru_unlink_drop(dt, v);
 	}
 	/* Lowest first: a history's pages land in runs. */
