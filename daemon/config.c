@@ -432,6 +432,14 @@ static int set_disk_compress(struct config *c, struct tenant_config *t,
 	return ret ? ret : set_str(&c->disk_compress, v);
 }
 
+static int set_metrics(struct config *c, struct tenant_config *t, const char *v,
+		       char *err, size_t len)
+{
+	int ret = parse_listen_addr(v, &c->metrics_addr, err, len);
+
+	return ret ? ret : set_str(&c->metrics, v);
+}
+
 static const struct setting settings[] = {
 	{ "socket", G, set_socket, "PATH",
 	  "Unix socket to listen on (default $KVPOOL_SOCKET, else " KVP_DEFAULT_SOCKET ")" },
@@ -484,6 +492,8 @@ static const struct setting settings[] = {
 	  "how pages are stored on disk (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
+	{ "metrics", G, set_metrics, "ADDR:PORT",
+	  "serve Prometheus metrics at http://ADDR:PORT/metrics (default none)" },
 };
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
 
@@ -1099,5 +1109,6 @@ void config_free(struct config *c)
 	free(c->log);
 	free(c->disk_dir);
 	free(c->disk_compress);
+	free(c->metrics);
 	*c = (struct config){ 0 };
 }

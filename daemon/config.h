@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "kvpool.h"
@@ -91,6 +92,8 @@ struct config {
 	char *disk_dir;
 	uint64_t disk_size;
 	char *disk_compress;
+	char *metrics;            /* "ADDR:PORT" of /metrics; NULL: none */
+	struct sockaddr_storage metrics_addr; /* parsed from it */
 	struct tenant_config *tenants;
 	uint32_t ntenants;
 };
@@ -131,6 +134,10 @@ int parse_mode(const char *s, uint32_t *out, char *err, size_t errlen);
 int parse_ids(const char *s, bool groups, struct id_list *l, char *err,
 	      size_t errlen);
 int parse_group(const char *s, int64_t *gid, char *err, size_t errlen);
+/* "127.0.0.1:9464" or "[::1]:9464": a numeric address and a port (0: any
+ * free one). */
+int parse_listen_addr(const char *s, struct sockaddr_storage *out, char *err,
+		      size_t errlen);
 int parse_tenant_name(const char *s, char *out, char *err, size_t errlen);
 void id_list_free(struct id_list *l);
 /* "1001,1002" for messages and --help; "(none)" when empty. */

@@ -6,6 +6,7 @@
  * adds where the value came from and which key it was.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <grp.h>
@@ -216,6 +217,44 @@ int parse_group(const char *s, int64_t *gid, char *err, size_t errlen)
 	}
 	*gid = id;
 	return 0;
+}
+
+int parse_listen_addr(const char *s, struct sockaddr_storage *out, char *err,
+		      size_t errlen)
+{
+	static const char use[] = "use a numeric address and a port, e.g. "
+				  "127.0.0.1:9464 or [::1]:9464 (port 0: any free one)";
+	const char *colon = strrchr(s, ':');
+	char host[INET6_ADDRSTRLEN + 2];
+	size_t n = colon ? (size_t)(colon - s) : 0;
+	uint64_t port;
+
+	if (!colon || !n || n >= sizeof(host) || parse_u64(colon + 1, &port) ||
+	    port > 65535) {
+		snprintf(err, errlen, "%s", use);
+		return -EINVAL;
+	}
+	memcpy(host, s, n);
+	host[n] = '\0';
+	memset(out, 0, sizeof(*out));
+	if (host[0] == '[' && host[n - 1] == ']') {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)out;
+
+		host[n - 1] = '\0';
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) == 1)
+			return 0;
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)out;
+
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET, host, &a->sin_addr) == 1)
+			return 0;
+	}
+	snprintf(err, errlen, "%s", use);
+	return -EINVAL;
 }
 
 int parse_tenant_name(const char *s, char *out, char *err, size_t errlen)

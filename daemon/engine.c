@@ -22,7 +22,8 @@
 
 #include "clock.h"
 #include "disk_engine.h"
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 #include "shard.h"
 
 /* Positions stay below 2^63 so start + len never wraps. */
@@ -76,7 +77,8 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	eng->lease_free = UINT32_MAX;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		eng->mem[t].fd = -1;
-		eng->lru[t] = (struct lru_list){ 0 };
+		eng->lru[t] = (struct lru_list){ .frames = 0 };
+		INIT_LIST_HEAD(&eng->lru[t].list);
 	}
 	ret = user_table_init(&eng->users);
 	if (ret)
@@ -130,7 +132,7 @@ void engine_destroy(struct engine *eng)
 	if (!eng)
 		return;
 	share_destroy(eng); /* first: sequences pin histories */
-	if (eng->users.buckets) {
+	if (eng->users.ht.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);
 		user_table_fini(&eng->users);
 	}
@@ -262,67 +264,59 @@ static void history_trim_head(struct engine *eng, struct history *h)
 
 /* ------------------------------------------------------------ leases */
 
-/* gen << 32 | shard << 24 | slot: a lease names its shard (shard.h). */
-static inline uint64_t lease_id(const struct engine *eng, uint32_t idx)
+/* The table itself: lease.c. */
+
+/* ------------------------------------------------------------ onload */
+
+/*
+ * The one onload path: every place that brings a history's host pages to
+ * the device (prepare, a sequence built over a user's history) comes here.
+ * Starts the host -> device copy of h's pages in [0, pages) that have no
+ * device frame, into frames the caller made free (evict_for_device), and
+ * leaves its fence in h->onload_fence (engine_internal.h, "the onload
+ * fence"): a prepare returns it in the lease, a sequence waits for it
+ * (history_settle). Returns the pages copied.
+ *
+ * h may belong to another shard (a sequence of shard 0 borrowing a user
+ * of shard k, global mode, shard.h): the frames eng made room for move to
+ * the owner's cache, and the owner's engine gives them to its pages.
+ */
+uint32_t history_onload(struct engine *eng, struct history *h, uint32_t pages)
 {
-	return (uint64_t)eng->leases[idx].gen << 32 |
-	       (uint64_t)eng->shard << LEASE_SHARD_SHIFT | idx;
-}
+	uint32_t n = 0;
 
-struct lease *lease_lookup(struct engine *eng, uint64_t id)
-{
-	uint32_t idx = (uint32_t)id & (LEASE_MAX - 1);
+	if (h->owner != eng) {
+		uint32_t missing = 0;
 
-	if ((((uint32_t)id >> LEASE_SHARD_SHIFT) & 0x7f) != eng->shard ||
-	    idx >= eng->leases_cap || !eng->leases[idx].h ||
-	    eng->leases[idx].gen != (uint32_t)(id >> 32))
-		return NULL;
-	return &eng->leases[idx];
-}
-
-/* Make sure a free lease slot exists; the only step that can fail. */
-static int lease_reserve(struct engine *eng, struct errbuf *e)
-{
-	uint32_t cap, old = eng->leases_cap;
-	struct lease *l;
-
-	if (eng->lease_free != UINT32_MAX)
-		return 0;
-	if (old >= LEASE_MAX)
-		return errbuf_set(e, -ENOSPC, "%u leases are outstanding; release "
-				  "leases before preparing more", LEASE_MAX);
-	cap = old ? old * 2 : 64;
-	l = realloc(eng->leases, (size_t)cap * sizeof(*l));
-	if (!l)
-		return errbuf_set(e, -ENOMEM, "out of memory for the lease table");
-	eng->leases = l;
-	for (uint32_t i = old; i < cap; i++) {
-		l[i] = (struct lease){ .gen = 1, .next_free = i + 1 };
+		for (uint32_t i = 0; i < pages; i++)
+			missing += h->pages[i].frame[KVP_TIER_DEVICE] == FRAME_NONE;
+		frames_move(&h->owner->frames[KVP_TIER_DEVICE],
+			    &eng->frames[KVP_TIER_DEVICE], missing);
+		eng = h->owner;
 	}
-	l[cap - 1].next_free = UINT32_MAX;
-	eng->lease_free = old;
-	eng->leases_cap = cap;
-	return 0;
-}
-
-static uint32_t lease_take(struct engine *eng)
-{
-	uint32_t idx = eng->lease_free;
-
-	eng->lease_free = eng->leases[idx].next_free;
-	eng->leases_live++;
-	return idx;
-}
-
-static void lease_put(struct engine *eng, struct lease *l)
-{
-	uint32_t idx = (uint32_t)(l - eng->leases);
-
-	l->h = NULL;
-	l->gen = l->gen + 1 ? l->gen + 1 : 1;
-	l->next_free = eng->lease_free;
-	eng->lease_free = idx;
-	eng->leases_live--;
+	/* Pages without a device frame have no copy in flight; an unpinned
+	 * history none at all (history_settle): a no-op but for a pinned
+	 * history whose earlier onload has not been seen landed. */
+	history_settle(eng, h);
+	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
+		   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
+		   eng->layout.page_bytes);
+	for (uint32_t i = 0; i < pages; i++) {
+		if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE)
+			continue;
+		page_set_frame(eng, h, i, KVP_TIER_DEVICE,
+			       frames_alloc(&eng->frames[KVP_TIER_DEVICE]));
+		copy_page(&eng->copy, h->pages[i].frame[KVP_TIER_DEVICE],
+			  h->pages[i].frame[KVP_TIER_HOST]);
+		n++;
+	}
+	/* The shm backend cannot fail; a device backend that does is a
+	 * hardware fault, reported by the backend itself. */
+	copy_end(&eng->copy, NULL);
+	h->onload_fence = eng->copy.fence;
+	eng->st.onloaded_pages += n;
+	eng->st.bytes_h2d += eng->copy.bytes;
+	return n;
 }
 
 int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e)
@@ -447,13 +441,29 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
 				    ENGINE_PREPARE_COUNT, out, e);
 }
 
-/* The frames are not free yet and the reclaimer is making room: wait for
- * it rather than evict here, while other users' requests go on. */
-static bool prepare_waits(struct engine *eng, uint32_t total, unsigned flags)
+/*
+ * The frames are not free yet and the reclaimer is making room: wait for
+ * it rather than evict here, while other users' requests go on.
+ *
+ * A prepare that onloads also waits while taking its frames would leave
+ * the pool under the reclaimer's low watermark (kswapd's min watermark):
+ * that reserve is for prepares without an onload, which then find free
+ * frames at once while a burst of onloads (each already waiting for its
+ * host -> device copy, and reported apart) waits for the reclaimer.
+ */
+static bool prepare_waits(struct engine *eng, uint32_t total, uint32_t onload,
+			  unsigned flags)
 {
-	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !eng->set ||
-	    eng->frames[KVP_TIER_DEVICE].nfree >= total ||
-	    !shard_reclaim_kick(eng->set, total))
+	struct shard_set *set = eng->set;
+	uint32_t nfree = eng->frames[KVP_TIER_DEVICE].nfree;
+	bool short_of_frames = nfree < total;
+
+	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !set)
+		return false;
+	if (!short_of_frames && onload)
+		short_of_frames = frame_pool_free(&set->pool[KVP_TIER_DEVICE]) +
+				  (nfree - total) < set->rc.low[KVP_TIER_DEVICE];
+	if (!short_of_frames || !shard_reclaim_kick(set, total))
 		return false;
 	if (flags & ENGINE_PREPARE_COUNT)
 		eng->st.reclaim_stalls++;
@@ -466,8 +476,8 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 {
 	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
-	uint64_t len, avail, after;
-	uint32_t old_pages, onload, new_pages, total, idx, view_pages;
+	uint64_t len, avail, after, lid;
+	uint32_t old_pages, onload, new_pages, total, view_pages;
 	bool created = false;
 	struct lease *l;
 	int ret;
@@ -514,7 +524,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	view_pages = n_new ? (uint32_t)after : (uint32_t)pages_for(eng, len);
 	total = onload + new_pages;
 	avail = engine_device_avail(eng, h, total);
-	if (prepare_waits(eng, total, flags))
+	if (prepare_waits(eng, total, onload, flags))
 		return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": waiting for "
 				  "the reclaimer to free %" PRIu32 " device pages",
 				  user, total);
@@ -529,7 +539,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 				  "and %" PRIu64 " evictable, the rest pinned by %" PRIu32
 				  " leases; release leases or raise device_mem", user,
 				  total, dev->nfree, avail - dev->nfree,
-				  eng->leases_live);
+				  eng->history_leases);
 
 	/* Allocate everything that can fail before changing anything. */
 	ret = lease_reserve(eng, e);
@@ -546,6 +556,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 		h->owner = eng;
 		h->user = user;
 		h->lru = LRU_NONE;
+		INIT_LIST_HEAD(&h->lru_link);
 		created = true;
 	}
 	if (history_reserve_pages(h, old_pages + new_pages)) {
@@ -573,24 +584,8 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	 * history has every page on the device, so h has at most one onload
 	 * in flight: this one, or the one a prepare before us started.
 	 */
-	if (onload) {
-		copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
-			   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
-			   eng->layout.page_bytes);
-		for (uint32_t i = 0; i < h->npages; i++) {
-			if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE)
-				continue;
-			page_set_frame(eng, h, i, KVP_TIER_DEVICE, frames_alloc(dev));
-			copy_page(&eng->copy, h->pages[i].frame[KVP_TIER_DEVICE],
-				  h->pages[i].frame[KVP_TIER_HOST]);
-		}
-		/* The shm backend cannot fail; a device backend that does is a
-		 * hardware fault, reported by the backend itself. */
-		copy_end(&eng->copy, NULL);
-		h->onload_fence = eng->copy.fence;
-		eng->st.onloaded_pages += onload;
-		eng->st.bytes_h2d += eng->copy.bytes;
-	}
+	if (onload)
+		history_onload(eng, h, h->npages);
 	if (h->onload_fence &&
 	    eng->be->fence_done(eng->be_ctx, h->onload_fence))
 		h->onload_fence = 0;
@@ -607,16 +602,13 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 		h->npages++;
 	}
 
-	idx = lease_take(eng);
-	l = &eng->leases[idx];
+	l = lease_new(eng, LEASE_HISTORY, owner, &lid);
 	l->h = h;
 	l->len0 = len;
 	l->n_new = n_new;
-	l->owner = owner;
-	l->committed = false;
 	h->pins++;
 	if (n_new) {
-		h->write_lease = lease_id(eng, idx);
+		h->write_lease = lid;
 		h->wgen++;
 	}
 
@@ -626,7 +618,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	for (uint32_t i = 0; i < view_pages; i++)
 		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
 	*out = (struct engine_lease){
-		.id = lease_id(eng, idx),
+		.id = lid,
 		.start = h->start,
 		.len = len,
 		.n_new = n_new,
@@ -644,14 +636,13 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 int engine_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
 		       uint32_t n, struct kvp_slot *out, struct errbuf *e)
 {
-	struct lease *l;
+	struct lease *l = lease_lookup(eng, id);
 
-	if (id & SHARE_LEASE_BIT)
-		return share_lease_slots(eng, id, first, n, out, e);
-	l = lease_lookup(eng, id);
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released, or never prepared)", id);
+	if (l->kind != LEASE_HISTORY)
+		return share_lease_slots(eng, l, id, first, n, out, e);
 	if (l->committed)
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 " has committed; "
 				  "its slots are no longer writable", id);
@@ -679,7 +670,7 @@ static void lease_settle(struct engine *eng, struct lease *l, uint32_t n)
 	struct history *h = l->h;
 
 	l->committed = true;
-	if (h->write_lease != lease_id(eng, (uint32_t)(l - eng->leases)))
+	if (h->write_lease != lease_id(eng, l))
 		return;
 	/* Tokens committed into the partly filled last page make its host
 	 * copy stale. (Until now it was not: the writer's slots lie past the
@@ -694,14 +685,13 @@ static void lease_settle(struct engine *eng, struct lease *l, uint32_t n)
 int engine_commit(struct engine *eng, uint64_t id, uint32_t n,
 		  struct errbuf *e)
 {
-	struct lease *l;
+	struct lease *l = lease_lookup(eng, id);
 
-	if (id & SHARE_LEASE_BIT)
-		return share_lease_commit(eng, id, n, e);
-	l = lease_lookup(eng, id);
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released, or never prepared)", id);
+	if (l->kind != LEASE_HISTORY)
+		return share_lease_commit(eng, l, id, n, e);
 	if (l->committed)
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 " has already "
 				  "committed; prepare again for more tokens", id);
@@ -715,15 +705,12 @@ int engine_commit(struct engine *eng, uint64_t id, uint32_t n,
 	return 0;
 }
 
-static void lease_end(struct engine *eng, struct lease *l)
+/* lease_release() of a history lease; the slot is freed after. */
+void history_lease_end(struct engine *eng, struct lease *l)
 {
-	struct history *h = l->h;
-
 	if (!l->committed)
 		lease_settle(eng, l, 0); /* roll the reservation back */
-	lease_put(eng, l);
-	eng->st.releases++;
-	history_unpin(eng, h);
+	history_unpin(eng, l->h);
 }
 
 /* A sequence of shard 0 may pin a history of another shard (global mode,
@@ -754,29 +741,20 @@ void history_unpin(struct engine *eng, struct history *h)
 
 int engine_release(struct engine *eng, uint64_t id, struct errbuf *e)
 {
-	struct lease *l;
+	struct lease *l = lease_lookup(eng, id);
 
-	if (id & SHARE_LEASE_BIT)
-		return share_lease_release(eng, id, e);
-	l = lease_lookup(eng, id);
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released already, or never prepared)", id);
-	lease_end(eng, l);
+	lease_release(eng, l);
 	return 0;
 }
 
 uint32_t engine_release_owner(struct engine *eng, uint32_t owner)
 {
-	uint32_t n = 0;
+	/* Leases of every kind first (they hold sequences' writes), then
+	 * the sequences the client made. */
+	uint32_t n = lease_release_owner(eng, owner);
 
-	for (uint32_t i = 0; i < eng->leases_cap; i++) {
-		struct lease *l = &eng->leases[i];
-
-		if (l->h && l->owner == owner) {
-			lease_end(eng, l);
-			n++;
-		}
-	}
 	return n + share_release_owner(eng, owner);
 }

@@ -7,7 +7,8 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 
 struct check_ctx {
 	struct engine *eng;
@@ -95,17 +96,19 @@ static int check_lists(struct check_ctx *c)
 {
 	for (int t = 0; t < KVP_TIERS; t++) {
 		const struct lru_list *l = &c->eng->lru[t];
-		const struct history *prev = NULL;
+		const struct list_head *prev = &l->list;
+		const struct history *h;
 
-		for (const struct history *h = l->head; h; prev = h, h = h->next) {
-			if (h->prev != prev || h->lru != t)
+		list_for_each_entry(h, &l->list, lru_link) {
+			if (h->lru_link.prev != prev || h->lru != t)
 				return errbuf_set(c->e, -EFAULT, "LRU %d broken at user %"
 						  PRIu64, t, h->user);
 			c->lru_frames[t] += h->nres[t];
 			if (++c->lru_count[t] > c->users)
 				return errbuf_set(c->e, -EFAULT, "LRU %d has a cycle", t);
+			prev = &h->lru_link;
 		}
-		if (l->tail != prev)
+		if (l->list.prev != prev)
 			return errbuf_set(c->e, -EFAULT, "LRU %d tail is wrong", t);
 		if (c->lru_frames[t] != l->frames)
 			return errbuf_set(c->e, -EFAULT, "LRU %d counts %" PRIu64
@@ -130,9 +133,9 @@ int engine_check(struct engine *eng, struct errbuf *e)
 	ret = user_table_foreach(&eng->users, check_history, &c);
 	if (ret)
 		goto out;
-	if (c.users != eng->users.count) {
+	if (c.users != user_table_count(&eng->users)) {
 		ret = errbuf_set(e, -EFAULT, "user table counts %" PRIu64 ", holds %"
-				 PRIu64, eng->users.count, c.users);
+				 PRIu64, user_table_count(&eng->users), c.users);
 		goto out;
 	}
 	ret = check_lists(&c);
@@ -155,10 +158,11 @@ int engine_check(struct engine *eng, struct errbuf *e)
 			goto out;
 		}
 	}
-	if (c.pins != eng->leases_live + eng->pinned_by_seqs + eng->demote_pins)
-		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " leases live and %" PRIu64
-				 " sequence pins but histories count %" PRIu64 " pins",
-				 eng->leases_live, eng->pinned_by_seqs, c.pins);
+	if (c.pins != eng->history_leases + eng->pinned_by_seqs + eng->demote_pins)
+		ret = errbuf_set(e, -EFAULT, "%" PRIu32 " history leases live and %"
+				 PRIu64 " sequence pins but histories count %" PRIu64
+				 " pins", eng->history_leases, eng->pinned_by_seqs,
+				 c.pins);
 out:
 	for (int t = 0; t < KVP_TIERS; t++)
 		free(c.owner[t]);

@@ -35,6 +35,7 @@
 #define KVPOOL_ENGINE_INTERNAL_H
 
 #include "copy.h"
+#include "list.h"
 #include "engine.h"
 #include "frames.h"
 #include "user_table.h"
@@ -67,27 +68,50 @@ struct history {
 				  * whether its partial last page changed */
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
 	uint64_t tick;           /* engine tick when it last went on an LRU */
-	struct history *hnext;   /* user_table chain */
-	struct history *prev, *next; /* LRU links */
+	struct hnode hnode;      /* user_table */
+	struct list_head lru_link; /* on lru[h->lru], or self-linked */
 };
 
 struct lru_list {
-	struct history *head;    /* least recently used */
-	struct history *tail;
+	struct list_head list;   /* least recently used first */
 	uint64_t frames;         /* frames of the list's tier its histories hold */
 };
 
 #define LEASE_MAX (1u << 24)
-#define LEASE_SHARD_SHIFT 24 /* bits 24..30 of a history lease id: its shard */
+#define LEASE_SHARD_SHIFT 24 /* bits 24..30 of a lease id: its shard */
+
+/* The one lease table (lease.c): what a lease holds, by kind. */
+enum lease_kind {
+	LEASE_FREE = 0,          /* slot on the free list */
+	LEASE_HISTORY,           /* a prepare: pins h */
+	LEASE_SEQ_WRITE,         /* sharing (engine_share.h): a sequence's write */
+	LEASE_CHUNK_FILL,        /* a chunk entry's fill */
+	LEASE_CHUNK_READ,        /* a chunk entry held for reading */
+	LEASE_COMPOSE,           /* a composition's entries held */
+};
+
+struct seq;
+struct chunk;
 
 struct lease {
-	struct history *h;       /* NULL: slot free */
+	uint32_t kind;           /* enum lease_kind */
 	uint32_t gen;            /* bumped on every reuse: stale ids miss */
 	uint32_t next_free;
-	uint64_t len0;           /* committed len when prepared */
-	uint32_t n_new;
 	uint32_t owner;
-	bool committed;
+	bool committed;          /* HISTORY, SEQ_WRITE: committed; FILL: sealed */
+	union {
+		struct {                 /* LEASE_HISTORY */
+			struct history *h;
+			uint64_t len0;   /* committed len when prepared */
+			uint32_t n_new;
+		};
+		struct seq *seq;         /* LEASE_SEQ_WRITE */
+		struct chunk *chunk;     /* LEASE_CHUNK_FILL, LEASE_CHUNK_READ */
+		struct {                 /* LEASE_COMPOSE */
+			struct chunk **chunks;
+			uint32_t n;
+		} comp;
+	};
 };
 
 struct engine {
@@ -103,7 +127,8 @@ struct engine {
 	struct lease *leases;
 	uint32_t leases_cap;
 	uint32_t lease_free;     /* head of the free slot list, or UINT32_MAX */
-	uint32_t leases_live;
+	uint32_t leases_live;    /* every kind */
+	uint32_t history_leases; /* LEASE_HISTORY: each pins its history */
 	uint32_t *view;          /* page table handed out by prepare */
 	uint32_t view_cap;
 	struct copy_batch copy;
@@ -146,9 +171,33 @@ static inline uint64_t pages_for(const struct engine *eng, uint64_t tokens)
 	return (tokens + eng->P - 1) / eng->P;
 }
 
-/* engine.c: the lease id's slot, NULL when it is not held (stale gen,
- * another shard's, released). */
+/* lease.c: the one lease table. */
+/* The lease id's slot, NULL when it is not held (stale gen, another
+ * shard's, released, never made): the one stale-lease check. */
 struct lease *lease_lookup(struct engine *eng, uint64_t id);
+uint64_t lease_id(const struct engine *eng, const struct lease *l);
+/* Make sure a free slot exists: the only step of making a lease that can
+ * fail (-ENOSPC, -ENOMEM). */
+int lease_reserve(struct engine *eng, struct errbuf *e);
+/* After lease_reserve(): cannot fail. The caller fills in what it holds. */
+struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
+			uint64_t *id);
+/* The one release path: the kind's end (history_lease_end or
+ * share_lease_end), then the slot is free and its id stale. */
+void lease_release(struct engine *eng, struct lease *l);
+/* Every lease of owner (a client gone); how many. */
+uint32_t lease_release_owner(struct engine *eng, uint32_t owner);
+/* Every sharing lease (the shared world goes: share_destroy). */
+void lease_release_sharing(struct engine *eng);
+/* engine.c: a history lease ends (rolls back what it did not commit,
+ * unpins its history). */
+void history_lease_end(struct engine *eng, struct lease *l);
+
+/* The least recently used history of list l, NULL when it is empty. */
+static inline struct history *lru_head(const struct lru_list *l)
+{
+	return list_first_entry_or_null(&l->list, struct history, lru_link);
+}
 
 /* evict.c */
 void lru_remove(struct engine *eng, struct history *h);
@@ -176,6 +225,17 @@ bool host_make_room(struct engine *eng, uint32_t need, const struct history *h);
 uint32_t demote_or_drop(struct engine *eng, struct history *h);
 /* Free every frame of h and h itself. h must be unpinned. */
 uint32_t history_drop(struct engine *eng, struct history *h);
+
+/* engine.c, also for sharing (share*.c) */
+/* Room for a page table of n pages in eng->view (prepare's result). */
+int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e);
+/* A sequence keeps h: off the LRU while pinned. */
+void history_pin(struct engine *eng, struct history *h);
+void history_unpin(struct engine *eng, struct history *h);
+
+/* The one onload path: start copying h's host-only pages of [0, pages)
+ * to frames the caller made free; the fence goes to h->onload_fence. */
+uint32_t history_onload(struct engine *eng, struct history *h, uint32_t pages);
 
 /* engine.c */
 /* Wait for h's onload to land (see the top of this file); then it has none. */

@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "disk_engine.h"
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 
 /* ------------------------------------------------------------ info */
 
@@ -50,8 +51,8 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 			.bytes_total = (uint64_t)f->total * eng->layout.page_bytes,
 		};
 	}
-	out->users = eng->users.count;
-	out->leases = eng->leases_live;
+	out->users = user_table_count(&eng->users);
+	out->leases = eng->leases_live; /* every kind: one table */
 	share_stats(eng, out);
 }
 
@@ -64,20 +65,16 @@ uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
 
 int64_t engine_lease_owner(struct engine *eng, uint64_t id)
 {
-	struct lease *l;
-
-	if (id & SHARE_LEASE_BIT)
-		return share_lease_owner(eng, id);
-	l = lease_lookup(eng, id);
+	struct lease *l = lease_lookup(eng, id);
 
 	return l ? (int64_t)l->owner : -ENOENT;
 }
 
 int engine_lease_user(struct engine *eng, uint64_t id, uint64_t *user)
 {
-	struct lease *l = (id & SHARE_LEASE_BIT) ? NULL : lease_lookup(eng, id);
+	struct lease *l = lease_lookup(eng, id);
 
-	if (!l)
+	if (!l || l->kind != LEASE_HISTORY)
 		return -ENOENT;
 	*user = l->h->user;
 	return 0;
@@ -124,9 +121,9 @@ int engine_list_users(struct engine *eng, uint64_t cursor,
 	uint32_t n;
 
 	*next = 0;
-	if (!eng->users.count || !max)
+	if (!user_table_count(&eng->users) || !max)
 		return 0;
-	c.ids = malloc(eng->users.count * sizeof(*c.ids));
+	c.ids = malloc(user_table_count(&eng->users) * sizeof(*c.ids));
 	if (!c.ids)
 		return -ENOMEM;
 	user_table_foreach(&eng->users, list_collect_cb, &c);

@@ -16,7 +16,8 @@
 
 #include "clock.h"
 #include "disk_engine.h"
-#include "share_internal.h"
+#include "engine_internal.h"
+#include "engine_share.h"
 #include "shard.h"
 
 /* ------------------------------------------------------------ LRU lists */
@@ -28,16 +29,8 @@ void lru_remove(struct engine *eng, struct history *h)
 	if (h->lru == LRU_NONE)
 		return;
 	l = &eng->lru[h->lru];
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		l->head = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
-	else
-		l->tail = h->prev;
+	list_del(&h->lru_link);
 	l->frames -= h->nres[h->lru];
-	h->prev = h->next = NULL;
 	h->lru = LRU_NONE;
 }
 
@@ -48,13 +41,7 @@ void lru_insert(struct engine *eng, struct history *h)
 
 	h->lru = id;
 	h->tick = engine_tick(eng);
-	h->next = NULL;
-	h->prev = l->tail;
-	if (l->tail)
-		l->tail->next = h;
-	else
-		l->head = h;
-	l->tail = h;
+	list_add_tail(&h->lru_link, &l->list);
 	l->frames += h->nres[id];
 }
 
@@ -101,10 +88,10 @@ bool host_make_room(struct engine *eng, uint32_t need,
 	if (host->nfree + droppable < need)
 		return false;
 	while (host->nfree < need) {
-		struct history *victim = eng->lru[LRU_HOST].head;
+		struct history *victim = lru_head(&eng->lru[LRU_HOST]);
 
 		if (victim == h)
-			victim = victim->next;
+			victim = list_next_entry(victim, lru_link);
 		engine_disk_demote(eng, victim); /* disk tier hook */
 		history_drop(eng, victim);
 	}
@@ -177,7 +164,7 @@ static uint64_t device_oldest(const struct engine *eng, struct history **h)
 {
 	uint64_t st = share_oldest_tick(eng);
 
-	*h = eng->lru[LRU_DEVICE].head;
+	*h = lru_head(&eng->lru[LRU_DEVICE]);
 	if (*h && (*h)->tick <= st)
 		return (*h)->tick;
 	*h = NULL;
@@ -431,8 +418,8 @@ uint64_t engine_oldest_tick(const struct engine *eng, enum kvp_tier t)
 	struct history *h;
 
 	if (t == KVP_TIER_HOST)
-		return eng->lru[LRU_HOST].head ? eng->lru[LRU_HOST].head->tick :
-						 UINT64_MAX;
+		return lru_head(&eng->lru[LRU_HOST]) ?
+		       lru_head(&eng->lru[LRU_HOST])->tick : UINT64_MAX;
 	return device_oldest(eng, &h);
 }
 
@@ -440,9 +427,10 @@ uint32_t engine_reclaim_host(struct engine *eng, uint32_t max)
 {
 	uint32_t freed = 0;
 
-	while (freed < max && eng->lru[LRU_HOST].head) {
-		engine_disk_demote(eng, eng->lru[LRU_HOST].head); /* disk tier hook */
-		freed += history_drop(eng, eng->lru[LRU_HOST].head);
+	while (freed < max && lru_head(&eng->lru[LRU_HOST])) {
+		/* disk tier hook */
+		engine_disk_demote(eng, lru_head(&eng->lru[LRU_HOST]));
+		freed += history_drop(eng, lru_head(&eng->lru[LRU_HOST]));
 	}
 	eng->st.reclaimed_pages += freed;
 	frames_flush(&eng->frames[KVP_TIER_HOST]);
@@ -590,19 +578,18 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 	user_table_foreach(&eng->users, count_pinned_cb, &pinned);
 	if (sel & KVP_SEL_DEVICE) {
 		/* Each demotion moves the head off this list (or drops it). */
-		while (dev->head) {
-			history_evict(eng, dev->head, sel);
+		while ((h = lru_head(dev))) {
+			history_evict(eng, h, sel);
 			affected++;
 		}
 	} else {
-		for (h = dev->head; h; h = next) {
-			next = h->next; /* host-only eviction drops at most h */
+		/* host-only eviction drops at most h */
+		list_for_each_entry_safe(h, next, &dev->list, lru_link)
 			affected += history_evict(eng, h, sel) > 0;
-		}
 	}
 	if (sel & KVP_SEL_HOST) {
-		while (host->head) {
-			history_drop(eng, host->head);
+		while ((h = lru_head(host))) {
+			history_drop(eng, h);
 			affected++;
 		}
 	}

@@ -31,6 +31,8 @@
 #include "client.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics.h"
+#include "sd_service.h"
 #include "worker.h"
 
 /* A fatal start-up error: on the terminal while there is one, and in the log. */
@@ -43,9 +45,10 @@ static void fatal(bool tty, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (tty)
+	if (tty && !log_to_journal())
 		fprintf(stderr, "kvpoold: %s\n", msg);
-	if (!tty || !log_to_stderr())
+	/* The journal: once, with its priority. */
+	if (!tty || !log_to_stderr() || log_to_journal())
 		log_err("%s", msg);
 }
 
@@ -207,6 +210,7 @@ static void server_fini(struct server *s)
 	if (s->lis.fd >= 0 && s->epfd >= 0)
 		epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lis.fd, NULL);
 	workers_stop(s);
+	metrics_close(s); /* its scrapes read the tenants, destroyed below */
 	s->retired = NULL; /* still registered: finalized below */
 	while (s->reg.head)
 		client_finalize(s, s->reg.head);
@@ -280,15 +284,24 @@ static int sooner(int a, int b)
 	return a < 0 ? b : b < 0 ? a : a < b ? a : b;
 }
 
+static void status_line(char *buf, unsigned len, void *arg)
+{
+	metrics_status_line(arg, buf, len);
+}
+
 static int serve(struct server *s)
 {
 	struct epoll_event ev[64];
 
 	while (!s->stopping) {
-		/* Timers: hello timeouts, a paused listener, log summaries. */
+		/* Timers: hello timeouts, a paused listener, log summaries,
+		 * the service manager's watchdog and status. */
 		uint64_t now = log_now_ms();
 		int timeout = sooner(listener_tick(s, now), log_flush_suppressed(now));
-		int n = epoll_wait(s->epfd, ev, 64, timeout);
+		int n;
+
+		timeout = sooner(timeout, sd_service_tick(now, status_line, s));
+		n = epoll_wait(s->epfd, ev, 64, timeout);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -353,7 +366,11 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 	}
 	ret = server_events(s, sigs, &e);
 	if (!ret)
+		ret = metrics_open(s, &e);
+	if (!ret)
 		ret = workers_start(s, &e);
+	if (!ret)
+		ret = metrics_serve(s, &e);
 	if (ret) {
 		fatal(cfg->foreground, "%s", e.msg);
 		if (cfg->pidfile)
@@ -376,6 +393,10 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 			 s->nworkers, cfg->spin_us, cfg->layout_spec,
 			 cfg->layout.page_bytes);
 	notify_parent(&notify, 0);
+	if (sd_service_notifying()) {
+		metrics_status_line(s, err, sizeof(err));
+		sd_service_ready(err);
+	}
 	return 0;
 }
 
@@ -411,6 +432,7 @@ int main(int argc, char **argv)
 	ret = start(&s, &cfg, &sigs);
 	if (!ret) {
 		ret = serve(&s);
+		sd_service_stopping();
 		server_fini(&s);
 		if (cfg.pidfile)
 			unlink(cfg.pidfile);

@@ -16,11 +16,20 @@ add_executable(kvpoold
   daemon/ops_list.c
   daemon/ops_share.c
   daemon/ops_chunk.c
-  daemon/park.c)
+  daemon/park.c
+  daemon/metrics.c
+  daemon/metrics_ops.c
+  daemon/sd_service.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
 target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
+# --metrics: Prometheus' /metrics over libmicrohttpd (Debian libmicrohttpd-dev).
+pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
+target_link_libraries(kvpoold PRIVATE PkgConfig::MHD)
+# systemd: socket activation, sd_notify, the watchdog (libsystemd-dev).
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
+target_link_libraries(kvpoold PRIVATE PkgConfig::SYSTEMD)
 # Built with CUDA: the cuda backend (static cudart, no -lcuda: kvpoold still
 # runs where there is no GPU driver) and KVPOOL_HAVE_CUDA=1 for backend=cuda.
 if(TARGET kvpool_backend_cuda)
@@ -29,3 +38,25 @@ endif()
 
 install(TARGETS kvpoold RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES etc/kvpool.conf DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
+# The dashboard of kvpoold's /metrics (kvpoold(8), METRICS).
+install(FILES etc/grafana/kvpool-dashboard.json DESTINATION ${CMAKE_INSTALL_DOCDIR}/grafana)
+
+# systemd units (kvpoold(8), SYSTEMD), under PREFIX/lib/systemd/system
+# whatever the libdir, as systemd looks there. ExecStart names the
+# installed kvpoold: the build tree's copy (test_systemd) names the
+# configured prefix, the installed one is made at install time, so
+# `cmake --install --prefix P` gets P/bin/kvpoold. The sysusers.d entry
+# makes the kvpool user and group.
+set(KVPOOL_BINDIR ${CMAKE_INSTALL_FULL_BINDIR})
+configure_file(etc/systemd/kvpoold.service.in
+  ${CMAKE_CURRENT_BINARY_DIR}/systemd/kvpoold.service @ONLY)
+configure_file(etc/systemd/kvpoold.socket
+  ${CMAKE_CURRENT_BINARY_DIR}/systemd/kvpoold.socket COPYONLY)
+install(CODE "
+  set(KVPOOL_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
+  configure_file(\"${CMAKE_CURRENT_SOURCE_DIR}/etc/systemd/kvpoold.service.in\"
+    \"${CMAKE_CURRENT_BINARY_DIR}/systemd-install/kvpoold.service\" @ONLY)")
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/systemd-install/kvpoold.service
+  etc/systemd/kvpoold.socket DESTINATION lib/systemd/system)
+install(FILES etc/systemd/kvpool.sysusers DESTINATION lib/sysusers.d
+  RENAME kvpool.conf)

@@ -44,6 +44,7 @@
 #include "client.h"
 #include "listener.h"
 #include "log.h"
+#include "sd_service.h"
 #include "worker.h"
 
 #ifndef SO_PEERPIDFD
@@ -178,6 +179,17 @@ int listener_open(struct listener *l, const struct config *cfg,
 
 	*l = (struct listener){ .fd = -1, .lock_fd = -1, .spare_fd = -1,
 				.w = { WATCH_LISTEN } };
+	/* Socket activation (kvpoold.socket): systemd made the socket, owns
+	 * its file and keeps it while we restart; no lock, nothing to unlink. */
+	ret = sd_service_listen_fd(cfg->socket, e);
+	if (ret >= 0) {
+		l->fd = ret;
+		l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		log_info("listening on %s, passed by the service manager", cfg->socket);
+		return 0;
+	}
+	if (ret != -ENOENT)
+		return ret;
 	ret = mkdir_parents(cfg->socket, e);
 	ret = ret ? ret : take_lock(l, cfg->socket, e);
 	ret = ret ? ret : probe_existing(cfg->socket, e);

@@ -17,7 +17,9 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,25 @@ enum sink { SINK_STDERR, SINK_FILE, SINK_SYSLOG };
 static enum sink sink = SINK_STDERR;
 static int log_fd = STDERR_FILENO;
 static char log_path[4096];
+/* stderr is systemd's journal (JOURNAL_STREAM names it): lines start with
+ * their syslog priority ("<3>") so `journalctl -p warning` can select them,
+ * and carry no time or pid, which the journal records itself. */
+static bool journal;
+
+/* JOURNAL_STREAM is "DEVICE:INODE" of the journal's stream; stderr is the
+ * journal only if it is that very file (a child's stderr may be another). */
+static bool stderr_is_journal(void)
+{
+	const char *env = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (!env || sscanf(env, "%llu:%llu", &dev, &ino) != 2 ||
+	    fstat(STDERR_FILENO, &st) < 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev &&
+	       (unsigned long long)st.st_ino == ino;
+}
 
 static int open_file(const char *path, char *err, size_t errlen)
 {
@@ -52,6 +73,7 @@ int log_open(const char *target, bool daemonized, char *err, size_t errlen)
 	if (strcmp(target, "stderr") == 0) {
 		sink = SINK_STDERR;
 		log_fd = STDERR_FILENO;
+		journal = stderr_is_journal();
 		return 0;
 	}
 	if (strcmp(target, "syslog") == 0) {
@@ -106,6 +128,11 @@ bool log_to_stderr(void)
 	return sink == SINK_STDERR;
 }
 
+bool log_to_journal(void)
+{
+	return sink == SINK_STDERR && journal;
+}
+
 static const char *prio_name(int prio)
 {
 	switch (prio) {
@@ -127,11 +154,16 @@ static void log_vmsg(int prio, const char *fmt, va_list ap)
 		vsyslog(prio, fmt, ap);
 		return;
 	}
-	clock_gettime(CLOCK_REALTIME, &ts);
-	localtime_r(&ts.tv_sec, &tm);
-	n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-	n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03ld kvpoold[%d]: %s: ",
-		      ts.tv_nsec / 1000000, (int)getpid(), prio_name(prio));
+	if (log_to_journal()) {
+		n = snprintf(line, sizeof(line), "<%d>%s: ", prio, prio_name(prio));
+	} else {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		localtime_r(&ts.tv_sec, &tm);
+		n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
+		n += snprintf(line + n, sizeof(line) - (size_t)n,
+			      ".%03ld kvpoold[%d]: %s: ", ts.tv_nsec / 1000000,
+			      (int)getpid(), prio_name(prio));
+	}
 	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	if (m < 0)
 		m = 0;

@@ -25,6 +25,9 @@ void log_reopen(void);
 void log_close(void);
 /* True while lines go to stderr (start-up errors need not be doubled). */
 bool log_to_stderr(void);
+/* True while stderr is systemd's journal (JOURNAL_STREAM): lines carry
+ * syslog priority prefixes ("<3>error: ...") and no time or pid. */
+bool log_to_journal(void);
 
 /* One line, never rate-limited (start-up, shutdown, the limiter's own). */
 __attribute__((format(printf, 2, 3)))

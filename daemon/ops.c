@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "ops_internal.h"
 
 #define PREPARE_MAX_NEW (1u << 20)
@@ -88,6 +89,11 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 };
 
 /* ------------------------------------------------------------ helpers */
+
+const char *ops_name(uint32_t opcode)
+{
+	return opcode < KVP_OP_MAX && descs[opcode].name ? descs[opcode].name : NULL;
+}
 
 void *op_scratch_get(struct op_scratch *scr, size_t bytes)
 {
@@ -668,6 +674,7 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr,
 			.e = &e, .wait = wait, .name = "?", .in_base = in_base,
 			.in_cap = in_cap, .locked = OP_UNLOCKED };
+	uint64_t t0 = metrics_op_start();
 	int ret;
 
 	*cqe = (struct kvp_cqe){ .tag = sqe->tag };
@@ -692,6 +699,7 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		cqe->res = ret;
 done:
 	__atomic_add_fetch(&c->ops, 1, __ATOMIC_RELAXED);
+	metrics_op_done(sqe->opcode, cqe->res, t0);
 }
 
 bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,

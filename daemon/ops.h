@@ -33,6 +33,9 @@ struct op_scratch {
 
 void op_scratch_free(struct op_scratch *scr);
 
+/* An opcode's name ("prepare"), NULL for one that is not defined. */
+const char *ops_name(uint32_t opcode);
+
 /* What a finished operation's completion waits for before it is published:
  * an onload into the pages it returns (engine_fence_done(eng, fence)). */
 struct op_wait {

@@ -32,6 +32,8 @@ struct park {
 	struct engine *eng;      /* the engine (backend) the fence is of */
 	uint64_t fence;          /* engine_fence_done(eng, fence) publishes it */
 	uint64_t user;           /* the user the prepare was for */
+	uint64_t since_ns;       /* parked at (mono_ns), for the onload
+				  * latency metric; 0 when not recorded */
 };
 
 struct park_list {

@@ -37,6 +37,8 @@ struct watch {
 
 struct client;
 struct worker;
+struct op_metrics;
+struct MHD_Daemon;
 
 /* Attached clients in id order (ids only grow, so appending keeps it). */
 struct registry {
@@ -62,6 +64,10 @@ struct server {
 	struct registry reg;
 	struct worker *workers;
 	uint32_t nworkers;
+	/* --metrics (metrics.h): one counter block per worker, the server */
+	struct op_metrics *opm;
+	uint32_t nopm;
+	struct MHD_Daemon *http;
 
 	/* main thread only */
 	int epfd;

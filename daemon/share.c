@@ -26,7 +26,6 @@ int share_create(struct engine *eng, struct errbuf *e)
 		return errbuf_set(e, -ENOMEM, "engine: out of memory for sharing");
 	eng->share = s;
 	s->nframes = n;
-	s->lease_free = UINT32_MAX;
 	s->sp = calloc(n ? n : 1, sizeof(*s->sp));
 	s->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
 	s->md = EVP_MD_CTX_new();
@@ -51,15 +50,12 @@ void share_destroy(struct engine *eng)
 		return;
 	/* Leases first (they hold chunks and sequences), then sequences (they
 	 * hold histories, chunks and frames), then the rest. */
-	for (uint32_t i = 0; s->leases && i < s->leases_cap; i++)
-		if (s->leases[i].kind != SL_FREE)
-			share_lease_release(eng, slease_id(eng, &s->leases[i]), NULL);
-	if (s->seqs.buckets)
+	lease_release_sharing(eng);
+	if (s->seqs.ht.buckets)
 		seq_table_fini(eng);
 	chunk_table_fini(eng);
 	pc_fini(s);
 	free(s->sp);
-	free(s->leases);
 	free(s->scratch);
 	free(s->ids);
 	EVP_MD_CTX_free(s->md);
@@ -146,104 +142,23 @@ void sp_unref(struct engine *eng, uint32_t f)
 
 /* ------------------------------------------------------------ leases */
 
-uint64_t slease_id(const struct engine *eng, const struct share_lease *l)
+/* ------------------------------------------------------------ leases */
+
+int share_lease_slots(struct engine *eng, struct lease *l, uint64_t id,
+		      uint32_t first, uint32_t n, struct kvp_slot *out,
+		      struct errbuf *e)
 {
-	uint32_t idx = (uint32_t)(l - eng->share->leases);
-
-	return (uint64_t)l->gen << 32 | SHARE_LEASE_BIT | idx;
-}
-
-struct share_lease *slease_lookup(struct engine *eng, uint64_t id)
-{
-	struct share *s = eng->share;
-	uint32_t idx = (uint32_t)(id & (SHARE_LEASE_BIT - 1));
-
-	if (!(id & SHARE_LEASE_BIT) || idx >= s->leases_cap ||
-	    s->leases[idx].kind == SL_FREE || s->leases[idx].gen != (uint32_t)(id >> 32))
-		return NULL;
-	return &s->leases[idx];
-}
-
-int slease_reserve(struct engine *eng, struct errbuf *e)
-{
-	struct share *s = eng->share;
-	uint32_t cap, old = s->leases_cap;
-	struct share_lease *l;
-
-	if (s->lease_free != UINT32_MAX)
-		return 0;
-	if (old >= SHARE_LEASE_MAX)
-		return errbuf_set(e, -ENOSPC, "%u sequence and chunk leases are "
-				  "outstanding; release some first", SHARE_LEASE_MAX);
-	cap = old ? old * 2 : 64;
-	l = realloc(s->leases, (size_t)cap * sizeof(*l));
-	if (!l)
-		return errbuf_set(e, -ENOMEM, "out of memory for the lease table");
-	s->leases = l;
-	for (uint32_t i = old; i < cap; i++)
-		l[i] = (struct share_lease){ .kind = SL_FREE, .gen = 1,
-					     .next_free = i + 1 };
-	l[cap - 1].next_free = UINT32_MAX;
-	s->lease_free = old;
-	s->leases_cap = cap;
-	return 0;
-}
-
-/* After slease_reserve(): cannot fail. */
-int slease_new(struct engine *eng, uint32_t kind, uint32_t owner, uint64_t *id,
-	       struct share_lease **out, struct errbuf *e)
-{
-	struct share *s = eng->share;
-	struct share_lease *l;
-	int ret = slease_reserve(eng, e);
-
-	if (ret)
-		return ret;
-	l = &s->leases[s->lease_free];
-	s->lease_free = l->next_free;
-	s->leases_live++;
-	l->kind = kind;
-	l->owner = owner;
-	l->committed = false;
-	*id = slease_id(eng, l);
-	*out = l;
-	return 0;
-}
-
-void slease_put(struct engine *eng, struct share_lease *l)
-{
-	struct share *s = eng->share;
-
-	l->kind = SL_FREE;
-	l->gen = l->gen + 1 ? l->gen + 1 : 1;
-	l->next_free = s->lease_free;
-	s->lease_free = (uint32_t)(l - s->leases);
-	s->leases_live--;
-}
-
-static int slease_missing(uint64_t id, struct errbuf *e)
-{
-	return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
-			  "(released already, or never made)", id);
-}
-
-int share_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
-		      uint32_t n, struct kvp_slot *out, struct errbuf *e)
-{
-	struct share_lease *l = slease_lookup(eng, id);
 	uint64_t base;
 	uint32_t limit;
 
-	if (!l)
-		return slease_missing(id, e);
-	if (l->kind != SL_SEQ_WRITE && l->kind != SL_CHUNK_FILL)
+	if (l->kind != LEASE_SEQ_WRITE && l->kind != LEASE_CHUNK_FILL)
 		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 " is a read lease: "
 				  "it has no slots to write", id);
 	if (l->committed)
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 " has committed; "
 				  "its slots are no longer writable", id);
-	base = l->kind == SL_SEQ_WRITE ? l->seq->len : 0;
-	limit = l->kind == SL_SEQ_WRITE ? l->seq->n_new : l->chunk->tokens;
+	base = l->kind == LEASE_SEQ_WRITE ? l->seq->len : 0;
+	limit = l->kind == LEASE_SEQ_WRITE ? l->seq->n_new : l->chunk->tokens;
 	if (first > limit || n > limit - first)
 		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": slots [%" PRIu32
 				  ", %" PRIu32 ") past its %" PRIu32 " new tokens",
@@ -251,22 +166,18 @@ int share_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t q = base + first + i;
 
-		out[i].frame = l->kind == SL_SEQ_WRITE ?
+		out[i].frame = l->kind == LEASE_SEQ_WRITE ?
 			l->seq->pages[q / eng->P].frame : l->chunk->frames[q / eng->P];
 		out[i].slot = (uint32_t)(q % eng->P);
 	}
 	return 0;
 }
 
-int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
-		       struct errbuf *e)
+int share_lease_commit(struct engine *eng, struct lease *l, uint64_t id,
+		       uint32_t n, struct errbuf *e)
 {
-	struct share_lease *l = slease_lookup(eng, id);
-
-	if (!l)
-		return slease_missing(id, e);
 	switch (l->kind) {
-	case SL_SEQ_WRITE:
+	case LEASE_SEQ_WRITE:
 		if (l->committed)
 			return errbuf_set(e, -EALREADY, "lease %#" PRIx64 " has "
 					  "already committed; extend the sequence "
@@ -280,7 +191,7 @@ int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
 		eng->st.commits++;
 		eng->st.committed_tokens += n;
 		return 0;
-	case SL_CHUNK_FILL:
+	case LEASE_CHUNK_FILL:
 		if (l->committed)
 			return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": the "
 					  "chunk is sealed already", id);
@@ -298,60 +209,35 @@ int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
 	}
 }
 
-int share_lease_release(struct engine *eng, uint64_t id, struct errbuf *e)
+void share_lease_end(struct engine *eng, struct lease *l)
 {
-	struct share_lease *l = slease_lookup(eng, id);
-
-	if (!l)
-		return slease_missing(id, e);
 	switch (l->kind) {
-	case SL_SEQ_WRITE:
-		if (l->seq->write_lease == id) {
+	case LEASE_SEQ_WRITE:
+		if (l->seq->write_lease == lease_id(eng, l)) {
 			if (!l->committed)
 				seq_end_write(eng, l->seq);
 			l->seq->write_lease = 0;
 		}
 		break;
-	case SL_CHUNK_FILL:
+	case LEASE_CHUNK_FILL:
 		if (!l->committed)
 			chunk_fill_end(eng, l->chunk, false);
 		chunk_unhold(eng, l->chunk);
 		break;
-	case SL_CHUNK_READ:
+	case LEASE_CHUNK_READ:
 		chunk_unhold(eng, l->chunk);
 		break;
-	case SL_COMPOSE:
+	case LEASE_COMPOSE:
 		for (uint32_t i = 0; i < l->comp.n; i++)
 			chunk_unhold(eng, l->comp.chunks[i]);
 		free(l->comp.chunks);
 		break;
 	}
-	slease_put(eng, l);
-	eng->st.releases++;
-	return 0;
-}
-
-int64_t share_lease_owner(struct engine *eng, uint64_t id)
-{
-	struct share_lease *l = slease_lookup(eng, id);
-
-	return l ? (int64_t)l->owner : -ENOENT;
 }
 
 uint32_t share_release_owner(struct engine *eng, uint32_t owner)
 {
-	struct share *s = eng->share;
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < s->leases_cap; i++) {
-		struct share_lease *l = &s->leases[i];
-
-		if (l->kind != SL_FREE && l->owner == owner) {
-			share_lease_release(eng, slease_id(eng, l), NULL);
-			n++;
-		}
-	}
-	return n + seq_release_owner(eng, owner);
+	return seq_release_owner(eng, owner);
 }
 
 /* ------------------------------------------------------------ eviction */
@@ -368,21 +254,25 @@ uint64_t share_oldest_tick(const struct engine *eng)
 	const struct share *s = eng->share;
 	uint64_t t = UINT64_MAX;
 
-	if (s->chunk_head)
-		t = s->chunk_head->tick;
-	if (s->pc_head != PC_NONE && s->pc[s->pc_head].tick < t)
-		t = s->pc[s->pc_head].tick;
+	const struct chunk *c = chunk_lru_head(s);
+	const struct pc_entry *pe = pc_lru_head(s);
+
+	if (c)
+		t = c->tick;
+	if (pe && pe->tick < t)
+		t = pe->tick;
 	return t;
 }
 
 uint32_t share_evict_oldest(struct engine *eng)
 {
 	struct share *s = eng->share;
-	struct chunk *c = s->chunk_head;
+	struct chunk *c = chunk_lru_head(s);
+	struct pc_entry *pe = pc_lru_head(s);
 
-	if (c && (s->pc_head == PC_NONE || c->tick <= s->pc[s->pc_head].tick))
+	if (c && (!pe || c->tick <= pe->tick))
 		return chunk_evict(eng, c);
-	if (s->pc_head == PC_NONE)
+	if (!pe)
 		abort(); /* the caller counted what was evictable: an engine bug */
 	pc_evict_head(eng);
 	return 1;
@@ -396,13 +286,12 @@ void share_stats(const struct engine *eng, struct kvp_stats *st)
 
 	st->prefix_pages = s->pc_count;
 	st->prefix_idle_pages = s->pc_idle;
-	st->seqs = s->seqs.count;
+	st->seqs = s->seqs.ht.count;
 	st->seq_pages = s->seq_pages;
-	st->chunks = s->name_count;
+	st->chunks = s->names.count;
 	st->chunk_pages = s->chunk_pages;
 	st->chunk_bytes = s->chunk_pages * eng->layout.page_bytes;
 	st->chunk_last_access_ns = s->chunk_last_access_ns;
-	st->leases += s->leases_live;
 }
 
 /* ------------------------------------------------------------ check */
@@ -413,6 +302,7 @@ int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
 	struct share *s = eng->share;
 	uint32_t *refs = calloc(s->nframes ? s->nframes : 1, sizeof(*refs));
 	uint64_t idle = 0, count = 0, lru = 0, chunk_frames = 0;
+	const struct pc_entry *lp;
 	int ret;
 
 	if (!refs)
@@ -473,7 +363,7 @@ int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
 			}
 		}
 	}
-	for (uint32_t i = s->pc_head; i != PC_NONE; i = s->pc[i].next)
+	list_for_each_entry(lp, &s->pc_lru, link)
 		if (++lru > s->pc_count)
 			break;
 	if (count != s->pc_count || idle != s->pc_idle || lru > s->pc_count) {

@@ -79,25 +79,20 @@ static void name_id_of(const struct engine *eng, const struct share_chunk_root *
 
 /* ------------------------------------------------------------ table */
 
-static uint32_t chunk_bucket(const struct share *s, const struct kvp_chunk_id *id)
-{
-	uint32_t b;
-
-	memcpy(&b, id->b, sizeof(b));
-	return b & s->chunk_mask;
-}
-
 int chunk_table_init(struct share *s, uint32_t nframes)
 {
-	uint32_t nb = 16;
+	uint64_t nb = 2 * (uint64_t)nframes;
 
-	/* Alive entries hold a frame each at least: never more than frames. */
-	while (nb < 2 * (uint64_t)nframes && nb < (1u << 31))
-		nb <<= 1;
-	s->chunk_buckets = calloc(nb, sizeof(*s->chunk_buckets));
-	if (!s->chunk_buckets)
+	/* Alive entries hold a frame each at least: never more than frames,
+	 * so the table never grows and inserts need no reserve. */
+	if (nb < 16)
+		nb = 16;
+	if (nb > (1u << 31))
+		nb = 1u << 31;
+	if (hashtab_init_fixed(&s->chunks, nb))
 		return -ENOMEM;
-	s->chunk_mask = nb - 1;
+	INIT_LIST_HEAD(&s->chunk_lru);
+	INIT_LIST_HEAD(&s->dead);
 	s->cfg_memory_ratio = s->memory_ratio = 1.0;
 	s->content_max = 1u << 20;
 	return name_table_init(s, nframes);
@@ -105,9 +100,10 @@ int chunk_table_init(struct share *s, uint32_t nframes)
 
 struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id)
 {
-	struct share *s = eng->share;
+	struct chunk *c;
 
-	for (struct chunk *c = s->chunk_buckets[chunk_bucket(s, id)]; c; c = c->hnext)
+	hashtab_for_each_possible(&eng->share->chunks, c, hnode,
+				  hashtab_hash_digest(id->b))
 		if (!memcmp(c->id.b, id->b, sizeof(id->b)))
 			return c;
 	return NULL;
@@ -126,13 +122,7 @@ struct chunk *chunk_resolve(struct engine *eng, const struct kvp_chunk_id *id)
 
 static void chunk_table_remove(struct share *s, struct chunk *c)
 {
-	struct chunk **p = &s->chunk_buckets[chunk_bucket(s, &c->id)];
-
-	while (*p != c)
-		p = &(*p)->hnext;
-	*p = c->hnext;
-	c->hnext = NULL;
-	s->chunk_count--;
+	hashtab_remove(&s->chunks, &c->hnode);
 }
 
 /* ------------------------------------------------------------ LRU */
@@ -143,15 +133,7 @@ void chunk_lru_remove(struct engine *eng, struct chunk *c)
 
 	if (!c->on_lru)
 		return;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->chunk_head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	else
-		s->chunk_tail = c->prev;
-	c->prev = c->next = NULL;
+	list_del(&c->lru);
 	c->on_lru = false;
 	s->chunk_lru_frames -= c->npages;
 }
@@ -162,13 +144,7 @@ static void chunk_lru_push(struct engine *eng, struct chunk *c)
 
 	c->tick = engine_tick(eng);
 	c->on_lru = true;
-	c->next = NULL;
-	c->prev = s->chunk_tail;
-	if (s->chunk_tail)
-		s->chunk_tail->next = c;
-	else
-		s->chunk_head = c;
-	s->chunk_tail = c;
+	list_add_tail(&c->lru, &s->chunk_lru);
 	s->chunk_lru_frames += c->npages;
 }
 
@@ -188,17 +164,10 @@ static void chunk_lru_update(struct engine *eng, struct chunk *c)
 
 static uint32_t chunk_free(struct engine *eng, struct chunk *c)
 {
-	struct share *s = eng->share;
 	uint32_t n = c->npages;
 
-	if (c->dead) { /* off the dead list */
-		if (c->prev)
-			c->prev->next = c->next;
-		else
-			s->dead_head = c->next;
-		if (c->next)
-			c->next->prev = c->prev;
-	}
+	if (c->dead) /* off the dead list */
+		list_del(&c->lru);
 	/* Last page first: the next allocation gets them back ascending. */
 	while (c->npages)
 		frames_free(&eng->frames[KVP_TIER_DEVICE], c->frames[--c->npages]);
@@ -214,13 +183,7 @@ static void child_unlink(struct engine *eng, struct chunk *c)
 
 	if (!p)
 		return;
-	if (c->sib_prev)
-		c->sib_prev->sib_next = c->sib_next;
-	else
-		p->child_head = c->sib_next;
-	if (c->sib_next)
-		c->sib_next->sib_prev = c->sib_prev;
-	c->sib_prev = c->sib_next = NULL;
+	list_del(&c->sib);
 	c->parent = NULL;
 	p->nchildren--;
 	chunk_lru_update(eng, p); /* a leaf now, perhaps */
@@ -230,13 +193,7 @@ static void name_unlink(struct engine *eng, struct chunk *c)
 {
 	struct chunk_name *n = c->name;
 
-	if (c->name_prev)
-		c->name_prev->name_next = c->name_next;
-	else
-		n->entries = c->name_next;
-	if (c->name_next)
-		c->name_next->name_prev = c->name_prev;
-	c->name_prev = c->name_next = NULL;
+	list_del(&c->name_link);
 	c->name = NULL;
 	if (!--n->nentries)
 		name_free(eng, n);
@@ -254,11 +211,7 @@ static uint32_t chunk_kill_one(struct engine *eng, struct chunk *c)
 		return chunk_free(eng, c);
 	c->dead = true;
 	/* Held: on the dead list, so its frames stay accounted for. */
-	c->prev = NULL;
-	c->next = eng->share->dead_head;
-	if (c->next)
-		c->next->prev = c;
-	eng->share->dead_head = c;
+	list_add(&c->lru, &eng->share->dead);
 	return 0;
 }
 
@@ -273,8 +226,8 @@ uint32_t chunk_kill_tree(struct engine *eng, struct chunk *c, uint32_t *nkilled)
 	for (;;) {
 		struct chunk *x = c;
 
-		while (x->child_head)
-			x = x->child_head;
+		while (!list_empty(&x->children))
+			x = list_first_entry(&x->children, struct chunk, sib);
 		freed += chunk_kill_one(eng, x);
 		(*nkilled)++;
 		if (x == c)
@@ -327,26 +280,28 @@ void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed)
 void chunk_table_fini(struct engine *eng)
 {
 	struct share *s = eng->share;
+	struct chunk *c;
 
-	if (!s->chunk_buckets)
+	if (!s->chunks.buckets)
 		return;
-	for (uint32_t b = 0; b <= s->chunk_mask; b++)
-		while (s->chunk_buckets[b]) {
-			struct chunk *c = s->chunk_buckets[b];
+	/* A tree's kill takes entries of other buckets with it: each bucket
+	 * is read again after every kill. */
+	for (uint64_t b = 0; b < hashtab_nbuckets(&s->chunks); b++)
+		while (hashtab_bucket(&s->chunks, b)) {
 			uint32_t n = 0;
 
+			c = hashtab_entry(hashtab_bucket(&s->chunks, b),
+					  struct chunk, hnode);
 			while (c->parent)
 				c = c->parent;
 			chunk_kill_tree(eng, c, &n); /* held ones: dead list */
 		}
-	while (s->dead_head) { /* the engine goes: nobody holds anything */
-		struct chunk *c = s->dead_head;
-
+	/* the engine goes: nobody holds anything */
+	while ((c = list_first_entry_or_null(&s->dead, struct chunk, lru))) {
 		c->holders = 0;
 		chunk_free(eng, c);
 	}
-	free(s->chunk_buckets);
-	s->chunk_buckets = NULL;
+	hashtab_fini(&s->chunks);
 	name_table_fini(eng);
 }
 
@@ -421,7 +376,7 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 				  "evictable, the rest held; release leases, delete "
 				  "chunks (kvctl chunks) or raise device_mem", sid,
 				  p->pages, avail);
-	ret = slease_reserve(eng, e);
+	ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)p->pages, e);
 	if (ret)
@@ -433,6 +388,10 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 		free(p->c);
 		return errbuf_set(e, -ENOMEM, "chunk %s: out of memory", sid);
 	}
+	INIT_LIST_HEAD(&p->c->children);
+	INIT_LIST_HEAD(&p->c->sib);
+	INIT_LIST_HEAD(&p->c->name_link);
+	INIT_LIST_HEAD(&p->c->lru);
 	return 0;
 }
 
@@ -448,7 +407,7 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 {
 	struct share *s = eng->share;
 	struct chunk *c = p->c;
-	struct share_lease *l;
+	struct lease *l;
 	uint64_t lid;
 
 	chunk_limits_make_room(eng, p->pages, new_name);
@@ -460,29 +419,21 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 	c->start = parent ? parent->start + parent->tokens : 0;
 	for (c->npages = 0; c->npages < p->pages; c->npages++)
 		c->frames[c->npages] = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
-	c->hnext = s->chunk_buckets[chunk_bucket(s, id)];
-	s->chunk_buckets[chunk_bucket(s, id)] = c;
-	s->chunk_count++;
+	hashtab_insert(&s->chunks, &c->hnode, hashtab_hash_digest(id->b));
 	s->chunk_pages += p->pages;
 	s->chunk_last_access_ns = now_ns;
 	/* Into the name's list and the parent's children. */
 	c->name = name;
-	c->name_next = name->entries;
-	if (name->entries)
-		name->entries->name_prev = c;
-	name->entries = c;
+	list_add(&c->name_link, &name->entries);
 	name->nentries++;
 	name->last_access_ns = now_ns;
 	if (parent) {
 		c->parent = parent;
-		c->sib_next = parent->child_head;
-		if (parent->child_head)
-			parent->child_head->sib_prev = c;
-		parent->child_head = c;
+		list_add(&c->sib, &parent->children);
 		parent->nchildren++;
 		c->fill_pin = parent; /* the caller's hold becomes the pin */
 	}
-	slease_new(eng, SL_CHUNK_FILL, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_CHUNK_FILL, owner, &lid);
 	l->chunk = c;
 	c->holders = 1;
 	c->filler = owner;
@@ -510,6 +461,7 @@ static int name_make(const struct share_chunk_root *r,
 	struct chunk_name *n = calloc(1, sizeof(*n));
 
 	if (n) {
+		INIT_LIST_HEAD(&n->entries);
 		n->tokens = malloc((size_t)r->n * sizeof(*n->tokens));
 		n->content = r->content_len ? malloc(r->content_len) : NULL;
 	}
@@ -711,10 +663,10 @@ int share_chunk_link(struct engine *eng, const struct kvp_chunk_id *nid,
 int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 		     struct errbuf *e)
 {
-	struct share_lease *l = slease_lookup(eng, lease);
+	struct lease *l = lease_lookup(eng, lease);
 	int ret;
 
-	if (!l || l->kind != SL_CHUNK_FILL)
+	if (!l || l->kind != LEASE_CHUNK_FILL)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not a chunk "
 				  "fill lease held now (sealed and released "
 				  "already, or never registered)", lease);
@@ -722,10 +674,11 @@ int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " belongs to client "
 				  "%" PRIu32 "; only the client that registered the "
 				  "chunk may seal it", lease, l->owner);
-	ret = share_lease_commit(eng, lease, l->chunk->tokens, e);
+	ret = share_lease_commit(eng, l, lease, l->chunk->tokens, e);
 	if (ret)
 		return ret;
-	return share_lease_release(eng, lease, e);
+	lease_release(eng, l);
+	return 0;
 }
 
 int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
@@ -733,7 +686,7 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 			struct errbuf *e)
 {
 	struct chunk *c = chunk_resolve(eng, id);
-	struct share_lease *l;
+	struct lease *l;
 	uint64_t lid;
 	char sid[17];
 	int ret;
@@ -746,12 +699,12 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 		return errbuf_set(e, -EAGAIN, "chunk %s is not ready: client %"
 				  PRIu32 " is filling it; retry after it seals",
 				  sid, c->filler);
-	ret = slease_reserve(eng, e);
+	ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, c->npages, e);
 	if (ret)
 		return ret;
-	slease_new(eng, SL_CHUNK_READ, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_CHUNK_READ, owner, &lid);
 	l->chunk = c;
 	chunk_hold(eng, c);
 	chunk_touch(eng, c, now_ns);
@@ -764,6 +717,8 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 static void entry_info_of(const struct engine *eng, const struct chunk *c,
 			  struct kvp_chunk_entry_info *out)
 {
+	const struct chunk *k;
+
 	*out = (struct kvp_chunk_entry_info){
 		.id = c->id,
 		.name = c->name->id,
@@ -776,7 +731,7 @@ static void entry_info_of(const struct engine *eng, const struct chunk *c,
 		.holders = c->holders - (c->fill_lease ? 1 : 0),
 		.children = c->nchildren,
 	};
-	for (const struct chunk *k = c->child_head; k; k = k->sib_next)
+	list_for_each_entry(k, &c->children, sib)
 		if (k->fill_pin == c)
 			out->holders--;
 	if (c->parent)
@@ -799,14 +754,17 @@ int share_chunk_entries(struct engine *eng, const struct kvp_chunk_id *nid,
 			struct errbuf *e)
 {
 	struct chunk_name *n = name_find(eng, nid);
+	struct chunk *c;
 	uint32_t i = 0;
 
 	if (!n)
 		return entry_not_found("chunk", nid, e);
 	/* Oldest first: the list is newest first. */
-	for (struct chunk *c = n->entries; c; c = c->name_next, i++)
+	list_for_each_entry(c, &n->entries, name_link) {
 		if (n->nentries - 1 - i < max)
 			entry_info_of(eng, c, &rows[n->nentries - 1 - i]);
+		i++;
+	}
 	return (int)n->nentries;
 }
 

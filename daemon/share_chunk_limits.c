@@ -60,7 +60,7 @@ int share_chunk_limits(struct engine *eng, int64_t max_chunks,
 			.config_max_chunks = s->cfg_max_chunks,
 			.memory_ratio = s->memory_ratio,
 			.config_memory_ratio = s->cfg_memory_ratio,
-			.names = s->name_count,
+			.names = s->names.count,
 			.pages = s->chunk_pages,
 			.limit_pages = limit_pages(eng),
 		};
@@ -74,15 +74,17 @@ static struct chunk_name *name_freeable(struct engine *eng)
 	struct share *s = eng->share;
 	struct chunk_name *best = NULL;
 
-	for (uint32_t b = 0; b <= s->name_mask; b++)
-		for (struct chunk_name *n = s->name_buckets[b]; n; n = n->hnext) {
-			bool busy = false;
+	struct chunk_name *n;
+	struct chunk *c;
 
-			for (struct chunk *c = n->entries; c && !busy; c = c->name_next)
-				busy = c->mark == s->mark;
-			if (!busy && (!best || n->last_access_ns < best->last_access_ns))
-				best = n;
-		}
+	hashtab_for_each_safe(&s->names, n, hnode) {
+		bool busy = false;
+
+		list_for_each_entry(c, &n->entries, name_link)
+			busy |= c->mark == s->mark;
+		if (!busy && (!best || n->last_access_ns < best->last_access_ns))
+			best = n;
+	}
 	return best;
 }
 
@@ -96,7 +98,7 @@ int chunk_limits_plan(struct engine *eng, uint64_t pages, bool new_name,
 {
 	struct share *s = eng->share;
 	uint64_t lim = limit_pages(eng), free_pages;
-	bool names_full = new_name && s->max_chunks && s->name_count >= s->max_chunks;
+	bool names_full = new_name && s->max_chunks && s->names.count >= s->max_chunks;
 
 	if (!names_full && s->chunk_pages + pages <= lim)
 		return 0;
@@ -107,7 +109,7 @@ int chunk_limits_plan(struct engine *eng, uint64_t pages, bool new_name,
 				  "has entries held (leases, compositions, sequences) "
 				  "or being filled, or under such; release some or "
 				  "delete chunks (kvctl chunks), or raise max_chunks",
-				  sid, s->name_count);
+				  sid, s->names.count);
 	if (s->chunk_pages + pages > lim + free_pages)
 		return errbuf_set(e, -ENOMEM, "chunk %s: %" PRIu64 " more pages "
 				  "would pass chunk_memory_ratio %.3g (%" PRIu64
@@ -126,22 +128,22 @@ void chunk_limits_make_room(struct engine *eng, uint64_t pages, bool new_name)
 	struct share *s = eng->share;
 	uint64_t lim = limit_pages(eng);
 
-	if (new_name && s->max_chunks && s->name_count >= s->max_chunks) {
+	if (new_name && s->max_chunks && s->names.count >= s->max_chunks) {
 		struct chunk_name *n;
 
 		chunk_mark_busy(eng);
 		n = name_freeable(eng);
-		while (n && s->name_count >= s->max_chunks) {
+		while (n && s->names.count >= s->max_chunks) {
 			const struct kvp_chunk_id id = n->id;
 
 			/* The last entry's kill frees the name. */
 			while ((n = name_find(eng, &id)))
-				chunk_evict(eng, n->entries);
+				chunk_evict(eng, name_first_entry(n));
 			n = name_freeable(eng);
 		}
 	}
-	while (s->chunk_pages + pages > lim && s->chunk_head)
-		chunk_evict(eng, s->chunk_head);
+	while (s->chunk_pages + pages > lim && chunk_lru_head(s))
+		chunk_evict(eng, chunk_lru_head(s));
 }
 
 /* ------------------------------------------------------------ check */
@@ -152,6 +154,7 @@ static int entry_check(struct engine *eng, const struct chunk *c,
 	bool want_lru = c->state == KVP_CHUNK_READY && !c->holders &&
 			!c->nchildren;
 	uint32_t kids = 0, pins = 0;
+	const struct chunk *k;
 	char sid[17];
 
 	chunk_id_short(&c->id, sid);
@@ -178,7 +181,7 @@ static int entry_check(struct engine *eng, const struct chunk *c,
 	if (!c->parent && c->start)
 		return errbuf_set(e, -EFAULT, "chunk root %s starts at %" PRIu32,
 				  sid, c->start);
-	for (const struct chunk *k = c->child_head; k; k = k->sib_next) {
+	list_for_each_entry(k, &c->children, sib) {
 		if (k->parent != c || ++kids > c->nchildren)
 			return errbuf_set(e, -EFAULT, "chunk entry %s: child list "
 					  "holds %u+ entries, counts %" PRIu32, sid,
@@ -200,54 +203,55 @@ int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
 	uint64_t alive = 0, lru = 0, lru_frames = 0, named = 0, names = 0;
 	int ret;
 
-	for (uint32_t b = 0; b <= s->chunk_mask; b++)
-		for (struct chunk *c = s->chunk_buckets[b]; c; c = c->hnext) {
-			alive++;
-			ret = entry_check(eng, c, e);
-			if (ret)
-				return ret;
-			for (uint32_t i = 0; i < c->npages; i++) {
-				uint32_t f = c->frames[i];
+	struct chunk_name *n;
+	struct chunk *c;
 
-				if (!frames_in_use(&eng->frames[KVP_TIER_DEVICE], f) ||
-				    owner[f])
-					return errbuf_set(e, -EFAULT, "chunk page %"
-							  PRIu32 ": frame %" PRIu32
-							  " free or owned twice", i, f);
-				owner[f] = 1;
-				(*frames)++;
-			}
-		}
-	for (uint32_t b = 0; b <= s->name_mask; b++)
-		for (struct chunk_name *n = s->name_buckets[b]; n; n = n->hnext) {
-			uint32_t k = 0;
+	hashtab_for_each_safe(&s->chunks, c, hnode) {
+		alive++;
+		ret = entry_check(eng, c, e);
+		if (ret)
+			return ret;
+		for (uint32_t i = 0; i < c->npages; i++) {
+			uint32_t f = c->frames[i];
 
-			names++;
-			for (struct chunk *c = n->entries; c; c = c->name_next)
-				if (c->name != n || ++k > n->nentries)
-					return errbuf_set(e, -EFAULT, "chunk name "
-							  "list broken");
-			if (!k || k != n->nentries)
-				return errbuf_set(e, -EFAULT, "chunk name with %u "
-						  "entries listed, %" PRIu32
-						  " counted", k, n->nentries);
-			named += k;
+			if (!frames_in_use(&eng->frames[KVP_TIER_DEVICE], f) ||
+			    owner[f])
+				return errbuf_set(e, -EFAULT, "chunk page %"
+						  PRIu32 ": frame %" PRIu32
+						  " free or owned twice", i, f);
+			owner[f] = 1;
+			(*frames)++;
 		}
-	for (struct chunk *c = s->chunk_head; c; c = c->next) {
+	}
+	hashtab_for_each_safe(&s->names, n, hnode) {
+		uint32_t k = 0;
+
+		names++;
+		list_for_each_entry(c, &n->entries, name_link)
+			if (c->name != n || ++k > n->nentries)
+				return errbuf_set(e, -EFAULT, "chunk name "
+						  "list broken");
+		if (!k || k != n->nentries)
+			return errbuf_set(e, -EFAULT, "chunk name with %u "
+					  "entries listed, %" PRIu32
+					  " counted", k, n->nentries);
+		named += k;
+	}
+	list_for_each_entry(c, &s->chunk_lru, lru) {
 		lru_frames += c->npages;
 		if (++lru > alive)
 			return errbuf_set(e, -EFAULT, "chunk LRU has a cycle");
 	}
-	if (alive != s->chunk_count || lru_frames != s->chunk_lru_frames ||
-	    named != alive || names != s->name_count)
+	if (alive != s->chunks.count || lru_frames != s->chunk_lru_frames ||
+	    named != alive || names != s->names.count)
 		return errbuf_set(e, -EFAULT, "chunk table counts %" PRIu64 " (found %"
 				  PRIu64 ", %" PRIu64 " through names), LRU frames %"
 				  PRIu64 " (found %" PRIu64 "), names %" PRIu64
-				  " (found %" PRIu64 ")", s->chunk_count, alive,
+				  " (found %" PRIu64 ")", s->chunks.count, alive,
 				  named, s->chunk_lru_frames, lru_frames,
-				  s->name_count, names);
+				  s->names.count, names);
 	/* Dead entries still held own their frames too. */
-	for (struct chunk *c = s->dead_head; c; c = c->next) {
+	list_for_each_entry(c, &s->dead, lru) {
 		if (!c->dead || !c->holders || c->name || c->parent)
 			return errbuf_set(e, -EFAULT, "dead chunk list holds an entry "
 					  "alive, unheld or linked");

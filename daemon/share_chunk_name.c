@@ -23,41 +23,31 @@
 
 /* ------------------------------------------------------------ table */
 
-static uint32_t name_bucket(const struct share *s, const struct kvp_chunk_id *id)
-{
-	uint32_t b;
-
-	memcpy(&b, id->b, sizeof(b));
-	return b & s->name_mask;
-}
-
 int name_table_init(struct share *s, uint32_t nframes)
 {
-	uint32_t nb = 16;
+	uint64_t nb = 2 * (uint64_t)nframes;
 
-	/* A name has an entry, an entry a frame at least. */
-	while (nb < 2 * (uint64_t)nframes && nb < (1u << 31))
-		nb <<= 1;
-	s->name_buckets = calloc(nb, sizeof(*s->name_buckets));
-	if (!s->name_buckets)
-		return -ENOMEM;
-	s->name_mask = nb - 1;
-	return 0;
+	/* A name has an entry, an entry a frame at least: the table never
+	 * grows and inserts need no reserve. */
+	if (nb < 16)
+		nb = 16;
+	if (nb > (1u << 31))
+		nb = 1u << 31;
+	return hashtab_init_fixed(&s->names, nb);
 }
 
 void name_table_fini(struct engine *eng)
 {
 	/* Every name went with its last entry (chunk_table_fini). */
-	free(eng->share->name_buckets);
-	eng->share->name_buckets = NULL;
+	hashtab_fini(&eng->share->names);
 }
 
 struct chunk_name *name_find(struct engine *eng, const struct kvp_chunk_id *id)
 {
-	struct share *s = eng->share;
+	struct chunk_name *n;
 
-	for (struct chunk_name *n = s->name_buckets[name_bucket(s, id)]; n;
-	     n = n->hnext)
+	hashtab_for_each_possible(&eng->share->names, n, hnode,
+				  hashtab_hash_digest(id->b))
 		if (!memcmp(n->id.b, id->b, sizeof(id->b)))
 			return n;
 	return NULL;
@@ -65,7 +55,9 @@ struct chunk_name *name_find(struct engine *eng, const struct kvp_chunk_id *id)
 
 struct chunk *name_root(const struct chunk_name *n)
 {
-	for (struct chunk *c = n->entries; c; c = c->name_next)
+	struct chunk *c;
+
+	list_for_each_entry(c, &n->entries, name_link)
 		if (!c->parent)
 			return c;
 	return NULL;
@@ -73,23 +65,13 @@ struct chunk *name_root(const struct chunk_name *n)
 
 void name_insert(struct engine *eng, struct chunk_name *n)
 {
-	struct share *s = eng->share;
-	uint32_t b = name_bucket(s, &n->id);
-
-	n->hnext = s->name_buckets[b];
-	s->name_buckets[b] = n;
-	s->name_count++;
+	hashtab_insert(&eng->share->names, &n->hnode,
+		       hashtab_hash_digest(n->id.b));
 }
 
 void name_free(struct engine *eng, struct chunk_name *n)
 {
-	struct share *s = eng->share;
-	struct chunk_name **p = &s->name_buckets[name_bucket(s, &n->id)];
-
-	while (*p != n)
-		p = &(*p)->hnext;
-	*p = n->hnext;
-	s->name_count--;
+	hashtab_remove(&eng->share->names, &n->hnode);
 	json_decref(n->meta_json);
 	free(n->meta);
 	free(n->tokens);
@@ -215,18 +197,18 @@ uint64_t chunk_mark_busy(struct engine *eng)
 	struct share *s = eng->share;
 	uint64_t pages = 0;
 
+	struct chunk *c;
+
 	s->mark++;
-	for (uint32_t b = 0; b <= s->chunk_mask; b++)
-		for (struct chunk *c = s->chunk_buckets[b]; c; c = c->hnext)
-			if (c->holders || c->state != KVP_CHUNK_READY)
-				/* Up to the first ancestor marked already. */
-				for (struct chunk *x = c; x && x->mark != s->mark;
-				     x = x->parent)
-					x->mark = s->mark;
-	for (uint32_t b = 0; b <= s->chunk_mask; b++)
-		for (struct chunk *c = s->chunk_buckets[b]; c; c = c->hnext)
-			if (c->mark != s->mark)
-				pages += c->npages;
+	hashtab_for_each_safe(&s->chunks, c, hnode)
+		if (c->holders || c->state != KVP_CHUNK_READY)
+			/* Up to the first ancestor marked already. */
+			for (struct chunk *x = c; x && x->mark != s->mark;
+			     x = x->parent)
+				x->mark = s->mark;
+	hashtab_for_each_safe(&s->chunks, c, hnode)
+		if (c->mark != s->mark)
+			pages += c->npages;
 	return pages;
 }
 
@@ -268,7 +250,7 @@ static size_t utf8_cut(const unsigned char *p, size_t len, size_t n)
 static void name_info_of(const struct engine *eng, const struct chunk_name *n,
 			 struct kvp_chunk_info *out)
 {
-	const struct chunk *root = name_root(n);
+	const struct chunk *root = name_root(n), *c, *k;
 	size_t pv = n->content ? utf8_cut(n->content, n->content_len,
 					  KVP_CHUNK_PREVIEW_MAX - 1) : 0;
 
@@ -285,11 +267,11 @@ static void name_info_of(const struct engine *eng, const struct chunk_name *n,
 	out->hits = n->hits;
 	if (root)
 		out->root = root->id;
-	for (const struct chunk *c = n->entries; c; c = c->name_next) {
+	list_for_each_entry(c, &n->entries, name_link) {
 		out->pages += c->npages;
 		/* fill leases and FILLING children's pins are no readers */
 		out->holders += c->holders - (c->fill_lease ? 1 : 0);
-		for (const struct chunk *k = c->child_head; k; k = k->sib_next)
+		list_for_each_entry(k, &c->children, sib)
 			out->holders -= k->fill_pin == c;
 	}
 	out->bytes = (uint64_t)out->pages * eng->layout.page_bytes;
@@ -345,6 +327,7 @@ int share_chunk_list(struct engine *eng, uint32_t type, const char *filter,
 {
 	struct share *s = eng->share;
 	uint64_t n = 0, from = 0;
+	struct chunk_name *c;
 	json_t *f = NULL;
 	char *canon = NULL;
 	uint32_t w = 0;
@@ -358,23 +341,22 @@ int share_chunk_list(struct engine *eng, uint32_t type, const char *filter,
 	free(canon);
 	if (ret)
 		return ret;
-	if (s->name_count > s->ids_cap) {
-		struct kvp_chunk_id *p = realloc(s->ids, s->name_count * sizeof(*p));
+	if (s->names.count > s->ids_cap) {
+		struct kvp_chunk_id *p = realloc(s->ids, s->names.count * sizeof(*p));
 
 		if (!p) {
 			json_decref(f);
 			return errbuf_set(e, -ENOMEM, "out of memory listing %"
-					  PRIu64 " chunks", s->name_count);
+					  PRIu64 " chunks", s->names.count);
 		}
 		s->ids = p;
-		s->ids_cap = s->name_count;
+		s->ids_cap = s->names.count;
 	}
-	for (uint32_t b = 0; b <= s->name_mask; b++)
-		for (struct chunk_name *c = s->name_buckets[b]; c; c = c->hnext)
-			if ((!type || c->type == type) &&
-			    (!cursor || memcmp(c->id.b, cursor->b, 32) > 0) &&
-			    meta_match(c->meta_json, f))
-				s->ids[n++] = c->id;
+	hashtab_for_each_safe(&s->names, c, hnode)
+		if ((!type || c->type == type) &&
+		    (!cursor || memcmp(c->id.b, cursor->b, 32) > 0) &&
+		    meta_match(c->meta_json, f))
+			s->ids[n++] = c->id;
 	json_decref(f);
 	/* A tenant that never had a chunk has no ids array yet, and qsort's
 	 * base must not be NULL even for 0 elements (glibc declares it
@@ -398,7 +380,7 @@ static uint32_t name_kill(struct engine *eng, struct chunk_name *n,
 	uint32_t freed = 0;
 
 	while ((n = name_find(eng, &id)))
-		freed += chunk_kill_tree(eng, n->entries, nkilled);
+		freed += chunk_kill_tree(eng, name_first_entry(n), nkilled);
 	return freed;
 }
 
@@ -431,21 +413,23 @@ static int name_kill_matching(struct engine *eng,
 	struct share *s = eng->share;
 	int count = 0;
 
-	for (uint32_t b = 0; b <= s->name_mask; b++) {
-		struct chunk_name *n = s->name_buckets[b];
+	for (uint64_t b = 0; b < hashtab_nbuckets(&s->names); b++) {
+		struct hnode *x = hashtab_bucket(&s->names, b);
 
-		while (n) {
+		while (x) {
+			struct chunk_name *n = hashtab_entry(x, struct chunk_name,
+							     hnode);
 			uint32_t k = 0;
 
 			if (!pred(eng, n, arg)) {
-				n = n->hnext;
+				x = x->next;
 				continue;
 			}
 			if (evicted)
 				eng->st.chunk_evicted++;
 			name_kill(eng, n, &k);
 			count++;
-			n = s->name_buckets[b];
+			x = hashtab_bucket(&s->names, b);
 		}
 	}
 	return count;
@@ -480,7 +464,9 @@ static bool unused_for(struct engine *eng, const struct chunk_name *n,
 	if (a->now_ns < n->last_access_ns ||
 	    a->now_ns - n->last_access_ns < a->max_age_ns)
 		return false;
-	for (const struct chunk *c = n->entries; c; c = c->name_next)
+	const struct chunk *c;
+
+	list_for_each_entry(c, &n->entries, name_link)
 		if (c->mark == eng->share->mark)
 			return false;
 	return true;

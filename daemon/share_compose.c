@@ -169,7 +169,7 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 	}
 	ret = share_scratch(eng, ints, e);
 	if (!ret && !preview)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (ret)
 		goto out;
 
@@ -214,12 +214,12 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 	for (uint32_t i = 0; i < total; i++)
 		chunk_touch(eng, ch[i], now_ns);
 	if (!preview) {
-		struct share_lease *l;
+		struct lease *l;
 		struct chunk **held = realloc(dist, ndist * sizeof(*held));
 
 		if (held)
 			dist = held;
-		slease_new(eng, SL_COMPOSE, owner, &out->lease, &l, NULL);
+		l = lease_new(eng, LEASE_COMPOSE, owner, &out->lease);
 		l->comp.chunks = dist;
 		l->comp.n = ndist;
 		for (uint32_t i = 0; i < ndist; i++)

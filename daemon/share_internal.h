@@ -29,11 +29,11 @@
 #define KVPOOL_SHARE_INTERNAL_H
 
 #include "engine_internal.h"
+#include "engine_share.h"
+#include "hashtab.h"
 #include "share.h"
 
 #define PC_NONE UINT32_MAX
-#define SHARE_LEASE_BIT (1ull << 31)
-#define SHARE_LEASE_MAX (1u << 24)
 
 /* ------------------------------------------------------------ shared pages */
 
@@ -47,8 +47,8 @@ struct pc_entry {
 	uint32_t frame;          /* FRAME_NONE: entry slot free */
 	uint32_t parent;         /* PC_NONE for page 0 of a chain */
 	uint32_t nchildren;      /* entries whose parent this is */
-	uint32_t hnext;          /* hash chain */
-	uint32_t prev, next;     /* pc LRU links (idle leaves) */
+	struct hnode hnode;      /* share.pcs, while published */
+	struct list_head link;   /* pc LRU (idle leaves) or the free list */
 	bool on_lru;
 	uint64_t tick;
 };
@@ -77,12 +77,12 @@ struct chunk {
 	bool on_lru;
 	uint64_t tick;
 	uint64_t mark;           /* == share.mark: busy (chunk_plan_limits) */
-	struct chunk *child_head; /* live entries whose parent this is */
-	struct chunk *sib_prev, *sib_next;
+	struct list_head children; /* live entries whose parent this is */
+	struct list_head sib;    /* on parent->children */
 	uint32_t nchildren;
-	struct chunk *name_prev, *name_next; /* the name's entries */
-	struct chunk *hnext;
-	struct chunk *prev, *next; /* chunk LRU, or the dead list */
+	struct list_head name_link; /* on name->entries */
+	struct hnode hnode;      /* share.chunks */
+	struct list_head lru;    /* chunk LRU, or the dead list */
 };
 
 /* A name record: what was registered, shared by its entries. */
@@ -98,9 +98,9 @@ struct chunk_name {
 	uint64_t created_ns;
 	uint64_t last_access_ns;
 	uint64_t hits;
-	struct chunk *entries;   /* list through name_next */
+	struct list_head entries; /* through chunk.name_link, newest first */
 	uint32_t nentries;
-	struct chunk_name *hnext;
+	struct hnode hnode;      /* share.names */
 };
 /* ------------------------------------------------------------ sequences */
 
@@ -141,40 +141,14 @@ struct seq {
 	 * parents (the invariant above). */
 	uint32_t *anchors;
 	uint32_t nanchors;
-	struct seq *hnext;
+	struct hnode hnode;      /* share.seqs */
 };
 
 struct seq_table {
-	struct seq **buckets;
-	uint64_t mask;
-	uint64_t count;
+	struct hashtab ht;       /* by id (hashtab_hash_u64) */
 };
 
-/* ------------------------------------------------------------ leases */
-
-enum share_lease_kind {
-	SL_FREE = 0,
-	SL_SEQ_WRITE,
-	SL_CHUNK_FILL,
-	SL_CHUNK_READ,
-	SL_COMPOSE,
-};
-
-struct share_lease {
-	uint32_t kind;
-	uint32_t gen;
-	uint32_t owner;
-	uint32_t next_free;
-	bool committed;          /* SEQ_WRITE / CHUNK_FILL: committed (sealed) */
-	union {
-		struct seq *seq;
-		struct chunk *chunk;
-		struct {
-			struct chunk **chunks;
-			uint32_t n;
-		} comp;
-	};
-};
+/* Leases: the engine's one table (engine_internal.h, lease.c). */
 
 /* ------------------------------------------------------------ the whole */
 
@@ -192,27 +166,22 @@ struct share {
 
 	/* prefix cache: entries[nframes], hash buckets, free list, LRU */
 	struct pc_entry *pc;
-	uint32_t *pc_buckets;
-	uint32_t pc_mask;
-	uint32_t pc_free;
-	uint32_t pc_head, pc_tail; /* idle leaves, oldest first */
+	struct hashtab pcs;      /* published entries by hash */
+	struct list_head pc_free_list;
+	struct list_head pc_lru; /* idle leaves, oldest first */
 	uint64_t pc_count;       /* published entries */
 	uint64_t pc_idle;        /* of those with refs == 0 */
 
 	/* chunks: entries by id (alive ones), LRU of unheld ready leaves */
-	struct chunk **chunk_buckets;
-	uint32_t chunk_mask;
-	uint64_t chunk_count;    /* alive entries (in the table) */
+	struct hashtab chunks;   /* by id (hashtab_hash_digest); .count: alive */
 	uint64_t chunk_pages;    /* pages of alive and dead entries */
-	struct chunk *chunk_head, *chunk_tail;
-	struct chunk *dead_head; /* dead entries still held (prev/next links) */
+	struct list_head chunk_lru; /* oldest first, through chunk.lru */
+	struct list_head dead;   /* dead entries still held (chunk.lru) */
 	uint64_t chunk_lru_frames;
 	uint64_t chunk_last_access_ns;
 	uint64_t mark;           /* epoch of chunk.mark */
 	/* names by id */
-	struct chunk_name **name_buckets;
-	uint32_t name_mask;
-	uint64_t name_count;
+	struct hashtab names;    /* by id (hashtab_hash_digest) */
 	/* limits (kvpool.h kvp_chunk_limits): configured and in force */
 	uint64_t cfg_max_chunks, max_chunks;
 	double cfg_memory_ratio, memory_ratio;
@@ -221,11 +190,6 @@ struct share {
 	struct seq_table seqs;
 	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
 
-	struct share_lease *leases;
-	uint32_t leases_cap;
-	uint32_t lease_free;
-	uint32_t leases_live;
-
 	/* scratch for results (compose arrays, hit lists) */
 	int32_t *scratch;
 	uint64_t scratch_cap;
@@ -233,28 +197,7 @@ struct share {
 	uint64_t ids_cap;
 };
 
-/* share.c */
-int share_create(struct engine *eng, struct errbuf *e);
-void share_destroy(struct engine *eng);
-/* Frames eviction can free from the shared world: unheld chunks, idle pages. */
-uint64_t share_evictable(const struct engine *eng);
-/* Tick of the oldest evictable item of the shared world (UINT64_MAX: none). */
-uint64_t share_oldest_tick(const struct engine *eng);
-/* Evict that item; returns device frames freed. */
-uint32_t share_evict_oldest(struct engine *eng);
-uint32_t share_release_owner(struct engine *eng, uint32_t owner);
-void share_stats(const struct engine *eng, struct kvp_stats *st);
-/* owner: one byte per device frame, set for frames histories hold; adds
- * the shared world's and chunks' frames to it and to *frames_held. */
-int share_check(struct engine *eng, uint8_t *owner, uint64_t *frames_held,
-		struct errbuf *e);
-int share_lease_slots(struct engine *eng, uint64_t id, uint32_t first,
-		      uint32_t n, struct kvp_slot *out, struct errbuf *e);
-int share_lease_commit(struct engine *eng, uint64_t id, uint32_t n,
-		       struct errbuf *e);
-int share_lease_release(struct engine *eng, uint64_t id, struct errbuf *e);
-int64_t share_lease_owner(struct engine *eng, uint64_t id);
-
+/* share.c (and engine_share.h, what the engine core calls) */
 /* Make `need` device frames free, evicting across every LRU; the caller
  * checked engine_device_avail(). */
 uint32_t share_frame_alloc(struct engine *eng); /* a free device frame (sp reset) */
@@ -266,12 +209,6 @@ int share_scratch(struct engine *eng, uint64_t n, struct errbuf *e);
 int share_read_token(struct engine *eng, uint32_t frame, uint32_t slot,
 		     void *out, struct errbuf *e);
 
-int slease_new(struct engine *eng, uint32_t kind, uint32_t owner,
-	       uint64_t *id, struct share_lease **out, struct errbuf *e);
-int slease_reserve(struct engine *eng, struct errbuf *e);
-struct share_lease *slease_lookup(struct engine *eng, uint64_t id);
-void slease_put(struct engine *eng, struct share_lease *l);
-uint64_t slease_id(const struct engine *eng, const struct share_lease *l);
 
 /* Start a SHA-256 on the shared context (share_prefix.c). */
 struct evp_md_ctx_st *share_digest_begin(const struct engine *eng);
@@ -295,6 +232,11 @@ uint32_t pc_find(const struct engine *eng, const uint8_t hash[32]);
  * held (refs > 0) and unpublished; the hash is not in the table. */
 void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 		uint32_t parent);
+/* The oldest idle leaf, NULL when none. */
+static inline struct pc_entry *pc_lru_head(const struct share *s)
+{
+	return list_first_entry_or_null(&s->pc_lru, struct pc_entry, link);
+}
 /* Idle-state transitions, called by sp_ref/sp_unref. */
 void pc_became_busy(struct engine *eng, uint32_t e);
 void pc_became_idle(struct engine *eng, uint32_t e);
@@ -304,6 +246,11 @@ int pc_init(struct share *s, uint32_t nframes);
 void pc_fini(struct share *s);
 
 /* share_chunk.c: entries */
+/* The least recently used evictable entry, NULL when none. */
+static inline struct chunk *chunk_lru_head(const struct share *s)
+{
+	return list_first_entry_or_null(&s->chunk_lru, struct chunk, lru);
+}
 void chunk_hold(struct engine *eng, struct chunk *c);
 void chunk_unhold(struct engine *eng, struct chunk *c);
 struct chunk *chunk_find(struct engine *eng, const struct kvp_chunk_id *id);
@@ -334,6 +281,11 @@ void chunk_limits_make_room(struct engine *eng, uint64_t pages, bool new_name);
 
 /* share_chunk_name.c: names */
 struct chunk_name *name_find(struct engine *eng, const struct kvp_chunk_id *id);
+/* The name's newest entry (a name in the table has one at least). */
+static inline struct chunk *name_first_entry(const struct chunk_name *n)
+{
+	return list_first_entry(&n->entries, struct chunk, name_link);
+}
 /* The name's root entry, NULL when it has none. */
 struct chunk *name_root(const struct chunk_name *n);
 void name_insert(struct engine *eng, struct chunk_name *n);
@@ -364,10 +316,5 @@ void seq_table_fini(struct engine *eng);
 uint32_t seq_release_owner(struct engine *eng, uint32_t owner);
 /* Count each frame's SP_REF listings into refs[]; check pins. */
 int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e);
-
-/* engine.c, for the shared world */
-int engine_view_reserve(struct engine *eng, uint32_t n, struct errbuf *e);
-void history_pin(struct engine *eng, struct history *h);
-void history_unpin(struct engine *eng, struct history *h);
 
 #endif /* KVPOOL_SHARE_INTERNAL_H */

@@ -73,80 +73,68 @@ void share_prefix_hashes(const struct engine *eng, const uint32_t *tokens,
 
 /* ------------------------------------------------------------ table */
 
-static uint32_t bucket_of(const struct share *s, const uint8_t hash[32])
-{
-	uint32_t b;
-
-	memcpy(&b, hash, sizeof(b)); /* SHA-256 bytes are uniform already */
-	return b & s->pc_mask;
-}
-
+/*
+ * Entries live in s->pc[nframes] (one per device frame: the table never
+ * grows and needs no reserve) and are named by index (sp[].pc, parent).
+ * Free entries are on s->pc_free_list, published ones in s->pcs by the
+ * hash (SHA-256 bytes are uniform already: hashtab_hash_digest), idle
+ * leaves on s->pc_lru; free and LRU share the entry's list link.
+ */
 int pc_init(struct share *s, uint32_t nframes)
 {
-	uint32_t nb = 16;
+	uint64_t nb = 2 * (uint64_t)nframes;
 
-	while (nb < 2 * (uint64_t)nframes && nb < (1u << 31))
-		nb <<= 1;
+	if (nb < 16)
+		nb = 16;
+	if (nb > (1u << 31))
+		nb = 1u << 31;
+	INIT_LIST_HEAD(&s->pc_lru);
+	INIT_LIST_HEAD(&s->pc_free_list);
 	s->pc = calloc(nframes ? nframes : 1, sizeof(*s->pc));
-	s->pc_buckets = malloc((size_t)nb * sizeof(*s->pc_buckets));
-	if (!s->pc || !s->pc_buckets)
+	if (!s->pc || hashtab_init_fixed(&s->pcs, nb))
 		return -ENOMEM;
-	s->pc_mask = nb - 1;
-	for (uint32_t i = 0; i < nb; i++)
-		s->pc_buckets[i] = PC_NONE;
 	for (uint32_t i = 0; i < nframes; i++) {
 		s->pc[i].frame = FRAME_NONE;
-		s->pc[i].hnext = i + 1 < nframes ? i + 1 : PC_NONE;
+		list_add_tail(&s->pc[i].link, &s->pc_free_list);
 	}
-	s->pc_free = nframes ? 0 : PC_NONE;
-	s->pc_head = s->pc_tail = PC_NONE;
 	return 0;
 }
 
 void pc_fini(struct share *s)
 {
 	free(s->pc);
-	free(s->pc_buckets);
+	hashtab_fini(&s->pcs);
 }
 
 uint32_t pc_find(const struct engine *eng, const uint8_t hash[32])
 {
 	const struct share *s = eng->share;
+	struct pc_entry *pe;
 
-	for (uint32_t i = s->pc_buckets[bucket_of(s, hash)]; i != PC_NONE;
-	     i = s->pc[i].hnext)
-		if (!memcmp(s->pc[i].hash, hash, 32))
-			return i;
+	hashtab_for_each_possible(&s->pcs, pe, hnode, hashtab_hash_digest(hash))
+		if (!memcmp(pe->hash, hash, 32))
+			return (uint32_t)(pe - s->pc);
 	return PC_NONE;
-}
-
-static void pc_unlink_hash(struct share *s, uint32_t e)
-{
-	uint32_t *p = &s->pc_buckets[bucket_of(s, s->pc[e].hash)];
-
-	while (*p != e)
-		p = &s->pc[*p].hnext;
-	*p = s->pc[e].hnext;
 }
 
 void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 		uint32_t parent)
 {
 	struct share *s = eng->share;
-	uint32_t e = s->pc_free, b = bucket_of(s, hash);
 	struct pc_entry *pe;
+	uint32_t e;
 
-	if (e == PC_NONE)
+	pe = list_first_entry_or_null(&s->pc_free_list, struct pc_entry, link);
+	if (!pe)
 		abort(); /* one entry per frame: cannot run out */
-	pe = &s->pc[e];
-	s->pc_free = pe->hnext;
+	e = (uint32_t)(pe - s->pc);
+	list_del(&pe->link);
 	memcpy(pe->hash, hash, 32);
 	pe->frame = frame;
 	pe->parent = parent;
 	pe->nchildren = 0;
 	pe->on_lru = false;
-	pe->hnext = s->pc_buckets[b];
-	s->pc_buckets[b] = e;
+	hashtab_insert(&s->pcs, &pe->hnode, hashtab_hash_digest(hash));
 	s->sp[frame].pc = e;
 	if (parent != PC_NONE)
 		s->pc[parent].nchildren++; /* held by the publisher: not on the LRU */
@@ -159,14 +147,7 @@ static void lru_unlink(struct share *s, uint32_t e)
 {
 	struct pc_entry *pe = &s->pc[e];
 
-	if (pe->prev != PC_NONE)
-		s->pc[pe->prev].next = pe->next;
-	else
-		s->pc_head = pe->next;
-	if (pe->next != PC_NONE)
-		s->pc[pe->next].prev = pe->prev;
-	else
-		s->pc_tail = pe->prev;
+	list_del(&pe->link);
 	pe->on_lru = false;
 }
 
@@ -177,13 +158,7 @@ static void lru_push_tail(struct engine *eng, uint32_t e)
 
 	pe->tick = engine_tick(eng);
 	pe->on_lru = true;
-	pe->next = PC_NONE;
-	pe->prev = s->pc_tail;
-	if (s->pc_tail != PC_NONE)
-		s->pc[s->pc_tail].next = e;
-	else
-		s->pc_head = e;
-	s->pc_tail = e;
+	list_add_tail(&pe->link, &s->pc_lru);
 }
 
 /* A parent becomes a leaf when its last child goes: it is at least as old
@@ -194,13 +169,7 @@ static void lru_push_head(struct share *s, uint32_t e, uint64_t tick)
 
 	pe->tick = tick;
 	pe->on_lru = true;
-	pe->prev = PC_NONE;
-	pe->next = s->pc_head;
-	if (s->pc_head != PC_NONE)
-		s->pc[s->pc_head].prev = e;
-	else
-		s->pc_tail = e;
-	s->pc_head = e;
+	list_add(&pe->link, &s->pc_lru);
 }
 
 void pc_became_busy(struct engine *eng, uint32_t e)
@@ -224,16 +193,15 @@ void pc_became_idle(struct engine *eng, uint32_t e)
 void pc_evict_head(struct engine *eng)
 {
 	struct share *s = eng->share;
-	uint32_t e = s->pc_head, parent = s->pc[e].parent;
-	struct pc_entry *pe = &s->pc[e];
+	struct pc_entry *pe = pc_lru_head(s);
+	uint32_t e = (uint32_t)(pe - s->pc), parent = pe->parent;
 
 	lru_unlink(s, e);
-	pc_unlink_hash(s, e);
+	hashtab_remove(&s->pcs, &pe->hnode);
 	s->sp[pe->frame].pc = PC_NONE;
 	frames_free(&eng->frames[KVP_TIER_DEVICE], pe->frame);
 	pe->frame = FRAME_NONE;
-	pe->hnext = s->pc_free;
-	s->pc_free = e;
+	list_add(&pe->link, &s->pc_free_list);
 	s->pc_count--;
 	s->pc_idle--;
 	eng->st.prefix_evicted_pages++;

@@ -29,74 +29,33 @@
 
 /* ------------------------------------------------------------ table */
 
-static uint64_t seq_hash(uint64_t id)
-{
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdull;
-	id ^= id >> 33;
-	return id;
-}
-
+/* Sequences by id: lib/hashtab.h keyed by the uint64 id. */
 int seq_table_init(struct seq_table *t)
 {
-	t->buckets = calloc(64, sizeof(*t->buckets));
-	t->mask = 63;
-	t->count = 0;
-	return t->buckets ? 0 : -ENOMEM;
+	return hashtab_init(&t->ht, 64);
 }
 
 static struct seq *seq_find(struct engine *eng, uint64_t id)
 {
-	struct seq_table *t = &eng->share->seqs;
+	struct hnode *n = hashtab_find_u64(&eng->share->seqs.ht, id);
 
-	for (struct seq *q = t->buckets[seq_hash(id) & t->mask]; q; q = q->hnext)
-		if (q->id == id)
-			return q;
-	return NULL;
+	return n ? hashtab_entry(n, struct seq, hnode) : NULL;
 }
 
 /* Grow before inserting, so the insert itself cannot fail. */
 static int seq_table_reserve(struct seq_table *t)
 {
-	uint64_t nb = (t->mask + 1) * 2;
-	struct seq **b;
-
-	if (t->count + 1 <= t->mask + 1)
-		return 0;
-	b = calloc(nb, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
-	for (uint64_t i = 0; i <= t->mask; i++)
-		while (t->buckets[i]) {
-			struct seq *q = t->buckets[i];
-
-			t->buckets[i] = q->hnext;
-			q->hnext = b[seq_hash(q->id) & (nb - 1)];
-			b[seq_hash(q->id) & (nb - 1)] = q;
-		}
-	free(t->buckets);
-	t->buckets = b;
-	t->mask = nb - 1;
-	return 0;
+	return hashtab_reserve(&t->ht, 1);
 }
 
 static void seq_table_insert(struct seq_table *t, struct seq *q)
 {
-	struct seq **b = &t->buckets[seq_hash(q->id) & t->mask];
-
-	q->hnext = *b;
-	*b = q;
-	t->count++;
+	hashtab_insert(&t->ht, &q->hnode, hashtab_hash_u64(q->id));
 }
 
 static void seq_table_remove(struct seq_table *t, struct seq *q)
 {
-	struct seq **p = &t->buckets[seq_hash(q->id) & t->mask];
-
-	while (*p != q)
-		p = &(*p)->hnext;
-	*p = q->hnext;
-	t->count--;
+	hashtab_remove(&t->ht, &q->hnode);
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -328,7 +287,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	struct share *s = eng->share;
 	uint32_t full, hit = 0, idle_hits = 0, *hits = NULL, cached;
 	uint64_t pages, lid;
-	struct share_lease *l;
+	struct lease *l;
 	struct seq *q = NULL;
 	bool whole;
 	int ret;
@@ -361,7 +320,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	/* Idle hits are counted evictable now, but they will be ours. */
 	ret = plan_frames(eng, id, pages, pages - hit + whole, idle_hits, e);
 	if (!ret)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (!ret && (seq_table_reserve(&s->seqs) || !(q = seq_new(id, owner)))) {
@@ -394,7 +353,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	q->len = cached;
 	q->n_new = n - cached;
 	seq_table_insert(&s->seqs, q);
-	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 	l->seq = q;
 	q->write_lease = lid;
 	eng->st.prepares++;
@@ -493,44 +452,6 @@ static uint32_t src_onload(const struct src_plan *p, uint32_t i)
 	return n;
 }
 
-static void history_onload_sync(struct engine *eng, struct history *h,
-				uint64_t pages)
-{
-	uint32_t n = 0;
-
-	/* Another shard's history (global mode, shard.h): the frames the
-	 * caller made room for move to the owner's cache, and the owner's
-	 * engine gives them to its pages. */
-	if (h->owner != eng) {
-		uint32_t missing = 0;
-
-		for (uint64_t i = 0; i < pages; i++)
-			missing += h->pages[i].frame[KVP_TIER_DEVICE] == FRAME_NONE;
-		frames_move(&h->owner->frames[KVP_TIER_DEVICE],
-			    &eng->frames[KVP_TIER_DEVICE], missing);
-		eng = h->owner;
-	}
-
-	history_settle(eng, h); /* a lease's onload may still be landing */
-	copy_begin(&eng->copy, eng->be, eng->be_ctx, COPY_H2D, COPY_ASYNC,
-		   &eng->mem[KVP_TIER_DEVICE], &eng->mem[KVP_TIER_HOST],
-		   eng->layout.page_bytes);
-	for (uint64_t i = 0; i < pages; i++) {
-		if (h->pages[i].frame[KVP_TIER_DEVICE] != FRAME_NONE)
-			continue;
-		page_set_frame(eng, h, (uint32_t)i, KVP_TIER_DEVICE,
-			       frames_alloc(&eng->frames[KVP_TIER_DEVICE]));
-		copy_page(&eng->copy, h->pages[i].frame[KVP_TIER_DEVICE],
-			  h->pages[i].frame[KVP_TIER_HOST]);
-		n++;
-	}
-	copy_end(&eng->copy, NULL);
-	h->onload_fence = eng->copy.fence;
-	history_settle(eng, h); /* borrowed pages must be there when we return */
-	eng->st.onloaded_pages += n;
-	eng->st.bytes_h2d += eng->copy.bytes;
-}
-
 static void seq_pin(struct engine *eng, struct seq *q, uint32_t kind, void *obj)
 {
 	if (kind == KVP_SRC_USER) {
@@ -550,7 +471,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	struct src_plan plan[SEQ_MAX_SOURCES];
 	uint64_t total = 0, unavailable = 0, onload = 0, pages, need, lid = 0;
 	uint32_t npins = 0, nanchors = 0;
-	struct share_lease *l;
+	struct lease *l;
 	struct seq *q = NULL;
 	bool cow;
 	int ret;
@@ -585,7 +506,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	need = onload + (pages - pages_for(eng, total)) + cow;
 	ret = plan_frames(eng, id, pages, need, unavailable, e);
 	if (!ret && n_new)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (ret)
@@ -628,8 +549,11 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	for (uint32_t i = 0; i < nsrc; i++) {
 		uint64_t np = pages_for(eng, plan[i].tokens);
 
-		if (plan[i].h && src_onload(plan, i))
-			history_onload_sync(eng, plan[i].h, plan[i].h->npages);
+		if (plan[i].h && src_onload(plan, i)) {
+			history_onload(eng, plan[i].h, plan[i].h->npages);
+			/* borrowed pages must be there when we return */
+			history_settle(plan[i].h->owner, plan[i].h);
+		}
 		for (uint64_t k = 0; k < np; k++) {
 			struct seq_page pg;
 
@@ -654,7 +578,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	q->n_new = n_new;
 	seq_table_insert(&eng->share->seqs, q);
 	if (n_new) {
-		slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+		l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 		l->seq = q;
 		q->write_lease = lid;
 	}
@@ -686,7 +610,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 		     const uint32_t *tokens, uint32_t owner,
 		     struct engine_lease *out, struct errbuf *e)
 {
-	struct share_lease *l = NULL;
+	struct lease *l = NULL;
 	uint64_t pages, need, lid;
 	struct seq *q = NULL;
 	bool cow;
@@ -698,7 +622,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": extend by 0 "
 				  "tokens does nothing", id);
 	if (q->write_lease)
-		l = slease_lookup(eng, q->write_lease);
+		l = lease_lookup(eng, q->write_lease);
 	if (l && !l->committed)
 		return errbuf_set(e, -EBUSY, "sequence %" PRIu64 ": its write lease "
 				  "%#" PRIx64 " has not committed; commit or release "
@@ -710,7 +634,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	need = pages - q->npages + cow;
 	ret = plan_frames(eng, id, pages, need, 0, e);
 	if (!ret)
-		ret = slease_reserve(eng, e);
+		ret = lease_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (!ret && (seq_reserve_pages(q, pages) ||
@@ -720,10 +644,8 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 		return ret;
 
 	/* Commit point. A committed lease still open goes with the new one. */
-	if (l) {
-		slease_put(eng, l);
-		eng->st.releases++;
-	}
+	if (l)
+		lease_release(eng, l);
 	evict_for_device(eng, (uint32_t)need);
 	if (cow)
 		seq_cow(eng, q);
@@ -734,7 +656,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	else
 		q->hashable = false;
 	q->n_new = n_new;
-	slease_new(eng, SL_SEQ_WRITE, owner, &lid, &l, NULL);
+	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 	l->seq = q;
 	q->write_lease = lid;
 	eng->st.prepares++;
@@ -773,7 +695,7 @@ int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
 	/* The rule evict follows for a leased history: never take pages from
 	 * under a lease its client still holds (issue 11: a free that ended
 	 * the lease let the next append land in pages another user owned). */
-	if (q->write_lease && slease_lookup(eng, q->write_lease))
+	if (q->write_lease && lease_lookup(eng, q->write_lease))
 		return errbuf_set(e, -EBUSY, "sequence %" PRIu64 ": its write lease "
 				  "%#" PRIx64 " is still held; release it "
 				  "(kvp_release) before freeing the sequence", id,
@@ -785,29 +707,26 @@ int share_seq_free(struct engine *eng, uint64_t id, uint32_t owner,
 void share_seq_discard(struct engine *eng, uint64_t id, uint32_t owner)
 {
 	struct seq *q = NULL;
+	struct lease *l;
 
 	if (seq_of_owner(eng, id, owner, &q, NULL))
 		return;
-	if (q->write_lease && slease_lookup(eng, q->write_lease))
-		share_lease_release(eng, q->write_lease, NULL);
+	l = q->write_lease ? lease_lookup(eng, q->write_lease) : NULL;
+	if (l)
+		lease_release(eng, l);
 	seq_destroy(eng, q);
 }
 
 uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
 {
-	struct seq_table *t = &eng->share->seqs;
+	struct seq *q;
 	uint32_t n = 0;
 
-	for (uint64_t b = 0; b <= t->mask; b++) {
-		struct seq *q = t->buckets[b], *next;
-
-		for (; q; q = next) {
-			next = q->hnext;
-			if (q->owner != owner)
-				continue;
-			share_seq_discard(eng, q->id, owner);
-			n++;
-		}
+	hashtab_for_each_safe(&eng->share->seqs.ht, q, hnode) {
+		if (q->owner != owner)
+			continue;
+		share_seq_discard(eng, q->id, owner); /* removes q only */
+		n++;
 	}
 	return n;
 }
@@ -815,12 +734,11 @@ uint32_t seq_release_owner(struct engine *eng, uint32_t owner)
 void seq_table_fini(struct engine *eng)
 {
 	struct seq_table *t = &eng->share->seqs;
+	struct seq *q;
 
-	for (uint64_t b = 0; b <= t->mask; b++)
-		while (t->buckets[b])
-			seq_destroy(eng, t->buckets[b]);
-	free(t->buckets);
-	t->buckets = NULL;
+	hashtab_for_each_safe(&t->ht, q, hnode)
+		seq_destroy(eng, q);
+	hashtab_fini(&t->ht);
 }
 
 int share_seq_read_tokens(struct engine *eng, uint64_t id, uint64_t pos,
@@ -847,39 +765,39 @@ int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e)
 {
 	struct seq_table *t = &eng->share->seqs;
 	uint64_t pins = 0, count = 0, ref_pages = 0;
+	struct seq *q;
 
-	for (uint64_t b = 0; b <= t->mask; b++)
-		for (struct seq *q = t->buckets[b]; q; q = q->hnext) {
-			count++;
-			if (q->npages != pages_for(eng, q->len + q->n_new))
-				return errbuf_set(e, -EFAULT, "sequence %" PRIu64 ": %"
-						  PRIu32 " pages for %" PRIu64 " + %"
-						  PRIu32 " tokens", q->id, q->npages,
-						  q->len, q->n_new);
-			for (uint32_t i = 0; i < q->npages; i++) {
-				uint32_t f = q->pages[i].frame;
+	hashtab_for_each_safe(&t->ht, q, hnode) {
+		count++;
+		if (q->npages != pages_for(eng, q->len + q->n_new))
+			return errbuf_set(e, -EFAULT, "sequence %" PRIu64 ": %"
+					  PRIu32 " pages for %" PRIu64 " + %"
+					  PRIu32 " tokens", q->id, q->npages,
+					  q->len, q->n_new);
+		for (uint32_t i = 0; i < q->npages; i++) {
+			uint32_t f = q->pages[i].frame;
 
-				if (!engine_device_frame_in_use(eng, f))
-					return errbuf_set(e, -EFAULT, "sequence %"
-							  PRIu64 " page %" PRIu32
-							  ": frame %" PRIu32 " is free",
-							  q->id, i, f);
-				if (q->pages[i].kind == SP_REF) {
-					refs[f]++;
-					ref_pages++;
-				}
+			if (!engine_device_frame_in_use(eng, f))
+				return errbuf_set(e, -EFAULT, "sequence %"
+						  PRIu64 " page %" PRIu32
+						  ": frame %" PRIu32 " is free",
+						  q->id, i, f);
+			if (q->pages[i].kind == SP_REF) {
+				refs[f]++;
+				ref_pages++;
 			}
-			for (uint32_t i = 0; i < q->nanchors; i++)
-				refs[q->anchors[i]]++;
-			for (uint32_t i = 0; i < q->npins; i++)
-				pins += q->pins[i].kind == KVP_SRC_USER;
 		}
-	if (count != t->count || pins != eng->seq_pins ||
+		for (uint32_t i = 0; i < q->nanchors; i++)
+			refs[q->anchors[i]]++;
+		for (uint32_t i = 0; i < q->npins; i++)
+			pins += q->pins[i].kind == KVP_SRC_USER;
+	}
+	if (count != t->ht.count || pins != eng->seq_pins ||
 	    ref_pages != eng->share->seq_pages)
 		return errbuf_set(e, -EFAULT, "sequences: table counts %" PRIu64
 				  " (found %" PRIu64 "), history pins %" PRIu64
 				  " (found %" PRIu64 "), pages %" PRIu64 " (found %"
-				  PRIu64 ")", t->count, count, eng->seq_pins, pins,
+				  PRIu64 ")", t->ht.count, count, eng->seq_pins, pins,
 				  eng->share->seq_pages, ref_pages);
 	return 0;
 }

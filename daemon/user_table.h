@@ -1,21 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * user_table.h - user id -> history, a chained hash table.
+ * user_table.h - user id -> history, on lib/hashtab.h keyed by the uint64
+ * user id.
  *
- * Intrusive: the history carries its own chain link, so insert never
- * allocates except when the bucket array doubles (load factor 1).
+ * Intrusive: the history carries its own hnode, so insert never allocates;
+ * the bucket array grows (doubling, load factor 1) only in reserve.
  */
 #ifndef KVPOOL_USER_TABLE_H
 #define KVPOOL_USER_TABLE_H
 
 #include <stdint.h>
 
+#include "hashtab.h"
+
 struct history;
 
 struct user_table {
-	struct history **buckets;
-	uint64_t mask;  /* buckets - 1; buckets is a power of two */
-	uint64_t count;
+	struct hashtab ht;
 };
 
 int user_table_init(struct user_table *t);
@@ -26,6 +27,10 @@ int user_table_reserve(struct user_table *t);
 /* Insert a history whose user is not in the table; call reserve first. */
 void user_table_insert(struct user_table *t, struct history *h);
 void user_table_remove(struct user_table *t, struct history *h);
+static inline uint64_t user_table_count(const struct user_table *t)
+{
+	return t->ht.count;
+}
 
 /*
  * Visit every history; fn may remove (and free) the one it is given.

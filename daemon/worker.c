@@ -82,6 +82,7 @@
 #include "client.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics.h"
 #include "ops.h"
 #include "worker.h"
 
@@ -236,7 +237,12 @@ struct emit_ctx {
 
 static bool parked_landed(void *arg, const struct park *e)
 {
-	return engine_fence_done(e->eng, e->fence);
+	if (!engine_fence_done(e->eng, e->fence))
+		return false;
+	/* park_reap publishes every entry this says landed. */
+	if (e->since_ns)
+		metrics_lat(LAT_ONLOAD, mono_ns() - e->since_ns);
+	return true;
 }
 
 static void emit_cqe(void *arg, const struct kvp_cqe *cqe)
@@ -251,7 +257,7 @@ static bool park_cqe(struct lane *l, const struct kvp_sqe *sqe,
 		     const struct kvp_cqe *cqe, const struct op_wait *wt)
 {
 	struct park e = { .cqe = *cqe, .eng = wt->eng, .fence = wt->fence,
-			  .user = sqe->user };
+			  .user = sqe->user, .since_ns = metrics_op_start() };
 
 	/* Sized once: a client has at most sq_entries operations in flight. */
 	if (!l->park.v && park_init(&l->park, l->c->shm.sq_entries))
@@ -716,6 +722,9 @@ static void *worker_main(void *arg)
 	uint64_t spin_ns = (uint64_t)w->s->cfg->spin_us * 1000, idle_since = 0;
 	uint32_t ctl_seen = ~__atomic_load_n(&w->ctl, __ATOMIC_ACQUIRE);
 	uint32_t idle = 0; /* empty passes since the last useful one */
+
+	/* Only this thread writes its counters (metrics.h). */
+	metrics_self = w->s->opm ? &w->s->opm[w->index] : NULL;
 
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		/* K2: pairs with K1; what the kicker published is visible. */

@@ -124,53 +124,94 @@ struct kvp_tier_stats {
 	uint64_t bytes_total;
 };
 
-/* Counters of one pool. All monotonic except the gauges marked so. */
+/*
+ * Every field of struct kvp_stats after tier[], listed once, in struct order:
+ * X(name, group, kind, unit, metric, help). The struct below is made from it,
+ * and kvctl stats (table and JSON), kvpoold's Prometheus metrics and the man
+ * pages' checks all walk the same list, so none of them can miss a field.
+ *   group  CORE (users, leases, copies, reclaim) or SHARE (prefix cache,
+ *          sequences, chunks);
+ *   kind   COUNTER (monotonic), GAUGE, or TIME (a CLOCK_REALTIME instant);
+ *   unit   "bytes", "ns" (exported in seconds) or "" (a count of what the
+ *          name says);
+ *   metric the Prometheus name after "kvpool_", before the unit's suffix and
+ *          a counter's "_total".
+ */
+#define KVP_STATS_FIELDS(X) \
+	X(users, CORE, GAUGE, "", "users", \
+	  "User histories holding tokens or leases.") \
+	X(leases, CORE, GAUGE, "", "leases", "Leases not yet released.") \
+	X(prepares, CORE, COUNTER, "", "prepares", "Prepares served.") \
+	X(commits, CORE, COUNTER, "", "commits", "Commits served.") \
+	X(releases, CORE, COUNTER, "", "releases", "Leases released without a commit.") \
+	X(hit_tokens, CORE, COUNTER, "", "hit_tokens", \
+	  "Cached tokens a prepare reused instead of recomputing them.") \
+	X(committed_tokens, CORE, COUNTER, "", "committed_tokens", "Tokens committed.") \
+	X(evicted_users, CORE, COUNTER, "", "evicted_users", \
+	  "User histories dropped (their data lost).") \
+	X(evicted_pages, CORE, COUNTER, "", "evicted_pages", "Pages dropped by eviction.") \
+	X(demoted_users, CORE, COUNTER, "", "demoted_users", \
+	  "User histories moved device to host under pressure or by evict.") \
+	X(demoted_pages, CORE, COUNTER, "", "demoted_pages", "Pages moved device to host.") \
+	X(offloaded_pages, CORE, COUNTER, "", "offloaded_pages", \
+	  "Device to host page copies made by offload.") \
+	X(onloaded_pages, CORE, COUNTER, "", "onloaded_pages", \
+	  "Host to device page copies made by prepare.") \
+	X(trimmed_pages, CORE, COUNTER, "", "trimmed_pages", \
+	  "Head pages dropped by max_tokens_per_user.") \
+	X(bytes_d2h, CORE, COUNTER, "bytes", "copy_d2h", \
+	  "Bytes copied device to host (offload, demotion).") \
+	X(bytes_h2d, CORE, COUNTER, "bytes", "copy_h2d", \
+	  "Bytes copied host to device (onload).") \
+	X(clients, CORE, GAUGE, "", "clients", "Attached clients (daemon only).") \
+	X(tenants, CORE, GAUGE, "", "tenants", "Tenants summed over (daemon only).") \
+	X(prefix_pages, SHARE, GAUGE, "", "prefix_pages", \
+	  "Pages published in the prefix cache.") \
+	X(prefix_idle_pages, SHARE, GAUGE, "", "prefix_idle_pages", \
+	  "Prefix cache pages held by no sequence (evictable).") \
+	X(prefix_lookups, SHARE, COUNTER, "", "prefix_lookups", \
+	  "Prefix lookups and seq_alloc calls.") \
+	X(prefix_lookup_tokens, SHARE, COUNTER, "", "prefix_lookup_tokens", \
+	  "Tokens prefix lookups asked about.") \
+	X(prefix_hit_tokens, SHARE, COUNTER, "", "prefix_hit_tokens", \
+	  "Tokens prefix lookups found cached.") \
+	X(prefix_evicted_pages, SHARE, COUNTER, "", "prefix_evicted_pages", \
+	  "Prefix cache pages evicted.") \
+	X(prefix_dedupe_pages, SHARE, COUNTER, "", "prefix_dedupe_pages", \
+	  "Pages a commit found published by another sequence meanwhile.") \
+	X(seqs, SHARE, GAUGE, "", "seqs", "Sequences alive.") \
+	X(seq_pages, SHARE, GAUGE, "", "seq_pages", \
+	  "Device pages sequences own (not borrowed).") \
+	X(cow_pages, SHARE, COUNTER, "", "cow_pages", "Partial pages copied on write.") \
+	X(chunks, SHARE, GAUGE, "", "chunks", "Chunk names registered.") \
+	X(chunk_pages, SHARE, GAUGE, "", "chunk_pages", \
+	  "Pages of chunk entries (deleted but held ones too).") \
+	X(chunk_bytes, SHARE, GAUGE, "bytes", "chunk", "Bytes of chunk entries' pages.") \
+	X(chunk_lookups, SHARE, COUNTER, "", "chunk_lookups", \
+	  "Chunk registers, links, acquires and compose entries.") \
+	X(chunk_hits, SHARE, COUNTER, "", "chunk_hits", \
+	  "Chunk lookups that found the entry already there.") \
+	X(chunk_evicted, SHARE, COUNTER, "", "chunk_evicted", \
+	  "Chunks evicted under pressure or by evict_unused.") \
+	X(chunk_last_access_ns, SHARE, TIME, "ns", "chunk_last_access_timestamp", \
+	  "When a chunk was last hit or registered (Unix time, 0 for never).") \
+	X(compositions, SHARE, COUNTER, "", "compositions", \
+	  "Compose calls that returned page tables.") \
+	X(ns_d2h, CORE, COUNTER, "ns", "copy_d2h", \
+	  "Wall time of device to host copies: copy_d2h_bytes / this is their bandwidth.") \
+	X(reclaim_stalls, CORE, COUNTER, "", "reclaim_stalls", \
+	  "Prepares that had to evict for room themselves (the reclaimer had not kept enough free).") \
+	X(reclaimed_pages, CORE, COUNTER, "", "reclaimed_pages", \
+	  "Pages the background reclaimer freed.") \
+	X(shards, CORE, GAUGE, "", "shards", "Engine shards summed over (daemon only).")
+
+/* Counters of one pool, one uint64_t per KVP_STATS_FIELDS entry. Each
+ * pool's counters are monotonic except the gauges and times. */
 struct kvp_stats {
 	struct kvp_tier_stats tier[KVP_TIERS]; /* gauges */
-	uint64_t users;           /* gauge: user histories holding tokens or leases */
-	uint64_t leases;          /* gauge: leases not yet released */
-	uint64_t prepares;
-	uint64_t commits;
-	uint64_t releases;
-	uint64_t hit_tokens;      /* cached tokens a prepare reused instead of recompute */
-	uint64_t committed_tokens;
-	uint64_t evicted_users;   /* histories dropped (data lost) */
-	uint64_t evicted_pages;
-	uint64_t demoted_users;   /* histories moved device -> host under pressure or by evict */
-	uint64_t demoted_pages;
-	uint64_t offloaded_pages; /* device -> host copies made by offload */
-	uint64_t onloaded_pages;  /* host -> device copies made by prepare */
-	uint64_t trimmed_pages;   /* head pages dropped by max_tokens_per_user */
-	uint64_t bytes_d2h;
-	uint64_t bytes_h2d;
-	uint64_t clients;         /* gauge: attached clients (daemon only) */
-	uint64_t tenants;         /* gauge: tenants summed over (daemon only) */
-	/* Sharing (see "Sharing" below). */
-	uint64_t prefix_pages;    /* gauge: pages published in the prefix cache */
-	uint64_t prefix_idle_pages; /* gauge: of those, held by no sequence (evictable) */
-	uint64_t prefix_lookups;  /* lookups and seq_alloc calls */
-	uint64_t prefix_lookup_tokens; /* tokens those asked about */
-	uint64_t prefix_hit_tokens;    /* tokens found cached */
-	uint64_t prefix_evicted_pages;
-	uint64_t prefix_dedupe_pages;  /* pages a commit found published by another sequence
-					* meanwhile (its own copy stays private) */
-	uint64_t seqs;            /* gauge: sequences (seq_alloc / seq_create) alive */
-	uint64_t seq_pages;       /* gauge: device pages sequences own (not borrowed) */
-	uint64_t cow_pages;       /* partial pages copied on write */
-	uint64_t chunks;          /* gauge: chunk names registered */
-	uint64_t chunk_pages;     /* gauge: their entries' pages (deleted but held too) */
-	uint64_t chunk_bytes;     /* gauge: their pages' bytes */
-	uint64_t chunk_lookups;   /* registers, links, acquires, compose entries */
-	uint64_t chunk_hits;      /* of those, found the entry already there */
-	uint64_t chunk_evicted;   /* chunks evicted under pressure or evict_unused */
-	uint64_t chunk_last_access_ns; /* gauge: CLOCK_REALTIME of the last hit/register, 0 none */
-	uint64_t compositions;    /* compose calls that returned page tables */
-	uint64_t ns_d2h;          /* wall time of the device -> host copies (offload,
-				   * demotion): bytes_d2h / ns_d2h is their bandwidth */
-	uint64_t reclaim_stalls;  /* prepares that had to evict for room themselves
-				   * (the reclaimer had not kept enough free) */
-	uint64_t reclaimed_pages; /* pages the background reclaimer freed */
-	uint64_t shards;          /* gauge: engine shards summed over (daemon only) */
+#define KVP_STATS_MEMBER_(name, group, kind, unit, metric, help) uint64_t name;
+	KVP_STATS_FIELDS(KVP_STATS_MEMBER_)
+#undef KVP_STATS_MEMBER_
 };
 
 /* ------------------------------------------------------------------------ */

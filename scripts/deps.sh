@@ -9,8 +9,13 @@ set -euo pipefail
 # liburing-dev, libzstd-dev, libxxhash-dev: the disk tier (daemon/disk/):
 # io_uring I/O, per-page zstd, the records' xxhash64 checksums.
 # libjansson-dev: chunk metadata is a JSON object (kvpoold checks and matches it).
+# libmicrohttpd-dev: kvpoold --metrics serves /metrics over it.
+# prometheus, curl: test_metrics scrapes /metrics and runs promtool check metrics.
+# libsystemd-dev: socket activation and sd_notify; systemd: test_systemd runs
+# systemd-socket-activate and systemd-analyze (no running systemd needed).
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
-      libjansson-dev libhiredis-dev redis-server gnuplot-nox
+      libjansson-dev libmicrohttpd-dev prometheus curl
+      libsystemd-dev systemd libhiredis-dev redis-server gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do

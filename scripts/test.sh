@@ -24,7 +24,9 @@ install_check() {
 	cmake --install "$build" --prefix "$prefix" >/dev/null
 	for f in bin/kvpoold bin/kvctl bin/kvbench include/kvpool.h lib/libkvpool.so \
 		 lib/pkgconfig/kvpool.pc share/man/man1/kvctl.1 share/man/man1/kvbench.1 \
-		 share/man/man3/kvpool.3 share/man/man5/kvpool.conf.5 share/man/man8/kvpoold.8; do
+		 share/man/man3/kvpool.3 share/man/man5/kvpool.conf.5 share/man/man8/kvpoold.8 \
+		 lib/systemd/system/kvpoold.service lib/systemd/system/kvpoold.socket \
+		 lib/sysusers.d/kvpool.conf share/doc/kvpool/grafana/kvpool-dashboard.json; do
 		[ -e "$prefix/$f" ] || { echo "install check: $f missing" >&2; return 1; }
 	done
 	for b in kvpoold kvctl kvbench; do
@@ -78,6 +80,12 @@ install_check() {
 	rm -rf python/build python/kvpool.egg-info
 	(cd "$prefix" && PYTHONPATH=$prefix/pip "$py" -c \
 		'import kvpool; assert kvpool.library_version() > 0')
+	# The installed units name the installed kvpoold and pass systemd's checks.
+	grep -qx "ExecStart=$prefix/bin/kvpoold .*" "$prefix/lib/systemd/system/kvpoold.service" || {
+		echo "install check: kvpoold.service does not run $prefix/bin/kvpoold" >&2; return 1; }
+	warn=$(cd "$prefix/lib/systemd/system" &&
+	       systemd-analyze verify --man=no kvpoold.service kvpoold.socket 2>&1) || true
+	[ -z "$warn" ] || { echo "install check: systemd-analyze verify: $warn" >&2; return 1; }
 	if command -v man >/dev/null; then
 		for page in "$prefix"/share/man/man?/*; do
 			warn=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || true

@@ -83,10 +83,12 @@ static bool host_room_for_disk(struct engine *eng, uint32_t n)
 
 	if (host_make_room(eng, n, NULL))
 		return true;
-	for (h = eng->lru[LRU_DEVICE].head; h && frames_reserve(host, n) < n;
-	     h = h->next)
+	list_for_each_entry(h, &eng->lru[LRU_DEVICE].list, lru_link) {
+		if (frames_reserve(host, n) >= n)
+			break;
 		if (h->nres[KVP_TIER_HOST] && h->nres[KVP_TIER_DEVICE] == h->npages)
 			pages_free_frames(eng, h, 0, h->npages, KVP_TIER_HOST);
+	}
 	if (host_make_room(eng, n, NULL))
 		return true;
 	if (!eng->set || !eng->set->global)
@@ -98,9 +100,9 @@ static bool host_room_for_disk(struct engine *eng, uint32_t n)
 
 		if (o == eng)
 			continue;
-		while (o->lru[LRU_HOST].head && o->frames[KVP_TIER_HOST].nfree < n) {
-			engine_disk_demote(o, o->lru[LRU_HOST].head);
-			history_drop(o, o->lru[LRU_HOST].head);
+		while (lru_head(&o->lru[LRU_HOST]) && o->frames[KVP_TIER_HOST].nfree < n) {
+			engine_disk_demote(o, lru_head(&o->lru[LRU_HOST]));
+			history_drop(o, lru_head(&o->lru[LRU_HOST]));
 		}
 		frames_flush(&o->frames[KVP_TIER_HOST]);
 	}
@@ -146,6 +148,7 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 	h->owner = eng;
 	h->user = user;
 	h->lru = LRU_NONE;
+	INIT_LIST_HEAD(&h->lru_link);
 	h->cap = n ? n : 1;
 	h->start = hh->start;
 	h->len = hh->len < (uint64_t)n * eng->P ? hh->len : (uint64_t)n * eng->P;

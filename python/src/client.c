@@ -461,17 +461,9 @@ static const struct {
 	const char *name;
 	size_t off;
 } stat_fields[] = {
-#define F(x) { #x, offsetof(struct kvp_stats, x) }
-	F(users), F(leases), F(prepares), F(commits), F(releases), F(hit_tokens),
-	F(committed_tokens), F(evicted_users), F(evicted_pages), F(demoted_users),
-	F(demoted_pages), F(offloaded_pages), F(onloaded_pages), F(trimmed_pages),
-	F(bytes_d2h), F(bytes_h2d), F(clients), F(tenants), F(prefix_pages),
-	F(prefix_idle_pages), F(prefix_lookups), F(prefix_lookup_tokens),
-	F(prefix_hit_tokens), F(prefix_evicted_pages), F(prefix_dedupe_pages),
-	F(seqs), F(seq_pages), F(cow_pages), F(chunks), F(chunk_pages),
-	F(chunk_bytes), F(chunk_lookups), F(chunk_hits), F(chunk_evicted),
-	F(chunk_last_access_ns), F(compositions), F(ns_d2h), F(reclaim_stalls),
-	F(reclaimed_pages), F(shards),
+/* Every field, from the header's one list of them. */
+#define F(x, group, kind, unit, metric, help) { #x, offsetof(struct kvp_stats, x) },
+	KVP_STATS_FIELDS(F)
 #undef F
 };
 

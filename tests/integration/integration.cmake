@@ -73,6 +73,29 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_config_errors 60)
 endif()
 
+# kvpoold --metrics under load: promtool check metrics, the counters agree
+# with each other and kvctl stats, every family in kvpoold(8), every name
+# the Grafana dashboard queries served.
+if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  add_test(NAME test_metrics
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_metrics.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(test_metrics PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
+# kvpoold under systemd's protocols without a systemd: NOTIFY_SOCKET
+# (READY=1, STATUS=, WATCHDOG=1, STOPPING=1), journal priority prefixes,
+# systemd-socket-activate, systemd-analyze verify and security on the units.
+find_program(KVPOOL_PYTHON3 NAMES python3)
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_systemd
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_systemd.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl> ${PROJECT_BINARY_DIR}/systemd)
+  set_tests_properties(test_systemd PROPERTIES LABELS integration TIMEOUT 90
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvbench replay on a hand-made trace against a real kvpoold and a real
 # redis-server, every system, hit rates checked against the hand-computed
 # figure; then a small generated replay with eviction.

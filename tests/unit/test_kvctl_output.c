@@ -340,8 +340,8 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "    }\n"
 		       "  },\n"
 		       "  \"users\": 1,\n"
-		       "  \"clients\": 17,\n"
 		       "  \"leases\": 2,\n"
+		       "  \"clients\": 17,\n"
 		       "  \"tenants\": 1,\n"
 		       "  \"shards\": 4,\n"
 		       "  \"prepares\": 3,\n"
@@ -391,6 +391,80 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 	capture_expect_prefix(&c, want_all);
 }
 
+/* The man page's stats object (JSON OUTPUT) between ".B stats" and ".fi". */
+static char *man_stats_block(void)
+{
+	static char page[1 << 17];
+	FILE *f = fopen(KVPOOL_SOURCE_DIR "/man/kvctl.1", "r");
+	size_t n;
+	char *b, *e;
+
+	assert_non_null(f);
+	n = fread(page, 1, sizeof(page) - 1, f);
+	fclose(f);
+	page[n] = '\0';
+	b = strstr(page, "\n.SH JSON OUTPUT\n");
+	assert_non_null(b);
+	b = strstr(b, "\n.B stats\n.nf\n");
+	assert_non_null(b);
+	e = strstr(b, "\n.fi\n");
+	assert_non_null(e);
+	*e = '\0';
+	return b;
+}
+
+/*
+ * Every field of KVP_STATS_FIELDS is in kvctl stats' table (a line of its
+ * own, by its name), in its JSON (a key with its value), and in the man
+ * page's JSON listing: adding a field to the struct cannot leave any of
+ * them behind (ns_d2h once was missing from the table).
+ */
+static void stats_every_field_in_table_json_and_man_page(void **state)
+{
+	static const struct { const char *name; size_t off; bool time; } fields[] = {
+#define IS_TIME_COUNTER false
+#define IS_TIME_GAUGE false
+#define IS_TIME_TIME true
+#define F(n, group, kind, unit, metric, help)					\
+		{ #n, offsetof(struct kvp_stats, n), IS_TIME_##kind },
+		KVP_STATS_FIELDS(F)
+#undef F
+	};
+	struct kvp_stats s = { 0 };
+	char *man = man_stats_block(), key[64];
+	struct capture table, json;
+
+	/* Every uint64_t after tier[] is listed (a struct made from the list
+	 * cannot be otherwise; this guards against a field added by hand). */
+	assert_int_equal((sizeof(fields) / sizeof(fields[0])) * sizeof(uint64_t) + sizeof(s.tier), sizeof(s));
+	for (size_t i = 0; i < (sizeof(fields) / sizeof(fields[0])); i++) {
+		uint64_t v = 1000 + i;
+
+		memcpy((char *)&s + fields[i].off, &v, sizeof(v));
+	}
+	render_stats(capture_open(&table), false, &s, false, DEMO_NOW);
+	fclose(table.f);
+	render_stats(capture_open(&json), true, &s, false, DEMO_NOW);
+	fclose(json.f);
+	for (size_t i = 0; i < (sizeof(fields) / sizeof(fields[0])); i++) {
+		char line[96], member[96];
+
+		snprintf(key, sizeof(key), "\"%s\"", fields[i].name);
+		if (!strstr(man, key))
+			fail_msg("man/kvctl.1 JSON OUTPUT stats lacks %s", key);
+		snprintf(member, sizeof(member), "\"%s\": %zu,", fields[i].name, 1000 + i);
+		if (!strstr(json.buf, member))
+			fail_msg("kvctl stats --json lacks %s", member);
+		if (fields[i].time)
+			continue; /* shown as an age: chunk_last_access */
+		snprintf(line, sizeof(line), "\n%-17s %zu", fields[i].name, 1000 + i);
+		if (!strstr(table.buf, line))
+			fail_msg("kvctl stats lacks the line \"%s\"", line + 1);
+	}
+	free(table.buf);
+	free(json.buf);
+}
+
 static void stats_table_shows_sizes_and_percent_used(void **state)
 {
 	struct kvp_stats s = demo_stats();
@@ -405,8 +479,8 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "host         0     0     0      -      0 B\n"
 		       "\n"
 		       "users             1\n"
-		       "clients           17\n"
 		       "leases            2\n"
+		       "clients           17\n"
 		       "tenants           18\n"
 		       "shards            4\n"
 		       "\n"
@@ -862,6 +936,7 @@ int main(void)
 		cmocka_unit_test(table_sizes_columns_to_widest_cell),
 		cmocka_unit_test(stats_json_has_tiers_gauges_and_every_counter),
 		cmocka_unit_test(stats_table_shows_sizes_and_percent_used),
+		cmocka_unit_test(stats_every_field_in_table_json_and_man_page),
 		cmocka_unit_test(users_json_lists_every_field),
 		cmocka_unit_test(users_table_adds_tenant_column_for_admins),
 		cmocka_unit_test(user_shows_len_zero_as_nothing_cached),

@@ -20,59 +20,35 @@
 struct stat_field {
 	const char *name;   /* the struct kvp_stats field, and the JSON key */
 	size_t off;
-	bool bytes;         /* also shown as a size in the human form */
+	bool share;         /* group SHARE: printed after the core figures */
+	char kind;          /* 'c' counter, 'g' gauge, 't' a time */
+	const char *unit;   /* "bytes": also shown as a size in the human form */
 };
 
-#define STAT(f, b) { #f, offsetof(struct kvp_stats, f), b }
+#define STAT_KIND_COUNTER 'c'
+#define STAT_KIND_GAUGE 'g'
+#define STAT_KIND_TIME 't'
+#define STAT_GROUP_CORE false
+#define STAT_GROUP_SHARE true
+#define STAT(n, group, kind, unit, metric, help)				\
+	{ #n, offsetof(struct kvp_stats, n), STAT_GROUP_##group,		\
+	  STAT_KIND_##kind, unit },
 
-static const struct stat_field stat_gauges[] = {
-	STAT(users, false),
-	STAT(clients, false),
-	STAT(leases, false),
-	STAT(tenants, false),
-	STAT(shards, false),
+/* Every field (include/kvpool.h lists them); shown in three passes: the
+ * core gauges, the core counters, then the sharing figures. The one time
+ * (chunk_last_access_ns) is shown apart, with its age. */
+static const struct stat_field stat_fields[] = {
+	KVP_STATS_FIELDS(STAT)
 };
 
-static const struct stat_field stat_counters[] = {
-	STAT(prepares, false),
-	STAT(commits, false),
-	STAT(releases, false),
-	STAT(hit_tokens, false),
-	STAT(committed_tokens, false),
-	STAT(evicted_users, false),
-	STAT(evicted_pages, false),
-	STAT(demoted_users, false),
-	STAT(demoted_pages, false),
-	STAT(offloaded_pages, false),
-	STAT(onloaded_pages, false),
-	STAT(trimmed_pages, false),
-	STAT(bytes_d2h, true),
-	STAT(bytes_h2d, true),
-	STAT(ns_d2h, false),
-	STAT(reclaim_stalls, false),
-	STAT(reclaimed_pages, false),
-};
-
-/* Sharing: the prefix cache, sequences, chunks, compositions. */
-static const struct stat_field stat_share[] = {
-	STAT(prefix_pages, false),
-	STAT(prefix_idle_pages, false),
-	STAT(prefix_lookups, false),
-	STAT(prefix_lookup_tokens, false),
-	STAT(prefix_hit_tokens, false),
-	STAT(prefix_evicted_pages, false),
-	STAT(prefix_dedupe_pages, false),
-	STAT(seqs, false),
-	STAT(seq_pages, false),
-	STAT(cow_pages, false),
-	STAT(chunks, false),
-	STAT(chunk_pages, false),
-	STAT(chunk_bytes, true),
-	STAT(chunk_lookups, false),
-	STAT(chunk_hits, false),
-	STAT(chunk_evicted, false),
-	STAT(compositions, false),
-};
+static bool stat_in_pass(const struct stat_field *sf, int pass)
+{
+	switch (pass) {
+	case 0: return !sf->share && sf->kind == STAT_KIND_GAUGE;
+	case 1: return !sf->share && sf->kind != STAT_KIND_GAUGE;
+	default: return sf->share && sf->kind != STAT_KIND_TIME;
+	}
+}
 
 /* A rate as a JSON number in [0, 1] with 4 decimals, null when nothing
  * was asked. */
@@ -119,12 +95,11 @@ static void stats_json(FILE *f, const struct kvp_stats *s, bool all_tenants,
 		json_obj_end(&j);
 	}
 	json_obj_end(&j);
-	for (size_t i = 0; i < NELEM(stat_gauges); i++)
-		json_u64(&j, stat_gauges[i].name, stat_value(s, &stat_gauges[i]));
-	for (size_t i = 0; i < NELEM(stat_counters); i++)
-		json_u64(&j, stat_counters[i].name, stat_value(s, &stat_counters[i]));
-	for (size_t i = 0; i < NELEM(stat_share); i++)
-		json_u64(&j, stat_share[i].name, stat_value(s, &stat_share[i]));
+	for (int pass = 0; pass < 3; pass++)
+		for (size_t i = 0; i < NELEM(stat_fields); i++)
+			if (stat_in_pass(&stat_fields[i], pass))
+				json_u64(&j, stat_fields[i].name,
+					 stat_value(s, &stat_fields[i]));
 	json_u64(&j, "chunk_last_access_ns", s->chunk_last_access_ns);
 	if (s->chunk_last_access_ns)
 		json_u64(&j, "chunk_last_access_age_s", now_ns > s->chunk_last_access_ns ?
@@ -169,7 +144,7 @@ static void stat_line(FILE *f, const struct kvp_stats *s, const struct stat_fiel
 	uint64_t v = stat_value(s, sf);
 	char size[32];
 
-	if (sf->bytes && v >= 1024) {
+	if (!strcmp(sf->unit, "bytes") && v >= 1024) {
 		fmt_bytes(size, sizeof(size), v);
 		fprintf(f, "%-*s %" PRIu64 " (%s)\n", stat_width(sf), sf->name, v, size);
 	} else {
@@ -192,14 +167,13 @@ void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenant
 	fprintf(f, "scope: %s\n\n", all_tenants ? "all tenants" : "this client's tenant");
 	table_print(f, tier_cols, NELEM(tier_cols), KVP_TIERS, tier_cell, (void *)s);
 	fputc('\n', f);
-	for (size_t i = 0; i < NELEM(stat_gauges); i++)
-		stat_line(f, s, &stat_gauges[i]);
-	fputc('\n', f);
-	for (size_t i = 0; i < NELEM(stat_counters); i++)
-		stat_line(f, s, &stat_counters[i]);
-	fputc('\n', f);
-	for (size_t i = 0; i < NELEM(stat_share); i++)
-		stat_line(f, s, &stat_share[i]);
+	for (int pass = 0; pass < 3; pass++) {
+		for (size_t i = 0; i < NELEM(stat_fields); i++)
+			if (stat_in_pass(&stat_fields[i], pass))
+				stat_line(f, s, &stat_fields[i]);
+		if (pass < 2)
+			fputc('\n', f);
+	}
 	fmt_age(buf, sizeof(buf), now_ns, s->chunk_last_access_ns);
 	fprintf(f, "%-17s %s%s\n", "chunk_last_access", buf,
 		s->chunk_last_access_ns ? " ago" : "");

@@ -1,0 +1,408 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics.c - kvpoold's /metrics: the Prometheus text exposition format
+ * (version 0.0.4) served by libmicrohttpd on its own thread.
+ *
+ * Names follow Prometheus' conventions: everything starts kvpool_, counters
+ * end in _total, quantities are in base units (bytes, seconds). The pool
+ * figures come from the one list of stats fields (KVP_STATS_FIELDS in
+ * kvpool.h), per tenant and pool, under the metric names that list gives;
+ * the operation counters and latency histograms from the workers' own
+ * counters (metrics_ops.c). kvpoold(8) lists every family; the dashboard in
+ * etc/grafana uses these names.
+ *
+ * libmicrohttpd rather than a few lines of HTTP by hand: the endpoint faces
+ * whatever connects to it, and an HTTP parser is exactly the code that
+ * should come from a library that is fuzzed and maintained for that.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "ops.h"
+#include "server.h"
+#include "shard.h"
+
+/* ------------------------------------------------------------ writing */
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static void label_value(FILE *f, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', f);
+		if (*v == '\n') {
+			fputs("\\n", f);
+			continue;
+		}
+		fputc(*v, f);
+	}
+}
+
+/* NAME{tenant="T",pool="P" (the caller adds its labels and the value). */
+static void series(FILE *f, const char *name, const struct tenant *t, uint32_t pool)
+{
+	fprintf(f, "%s{tenant=\"", name);
+	label_value(f, t->name);
+	fprintf(f, "\",pool=\"%" PRIu32 "\"", pool);
+}
+
+struct field {
+	const char *name;
+	size_t off;
+	const char *kind;   /* "COUNTER", "GAUGE", "TIME" */
+	const char *unit;   /* "bytes", "ns", "" */
+	const char *metric;
+	const char *help;
+};
+
+static const struct field fields[] = {
+#define F(n, group, kind, unit, metric, help)				\
+	{ #n, offsetof(struct kvp_stats, n), #kind, unit, metric, help },
+	KVP_STATS_FIELDS(F)
+#undef F
+};
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+static uint64_t field_value(const struct kvp_stats *st, const struct field *fd)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)st + fd->off, sizeof(v));
+	return v;
+}
+
+/* kvpool_METRIC[_bytes|_seconds][_total] */
+static void field_name(const struct field *fd, char *buf, size_t len)
+{
+	const char *suffix = !strcmp(fd->unit, "bytes") ? "_bytes" :
+			     !strcmp(fd->unit, "ns") ? "_seconds" : "";
+
+	snprintf(buf, len, "kvpool_%s%s%s", fd->metric, suffix,
+		 !strcmp(fd->kind, "COUNTER") ? "_total" : "");
+}
+
+/* A field's value in its exported unit: ns become seconds. */
+static void field_print(FILE *f, const struct field *fd, uint64_t v)
+{
+	if (!strcmp(fd->unit, "ns"))
+		fprintf(f, " %.9f\n", (double)v / 1e9);
+	else
+		fprintf(f, " %" PRIu64 "\n", v);
+}
+
+/* Every tenant's every pool, as kvctl stats reads one: [tenant][pool]. */
+static struct kvp_stats *pools_read(struct server *s)
+{
+	const struct tenants *ts = &s->tenants;
+	struct kvp_stats *st = calloc((size_t)ts->n * ts->npools, sizeof(*st));
+
+	if (!st)
+		return NULL;
+	for (uint32_t i = 0; i < ts->n; i++)
+		for (uint32_t p = 0; p < ts->npools; p++)
+			shard_set_stats(ts->v[i].pools[p].set, &st[i * ts->npools + p]);
+	return st;
+}
+
+static void write_tiers(struct server *s, FILE *f, const struct kvp_stats *st)
+{
+	const struct tenants *ts = &s->tenants;
+	uint64_t page = s->cfg->layout.page_bytes;
+
+	family(f, "kvpool_tier_frames", "gauge",
+	       "Frames (pages) of a tier, by state: used or free.");
+	for (uint32_t i = 0; i < ts->n; i++)
+		for (uint32_t p = 0; p < ts->npools; p++)
+			for (uint32_t t = 0; t < KVP_TIERS; t++) {
+				const struct kvp_tier_stats *x =
+					&st[i * ts->npools + p].tier[t];
+
+				series(f, "kvpool_tier_frames", &ts->v[i], p);
+				fprintf(f, ",tier=\"%s\",state=\"used\"} %" PRIu64 "\n",
+					kvp_tier_name(t), x->frames_used);
+				series(f, "kvpool_tier_frames", &ts->v[i], p);
+				fprintf(f, ",tier=\"%s\",state=\"free\"} %" PRIu64 "\n",
+					kvp_tier_name(t), x->frames_free);
+			}
+	family(f, "kvpool_tier_capacity_bytes", "gauge", "Size of a tier.");
+	for (uint32_t i = 0; i < ts->n; i++)
+		for (uint32_t p = 0; p < ts->npools; p++)
+			for (uint32_t t = 0; t < KVP_TIERS; t++) {
+				series(f, "kvpool_tier_capacity_bytes", &ts->v[i], p);
+				fprintf(f, ",tier=\"%s\"} %" PRIu64 "\n", kvp_tier_name(t),
+					st[i * ts->npools + p].tier[t].bytes_total);
+			}
+	family(f, "kvpool_tier_used_bytes", "gauge", "Bytes of a tier's used frames.");
+	for (uint32_t i = 0; i < ts->n; i++)
+		for (uint32_t p = 0; p < ts->npools; p++)
+			for (uint32_t t = 0; t < KVP_TIERS; t++) {
+				series(f, "kvpool_tier_used_bytes", &ts->v[i], p);
+				fprintf(f, ",tier=\"%s\"} %" PRIu64 "\n", kvp_tier_name(t),
+					st[i * ts->npools + p].tier[t].frames_used * page);
+			}
+}
+
+/* Every stats field per tenant and pool; clients and tenants, which the
+ * daemon (not a pool) knows, are written by write_daemon. */
+static void write_pools(struct server *s, FILE *f, const struct kvp_stats *st)
+{
+	const struct tenants *ts = &s->tenants;
+	char name[96];
+
+	for (size_t k = 0; k < NFIELDS; k++) {
+		const struct field *fd = &fields[k];
+
+		if (!strcmp(fd->name, "clients") || !strcmp(fd->name, "tenants"))
+			continue;
+		field_name(fd, name, sizeof(name));
+		family(f, name, strcmp(fd->kind, "COUNTER") ? "gauge" : "counter",
+		       fd->help);
+		for (uint32_t i = 0; i < ts->n; i++)
+			for (uint32_t p = 0; p < ts->npools; p++) {
+				series(f, name, &ts->v[i], p);
+				fputc('}', f);
+				field_print(f, fd, field_value(&st[i * ts->npools + p], fd));
+			}
+	}
+}
+
+static void write_daemon(struct server *s, FILE *f)
+{
+	const struct tenants *ts = &s->tenants;
+
+	family(f, "kvpool_build_info", "gauge", "The kvpoold version, in a label; always 1.");
+	fprintf(f, "kvpool_build_info{version=\"%d.%d\",backend=\"%s\"} 1\n",
+		KVP_VERSION_MAJOR, KVP_VERSION_MINOR, ts->backend);
+	family(f, "kvpool_clients", "gauge", "Attached clients of a tenant, all pools.");
+	for (uint32_t i = 0; i < ts->n; i++) {
+		fputs("kvpool_clients{tenant=\"", f);
+		label_value(f, ts->v[i].name);
+		fprintf(f, "\"} %" PRIu32 "\n",
+			__atomic_load_n(&ts->v[i].clients, __ATOMIC_RELAXED));
+	}
+	family(f, "kvpool_clients_attached", "gauge",
+	       "Attached clients, admin-only ones included.");
+	fprintf(f, "kvpool_clients_attached %" PRIu32 "\n",
+		__atomic_load_n(&s->reg.live, __ATOMIC_RELAXED));
+	family(f, "kvpool_tenants", "gauge", "Tenants configured.");
+	fprintf(f, "kvpool_tenants %" PRIu32 "\n", ts->n);
+	family(f, "kvpool_workers", "gauge", "Worker threads polling the rings.");
+	fprintf(f, "kvpool_workers %" PRIu32 "\n", s->nworkers);
+}
+
+/* Every worker's counters summed. */
+static void ops_sum(const struct server *s, struct op_metrics *sum)
+{
+	uint64_t *d = (uint64_t *)sum;
+
+	memset(sum, 0, sizeof(*sum));
+	for (uint32_t w = 0; w < s->nopm; w++) {
+		const uint64_t *v = (const uint64_t *)&s->opm[w];
+
+		for (size_t k = 0; k < sizeof(*sum) / sizeof(uint64_t); k++)
+			d[k] += __atomic_load_n(&v[k], __ATOMIC_RELAXED);
+	}
+}
+
+static void write_ops(FILE *f, const struct op_metrics *m)
+{
+	static const char *const lat_op[LAT_KINDS] = {
+		[LAT_PREPARE] = "prepare", [LAT_COMMIT] = "commit",
+		[LAT_OFFLOAD] = "offload", [LAT_ONLOAD] = "onload",
+	};
+
+	family(f, "kvpool_ops_total", "counter",
+	       "Operations served (rings and uds), failed ones included.");
+	for (uint32_t op = 0; op < KVP_OP_MAX; op++)
+		if (ops_name(op))
+			fprintf(f, "kvpool_ops_total{op=\"%s\"} %" PRIu64 "\n",
+				ops_name(op), m->ops[op]);
+	family(f, "kvpool_op_errors_total", "counter",
+	       "Operations that failed, by errno (error=\"other\": any other).");
+	for (uint32_t op = 0; op < KVP_OP_MAX; op++)
+		for (uint32_t k = 0; k < METRICS_ERR_KINDS; k++) {
+			if (!ops_name(op) || !m->errors[op][k])
+				continue; /* a series appears with its first error */
+			fprintf(f, "kvpool_op_errors_total{op=\"%s\",error=\"%s\"} %"
+				PRIu64 "\n", ops_name(op), k == METRICS_ERR_OTHER ?
+				"other" : strerrorname_np(metrics_err_errno[k]),
+				m->errors[op][k]);
+		}
+	family(f, "kvpool_op_duration_seconds", "histogram",
+	       "Latency in the daemon: prepare, commit and offload from the "
+	       "submission's start to its completion; onload from the prepare to "
+	       "the completion that waited for the copy.");
+	for (uint32_t k = 0; k < LAT_KINDS; k++) {
+		uint64_t cum = 0;
+
+		for (uint32_t b = 0; b <= METRICS_BUCKETS; b++) {
+			cum += m->lat[k][b];
+			if (b < METRICS_BUCKETS)
+				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\","
+					"le=\"%g\"} %" PRIu64 "\n", lat_op[k],
+					(double)metrics_bucket_ns[b] / 1e9, cum);
+			else
+				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\","
+					"le=\"+Inf\"} %" PRIu64 "\n", lat_op[k], cum);
+		}
+		fprintf(f, "kvpool_op_duration_seconds_sum{op=\"%s\"} %.9f\n",
+			lat_op[k], (double)m->lat_ns[k] / 1e9);
+		fprintf(f, "kvpool_op_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n",
+			lat_op[k], cum);
+	}
+}
+
+int metrics_write(struct server *s, FILE *f)
+{
+	struct kvp_stats *st = pools_read(s);
+	struct op_metrics *sum = malloc(sizeof(*sum));
+
+	if (!st || !sum) {
+		free(st);
+		free(sum);
+		return -ENOMEM;
+	}
+	write_daemon(s, f);
+	write_tiers(s, f, st);
+	write_pools(s, f, st);
+	ops_sum(s, sum);
+	write_ops(f, sum);
+	free(st);
+	free(sum);
+	return ferror(f) ? -EIO : 0;
+}
+
+void metrics_status_line(struct server *s, char *buf, size_t len)
+{
+	const struct tenants *ts = &s->tenants;
+	uint64_t used[KVP_TIERS] = { 0 }, total[KVP_TIERS] = { 0 };
+	struct kvp_stats *st = pools_read(s);
+
+	for (uint32_t k = 0; st && k < ts->n * ts->npools; k++)
+		for (uint32_t t = 0; t < KVP_TIERS; t++) {
+			used[t] += st[k].tier[t].frames_used;
+			total[t] += st[k].tier[t].frames_total;
+		}
+	free(st);
+	snprintf(buf, len, "serving %s: %" PRIu32 " client(s), %" PRIu32
+		 " tenant(s); device %" PRIu64 "/%" PRIu64 " frames used, host %"
+		 PRIu64 "/%" PRIu64, s->cfg->socket,
+		 __atomic_load_n(&s->reg.live, __ATOMIC_RELAXED), ts->n,
+		 used[KVP_TIER_DEVICE], total[KVP_TIER_DEVICE],
+		 used[KVP_TIER_HOST], total[KVP_TIER_HOST]);
+}
+
+/* ------------------------------------------------------------ serving */
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
+			     char *body, size_t len, bool owned,
+			     const char *type)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body,
+		owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!r) {
+		if (owned)
+			free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	ret = MHD_queue_response(conn, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+#define TEXT "text/plain; charset=utf-8"
+
+static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
+				  const char *url, const char *method,
+				  const char *version, const char *upload,
+				  size_t *upload_len, void **ctx)
+{
+	static char not_found[] = "kvpoold serves /metrics only\n";
+	static char bad_method[] = "use GET\n";
+	struct server *s = arg;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+		return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, bad_method,
+			     sizeof(bad_method) - 1, false, TEXT);
+	if (strcmp(url, "/metrics"))
+		return reply(conn, MHD_HTTP_NOT_FOUND, not_found,
+			     sizeof(not_found) - 1, false, TEXT);
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return MHD_NO;
+	if (metrics_write(s, f) < 0 || fclose(f)) {
+		free(buf);
+		return MHD_NO;
+	}
+	return reply(conn, MHD_HTTP_OK, buf, len, true,
+		     "text/plain; version=0.0.4; charset=utf-8");
+}
+
+int metrics_open(struct server *s, struct errbuf *e)
+{
+	if (!s->cfg->metrics)
+		return 0;
+	s->opm = aligned_alloc(64, sizeof(*s->opm) * s->cfg->workers);
+	if (!s->opm)
+		return errbuf_set(e, -ENOMEM, "metrics: out of memory");
+	memset(s->opm, 0, sizeof(*s->opm) * s->cfg->workers);
+	s->nopm = s->cfg->workers;
+	return 0;
+}
+
+int metrics_serve(struct server *s, struct errbuf *e)
+{
+	const struct config *cfg = s->cfg;
+	const union MHD_DaemonInfo *info;
+	struct MHD_Daemon *d;
+
+	if (!cfg->metrics)
+		return 0;
+	/* One thread answers every scrape in turn: a scrape is a few
+	 * milliseconds, and scrapers come every few seconds. */
+	d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0,
+			     NULL, NULL, on_request, s,
+			     MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->metrics_addr,
+			     MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
+			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+			     MHD_OPTION_END);
+	if (!d)
+		return errbuf_set(e, -EADDRNOTAVAIL, "metrics = %s: cannot listen there "
+				  "(address in use or not this host's?); pick another "
+				  "ADDR:PORT or leave --metrics out", cfg->metrics);
+	s->http = d;
+	/* The port it bound: the one asked for, or the kernel's pick for 0. */
+	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+	log_info("metrics: serving http://%.*s:%u/metrics",
+		 (int)(strrchr(cfg->metrics, ':') - cfg->metrics), cfg->metrics,
+		 info ? (unsigned)info->port : 0);
+	return 0;
+}
+
+void metrics_close(struct server *s)
+{
+	if (s->http)
+		MHD_stop_daemon(s->http);
+	s->http = NULL;
+	free(s->opm);
+	s->opm = NULL;
+	s->nopm = 0;
+}
