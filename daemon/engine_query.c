@@ -54,6 +54,7 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 	out->users = user_table_count(&eng->users);
 	out->leases = eng->leases_live; /* every kind: one table */
 	share_stats(eng, out);
+	engine_disk_stats(eng, out); /* disk tier hook */
 }
 
 uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)

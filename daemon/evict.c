@@ -532,9 +532,11 @@ static uint32_t history_evict(struct engine *eng, struct history *h,
 
 static int check_sel(uint32_t sel, struct errbuf *e)
 {
-	if (!sel || (sel & ~(uint32_t)KVP_SEL_ALL))
+	if (!sel || (sel & ~(uint32_t)KVP_SEL_VALID) ||
+	    ((sel & ~(uint32_t)KVP_SEL_ALL) && sel != KVP_SEL_DISK &&
+	     sel != KVP_SEL_TO_DISK))
 		return errbuf_set(e, -EINVAL, "evict: tier selection %#" PRIx32
-				  " is not device, host or all", sel);
+				  " is not device, host, all, disk or to-disk", sel);
 	return 0;
 }
 
@@ -546,6 +548,10 @@ int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
 
 	if (ret)
 		return ret;
+	/* Disk tier hook: its selections, and `all` of a user only there. */
+	if ((sel & ~(uint32_t)KVP_SEL_ALL) || (!h && sel == KVP_SEL_ALL && eng->disk))
+		return engine_disk_evict(eng, user, sel == KVP_SEL_ALL ? KVP_SEL_DISK :
+					 sel, e);
 	if (!h)
 		return errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
 				  user);
@@ -576,6 +582,11 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 	if (ret)
 		return ret;
 	user_table_foreach(&eng->users, count_pinned_cb, &pinned);
+	if (sel & ~(uint32_t)KVP_SEL_ALL) { /* disk tier hook */
+		if (skipped)
+			*skipped = pinned;
+		return engine_disk_evict_all(eng, sel);
+	}
 	if (sel & KVP_SEL_DEVICE) {
 		/* Each demotion moves the head off this list (or drops it). */
 		while ((h = lru_head(dev))) {
@@ -593,6 +604,8 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 			affected++;
 		}
 	}
+	if (sel == KVP_SEL_ALL && eng->disk) /* disk tier hook: its copies too */
+		affected += (uint32_t)engine_disk_evict_all(eng, KVP_SEL_DISK);
 	if (skipped)
 		*skipped = pinned;
 	return (int)affected;

@@ -541,10 +541,10 @@ static int evict_pool(struct op *o, struct tenant *t, uint32_t pool,
 
 static int check_sel(struct op *o)
 {
-	if (!o->sqe->sel || (o->sqe->sel & ~KVP_SEL_ALL))
+	if (!o->sqe->sel || (o->sqe->sel & ~KVP_SEL_VALID))
 		return errbuf_set(o->e, -EINVAL, "%s: sel %u; use 1 (device: "
-				  "demote), 2 (host) or 3 (both)", o->name,
-				  o->sqe->sel);
+				  "demote), 2 (host), 3 (both), 4 (disk) or 8 (push "
+				  "to disk)", o->name, o->sqe->sel);
 	return 0;
 }
 

@@ -49,26 +49,28 @@ static void *page_bytes_of(struct engine *eng, struct history *h, uint32_t i)
 	return NULL;
 }
 
-void engine_disk_demote(struct engine *eng, struct history *h)
+int engine_disk_demote(struct engine *eng, struct history *h)
 {
 	uint32_t n = (uint32_t)pages_for(eng, h->len);
 	struct disk_key k;
 	void **pages;
+	int ret = -EOPNOTSUPP;
 
 	/* Unpinned: no onload in flight, no reserved pages past len. */
 	if (!eng->disk || !n || h->pins)
-		return;
+		return -EINVAL;
 	pages = malloc(n * sizeof(*pages));
 	if (!pages)
-		return; /* dropped, as without a disk tier */
+		return -ENOMEM; /* dropped, as without a disk tier */
 	for (uint32_t i = 0; i < n; i++)
 		if (!(pages[i] = page_bytes_of(eng, h, i)))
 			goto out; /* device-only on a GPU: dropped as before */
 	k = key_of(eng, h->user);
 	/* -ENOSPC: no staging room: dropped as before, counted there. */
-	disk_tier_put(eng->disk, &k, h->start, h->len, n, pages);
+	ret = disk_tier_put(eng->disk, &k, h->start, h->len, n, pages);
 out:
 	free(pages);
+	return ret;
 }
 
 /*
@@ -203,4 +205,95 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 	out->len = len;
 	out->pages = (uint32_t)pages_for(eng, len);
 	return true;
+}
+
+void engine_disk_stats(const struct engine *eng, struct kvp_stats *out)
+{
+	struct disk_tier_stats ds;
+
+	if (!eng->disk || eng->shard || eng->disk_pool)
+		return;
+	disk_tier_stats(eng->disk, eng->disk_tenant, &ds);
+	out->disk_users = ds.users;
+	out->disk_pages = ds.pages;
+	out->disk_demoted_pages = ds.demoted_pages;
+	out->disk_read_pages = ds.read_pages;
+	out->disk_dropped_pages = ds.dropped_pages;
+	out->disk_stored_bytes = ds.bytes_stored;
+}
+
+/* Push h (unpinned) down to disk: pages no CPU can read (device-only on a
+ * GPU) go to the host tier first, as a demotion. */
+static int history_to_disk(struct engine *eng, struct history *h)
+{
+	uint32_t n = h->npages;
+	int ret;
+
+	for (uint32_t i = 0; i < h->npages; i++)
+		if (!page_bytes_of(eng, h, i)) {
+			demote_or_drop(eng, h);
+			if (user_table_find(&eng->users, h->user) != h)
+				return -ENOSPC; /* the host could not take it */
+			break;
+		}
+	ret = engine_disk_demote(eng, h);
+	if (ret)
+		return ret;
+	history_drop(eng, h);
+	return (int)n;
+}
+
+int engine_disk_evict(struct engine *eng, uint64_t user, uint32_t sel,
+		      struct errbuf *e)
+{
+	struct history *h = user_table_find(&eng->users, user);
+	struct disk_key k = key_of(eng, user);
+	int ret;
+
+	if (!eng->disk) /* a selection this pool cannot have */
+		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": evict: tier "
+				  "selection %#" PRIx32 " names the disk tier and "
+				  "kvpoold has none; start it with --disk_dir and "
+				  "--disk_size", user, sel);
+	if (sel == KVP_SEL_DISK) {
+		ret = disk_tier_drop(eng->disk, &k);
+		return ret < 0 ? errbuf_set(e, ret, "user %" PRIu64 ": nothing on "
+					    "the disk tier", user) : ret;
+	}
+	if (!h)
+		return disk_tier_info(eng->disk, &k, &(uint64_t){ 0 },
+				      &(uint64_t){ 0 }, &(uint32_t){ 0 }) ? 0 :
+		       errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
+				  user);
+	if (h->pins)
+		return errbuf_set(e, -EBUSY, "user %" PRIu64 " is held by %" PRIu32
+				  " lease(s); release them first", user, h->pins);
+	ret = history_to_disk(eng, h);
+	if (ret < 0)
+		return errbuf_set(e, ret, "user %" PRIu64 ": could not be written to "
+				  "the disk tier (%s)", user, ret == -ENOSPC ?
+				  "no staging room, or the host tier could not take "
+				  "its GPU pages; retry, or raise host_mem" :
+				  strerror(-ret));
+	return ret;
+}
+
+int engine_disk_evict_all(struct engine *eng, uint32_t sel)
+{
+	struct history *h;
+	uint32_t n = 0;
+
+	if (!eng->disk)
+		return -EINVAL; /* as engine_disk_evict */
+	if (sel == KVP_SEL_DISK)
+		return (int)disk_tier_drop_all(eng->disk, eng->disk_tenant,
+					       eng->disk_pool);
+	/* Oldest first; each push takes h off its list (or fails: stop). */
+	for (int t = LRU_DEVICE; t <= LRU_HOST; t++)
+		while ((h = lru_head(&eng->lru[t]))) {
+			if (history_to_disk(eng, h) < 0)
+				return (int)n;
+			n++;
+		}
+	return (int)n;
 }

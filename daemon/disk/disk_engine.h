@@ -14,8 +14,18 @@
 struct history;
 
 /* h, unpinned, is about to be dropped by eviction: put it on disk if its
- * pages are all host-readable. */
-void engine_disk_demote(struct engine *eng, struct history *h);
+ * pages are all host-readable. 0, or why not (the caller drops it anyway). */
+int engine_disk_demote(struct engine *eng, struct history *h);
+/*
+ * engine_evict's disk selections (kvpool.h): KVP_SEL_DISK drops the user's
+ * disk copy (pages, or -ENOENT); KVP_SEL_TO_DISK writes its history to disk
+ * and frees its frames (pages; -EBUSY leased, -ENOENT, -EINVAL no disk
+ * tier, -ENOSPC no room).
+ */
+int engine_disk_evict(struct engine *eng, uint64_t user, uint32_t sel,
+		      struct errbuf *e);
+/* The same for every unpinned user of the engine; returns users affected. */
+int engine_disk_evict_all(struct engine *eng, uint32_t sel);
 /*
  * Before a prepare of a user with no history in memory: bring one on disk
  * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
@@ -26,5 +36,9 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 /* Fill out (exists, start, len, pages) for a user only on disk. */
 bool engine_disk_info(struct engine *eng, uint64_t user,
 		      struct engine_user_info *out);
+
+/* The tenant's disk figures into out, from the engine of shard 0 of pool 0
+ * only (the disk tier counts per tenant; stats add up over shards). */
+void engine_disk_stats(const struct engine *eng, struct kvp_stats *out);
 
 #endif /* KVPOOL_DISK_ENGINE_H */

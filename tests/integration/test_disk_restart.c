@@ -114,6 +114,40 @@ static uint32_t verify_all(struct kvp_client *c, uint64_t want, bool may_be_abse
 	return present;
 }
 
+/* offload --tier disk (KVP_SEL_TO_DISK) and evict --tier disk on user 0. */
+static void phase_tier_ops(struct kvp_client *c)
+{
+	uint64_t u = user_of(0);
+	struct kvp_user_info ui;
+	int rc;
+
+	if (h_verify_user(c, SALT, u, 0, TOKENS, NULL)) /* in memory now */
+		g_bad++;
+	rc = kvp_evict(c, u, KVP_SEL_TO_DISK);
+	if (rc != (int)((TOKENS + H_PAGE_TOKENS - 1) / H_PAGE_TOKENS) ||
+	    kvp_info(c, u, &ui) || ui.len != TOKENS || ui.pages_device ||
+	    ui.pages_host) {
+		h_fail("push to disk: %d (%s); then len %" PRIu64 ", %u device and "
+		       "%u host pages", rc, rc < 0 ? kvp_last_error(c) : "",
+		       ui.len, ui.pages_device, ui.pages_host);
+		g_bad++;
+	}
+	if (h_verify_user(c, SALT, u, 0, TOKENS, NULL)) /* back from disk */
+		g_bad++;
+	if (kvp_evict(c, u, KVP_SEL_TO_DISK) < 0 || kvp_evict(c, u, KVP_SEL_DISK) < 1 ||
+	    kvp_info(c, u, &ui) || ui.len) {
+		h_fail("evict --tier disk: user %" PRIu64 " still has %" PRIu64
+		       " tokens (%s)", u, ui.len, kvp_last_error(c));
+		g_bad++;
+	}
+	if (kvp_evict(c, u, KVP_SEL_DISK) != -ENOENT) {
+		h_fail("evict --tier disk of nothing: not -ENOENT");
+		g_bad++;
+	}
+	if (grow(c, u, TOKENS)) /* a fresh history again, for what follows */
+		g_bad++;
+}
+
 static void phase_tier(void)
 {
 	struct kvp_client *c = h_connect_or_fail(g_sock, "tier", 5000);
@@ -128,9 +162,15 @@ static void phase_tier(void)
 			g_bad++;
 	verify_all(c, TOKENS, false);
 	verify_all(c, TOKENS, false); /* each came back and left again */
-	if (kvp_stats(c, 0, &st) == 0 && st.evicted_users < USERS)
-		h_log("tier: %" PRIu64 " histories left the host tier",
-		      st.evicted_users);
+	if (kvp_stats(c, 0, &st) || !st.disk_demoted_pages || !st.disk_read_pages ||
+	    !st.disk_users || st.disk_dropped_pages) {
+		h_fail("tier: stats say %" PRIu64 " pages written to disk, %" PRIu64
+		       " read back, %" PRIu64 " users there, %" PRIu64 " dropped",
+		       st.disk_demoted_pages, st.disk_read_pages, st.disk_users,
+		       st.disk_dropped_pages);
+		g_bad++;
+	}
+	phase_tier_ops(c);
 	kvp_close(c);
 	h_log("tier: %u users of %u tokens read back twice", USERS, TOKENS);
 }
