@@ -185,7 +185,8 @@ static void prep(struct disk_store *st, struct io_uring_sqe *sqe, bool write,
 
 /* Reap one completion: mark its run's slots. */
 static uint32_t reap_one(struct disk_store *st, struct disk_io *v,
-			 uint32_t *inflight, uint64_t unit)
+			 uint32_t *inflight, uint64_t unit, disk_io_done_fn done,
+			 void *arg)
 {
 	struct io_uring_cqe *cqe;
 	uint32_t i, k, failed = 0;
@@ -207,12 +208,14 @@ static uint32_t reap_one(struct disk_store *st, struct disk_io *v,
 		v[i + j].res = res < 0 ? res : 0;
 		failed += res < 0;
 	}
+	if (done)
+		done(arg, i, k); /* while the other runs are still in flight */
 	return failed;
 }
 
 /* unit: slot_bytes (whole slots, coalesced) or DISK_ALIGN (first block). */
 static uint32_t rw(struct disk_store *st, bool write, struct disk_io *v,
-		   uint32_t n, uint64_t unit)
+		   uint32_t n, uint64_t unit, disk_io_done_fn done, void *arg)
 {
 	uint32_t i = 0, inflight = 0, failed = 0;
 
@@ -240,7 +243,7 @@ static uint32_t rw(struct disk_store *st, bool write, struct disk_io *v,
 		}
 		if (inflight) {
 			io_uring_submit(&st->ring);
-			failed += reap_one(st, v, &inflight, unit);
+			failed += reap_one(st, v, &inflight, unit, done, arg);
 		}
 	}
 	return failed;
@@ -249,11 +252,17 @@ static uint32_t rw(struct disk_store *st, bool write, struct disk_io *v,
 uint32_t disk_store_rw(struct disk_store *st, bool write, struct disk_io *v,
 		       uint32_t n)
 {
-	return rw(st, write, v, n, st->slot_bytes);
+	return rw(st, write, v, n, st->slot_bytes, NULL, NULL);
+}
+
+uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
+			    uint32_t n, disk_io_done_fn done, void *arg)
+{
+	return rw(st, write, v, n, st->slot_bytes, done, arg);
 }
 
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n)
 {
-	return rw(st, true, v, n, DISK_ALIGN);
+	return rw(st, true, v, n, DISK_ALIGN, NULL, NULL);
 }

@@ -56,6 +56,15 @@ int disk_store_register(struct disk_store *st, void *base, uint64_t bytes);
 uint32_t disk_store_rw(struct disk_store *st, bool write, struct disk_io *v,
 		       uint32_t n);
 
+/*
+ * disk_store_rw, calling done(arg, i, k) as each run v[i, i+k) completes
+ * (its res set), while later runs are still in flight: the caller checks
+ * what has landed while the disk works on the rest.
+ */
+typedef void (*disk_io_done_fn)(void *arg, uint32_t i, uint32_t k);
+uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
+			    uint32_t n, disk_io_done_fn done, void *arg);
+
 /* Write the first DISK_ALIGN bytes of each slot of v (buf: that many). */
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n);

@@ -25,6 +25,10 @@ struct pass {
 	struct disk_entry *w[DISK_BATCH_PAGES], *r[DISK_BATCH_PAGES];
 	uint32_t nw, nr;
 	struct disk_io io[DISK_BATCH_PAGES];
+	/* reads: io[k] is page page[k] of r[ent[k]]; ok[k] once checked */
+	uint32_t ent[DISK_BATCH_PAGES], page[DISK_BATCH_PAGES];
+	bool ok[DISK_BATCH_PAGES];
+	struct disk_tier *dt;
 	uint32_t inval[DISK_BATCH_PAGES], ninval;
 };
 
@@ -218,6 +222,17 @@ static void pass_write(struct disk_tier *dt, struct pass *p, bool *ok,
 	}
 }
 
+/* A run of reads landed: check and decode its pages now, while the disk
+ * reads the rest. */
+static void read_landed(void *arg, uint32_t i, uint32_t k)
+{
+	struct pass *p = arg;
+
+	for (uint32_t x = i; x < i + k; x++)
+		p->ok[x] = !p->io[x].res &&
+			   open_page(p->dt, p->r[p->ent[x]], p->page[x]);
+}
+
 /* Unlocked: the pass's reads; per entry, pages that came back good in a
  * row from page 0. */
 static void pass_read(struct disk_tier *dt, struct pass *p, uint32_t *good)
@@ -228,14 +243,19 @@ static void pass_read(struct disk_tier *dt, struct pass *p, uint32_t *good)
 	for (uint32_t j = 0; j < p->nr; j++) {
 		struct disk_entry *e = p->r[j];
 
-		for (uint32_t i = 0; i < e->npages; i++)
-			p->io[n++] = (struct disk_io){
+		for (uint32_t i = 0; i < e->npages; i++, n++) {
+			p->io[n] = (struct disk_io){
 				.slot = e->slot[i],
 				.buf = dt->stage_base +
 				       (uint64_t)e->stage[i] * dt->slot_bytes,
 			};
+			p->ent[n] = j;
+			p->page[n] = i;
+			p->ok[n] = false; /* a slot refused before any I/O */
+		}
 	}
-	disk_store_rw(dt->st, false, p->io, n);
+	p->dt = dt;
+	disk_store_rw_each(dt->st, false, p->io, n, read_landed, p);
 	dt->read_ns += disk_now_ns() - t0;
 	n = 0;
 	for (uint32_t j = 0; j < p->nr; j++) {
@@ -243,7 +263,7 @@ static void pass_read(struct disk_tier *dt, struct pass *p, uint32_t *good)
 
 		good[j] = 0;
 		for (uint32_t i = 0; i < e->npages; i++, n++)
-			if (good[j] == i && !p->io[n].res && open_page(dt, e, i))
+			if (good[j] == i && p->ok[n])
 				good[j]++;
 	}
 }
