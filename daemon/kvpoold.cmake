@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 # kvpoold: the daemon. The engine (kvpool_engine) does the pool; these files
 # put it behind a socket and shared-memory rings. The wire contract is
-# libclient/proto.h, shared with libkvpool.
+# proto/proto.h, shared with libkvpool.
 add_executable(kvpoold
   daemon/kvpoold.c
   daemon/config.c
+  daemon/config_settings.c
   daemon/config_parse.c
   daemon/log.c
   daemon/tenant.c
@@ -22,7 +23,7 @@ add_executable(kvpoold
   daemon/sd_service.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
-  ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+  ${CMAKE_CURRENT_SOURCE_DIR}/proto)
 target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
 # --metrics: Prometheus' /metrics over libmicrohttpd (Debian libmicrohttpd-dev).
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)

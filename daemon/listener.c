@@ -40,7 +40,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "kvpool_engine.h"
 #include "client.h"
 #include "listener.h"
 #include "log.h"

@@ -7,7 +7,7 @@
 #ifndef KVPOOLD_LISTENER_H
 #define KVPOOLD_LISTENER_H
 
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "server.h"
 
 /* Result buffer of one uds request (a kvp_sqe's out_len is capped to it). */

@@ -146,7 +146,6 @@ static const char *prio_name(int prio)
 static void log_vmsg(int prio, const char *fmt, va_list ap)
 {
 	char line[1024];
-	struct timespec ts;
 	struct tm tm;
 	int n, m;
 
@@ -157,12 +156,15 @@ static void log_vmsg(int prio, const char *fmt, va_list ap)
 	if (log_to_journal()) {
 		n = snprintf(line, sizeof(line), "<%d>%s: ", prio, prio_name(prio));
 	} else {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		localtime_r(&ts.tv_sec, &tm);
+		uint64_t now = real_ns();
+		time_t sec = (time_t)(now / 1000000000ull);
+
+		localtime_r(&sec, &tm);
 		n = (int)strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
 		n += snprintf(line + n, sizeof(line) - (size_t)n,
-			      ".%03ld kvpoold[%d]: %s: ", ts.tv_nsec / 1000000,
-			      (int)getpid(), prio_name(prio));
+			      ".%03u kvpoold[%d]: %s: ",
+			      (unsigned)(now / 1000000u % 1000u), (int)getpid(),
+			      prio_name(prio));
 	}
 	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	if (m < 0)
@@ -192,13 +194,13 @@ void log_msg(int prio, const char *fmt, ...)
 static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct log_limit *limited;
 
-static uint64_t mono_ms(void)
+static uint64_t limit_ms(void)
 {
 	/* + 1: 0 means "never used" in a log_limit. */
-	return mono_ns() / 1000000 + 1;
+	return mono_ms() + 1;
 }
 
-static uint64_t (*clock_fn)(void) = mono_ms;
+static uint64_t (*clock_fn)(void) = limit_ms;
 
 uint64_t log_now_ms(void)
 {
@@ -207,7 +209,7 @@ uint64_t log_now_ms(void)
 
 void log_set_clock(uint64_t (*now_ms)(void))
 {
-	clock_fn = now_ms ? now_ms : mono_ms;
+	clock_fn = now_ms ? now_ms : limit_ms;
 }
 
 bool log_limit_take(struct log_limit *l, uint64_t now_ms)

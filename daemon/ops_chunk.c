@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "ops_internal.h"
-#include "share.h"
+#include "kvpool_engine.h"
 
 /* Tokens one register may carry (a 4 MiB input). */
 #define SHARE_MAX_TOKENS (1u << 20)

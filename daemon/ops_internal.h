@@ -8,7 +8,7 @@
 #define KVPOOLD_OPS_INTERNAL_H
 
 #include "client.h"
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "ops.h"
 #include "server.h"
 

@@ -36,7 +36,7 @@
 
 #include "clock.h"
 #include "ops_internal.h"
-#include "share.h"
+#include "kvpool_engine.h"
 
 /* Tokens one register, seq_alloc, extend or lookup may carry (a 4 MiB input). */
 #define SHARE_MAX_TOKENS (1u << 20)

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "proto.h"
 
 struct client_shm {

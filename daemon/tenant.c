@@ -28,7 +28,7 @@
 #include "disk_record.h"
 #include "disk_tier.h"
 #include "log.h"
-#include "share.h"
+#include "kvpool_engine.h"
 #include "tenant.h"
 
 /* ------------------------------------------------------------ salt */

@@ -20,8 +20,7 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "engine.h"
-#include "shard.h"
+#include "kvpool_engine.h"
 
 /* One tenant's engines in one pool: shards owning its users (shard.h). */
 struct tenant_pool {

@@ -696,12 +696,8 @@ static void worker_sleep(struct worker *w, uint32_t ctl_seen, bool blocked)
 		if (blocked || w->n > nc || w->parked || stalls) {
 			/* Fences land, and the reclaimer frees, without a
 			 * wake-up: poll them briefly. */
-			clock_gettime(CLOCK_MONOTONIC, &deadline);
-			deadline.tv_nsec += w->parked || stalls ? PARK_POLL_NS : POLL_NS;
-			if (deadline.tv_nsec >= 1000000000L) {
-				deadline.tv_sec++;
-				deadline.tv_nsec -= 1000000000L;
-			}
+			deadline = mono_deadline(w->parked || stalls ?
+						 PARK_POLL_NS : POLL_NS);
 			timeout = &deadline;
 		}
 		if (syscall(SYS_futex_waitv, w->waitv, 1 + nc, 0, timeout,

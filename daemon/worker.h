@@ -11,7 +11,7 @@
 #ifndef KVPOOLD_WORKER_H
 #define KVPOOLD_WORKER_H
 
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "server.h"
 
 /* Start cfg->workers threads; -errno with e. */

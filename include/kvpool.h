@@ -207,10 +207,14 @@ struct kvp_tier_stats {
 	X(ns_d2h, CORE, COUNTER, "ns", "copy_d2h", \
 	  "Wall time of device to host copies: copy_d2h_bytes / this is their bandwidth.") \
 	X(reclaim_stalls, CORE, COUNTER, "", "reclaim_stalls", \
-	  "Prepares that had to evict for room themselves (the reclaimer had not kept enough free).") \
+	  "Prepares that waited for the reclaimer to free device frames (held back, others passed).") \
 	X(reclaimed_pages, CORE, COUNTER, "", "reclaimed_pages", \
 	  "Pages the background reclaimer freed.") \
 	X(shards, CORE, GAUGE, "", "shards", "Engine shards summed over (daemon only).") \
+	X(reclaim_onload_stalls, CORE, COUNTER, "", "reclaim_onload_stalls", \
+	  "Of reclaim_stalls, prepares with an onload (held back to keep the low watermark for the others).") \
+	X(reclaim_direct, CORE, COUNTER, "", "reclaim_direct", \
+	  "Prepares that evicted for room themselves (the reclaimer was off, had nothing to evict, or 5 ms had passed).") \
 	X(disk_users, CORE, GAUGE, "", "disk_users", \
 	  "Histories only on the disk tier (kvpoold(8), Disk tier).") \
 	X(disk_pages, CORE, GAUGE, "", "disk_pages", "Pages of those histories.") \

@@ -27,6 +27,22 @@ static inline uint64_t mono_ns(void)
 	return clock_ns(CLOCK_MONOTONIC);
 }
 
+/* CLOCK_MONOTONIC, ms (timeouts counted in milliseconds). */
+static inline uint64_t mono_ms(void)
+{
+	return mono_ns() / 1000000u;
+}
+
+/* The CLOCK_MONOTONIC instant ns from now, as the absolute timeout a
+ * futex or a CLOCK_MONOTONIC condition variable takes. */
+static inline struct timespec mono_deadline(uint64_t ns)
+{
+	uint64_t t = mono_ns() + ns;
+
+	return (struct timespec){ .tv_sec = (time_t)(t / 1000000000ull),
+				  .tv_nsec = (long)(t % 1000000000ull) };
+}
+
 /* CLOCK_REALTIME, ns since the epoch. */
 static inline uint64_t real_ns(void)
 {

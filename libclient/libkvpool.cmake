@@ -16,7 +16,8 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/share.c
   libclient/chunk.c
   libclient/append.c
-  libclient/cuda.c)
+  libclient/cuda.c
+  libclient/bench.c)
 
 # kvpool_client_cuda(TARGET PUBLIC|PRIVATE): the cuda backend's parts.
 function(kvpool_client_cuda target scope)
@@ -34,7 +35,8 @@ kvpool_client_cuda(kvpool PRIVATE)
 target_include_directories(kvpool
   PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
          $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
-  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/libclient ${CMAKE_CURRENT_SOURCE_DIR}/proto
+          ${CMAKE_CURRENT_SOURCE_DIR}/libclient/bench)
 set_target_properties(kvpool PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
   C_VISIBILITY_PRESET hidden
@@ -43,13 +45,16 @@ target_link_options(kvpool PRIVATE
   -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libclient/kvpool.map
   -Wl,--no-undefined)
 
-# The same library, static and not installed, for tests that reach the
-# internals (client_internal.h: the raw rings, kvpc_* helpers).
+# The same library, static and not installed, for kvbench (kvpool_bench.h:
+# the attach socket, ring counters) and for tests that reach the internals
+# (they add libclient/ for client_internal.h: the raw rings, kvpc_*).
 add_library(kvpool_client_static STATIC ${KVPOOL_CLIENT_SOURCES})
 target_link_libraries(kvpool_client_static PUBLIC kvpool_common Threads::Threads)
 kvpool_client_cuda(kvpool_client_static PUBLIC)
 target_include_directories(kvpool_client_static
-  PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
+  PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/proto
+         ${CMAKE_CURRENT_SOURCE_DIR}/libclient/bench
+  PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/libclient)
 set_target_properties(kvpool_client_static PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 

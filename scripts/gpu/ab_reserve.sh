@@ -2,7 +2,7 @@
 # A/B of a change on the device machine: A = this tree, B = this tree with DIFF (arg 1)
 # reversed; both built side by side, then the replays (ab_run.sh), results into $OUT.
 set -uo pipefail
-source .gpu/env.sh
+source scripts/gpu/env.sh
 nvidia-smi -L > $OUT/device.txt
 nproc >> $OUT/device.txt
 cf="-DKVPOOL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON -DPython3_EXECUTABLE=/opt/torch/.venv/bin/python3"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Replays A (/tmp/a) vs B (/tmp/bb) alternating; results tarred into $OUT.
 set -uo pipefail
-source .gpu/env.sh
+source scripts/gpu/env.sh
 R=/tmp/res; rm -rf $R; mkdir -p $R
 reps=${REPS:-2}
 for rep in $(seq $reps); do

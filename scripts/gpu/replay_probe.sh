@@ -3,7 +3,7 @@
 # workers, and a run with the copy profile (synchronous device -> host copies
 # happen only where a prepare demotes for itself). Results tarred into $OUT.
 set -uo pipefail
-source .gpu/env.sh
+source scripts/gpu/env.sh
 cf="-DKVPOOL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON -DPython3_EXECUTABLE=/opt/torch/.venv/bin/python3"
 [ -x /tmp/a/kvbench ] || { cmake -S . -B /tmp/a $cf >/dev/null && cmake --build /tmp/a -j16 >/dev/null; } || exit 1
 R=/tmp/probe; rm -rf $R; mkdir -p $R

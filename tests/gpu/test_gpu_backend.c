@@ -47,7 +47,9 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "clock.h"
 #include "copy.h"
+#include "cuda_driver.h"
 #include "engine.h"
 #include "gpu_test_util.h"
 #include "kvpool.h"
@@ -73,53 +75,21 @@ static unsigned char pattern(uint64_t i, uint32_t seed)
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)mono_ns() * 1e-9;
 }
 
 /* ------------------------------------------------------------ driver API */
 
-struct drv {
-	PFN_cuMemGetAllocationGranularity_v10020 granularity;
-	PFN_cuMemImportFromShareableHandle_v10020 import_fd;
-	PFN_cuMemAddressReserve_v10020 reserve;
-	PFN_cuMemAddressFree_v10020 addr_free;
-	PFN_cuMemMap_v10020 map;
-	PFN_cuMemUnmap_v10020 unmap;
-	PFN_cuMemSetAccess_v10020 set_access;
-	PFN_cuMemRelease_v10020 release;
-};
-
-/* Looked up as kvpoold does: through the runtime, no -lcuda. */
-static int drv_load(struct drv *d)
+/* The driver functions as kvpoold and libkvpool have them: the one loader,
+ * lib/cuda_driver.c (looked up through the runtime, no -lcuda). */
+static const struct cuda_driver *drv_load(void)
 {
-	struct {
-		const char *sym;
-		void **fn;
-	} t[] = {
-		{ "cuMemGetAllocationGranularity", (void **)&d->granularity },
-		{ "cuMemImportFromShareableHandle", (void **)&d->import_fd },
-		{ "cuMemAddressReserve", (void **)&d->reserve },
-		{ "cuMemAddressFree", (void **)&d->addr_free },
-		{ "cuMemMap", (void **)&d->map },
-		{ "cuMemUnmap", (void **)&d->unmap },
-		{ "cuMemSetAccess", (void **)&d->set_access },
-		{ "cuMemRelease", (void **)&d->release },
-	};
+	struct cuda_driver_error why;
+	const struct cuda_driver *d = cuda_driver_get(&why);
 
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-		enum cudaDriverEntryPointQueryResult q;
-
-		if (cudaGetDriverEntryPointByVersion(t[i].sym, t[i].fn, 12000,
-						     cudaEnableDefault, &q) !=
-		    cudaSuccess || !*t[i].fn || q != cudaDriverEntryPointSuccess) {
-			fprintf(stderr, "cannot resolve %s\n", t[i].sym);
-			return -1;
-		}
-	}
-	return 0;
+	if (!d)
+		fprintf(stderr, "cannot resolve %s\n", why.sym);
+	return d;
 }
 
 static size_t granularity(void)
@@ -129,11 +99,11 @@ static size_t granularity(void)
 		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = DEVICE },
 	};
-	struct drv d;
+	const struct cuda_driver *d = drv_load();
 	size_t g = 0;
 
-	assert_int_equal(drv_load(&d), 0);
-	assert_int_equal(d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+	assert_non_null(d);
+	assert_int_equal(d->granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
 			 CUDA_SUCCESS);
 	assert_true(g > 0);
 	return g;
@@ -611,7 +581,7 @@ static int child_main(int sock)
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr ptr = 0;
 	struct xmsg m;
-	struct drv d;
+	const struct cuda_driver *d;
 	unsigned char *buf;
 	CUresult r;
 	int fd;
@@ -620,19 +590,19 @@ static int child_main(int sock)
 		fprintf(stderr, "child: no fd from the parent\n");
 		return 2;
 	}
-	if (cudaSetDevice(m.device) != cudaSuccess || drv_load(&d)) {
+	if (cudaSetDevice(m.device) != cudaSuccess || !(d = drv_load())) {
 		fprintf(stderr, "child: CUDA device %d unusable\n", m.device);
 		return 3;
 	}
-	r = d.import_fd(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	r = d->import(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	if (r != CUDA_SUCCESS) {
 		fprintf(stderr, "child: cuMemImportFromShareableHandle: %d\n", r);
 		return 4;
 	}
 	acc.location.id = m.device;
-	if ((r = d.reserve(&ptr, m.bytes, 0, 0, 0)) != CUDA_SUCCESS ||
-	    (r = d.map(ptr, m.bytes, 0, h, 0)) != CUDA_SUCCESS ||
-	    (r = d.set_access(ptr, m.bytes, &acc, 1)) != CUDA_SUCCESS) {
+	if ((r = d->reserve(&ptr, m.bytes, 0, 0, 0)) != CUDA_SUCCESS ||
+	    (r = d->map(ptr, m.bytes, 0, h, 0)) != CUDA_SUCCESS ||
+	    (r = d->set_access(ptr, m.bytes, &acc, 1)) != CUDA_SUCCESS) {
 		fprintf(stderr, "child: reserve/map/set_access of %" PRIu64 " bytes: %d\n",
 			m.bytes, r);
 		return 5;
@@ -656,9 +626,9 @@ static int child_main(int sock)
 		       cudaMemcpyHostToDevice) != cudaSuccess ||
 	    cudaDeviceSynchronize() != cudaSuccess)
 		return 9;
-	d.unmap(ptr, m.bytes);
-	d.addr_free(ptr, m.bytes);
-	d.release(h);
+	d->unmap(ptr, m.bytes);
+	d->addr_free(ptr, m.bytes);
+	d->release(h);
 	close(fd);
 	free(buf);
 	printf("# child %d: read %" PRIu64 " bytes of the parent's, wrote %" PRIu64

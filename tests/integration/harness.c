@@ -12,6 +12,7 @@
  * leaves a daemon behind.
  */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "harness.h"
 
 #include <dirent.h>
@@ -89,9 +90,7 @@ void h_fail(const char *fmt, ...)
 
 uint64_t h_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return mono_ms();
 }
 
 void h_sleep_us(unsigned us)

@@ -9,7 +9,7 @@ if(TARGET kvpoold AND TARGET kvpool)
   add_library(kvpool_it_harness STATIC ${_it}/harness.c ${_it}/harness_kv.c
     ${_it}/harness_raw.c)
   target_include_directories(kvpool_it_harness PUBLIC
-    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/libclient ${PROJECT_SOURCE_DIR}/lib ${_it})
+    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/libclient ${PROJECT_SOURCE_DIR}/proto ${PROJECT_SOURCE_DIR}/lib ${_it})
   target_link_libraries(kvpool_it_harness PUBLIC kvpool Threads::Threads)
 
   set(_it_args $<TARGET_FILE:kvpoold>)

@@ -755,10 +755,10 @@ static int check_end(const struct h_daemon *d, struct kvp_client *c,
 	if (ps_settle(c, &st) || h_check_accounting(c, &st) || check_rows(c))
 		fail = 1;
 	h_log("%" PRIu64 " tokens written to %d users; demoted %" PRIu64 " pages"
-	      " (%" PRIu64 " by the reclaimer, %" PRIu64 " prepares evicted for"
-	      " room themselves), onloaded %" PRIu64 ", trimmed %" PRIu64
+	      " (%" PRIu64 " by the reclaimer; %" PRIu64 " prepares waited for it, %"
+	      PRIu64 " evicted for room themselves), onloaded %" PRIu64 ", trimmed %" PRIu64
 	      ", dropped %" PRIu64 " users", tokens, SLOTS * USERS_PER_SLOT,
-	      st.demoted_pages, st.reclaimed_pages, st.reclaim_stalls,
+	      st.demoted_pages, st.reclaimed_pages, st.reclaim_stalls, st.reclaim_direct,
 	      st.onloaded_pages, st.trimmed_pages, st.evicted_users);
 	if (st.evicted_users) {
 		h_fail("%" PRIu64 " users dropped although the host tier had room"

@@ -17,8 +17,9 @@
  * and A's INFO after A's prepare.
  * Repeated ROUNDS times, each on a fresh user A, refilling the tier.
  * Whether a prepare has to wait is the reclaimer's timing, so stats tell
- * which rounds stalled; at least one must, and every one that did must
- * show the order above.
+ * which rounds stalled (reclaim_stalls counts only prepares held back for
+ * the reclaimer; one that evicted for itself counts reclaim_direct); at
+ * least one must, and every one that did must show the order above.
  */
 #define _GNU_SOURCE
 #include <errno.h>

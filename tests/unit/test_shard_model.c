@@ -65,7 +65,7 @@
  * and make sequences over users of every shard, or it proves little.
  *
  * Directed tests pin down global mode (a prepare its shard cannot serve
- * succeeds by evicting another shard's user, and reclaim_stalls counts it;
+ * succeeds by evicting another shard's user, and reclaim_direct counts it;
  * one nothing can serve fails with -ENOMEM changing nothing) and the copy
  * of a published partial page that the random trace found missing.
  */
@@ -3259,7 +3259,7 @@ static struct engine_user_info info_at(struct side *d, uint64_t user)
  * One shard's users fill the device tier; a user of another shard that
  * has no frame and nothing to evict is told -EAGAIN (nothing changed), and
  * with every shard locked gets its pages by evicting the oldest user of
- * the first shard, as the one engine does; reclaim_stalls counts it.
+ * the first shard, as the one engine does; reclaim_direct counts it.
  */
 static void test_short_shard_prepares_in_global_mode(void **state)
 {
@@ -3300,7 +3300,7 @@ static void test_short_shard_prepares_in_global_mode(void **state)
 	if (rc)
 		fail_msg("prepare with every shard locked = %d: %s", rc, e.msg);
 	shard_set_stats(set, &s1);
-	assert_int_equal(s1.reclaim_stalls, s0.reclaim_stalls + 1);
+	assert_int_equal(s1.reclaim_direct, s0.reclaim_direct + 1);
 	assert_int_equal(s1.evicted_users, s0.evicted_users + 1);
 	assert_int_equal(shard_of_lease(set, t.L.id), 2);
 

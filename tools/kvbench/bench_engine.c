@@ -41,7 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "kvpool_engine.h"
 #include "engine_report.h"
 #include "kvbench.h"
 #include "kvpool.h"

@@ -48,9 +48,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
-#include "engine.h"
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "gpu_report.h"
 #include "kvbench.h"
 #include "kvp_kernels.h"

@@ -12,10 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
-#include "errbuf.h"
+#include "clock.h"
+#include "kvpool_engine.h"
 #include "prefix_bench.h"
-#include "share.h"
 
 #define OWNER 1
 
@@ -27,14 +26,6 @@ struct eng_ctx {
 	struct kvp_slot *slots;
 	uint32_t nslots;
 };
-
-static uint64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void lease_out(const struct engine_lease *el, struct pb_lease *out)
 {
@@ -115,7 +106,7 @@ static int e_chunk_register(void *ctx, const uint32_t *tokens, uint32_t n, uint3
 {
 	struct eng_ctx *x = ctx;
 	struct share_chunk_reg reg;
-	int rc = share_chunk_register(x->eng, tokens, n, type, meta, OWNER, realtime_ns(),
+	int rc = share_chunk_register(x->eng, tokens, n, type, meta, OWNER, real_ns(),
 				      &reg, &x->e);
 
 	if (rc < 0)
@@ -134,7 +125,7 @@ static int e_chunk_link(void *ctx, const struct kvp_chunk_id *name,
 {
 	struct eng_ctx *x = ctx;
 	struct share_chunk_reg reg;
-	int rc = share_chunk_link(x->eng, name, parent, OWNER, realtime_ns(), &reg,
+	int rc = share_chunk_link(x->eng, name, parent, OWNER, real_ns(), &reg,
 				  &x->e);
 
 	if (rc < 0)
@@ -166,7 +157,7 @@ static int e_compose(void *ctx, const struct kvp_compose_req *req, struct pb_com
 {
 	struct eng_ctx *x = ctx;
 	struct share_composition c;
-	int rc = share_compose(x->eng, req, 1, false, OWNER, realtime_ns(), &c, &x->e);
+	int rc = share_compose(x->eng, req, 1, false, OWNER, real_ns(), &c, &x->e);
 
 	if (rc < 0)
 		return rc;

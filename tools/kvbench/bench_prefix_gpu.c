@@ -47,12 +47,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
-#include "engine.h"
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "kvp_kernels.h"
 #include "prefix_bench.h"
-#include "share.h"
 #include "stats.h"
 
 #define LLAMA_LAYOUT "layers=32,kv_heads=8,head_dim=128,dtype=bf16,page_tokens=16"

@@ -39,9 +39,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "kvpool_bench.h"
+#include "proto.h"
 #include "daemon_proc.h"
-#include "engine.h"
+#include "kvpool_engine.h"
 #include "kvbench.h"
 #include "kvpool.h"
 #include "stats.h"
@@ -132,14 +133,14 @@ static int uds_once(struct rtt *r)
 	struct kvp_cqe cqe;
 	ssize_t n;
 
-	n = send(r->c->sock, &q, sizeof(q), MSG_NOSIGNAL);
+	n = send(kvpb_socket(r->c), &q, sizeof(q), MSG_NOSIGNAL);
 	if (n != (ssize_t)sizeof(q)) {
 		snprintf(r->err, sizeof(r->err), "uds: send: %s",
 			 n < 0 ? strerror(errno) : "short");
 		return n < 0 ? -errno : -EIO;
 	}
 	do
-		n = recv(r->c->sock, r->reply, r->reply_len, 0);
+		n = recv(kvpb_socket(r->c), r->reply, r->reply_len, 0);
 	while (n < 0 && errno == EINTR);
 	if (n < (ssize_t)sizeof(cqe)) {
 		snprintf(r->err, sizeof(r->err), "uds: recv: %s",
@@ -221,11 +222,11 @@ static int run_round(struct rtt *r, enum path p, uint64_t n)
 		return rc;
 	kvb_proc_sample(r->daemon_pid, &d0);
 	getrusage(RUSAGE_THREAD, &u0);
-	bell0 = kvpc_doorbells(r->c);
-	seq0 = kvpc_client_wakeups(r->c);
+	bell0 = kvpb_doorbells(r->c);
+	seq0 = kvpb_client_wakeups(r->c);
 	rc = run_path(r, p, n, true);
-	w->doorbells += (uint32_t)(kvpc_doorbells(r->c) - bell0);
-	w->client_sleeps += (uint32_t)(kvpc_client_wakeups(r->c) - seq0);
+	w->doorbells += (uint32_t)(kvpb_doorbells(r->c) - bell0);
+	w->client_sleeps += (uint32_t)(kvpb_client_wakeups(r->c) - seq0);
 	getrusage(RUSAGE_THREAD, &u1);
 	kvb_proc_sample(r->daemon_pid, &d1);
 	w->client_vcsw += (uint64_t)(u1.ru_nvcsw - u0.ru_nvcsw);
@@ -579,7 +580,7 @@ int cmd_rtt(int argc, char **argv)
 		fprintf(stderr, "kvbench rtt: %s\n", err);
 		goto out;
 	}
-	r.daemon_pid = kvb_peer_pid(r.c->sock);
+	r.daemon_pid = kvb_peer_pid(kvpb_socket(r.c));
 	r.user = 0x7274740000000000ull | ((uint64_t)getpid() << 8); /* "rtt" */
 	r.reply_len = sizeof(struct kvp_cqe) + (64u << 10);
 	r.reply = malloc(r.reply_len);

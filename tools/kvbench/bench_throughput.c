@@ -54,7 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "kvpool_bench.h"
 #include "daemon_proc.h"
 #include "kvbench.h"
 #include "kvpool.h"
@@ -318,7 +318,7 @@ static int run(const struct opts *o, const char *socket, struct kvb_machine *m,
 	if (status == KVB_EXIT_OK && nready == started) {
 		rc = kvp_connect(&stat_c, &co, err, sizeof(err));
 		if (rc == 0)
-			dpid = kvb_peer_pid(stat_c->sock);
+			dpid = kvb_peer_pid(kvpb_socket(stat_c));
 		sh->t_window = now_ns() + (uint64_t)(o->warmup * 1e9);
 		sh->t_end = sh->t_window + (uint64_t)(o->seconds * 1e9);
 	} else {

@@ -20,17 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon_proc.h"
 #include "kvbench.h"
 #include "kvpool.h"
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void sleep_ms(long ms)
 {

@@ -52,7 +52,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
 #include "daemon_proc.h"
 #include "hstu_csv.h"
 #include "kvbench.h"
@@ -241,6 +240,7 @@ static void stats_delta(struct kvp_stats *d, const struct kvp_stats *a,
 	D(evicted_users); D(evicted_pages); D(demoted_users); D(demoted_pages);
 	D(offloaded_pages); D(onloaded_pages); D(trimmed_pages); D(bytes_d2h); D(bytes_h2d);
 	D(ns_d2h); D(reclaim_stalls); D(reclaimed_pages);
+	D(reclaim_onload_stalls); D(reclaim_direct);
 #undef D
 }
 

@@ -226,6 +226,8 @@ static void json_sys(struct json *j, const struct rrun *r, enum rsys_id id)
 		json_u64(j, "hit_tokens", st->hit_tokens);
 		json_u64(j, "reclaim_stalls", st->reclaim_stalls);
 		json_u64(j, "reclaimed_pages", st->reclaimed_pages);
+		json_u64(j, "reclaim_onload_stalls", st->reclaim_onload_stalls);
+		json_u64(j, "reclaim_direct", st->reclaim_direct);
 		json_obj_end(j);
 	} else {
 		json_null(j, "pool");

@@ -21,8 +21,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "client_internal.h"
-#include "engine.h"
+#include "kvpool_bench.h"
+#include "proto.h"
+#include "kvpool_engine.h"
 #include "replay.h"
 #include "stats.h"
 
@@ -338,13 +339,13 @@ static int uds_call(struct kv *k, struct kvp_sqe *q, struct kvp_cqe *cqe,
 
 	q->tag = ++k->tag;
 	k->err[0] = '\0';
-	n = send(k->c->sock, q, sizeof(*q), MSG_NOSIGNAL);
+	n = send(kvpb_socket(k->c), q, sizeof(*q), MSG_NOSIGNAL);
 	if (n != (ssize_t)sizeof(*q)) {
 		snprintf(k->err, sizeof(k->err), "uds send: %s", n < 0 ? strerror(errno) : "short");
 		return n < 0 ? -errno : -EIO;
 	}
 	do
-		n = recv(k->c->sock, k->reply, k->reply_len, 0);
+		n = recv(kvpb_socket(k->c), k->reply, k->reply_len, 0);
 	while (n < 0 && errno == EINTR);
 	if (n < (ssize_t)sizeof(*cqe)) {
 		snprintf(k->err, sizeof(k->err), "uds recv: %s", n < 0 ? strerror(errno) :

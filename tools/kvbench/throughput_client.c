@@ -16,7 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "kvpool_bench.h"
 #include "kvbench.h"
 #include "kvpool.h"
 #include "stats.h"
@@ -148,8 +148,8 @@ static int child_loop(struct child *ch, const struct shared *sh)
 		if (!in_window && now >= sh->t_window) {
 			in_window = true;
 			getrusage(RUSAGE_SELF, &u0);
-			bell0 = kvpc_doorbells(ch->c);
-			seq0 = kvpc_client_wakeups(ch->c);
+			bell0 = kvpb_doorbells(ch->c);
+			seq0 = kvpb_client_wakeups(ch->c);
 		}
 		rc = step(ch, t);
 		if (rc)
@@ -177,8 +177,8 @@ static int child_loop(struct child *ch, const struct shared *sh)
 		r->cpu_ns = rusage_cpu_ns(&u1) - rusage_cpu_ns(&u0);
 		r->vcsw = (uint64_t)(u1.ru_nvcsw - u0.ru_nvcsw);
 		r->ivcsw = (uint64_t)(u1.ru_nivcsw - u0.ru_nivcsw);
-		r->doorbells = (uint32_t)(kvpc_doorbells(ch->c) - bell0);
-		r->client_sleeps = (uint32_t)(kvpc_client_wakeups(ch->c) - seq0);
+		r->doorbells = (uint32_t)(kvpb_doorbells(ch->c) - bell0);
+		r->client_sleeps = (uint32_t)(kvpb_client_wakeups(ch->c) - seq0);
 	}
 	return 0;
 }

@@ -46,8 +46,10 @@
  * a writer may append, and the partial page it touched is not kept), then
  * under the lock again frees the device copies if nobody pinned the
  * history meanwhile (engine.h, engine_demote_*). It drops the oldest
- * host-only histories the same way for the host tier. A prepare then allocates from free frames; when it must evict
- * itself it counts a stall (kvp_stats.reclaim_stalls).
+ * host-only histories the same way for the host tier. A prepare then
+ * allocates from free frames; one that waits for the reclaimer counts a
+ * stall (kvp_stats.reclaim_stalls, reclaim_onload_stalls for those with an
+ * onload), one that must evict itself counts kvp_stats.reclaim_direct.
  */
 #ifndef KVPOOLD_SHARD_H
 #define KVPOOLD_SHARD_H
@@ -131,8 +133,8 @@ uint32_t shard_cache_cap(const struct shard_set *s, int t);
 /* Wake the reclaimer when the device pool is under its low watermark. */
 void shard_reclaim_hint(struct shard_set *s);
 /* Wake it now to free need device frames beyond its high watermark; false
- * when it is not running or found nothing to evict on its last run (then
- * waiting for it would be in vain). */
+ * when it is not running or found nothing to evict on a run that ended
+ * less than a millisecond ago (then waiting for it would be in vain). */
 bool shard_reclaim_kick(struct shard_set *s, uint32_t need);
 
 /* The whole set, each shard under its lock in turn (global: all held). */

@@ -2,7 +2,8 @@
 /*
  * share_seq.c - sequences: request-scoped page lists built on prefix-cache
  * hits (seed 004 allocate/free) and virtual sequences built from the pages
- * of user histories, chunks and other sequences (seed 000).
+ * of user histories, chunks and other sequences (seed 000; their create is
+ * share_seq_create.c).
  *
  * A sequence's page i is either borrowed (a history's or a chunk's frame:
  * the sequence pins the history / holds the chunk, which keeps the frame and
@@ -25,8 +26,6 @@
 
 #include "share_internal.h"
 
-#define SEQ_MAX_SOURCES 64
-
 /* ------------------------------------------------------------ table */
 
 /* Sequences by id: lib/hashtab.h keyed by the uint64 id. */
@@ -35,7 +34,7 @@ int seq_table_init(struct seq_table *t)
 	return hashtab_init(&t->ht, 64);
 }
 
-static struct seq *seq_find(struct engine *eng, uint64_t id)
+struct seq *seq_find(struct engine *eng, uint64_t id)
 {
 	struct hnode *n = hashtab_find_u64(&eng->share->seqs.ht, id);
 
@@ -43,12 +42,12 @@ static struct seq *seq_find(struct engine *eng, uint64_t id)
 }
 
 /* Grow before inserting, so the insert itself cannot fail. */
-static int seq_table_reserve(struct seq_table *t)
+int seq_table_reserve(struct seq_table *t)
 {
 	return hashtab_reserve(&t->ht, 1);
 }
 
-static void seq_table_insert(struct seq_table *t, struct seq *q)
+void seq_table_insert(struct seq_table *t, struct seq *q)
 {
 	hashtab_insert(&t->ht, &q->hnode, hashtab_hash_u64(q->id));
 }
@@ -60,7 +59,7 @@ static void seq_table_remove(struct seq_table *t, struct seq *q)
 
 /* ------------------------------------------------------------ helpers */
 
-static int seq_reserve_pages(struct seq *q, uint64_t n)
+int seq_reserve_pages(struct seq *q, uint64_t n)
 {
 	uint32_t cap = q->cap ? q->cap : 4;
 	struct seq_page *p;
@@ -96,7 +95,7 @@ static int seq_reserve_tokens(struct seq *q, uint64_t n)
 	return 0;
 }
 
-static void seq_push_ref(struct engine *eng, struct seq *q, uint32_t frame)
+void seq_push_ref(struct engine *eng, struct seq *q, uint32_t frame)
 {
 	sp_ref(eng, frame);
 	q->pages[q->npages++] = (struct seq_page){ frame, SP_REF };
@@ -135,7 +134,7 @@ static bool seq_needs_cow(const struct engine *eng, const struct seq *q)
 }
 
 /* Copy the last page into a frame of q's own (device to device). */
-static void seq_cow(struct engine *eng, struct seq *q)
+void seq_cow(struct engine *eng, struct seq *q)
 {
 	struct seq_page *p = &q->pages[q->npages - 1];
 	uint32_t f = share_frame_alloc(eng);
@@ -152,8 +151,8 @@ static void seq_cow(struct engine *eng, struct seq *q)
 	eng->st.cow_pages++;
 }
 
-static void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
-			  uint64_t hit, struct engine_lease *out)
+void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
+		   uint64_t hit, struct engine_lease *out)
 {
 	uint64_t tokens = q->len + q->n_new;
 
@@ -170,7 +169,7 @@ static void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
 	};
 }
 
-static struct seq *seq_new(uint64_t id, uint32_t owner)
+struct seq *seq_new(uint64_t id, uint32_t owner)
 {
 	struct seq *q = calloc(1, sizeof(*q));
 
@@ -181,7 +180,7 @@ static struct seq *seq_new(uint64_t id, uint32_t owner)
 	return q;
 }
 
-static void seq_free_mem(struct seq *q)
+void seq_free_mem(struct seq *q)
 {
 	free(q->pages);
 	free(q->pins);
@@ -190,14 +189,14 @@ static void seq_free_mem(struct seq *q)
 	free(q);
 }
 
-static int seq_exists(uint64_t id, struct errbuf *e)
+int seq_exists(uint64_t id, struct errbuf *e)
 {
 	return errbuf_set(e, -EEXIST, "sequence %" PRIu64 " exists already; "
 			  "free it first or pick another id", id);
 }
 
-static int plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,
-		       uint64_t need, uint64_t unavailable, struct errbuf *e)
+int seq_plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,
+		    uint64_t need, uint64_t unavailable, struct errbuf *e)
 {
 	uint64_t want = need + unavailable; /* pulled from the pool first */
 	uint64_t avail = engine_device_avail(eng, NULL, want > UINT32_MAX ?
@@ -299,7 +298,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 		return seq_exists(id, e);
 	pages = pages_for(eng, n);
 	full = n / eng->P; /* every full page may hit, the last one too */
-	ret = plan_frames(eng, id, pages, 0, 0, e);
+	ret = seq_plan_frames(eng, id, pages, 0, 0, e);
 	if (ret)
 		return ret;
 	hits = malloc((full ? full : 1) * sizeof(*hits));
@@ -318,7 +317,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	whole = hit && (uint64_t)hit * eng->P == n;
 	cached = share_prefix_cached(eng, n, hit);
 	/* Idle hits are counted evictable now, but they will be ours. */
-	ret = plan_frames(eng, id, pages, pages - hit + whole, idle_hits, e);
+	ret = seq_plan_frames(eng, id, pages, pages - hit + whole, idle_hits, e);
 	if (!ret)
 		ret = lease_reserve(eng, e);
 	if (!ret)
@@ -359,232 +358,6 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	eng->st.prepares++;
 	eng->st.hit_tokens += q->len;
 	seq_lease_out(eng, q, lid, q->len, out);
-	return 0;
-}
-
-/* ------------------------------------------------------------ create */
-
-struct src_plan {
-	uint32_t kind;
-	uint64_t tokens;
-	struct history *h;
-	struct chunk *c;
-	struct seq *q;
-};
-
-static int src_resolve(struct engine *eng, const struct kvp_seq_src *src,
-		       uint32_t i, struct src_plan *p, struct errbuf *e)
-{
-	char sid[17];
-
-	*p = (struct src_plan){ .kind = src->kind };
-	switch (src->kind) {
-	case KVP_SRC_USER:
-		p->h = engine_find_history(eng, src->id); /* any shard's */
-		if (!p->h || !p->h->len)
-			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": user %"
-					  PRIu64 " has nothing cached", i, src->id);
-		if (p->h->start)
-			return errbuf_set(e, -EINVAL, "source %" PRIu32 ": user %"
-					  PRIu64 "'s history starts at token %" PRIu64
-					  " (its head was trimmed): a sequence starts "
-					  "at token 0", i, src->id, p->h->start);
-		p->tokens = src->tokens ? src->tokens : p->h->len;
-		if (p->tokens > p->h->len)
-			return errbuf_set(e, -EINVAL, "source %" PRIu32 ": user %"
-					  PRIu64 " has %" PRIu64 " tokens committed, "
-					  "not %" PRIu64, i, src->id, p->h->len,
-					  p->tokens);
-		return 0;
-	case KVP_SRC_CHUNK:
-		p->c = chunk_resolve(eng, &src->chunk);
-		chunk_id_short(&src->chunk, sid);
-		if (!p->c)
-			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": chunk %s "
-					  "is not registered (never, or deleted, or "
-					  "evicted)", i, sid);
-		if (p->c->state != KVP_CHUNK_READY)
-			return errbuf_set(e, -EAGAIN, "source %" PRIu32 ": chunk %s "
-					  "is not ready (being filled); retry after "
-					  "it seals", i, sid);
-		p->tokens = p->c->tokens;
-		return 0;
-	case KVP_SRC_SEQ:
-		p->q = seq_find(eng, src->id);
-		if (!p->q || !p->q->len)
-			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": sequence %"
-					  PRIu64 " %s", i, src->id, p->q ?
-					  "has no committed tokens" : "does not exist");
-		p->tokens = p->q->len;
-		return 0;
-	default:
-		return errbuf_set(e, -EINVAL, "source %" PRIu32 ": kind %" PRIu32
-				  " is not user (1), chunk (2) or sequence (3)", i,
-				  src->kind);
-	}
-}
-
-/* Frames the pins of source i take off the evictable lists (once per
- * history or chunk however often it appears). */
-static uint64_t src_unavailable(const struct src_plan *p, uint32_t i)
-{
-	for (uint32_t j = 0; j < i; j++)
-		if ((p[i].h && p[j].h == p[i].h) || (p[i].c && p[j].c == p[i].c))
-			return 0;
-	if (p[i].h && p[i].h->lru == LRU_DEVICE)
-		return p[i].h->nres[KVP_TIER_DEVICE];
-	if (p[i].c && p[i].c->on_lru)
-		return p[i].c->npages;
-	return 0;
-}
-
-/* Host-only pages of source i's history: the create onloads all of them
- * (counted once however often the history appears). */
-static uint32_t src_onload(const struct src_plan *p, uint32_t i)
-{
-	uint32_t n = 0;
-
-	for (uint32_t j = 0; j < i; j++)
-		if (p[i].h && p[j].h == p[i].h)
-			return 0;
-	for (uint64_t k = 0; p[i].h && k < p[i].h->npages; k++)
-		n += p[i].h->pages[k].frame[KVP_TIER_DEVICE] == FRAME_NONE;
-	return n;
-}
-
-static void seq_pin(struct engine *eng, struct seq *q, uint32_t kind, void *obj)
-{
-	if (kind == KVP_SRC_USER) {
-		history_pin(eng, obj);
-		eng->seq_pins++;
-		((struct history *)obj)->owner->pinned_by_seqs++;
-	} else {
-		chunk_hold(eng, obj);
-	}
-	q->pins[q->npins++] = (struct seq_pin){ kind, obj };
-}
-
-int share_seq_create(struct engine *eng, uint64_t id,
-		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
-		     uint32_t owner, struct engine_lease *out, struct errbuf *e)
-{
-	struct src_plan plan[SEQ_MAX_SOURCES];
-	uint64_t total = 0, unavailable = 0, onload = 0, pages, need, lid = 0;
-	uint32_t npins = 0, nanchors = 0;
-	struct lease *l;
-	struct seq *q = NULL;
-	bool cow;
-	int ret;
-
-	if (nsrc > SEQ_MAX_SOURCES)
-		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": %" PRIu32
-				  " sources, at most %d", id, nsrc, SEQ_MAX_SOURCES);
-	if (!nsrc && !n_new)
-		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": no sources and "
-				  "no new tokens: nothing to make", id);
-	if (seq_find(eng, id))
-		return seq_exists(id, e);
-	for (uint32_t i = 0; i < nsrc; i++) {
-		ret = src_resolve(eng, &src[i], i, &plan[i], e);
-		if (ret)
-			return ret;
-		if (i + 1 < nsrc && plan[i].tokens % eng->P)
-			return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": source %"
-					  PRIu32 " ends mid-page (%" PRIu64 " tokens, "
-					  "pages of %" PRIu32 "); only the last source "
-					  "may, since a page table has one partial page "
-					  "(compose chunks with kvp_compose instead)",
-					  id, i, plan[i].tokens, eng->P);
-		total += plan[i].tokens;
-		unavailable += src_unavailable(plan, i);
-		onload += src_onload(plan, i);
-		npins += plan[i].q ? plan[i].q->npins : 1;
-		nanchors += plan[i].q ? plan[i].q->nanchors : 0;
-	}
-	cow = n_new && total % eng->P;
-	pages = pages_for(eng, total + n_new);
-	need = onload + (pages - pages_for(eng, total)) + cow;
-	ret = plan_frames(eng, id, pages, need, unavailable, e);
-	if (!ret && n_new)
-		ret = lease_reserve(eng, e);
-	if (!ret)
-		ret = engine_view_reserve(eng, (uint32_t)pages, e);
-	if (ret)
-		return ret;
-	if (seq_table_reserve(&eng->share->seqs) || !(q = seq_new(id, owner)))
-		return errbuf_set(e, -ENOMEM, "out of memory for a sequence");
-	q->pins = malloc((npins ? npins : 1) * sizeof(*q->pins));
-	q->anchors = nanchors ? malloc(nanchors * sizeof(*q->anchors)) : NULL;
-	if (!q->pins || (nanchors && !q->anchors) || seq_reserve_pages(q, pages)) {
-		seq_free_mem(q);
-		return errbuf_set(e, -ENOMEM, "out of memory for a sequence");
-	}
-
-	/* Commit point. Pins and references first, then eviction. */
-	for (uint32_t i = 0; i < nsrc; i++) {
-		struct seq *from = plan[i].q;
-
-		if (!from) {
-			seq_pin(eng, q, plan[i].kind, plan[i].h ? (void *)plan[i].h
-							        : (void *)plan[i].c);
-			continue;
-		}
-		for (uint32_t k = 0; k < from->npins; k++)
-			seq_pin(eng, q, from->pins[k].kind, from->pins[k].obj);
-		/* Its anchors hold the published parents of pages it published
-		 * after a duplicate: we hold those pages now, so them too. */
-		for (uint32_t k = 0; k < from->nanchors; k++) {
-			sp_ref(eng, from->anchors[k]);
-			q->anchors[q->nanchors++] = from->anchors[k];
-		}
-	}
-	for (uint32_t i = 0; i < nsrc; i++) {
-		uint64_t np = pages_for(eng, plan[i].tokens);
-
-		for (uint64_t k = 0; plan[i].q && k < np; k++)
-			if (plan[i].q->pages[k].kind == SP_REF)
-				sp_ref(eng, plan[i].q->pages[k].frame);
-	}
-	evict_for_device(eng, (uint32_t)need);
-	for (uint32_t i = 0; i < nsrc; i++) {
-		uint64_t np = pages_for(eng, plan[i].tokens);
-
-		if (plan[i].h && src_onload(plan, i)) {
-			history_onload(eng, plan[i].h, plan[i].h->npages);
-			/* borrowed pages must be there when we return */
-			history_settle(plan[i].h->owner, plan[i].h);
-		}
-		for (uint64_t k = 0; k < np; k++) {
-			struct seq_page pg;
-
-			if (plan[i].h)
-				pg = (struct seq_page){
-					plan[i].h->pages[k].frame[KVP_TIER_DEVICE],
-					SP_BORROWED };
-			else if (plan[i].c)
-				pg = (struct seq_page){ plan[i].c->frames[k],
-							SP_BORROWED };
-			else
-				pg = plan[i].q->pages[k]; /* referenced above */
-			q->pages[q->npages++] = pg;
-			eng->share->seq_pages += pg.kind == SP_REF;
-		}
-	}
-	q->len = total;
-	if (cow)
-		seq_cow(eng, q);
-	while (q->npages < pages)
-		seq_push_ref(eng, q, share_frame_alloc(eng));
-	q->n_new = n_new;
-	seq_table_insert(&eng->share->seqs, q);
-	if (n_new) {
-		l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
-		l->seq = q;
-		q->write_lease = lid;
-	}
-	eng->st.prepares++;
-	eng->st.hit_tokens += total;
-	seq_lease_out(eng, q, lid, total, out);
 	return 0;
 }
 
@@ -632,7 +405,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	cow = seq_needs_cow(eng, q);
 	pages = pages_for(eng, q->len + n_new);
 	need = pages - q->npages + cow;
-	ret = plan_frames(eng, id, pages, need, 0, e);
+	ret = seq_plan_frames(eng, id, pages, need, 0, e);
 	if (!ret)
 		ret = lease_reserve(eng, e);
 	if (!ret)

@@ -265,6 +265,10 @@ void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed);
 void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns);
 int chunk_table_init(struct share *s, uint32_t nframes);
 void chunk_table_fini(struct engine *eng);
+/* -ENOENT: "<what> <id> is not registered (never, or deleted, or
+ * evicted); register it again". */
+int chunk_not_found(const char *what, const struct kvp_chunk_id *id,
+		    struct errbuf *e);
 /* Format an id for messages: first 16 hex digits. */
 void chunk_id_short(const struct kvp_chunk_id *id, char out[17]);
 int chunk_check(struct engine *eng, uint8_t *owner, uint64_t *frames,
@@ -308,6 +312,25 @@ int name_table_init(struct share *s, uint32_t nframes);
 void name_table_fini(struct engine *eng);
 
 /* share_seq.c */
+/* Its helpers share_seq_create.c uses too. */
+struct seq *seq_find(struct engine *eng, uint64_t id);
+int seq_table_reserve(struct seq_table *t);
+void seq_table_insert(struct seq_table *t, struct seq *q);
+struct seq *seq_new(uint64_t id, uint32_t owner);
+/* A sequence that never went into the table. */
+void seq_free_mem(struct seq *q);
+int seq_reserve_pages(struct seq *q, uint64_t n);
+/* A new page of its own (refcounted) at the end of q. */
+void seq_push_ref(struct engine *eng, struct seq *q, uint32_t frame);
+/* Copy q's partial last page to a frame of its own (copy on write). */
+void seq_cow(struct engine *eng, struct seq *q);
+void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
+		   uint64_t hit, struct engine_lease *out);
+int seq_exists(uint64_t id, struct errbuf *e);
+/* -E2BIG / -ENOMEM unless need device frames can be had with unavailable
+ * more about to be pinned. */
+int seq_plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,
+		    uint64_t need, uint64_t unavailable, struct errbuf *e);
 void seq_commit(struct engine *eng, struct seq *q, uint32_t n);
 void seq_end_write(struct engine *eng, struct seq *q);
 void seq_destroy(struct engine *eng, struct seq *q);

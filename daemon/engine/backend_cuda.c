@@ -4,9 +4,9 @@
  * allocation on one GPU, exported as a POSIX fd; the host tier is pinned host
  * memory; copies are cudaMemcpyAsync on the backend's own streams.
  *
- * Length. Past 800 lines (STYLE.md): tiers, copies, fences and tickets all
- * live on struct cuda_ctx, which is this file's alone; the piece to move
- * out next is the KVPOOL_COPY_PROFILE diagnostic (d2h_prof_*), ~80 lines.
+ * Files. This one: open/close, copies, fences and tickets; the tiers
+ * (device_alloc, host_alloc) are backend_cuda_tier.c; struct cuda_ctx,
+ * which both use, is backend_cuda_internal.h.
  *
  * Linking. This file is plain C and links the static CUDA runtime
  * (cudart_static), which loads libcuda.so.1 only on the first CUDA call. The
@@ -72,43 +72,14 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
-#include "cuda_driver.h"
-
-/* One device-tier allocation, so tier_free can find its handle. */
-struct cuda_alloc {
-	CUdeviceptr ptr;
-	size_t size;
-	CUmemGenericAllocationHandle handle;
-	struct cuda_alloc *next;
-};
-
-#define FENCE_RING 64
-#define OUT_RING 64   /* copy_start tickets in flight at most */
+#include "backend_cuda_internal.h"
+#include "clock.h"
 
 static void d2h_prof_dump(void); /* the KVPOOL_COPY_PROFILE diagnostic */
 
-struct cuda_ctx {
-	int device;
-	uint8_t uuid[16];            /* cuDeviceGetUuid of device: what clients match */
-	cudaStream_t stream[2];      /* [COPY_D2H], [COPY_H2D] */
-	pthread_mutex_t lock;        /* guards allocs */
-	struct cuda_alloc *allocs;
-	pthread_mutex_t fence_lock;  /* guards the fields below */
-	cudaEvent_t ev[FENCE_RING];  /* fence f is ev[f % FENCE_RING] */
-	uint64_t issued;             /* the last fence handed out */
-	uint64_t landed;             /* every fence <= landed has landed */
-	const struct cuda_driver *cu; /* the process's driver functions */
-	/* copy_start tickets: events on the device -> host stream, ticket t
-	 * is out_ev[t % OUT_RING], handed out and waited for like fences. */
-	pthread_mutex_t out_lock;
-	cudaEvent_t out_ev[OUT_RING];
-	uint64_t out_issued, out_landed;
-};
-
 /* ------------------------------------------------------------ errors */
 
-static int cuda_errno(cudaError_t err)
+int cuda_errno(cudaError_t err)
 {
 	switch (err) {
 	case cudaErrorMemoryAllocation:
@@ -124,7 +95,7 @@ static int cuda_errno(cudaError_t err)
 	}
 }
 
-static int cu_errno(CUresult r)
+int cu_errno(CUresult r)
 {
 	switch (r) {
 	case CUDA_ERROR_OUT_OF_MEMORY:
@@ -139,7 +110,7 @@ static int cu_errno(CUresult r)
 }
 
 /* Make x's device current on this thread (the runtime keeps it per thread). */
-static int cuda_use(struct cuda_ctx *x, struct errbuf *e)
+int cuda_use(struct cuda_ctx *x, struct errbuf *e)
 {
 	cudaError_t err = cudaSetDevice(x->device);
 
@@ -298,193 +269,6 @@ void backend_cuda_close(void *ctx)
 	free(x);
 }
 
-/* ------------------------------------------------------------ tiers */
-
-static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out,
-			struct errbuf *e)
-{
-	CUmemAllocationProp prop = {
-		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = x->device },
-	};
-	CUmemAccessDesc access = {
-		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = x->device },
-		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-	};
-	struct cuda_alloc *a = NULL;
-	CUdeviceptr ptr = 0;
-	size_t gran = 0, size = 0;
-	bool created = false, reserved = false, mapped = false;
-	const char *step;
-	cudaError_t err;
-	CUresult r;
-	int fd = -1, ret;
-
-	step = "cuMemGetAllocationGranularity";
-	r = x->cu->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-	if (r != CUDA_SUCCESS || !gran)
-		goto cu_fail;
-	if (bytes > SIZE_MAX - (gran - 1))
-		return errbuf_set(e, -EINVAL, "cuda device %d: a device tier of %"
-				  PRIu64 " bytes is too large", x->device, bytes);
-	size = (size_t)(bytes + gran - 1) / gran * gran;
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return errbuf_set(e, -ENOMEM, "cuda device %d: out of memory", x->device);
-
-	step = "cuMemCreate";
-	r = x->cu->create(&a->handle, size, &prop, 0);
-	if (r != CUDA_SUCCESS)
-		goto cu_fail_free;
-	created = true;
-	step = "cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR)";
-	r = x->cu->export_fd(&fd, a->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-	if (r != CUDA_SUCCESS)
-		goto cu_fail_free;
-	step = "cuMemAddressReserve";
-	r = x->cu->reserve(&ptr, size, gran, 0, 0);
-	if (r != CUDA_SUCCESS)
-		goto cu_fail_free;
-	reserved = true;
-	step = "cuMemMap";
-	r = x->cu->map(ptr, size, 0, a->handle, 0);
-	if (r != CUDA_SUCCESS)
-		goto cu_fail_free;
-	mapped = true;
-	step = "cuMemSetAccess";
-	r = x->cu->set_access(ptr, size, &access, 1);
-	if (r != CUDA_SUCCESS)
-		goto cu_fail_free;
-
-	/* Zeroed, and landed before any copy stream touches it. */
-	err = cudaMemsetAsync((void *)(uintptr_t)ptr, 0, size, x->stream[COPY_H2D]);
-	if (err == cudaSuccess)
-		err = cudaStreamSynchronize(x->stream[COPY_H2D]);
-	if (err != cudaSuccess) {
-		ret = errbuf_set(e, cuda_errno(err), "cuda device %d: zeroing the "
-				 "%zu-byte device tier: %s", x->device, size,
-				 cudaGetErrorString(err));
-		goto undo;
-	}
-
-	a->ptr = ptr;
-	a->size = size;
-	pthread_mutex_lock(&x->lock);
-	a->next = x->allocs;
-	x->allocs = a;
-	pthread_mutex_unlock(&x->lock);
-	out->base = (void *)(uintptr_t)ptr;
-	out->bytes = size;
-	out->fd = fd;
-	return 0;
-
-cu_fail:
-	return errbuf_set(e, cu_errno(r), "cuda device %d: %s for a device tier of "
-			  "%" PRIu64 " bytes: %s", x->device, step, bytes,
-			  cuda_driver_strerror(x->cu, r));
-cu_fail_free:
-	ret = errbuf_set(e, cu_errno(r), "cuda device %d: %s for a device tier of "
-			 "%zu bytes: %s%s", x->device, step, size,
-			 cuda_driver_strerror(x->cu, r),
-			 r == CUDA_ERROR_OUT_OF_MEMORY ? "; lower device_mem" : "");
-undo:
-	if (mapped)
-		x->cu->unmap(ptr, size);
-	if (reserved)
-		x->cu->addr_free(ptr, size);
-	if (fd >= 0)
-		close(fd);
-	if (created)
-		x->cu->release(a->handle);
-	free(a);
-	return ret;
-}
-
-static int host_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out,
-		      struct errbuf *e)
-{
-	void *p = NULL;
-	cudaError_t err;
-
-	if (bytes > SIZE_MAX)
-		return errbuf_set(e, -EINVAL, "host tier of %" PRIu64 " bytes is too "
-				  "large", bytes);
-	err = cudaHostAlloc(&p, (size_t)bytes, cudaHostAllocPortable);
-	if (err != cudaSuccess)
-		return errbuf_set(e, cuda_errno(err), "cuda device %d: cannot pin a "
-				  "host tier of %" PRIu64 " bytes (cudaHostAlloc): %s; "
-				  "lower host_mem or raise the memlock limit",
-				  x->device, bytes, cudaGetErrorString(err));
-	memset(p, 0, (size_t)bytes);
-	out->base = p;
-	out->bytes = bytes;
-	out->fd = -1;
-	return 0;
-}
-
-static int cuda_tier_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
-			   struct tier_mem *out, struct errbuf *e)
-{
-	struct cuda_ctx *x = ctx;
-	int ret;
-
-	*out = (struct tier_mem){ .fd = -1 };
-	if (!x)
-		return errbuf_set(e, -EINVAL, "the cuda backend needs the context "
-				  "of backend_cuda_open() (engine_config.backend_ctx)");
-	ret = cuda_use(x, e);
-	if (ret)
-		return ret;
-	return tier == KVP_TIER_DEVICE ? device_alloc(x, bytes, out, e)
-				       : host_alloc(x, bytes, out, e);
-}
-
-/* The registered device allocation at base, unlinked when take. */
-static struct cuda_alloc *alloc_find(struct cuda_ctx *x, const void *base,
-				     bool take)
-{
-	struct cuda_alloc **pp, *a = NULL;
-
-	pthread_mutex_lock(&x->lock);
-	for (pp = &x->allocs; *pp; pp = &(*pp)->next) {
-		if ((const void *)(uintptr_t)(*pp)->ptr == base) {
-			a = *pp;
-			if (take)
-				*pp = a->next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&x->lock);
-	return a;
-}
-
-static void cuda_tier_free(void *ctx, struct tier_mem *m)
-{
-	struct cuda_ctx *x = ctx;
-	struct cuda_alloc *a;
-
-	if (!x || !m->base)
-		goto out;
-	cudaSetDevice(x->device);
-	a = alloc_find(x, m->base, true);
-	if (a) {
-		/* Clients hold their own imports; the memory lives on until
-		 * the last of them unmaps and closes its fd. */
-		x->cu->unmap(a->ptr, a->size);
-		x->cu->addr_free(a->ptr, a->size);
-		x->cu->release(a->handle);
-		free(a);
-	} else {
-		cudaFreeHost(m->base);
-	}
-out:
-	if (m->fd >= 0)
-		close(m->fd);
-	m->base = NULL;
-	m->fd = -1;
-}
-
 /* ------------------------------------------------------------ copies */
 
 /* The engine treats a failed copy as a hardware fault and does not look at
@@ -596,10 +380,7 @@ static void d2h_prof_dump(void)
 
 static uint64_t prof_now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,

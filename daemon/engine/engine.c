@@ -465,32 +465,23 @@ static bool prepare_waits(struct engine *eng, uint32_t total, uint32_t onload,
 				  (nfree - total) < set->rc.low[KVP_TIER_DEVICE];
 	if (!short_of_frames || !shard_reclaim_kick(set, total))
 		return false;
-	if (flags & ENGINE_PREPARE_COUNT)
+	if (flags & ENGINE_PREPARE_COUNT) {
 		eng->st.reclaim_stalls++;
+		eng->st.reclaim_onload_stalls += onload != 0;
+	}
 	return true;
 }
 
-int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
-			 uint32_t n_new, uint32_t owner, unsigned flags,
-			 struct engine_lease *out, struct errbuf *e)
+/* A prepare's request checked against h (NULL: a new user): nothing
+ * changes. */
+static int prepare_check(struct engine *eng, const struct history *h,
+			 uint64_t user, uint64_t start_pos, uint32_t n_new,
+			 uint64_t after, struct errbuf *e)
 {
-	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
-	uint64_t len, avail, after, lid;
-	uint32_t old_pages, onload, new_pages, total, view_pages;
-	bool created = false;
-	struct lease *l;
+	uint64_t len = h ? h->len : 0;
 	int ret;
 
-	/* Disk tier hook: a history only on disk comes back to the host tier
-	 * first (daemon/disk/disk_engine.c), then onloads as any other. */
-	if (!h && eng->disk) {
-		ret = engine_disk_onload(eng, user, flags, e);
-		if (ret)
-			return ret;
-		h = user_table_find(&eng->users, user);
-	}
-	len = h ? h->len : 0;
 	if (n_new && h && h->write_lease)
 		return errbuf_set(e, -EBUSY, "user %" PRIu64 ": tokens from %" PRIu64
 				  " are reserved by another lease that has not "
@@ -505,13 +496,123 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 				  start_pos, n_new);
 
 	/* The whole history must fit on the device at once. */
-	after = pages_for(eng, len + n_new);
 	if (after > dev->total)
 		return errbuf_set(e, -E2BIG, "user %" PRIu64 ": %" PRIu64 " tokens "
 				  "need %" PRIu64 " pages but the device tier holds only %"
 				  PRIu32 "; send fewer tokens, lower max_tokens_per_user "
 				  "or raise device_mem", user, len + n_new, after,
 				  dev->total);
+	return 0;
+}
+
+/*
+ * Allocate everything a prepare needs that can fail, before it changes
+ * anything: a lease slot, the view, the history (*hp, when NULL: made,
+ * *created set, not yet in the table) and its page table for `pages`.
+ */
+static int prepare_alloc(struct engine *eng, struct history **hp,
+			 uint64_t user, uint32_t view_pages, uint32_t pages,
+			 bool *created, struct errbuf *e)
+{
+	struct history *h = *hp;
+	int ret;
+
+	ret = lease_reserve(eng, e);
+	if (ret)
+		return ret;
+	ret = engine_view_reserve(eng, view_pages, e);
+	if (ret)
+		return ret;
+	if (!h) {
+		if (user_table_reserve(&eng->users) ||
+		    !(h = calloc(1, sizeof(*h))))
+			return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of "
+					  "memory for a new history", user);
+		h->owner = eng;
+		h->user = user;
+		h->lru = LRU_NONE;
+		INIT_LIST_HEAD(&h->lru_link);
+	}
+	if (history_reserve_pages(h, pages)) {
+		if (!*hp)
+			free(h);
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory "
+				  "for a page table of %" PRIu32 " pages", user,
+				  pages);
+	}
+	*created = !*hp;
+	*hp = h;
+	return 0;
+}
+
+/* The lease of a prepare that has its pages: taken, h pinned, *out. */
+static void prepare_lease_out(struct engine *eng, struct history *h,
+			      uint64_t len, uint32_t n_new, uint32_t owner,
+			      uint32_t view_pages, uint32_t onload,
+			      struct engine_lease *out)
+{
+	uint64_t lid;
+	struct lease *l = lease_new(eng, LEASE_HISTORY, owner, &lid);
+
+	l->h = h;
+	l->len0 = len;
+	l->n_new = n_new;
+	h->pins++;
+	if (n_new) {
+		h->write_lease = lid;
+		h->wgen++;
+	}
+
+	eng->st.prepares++;
+	eng->st.hit_tokens += len;
+
+	for (uint32_t i = 0; i < view_pages; i++)
+		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
+	*out = (struct engine_lease){
+		.id = lid,
+		.start = h->start,
+		.len = len,
+		.n_new = n_new,
+		.npages = view_pages,
+		.frames = eng->view,
+		.last_page_len = view_pages ?
+			(uint32_t)((len + n_new - 1) % eng->P) + 1 : 0,
+		.hit_tokens = len,
+		.onloaded_pages = onload,
+		.fence = h->onload_fence,
+	};
+}
+
+/*
+ * Check (prepare_check), plan the device frames, allocate what can fail
+ * (prepare_alloc), then commit: make room, onload (history_onload), the
+ * new pages, the lease (prepare_lease_out). The plan and the commit stay
+ * here, side by side, so that what is counted is what is taken.
+ */
+int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
+			 uint32_t n_new, uint32_t owner, unsigned flags,
+			 struct engine_lease *out, struct errbuf *e)
+{
+	struct history *h = user_table_find(&eng->users, user);
+	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
+	uint64_t len, avail, after;
+	uint32_t old_pages, onload, new_pages, total, view_pages;
+	bool created = false;
+	int ret;
+
+	/* Disk tier hook: a history only on disk comes back to the host tier
+	 * first (daemon/disk/disk_engine.c), then onloads as any other. */
+	if (!h && eng->disk) {
+		ret = engine_disk_onload(eng, user, flags, e);
+		if (ret)
+			return ret;
+		h = user_table_find(&eng->users, user);
+	}
+	len = h ? h->len : 0;
+	after = pages_for(eng, len + n_new);
+	ret = prepare_check(eng, h, user, start_pos, n_new, after, e);
+	if (ret)
+		return ret;
 
 	/*
 	 * Plan: device frames for host-only pages and for the new tokens. A
@@ -542,30 +643,10 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 				  eng->history_leases);
 
 	/* Allocate everything that can fail before changing anything. */
-	ret = lease_reserve(eng, e);
+	ret = prepare_alloc(eng, &h, user, view_pages, old_pages + new_pages,
+			    &created, e);
 	if (ret)
 		return ret;
-	ret = engine_view_reserve(eng, view_pages, e);
-	if (ret)
-		return ret;
-	if (!h) {
-		if (user_table_reserve(&eng->users) ||
-		    !(h = calloc(1, sizeof(*h))))
-			return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of "
-					  "memory for a new history", user);
-		h->owner = eng;
-		h->user = user;
-		h->lru = LRU_NONE;
-		INIT_LIST_HEAD(&h->lru_link);
-		created = true;
-	}
-	if (history_reserve_pages(h, old_pages + new_pages)) {
-		if (created)
-			free(h);
-		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory "
-				  "for a page table of %" PRIu32 " pages", user,
-				  old_pages + new_pages);
-	}
 
 	/* Commit point: from here on nothing fails. */
 	if (created)
@@ -574,7 +655,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	if (dev->nfree < total) {
 		evict_for_device(eng, total);
 		if (flags & ENGINE_PREPARE_COUNT)
-			eng->st.reclaim_stalls++; /* no room: made here */
+			eng->st.reclaim_direct++; /* no room: made here */
 	}
 
 	/*
@@ -601,35 +682,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 		h->nres[KVP_TIER_DEVICE]++;
 		h->npages++;
 	}
-
-	l = lease_new(eng, LEASE_HISTORY, owner, &lid);
-	l->h = h;
-	l->len0 = len;
-	l->n_new = n_new;
-	h->pins++;
-	if (n_new) {
-		h->write_lease = lid;
-		h->wgen++;
-	}
-
-	eng->st.prepares++;
-	eng->st.hit_tokens += len;
-
-	for (uint32_t i = 0; i < view_pages; i++)
-		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
-	*out = (struct engine_lease){
-		.id = lid,
-		.start = h->start,
-		.len = len,
-		.n_new = n_new,
-		.npages = view_pages,
-		.frames = eng->view,
-		.last_page_len = view_pages ?
-			(uint32_t)((len + n_new - 1) % eng->P) + 1 : 0,
-		.hit_tokens = len,
-		.onloaded_pages = onload,
-		.fence = h->onload_fence,
-	};
+	prepare_lease_out(eng, h, len, n_new, owner, view_pages, onload, out);
 	return 0;
 }
 

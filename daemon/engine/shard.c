@@ -91,6 +91,10 @@ void shard_unlock_all(struct shard_set *s)
 
 /* ------------------------------------------------------------ reclaimer */
 
+/* After a pass that found nothing to evict, neither hints nor waiting
+ * prepares wake the reclaimer for this long. */
+#define RECLAIM_DRY_NS 1000000ull
+
 static void reclaim_wake(struct reclaimer *rc)
 {
 	pthread_mutex_lock(&rc->lock);
@@ -114,7 +118,7 @@ void shard_reclaim_hint(struct shard_set *s)
 	/* Found nothing to evict a moment ago (all pinned): not again at
 	 * every request; a millisecond later. */
 	if (__atomic_load_n(&rc->dry, __ATOMIC_RELAXED) &&
-	    mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) < 1000000)
+	    mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) < RECLAIM_DRY_NS)
 		return;
 	reclaim_wake(rc);
 }
@@ -124,8 +128,14 @@ bool shard_reclaim_kick(struct shard_set *s, uint32_t need)
 	struct reclaimer *rc = &s->rc;
 	uint32_t want = __atomic_load_n(&rc->want, __ATOMIC_RELAXED);
 
-	if (!rc->started || !rc->high[KVP_TIER_DEVICE] ||
-	    __atomic_load_n(&rc->dry, __ATOMIC_RELAXED))
+	if (!rc->started || !rc->high[KVP_TIER_DEVICE])
+		return false;
+	/* Found nothing to evict a moment ago: the waiting would be in vain.
+	 * Later, a release may have made something evictable: wake it (as the
+	 * hint does), or every prepare after one dry pass would evict for
+	 * itself until something else woke the reclaimer. */
+	if (__atomic_load_n(&rc->dry, __ATOMIC_RELAXED) &&
+	    mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) < RECLAIM_DRY_NS)
 		return false;
 	/* Free this much beyond the high watermark on the next pass: the
 	 * waiting prepare's pages come on top of the usual reserve. */
