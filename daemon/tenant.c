@@ -25,6 +25,7 @@
 
 #include <openssl/evp.h>
 
+#include "disk_engine.h"
 #include "disk_record.h"
 #include "disk_tier.h"
 #include "log.h"
@@ -120,10 +121,27 @@ int tenants_cuda_device(const struct tenants *ts, uint32_t pool)
 
 /* ------------------------------------------------------------ tenants */
 
+/* A clean stop keeps the cache: histories in memory go to the disk tier
+ * (daemon/disk/disk_engine.h), for the warm restart. */
+static void disk_flush_set(struct tenants *ts, struct tenant *t, struct shard_set *s)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; ts->disk && s && i < s->n; i++) {
+		n += engine_disk_flush_all(shard_lock(s, i));
+		shard_unlock(s, i);
+	}
+	if (n)
+		log_info("tenant %s: %d histories written to the disk tier before "
+			 "stopping", t->name, n);
+}
+
 static void tenant_fini(struct tenants *ts, struct tenant *t)
 {
-	for (uint32_t p = 0; t->pools && p < ts->npools; p++)
+	for (uint32_t p = 0; t->pools && p < ts->npools; p++) {
+		disk_flush_set(ts, t, t->pools[p].set);
 		shard_set_destroy(t->pools[p].set);
+	}
 	free(t->pools);
 	t->pools = NULL;
 }

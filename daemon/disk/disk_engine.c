@@ -297,3 +297,28 @@ int engine_disk_evict_all(struct engine *eng, uint32_t sel)
 		}
 	return (int)n;
 }
+
+int engine_disk_flush_all(struct engine *eng)
+{
+	struct history *h;
+	int n = 0;
+
+	if (!eng->disk)
+		return 0;
+	for (int t = LRU_DEVICE; t <= LRU_HOST; t++)
+		while ((h = lru_head(&eng->lru[t]))) {
+			uint64_t user = h->user;
+			int ret = history_to_disk(eng, h);
+
+			/* Staging full: let the disk thread drain it, once. */
+			if (ret == -ENOSPC && user_table_find(&eng->users, user) == h) {
+				disk_tier_flush(eng->disk);
+				ret = history_to_disk(eng, h);
+			}
+			if (ret >= 0)
+				n++;
+			else if (user_table_find(&eng->users, user) == h)
+				history_drop(eng, h); /* lost, as a stop always lost it */
+		}
+	return n;
+}

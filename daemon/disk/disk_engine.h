@@ -27,6 +27,12 @@ int engine_disk_evict(struct engine *eng, uint64_t user, uint32_t sel,
 /* The same for every unpinned user of the engine; returns users affected. */
 int engine_disk_evict_all(struct engine *eng, uint32_t sel);
 /*
+ * A clean stop: every unpinned history of the engine written to the disk
+ * tier (waiting for staging room when it runs out), so that the next start
+ * on the same disk_dir serves it. Returns histories written.
+ */
+int engine_disk_flush_all(struct engine *eng);
+/*
  * Before a prepare of a user with no history in memory: bring one on disk
  * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
  * ENGINE_PREPARE_DISK_DEFER while it is read; -ENOMEM nothing changed.
