@@ -322,3 +322,25 @@ int engine_disk_flush_all(struct engine *eng)
 		}
 	return n;
 }
+
+uint64_t engine_disk_list_count(struct engine *eng, uint64_t cursor)
+{
+	if (!eng->disk || eng->shard)
+		return 0;
+	return disk_tier_list(eng->disk, eng->disk_tenant, eng->disk_pool, cursor,
+			      NULL, 0);
+}
+
+void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
+		      uint64_t *n, uint64_t cap)
+{
+	uint64_t m;
+
+	if (!eng->disk || eng->shard)
+		return;
+	m = disk_tier_list(eng->disk, eng->disk_tenant, eng->disk_pool, cursor,
+			   ids + *n, cap - *n);
+	/* Histories other shards put there since the count: a list is a
+	 * snapshot, they show next time. */
+	*n += m < cap - *n ? m : cap - *n;
+}

@@ -39,6 +39,12 @@ int engine_disk_flush_all(struct engine *eng);
  */
 int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 		       struct errbuf *e);
+/* engine_list_users: append to ids[0, *n) (room for cap) the users only on
+ * disk with id >= cursor, from shard 0 of each pool (as many as fit). */
+void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
+		      uint64_t *n, uint64_t cap);
+/* How many users only on disk engine_disk_list may add. */
+uint64_t engine_disk_list_count(struct engine *eng, uint64_t cursor);
 /* Fill out (exists, start, len, pages) for a user only on disk. */
 bool engine_disk_info(struct engine *eng, uint64_t user,
 		      struct engine_user_info *out);

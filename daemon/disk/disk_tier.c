@@ -416,6 +416,24 @@ uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool
 	return n;
 }
 
+uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
+			uint64_t cursor, uint64_t *ids, uint64_t max)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t b = 0; b < dt->nbucket; b++)
+		for (struct disk_entry *e = dt->bucket[b]; e; e = e->hnext)
+			if (e->k.tenant == tenant && e->k.pool == pool &&
+			    e->k.user >= cursor) {
+				if (n < max)
+					ids[n] = e->k.user;
+				n++;
+			}
+	pthread_mutex_unlock(&dt->mu);
+	return n;
+}
+
 bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 		    uint64_t *start, uint64_t *len, uint32_t *npages)
 {

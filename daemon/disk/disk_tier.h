@@ -98,6 +98,10 @@ void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh);
 int disk_tier_drop(struct disk_tier *dt, const struct disk_key *k);
 /* Drop every history of (tenant, pool); returns histories dropped. */
 uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool);
+/* Users of (tenant, pool) on disk with id >= cursor, at most max into ids
+ * (unsorted); returns how many there are in all (may be > max). */
+uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
+			uint64_t cursor, uint64_t *ids, uint64_t max);
 /* Whether (and how much of) the user is on disk; false: not. */
 bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 		    uint64_t *start, uint64_t *len, uint32_t *npages);

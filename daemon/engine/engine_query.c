@@ -119,15 +119,19 @@ int engine_list_users(struct engine *eng, uint64_t cursor,
 		      struct kvp_user_info *rows, uint32_t max, uint64_t *next)
 {
 	struct list_ctx c = { cursor, NULL, 0 };
+	uint64_t cap;
 	uint32_t n;
 
 	*next = 0;
-	if (!user_table_count(&eng->users) || !max)
+	/* Disk tier hook: users only on disk are listed too. */
+	cap = user_table_count(&eng->users) + engine_disk_list_count(eng, cursor);
+	if (!cap || !max)
 		return 0;
-	c.ids = malloc(user_table_count(&eng->users) * sizeof(*c.ids));
+	c.ids = malloc(cap * sizeof(*c.ids));
 	if (!c.ids)
 		return -ENOMEM;
 	user_table_foreach(&eng->users, list_collect_cb, &c);
+	engine_disk_list(eng, cursor, c.ids, &c.n, cap); /* disk tier hook */
 	qsort(c.ids, c.n, sizeof(*c.ids), cmp_u64);
 	n = c.n < max ? (uint32_t)c.n : max;
 	for (uint32_t i = 0; i < n; i++) {

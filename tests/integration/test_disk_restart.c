@@ -115,6 +115,24 @@ static uint32_t verify_all(struct kvp_client *c, uint64_t want, bool may_be_abse
 	return present;
 }
 
+/* kvp_users (kvctl users) lists u with its tokens and no page in memory. */
+static bool listed_on_disk(struct kvp_client *c, uint64_t u)
+{
+	struct kvp_user_info rows[256];
+	uint64_t cursor = 0, next;
+	int n;
+
+	do {
+		n = kvp_users(c, cursor, rows, 256, &next);
+		for (int i = 0; i < n; i++)
+			if (rows[i].user == u)
+				return rows[i].len == TOKENS && !rows[i].pages_device &&
+				       !rows[i].pages_host;
+		cursor = next;
+	} while (n > 0 && next);
+	return false;
+}
+
 /* offload --tier disk (KVP_SEL_TO_DISK) and evict --tier disk on user 0. */
 static void phase_tier_ops(struct kvp_client *c)
 {
@@ -131,6 +149,11 @@ static void phase_tier_ops(struct kvp_client *c)
 		h_fail("push to disk: %d (%s); then len %" PRIu64 ", %u device and "
 		       "%u host pages", rc, rc < 0 ? kvp_last_error(c) : "",
 		       ui.len, ui.pages_device, ui.pages_host);
+		g_bad++;
+	}
+	if (!listed_on_disk(c, u)) {
+		h_fail("kvp_users does not list user %" PRIu64 " (only on disk) "
+		       "with %u tokens and no device or host page", u, TOKENS);
 		g_bad++;
 	}
 	if (h_verify_user(c, SALT, u, 0, TOKENS, NULL)) /* back from disk */
