@@ -150,9 +150,6 @@ void client_finalize(struct server *s, struct client *c)
 		for (uint32_t i = 0; i < p->n; i++)
 			engine_fence_wait(p->v[i].eng, p->v[i].fence);
 		park_fini(p);
-		/* A lane its worker never dropped (the daemon stopping) still
-		 * has its deferred list. */
-		free(c->lanes[k].dq);
 	}
 	free(c->lanes);
 	c->lanes = NULL;

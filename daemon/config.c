@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * config.c - kvpool.conf, the flags and the final checks; the settings
- * table and its setters are config_settings.c.
+ * config.c - kvpool.conf (parsed by libinih), the flags and the final
+ * checks; the settings table and its setters are config_settings.c.
  *
  * One table lists every setting once: its key (the same in the file and as
  * --key=value), whether it is valid globally, in a [tenant NAME] section or
@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <ini.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -119,22 +121,22 @@ static struct tenant_config *tenant_add(struct config *c, const char *name,
 	return t;
 }
 
-/* "[tenant NAME]" -> the new tenant; NULL after reporting why not. */
-static struct tenant_config *file_section(struct config *c, char *line,
+/* "tenant NAME" (a section's title) -> the new tenant; NULL after
+ * reporting why not. */
+static struct tenant_config *file_section(struct config *c, const char *title,
 					  const char *where, int *ret)
 {
-	char name[TENANT_NAME_MAX + 1], err[160], *end = strchr(line, ']');
+	char name[TENANT_NAME_MAX + 1], err[160], copy[256];
 	struct tenant_config *t;
 
 	*ret = EXIT_USAGE;
-	if (!end || end[1] || strncmp(line, "[tenant", 7) ||
-	    (line[7] != ' ' && line[7] != '\t')) {
-		usage_err(where, "'%s': the only section is [tenant NAME]", line);
+	snprintf(copy, sizeof(copy), "%s", title);
+	if (strncmp(copy, "tenant", 6) || (copy[6] != ' ' && copy[6] != '\t')) {
+		usage_err(where, "'[%s]': the only section is [tenant NAME]", title);
 		return NULL;
 	}
-	*end = '\0';
-	if (parse_tenant_name(str_trim(line + 8), name, err, sizeof(err))) {
-		usage_err(where, "[tenant %s]: %s", str_trim(line + 8), err);
+	if (parse_tenant_name(str_trim(copy + 7), name, err, sizeof(err))) {
+		usage_err(where, "[tenant %s]: %s", str_trim(copy + 7), err);
 		return NULL;
 	}
 	t = tenant_add(c, name, where, false);
@@ -145,36 +147,87 @@ static struct tenant_config *file_section(struct config *c, char *line,
 	return t;
 }
 
-static int file_line(struct config *c, char *line, const char *where,
-		     struct tenant_config **t)
+/*
+ * kvpool.conf is parsed by libinih (Debian's libinih-dev): sections, keys,
+ * values, comments, a BOM. It is told what kvpool.conf(5) says the format
+ * is: no continuation lines, '#' and ';' comments ('#' also after a blank
+ * on a line), lines of any length, stop at the first error. Its handler
+ * knows no line numbers (Debian builds it without INI_HANDLER_LINENO), so
+ * lines are counted by the reader below, which is also where a read error
+ * is told apart from the end of the file.
+ */
+struct file_ctx {
+	struct config *c;
+	FILE *f;
+	const char *path;
+	unsigned lineno;            /* of the line being parsed */
+	bool line_done;             /* the last chunk read ended a line */
+	unsigned headers;           /* "[...]" lines read so far */
+	unsigned header_line;       /* where the last one was */
+	unsigned applied;           /* headers whose section is applied */
+	struct tenant_config *t;    /* its tenant */
+	int ret;                    /* EXIT_USAGE once something was reported */
+};
+
+static char *file_reader(char *str, int num, void *stream)
 {
-	char *eq, *key, *val;
-	int ret;
+	struct file_ctx *x = stream;
 	size_t n;
 
-	line = str_trim(line);
-	if (!*line)
-		return 0;
-	if (*line == '[') {
-		*t = file_section(c, line, where, &ret);
-		return ret;
+	if (x->ret)
+		return NULL; /* an error was reported: read no further */
+	errno = 0;
+	if (!fgets(str, num, x->f))
+		return NULL; /* the end, or an error: config_read asks ferror() */
+	if (x->line_done) {
+		x->lineno++;
+		/* Only counted (libinih parses it): a section that repeats the
+		 * previous one's title is still a new section. */
+		if (str[strspn(str, " \t")] == '[') {
+			x->headers++;
+			x->header_line = x->lineno;
+		}
 	}
-	eq = strchr(line, '=');
-	if (!eq)
-		return usage_err(where, "'%s': expected 'key = value'", line);
-	*eq = '\0';
-	key = str_trim(line);
-	val = str_trim(eq + 1);
-	n = strlen(val);
-	if (n >= 2 && val[0] == '"' && val[n - 1] == '"') {
-		val[n - 1] = '\0';
-		val++;
+	n = strlen(str);
+	/* A long line comes in chunks; the next one continues this line. */
+	x->line_done = n && str[n - 1] == '\n';
+	return str;
+}
+
+static void file_where(const struct file_ctx *x, char *where, size_t len)
+{
+	snprintf(where, len, "%s:%u", x->path, x->lineno);
+}
+
+/* One key = value of the file; 1 to go on, 0 after reporting an error. */
+static int file_pair(void *user, const char *section, const char *key,
+		     const char *value)
+{
+	struct file_ctx *x = user;
+	char where[PATH_MAX + 32], *val;
+	size_t n = strlen(value);
+
+	if (x->applied != x->headers) {
+		x->applied = x->headers;
+		snprintf(where, sizeof(where), "%s:%u", x->path, x->header_line);
+		x->t = file_section(x->c, section, where, &x->ret);
+		if (x->ret)
+			return 0;
 	}
-	return apply(c, *t, where, key, val);
+	file_where(x, where, sizeof(where));
+	/* "a quoted value": the quotes are not part of it. */
+	if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
+		value++;
+		n -= 2;
+	}
+	val = strndup(value, n);
+	x->ret = val ? apply(x->c, x->t, where, key, val) : usage_err(where, "out of memory");
+	free(val);
+	return !x->ret;
 }
 
 /*
- * getline() returns -1 at the end of the file and on a read error alike
+ * fgets() returns NULL at the end of the file and on a read error alike
  * (EISDIR for a directory, EIO): only feof() tells them apart. Taking an
  * error for the end would start kvpoold on what was read so far, or on
  * the built-in defaults (no tenants: anyone who reaches the socket). A
@@ -182,42 +235,40 @@ static int file_line(struct config *c, char *line, const char *where,
  */
 int config_read(struct config *c, FILE *f, const char *path)
 {
-	struct tenant_config *t = NULL;
-	char *line = NULL, where[PATH_MAX + 32];
-	size_t cap = 0;
-	unsigned lineno = 0;
-	int ret = 0;
+	struct file_ctx x = { .c = c, .f = f, .path = path, .line_done = true };
+	char where[PATH_MAX + 32];
+	int line;
 
-	for (;;) {
-		char *hash;
-
-		errno = 0;
-		if (getline(&line, &cap, f) < 0 || ferror(f))
-			break;
-		lineno++;
-		hash = strchr(line, '#');
-		if (hash)
-			*hash = '\0';
-		snprintf(where, sizeof(where), "%s:%u", path, lineno);
-		ret = file_line(c, line, where, &t);
-		if (ret)
-			break;
+	ini_allow_multiline = false;
+	ini_start_comment_prefixes = "#;";
+	ini_allow_inline_comments = true;
+	ini_inline_comment_prefixes = "#";
+	ini_use_stack = false;
+	ini_allow_realloc = true;
+	ini_max_line = 1 << 20;
+	ini_stop_on_first_error = true;
+	ini_allow_no_value = false;
+	line = ini_parse_stream(file_reader, &x, file_pair, &x);
+	if (x.ret)
+		return x.ret;
+	if (line > 0 && !ferror(f)) {
+		snprintf(where, sizeof(where), "%s:%d", path, line);
+		return usage_err(where, "expected 'key = value' or '[tenant NAME]'");
 	}
-	if (!ret && (ferror(f) || !feof(f))) {
+	if (ferror(f) || !feof(f)) {
 		int err = errno ? errno : EIO;
 
 		snprintf(where, sizeof(where), "--config=%s", path);
-		if (lineno)
-			ret = usage_err(where, "read error after line %u: %s; kvpoold "
-					"did not start (fix the file or give another)",
-					lineno, strerror(err));
-		else
-			ret = usage_err(where, "cannot read: %s; kvpoold did not start "
-					"(give the path of a kvpool.conf(5) file)",
-					strerror(err));
+		if (x.lineno)
+			return usage_err(where, "read error after line %u: %s; kvpoold "
+					 "did not start (fix the file or give another)",
+					 x.lineno, strerror(err));
+		return usage_err(where, "cannot read: %s; kvpoold did not start "
+				 "(give the path of a kvpool.conf(5) file)", strerror(err));
 	}
-	free(line);
-	return ret;
+	if (line == -2)
+		return usage_err(path, "out of memory");
+	return 0;
 }
 
 static int load_file(struct config *c, const char *path)
@@ -589,6 +640,7 @@ static int config_defaults(struct config *c)
 		.max_pending = 256,
 		.max_pending_per_uid = 64,
 		.hello_timeout_ms = 5000,
+		.log_level = LOG_INFO,
 		.chunk_memory_ratio = 1.0,
 		.chunk_content_max = 1u << 20,
 		.devices = { 0 },

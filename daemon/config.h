@@ -86,6 +86,8 @@ struct config {
 	bool foreground;
 	char *pidfile;
 	char *log;                /* NULL: stderr in foreground, else syslog */
+	uint32_t log_level;       /* LOG_ERR .. LOG_DEBUG: lines less severe
+				   * than this are not written */
 	/* The disk tier (daemon/disk/): off while disk_dir is NULL. disk_size
 	 * is the file's size (the tenants' default quota: all of it);
 	 * disk_compress is checked by config_load ("none", "zstd[:LEVEL]"). */

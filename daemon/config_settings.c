@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "config_settings.h"
@@ -402,6 +403,23 @@ static int set_disk_compress(struct config *c, struct tenant_config *t,
 	return ret ? ret : set_str(&c->disk_compress, v);
 }
 
+static int set_log_level(struct config *c, struct tenant_config *t,
+			 const char *v, char *err, size_t len)
+{
+	static const struct { const char *name; uint32_t prio; } levels[] = {
+		{ "error", LOG_ERR }, { "warning", LOG_WARNING },
+		{ "info", LOG_INFO }, { "debug", LOG_DEBUG },
+	};
+
+	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
+		if (!strcmp(v, levels[i].name)) {
+			c->log_level = levels[i].prio;
+			return 0;
+		}
+	snprintf(err, len, "use error, warning, info or debug");
+	return -EINVAL;
+}
+
 static int set_metrics(struct config *c, struct tenant_config *t, const char *v,
 		       char *err, size_t len)
 {
@@ -462,6 +480,9 @@ const struct setting settings[] = {
 	  "how pages are stored on disk (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
+	{ "log_level", G, set_log_level, "LEVEL",
+	  "least severe lines logged: error, warning, info or debug (default info; "
+	  "SIGHUP re-reads it)" },
 	{ "metrics", G, set_metrics, "ADDR:PORT",
 	  "serve Prometheus metrics at http://ADDR:PORT/metrics (default none)" },
 };

@@ -32,6 +32,7 @@
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
+#include "reload.h"
 #include "sd_service.h"
 #include "worker.h"
 
@@ -237,8 +238,9 @@ static void on_signal(struct server *s)
 
 	while (read(s->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 		if (si.ssi_signo == SIGHUP) {
-			log_reopen();
-			log_info("SIGHUP: log reopened");
+			log_info("SIGHUP from pid %" PRIu32 ": log reopened, settings "
+				 "re-read", si.ssi_pid);
+			reload_run(s);
 			continue;
 		}
 		log_info("%s from pid %" PRIu32 ": shutting down",
@@ -418,6 +420,8 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return EXIT_USAGE;
 	}
+	log_set_level((int)cfg.log_level);
+	reload_init(argc, argv);
 	/* Blocked before any thread exists, so every thread inherits it and
 	 * only the signalfd sees these. */
 	signal(SIGPIPE, SIG_IGN);

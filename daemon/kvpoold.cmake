@@ -13,6 +13,7 @@ add_executable(kvpoold
   daemon/client.c
   daemon/listener.c
   daemon/worker.c
+  daemon/worker_uds.c
   daemon/ops.c
   daemon/ops_list.c
   daemon/ops_share.c
@@ -20,11 +21,15 @@ add_executable(kvpoold
   daemon/park.c
   daemon/metrics.c
   daemon/metrics_ops.c
-  daemon/sd_service.c)
+  daemon/sd_service.c
+  daemon/reload.c)
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon
   ${CMAKE_CURRENT_SOURCE_DIR}/proto)
 target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
+# kvpool.conf is parsed by libinih (Debian libinih-dev).
+pkg_check_modules(INIH REQUIRED IMPORTED_TARGET inih)
+target_link_libraries(kvpoold PRIVATE PkgConfig::INIH)
 # --metrics: Prometheus' /metrics over libmicrohttpd (Debian libmicrohttpd-dev).
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
 target_link_libraries(kvpoold PRIVATE PkgConfig::MHD)

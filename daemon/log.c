@@ -35,6 +35,7 @@ static char log_path[4096];
  * their syslog priority ("<3>") so `journalctl -p warning` can select them,
  * and carry no time or pid, which the journal records itself. */
 static bool journal;
+static int max_prio = LOG_INFO; /* log_level: less severe lines are dropped */
 
 /* JOURNAL_STREAM is "DEVICE:INODE" of the journal's stream; stderr is the
  * journal only if it is that very file (a child's stderr may be another). */
@@ -143,11 +144,24 @@ static const char *prio_name(int prio)
 	}
 }
 
+void log_set_level(int prio)
+{
+	__atomic_store_n(&max_prio, prio, __ATOMIC_RELAXED);
+}
+
+const char *log_level_name(int prio)
+{
+	return prio_name(prio);
+}
+
 static void log_vmsg(int prio, const char *fmt, va_list ap)
 {
 	char line[1024];
 	struct tm tm;
 	int n, m;
+
+	if (prio > __atomic_load_n(&max_prio, __ATOMIC_RELAXED))
+		return;
 
 	if (sink == SINK_SYSLOG) {
 		vsyslog(prio, fmt, ap);

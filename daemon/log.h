@@ -25,6 +25,10 @@ void log_reopen(void);
 void log_close(void);
 /* True while lines go to stderr (start-up errors need not be doubled). */
 bool log_to_stderr(void);
+/* Write lines of priority prio and more severe only (LOG_INFO at start;
+ * kvpoold sets log_level's); the name of a level ("warning"). */
+void log_set_level(int prio);
+const char *log_level_name(int prio);
 /* True while stderr is systemd's journal (JOURNAL_STREAM): lines carry
  * syslog priority prefixes ("<3>error: ...") and no time or pid. */
 bool log_to_journal(void);

@@ -304,6 +304,33 @@ void metrics_status_line(struct server *s, char *buf, size_t len)
 		 used[KVP_TIER_HOST], total[KVP_TIER_HOST]);
 }
 
+void metrics_latency(struct server *s, struct kvp_latency *out)
+{
+	static const enum metrics_lat map[KVP_LAT_OPS] = {
+		[KVP_LAT_PREPARE] = LAT_PREPARE, [KVP_LAT_COMMIT] = LAT_COMMIT,
+		[KVP_LAT_OFFLOAD] = LAT_OFFLOAD, [KVP_LAT_ONLOAD] = LAT_ONLOAD,
+	};
+	struct op_metrics *sum = malloc(sizeof(*sum));
+
+	_Static_assert(KVP_LAT_BUCKETS == METRICS_BUCKETS + 1,
+		       "kvp_latency has the daemon's buckets and +Inf");
+	memset(out, 0, sizeof(*out));
+	for (uint32_t b = 0; b < METRICS_BUCKETS; b++)
+		out->bucket_ns[b] = metrics_bucket_ns[b];
+	out->bucket_ns[METRICS_BUCKETS] = UINT64_MAX;
+	if (!sum)
+		return; /* empty histograms: nothing to show, nothing wrong */
+	ops_sum(s, sum);
+	for (uint32_t k = 0; k < KVP_LAT_OPS; k++) {
+		for (uint32_t b = 0; b < KVP_LAT_BUCKETS; b++) {
+			out->op[k].buckets[b] = sum->lat[map[k]][b];
+			out->op[k].count += sum->lat[map[k]][b];
+		}
+		out->op[k].sum_ns = sum->lat_ns[map[k]];
+	}
+	free(sum);
+}
+
 /* ------------------------------------------------------------ serving */
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
@@ -358,8 +385,6 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 
 int metrics_open(struct server *s, struct errbuf *e)
 {
-	if (!s->cfg->metrics)
-		return 0;
 	s->opm = aligned_alloc(64, sizeof(*s->opm) * s->cfg->workers);
 	if (!s->opm)
 		return errbuf_set(e, -ENOMEM, "metrics: out of memory");

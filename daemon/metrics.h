@@ -12,8 +12,9 @@
  * each tenant's pools as `kvctl stats` does (shard_set_stats, each shard's
  * mutex briefly) and writes the text exposition format.
  *
- * With no --metrics nothing is allocated and the workers' pointer is NULL:
- * recording is one thread-local load and a branch.
+ * The counters are kept with or without --metrics (kvctl top reads the
+ * histograms through KVP_OP_LATENCY); only prepare, commit and offload read
+ * the clock, twice.
  */
 #ifndef KVPOOLD_METRICS_H
 #define KVPOOLD_METRICS_H
@@ -57,8 +58,9 @@ struct op_metrics {
 /* The calling thread's counters; NULL (the default) records nothing. */
 extern __thread struct op_metrics *metrics_self;
 
-/* A timestamp for metrics_op_done (0 when nothing records). */
-uint64_t metrics_op_start(void);
+/* A timestamp for metrics_op_done: 0 when nothing records or the
+ * operation has no histogram (only those read the clock). */
+uint64_t metrics_op_start(uint32_t opcode);
 /* One finished operation: counted, its error (res < 0) by kind, and for
  * prepare, commit and offload its latency since t0. */
 void metrics_op_done(uint32_t opcode, int32_t res, uint64_t t0);
@@ -69,9 +71,9 @@ void metrics_lat(enum metrics_lat k, uint64_t ns);
 uint32_t metrics_bucket(uint64_t ns);
 
 /*
- * With cfg->metrics set: the per-worker counters (before the workers
- * start: metrics_open), then the HTTP server (after: metrics_serve), which
- * logs where it listens. -errno with e; metrics_close undoes both.
+ * The per-worker counters (before the workers start: metrics_open), then
+ * with cfg->metrics set the HTTP server (after: metrics_serve), which logs
+ * where it listens. -errno with e; metrics_close undoes both.
  */
 int metrics_open(struct server *s, struct errbuf *e);
 int metrics_serve(struct server *s, struct errbuf *e);
@@ -82,6 +84,10 @@ void metrics_close(struct server *s);
  * Returns 0 or -errno.
  */
 int metrics_write(struct server *s, FILE *f);
+
+/* The latency histograms summed over the workers (KVP_OP_LATENCY). */
+struct kvp_latency;
+void metrics_latency(struct server *s, struct kvp_latency *out);
 
 /* One line for `systemctl status` (STATUS=): clients and each tier's frames
  * used, over every tenant and pool. */

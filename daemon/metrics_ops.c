@@ -52,9 +52,18 @@ static uint32_t err_kind(int32_t res)
 	return METRICS_ERR_OTHER;
 }
 
-uint64_t metrics_op_start(void)
+uint64_t metrics_op_start(uint32_t opcode)
 {
-	return metrics_self ? mono_ns() : 0;
+	if (!metrics_self)
+		return 0;
+	switch (opcode) {
+	case KVP_OP_PREPARE:
+	case KVP_OP_COMMIT:
+	case KVP_OP_OFFLOAD:
+		return mono_ns();
+	default:
+		return 0;
+	}
 }
 
 void metrics_lat(enum metrics_lat k, uint64_t ns)

@@ -21,8 +21,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "ops_internal.h"
@@ -50,6 +52,8 @@ static int op_offload(struct op *o);
 static int op_evict(struct op *o);
 static int op_evict_tenant(struct op *o);
 static int op_stats(struct op *o);
+static int op_reload(struct op *o);
+static int op_latency(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_NOP] = { "nop", op_nop, 0, 0, NULL },
@@ -86,6 +90,8 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_CHUNK_CONTENT] = { "chunk_content", op_chunk_content, 0, SHARE, NULL },
 	[KVP_OP_CHUNK_TOKENS] = { "chunk_tokens", op_chunk_tokens, 0, SHARE, NULL },
 	[KVP_OP_CHUNK_LIMITS] = { "chunk_limits", op_chunk_limits, 0, SHARE, NULL },
+	[KVP_OP_RELOAD] = { "reload", op_reload, 0, NEED_ADMIN, "reloading the settings" },
+	[KVP_OP_LATENCY] = { "latency", op_latency, 0, NEED_ADMIN, "the daemon's latencies" },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -644,6 +650,32 @@ static int op_stats(struct op *o)
 	return 0;
 }
 
+/*
+ * The settings belong to the main thread (reload.c): ask it the way an
+ * operator does, with SIGHUP, which every thread blocks and its signalfd
+ * reads. What was applied and refused goes to the log.
+ */
+static int op_reload(struct op *o)
+{
+	if (kill(getpid(), SIGHUP) < 0)
+		return errbuf_set(o->e, -errno, "reload: cannot signal kvpoold: %s",
+				  strerror(errno));
+	return 0;
+}
+
+static int op_latency(struct op *o)
+{
+	struct kvp_latency l;
+
+	if (o->out_len < sizeof(l))
+		return errbuf_set(o->e, -EMSGSIZE, "latency: the result needs out_len "
+				  ">= %zu bytes; out_len is %" PRIu32, sizeof(l),
+				  o->out_len);
+	metrics_latency(o->s, &l);
+	out_put(o, &l, sizeof(l));
+	return 0;
+}
+
 /* ------------------------------------------------------------ dispatch */
 
 static void op_fail(struct op *o, int ret)
@@ -674,7 +706,7 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr,
 			.e = &e, .wait = wait, .name = "?", .in_base = in_base,
 			.in_cap = in_cap, .locked = OP_UNLOCKED };
-	uint64_t t0 = metrics_op_start();
+	uint64_t t0 = metrics_op_start(sqe->opcode);
 	int ret;
 
 	*cqe = (struct kvp_cqe){ .tag = sqe->tag };

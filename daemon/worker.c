@@ -2,7 +2,7 @@
 /*
  * worker.c - ring polling: consume SQEs, execute, publish CQEs, sleep.
  *
- * The ring protocol is libclient/proto.h's; the labels below (S1, D1, D2,
+ * The ring protocol is proto/proto.h's; the labels below (S1, D1, D2,
  * C1) are its. Worker k serves lane k of every client (proto.h, LANES): a
  * worker's list is of lanes, and everything below about "a client's ring"
  * is about the client's lane of this worker. A client is retired once the
@@ -53,8 +53,9 @@
  * CQ slot for its completion, as a parked one does, so the lane never
  * takes more entries than it can complete.
  *
- * uds requests (issue 11: they used to run on the listener thread, beside
- * the rings, and could overtake ring entries submitted before them). The
+ * uds requests (worker_uds.c; issue 11: they used to run on the listener
+ * thread, beside the rings, and could overtake ring entries submitted
+ * before them). The
  * main thread reads one, hands it over (worker_uds_submit) and reads no more
  * from that socket until it is answered. A pass notes the requests handed
  * over before it reads any sq_tail, runs the rings, then the requests: so
@@ -85,35 +86,7 @@
 #include "metrics.h"
 #include "ops.h"
 #include "worker.h"
-
-#define WAITV_CLIENTS (FUTEX_WAITV_MAX - 1)
-#define POLL_NS 1000000L
-#define PARK_POLL_NS 20000L /* idle worker with parked completions */
-/* How long a prepare waits for the reclaimer before it evicts for itself
- * (a few of the reclaimer's rounds: up to 128 pages each, shard.c). */
-#define RECLAIM_WAIT_NS 5000000ull
-
-struct worker {
-	struct server *s;
-	pthread_t thread;
-	uint32_t index;
-	uint32_t ctl;               /* private futex; bumped by worker_kick */
-	uint32_t stop;              /* atomic */
-	pthread_mutex_t lock;       /* guards incoming */
-	struct lane *incoming;
-
-	/* the worker thread's own: lane `index` of every client */
-	struct lane **lanes;
-	uint32_t n, cap;
-	struct op_scratch scratch;
-	uint32_t parked;            /* completions parked, all clients */
-	uint32_t uds_gen;           /* atomic: bumped by worker_uds_submit */
-	uint32_t uds_gen_seen;
-	uint32_t uds_busy;          /* clients whose uds request waits or parks */
-	bool uds_rescan;            /* lanes came in: look at every one */
-	bool no_waitv;              /* kernel before 5.16 */
-	struct futex_waitv waitv[FUTEX_WAITV_MAX];
-};
+#include "worker_internal.h"
 
 static inline void cpu_relax(void)
 {
@@ -184,7 +157,7 @@ static int take_incoming(struct worker *w)
  * the client to the main thread. Until then the client cannot be retired,
  * so everything here may still read it.
  */
-static void drop_lane(struct worker *w, uint32_t i, const char *why)
+void drop_lane(struct worker *w, uint32_t i, const char *why)
 {
 	struct lane *l = w->lanes[i];
 	struct client *c = l->c;
@@ -257,7 +230,7 @@ static bool park_cqe(struct lane *l, const struct kvp_sqe *sqe,
 		     const struct kvp_cqe *cqe, const struct op_wait *wt)
 {
 	struct park e = { .cqe = *cqe, .eng = wt->eng, .fence = wt->fence,
-			  .user = sqe->user, .since_ns = metrics_op_start() };
+			  .user = sqe->user, .since_ns = metrics_op_start(KVP_OP_PREPARE) };
 
 	/* Sized once: a client has at most sq_entries operations in flight. */
 	if (!l->park.v && park_init(&l->park, l->c->shm.sq_entries))
@@ -361,6 +334,8 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
  * the deferred entries, then take every available SQE the CQ has room for.
  * Returns entries consumed or run plus completions published, or -EPROTO
  * with *why for a broken client. *blocked says entries wait for CQ room.
+ * A little past 80 lines: the ring indices (S1, D1, D2, C1) are read,
+ * checked and published in one place, so their pairing can be read at once.
  */
 static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		     const char **why)
@@ -446,144 +421,6 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	if (l->cq_tail != cq0)
 		wake_client(l);
 	return (int)(i + ran + late);
-}
-
-/* ------------------------------------------------------------ uds */
-
-void worker_uds_submit(struct client *c)
-{
-	struct worker *w = c->worker;
-
-	/* U1: publishes c->uds_sqe and c->uds_out; pairs with the load-acquire
-	 * of uds_state at U2 (after the one of uds_gen at U3). */
-	__atomic_store_n(&c->uds_state, UDS_QUEUED, __ATOMIC_RELEASE);
-	__atomic_fetch_add(&w->uds_gen, 1, __ATOMIC_RELEASE);
-	worker_kick(w);
-}
-
-/* Before any ring of this pass: which clients have a request handed over. */
-static bool uds_note(struct worker *w)
-{
-	/* U3: pairs with the fetch_add at U1. */
-	uint32_t gen = __atomic_load_n(&w->uds_gen, __ATOMIC_ACQUIRE);
-
-	if (gen == w->uds_gen_seen && !w->uds_busy && !w->uds_rescan)
-		return false;
-	w->uds_gen_seen = gen;
-	w->uds_rescan = false;
-	for (uint32_t i = 0; i < w->n; i++) {
-		struct client *c = w->lanes[i]->c;
-
-		if (w->lanes[i]->index)
-			continue; /* uds requests go to lane 0's worker */
-		/* U2 */
-		if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) == UDS_QUEUED)
-			c->uds_seen = true;
-	}
-	return true;
-}
-
-/* Whether c's request must wait: for ring entries c published before it
- * (as this pass read sq_tail, after uds_note), or for c's parked
- * completion of the same user. */
-static bool uds_waits(struct worker *w, struct client *c)
-{
-	const struct lane *l = &c->lanes[0];
-	uint64_t user;
-
-	/* Lane 0's entries only: libkvpool sends a uds request, like any
-	 * synchronous call, with nothing in flight on any lane. */
-	if (l->ndq || l->sq_head != l->sq_tail_seen)
-		return true;
-	return l->park.n && ops_sqe_user(w->s, c, &c->uds_sqe, &user) &&
-	       park_has_user(&l->park, user);
-}
-
-/* Send the reply and read the socket again; -errno when c must go. */
-static int uds_answer(struct worker *w, struct client *c,
-		      const struct kvp_cqe *cqe)
-{
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP,
-				  .data.ptr = &c->sock_w };
-	int ret = listener_uds_reply(c->sock, cqe, c->uds_out);
-
-	/* Idle before EPOLLIN is back: the main thread reads the next request
-	 * only once it sees this. */
-	__atomic_store_n(&c->uds_state, UDS_IDLE, __ATOMIC_RELEASE);
-	/* ENOENT when the main thread has let go of the socket: nothing to do. */
-	if (!ret)
-		epoll_ctl(w->s->epfd, EPOLL_CTL_MOD, c->sock, &ev);
-	return ret;
-}
-
-/* Run c's noted request, or publish its parked reply; -errno when c must
- * go (*why says why), 1 when something was done, 0 when it still waits. */
-static int uds_serve(struct worker *w, struct client *c, const char **why)
-{
-	struct kvp_sqe sqe;
-	struct kvp_cqe cqe;
-	struct op_wait wt = { 0 }; /* no retry: a uds request is not held */
-	int ret;
-
-	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED) {
-		if (!engine_fence_done(c->uds_wait.eng, c->uds_wait.fence))
-			return 0;
-		w->parked--;
-		cqe = c->uds_cqe;
-	} else {
-		if (!c->uds_seen || uds_waits(w, c))
-			return 0;
-		c->uds_seen = false;
-		sqe = c->uds_sqe;
-		sqe.out_off = 0;
-		if (sqe.out_len > UDS_RESULT_MAX)
-			sqe.out_len = UDS_RESULT_MAX;
-		/* No arena: operations with input are refused (proto.h). */
-		ops_execute(w->s, c, &sqe, NULL, 0, c->uds_out, UDS_RESULT_MAX,
-			    &w->scratch, &cqe, &wt);
-		if (wt.fence) {
-			c->uds_cqe = cqe;
-			c->uds_wait = wt;
-			c->uds_user = sqe.user;
-			__atomic_store_n(&c->uds_state, UDS_PARKED, __ATOMIC_RELAXED);
-			w->parked++;
-			return 1;
-		}
-	}
-	ret = uds_answer(w, c, &cqe);
-	if (ret == -EAGAIN)
-		*why = "does not read its uds replies";
-	else if (ret)
-		*why = NULL; /* hung up: the main thread sees it too */
-	return ret ? ret : 1;
-}
-
-/* After the rings of this pass: the uds requests noted before them. */
-static uint32_t uds_pass(struct worker *w)
-{
-	uint32_t done = 0, i = 0;
-
-	w->uds_busy = 0;
-	while (i < w->n) {
-		struct client *c = w->lanes[i]->c;
-		const char *why = NULL;
-		int ret;
-
-		if (w->lanes[i]->index) {
-			i++;
-			continue;
-		}
-		ret = uds_serve(w, c, &why);
-		if (ret < 0) {
-			drop_lane(w, i, why ? why : "hung up");
-			continue;
-		}
-		done += (uint32_t)ret;
-		w->uds_busy += c->uds_seen ||
-			__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED;
-		i++;
-	}
-	return done;
 }
 
 /* ------------------------------------------------------------ passes */
@@ -795,6 +632,14 @@ void workers_stop(struct server *s)
 
 		pthread_join(w->thread, NULL);
 		pthread_mutex_destroy(&w->lock);
+		/* Lanes still served at exit were never dropped: their
+		 * deferred lists are the worker's to free (ASan: a leak on
+		 * every SIGTERM with a client attached). */
+		for (uint32_t j = 0; j < w->n; j++) {
+			free(w->lanes[j]->dq);
+			w->lanes[j]->dq = NULL;
+			w->lanes[j]->ndq = 0;
+		}
 		free(w->lanes);
 		op_scratch_free(&w->scratch);
 	}

@@ -7,6 +7,13 @@
  * no function sets errno. Functions that can fail for a reason the caller can
  * act on also write a message naming what was wrong into the buffer they are
  * given (or, for connected calls, the client's last-error buffer).
+ *
+ * ABI: libkvpool.so.0 exports exactly the functions below, each under the
+ * version node of the release that added it (libclient/kvpool.map:
+ * KVPOOL_0.1, ...); abi/ holds the last release's ABI, which CI compares
+ * the library with. Structs filled or read one at a time (kvp_stats,
+ * kvp_latency, kvp_connect_opts) end in reserved words that later fields
+ * take, so they never change size; zero them when you fill them.
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -227,13 +234,24 @@ struct kvp_tier_stats {
 	X(disk_stored_bytes, CORE, COUNTER, "bytes", "disk_stored", \
 	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).")
 
-/* Counters of one pool, one uint64_t per KVP_STATS_FIELDS entry. Each
- * pool's counters are monotonic except the gauges and times. */
+#define KVP_STATS_ONE_(name, group, kind, unit, metric, help) + 1
+/* How many fields KVP_STATS_FIELDS lists, and the words they may grow to. */
+enum { KVP_STATS_NFIELDS = 0 KVP_STATS_FIELDS(KVP_STATS_ONE_), KVP_STATS_WORDS = 64 };
+#undef KVP_STATS_ONE_
+
+/*
+ * Counters of one pool, one uint64_t per KVP_STATS_FIELDS entry. Each
+ * pool's counters are monotonic except the gauges and times. The struct
+ * keeps its size as fields are added: a new field takes a reserved word,
+ * so a program built against an older kvpool.h passes a struct that is
+ * still big enough, and a daemon that does not know a field sends 0.
+ */
 struct kvp_stats {
 	struct kvp_tier_stats tier[KVP_TIERS]; /* gauges */
 #define KVP_STATS_MEMBER_(name, group, kind, unit, metric, help) uint64_t name;
 	KVP_STATS_FIELDS(KVP_STATS_MEMBER_)
 #undef KVP_STATS_MEMBER_
+	uint64_t reserved[KVP_STATS_WORDS - KVP_STATS_NFIELDS]; /* 0 */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -279,6 +297,8 @@ struct kvp_connect_opts {
 	uint32_t spin_us;      /* how long a wait spins before it sleeps; 0: 20 us */
 	uint32_t pool;         /* the daemon's pool to attach to: 0 its first (with
 				* kvpoold --devices=0,1 pool i is on the i-th GPU) */
+	uint32_t reserved[6];  /* 0 (zero the struct): options to come take
+				* these words, 0 meaning their default */
 };
 
 /*
@@ -421,6 +441,33 @@ int kvp_evict_all(struct kvp_client *c, uint32_t sel);
  * seed 002's evict_kv_cache; leased users are skipped. Returns users
  * affected. -EPERM for a client without a tenant. */
 int kvp_evict_tenant(struct kvp_client *c, uint32_t sel);
+/* Admin: kvpoold re-reads its settings as on SIGHUP (kvpoold(8), SIGNALS);
+ * returns 0 once asked, before it has; its log says what changed and
+ * which keys it refused. */
+int kvp_reload(struct kvp_client *c);
+/* The daemon's operation latencies (kvp_latency), by operation. */
+enum kvp_lat_op {
+	KVP_LAT_PREPARE = 0,  /* submission to completion, in the daemon */
+	KVP_LAT_COMMIT = 1,
+	KVP_LAT_OFFLOAD = 2,
+	KVP_LAT_ONLOAD = 3,   /* a prepare's return to its copy's landing (cuda) */
+	KVP_LAT_OPS = 4,
+};
+#define KVP_LAT_BUCKETS 19 /* 1 us .. 1 s, about three a decade, then the rest */
+
+/* Histograms since the daemon started, over every worker and tenant. */
+struct kvp_latency {
+	uint64_t bucket_ns[KVP_LAT_BUCKETS]; /* upper bounds; the last UINT64_MAX */
+	struct {
+		uint64_t count;
+		uint64_t sum_ns;
+		uint64_t buckets[KVP_LAT_BUCKETS]; /* per bucket, not cumulative */
+	} op[KVP_LAT_OPS];
+	uint64_t reserved[8];                /* 0; room to grow */
+};
+/* Admin: fill *out (kvctl top's percentiles; kvpoold --metrics serves the
+ * same histograms). */
+int kvp_latency(struct kvp_client *c, struct kvp_latency *out);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
 /*

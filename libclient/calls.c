@@ -216,12 +216,57 @@ int kvp_evict_tenant(struct kvp_client *c, uint32_t sel)
 }
 
 KVP_PUBLIC
+int kvp_reload(struct kvp_client *c)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_RELOAD };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_latency(struct kvp_client *c, struct kvp_latency *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_LATENCY };
+
+	return call_fixed(c, &sqe, out, sizeof(*out), "latency");
+}
+
+/*
+ * A struct that grows into reserved words (kvp_stats): a daemon may send
+ * fewer bytes (it knows fewer fields; the rest read 0) or more (later
+ * fields this library does not know), down to the oldest size it sent.
+ */
+static int call_growing(struct kvp_client *c, struct kvp_sqe *sqe, void *out,
+			size_t size, size_t min, const char *what)
+{
+	struct kvp_cqe cqe;
+	uint32_t idx = 0, len;
+	const unsigned char *src;
+	int ret;
+
+	if (!out)
+		return kvpc_err(c, -EINVAL, "%s: the result pointer is NULL", what);
+	ret = kvpc_call(c, sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	src = kvpc_slot_out(c, idx, &len);
+	if (cqe.out_bytes < min)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent %" PRIu32 " bytes of %s, "
+				"expected at least %zu", c->path, cqe.out_bytes, what, min);
+	memset(out, 0, size);
+	memcpy(out, src, cqe.out_bytes < size ? cqe.out_bytes : size);
+	return 0;
+}
+
+KVP_PUBLIC
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_STATS,
 			       .flags = all_tenants ? KVP_SQE_ALL : 0 };
 
-	return call_fixed(c, &sqe, out, sizeof(*out), "stats");
+	/* Protocol 7's kvp_stats, before the reserved words: 40 fields. */
+	return call_growing(c, &sqe, out, sizeof(*out),
+			    offsetof(struct kvp_stats, shards) + sizeof(uint64_t), "stats");
 }
 
 /* USERS and CLIENTS: rows of size bytes from cursor; res = rows written,

@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: MIT
-# libkvpool: the client library; only kvp_* symbols are exported (kvpool.map).
+# libkvpool: the client library; only the functions of kvpool.h are exported,
+# each under its release's version node (kvpool.map; test_abi checks it and
+# compares the ABI with abi/).
 #
 # With CUDA (KVPOOL_HAVE_CUDA) it carries the kernels and the static CUDA
 # runtime, and never links libcuda: the driver functions are looked up at a
@@ -58,7 +60,20 @@ target_include_directories(kvpool_client_static
 set_target_properties(kvpool_client_static PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 
-install(TARGETS kvpool LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS kvpool EXPORT kvpoolTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# find_package(kvpool) beside pkg-config: PREFIX/lib/cmake/kvpool holds the
+# package config, its version (0.1 accepts 0.1.x: before 1.0 a minor
+# release may break) and the kvpool::kvpool target, all relative to where
+# they are installed.
+include(CMakePackageConfigHelpers)
+set(KVPOOL_CMAKE_DIR lib/cmake/kvpool)
+install(EXPORT kvpoolTargets NAMESPACE kvpool:: DESTINATION ${KVPOOL_CMAKE_DIR})
+configure_package_config_file(libclient/kvpoolConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/kvpoolConfig.cmake INSTALL_DESTINATION ${KVPOOL_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/kvpoolConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvpoolConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/kvpoolConfigVersion.cmake DESTINATION ${KVPOOL_CMAKE_DIR})
 install(FILES include/kvpool.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 # From <libdir>/pkgconfig back up to the prefix.
 file(RELATIVE_PATH KVPOOL_PC_UP /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)

@@ -27,8 +27,8 @@
  * LANES (v7). A client has hdr.lanes ring pairs (SQ + CQ), one per daemon
  * worker; worker k consumes lane k of every client and nothing else. A user
  * belongs to shard (mix64(user) >> 32) % welcome.shards (the engine's
- * shards own users, daemon/shard.h), and shard s to lane s % lanes
- * (kvp_lane_of_user below), so with shards = workers (the default) a worker
+ * shards own users, daemon/engine/include/shard.h), and shard s to lane
+ * s % lanes (kvp_lane_of_user below), so with shards = workers (the default) a worker
  * only ever takes its own shard's lock and touches its own shard's lines:
  * clients, not workers, carry entries to the core that owns their user.
  * A lease carries its shard in bits 24..30 (bit 31: a sharing lease, shard
@@ -217,7 +217,7 @@ static inline uint32_t kvp_lane_of_user(uint64_t user, uint32_t shards,
 {
 	if (shards <= 1 || lanes <= 1)
 		return 0;
-	/* the daemon's shard_of_user (daemon/shard.c) */
+	/* the daemon's shard_of_user (daemon/engine/shard.c) */
 	return (uint32_t)((mix64(user) >> 32) % shards) % lanes;
 }
 
@@ -272,6 +272,11 @@ enum kvp_opcode {
 	KVP_OP_CHUNK_CONTENT = 28, /* arg offset, in: name id -> out: content bytes; val0 content length */
 	KVP_OP_CHUNK_TOKENS = 29,  /* arg offset (tokens), in: name id -> out: uint32 ids; val0 token count */
 	KVP_OP_CHUNK_LIMITS = 30,  /* in: kvp_chunk_limits_in -> out: kvp_chunk_limits */
+	/* Admin: kvpoold re-reads its settings as on SIGHUP (it raises one;
+	 * the main thread does it after this completes). A daemon before it
+	 * answers -EINVAL, as for any opcode it does not know. */
+	KVP_OP_RELOAD = 31,
+	KVP_OP_LATENCY = 32,       /* admin; out: struct kvp_latency */
 	KVP_OP_MAX,
 };
 

@@ -13,9 +13,12 @@ set -euo pipefail
 # prometheus, curl: test_metrics scrapes /metrics and runs promtool check metrics.
 # libsystemd-dev: socket activation and sd_notify; systemd: test_systemd runs
 # systemd-socket-activate and systemd-analyze (no running systemd needed).
+# tmux: test_kvctl_top drives kvctl top in a pane (send-keys, capture-pane).
+# libinih-dev: kvpool.conf is parsed by libinih.
+# abigail-tools: test_abi compares libkvpool's ABI with abi/ (abidw, abidiff).
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
-      libjansson-dev libmicrohttpd-dev prometheus curl
-      libsystemd-dev systemd libhiredis-dev redis-server gnuplot-nox
+      libjansson-dev libinih-dev libmicrohttpd-dev prometheus curl
+      libsystemd-dev systemd tmux abigail-tools libhiredis-dev redis-server gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 # would: every file there; the installed kvpoold, kvctl and kvbench run with
 # no LD_LIBRARY_PATH (their RUNPATH, $ORIGIN/../lib, finds libkvpool.so):
 # kvpoold serves a temp socket, kvctl stats asks it, SIGTERM stops it; a
-# program built with pkg-config against the installed header and library;
+# program built with pkg-config against the installed header and library,
+# and one with find_package(kvpool) that talks to the installed kvpoold;
 # the Python package imports, installed and pip-built; each installed man
 # page renders without a warning.
 install_check() {
@@ -26,7 +27,9 @@ install_check() {
 		 lib/pkgconfig/kvpool.pc share/man/man1/kvctl.1 share/man/man1/kvbench.1 \
 		 share/man/man3/kvpool.3 share/man/man5/kvpool.conf.5 share/man/man8/kvpoold.8 \
 		 lib/systemd/system/kvpoold.service lib/systemd/system/kvpoold.socket \
-		 lib/sysusers.d/kvpool.conf share/doc/kvpool/grafana/kvpool-dashboard.json; do
+		 lib/sysusers.d/kvpool.conf share/doc/kvpool/grafana/kvpool-dashboard.json \
+		 lib/cmake/kvpool/kvpoolConfig.cmake lib/cmake/kvpool/kvpoolConfigVersion.cmake \
+		 lib/cmake/kvpool/kvpoolTargets.cmake; do
 		[ -e "$prefix/$f" ] || { echo "install check: $f missing" >&2; return 1; }
 	done
 	for b in kvpoold kvctl kvbench; do
@@ -66,6 +69,57 @@ install_check() {
 	# shellcheck disable=SC2046 # pkg-config prints several words
 	cc "$prefix/t.c" -o "$prefix/t" $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs kvpool)
 	LD_LIBRARY_PATH=$prefix/lib "$prefix/t"
+	# The same through CMake: find_package(kvpool) in PREFIX/lib/cmake/kvpool,
+	# the kvpool::kvpool target, only the installed files; the program asks
+	# the installed kvpoold for its stats and checks the growable struct's
+	# size, then runs with no LD_LIBRARY_PATH (the target's RUNPATH).
+	mkdir -p "$prefix/cm"
+	cat >"$prefix/cm/CMakeLists.txt" <<-'CM'
+		cmake_minimum_required(VERSION 3.25)
+		project(kvpool_client C)
+		find_package(kvpool 0.1 REQUIRED)
+		add_executable(client client.c)
+		target_link_libraries(client PRIVATE kvpool::kvpool)
+	CM
+	cat >"$prefix/cm/client.c" <<-'C'
+		#include <kvpool.h>
+		#include <stdio.h>
+		int main(int argc, char **argv)
+		{
+			struct kvp_connect_opts o = { .socket = argv[1], .name = "cmake-client" };
+			struct kvp_client *c;
+			struct kvp_stats st;
+			char err[KVP_ERRLEN];
+			int rc;
+
+			if (sizeof(st) != sizeof(st.tier) + KVP_STATS_WORDS * 8)
+				return 3;
+			rc = kvp_connect(&c, &o, err, sizeof(err));
+			if (rc) {
+				fprintf(stderr, "connect: %s\n", err);
+				return 1;
+			}
+			rc = kvp_stats(c, 0, &st);
+			printf("version %d, %llu device frames\n", kvp_version(),
+			       (unsigned long long)st.tier[KVP_TIER_DEVICE].frames_total);
+			kvp_close(c);
+			return rc ? 2 : 0;
+		}
+	C
+	cmake -S "$prefix/cm" -B "$prefix/cm/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+	cmake --build "$prefix/cm/build" >/dev/null
+	(
+		unset LD_LIBRARY_PATH
+		sock=$prefix/run/cm.sock
+		"$prefix/bin/kvpoold" --socket="$sock" --backend=shm --foreground \
+			--device_mem=4M --host_mem=4M >"$prefix/kvpoold-cm.log" 2>&1 &
+		pid=$!
+		trap 'kill "$pid" 2>/dev/null || true' EXIT
+		for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+		"$prefix/cm/build/client" "$sock" | grep -q '^version 1, 256 device frames$' || {
+			echo "install check: the find_package(kvpool) client failed" >&2
+			cat "$prefix/kvpoold-cm.log" >&2; exit 1; }
+	)
 	# The Python package: installed in PREFIX/lib/python3/dist-packages (its
 	# RUNPATH finds the installed libkvpool), and built by pip from python/
 	# against the installed libkvpool, offline.

@@ -31,14 +31,11 @@
 
 /* ------------------------------------------------------------ life cycle */
 
-int engine_create(struct engine **out, const struct engine_config *cfg,
-		  struct errbuf *e)
+/* The configuration checked before anything is made. */
+static int config_check(const struct engine_config *cfg, struct errbuf *e)
 {
 	const struct kvp_layout *l = &cfg->layout;
 	uint32_t nframes[KVP_TIERS] = { cfg->device_frames, cfg->host_frames };
-	struct engine *eng;
-	int ret;
-
 	struct kvp_layout chk;
 	char lerr[KVP_ERRLEN];
 
@@ -65,7 +62,19 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 			return errbuf_set(e, -EINVAL, "engine: %s tier of %" PRIu32
 					  " pages overflows", kvp_tier_name(t), nframes[t]);
 	}
+	return 0;
+}
 
+int engine_create(struct engine **out, const struct engine_config *cfg,
+		  struct errbuf *e)
+{
+	const struct kvp_layout *l = &cfg->layout;
+	uint32_t nframes[KVP_TIERS] = { cfg->device_frames, cfg->host_frames };
+	struct engine *eng;
+	int ret = config_check(cfg, e);
+
+	if (ret)
+		return ret;
 	eng = calloc(1, sizeof(*eng));
 	if (!eng)
 		return errbuf_set(e, -ENOMEM, "engine: out of memory");
@@ -380,57 +389,6 @@ static int seq_check_continuity(const struct history *h, uint64_t user,
 			  "user %" PRIu64 " the cache holds tokens [%" PRIu64 ", %"
 			  PRIu64 "): remove them and send from position %" PRIu64,
 			  start_pos, last, user, h->start, end, end);
-}
-
-uint64_t engine_device_avail(struct engine *eng, const struct history *h,
-			     uint32_t need)
-{
-	struct shard_set *set = eng->set;
-	uint64_t n = 0;
-
-	if (set && set->global) {
-		for (uint32_t i = 0; i < set->n; i++) {
-			const struct engine *o = set->v[i].eng;
-
-			n += o->frames[KVP_TIER_DEVICE].nfree +
-			     o->lru[LRU_DEVICE].frames + share_evictable(o);
-		}
-		n += set->pool[KVP_TIER_DEVICE].nfree; /* stable: all locks held */
-	} else {
-		n = frames_reserve(&eng->frames[KVP_TIER_DEVICE], need) +
-		    eng->lru[LRU_DEVICE].frames + share_evictable(eng);
-	}
-	if (h && h->lru == LRU_DEVICE)
-		n -= h->nres[KVP_TIER_DEVICE];
-	return n;
-}
-
-bool engine_device_frame_in_use(const struct engine *eng, uint32_t f)
-{
-	if (!eng->set)
-		return frames_in_use(&eng->frames[KVP_TIER_DEVICE], f);
-	for (uint32_t i = 0; i < eng->set->n; i++)
-		if (frames_in_use(&eng->set->v[i].eng->frames[KVP_TIER_DEVICE], f))
-			return true;
-	return false;
-}
-
-struct history *engine_find_history(struct engine *eng, uint64_t user)
-{
-	if (eng->set)
-		eng = eng->set->v[shard_of_user(eng->set, user)].eng;
-	return user_table_find(&eng->users, user);
-}
-
-uint64_t engine_tick(struct engine *eng)
-{
-	uint64_t now;
-
-	if (!eng->set)
-		return ++eng->tick;
-	now = mono_ns();
-	eng->tick = now > eng->tick ? now : eng->tick + 1;
-	return eng->tick;
 }
 
 int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,

@@ -13,6 +13,7 @@
 #include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
+#include "shard.h"
 
 /* ------------------------------------------------------------ info */
 
@@ -37,6 +38,11 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 }
 
 /* ------------------------------------------------------------ stats */
+
+void engine_set_max_tokens(struct engine *eng, uint64_t max_tokens)
+{
+	eng->max_tokens = max_tokens;
+}
 
 void engine_stats(const struct engine *eng, struct kvp_stats *out)
 {
@@ -215,4 +221,23 @@ out:
 	free(page);
 	free(slots);
 	return ret;
+}
+
+/* ------------------------------------------------------------ lookups */
+
+bool engine_device_frame_in_use(const struct engine *eng, uint32_t f)
+{
+	if (!eng->set)
+		return frames_in_use(&eng->frames[KVP_TIER_DEVICE], f);
+	for (uint32_t i = 0; i < eng->set->n; i++)
+		if (frames_in_use(&eng->set->v[i].eng->frames[KVP_TIER_DEVICE], f))
+			return true;
+	return false;
+}
+
+struct history *engine_find_history(struct engine *eng, uint64_t user)
+{
+	if (eng->set)
+		eng = eng->set->v[shard_of_user(eng->set, user)].eng;
+	return user_table_find(&eng->users, user);
 }

@@ -20,6 +20,44 @@
 #include "engine_share.h"
 #include "shard.h"
 
+/* ------------------------------------------------------------ the LRU clock */
+
+uint64_t engine_tick(struct engine *eng)
+{
+	uint64_t now;
+
+	if (!eng->set)
+		return ++eng->tick;
+	now = mono_ns();
+	eng->tick = now > eng->tick ? now : eng->tick + 1;
+	return eng->tick;
+}
+
+/* ------------------------------------------------------------ room */
+
+uint64_t engine_device_avail(struct engine *eng, const struct history *h,
+			     uint32_t need)
+{
+	struct shard_set *set = eng->set;
+	uint64_t n = 0;
+
+	if (set && set->global) {
+		for (uint32_t i = 0; i < set->n; i++) {
+			const struct engine *o = set->v[i].eng;
+
+			n += o->frames[KVP_TIER_DEVICE].nfree +
+			     o->lru[LRU_DEVICE].frames + share_evictable(o);
+		}
+		n += set->pool[KVP_TIER_DEVICE].nfree; /* stable: all locks held */
+	} else {
+		n = frames_reserve(&eng->frames[KVP_TIER_DEVICE], need) +
+		    eng->lru[LRU_DEVICE].frames + share_evictable(eng);
+	}
+	if (h && h->lru == LRU_DEVICE)
+		n -= h->nres[KVP_TIER_DEVICE];
+	return n;
+}
+
 /* ------------------------------------------------------------ LRU lists */
 
 void lru_remove(struct engine *eng, struct history *h)

@@ -104,36 +104,14 @@ static struct chunk *at_level(struct chunk **ch, const uint32_t *first,
 	return lv - 1 < reqs[r].ncontexts ? ch[first[r] + lv] : NULL;
 }
 
-int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
-		  uint32_t nreq, bool preview, uint32_t owner, uint64_t now_ns,
-		  struct share_composition *out, struct errbuf *e)
+/* Resolve every request's chain into ch (first[r]: where request r's
+ * system entry is). */
+static int resolve_all(struct engine *eng, const struct kvp_compose_req *reqs,
+		       uint32_t nreq, struct chunk **ch, uint32_t *first,
+		       struct errbuf *e)
 {
-	struct share *s = eng->share;
-	uint32_t maxc = 0, nlevels, total = 0, *first = NULL, ndist = 0;
-	struct chunk **ch = NULL, **dist = NULL;
-	uint64_t ints = 0, off = 0;
 	int ret = 0;
 
-	if (!nreq || nreq > KVP_COMPOSE_MAX_REQUESTS)
-		return errbuf_set(e, -EINVAL, "compose: %" PRIu32 " requests; give "
-				  "1 to %d", nreq, KVP_COMPOSE_MAX_REQUESTS);
-	for (uint32_t r = 0; r < nreq; r++) {
-		if (reqs[r].ncontexts > KVP_COMPOSE_MAX_CONTEXTS)
-			return errbuf_set(e, -EINVAL, "compose: request %" PRIu32
-					  " has %" PRIu32 " contexts, at most %d", r,
-					  reqs[r].ncontexts, KVP_COMPOSE_MAX_CONTEXTS);
-		if (reqs[r].ncontexts > maxc)
-			maxc = reqs[r].ncontexts;
-		total += reqs[r].ncontexts + 2;
-	}
-	nlevels = maxc + 2;
-	ch = malloc(total * sizeof(*ch));
-	dist = malloc(total * sizeof(*dist));
-	first = malloc(nreq * sizeof(*first));
-	if (!ch || !dist || !first) {
-		ret = errbuf_set(e, -ENOMEM, "compose: out of memory");
-		goto out;
-	}
 	for (uint32_t r = 0, i = 0; r < nreq && !ret; r++) {
 		first[r] = i;
 		ret = resolve(eng, &reqs[r].system, KVP_CHUNK_SYSTEM, r, 0, NULL,
@@ -147,11 +125,17 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 				      ch[i - 1], &ch[i], e);
 		i++;
 	}
-	if (ret)
-		goto out;
+	return ret;
+}
 
-	/* Sizes: per level 3 * groups + 2 ints of CSR plus its indices. */
-	memset(out, 0, sizeof(*out));
+/* Groups per level into out->ngroups; returns the ints the CSR sets take
+ * (per level 3 * groups + 2, plus its indices). */
+static uint64_t compose_sizes(struct chunk **ch, const uint32_t *first,
+			      const struct kvp_compose_req *reqs, uint32_t nreq,
+			      uint32_t nlevels, struct share_composition *out)
+{
+	uint64_t ints = 0;
+
 	for (uint32_t lv = 0; lv < nlevels; lv++) {
 		uint32_t g = 0;
 
@@ -167,14 +151,19 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 		out->ngroups[lv] = g;
 		ints += 3 * (uint64_t)g + 2;
 	}
-	ret = share_scratch(eng, ints, e);
-	if (!ret && !preview)
-		ret = lease_reserve(eng, e);
-	if (ret)
-		goto out;
+	return ints;
+}
+
+/* The CSR sets of every level, in the scratch compose_sizes() sized. */
+static void compose_fill(struct engine *eng, struct chunk **ch,
+			 const uint32_t *first, const struct kvp_compose_req *reqs,
+			 uint32_t nreq, uint32_t nlevels,
+			 struct share_composition *out)
+{
+	uint64_t off = 0;
 
 	for (uint32_t lv = 0; lv < nlevels; lv++) {
-		int32_t *qo = s->scratch + off, *kv = qo + out->ngroups[lv] + 1;
+		int32_t *qo = eng->share->scratch + off, *kv = qo + out->ngroups[lv] + 1;
 		int32_t *last = kv + out->ngroups[lv] + 1, *idx = last + out->ngroups[lv];
 		uint32_t g = 0, rows = 0, pages = 0;
 
@@ -199,6 +188,16 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 		out->kv_indices[lv] = idx;
 		off += 3 * (uint64_t)out->ngroups[lv] + 2 + pages;
 	}
+}
+
+/* The distinct entries of ch[total] into dist (sorted); their count. The
+ * tokens, pages and bytes of the composition into out. */
+static uint32_t compose_distinct(const struct engine *eng, struct chunk **ch,
+				 uint32_t total, struct chunk **dist,
+				 struct share_composition *out)
+{
+	uint32_t ndist = 0;
+
 	for (uint32_t i = 0; i < total; i++)
 		out->tokens += ch[i]->tokens;
 	memcpy(dist, ch, total * sizeof(*ch));
@@ -209,6 +208,52 @@ int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
 			out->pages += dist[i]->npages;
 		}
 	out->bytes = out->pages * eng->layout.page_bytes;
+	return ndist;
+}
+
+int share_compose(struct engine *eng, const struct kvp_compose_req *reqs,
+		  uint32_t nreq, bool preview, uint32_t owner, uint64_t now_ns,
+		  struct share_composition *out, struct errbuf *e)
+{
+	uint32_t maxc = 0, nlevels, total = 0, *first = NULL, ndist;
+	struct chunk **ch = NULL, **dist = NULL;
+	int ret = 0;
+
+	if (!nreq || nreq > KVP_COMPOSE_MAX_REQUESTS)
+		return errbuf_set(e, -EINVAL, "compose: %" PRIu32 " requests; give "
+				  "1 to %d", nreq, KVP_COMPOSE_MAX_REQUESTS);
+	for (uint32_t r = 0; r < nreq; r++) {
+		if (reqs[r].ncontexts > KVP_COMPOSE_MAX_CONTEXTS)
+			return errbuf_set(e, -EINVAL, "compose: request %" PRIu32
+					  " has %" PRIu32 " contexts, at most %d", r,
+					  reqs[r].ncontexts, KVP_COMPOSE_MAX_CONTEXTS);
+		if (reqs[r].ncontexts > maxc)
+			maxc = reqs[r].ncontexts;
+		total += reqs[r].ncontexts + 2;
+	}
+	nlevels = maxc + 2;
+	ch = malloc(total * sizeof(*ch));
+	dist = malloc(total * sizeof(*dist));
+	first = malloc(nreq * sizeof(*first));
+	if (!ch || !dist || !first) {
+		ret = errbuf_set(e, -ENOMEM, "compose: out of memory");
+		goto out;
+	}
+	ret = resolve_all(eng, reqs, nreq, ch, first, e);
+	if (ret)
+		goto out;
+
+	memset(out, 0, sizeof(*out));
+	ret = share_scratch(eng, compose_sizes(ch, first, reqs, nreq, nlevels,
+					       out), e);
+	if (!ret && !preview)
+		ret = lease_reserve(eng, e);
+	if (ret)
+		goto out;
+
+	/* Nothing fails from here on. */
+	compose_fill(eng, ch, first, reqs, nreq, nlevels, out);
+	ndist = compose_distinct(eng, ch, total, dist, out);
 	out->nlevels = nlevels;
 	out->nrequests = nreq;
 	for (uint32_t i = 0; i < total; i++)

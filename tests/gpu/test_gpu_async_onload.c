@@ -33,6 +33,7 @@
 
 #include <cuda_runtime.h>
 
+#include "clock.h"
 #include "gpu_test_util.h"
 #include "kvpool.h"
 
@@ -66,10 +67,7 @@ static int failed;
 
 static double now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	return (double)mono_ns() * 1e-6;
 }
 
 struct run {

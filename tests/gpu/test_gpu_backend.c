@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_gpu_backend.c - the engine on the cuda backend (daemon/backend_cuda.c)
+ * test_gpu_backend.c - the engine on the cuda backend (daemon/engine/backend_cuda*.c)
  * on CUDA device 0:
  *
  *  - the device tier is a cuMemCreate allocation exported as a POSIX fd

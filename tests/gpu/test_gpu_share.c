@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_gpu_share.c - sharing on the cuda backend (daemon/share*.c over
- * daemon/backend_cuda.c) on CUDA device 0, in-process:
+ * daemon/engine/backend_cuda*.c) on CUDA device 0, in-process:
  *
  *  - copy on write is a device-to-device copy: a virtual sequence built on a
  *    user history whose last page is partial gets its own copy of that page

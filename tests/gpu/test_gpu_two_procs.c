@@ -41,6 +41,7 @@
 
 #include <cuda_runtime.h>
 
+#include "clock.h"
 #include "gpu_test_kernels.h"
 #include "gpu_test_util.h"
 #include "kvpool.h"
@@ -68,10 +69,7 @@ static void say(const char *fmt, ...)
 
 static uint64_t now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return mono_ns();
 }
 
 /* ------------------------------------------------------------ token bytes */

@@ -96,6 +96,26 @@ if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# SIGHUP and kvctl reload re-read kvpool.conf: quotas reach the engine,
+# allow_uids the listener, device_mem is refused by name, a broken file
+# changes nothing.
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_reload
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_reload.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl> ${PROJECT_BINARY_DIR}/python)
+  set_tests_properties(test_reload PROPERTIES LABELS integration TIMEOUT 90
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
+# kvctl top under tmux (send-keys, capture-pane) and stats --watch.
+if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  add_test(NAME test_kvctl_top
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_kvctl_top.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench>)
+  set_tests_properties(test_kvctl_top PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvbench replay on a hand-made trace against a real kvpoold and a real
 # redis-server, every system, hit rates checked against the hand-computed
 # figure; then a small generated replay with eviction.

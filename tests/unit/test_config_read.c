@@ -139,6 +139,84 @@ static void error_where_the_file_would_end_is_a_startup_error(void **state)
 	assert_read_error(sizeof(text) - 1, ESTALE);
 }
 
+/* config_read of a string; what it printed to stderr in msg. */
+static int read_string(const char *str, struct config *c, char *msg, size_t len)
+{
+	int saved = dup(2), mfd = memfd_create("stderr", 0), ret;
+	FILE *f = fmemopen((void *)str, strlen(str), "r");
+	ssize_t n;
+
+	assert_non_null(f);
+	assert_true(saved >= 0 && mfd >= 0);
+	*c = (struct config){ 0 };
+	fflush(stderr);
+	dup2(mfd, 2);
+	ret = config_read(c, f, PATH);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	fclose(f);
+	n = pread(mfd, msg, len - 1, 0);
+	msg[n > 0 ? n : 0] = '\0';
+	close(mfd);
+	return ret;
+}
+
+static void expect_error(const char *str, const char *want)
+{
+	struct config c;
+	char msg[1024];
+	int ret = read_string(str, &c, msg, sizeof(msg));
+
+	config_free(&c);
+	if (ret != EXIT_USAGE || !strstr(msg, want))
+		fail_msg("'%s': returned %d, said '%s'; want %d and '%s'", str, ret, msg,
+			 EXIT_USAGE, want);
+}
+
+/* libinih parses; every error still names its line (libinih's handler
+ * does not know it: config.c's reader counts). */
+static void errors_name_their_line(void **state)
+{
+	expect_error("device_mem = 4M\n\n# c\n[tenant a]\nuids = 1\nbogus\n",
+		     PATH ":6: expected 'key = value' or '[tenant NAME]'");
+	expect_error("device_mem = 4M\n[tenant a\nuids = 1\n",
+		     PATH ":2: expected 'key = value'");
+	expect_error("device_mem = 4M\n[tenantx]\nuids = 1\n",
+		     PATH ":2: '[tenantx]': the only section is [tenant NAME]");
+	expect_error("[tenant a]\nuids = 1\n[tenant a]\nuids = 2\n",
+		     PATH ":3: [tenant a] is defined twice");
+	expect_error("[tenant a]\nuids = 1\nspin_us = 3\n",
+		     PATH ":3: spin_us is a global setting");
+	expect_error("device_mem = 4X\n", PATH ":1: device_mem = '4X'");
+}
+
+/* Comments ('#' or ';' first, '#' after a blank), quotes, blanks, a line
+ * of 8 KB, a section title with blanks around its name. */
+static void format_as_kvpool_conf_5_says(void **state)
+{
+	static char text2[16384];
+	struct config c;
+	char msg[1024];
+	size_t n;
+
+	n = (size_t)snprintf(text2, sizeof(text2), "; kvpool.conf\n# comment\n"
+			     "  device_mem = \"8M\"   # eight\nadmin_uids = 0");
+	for (unsigned i = 1; i < 2000; i++)
+		n += (size_t)snprintf(text2 + n, sizeof(text2) - n, ",%u", i);
+	snprintf(text2 + n, sizeof(text2) - n, "\n\n[tenant  b ]\nuids = 7\n");
+	assert_true(strlen(text2) > 8000); /* libinih's default line: 200 */
+	assert_int_equal(read_string(text2, &c, msg, sizeof(msg)), 0);
+	assert_string_equal(msg, "");
+	assert_int_equal(c.device_mem, 8u << 20);
+	assert_int_equal(c.admin_uids.n, 2000);
+	assert_int_equal(c.admin_uids.v[1999], 1999);
+	assert_int_equal(c.ntenants, 1);
+	assert_string_equal(c.tenants[0].name, "b");
+	assert_int_equal(c.tenants[0].uids.v[0], 7);
+	config_free(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -146,6 +224,8 @@ int main(void)
 		cmocka_unit_test(error_on_first_read_is_a_startup_error),
 		cmocka_unit_test(error_mid_line_is_a_startup_error),
 		cmocka_unit_test(error_where_the_file_would_end_is_a_startup_error),
+		cmocka_unit_test(errors_name_their_line),
+		cmocka_unit_test(format_as_kvpool_conf_5_says),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -447,7 +447,9 @@ static void stats_every_field_in_table_json_and_man_page(void **state)
 
 	/* Every uint64_t after tier[] is listed (a struct made from the list
 	 * cannot be otherwise; this guards against a field added by hand). */
-	assert_int_equal((sizeof(fields) / sizeof(fields[0])) * sizeof(uint64_t) + sizeof(s.tier), sizeof(s));
+	assert_int_equal((sizeof(fields) / sizeof(fields[0])) * sizeof(uint64_t) +
+			 sizeof(s.tier) + sizeof(s.reserved), sizeof(s));
+	assert_int_equal(sizeof(s), sizeof(s.tier) + KVP_STATS_WORDS * sizeof(uint64_t));
 	for (size_t i = 0; i < (sizeof(fields) / sizeof(fields[0])); i++) {
 		uint64_t v = 1000 + i;
 

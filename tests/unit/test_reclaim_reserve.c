@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_reclaim_reserve - the device pool's low watermark is a reserve for
- * prepares without an onload (daemon/engine.c, prepare_waits()).
+ * prepares without an onload (daemon/engine/engine.c, prepare_waits()).
  *
  * One shard with the background reclaimer on (shard.h), a device tier of
  * 64 frames (low watermark 4, high 8), a host tier that holds all of them,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_share.c - the sharing contract of daemon/share.h on the shm backend:
+ * test_share.c - the sharing contract of daemon/engine/include/share.h on the shm backend:
  *  - the prefix cache: commits publish full pages, lookups report whole
  *    pages but never the last token (a prompt cached whole reports n - 1,
  *    its last page copied on write; test_share_full_prompt.c has more),

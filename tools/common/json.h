@@ -6,6 +6,17 @@
  * straight to a FILE, with no allocation. Strings are always valid JSON,
  * whatever bytes they hold: a client's name or a command line can carry
  * control characters or invalid UTF-8.
+ *
+ * Why this is not libjansson (which kvpoold uses to parse and match chunk
+ * metadata): jansson's integers are json_int_t (long long), and what kvctl
+ * and kvbench print is uint64_t: user ids, counters and byte counts take
+ * every value up to 2^64-1, and json_integer((json_int_t)UINT64_MAX) is
+ * written as -1 (checked against Debian's 2.14). A real loses the digits
+ * past 2^53 instead. The writer also keeps the fixed decimals the output
+ * promises ("0.2500") and writes as it goes, where jansson builds a tree
+ * of every row of a listing first. What is left by hand is the easy part
+ * of JSON (braces, commas, numbers); the hard part, strings, is tested
+ * byte by byte (test_kvctl_output: escapes, valid and invalid UTF-8).
  */
 #ifndef KVPOOL_TOOLS_JSON_H
 #define KVPOOL_TOOLS_JSON_H

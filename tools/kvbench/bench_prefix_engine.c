@@ -2,7 +2,7 @@
 /*
  * bench_prefix_engine.c - the "inproc" target of `kvbench prefix`: one
  * engine on the shm backend in this process, the sharing calls made
- * directly (share_* of daemon/share.h), no daemon, no ring, no socket. What
+ * directly (share_* of daemon/engine/include/share.h), no daemon, no ring, no socket. What
  * it measures is the engine's own cost; the kvpoold target adds the IPC.
  */
 #define _GNU_SOURCE

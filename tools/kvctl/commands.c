@@ -139,7 +139,7 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
+static int stats_once(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct kvp_stats s;
 	int rc;
@@ -156,6 +156,11 @@ int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
 	}
 	render_stats(stdout, a->json, &s, a->all_tenants, now_ns());
 	return KVCTL_EXIT_OK;
+}
+
+int cmd_stats(struct kvp_client *c, const struct kvctl_args *a)
+{
+	return a->watch ? stats_watch(c, a, stats_once) : stats_once(c, a);
 }
 
 int cmd_users(struct kvp_client *c, const struct kvctl_args *a)
@@ -199,6 +204,20 @@ int cmd_clients(struct kvp_client *c, const struct kvctl_args *a)
 		render_clients(stdout, a->json, l.rows, l.n);
 	free(l.rows);
 	return status;
+}
+
+int cmd_reload(struct kvp_client *c, const struct kvctl_args *a)
+{
+	int rc = kvp_reload(c);
+
+	if (rc < 0)
+		return op_fail(c, rc, "reload");
+	if (a->json)
+		printf("{\n  \"op\": \"reload\",\n  \"requested\": true\n}\n");
+	else
+		printf("reload requested: kvpoold re-reads its settings; its log says "
+		       "what changed and names any key it refused\n");
+	return KVCTL_EXIT_OK;
 }
 
 /* ------------------------------------------------------------ chunks */

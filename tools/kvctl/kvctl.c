@@ -39,6 +39,9 @@ enum opt_id {
 	OPT_CLEAR,
 	OPT_EVICT_UNUSED,
 	OPT_ENTRIES,
+	OPT_WATCH,
+	OPT_INTERVAL,
+	OPT_COUNT,
 	NOPTS,
 };
 
@@ -73,6 +76,9 @@ static const struct opt_spec {
 			       "delete ready chunks nobody holds, idle that long" },
 	[OPT_ENTRIES] = { "entries", 0, "NAME",
 			  "a chunk's entries (where it was prefilled): parent, start" },
+	[OPT_WATCH] = { "watch", 0, "SECONDS", "print the stats again every SECONDS" },
+	[OPT_INTERVAL] = { "interval", 0, "SECONDS", "refresh every SECONDS (default 1)" },
+	[OPT_COUNT] = { "count", 0, "N", "stop after N refreshes (default: at ^C)" },
 };
 
 /* The command line as read, before it is given meaning. */
@@ -110,11 +116,17 @@ static int check_chunks(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			struct kvctl_args *a);
 static int check_chunk(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 		       struct kvctl_args *a);
+static int check_repeat(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+			struct kvctl_args *a);
 
 static const struct kvctl_cmd cmds[] = {
-	{ "stats", "[--all-tenants]",
+	{ "stats", "[--all-tenants] [--watch SECONDS [--count N]]",
 	  "tier occupancy, gauges and every engine counter",
-	  BIT(OPT_ALL_TENANTS), 0, check_none, cmd_stats },
+	  BIT(OPT_ALL_TENANTS) | BIT(OPT_WATCH) | BIT(OPT_COUNT), 0, check_repeat,
+	  cmd_stats },
+	{ "top", "[--interval SECONDS] [--count N]",
+	  "live view: rates per second, tiers, top users and tenants, op latency",
+	  BIT(OPT_INTERVAL) | BIT(OPT_COUNT), 0, check_repeat, cmd_top },
 	{ "users", "[--limit N]",
 	  "list cached users (admins: of every tenant)",
 	  BIT(OPT_LIMIT), 0, check_users, cmd_users },
@@ -124,6 +136,9 @@ static const struct kvctl_cmd cmds[] = {
 	{ "clients", "",
 	  "list attached clients (admin)",
 	  0, 0, check_none, cmd_clients },
+	{ "reload", "",
+	  "have kvpoold re-read its settings, as SIGHUP does (admin)",
+	  0, 0, check_none, cmd_reload },
 	{ "evict", "--user ID | --all | --all-tenants [--tier device|host|disk|all] | "
 	  "--chunk ID",
 	  "drop a user's pages, or every unleased user's (of your tenant; an admin's "
@@ -340,6 +355,32 @@ static int check_none(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 	return 0;
 }
 
+/* stats --watch S [--count N], top [--interval S] [--count N]. */
+static int check_repeat(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+			struct kvctl_args *a)
+{
+	const char *s;
+	uint64_t v;
+
+	a->interval_s = 1;
+	if (cl->seen & (BIT(OPT_WATCH) | BIT(OPT_INTERVAL))) {
+		s = cl->val[cl->seen & BIT(OPT_WATCH) ? OPT_WATCH : OPT_INTERVAL];
+		if (parse_u64(s, &v) < 0 || v == 0 || v > 86400)
+			return usage_error(cmd, "'%s' is not a number of seconds; give "
+					   "1 to 86400", s);
+		a->interval_s = (uint32_t)v;
+		a->watch = true;
+	}
+	if (cl->seen & BIT(OPT_COUNT)) {
+		if (!strcmp(cmd->name, "stats") && !(cl->seen & BIT(OPT_WATCH)))
+			return usage_error(cmd, "--count goes with --watch SECONDS");
+		if (parse_u64(cl->val[OPT_COUNT], &a->count) < 0 || a->count == 0)
+			return usage_error(cmd, "--count: '%s' is not a count; give a "
+					   "number from 1", cl->val[OPT_COUNT]);
+	}
+	return 0;
+}
+
 static int check_users(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 		       struct kvctl_args *a)
 {
@@ -515,11 +556,12 @@ static int run_cmd(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 {
 	struct kvp_connect_opts opts = { .name = "kvctl" };
 	char err[KVP_ERRLEN] = "";
+	struct kvctl_args args = *a;
 	struct kvp_client *c;
 	const char *hint;
 	int rc;
 
-	opts.socket = socket_path(cl, &hint);
+	opts.socket = args.socket = socket_path(cl, &hint);
 	rc = kvp_connect(&c, &opts, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "kvctl: %s\n", err[0] ? err : strerror(-rc));
@@ -527,7 +569,7 @@ static int run_cmd(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			fprintf(stderr, "kvctl: %s\n", hint);
 		return KVCTL_EXIT_FAIL;
 	}
-	rc = cmd->run(c, a);
+	rc = cmd->run(c, &args);
 	kvp_close(c);
 	return rc;
 }

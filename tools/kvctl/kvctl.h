@@ -163,15 +163,47 @@ struct kvctl_args {
 	char chunk[65];       /* chunk ID, evict --chunk ID: hex digits typed */
 	bool has_chunk;
 	bool entries;         /* chunks --entries NAME (in chunk) */
+	bool watch;           /* stats --watch */
+	uint32_t interval_s;  /* stats --watch, top --interval (default 1) */
+	uint64_t count;       /* --count: frames, 0 = until interrupted */
+	const char *socket;   /* the daemon's socket (top's header) */
 };
 
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_users(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_user(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_clients(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_reload(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_evict(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_offload(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunk(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_top(struct kvp_client *c, const struct kvctl_args *a);
+
+/* ---------------------------------------------------------------- top.c */
+
+/* One refresh of kvctl top: what the daemon said, and when. */
+struct top_sample {
+	uint64_t mono_ns;
+	struct kvp_stats st;
+	struct kvp_latency lat;
+	bool have_lat;                 /* admins only */
+	struct kvp_user_info *users;   /* every user the client may list */
+	size_t nusers;
+	bool users_truncated;
+};
+
+/*
+ * One screen of kvctl top from two samples (prev may have mono_ns 0: the
+ * first screen, no rates yet): header, tiers, rates per second of the
+ * counters, op latency percentiles over the interval, top users and
+ * tenants by pages. Sorts cur->users.
+ */
+void render_top(FILE *f, const char *socket, struct top_sample *cur,
+		const struct top_sample *prev);
+
+/* stats --watch: kvctl stats every interval_s seconds (commands.c runs one). */
+int stats_watch(struct kvp_client *c, const struct kvctl_args *a,
+		int (*once)(struct kvp_client *c, const struct kvctl_args *a));
 
 #endif /* KVCTL_H */

@@ -193,6 +193,10 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped);
 
 void engine_stats(const struct engine *eng, struct kvp_stats *out);
 
+/* max_tokens_per_user at run time (kvpoold's SIGHUP reload): histories
+ * past it are trimmed at their next commit. 0 or >= page_tokens. */
+void engine_set_max_tokens(struct engine *eng, uint64_t max_tokens);
+
 /*
  * Free at least max host frames (or all it can), dropping the oldest
  * host-only histories, and give this shard's cached host frames back to
