@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -561,6 +562,8 @@ static int check_admins(struct config *c)
  */
 static int check_disk(struct config *c)
 {
+	struct stat sb;
+
 	if (!c->disk_dir) {
 		if (c->disk_size)
 			return usage_err("disk_size", "%" PRIu64 " bytes but no "
@@ -575,6 +578,9 @@ static int check_disk(struct config *c)
 				 "by kvpoold's user) or set disk_dir to an existing "
 				 "directory", c->disk_dir, strerror(errno),
 				 c->disk_dir);
+	if (stat(c->disk_dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+		return usage_err("disk_dir", "%s is not a directory; set disk_dir to "
+				 "a directory kvpoold may write", c->disk_dir);
 	if (access(c->disk_dir, W_OK | X_OK))
 		return usage_err("disk_dir", "%s is not writable by uid %u (%s); "
 				 "chown it to kvpoold's user or choose another "

@@ -36,6 +36,8 @@ if(TARGET kvpoold AND TARGET kvpool)
   # The disk tier under kvpoold; the ctest is named disk_restart (issue
   # 15's interface): kill -9 during demotion, restart, every history a
   # checked prefix or absent.
+  # A disk tier kvpoold cannot have: exit 2 naming the setting and the fix.
+  kvpool_integration_test(test_disk_config 120)
   add_executable(test_disk_restart ${_it}/test_disk_restart.c)
   target_link_libraries(test_disk_restart PRIVATE kvpool_it_harness)
   add_dependencies(test_disk_restart kvpoold)
