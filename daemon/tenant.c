@@ -236,9 +236,13 @@ static void disk_log(int prio, const char *msg)
 static int disk_open(struct tenants *ts, const struct config *cfg,
 		     struct errbuf *e)
 {
+	/* Staging holds whole histories on their way each way: a quarter of
+	 * the host tier, 64 MiB at least (a larger history is dropped). */
 	struct disk_tier_config dc = {
 		.dir = cfg->disk_dir, .size = cfg->disk_size,
 		.layout = cfg->layout, .log = disk_log,
+		.staging_bytes = cfg->host_mem / 4 > (64ull << 20) ?
+				 cfg->host_mem / 4 : 64ull << 20,
 	};
 	char err[128];
 	int ret;

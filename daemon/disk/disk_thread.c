@@ -358,6 +358,7 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 		return;
 	}
 	e->state = DS_READY;
+	e->ready_ns = disk_now_ns();
 }
 
 static void *disk_thread(void *arg)
@@ -449,7 +450,6 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 		return errbuf_set(e, -ENOMEM, "disk tier: out of memory for %" PRIu32
 				  " staging pages of %" PRIu64 " bytes", dt->nstage,
 				  dt->slot_bytes);
-	memset(dt->stage_base, 0, dt->nstage * dt->slot_bytes);
 	/* Fixed buffers: no page pinning per I/O. Without (RLIMIT_MEMLOCK)
 	 * the same I/O works, a little slower. */
 	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes);

@@ -265,6 +265,26 @@ static void entry_drop(struct disk_tier *dt, struct disk_entry *e)
 	disk_entry_destroy(dt, e, true);
 }
 
+/*
+ * READY entries nobody took for a second (their prepare's client died, or
+ * gave up) give their staging back: those read from disk go back to ONDISK
+ * (their slots still hold them). true when n staging slots are free now.
+ */
+static bool stage_reclaim_ready(struct disk_tier *dt, uint32_t n)
+{
+	uint64_t old = disk_now_ns() - 1000000000ull;
+
+	for (uint32_t b = 0; b < dt->nbucket && dt->nstage_free < n; b++)
+		for (struct disk_entry *e = dt->bucket[b]; e; e = e->hnext)
+			if (e->state == DS_READY && e->ready_ns < old &&
+			    e->slot[0] != DISK_NONE) {
+				stage_release(dt, e);
+				e->state = DS_ONDISK;
+				disk_lru_push(dt, e);
+			}
+	return dt->nstage_free >= n;
+}
+
 int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start,
 		  uint64_t len, uint32_t npages, void *const *pages)
 {
@@ -282,7 +302,8 @@ int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start
 	pthread_mutex_lock(&dt->mu);
 	u = disk_use_of(dt, k->tenant);
 	if (npages > disk_store_slots(dt->st) || (u->quota && npages > u->quota) ||
-	    !stage_reserve(dt, e)) {
+	    (!stage_reserve(dt, e) &&
+	     (!stage_reclaim_ready(dt, npages) || !stage_reserve(dt, e)))) {
 		u->dropped_pages += npages;
 		pthread_mutex_unlock(&dt->mu);
 		entry_free(e);
@@ -329,6 +350,7 @@ int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		/* Not written yet: the staging copy is the page. */
 		queue_unlink(&dt->wq, e);
 		e->state = DS_READY;
+		e->ready_ns = disk_now_ns();
 		/* fall through */
 	case DS_READY:
 		hist_fill(out, e);
@@ -338,7 +360,8 @@ int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		e->want = true;
 		break;
 	case DS_ONDISK:
-		if (!stage_reserve(dt, e))
+		if (!stage_reserve(dt, e) &&
+		    (!stage_reclaim_ready(dt, e->npages) || !stage_reserve(dt, e)))
 			break; /* staging is busy: the retry tries again */
 		lru_unlink(dt, e);
 		e->state = DS_READING;

@@ -35,6 +35,7 @@ struct disk_entry {
 	uint32_t *stage;         /* [npages] staging slot, DISK_NONE when none */
 	enum disk_state state;
 	bool want;               /* a get waits: read back after the write */
+	uint64_t ready_ns;       /* when it became READY */
 	bool gone;               /* dropped while the thread held it */
 	struct disk_entry *hnext;        /* index chain */
 	struct disk_entry *prev, *next;  /* LRU of ONDISK entries */

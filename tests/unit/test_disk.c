@@ -508,6 +508,28 @@ static void test_tenant_quota_drops_its_own_oldest(void **state)
 	disk_tier_close(dt);
 }
 
+static void test_abandoned_read_gives_its_staging_back(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 128, "none"); /* staging: 64 */
+	struct disk_key a = { .tenant = 7, .user = 71 }, b = { .tenant = 7, .user = 72 };
+	struct disk_hist hh;
+
+	(void)state;
+	put_user(dt, &l, 71, 40, 0);
+	disk_tier_flush(dt);
+	put_user(dt, &l, 72, 40, 0);
+	disk_tier_flush(dt);
+	assert_int_equal(get_user(dt, &l, 71, false), 40); /* READY, not taken */
+	assert_int_equal(disk_tier_get(dt, &b, &hh), -EINPROGRESS); /* 24 free */
+	usleep(1100 * 1000);
+	/* A second on, 71's staging goes back (it is still on disk). */
+	assert_int_equal(get_user(dt, &l, 72, true), 40);
+	assert_int_equal(get_user(dt, &l, 71, true), 40);
+	assert_int_equal(disk_tier_get(dt, &a, &hh), -ENOENT);
+	disk_tier_close(dt);
+}
+
 static void test_missing_and_unwritable_dir_name_the_fix(void **state)
 {
 	struct kvp_layout l = layout(64);
@@ -549,6 +571,7 @@ int main(void)
 		T(test_full_disk_drops_the_oldest),
 		T(test_failed_write_drops_that_history_only),
 		T(test_tenant_quota_drops_its_own_oldest),
+		T(test_abandoned_read_gives_its_staging_back),
 		T(test_missing_and_unwritable_dir_name_the_fix),
 	};
 
