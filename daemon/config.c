@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -512,6 +513,11 @@ static int check_tenant(struct config *c, uint32_t ti)
 		ret = check_mem(c, who, "host_mem", t->host_mem, 0, UINT32_MAX - 1);
 	if (!ret)
 		ret = check_max_tokens(c, who, t->max_tokens);
+	if (!ret && t->has_disk_size && (!c->disk_dir || t->disk_size > c->disk_size))
+		ret = usage_err(who, "disk_size = %" PRIu64 " is a quota of the disk "
+				"tier, which is %" PRIu64 " bytes; set disk_dir and a "
+				"disk_size at least as large", t->disk_size,
+				c->disk_dir ? c->disk_size : 0);
 	if (!ret)
 		ret = check_members(c, ti, false);
 	if (!ret)
@@ -549,6 +555,49 @@ static int check_admins(struct config *c)
 	return 0;
 }
 
+/*
+ * The disk tier: a directory kvpoold can write, a size, and a host tier
+ * (pages come back from disk through it). Checked here so a bad one stops
+ * kvpoold before it starts anything, with what to do.
+ */
+static int check_disk(struct config *c)
+{
+	struct stat sb;
+
+	if (!c->disk_dir) {
+		if (c->disk_size)
+			return usage_err("disk_size", "%" PRIu64 " bytes but no "
+					 "disk_dir; set disk_dir to enable the "
+					 "disk tier", c->disk_size);
+		return 0;
+	}
+	if (make_absolute(&c->disk_dir))
+		return EXIT_USAGE;
+	if (access(c->disk_dir, F_OK))
+		return usage_err("disk_dir", "%s: %s; create it (mkdir -p %s, owned "
+				 "by kvpoold's user) or set disk_dir to an existing "
+				 "directory", c->disk_dir, strerror(errno),
+				 c->disk_dir);
+	if (stat(c->disk_dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+		return usage_err("disk_dir", "%s is not a directory; set disk_dir to "
+				 "a directory kvpoold may write", c->disk_dir);
+	if (access(c->disk_dir, W_OK | X_OK))
+		return usage_err("disk_dir", "%s is not writable by uid %u (%s); "
+				 "chown it to kvpoold's user or choose another "
+				 "disk_dir", c->disk_dir, (unsigned)geteuid(),
+				 strerror(errno));
+	if (c->disk_size < c->layout.page_bytes + 4096)
+		return usage_err("disk_size", "%" PRIu64 " bytes holds no page of "
+				 "the layout (%" PRIu64 " bytes and a 4K header); "
+				 "set disk_size, e.g. 64G", c->disk_size,
+				 c->layout.page_bytes);
+	if (!c->host_mem)
+		return usage_err("disk_dir", "the disk tier needs a host tier "
+				 "(pages go to disk from it and come back through "
+				 "it); set host_mem");
+	return 0;
+}
+
 static int config_check(struct config *c)
 {
 	const size_t sun_max = sizeof(((struct sockaddr_un *)0)->sun_path);
@@ -574,6 +623,7 @@ static int config_check(struct config *c)
 	if (!ret && c->ntenants > TENANTS_MAX)
 		ret = usage_err("tenant", "%u tenants; at most %d", c->ntenants,
 				TENANTS_MAX);
+	ret = ret ? ret : check_disk(c);
 	for (uint32_t i = 0; !ret && i < c->ntenants; i++)
 		ret = check_tenant(c, i);
 	return ret ? ret : check_admins(c);
@@ -636,6 +686,8 @@ void config_free(struct config *c)
 	free(c->layout_spec);
 	free(c->pidfile);
 	free(c->log);
+	free(c->disk_dir);
+	free(c->disk_compress);
 	free(c->metrics);
 	*c = (struct config){ 0 };
 }

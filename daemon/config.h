@@ -40,6 +40,8 @@ struct tenant_config {
 	struct id_list uids, gids;
 	uint64_t device_mem, host_mem, max_tokens; /* bytes, bytes, tokens */
 	bool has_device_mem, has_host_mem, has_max_tokens;
+	uint64_t disk_size;  /* the tenant's quota on the disk tier, bytes */
+	bool has_disk_size;
 	/* Chunk limits (kvpool.h kvp_chunk_limits): names, 0 unlimited; chunk
 	 * pages over device frames, (0, 1]. */
 	uint64_t max_chunks;
@@ -86,6 +88,12 @@ struct config {
 	char *log;                /* NULL: stderr in foreground, else syslog */
 	uint32_t log_level;       /* LOG_ERR .. LOG_DEBUG: lines less severe
 				   * than this are not written */
+	/* The disk tier (daemon/disk/): off while disk_dir is NULL. disk_size
+	 * is the file's size (the tenants' default quota: all of it);
+	 * disk_compress is checked by config_load ("none", "zstd[:LEVEL]"). */
+	char *disk_dir;
+	uint64_t disk_size;
+	char *disk_compress;
 	char *metrics;            /* "ADDR:PORT" of /metrics; NULL: none */
 	struct sockaddr_storage metrics_addr; /* parsed from it */
 	struct tenant_config *tenants;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "config_settings.h"
+#include "disk_codec.h"
 #include "kvpool_engine.h" /* SHARDS_MAX */
 #include "proto.h"
 
@@ -372,6 +373,36 @@ static int set_log(struct config *c, struct tenant_config *t, const char *v,
 	return set_str(&c->log, v);
 }
 
+/* ---- the disk tier (daemon/disk/) */
+static int set_disk_dir(struct config *c, struct tenant_config *t,
+			const char *v, char *err, size_t len)
+{
+	if (!*v) {
+		snprintf(err, len, "give a directory kvpoold may write");
+		return -EINVAL;
+	}
+	return set_str(&c->disk_dir, v);
+}
+
+static int set_disk_size(struct config *c, struct tenant_config *t,
+			 const char *v, char *err, size_t len)
+{
+	int ret = parse_size(v, t ? &t->disk_size : &c->disk_size, err, len);
+
+	if (!ret && t)
+		t->has_disk_size = true;
+	return ret;
+}
+
+static int set_disk_compress(struct config *c, struct tenant_config *t,
+			     const char *v, char *err, size_t len)
+{
+	struct disk_codec dc;
+	int ret = disk_codec_parse(v, &dc, err, len);
+
+	return ret ? ret : set_str(&c->disk_compress, v);
+}
+
 static int set_log_level(struct config *c, struct tenant_config *t,
 			 const char *v, char *err, size_t len)
 {
@@ -441,6 +472,12 @@ const struct setting settings[] = {
 	  "close a connection that sent no hello after this long (default 5000)" },
 	{ "foreground", G | B, set_foreground, "BOOL", "stay in the foreground (default no: daemonize)" },
 	{ "pidfile", G, set_pidfile, "PATH", "write the daemon's pid here (default none)" },
+	{ "disk_dir", G, set_disk_dir, "PATH",
+	  "directory of the disk tier's file kvpool.disk (default none: no disk tier)" },
+	{ "disk_size", G | T, set_disk_size, "SIZE",
+	  "disk tier size; per tenant, its quota of it (default 0)" },
+	{ "disk_compress", G, set_disk_compress, "none|zstd[:LEVEL]",
+	  "how pages are stored on disk (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
 	{ "log_level", G, set_log_level, "LEVEL",

@@ -345,9 +345,12 @@ static int prepare_room(struct op *o, struct engine *eng)
  */
 static unsigned prepare_flags(const struct op *o)
 {
+	/* A ring prepare never waits for the disk thread: held and retried. */
+	unsigned disk = o->wait ? ENGINE_PREPARE_DISK_DEFER : 0;
+
 	if (!o->wait || !o->wait->may_retry)
-		return o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT;
-	return ENGINE_PREPARE_WAIT_RECLAIM |
+		return disk | (o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
+	return disk | ENGINE_PREPARE_WAIT_RECLAIM |
 	       (o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
 }
 
@@ -544,10 +547,10 @@ static int evict_pool(struct op *o, struct tenant *t, uint32_t pool,
 
 static int check_sel(struct op *o)
 {
-	if (!o->sqe->sel || (o->sqe->sel & ~KVP_SEL_ALL))
+	if (!o->sqe->sel || (o->sqe->sel & ~KVP_SEL_VALID))
 		return errbuf_set(o->e, -EINVAL, "%s: sel %u; use 1 (device: "
-				  "demote), 2 (host) or 3 (both)", o->name,
-				  o->sqe->sel);
+				  "demote), 2 (host), 3 (both), 4 (disk) or 8 (push "
+				  "to disk)", o->name, o->sqe->sel);
 	return 0;
 }
 

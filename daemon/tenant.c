@@ -25,6 +25,9 @@
 
 #include <openssl/evp.h>
 
+#include "disk_engine.h"
+#include "disk_record.h"
+#include "disk_tier.h"
 #include "log.h"
 #include "kvpool_engine.h"
 #include "tenant.h"
@@ -118,10 +121,27 @@ int tenants_cuda_device(const struct tenants *ts, uint32_t pool)
 
 /* ------------------------------------------------------------ tenants */
 
+/* A clean stop keeps the cache: histories in memory go to the disk tier
+ * (daemon/disk/disk_engine.h), for the warm restart. */
+static void disk_flush_set(struct tenants *ts, struct tenant *t, struct shard_set *s)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; ts->disk && s && i < s->n; i++) {
+		n += engine_disk_flush_all(shard_lock(s, i));
+		shard_unlock(s, i);
+	}
+	if (n)
+		log_info("tenant %s: %d histories written to the disk tier before "
+			 "stopping", t->name, n);
+}
+
 static void tenant_fini(struct tenants *ts, struct tenant *t)
 {
-	for (uint32_t p = 0; t->pools && p < ts->npools; p++)
+	for (uint32_t p = 0; t->pools && p < ts->npools; p++) {
+		disk_flush_set(ts, t, t->pools[p].set);
 		shard_set_destroy(t->pools[p].set);
+	}
 	free(t->pools);
 	t->pools = NULL;
 }
@@ -166,6 +186,9 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 			snprintf(where, sizeof(where), "pool %" PRIu32 " (cuda device "
 				 "%d)", p, ts->pools[p].device);
 		sc.ec.backend_ctx = ts->pools[p].be_ctx;
+		sc.ec.disk = ts->disk;
+		sc.ec.disk_tenant = disk_tenant_key(name);
+		sc.ec.disk_pool = p;
 		ret = shard_set_create(&tp->set, &sc, e);
 		if (ret) {
 			if (!plain) {
@@ -199,6 +222,51 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 	return 0;
 }
 
+/* The disk tier's warnings: through the log, rate limited. */
+static void disk_log(int prio, const char *msg)
+{
+	if (prio <= LOG_WARNING)
+		log_warn("%s", msg);
+	else
+		log_info("%s", msg);
+}
+
+/* One disk tier for every tenant and pool; each tenant's disk_size is its
+ * quota of it. */
+static int disk_open(struct tenants *ts, const struct config *cfg,
+		     struct errbuf *e)
+{
+	/* Staging holds whole histories on their way each way: a quarter of
+	 * the host tier, 64 MiB at least (a larger history is dropped). */
+	struct disk_tier_config dc = {
+		.dir = cfg->disk_dir, .size = cfg->disk_size,
+		.layout = cfg->layout, .log = disk_log,
+		.staging_bytes = cfg->host_mem / 4 > (64ull << 20) ?
+				 cfg->host_mem / 4 : 64ull << 20,
+	};
+	char err[128];
+	int ret;
+
+	if (!cfg->disk_dir)
+		return 0;
+	if (disk_codec_parse(cfg->disk_compress ? cfg->disk_compress : "none",
+			     &dc.codec, err, sizeof(err)))
+		return errbuf_set(e, -EINVAL, "disk_compress: %s", err);
+	ret = disk_tier_open(&ts->disk, &dc, e);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < cfg->ntenants; i++)
+		if (cfg->tenants[i].has_disk_size)
+			disk_tier_set_quota(ts->disk,
+					    disk_tenant_key(cfg->tenants[i].name),
+					    cfg->tenants[i].disk_size /
+					    disk_slot_bytes(cfg->layout.page_bytes));
+	log_info("disk tier: %s/kvpool.disk, %" PRIu64 " bytes, pages stored %s",
+		 cfg->disk_dir, cfg->disk_size,
+		 cfg->disk_compress ? cfg->disk_compress : "as is");
+	return 0;
+}
+
 int tenants_create(struct tenants *ts, const struct config *cfg,
 		   struct errbuf *e)
 {
@@ -208,6 +276,8 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 
 	*ts = (struct tenants){ .implicit = !cfg->ntenants };
 	ret = pools_open(ts, cfg, e);
+	if (!ret)
+		ret = disk_open(ts, cfg, e);
 	if (ret) {
 		tenants_destroy(ts);
 		return ret;
@@ -248,6 +318,7 @@ void tenants_destroy(struct tenants *ts)
 		tenant_fini(ts, &ts->v[i]);
 	free(ts->v);
 	pools_close(ts);
+	disk_tier_close(ts->disk); /* after the engines: none puts pages now */
 	*ts = (struct tenants){ 0 };
 }
 

@@ -50,6 +50,7 @@ struct tenants {
 	const char *backend;        /* "shm" or "cuda": auto resolved */
 	struct pool_dev pools[DEVICES_MAX];
 	uint32_t npools;            /* cfg->ndevices */
+	struct disk_tier *disk;     /* NULL: no disk_dir */
 };
 
 /* Resolve the backend, open one backend context per device, then one engine

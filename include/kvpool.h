@@ -119,8 +119,15 @@ enum kvp_tier {
 enum kvp_tier_sel {
 	KVP_SEL_DEVICE = 1 << KVP_TIER_DEVICE, /* demote: keep a host copy when it fits */
 	KVP_SEL_HOST = 1 << KVP_TIER_HOST,
-	KVP_SEL_ALL = KVP_SEL_DEVICE | KVP_SEL_HOST,
+	KVP_SEL_ALL = KVP_SEL_DEVICE | KVP_SEL_HOST, /* with a disk tier: its copy too */
+	/* The disk tier (kvpoold(8), Disk tier): alone, drop the disk copy;
+	 * KVP_SEL_TO_DISK alone pushes a history down: written to disk, its
+	 * device and host frames freed (kvctl offload --tier disk). */
+	KVP_SEL_DISK = 1 << 2,
+	KVP_SEL_TO_DISK = 1 << 3,
 };
+/* Every selection an evict may carry. */
+#define KVP_SEL_VALID (KVP_SEL_ALL | KVP_SEL_DISK | KVP_SEL_TO_DISK)
 
 const char *kvp_tier_name(uint32_t tier);
 
@@ -214,7 +221,18 @@ struct kvp_tier_stats {
 	X(reclaim_onload_stalls, CORE, COUNTER, "", "reclaim_onload_stalls", \
 	  "Of reclaim_stalls, prepares with an onload (held back to keep the low watermark for the others).") \
 	X(reclaim_direct, CORE, COUNTER, "", "reclaim_direct", \
-	  "Prepares that evicted for room themselves (the reclaimer was off, had nothing to evict, or 5 ms had passed).")
+	  "Prepares that evicted for room themselves (the reclaimer was off, had nothing to evict, or 5 ms had passed).") \
+	X(disk_users, CORE, GAUGE, "", "disk_users", \
+	  "Histories only on the disk tier (kvpoold(8), Disk tier).") \
+	X(disk_pages, CORE, GAUGE, "", "disk_pages", "Pages of those histories.") \
+	X(disk_demoted_pages, CORE, COUNTER, "", "disk_demoted_pages", \
+	  "Pages written to the disk tier.") \
+	X(disk_read_pages, CORE, COUNTER, "", "disk_read_pages", \
+	  "Pages read back from the disk tier.") \
+	X(disk_dropped_pages, CORE, COUNTER, "", "disk_dropped_pages", \
+	  "Pages the disk tier dropped: full, over quota, a failed write or read.") \
+	X(disk_stored_bytes, CORE, COUNTER, "bytes", "disk_stored", \
+	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).")
 
 #define KVP_STATS_ONE_(name, group, kind, unit, metric, help) + 1
 /* How many fields KVP_STATS_FIELDS lists, and the words they may grow to. */

@@ -176,11 +176,12 @@ int kvp_offload_all(struct kvp_client *c)
 
 static int check_sel(struct kvp_client *c, uint32_t sel)
 {
-	if (!sel || (sel & ~(uint32_t)KVP_SEL_ALL))
+	if (!sel || (sel & ~(uint32_t)KVP_SEL_VALID))
 		return kvpc_err(c, -EINVAL,
 				"evict: tiers 0x%" PRIx32 " are not a set of KVP_SEL_DEVICE "
-				"(0x%x) and KVP_SEL_HOST (0x%x)", sel, KVP_SEL_DEVICE,
-				KVP_SEL_HOST);
+				"(0x%x) and KVP_SEL_HOST (0x%x), or KVP_SEL_DISK (0x%x) "
+				"or KVP_SEL_TO_DISK (0x%x)", sel, KVP_SEL_DEVICE,
+				KVP_SEL_HOST, KVP_SEL_DISK, KVP_SEL_TO_DISK);
 	return 0;
 }
 

@@ -6,6 +6,8 @@ set -euo pipefail
 
 # python3-*: the Python package (python/), its tests (ctest -L python) and
 # test.sh's offline `pip install ./python` check.
+# liburing-dev, libzstd-dev, libxxhash-dev: the disk tier (daemon/disk/):
+# io_uring I/O, per-page zstd, the records' xxhash64 checksums.
 # libjansson-dev: chunk metadata is a JSON object (kvpoold checks and matches it).
 # libmicrohttpd-dev: kvpoold --metrics serves /metrics over it.
 # prometheus, curl: test_metrics scrapes /metrics and runs promtool check metrics.
@@ -14,7 +16,7 @@ set -euo pipefail
 # tmux: test_kvctl_top drives kvctl top in a pane (send-keys, capture-pane).
 # libinih-dev: kvpool.conf is parsed by libinih.
 # abigail-tools: test_abi compares libkvpool's ABI with abi/ (abidw, abidiff).
-pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libcmocka-dev libssl-dev
+pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
       libjansson-dev libinih-dev libmicrohttpd-dev prometheus curl
       libsystemd-dev systemd tmux abigail-tools libhiredis-dev redis-server gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+#include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
 #include "shard.h"
@@ -93,6 +95,9 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 		goto err_nomem;
 	eng->set = cfg->set;
 	eng->shard = cfg->shard;
+	eng->disk = cfg->disk; /* disk tier hook (daemon/disk/disk_engine.c) */
+	eng->disk_tenant = cfg->disk_tenant;
+	eng->disk_pool = cfg->disk_pool;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		if (eng->set) {
 			ret = frames_init_shared(&eng->frames[t], &eng->set->pool[t],
@@ -549,11 +554,20 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 {
 	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];
-	uint64_t len = h ? h->len : 0, avail, after;
+	uint64_t len, avail, after;
 	uint32_t old_pages, onload, new_pages, total, view_pages;
 	bool created = false;
 	int ret;
 
+	/* Disk tier hook: a history only on disk comes back to the host tier
+	 * first (daemon/disk/disk_engine.c), then onloads as any other. */
+	if (!h && eng->disk) {
+		ret = engine_disk_onload(eng, user, flags, e);
+		if (ret)
+			return ret;
+		h = user_table_find(&eng->users, user);
+	}
+	len = h ? h->len : 0;
 	after = pages_for(eng, len + n_new);
 	ret = prepare_check(eng, h, user, start_pos, n_new, after, e);
 	if (ret)

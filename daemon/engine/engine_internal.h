@@ -145,6 +145,9 @@ struct engine {
 	struct share *share;     /* prefix cache, chunks, sequences (share.h) */
 	struct shard_set *set;   /* NULL: an engine alone (shard.h) */
 	uint32_t shard;          /* index in set */
+	struct disk_tier *disk;  /* NULL: no disk tier (engine_config) */
+	uint64_t disk_tenant;
+	uint32_t disk_pool;
 };
 
 struct share;
@@ -217,6 +220,10 @@ void evict_for_device(struct engine *eng, uint32_t need);
  */
 uint64_t engine_device_avail(struct engine *eng, const struct history *h,
 			     uint32_t need);
+/* Free `need` host frames by dropping the host LRU's oldest histories (to
+ * the disk tier, if any), h (may be NULL) excluded; false, dropping
+ * nothing, when even that is not enough. */
+bool host_make_room(struct engine *eng, uint32_t need, const struct history *h);
 /* Demote h to the host tier when it fits there, else drop it. */
 uint32_t demote_or_drop(struct engine *eng, struct history *h);
 /* Free every frame of h and h itself. h must be unpinned. */

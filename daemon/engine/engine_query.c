@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
 #include "shard.h"
@@ -21,8 +22,10 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 	struct history *h = user_table_find(&eng->users, user);
 
 	memset(out, 0, sizeof(*out));
-	if (!h)
+	if (!h) {
+		engine_disk_info(eng, user, out); /* disk tier hook */
 		return;
+	}
 	out->exists = true;
 	out->start = h->start;
 	out->len = h->len;
@@ -57,6 +60,7 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 	out->users = user_table_count(&eng->users);
 	out->leases = eng->leases_live; /* every kind: one table */
 	share_stats(eng, out);
+	engine_disk_stats(eng, out); /* disk tier hook */
 }
 
 uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
@@ -121,15 +125,19 @@ int engine_list_users(struct engine *eng, uint64_t cursor,
 		      struct kvp_user_info *rows, uint32_t max, uint64_t *next)
 {
 	struct list_ctx c = { cursor, NULL, 0 };
+	uint64_t cap;
 	uint32_t n;
 
 	*next = 0;
-	if (!user_table_count(&eng->users) || !max)
+	/* Disk tier hook: users only on disk are listed too. */
+	cap = user_table_count(&eng->users) + engine_disk_list_count(eng, cursor);
+	if (!cap || !max)
 		return 0;
-	c.ids = malloc(user_table_count(&eng->users) * sizeof(*c.ids));
+	c.ids = malloc(cap * sizeof(*c.ids));
 	if (!c.ids)
 		return -ENOMEM;
 	user_table_foreach(&eng->users, list_collect_cb, &c);
+	engine_disk_list(eng, cursor, c.ids, &c.n, cap); /* disk tier hook */
 	qsort(c.ids, c.n, sizeof(*c.ids), cmp_u64);
 	n = c.n < max ? (uint32_t)c.n : max;
 	for (uint32_t i = 0; i < n; i++) {

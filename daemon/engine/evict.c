@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
+#include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
 #include "shard.h"
@@ -111,8 +112,8 @@ static uint32_t host_copies_missing(const struct history *h, uint32_t limit)
  * Free `need` host frames by dropping the host LRU's oldest histories, h
  * excluded. Drops nothing and returns false when even that is not enough.
  */
-static bool host_make_room(struct engine *eng, uint32_t need,
-			   const struct history *h)
+bool host_make_room(struct engine *eng, uint32_t need,
+		    const struct history *h)
 {
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
 	uint64_t droppable = eng->lru[LRU_HOST].frames;
@@ -120,7 +121,7 @@ static bool host_make_room(struct engine *eng, uint32_t need,
 	/* The host LRU is the shard's own; the reclaimer keeps the pool's
 	 * free frames up for every shard (shard.h). */
 	frames_reserve(host, need);
-	if (h->lru == LRU_HOST)
+	if (h && h->lru == LRU_HOST)
 		droppable -= h->nres[KVP_TIER_HOST];
 	if (host->nfree + droppable < need)
 		return false;
@@ -129,6 +130,7 @@ static bool host_make_room(struct engine *eng, uint32_t need,
 
 		if (victim == h)
 			victim = list_next_entry(victim, lru_link);
+		engine_disk_demote(eng, victim); /* disk tier hook */
 		history_drop(eng, victim);
 	}
 	return true;
@@ -181,6 +183,7 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 	uint32_t freed = h->nres[KVP_TIER_DEVICE];
 
 	if (!host_make_room(eng, host_copies_missing(h, h->npages), h)) {
+		engine_disk_demote(eng, h); /* disk tier hook */
 		history_drop(eng, h);
 		return freed;
 	}
@@ -462,8 +465,11 @@ uint32_t engine_reclaim_host(struct engine *eng, uint32_t max)
 {
 	uint32_t freed = 0;
 
-	while (freed < max && lru_head(&eng->lru[LRU_HOST]))
+	while (freed < max && lru_head(&eng->lru[LRU_HOST])) {
+		/* disk tier hook */
+		engine_disk_demote(eng, lru_head(&eng->lru[LRU_HOST]));
 		freed += history_drop(eng, lru_head(&eng->lru[LRU_HOST]));
+	}
 	eng->st.reclaimed_pages += freed;
 	frames_flush(&eng->frames[KVP_TIER_HOST]);
 	return freed;
@@ -564,9 +570,11 @@ static uint32_t history_evict(struct engine *eng, struct history *h,
 
 static int check_sel(uint32_t sel, struct errbuf *e)
 {
-	if (!sel || (sel & ~(uint32_t)KVP_SEL_ALL))
+	if (!sel || (sel & ~(uint32_t)KVP_SEL_VALID) ||
+	    ((sel & ~(uint32_t)KVP_SEL_ALL) && sel != KVP_SEL_DISK &&
+	     sel != KVP_SEL_TO_DISK))
 		return errbuf_set(e, -EINVAL, "evict: tier selection %#" PRIx32
-				  " is not device, host or all", sel);
+				  " is not device, host, all, disk or to-disk", sel);
 	return 0;
 }
 
@@ -578,6 +586,10 @@ int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
 
 	if (ret)
 		return ret;
+	/* Disk tier hook: its selections, and `all` of a user only there. */
+	if ((sel & ~(uint32_t)KVP_SEL_ALL) || (!h && sel == KVP_SEL_ALL && eng->disk))
+		return engine_disk_evict(eng, user, sel == KVP_SEL_ALL ? KVP_SEL_DISK :
+					 sel, e);
 	if (!h)
 		return errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
 				  user);
@@ -608,6 +620,11 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 	if (ret)
 		return ret;
 	user_table_foreach(&eng->users, count_pinned_cb, &pinned);
+	if (sel & ~(uint32_t)KVP_SEL_ALL) { /* disk tier hook */
+		if (skipped)
+			*skipped = pinned;
+		return engine_disk_evict_all(eng, sel);
+	}
 	if (sel & KVP_SEL_DEVICE) {
 		/* Each demotion moves the head off this list (or drops it). */
 		while ((h = lru_head(dev))) {
@@ -625,6 +642,8 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 			affected++;
 		}
 	}
+	if (sel == KVP_SEL_ALL && eng->disk) /* disk tier hook: its copies too */
+		affected += (uint32_t)engine_disk_evict_all(eng, KVP_SEL_DISK);
 	if (skipped)
 		*skipped = pinned;
 	return (int)affected;

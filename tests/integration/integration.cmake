@@ -33,6 +33,17 @@ if(TARGET kvpoold AND TARGET kvpool)
   endfunction()
 
   kvpool_integration_test(test_two_writers 180)
+  # The disk tier under kvpoold; the ctest is named disk_restart (issue
+  # 15's interface): kill -9 during demotion, restart, every history a
+  # checked prefix or absent.
+  # A disk tier kvpoold cannot have: exit 2 naming the setting and the fix.
+  kvpool_integration_test(test_disk_config 120)
+  add_executable(test_disk_restart ${_it}/test_disk_restart.c)
+  target_link_libraries(test_disk_restart PRIVATE kvpool_it_harness)
+  add_dependencies(test_disk_restart kvpoold)
+  add_test(NAME disk_restart COMMAND test_disk_restart ${_it_args})
+  set_tests_properties(disk_restart PROPERTIES LABELS integration TIMEOUT 300
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
   kvpool_integration_test(test_kill_clients 120)
   kvpool_integration_test(test_ring_fuzz 120)
   kvpool_integration_test(test_tier_pressure 120)

@@ -308,7 +308,9 @@ static struct kvp_stats demo_stats(void)
 		.chunk_evicted = 29, .chunk_last_access_ns = DEMO_NOW - 90 * SEC,
 		.compositions = 30, .ns_d2h = 31, .reclaim_stalls = 32,
 		.reclaimed_pages = 33, .shards = 4, .reclaim_onload_stalls = 34,
-		.reclaim_direct = 35,
+		.reclaim_direct = 35, .disk_users = 36, .disk_pages = 37,
+		.disk_demoted_pages = 38, .disk_read_pages = 39,
+		.disk_dropped_pages = 40, .disk_stored_bytes = 41,
 	};
 
 	return s;
@@ -345,6 +347,8 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"clients\": 17,\n"
 		       "  \"tenants\": 1,\n"
 		       "  \"shards\": 4,\n"
+		       "  \"disk_users\": 36,\n"
+		       "  \"disk_pages\": 37,\n"
 		       "  \"prepares\": 3,\n"
 		       "  \"commits\": 4,\n"
 		       "  \"releases\": 5,\n"
@@ -364,6 +368,10 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"reclaimed_pages\": 33,\n"
 		       "  \"reclaim_onload_stalls\": 34,\n"
 		       "  \"reclaim_direct\": 35,\n"
+		       "  \"disk_demoted_pages\": 38,\n"
+		       "  \"disk_read_pages\": 39,\n"
+		       "  \"disk_dropped_pages\": 40,\n"
+		       "  \"disk_stored_bytes\": 41,\n"
 		       "  \"prefix_pages\": 19,\n"
 		       "  \"prefix_idle_pages\": 20,\n"
 		       "  \"prefix_lookups\": 21,\n"
@@ -488,6 +496,8 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "clients           17\n"
 		       "tenants           18\n"
 		       "shards            4\n"
+		       "disk_users        36\n"
+		       "disk_pages        37\n"
 		       "\n"
 		       "prepares          3\n"
 		       "commits           4\n"
@@ -508,6 +518,10 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "reclaimed_pages   33\n"
 		       "reclaim_onload_stalls 34\n"
 		       "reclaim_direct    35\n"
+		       "disk_demoted_pages 38\n"
+		       "disk_read_pages   39\n"
+		       "disk_dropped_pages 40\n"
+		       "disk_stored_bytes 41\n"
 		       "\n"
 		       "prefix_pages      19\n"
 		       "prefix_idle_pages 20\n"

@@ -30,6 +30,7 @@ int cmd_gpu(int argc, char **argv); /* gpu_report.c */
 int cmd_trace(int argc, char **argv);  /* trace_cmd.c */
 int cmd_replay(int argc, char **argv); /* replay.c */
 int cmd_prefix(int argc, char **argv); /* bench_prefix.c */
+int cmd_disk(int argc, char **argv);   /* bench_disk.c */
 
 /* ---------------------------------------------------------------- options */
 

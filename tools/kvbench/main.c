@@ -49,6 +49,8 @@ static const struct kvb_cmd cmds[] = {
 	  cmd_replay },
 	{ "prefix", "prefix cache and chunks: hit rate vs best, dedupe, compose latency",
 	  cmd_prefix },
+	{ "disk", "disk tier: demote and read-back GB/s vs the raw io_uring ceiling, zstd",
+	  cmd_disk },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

@@ -417,6 +417,19 @@ int cmd_offload(struct kvp_client *c, const struct kvctl_args *a)
 	struct op_result r = { .all = a->all, .user = a->user, .sel = KVP_SEL_DEVICE };
 	int rc;
 
+	/* --tier disk: pushed down, an evict of the disk tier's kind. */
+	if (a->sel == KVP_SEL_TO_DISK) {
+		r.sel = KVP_SEL_TO_DISK;
+		r.tenant = a->all && !kvp_client_is_admin(c);
+		rc = !a->all ? kvp_evict(c, a->user, KVP_SEL_TO_DISK) :
+		     r.tenant ? kvp_evict_tenant(c, KVP_SEL_TO_DISK) :
+		     kvp_evict_all(c, KVP_SEL_TO_DISK);
+		if (rc < 0)
+			return op_fail(c, rc, "offload --tier disk");
+		r.count = (uint64_t)rc;
+		render_evict(stdout, a->json, &r);
+		return KVCTL_EXIT_OK;
+	}
 	if (a->all)
 		rc = kvp_offload_all(c);
 	else

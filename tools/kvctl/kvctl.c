@@ -139,14 +139,16 @@ static const struct kvctl_cmd cmds[] = {
 	{ "reload", "",
 	  "have kvpoold re-read its settings, as SIGHUP does (admin)",
 	  0, 0, check_none, cmd_reload },
-	{ "evict", "--user ID | --all | --all-tenants [--tier device|host|all] | --chunk ID",
+	{ "evict", "--user ID | --all | --all-tenants [--tier device|host|disk|all] | "
+	  "--chunk ID",
 	  "drop a user's pages, or every unleased user's (of your tenant; an admin's "
 	  "--all and --all-tenants: of every tenant), or a chunk",
 	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_ALL_TENANTS) | BIT(OPT_TIER) |
 	  BIT(OPT_CHUNK), 0, check_target, cmd_evict },
-	{ "offload", "--user ID | --all",
-	  "copy a user's device pages, or everyone's (admin), to the host tier",
-	  BIT(OPT_USER) | BIT(OPT_ALL), 0, check_target, cmd_offload },
+	{ "offload", "--user ID | --all [--tier host|disk]",
+	  "copy a user's device pages, or everyone's (admin), to the host tier; "
+	  "--tier disk: write them to the disk tier and free their memory",
+	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_TIER), 0, check_target, cmd_offload },
 	{ "chunks", "[--type T] [--filter JSON|K=V,...] | --entries NAME | --clear [--type T] | "
 	  "--evict-unused SECONDS",
 	  "list the tenant's chunks (or one chunk's entries); or delete them (all, or "
@@ -501,9 +503,17 @@ static int check_target(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			return rc;
 	}
 	a->sel = KVP_SEL_ALL;
-	if ((cl->seen & BIT(OPT_TIER)) && parse_tier_sel(cl->val[OPT_TIER], &a->sel) < 0)
+	if ((cl->seen & BIT(OPT_TIER)) && (parse_tier_sel(cl->val[OPT_TIER], &a->sel) < 0 ||
+					   a->sel == KVP_SEL_TO_DISK))
 		return usage_error(cmd, "--tier: '%s' is not a tier; valid tiers: "
-				   "device, host, all", cl->val[OPT_TIER]);
+				   "device, host, disk, all", cl->val[OPT_TIER]);
+	/* offload: to the host tier, or pushed down to the disk tier. */
+	if (!strcmp(cmd->name, "offload") && (cl->seen & BIT(OPT_TIER))) {
+		if (a->sel != KVP_SEL_HOST && a->sel != KVP_SEL_DISK)
+			return usage_error(cmd, "--tier: offload goes to host or disk, "
+					   "not '%s'", cl->val[OPT_TIER]);
+		a->sel = a->sel == KVP_SEL_DISK ? KVP_SEL_TO_DISK : KVP_SEL_ALL;
+	}
 	return 0;
 }
 

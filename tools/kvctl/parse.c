@@ -44,6 +44,8 @@ static const struct {
 	{ "device", KVP_SEL_DEVICE },
 	{ "host", KVP_SEL_HOST },
 	{ "all", KVP_SEL_ALL },
+	{ "disk", KVP_SEL_DISK },       /* kvpoold(8), Disk tier */
+	{ "to-disk", KVP_SEL_TO_DISK }, /* offload --tier disk, as printed */
 };
 
 #define NTIER_SELS (sizeof(tier_sels) / sizeof(tier_sels[0]))

@@ -70,6 +70,12 @@ struct engine_config {
 	 * retries it in global mode). NULL: an engine with tiers of its own. */
 	struct shard_set *set;
 	uint32_t shard;
+	/* The disk tier under the host tier (daemon/disk/disk_tier.h), NULL:
+	 * none; this pool's key there (disk_tenant_key of the tenant's name,
+	 * the pool's index). */
+	struct disk_tier *disk;
+	uint64_t disk_tenant;
+	uint32_t disk_pool;
 };
 
 /* Create a pool; -EINVAL / -ENOMEM with a message in e. */
@@ -145,6 +151,9 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
  */
 #define ENGINE_PREPARE_WAIT_RECLAIM 1u
 #define ENGINE_PREPARE_COUNT 2u
+/* ENGINE_PREPARE_DISK_DEFER: a history being read back from the disk tier
+ * returns -EINPROGRESS (retry later) instead of waiting for the read. */
+#define ENGINE_PREPARE_DISK_DEFER 4u
 int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 			 uint32_t n_new, uint32_t owner, unsigned flags,
 			 struct engine_lease *out, struct errbuf *e);

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_engine.h - the engine's hooks into the disk tier (disk_engine.c).
+ * Each is a no-op on an engine without one (engine_config.disk NULL).
+ */
+#ifndef KVPOOL_DISK_ENGINE_H
+#define KVPOOL_DISK_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+struct history;
+
+/* h, unpinned, is about to be dropped by eviction: put it on disk if its
+ * pages are all host-readable. 0, or why not (the caller drops it anyway). */
+int engine_disk_demote(struct engine *eng, struct history *h);
+/*
+ * engine_evict's disk selections (kvpool.h): KVP_SEL_DISK drops the user's
+ * disk copy (pages, or -ENOENT); KVP_SEL_TO_DISK writes its history to disk
+ * and frees its frames (pages; -EBUSY leased, -ENOENT, -EINVAL no disk
+ * tier, -ENOSPC no room).
+ */
+int engine_disk_evict(struct engine *eng, uint64_t user, uint32_t sel,
+		      struct errbuf *e);
+/* The same for every unpinned user of the engine; returns users affected. */
+int engine_disk_evict_all(struct engine *eng, uint32_t sel);
+/*
+ * A clean stop: every unpinned history of the engine written to the disk
+ * tier (waiting for staging room when it runs out), so that the next start
+ * on the same disk_dir serves it. Returns histories written.
+ */
+int engine_disk_flush_all(struct engine *eng);
+/*
+ * Before a prepare of a user with no history in memory: bring one on disk
+ * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
+ * ENGINE_PREPARE_DISK_DEFER while it is read; -ENOMEM nothing changed.
+ */
+int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
+		       struct errbuf *e);
+/* engine_list_users: append to ids[0, *n) (room for cap) the users only on
+ * disk with id >= cursor, from shard 0 of each pool (as many as fit). */
+void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
+		      uint64_t *n, uint64_t cap);
+/* How many users only on disk engine_disk_list may add. */
+uint64_t engine_disk_list_count(struct engine *eng, uint64_t cursor);
+/* Fill out (exists, start, len, pages) for a user only on disk. */
+bool engine_disk_info(struct engine *eng, uint64_t user,
+		      struct engine_user_info *out);
+
+/* The tenant's disk figures into out, from the engine of shard 0 of pool 0
+ * only (the disk tier counts per tenant; stats add up over shards). */
+void engine_disk_stats(const struct engine *eng, struct kvp_stats *out);
+
+#endif /* KVPOOL_DISK_ENGINE_H */

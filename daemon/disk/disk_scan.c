@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_scan.c - the warm restart: rebuild the disk tier's index from the
+ * records in its file (disk_tier.h, disk_record.h).
+ *
+ * Every slot is read and checked. For each (tenant, pool, user) only the
+ * newest snapshot counts (an older one is stale: the history came back to
+ * memory and moved on since), and of it the pages 0..k-1 that all check:
+ * a hole (a torn or damaged page, one never written before a crash) keeps
+ * only the prefix before it, as continuity demands. A snapshot without its
+ * page 0 is gone. Damaged records and other layouts' records are skipped,
+ * with one warning each saying how many.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "disk_tier_internal.h"
+
+struct scan_rec {
+	uint64_t tenant, user, snap, start, len;
+	uint32_t pool, page, npages, slot;
+};
+
+static int rec_cmp(const void *a, const void *b)
+{
+	const struct scan_rec *x = a, *y = b;
+
+	if (x->tenant != y->tenant)
+		return x->tenant < y->tenant ? -1 : 1;
+	if (x->pool != y->pool)
+		return x->pool < y->pool ? -1 : 1;
+	if (x->user != y->user)
+		return x->user < y->user ? -1 : 1;
+	if (x->snap != y->snap)
+		return x->snap > y->snap ? -1 : 1; /* newest first */
+	return x->page < y->page ? -1 : x->page > y->page;
+}
+
+static bool same_snap(const struct scan_rec *a, const struct scan_rec *b)
+{
+	return a->tenant == b->tenant && a->pool == b->pool &&
+	       a->user == b->user && a->snap == b->snap;
+}
+
+static bool same_key(const struct scan_rec *a, const struct scan_rec *b)
+{
+	return a->tenant == b->tenant && a->pool == b->pool && a->user == b->user;
+}
+
+/* Entries for the newest snapshot of each key in r[0..n) (sorted). */
+static int build(struct disk_tier *dt, struct scan_rec *r, uint32_t n,
+		 bool *used, uint64_t *kept)
+{
+	for (uint32_t i = 0; i < n;) {
+		uint32_t j = i, k = 0;
+		struct disk_entry *e;
+
+		while (j < n && same_snap(&r[i], &r[j]))
+			j++;
+		/* Pages 0..k-1 present in a row (sorted by page; a page seen
+		 * twice in one snapshot cannot be: a slot holds one page). */
+		while (i + k < j && r[i + k].page == k && r[i + k].npages == r[i].npages &&
+		       r[i + k].start == r[i].start && r[i + k].len == r[i].len)
+			k++;
+		if (k) {
+			e = disk_entry_new(k);
+			if (!e)
+				return -ENOMEM;
+			e->k = (struct disk_key){ .tenant = r[i].tenant,
+						  .pool = r[i].pool,
+						  .user = r[i].user };
+			e->start = r[i].start;
+			e->len = r[i].len;
+			if ((uint64_t)k * dt->P < e->len)
+				e->len = (uint64_t)k * dt->P;
+			e->snap = r[i].snap;
+			e->state = DS_ONDISK;
+			for (uint32_t p = 0; p < k; p++) {
+				e->slot[p] = r[i + p].slot;
+				used[r[i + p].slot] = true;
+			}
+			disk_use_of(dt, e->k.tenant)->slots += k;
+			disk_index_insert(dt, e);
+			disk_lru_push(dt, e);
+			*kept += k;
+		}
+		/* Older snapshots of the key: stale, their slots free. */
+		while (j < n && same_key(&r[i], &r[j]))
+			j++;
+		i = j;
+	}
+	return 0;
+}
+
+/* Read slots [first, first+n) into staging and sort what they hold. */
+static void scan_batch(struct disk_tier *dt, uint32_t first, uint32_t n,
+		       struct disk_io *io, struct scan_rec *r, uint32_t *nr,
+		       uint64_t *bad, uint64_t *other)
+{
+	for (uint32_t i = 0; i < n; i++)
+		io[i] = (struct disk_io){ .slot = first + i,
+					  .buf = dt->stage_base + (uint64_t)i * dt->slot_bytes };
+	disk_store_rw(dt->st, false, io, n);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *s = io[i].buf;
+		const struct disk_rec_hdr *h = (const void *)s;
+		int c = io[i].res ? -EIO :
+			disk_record_check(h, s + DISK_HDR_BYTES, dt->slot_bytes);
+
+		if (c == 1)
+			continue;
+		if (c < 0 && h->magic == DISK_MAGIC && h->layout_id != dt->layout_id)
+			c = 0; /* another layout's: its slots are another size */
+		if (c < 0) {
+			(*bad)++;
+			continue;
+		}
+		if (h->layout_id != dt->layout_id || h->raw_len != dt->page_bytes) {
+			(*other)++;
+			continue;
+		}
+		if (h->kind != DISK_KIND_USER)
+			continue; /* chunks and prefix pages: not kept yet */
+		r[(*nr)++] = (struct scan_rec){
+			.tenant = h->tenant, .user = h->id, .snap = h->snap,
+			.start = h->start, .len = h->len, .pool = h->pool,
+			.page = h->page, .npages = h->npages, .slot = first + i,
+		};
+		if (h->snap >= dt->next_snap)
+			dt->next_snap = h->snap + 1;
+	}
+}
+
+int disk_scan(struct disk_tier *dt, struct errbuf *e)
+{
+	uint32_t nslots = disk_store_slots(dt->st), nr = 0;
+	uint64_t bad = 0, other = 0, kept = 0;
+	struct scan_rec *r = malloc((size_t)nslots * sizeof(*r));
+	bool *used = calloc(nslots, sizeof(*used));
+	struct disk_io *io = malloc(dt->nstage * sizeof(*io));
+	int ret = 0;
+
+	if (!r || !used || !io) {
+		ret = errbuf_set(e, -ENOMEM, "disk tier: out of memory scanning %"
+				 PRIu32 " slots", nslots);
+		goto out;
+	}
+	for (uint32_t s = 0; s < nslots; s += dt->nstage) {
+		uint32_t n = nslots - s < dt->nstage ? nslots - s : dt->nstage;
+
+		scan_batch(dt, s, n, io, r, &nr, &bad, &other);
+	}
+	qsort(r, nr, sizeof(*r), rec_cmp);
+	ret = build(dt, r, nr, used, &kept);
+	if (ret) {
+		errbuf_set(e, ret, "disk tier: out of memory rebuilding the index");
+		goto out;
+	}
+	for (uint32_t s = nslots; s-- > 0;)
+		if (!used[s])
+			dt->free_slots[dt->nfree++] = s;
+	/* A file of another layout is misaligned with ours: what looks
+	 * damaged in it is the other layout's too. */
+	if (other) {
+		other += bad;
+		bad = 0;
+	}
+	dt->bad_records = bad;
+	if (bad)
+		disk_logf(dt, LOG_WARNING, "disk tier: %" PRIu64 " damaged or torn "
+			  "records skipped (never served)", bad);
+	if (other)
+		disk_logf(dt, LOG_WARNING, "disk tier: %" PRIu64 " records of another "
+			  "layout skipped (disk_dir was used with another model; "
+			  "their slots are reused)",
+			  other);
+	if (kept)
+		disk_logf(dt, LOG_INFO, "disk tier: warm restart: %" PRIu64 " pages "
+			  "of %" PRIu64 " slots kept", kept, (uint64_t)nslots);
+out:
+	free(r);
+	free(used);
+	free(io);
+	return ret;
+}

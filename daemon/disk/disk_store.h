@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_store.h - the disk tier's file: fixed-size slots moved by io_uring.
+ *
+ * One preallocated file (fallocate) of nslots slots of slot_bytes, opened
+ * O_DIRECT so pages do not pass through the page cache twice; where the
+ * filesystem refuses O_DIRECT (tmpfs) it is opened buffered and
+ * disk_store_direct() says so (the caller logs it once). Reads and writes
+ * are batches of (slot, buffer): runs of consecutive slots whose buffers
+ * follow each other in memory go as one SQE, at most DISK_QD SQEs in
+ * flight; buffers inside the region given to disk_store_register() go as
+ * fixed-buffer operations (no page pinning per I/O).
+ *
+ * Not thread-safe: one thread (the disk tier's) drives a store.
+ */
+#ifndef KVPOOL_DISK_STORE_H
+#define KVPOOL_DISK_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "errbuf.h"
+
+#define DISK_QD 32u            /* SQEs in flight */
+#define DISK_RUN_MAX_SLOTS 64u /* slots one SQE moves at most */
+
+struct disk_store;
+
+struct disk_io {
+	uint32_t slot;
+	void *buf;     /* slot_bytes, DISK_ALIGN aligned */
+	int res;       /* out: 0 or -errno */
+};
+
+/*
+ * Open (creating if needed) path with room for size bytes of slots, kept
+ * when it exists (a warm restart reads it). Errors name the path and what
+ * to do: -ENOSPC (preallocation), -EACCES / -ENOENT / others from open.
+ */
+int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
+		    uint64_t slot_bytes, struct errbuf *e);
+void disk_store_close(struct disk_store *st);
+
+uint32_t disk_store_slots(const struct disk_store *st);
+uint64_t disk_store_slot_bytes(const struct disk_store *st);
+bool disk_store_direct(const struct disk_store *st);
+
+/* Register [base, base+bytes) as io_uring's fixed buffer 0. */
+int disk_store_register(struct disk_store *st, void *base, uint64_t bytes);
+
+/*
+ * Write (or read) the n slots of v, sorted by slot for best coalescing.
+ * Returns how many failed; each v[i].res says how (-ENOSPC: disk full,
+ * -EIO: short transfer). Reading a slot past the file's end gives zeros.
+ */
+uint32_t disk_store_rw(struct disk_store *st, bool write, struct disk_io *v,
+		       uint32_t n);
+
+/*
+ * disk_store_rw, calling done(arg, i, k) as each run v[i, i+k) completes
+ * (its res set), while later runs are still in flight: the caller checks
+ * what has landed while the disk works on the rest.
+ */
+typedef void (*disk_io_done_fn)(void *arg, uint32_t i, uint32_t k);
+uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
+			    uint32_t n, disk_io_done_fn done, void *arg);
+
+/* Write the first DISK_ALIGN bytes of each slot of v (buf: that many). */
+uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
+				uint32_t n);
+
+/* Tests: the next `n` writes after `after` more fail with err. */
+void disk_store_inject(struct disk_store *st, uint32_t after, uint32_t n,
+		       int err);
+
+#endif /* KVPOOL_DISK_STORE_H */

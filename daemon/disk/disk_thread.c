@@ -1,0 +1,553 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_thread.c - the disk tier's thread: it writes queued histories, reads
+ * wanted ones back and marks freed snapshots free on disk; and the tier's
+ * open and close (disk_tier.h).
+ *
+ * One pass takes what is queued (up to DISK_BATCH_PAGES pages each way),
+ * drops the lock, does the I/O as batches of runs (disk_store_rw), and
+ * takes the lock again to publish the results. A ring worker never waits
+ * for a pass: it finds the result on its next retry.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disk_tier_internal.h"
+
+struct pass {
+	struct disk_entry *w[DISK_BATCH_PAGES], *r[DISK_BATCH_PAGES];
+	uint32_t nw, nr;
+	struct disk_io io[DISK_BATCH_PAGES];
+	/* reads: io[k] is page page[k] of r[ent[k]]; ok[k] once checked */
+	uint32_t ent[DISK_BATCH_PAGES], page[DISK_BATCH_PAGES];
+	bool ok[DISK_BATCH_PAGES];
+	struct disk_tier *dt;
+	uint32_t inval[DISK_BATCH_PAGES], ninval;
+};
+
+/* The oldest history on disk of tenant t (any tenant: t == 0 and !own). */
+static struct disk_entry *lru_victim(struct disk_tier *dt, uint64_t t, bool own)
+{
+	struct disk_entry *v = dt->lru_head;
+
+	while (own && v && v->k.tenant != t)
+		v = v->next;
+	return v;
+}
+
+/*
+ * Disk slots for e: past disk_size or the tenant's quota, the oldest
+ * histories on disk (the tenant's own, for its quota) are dropped. false:
+ * the rest is being read or written; e gets no slots.
+ */
+static bool slots_take(struct disk_tier *dt, struct disk_entry *e)
+{
+	struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+	for (;;) {
+		bool over = u->quota && u->slots + e->npages > u->quota;
+		struct disk_entry *v;
+
+		if (!over && dt->nfree >= e->npages)
+			break;
+		v = lru_victim(dt, e->k.tenant, over);
+		if (!v)
+			return false;
+		/* Dropped for room: its slots are overwritten soon, and a
+		 * restart that finds it anyway serves what it held. */
+		disk_logf(dt, LOG_INFO, "disk tier full%s: dropped the %" PRIu32
+			  " pages of user %" PRIu64 " (the oldest there); raise "
+			  "disk_size%s to keep more", over ? " (the tenant's quota)" :
+			  "", v->npages, v->k.user, over ? " of the tenant" : "");
+		disk_use_of(dt, v->k.tenant)->dropped_pages += v->npages;
+		disk_lru_unlink_drop(dt, v);
+	}
+	/* Lowest first: a history's pages land in runs. */
+	for (uint32_t i = 0; i < e->npages; i++)
+		e->slot[i] = dt->free_slots[--dt->nfree];
+	u->slots += e->npages;
+	return true;
+}
+
+/* Locked: move queued work into the pass. */
+static void pass_take(struct disk_tier *dt, struct pass *p)
+{
+	uint32_t pages = 0;
+
+	p->nw = p->nr = 0;
+	while (dt->wq.head && p->nw < DISK_BATCH_PAGES &&
+	       (!pages || pages + dt->wq.head->npages <= DISK_BATCH_PAGES)) {
+		struct disk_entry *e = dt->wq.head;
+
+		dt->wq.head = e->qnext;
+		if (!dt->wq.head)
+			dt->wq.tail = NULL;
+		if (!slots_take(dt, e)) {
+			struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+			u->dropped_pages += e->npages;
+			disk_index_remove(dt, e);
+			disk_entry_destroy(dt, e, false);
+			disk_logf(dt, LOG_WARNING, "disk tier full: %" PRIu32
+				  " pages of user %" PRIu64 " dropped (the rest "
+				  "is being read or written); raise disk_size",
+				  e->npages, e->k.user);
+			continue;
+		}
+		e->state = DS_WRITING;
+		p->w[p->nw++] = e;
+		pages += e->npages;
+	}
+	pages = 0;
+	while (dt->rq.head && p->nr < DISK_BATCH_PAGES &&
+	       (!pages || pages + dt->rq.head->npages <= DISK_BATCH_PAGES)) {
+		struct disk_entry *e = dt->rq.head;
+
+		dt->rq.head = e->qnext;
+		if (!dt->rq.head)
+			dt->rq.tail = NULL;
+		p->r[p->nr++] = e;
+		pages += e->npages;
+	}
+	p->ninval = dt->ninval < DISK_BATCH_PAGES ? dt->ninval : DISK_BATCH_PAGES;
+	dt->ninval -= p->ninval;
+	memcpy(p->inval, dt->inval + dt->ninval, p->ninval * sizeof(*p->inval));
+}
+
+/* Unlocked: header and payload of page i of e in its staging slot. */
+static void seal_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i,
+		      uint64_t *stored)
+{
+	char *s = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
+	struct disk_rec_hdr *h = (struct disk_rec_hdr *)s;
+	uint8_t id = DISK_CODEC_NONE;
+	size_t n = dt->page_bytes;
+
+	if (dt->codec.id != DISK_CODEC_NONE) {
+		n = disk_codec_encode(dt->cx, &dt->codec, s + DISK_HDR_BYTES,
+				      dt->page_bytes, dt->raw, dt->page_bytes, &id);
+		memcpy(s + DISK_HDR_BYTES, dt->raw, n);
+	}
+	*h = (struct disk_rec_hdr){
+		.magic = DISK_MAGIC, .version = DISK_VERSION,
+		.kind = DISK_KIND_USER, .codec = id, .pool = e->k.pool,
+		.layout_id = dt->layout_id, .tenant = e->k.tenant, .id = e->k.user,
+		.snap = e->snap, .start = e->start, .len = e->len,
+		.pos = e->start + (uint64_t)i * dt->P, .page = i,
+		.npages = e->npages, .raw_len = (uint32_t)dt->page_bytes,
+		.stored_len = (uint32_t)n,
+	};
+	/* Zero the slot's tail: no stale bytes of an older page on disk. */
+	memset(s + DISK_HDR_BYTES + n, 0, dt->slot_bytes - DISK_HDR_BYTES - n);
+	disk_record_seal(h, s + DISK_HDR_BYTES);
+	*stored += n;
+}
+
+static int io_cmp(const void *a, const void *b)
+{
+	const struct disk_io *x = a, *y = b;
+
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/*
+ * Unlocked: check and decode page i of e read into its staging slot.
+ * false: the record is damaged, torn or not the one expected.
+ */
+static bool open_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i)
+{
+	char *s = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
+	const struct disk_rec_hdr *h = (const struct disk_rec_hdr *)s;
+
+	if (disk_record_check(h, s + DISK_HDR_BYTES, dt->slot_bytes) ||
+	    h->layout_id != dt->layout_id || h->tenant != e->k.tenant ||
+	    h->pool != e->k.pool || h->id != e->k.user || h->snap != e->snap ||
+	    h->page != i || h->raw_len != dt->page_bytes)
+		return false;
+	if (h->codec == DISK_CODEC_NONE)
+		return h->stored_len == dt->page_bytes;
+	if (disk_codec_decode(dt->cx, h->codec, s + DISK_HDR_BYTES, h->stored_len,
+			      dt->raw, dt->page_bytes))
+		return false;
+	memcpy(s + DISK_HDR_BYTES, dt->raw, dt->page_bytes);
+	return true;
+}
+
+/* Unlocked: the pass's writes; per entry, whether every page landed. */
+static void pass_write(struct disk_tier *dt, struct pass *p, bool *ok,
+		       uint64_t *stored)
+{
+	uint32_t n = 0;
+	uint64_t t0 = disk_now_ns();
+
+	for (uint32_t j = 0; j < p->nw; j++) {
+		struct disk_entry *e = p->w[j];
+
+		stored[j] = 0;
+		for (uint32_t i = 0; i < e->npages; i++) {
+			seal_page(dt, e, i, &stored[j]);
+			p->io[n++] = (struct disk_io){
+				.slot = e->slot[i],
+				.buf = dt->stage_base +
+				       (uint64_t)e->stage[i] * dt->slot_bytes,
+			};
+		}
+	}
+	dt->codec_ns += dt->codec.id != DISK_CODEC_NONE ? disk_now_ns() - t0 : 0;
+	t0 = disk_now_ns();
+	/* Sorted by slot: runs of a history go as one SQE. */
+	qsort(p->io, n, sizeof(*p->io), io_cmp);
+	disk_store_rw(dt->st, true, p->io, n);
+	dt->write_ns += disk_now_ns() - t0;
+	for (uint32_t j = 0; j < p->nw; j++) {
+		struct disk_entry *e = p->w[j];
+
+		ok[j] = true;
+		for (uint32_t i = 0; i < e->npages; i++) {
+			struct disk_io key = { .slot = e->slot[i] }, *io;
+
+			io = bsearch(&key, p->io, n, sizeof(*p->io), io_cmp);
+			if (!io || io->res) {
+				ok[j] = false;
+				dt->last_err = io ? io->res : -EIO;
+			}
+		}
+	}
+}
+
+/* A run of reads landed: check and decode its pages now, while the disk
+ * reads the rest. */
+static void read_landed(void *arg, uint32_t i, uint32_t k)
+{
+	struct pass *p = arg;
+
+	for (uint32_t x = i; x < i + k; x++)
+		p->ok[x] = !p->io[x].res &&
+			   open_page(p->dt, p->r[p->ent[x]], p->page[x]);
+}
+
+/* Unlocked: the pass's reads; per entry, pages that came back good in a
+ * row from page 0. */
+static void pass_read(struct disk_tier *dt, struct pass *p, uint32_t *good)
+{
+	uint32_t n = 0;
+	uint64_t t0 = disk_now_ns();
+
+	for (uint32_t j = 0; j < p->nr; j++) {
+		struct disk_entry *e = p->r[j];
+
+		for (uint32_t i = 0; i < e->npages; i++, n++) {
+			p->io[n] = (struct disk_io){
+				.slot = e->slot[i],
+				.buf = dt->stage_base +
+				       (uint64_t)e->stage[i] * dt->slot_bytes,
+			};
+			p->ent[n] = j;
+			p->page[n] = i;
+			p->ok[n] = false; /* a slot refused before any I/O */
+		}
+	}
+	p->dt = dt;
+	disk_store_rw_each(dt->st, false, p->io, n, read_landed, p);
+	dt->read_ns += disk_now_ns() - t0;
+	n = 0;
+	for (uint32_t j = 0; j < p->nr; j++) {
+		struct disk_entry *e = p->r[j];
+
+		good[j] = 0;
+		for (uint32_t i = 0; i < e->npages; i++, n++)
+			if (good[j] == i && p->ok[n])
+				good[j]++;
+	}
+}
+
+/* Unlocked: mark the pass's freed snapshots free on disk (their page 0). */
+static void pass_inval(struct disk_tier *dt, struct pass *p)
+{
+	/* One block each, the header's: the rest of the slot can stay. */
+	for (uint32_t i = 0; i < p->ninval; i++)
+		p->io[i] = (struct disk_io){ .slot = p->inval[i],
+					     .buf = dt->inval_block };
+	disk_store_write_heads(dt->st, p->io, p->ninval);
+}
+
+/* Locked: publish a written entry. */
+static void finish_write(struct disk_tier *dt, struct disk_entry *e, bool ok,
+			 uint64_t stored)
+{
+	struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+	if (!ok) {
+		u->dropped_pages += e->npages;
+		if (!e->gone)
+			disk_index_remove(dt, e);
+		disk_logf(dt, LOG_WARNING, "disk tier: writing %" PRIu32 " pages of "
+			  "user %" PRIu64 " failed (%s); dropped, as without a disk "
+			  "tier%s", e->npages, e->k.user, strerror(-dt->last_err),
+			  dt->last_err == -ENOSPC ? "; the disk is full: free space "
+			  "or lower disk_size" : "");
+		disk_entry_destroy(dt, e, true);
+		return;
+	}
+	u->demoted_pages += e->npages;
+	u->bytes_raw += (uint64_t)e->npages * dt->page_bytes;
+	u->bytes_stored += stored;
+	if (e->gone) {
+		disk_entry_destroy(dt, e, true);
+		return;
+	}
+	if (e->want) {
+		/* A get came while it was written: read it back (the staging
+		 * slots hold the encoded form now). */
+		e->want = false;
+		e->state = DS_READING;
+		e->qnext = NULL;
+		if (dt->rq.tail)
+			dt->rq.tail->qnext = e;
+		else
+			dt->rq.head = e;
+		dt->rq.tail = e;
+		return;
+	}
+	e->state = DS_ONDISK;
+	/* Staging back: the pages live on disk now. */
+	for (uint32_t i = e->npages; i-- > 0;) {
+		dt->stage_free[dt->nstage_free++] = e->stage[i];
+		e->stage[i] = DISK_NONE;
+	}
+	disk_lru_push(dt, e);
+}
+
+/* Locked: publish a read entry; a bad page cuts the history there. */
+static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t good)
+{
+	struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+	if (good < e->npages && !e->gone) {
+		dt->bad_records++;
+		disk_logf(dt, LOG_WARNING, "disk tier: user %" PRIu64 ": page %" PRIu32
+			  " of %" PRIu32 " read back damaged (checksum, torn write or "
+			  "I/O error); kept the %" PRIu32 " pages before it", e->k.user,
+			  good, e->npages, good);
+		u->pages -= e->npages - good;
+		u->dropped_pages += e->npages - good;
+		for (uint32_t i = good; i < e->npages; i++) {
+			dt->stage_free[dt->nstage_free++] = e->stage[i];
+			dt->free_slots[dt->nfree++] = e->slot[i];
+			u->slots--;
+			e->stage[i] = e->slot[i] = DISK_NONE;
+		}
+		e->npages = good;
+		if ((uint64_t)good * dt->P < e->len)
+			e->len = (uint64_t)good * dt->P;
+		if (!good) {
+			disk_index_remove(dt, e);
+			disk_entry_destroy(dt, e, true);
+			return;
+		}
+	}
+	if (e->gone) {
+		disk_entry_destroy(dt, e, true);
+		return;
+	}
+	e->state = DS_READY;
+	e->ready_ns = disk_now_ns();
+}
+
+static void *disk_thread(void *arg)
+{
+	struct disk_tier *dt = arg;
+	struct pass *p = calloc(1, sizeof(*p));
+	uint64_t stored[DISK_BATCH_PAGES];
+	uint32_t good[DISK_BATCH_PAGES];
+	bool ok[DISK_BATCH_PAGES];
+
+	if (!p)
+		abort(); /* disk_tier_open checked it could: a few KiB */
+	pthread_mutex_lock(&dt->mu);
+	for (;;) {
+		while (!dt->stop && !dt->wq.head && !dt->rq.head && !dt->ninval) {
+			dt->idle = true;
+			pthread_cond_broadcast(&dt->done);
+			pthread_cond_wait(&dt->work, &dt->mu);
+		}
+		if (dt->stop && !dt->wq.head && !dt->rq.head && !dt->ninval)
+			break;
+		dt->idle = false;
+		pass_take(dt, p);
+		pthread_mutex_unlock(&dt->mu);
+		pass_write(dt, p, ok, stored);
+		pass_read(dt, p, good);
+		pass_inval(dt, p);
+		pthread_mutex_lock(&dt->mu);
+		for (uint32_t i = 0; i < p->ninval; i++)
+			dt->free_slots[dt->nfree++] = p->inval[i];
+		for (uint32_t j = 0; j < p->nw; j++)
+			finish_write(dt, p->w[j], ok[j], stored[j]);
+		for (uint32_t j = 0; j < p->nr; j++)
+			finish_read(dt, p->r[j], good[j]);
+		pthread_cond_broadcast(&dt->done);
+	}
+	dt->idle = true;
+	pthread_cond_broadcast(&dt->done);
+	pthread_mutex_unlock(&dt->mu);
+	free(p);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ open, close */
+
+/* A missing or unwritable disk_dir is a startup error naming the fix. */
+static int check_dir(const char *dir, struct errbuf *e)
+{
+	struct stat sb;
+
+	if (stat(dir, &sb))
+		return errbuf_set(e, -errno, "disk_dir %s: %s; create it (mkdir -p "
+				  "%s, owned by kvpoold's user) or set disk_dir to "
+				  "an existing directory", dir, strerror(errno), dir);
+	if (!S_ISDIR(sb.st_mode))
+		return errbuf_set(e, -ENOTDIR, "disk_dir %s is not a directory; set "
+				  "disk_dir to a directory", dir);
+	if (access(dir, W_OK | X_OK))
+		return errbuf_set(e, -EACCES, "disk_dir %s is not writable by uid %u "
+				  "(%s); chown it to kvpoold's user or choose another "
+				  "disk_dir", dir, (unsigned)geteuid(), strerror(errno));
+	return 0;
+}
+
+static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
+		      struct errbuf *e)
+{
+	uint32_t nslots = disk_store_slots(dt->st);
+	uint64_t staging = c->staging_bytes ? c->staging_bytes : DISK_STAGING_DEFAULT;
+	struct disk_rec_hdr *h;
+
+	dt->nstage = (uint32_t)(staging / dt->slot_bytes);
+	if (dt->nstage < 4)
+		dt->nstage = 4;
+	if (dt->nstage > nslots)
+		dt->nstage = nslots;
+	dt->stage_base = aligned_alloc(DISK_ALIGN, dt->nstage * dt->slot_bytes);
+	dt->stage_free = malloc(dt->nstage * sizeof(uint32_t));
+	dt->free_slots = malloc(nslots * sizeof(uint32_t));
+	dt->inval = malloc(nslots * sizeof(uint32_t));
+	dt->inval_cap = nslots;
+	dt->inval_block = aligned_alloc(DISK_ALIGN, DISK_ALIGN);
+	dt->nbucket = nslots < 64 ? 64 : nslots;
+	dt->bucket = calloc(dt->nbucket, sizeof(*dt->bucket));
+	dt->cx = disk_codec_ctx_new(dt->page_bytes);
+	dt->raw = malloc(dt->page_bytes);
+	if (!dt->stage_base || !dt->stage_free || !dt->free_slots || !dt->inval ||
+	    !dt->inval_block || !dt->bucket || !dt->cx || !dt->raw)
+		return errbuf_set(e, -ENOMEM, "disk tier: out of memory for %" PRIu32
+				  " staging pages of %" PRIu64 " bytes", dt->nstage,
+				  dt->slot_bytes);
+	/* Fixed buffers: no page pinning per I/O. Without (RLIMIT_MEMLOCK)
+	 * the same I/O works, a little slower. */
+	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes);
+	for (uint32_t i = 0; i < dt->nstage; i++)
+		dt->stage_free[i] = dt->nstage - 1 - i;
+	dt->nstage_free = dt->nstage;
+	memset(dt->inval_block, 0, DISK_ALIGN);
+	h = dt->inval_block;
+	h->magic = DISK_FREE_MAGIC;
+	return 0;
+}
+
+static void tier_free(struct disk_tier *dt)
+{
+	for (uint32_t b = 0; dt->bucket && b < dt->nbucket; b++)
+		while (dt->bucket[b]) {
+			struct disk_entry *e = dt->bucket[b];
+
+			dt->bucket[b] = e->hnext;
+			free(e->slot);
+			free(e->stage);
+			free(e);
+		}
+	free(dt->bucket);
+	free(dt->stage_base);
+	free(dt->stage_free);
+	free(dt->free_slots);
+	free(dt->inval);
+	free(dt->inval_block);
+	free(dt->raw);
+	disk_codec_ctx_free(dt->cx);
+	disk_store_close(dt->st);
+	pthread_mutex_destroy(&dt->mu);
+	pthread_cond_destroy(&dt->work);
+	pthread_cond_destroy(&dt->done);
+	free(dt);
+}
+
+int disk_tier_open(struct disk_tier **out, const struct disk_tier_config *c,
+		   struct errbuf *e)
+{
+	struct disk_tier *dt;
+	char path[4096];
+	int ret;
+
+	ret = check_dir(c->dir, e);
+	if (ret)
+		return ret;
+	if ((size_t)snprintf(path, sizeof(path), "%s/kvpool.disk", c->dir) >=
+	    sizeof(path))
+		return errbuf_set(e, -ENAMETOOLONG, "disk_dir %s: path too long",
+				  c->dir);
+	dt = calloc(1, sizeof(*dt));
+	if (!dt)
+		return errbuf_set(e, -ENOMEM, "disk tier: out of memory");
+	pthread_mutex_init(&dt->mu, NULL);
+	pthread_cond_init(&dt->work, NULL);
+	pthread_cond_init(&dt->done, NULL);
+	dt->log = c->log;
+	dt->codec = c->codec;
+	dt->codec.elem_bytes = c->layout.elem_bytes;
+	dt->page_bytes = c->layout.page_bytes;
+	dt->slot_bytes = disk_slot_bytes(dt->page_bytes);
+	dt->P = c->layout.page_tokens;
+	dt->layout_id = disk_layout_id(&c->layout);
+	dt->next_snap = 1;
+	dt->idle = true;
+	ret = disk_store_open(&dt->st, path, c->size, dt->slot_bytes, e);
+	if (ret) {
+		free(dt);
+		return ret;
+	}
+	ret = tier_alloc(dt, c, e);
+	if (!ret)
+		ret = disk_scan(dt, e);
+	if (!ret && pthread_create(&dt->thread, NULL, disk_thread, dt))
+		ret = errbuf_set(e, -EAGAIN, "disk tier: cannot start its thread");
+	if (ret) {
+		tier_free(dt);
+		return ret;
+	}
+	dt->running = true;
+	if (!disk_store_direct(dt->st))
+		disk_logf(dt, LOG_INFO, "disk tier: %s refuses O_DIRECT (tmpfs?): "
+			  "buffered I/O, pages pass through the page cache", path);
+	*out = dt;
+	return 0;
+}
+
+void disk_tier_close(struct disk_tier *dt)
+{
+	if (!dt)
+		return;
+	pthread_mutex_lock(&dt->mu);
+	dt->stop = true;
+	pthread_cond_signal(&dt->work);
+	pthread_mutex_unlock(&dt->mu);
+	if (dt->running)
+		pthread_join(dt->thread, NULL);
+	tier_free(dt);
+}

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_tier.c - the disk tier's index, its staging memory and its thread
+ * (disk_tier.h says what it is for; disk_scan.c rebuilds it on start).
+ *
+ * Locking: dt->mu guards everything but the bytes of staging slots and
+ * disk slots an entry owns while the thread works on it (WRITING,
+ * READING): the thread encodes, writes, reads and decodes those unlocked.
+ * A caller copies pages into staging slots it reserved, unlocked too.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+
+#include "disk_tier_internal.h"
+
+void disk_logf(struct disk_tier *dt, int prio, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (dt->log)
+		dt->log(prio, msg);
+	else
+		fprintf(stderr, "kvpoold: %s\n", msg);
+}
+
+/* ------------------------------------------------------------ bookkeeping */
+
+struct disk_use *disk_use_of(struct disk_tier *dt, uint64_t tenant)
+{
+	for (uint32_t i = 0; i < dt->nuse; i++)
+		if (dt->use[i].tenant == tenant)
+			return &dt->use[i];
+	if (dt->nuse == DISK_TENANTS_MAX)
+		return &dt->use[DISK_TENANTS_MAX - 1]; /* shared past the cap */
+	dt->use[dt->nuse].tenant = tenant;
+	return &dt->use[dt->nuse++];
+}
+
+static uint32_t key_hash(const struct disk_tier *dt, const struct disk_key *k)
+{
+	uint64_t x = k->tenant ^ (k->user * 0x9e3779b97f4a7c15ull) ^ k->pool;
+
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return (uint32_t)(x % dt->nbucket);
+}
+
+static bool key_eq(const struct disk_key *a, const struct disk_key *b)
+{
+	return a->tenant == b->tenant && a->pool == b->pool && a->user == b->user;
+}
+
+static struct disk_entry *index_find(struct disk_tier *dt, const struct disk_key *k)
+{
+	struct disk_entry *e = dt->bucket[key_hash(dt, k)];
+
+	while (e && !key_eq(&e->k, k))
+		e = e->hnext;
+	return e;
+}
+
+void disk_index_insert(struct disk_tier *dt, struct disk_entry *e)
+{
+	uint32_t b = key_hash(dt, &e->k);
+	struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+	e->hnext = dt->bucket[b];
+	dt->bucket[b] = e;
+	u->users++;
+	u->pages += e->npages;
+}
+
+void disk_index_remove(struct disk_tier *dt, struct disk_entry *e)
+{
+	struct disk_entry **p = &dt->bucket[key_hash(dt, &e->k)];
+	struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+	while (*p && *p != e)
+		p = &(*p)->hnext;
+	if (*p)
+		*p = e->hnext;
+	u->users--;
+	u->pages -= e->npages;
+}
+
+void disk_lru_push(struct disk_tier *dt, struct disk_entry *e)
+{
+	e->next = NULL;
+	e->prev = dt->lru_tail;
+	if (dt->lru_tail)
+		dt->lru_tail->next = e;
+	else
+		dt->lru_head = e;
+	dt->lru_tail = e;
+}
+
+static void lru_unlink(struct disk_tier *dt, struct disk_entry *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		dt->lru_head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		dt->lru_tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void queue_push(struct disk_queue *q, struct disk_entry *e)
+{
+	e->qnext = NULL;
+	if (q->tail)
+		q->tail->qnext = e;
+	else
+		q->head = e;
+	q->tail = e;
+}
+
+static void queue_unlink(struct disk_queue *q, struct disk_entry *e)
+{
+	struct disk_entry **p = &q->head, *prev = NULL;
+
+	while (*p && *p != e) {
+		prev = *p;
+		p = &(*p)->qnext;
+	}
+	if (!*p)
+		return;
+	*p = e->qnext;
+	if (q->tail == e)
+		q->tail = prev;
+}
+
+struct disk_entry *disk_entry_new(uint32_t npages)
+{
+	struct disk_entry *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->npages = npages;
+	e->slot = malloc(npages * sizeof(*e->slot));
+	e->stage = malloc(npages * sizeof(*e->stage));
+	if (!e->slot || !e->stage) {
+		free(e->slot);
+		free(e->stage);
+		free(e);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < npages; i++)
+		e->slot[i] = e->stage[i] = DISK_NONE;
+	return e;
+}
+
+static void stage_release(struct disk_tier *dt, struct disk_entry *e)
+{
+	/* Pushed in reverse so the lowest comes back on top. */
+	for (uint32_t i = e->npages; i-- > 0;)
+		if (e->stage[i] != DISK_NONE) {
+			dt->stage_free[dt->nstage_free++] = e->stage[i];
+			e->stage[i] = DISK_NONE;
+		}
+}
+
+static bool stage_reserve(struct disk_tier *dt, struct disk_entry *e)
+{
+	if (dt->nstage_free < e->npages)
+		return false;
+	for (uint32_t i = 0; i < e->npages; i++)
+		e->stage[i] = dt->stage_free[--dt->nstage_free];
+	return true;
+}
+
+static char *stage_ptr(const struct disk_tier *dt, uint32_t s)
+{
+	return dt->stage_base + (uint64_t)s * dt->slot_bytes;
+}
+
+/*
+ * Give e's disk slots back. With invalidate, page 0's slot is first marked
+ * free on disk (by the thread) so a restart does not bring the history back:
+ * without its page 0 a snapshot has no prefix to serve.
+ */
+static void slots_release(struct disk_tier *dt, struct disk_entry *e,
+			  bool invalidate)
+{
+	struct disk_use *u = disk_use_of(dt, e->k.tenant);
+
+	for (uint32_t i = e->npages; i-- > 0;) {
+		if (e->slot[i] == DISK_NONE)
+			continue;
+		u->slots--;
+		if (i == 0 && invalidate && dt->ninval < dt->inval_cap)
+			dt->inval[dt->ninval++] = e->slot[i];
+		else
+			dt->free_slots[dt->nfree++] = e->slot[i];
+		e->slot[i] = DISK_NONE;
+	}
+	if (invalidate)
+		pthread_cond_signal(&dt->work);
+}
+
+static void entry_free(struct disk_entry *e)
+{
+	free(e->slot);
+	free(e->stage);
+	free(e);
+}
+
+/* Forget e entirely (it is no longer in the index or on a list). */
+void disk_entry_destroy(struct disk_tier *dt, struct disk_entry *e,
+			  bool invalidate)
+{
+	stage_release(dt, e);
+	slots_release(dt, e, invalidate);
+	entry_free(e);
+}
+
+void disk_lru_unlink_drop(struct disk_tier *dt, struct disk_entry *e)
+{
+	lru_unlink(dt, e);
+	disk_index_remove(dt, e);
+	disk_entry_destroy(dt, e, false);
+}
+
+/* ------------------------------------------------------------ callers */
+
+void disk_tier_set_quota(struct disk_tier *dt, uint64_t tenant, uint64_t slots)
+{
+	pthread_mutex_lock(&dt->mu);
+	disk_use_of(dt, tenant)->quota = slots;
+	pthread_mutex_unlock(&dt->mu);
+}
+
+/* Drop e wherever it is; the thread frees what it holds when done. */
+static void entry_drop(struct disk_tier *dt, struct disk_entry *e)
+{
+	disk_index_remove(dt, e);
+	switch (e->state) {
+	case DS_WRITING:
+	case DS_READING:
+		e->gone = true;
+		return;
+	case DS_STAGED:
+		queue_unlink(&dt->wq, e);
+		break;
+	case DS_ONDISK:
+		lru_unlink(dt, e);
+		break;
+	case DS_READY:
+		break;
+	}
+	disk_entry_destroy(dt, e, true);
+}
+
+/*
+ * READY entries nobody took for a second (their prepare's client died, or
+ * gave up) give their staging back: those read from disk go back to ONDISK
+ * (their slots still hold them). true when n staging slots are free now.
+ */
+static bool stage_reclaim_ready(struct disk_tier *dt, uint32_t n)
+{
+	uint64_t old = disk_now_ns() - 1000000000ull;
+
+	for (uint32_t b = 0; b < dt->nbucket && dt->nstage_free < n; b++)
+		for (struct disk_entry *e = dt->bucket[b]; e; e = e->hnext)
+			if (e->state == DS_READY && e->ready_ns < old &&
+			    e->slot[0] != DISK_NONE) {
+				stage_release(dt, e);
+				e->state = DS_ONDISK;
+				disk_lru_push(dt, e);
+			}
+	return dt->nstage_free >= n;
+}
+
+int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start,
+		  uint64_t len, uint32_t npages, void *const *pages)
+{
+	struct disk_entry *e, *old;
+	struct disk_use *u;
+
+	if (!npages)
+		return 0;
+	e = disk_entry_new(npages);
+	if (!e)
+		return -ENOMEM;
+	e->k = *k;
+	e->start = start;
+	e->len = len;
+	pthread_mutex_lock(&dt->mu);
+	u = disk_use_of(dt, k->tenant);
+	if (npages > disk_store_slots(dt->st) || (u->quota && npages > u->quota) ||
+	    (!stage_reserve(dt, e) &&
+	     (!stage_reclaim_ready(dt, npages) || !stage_reserve(dt, e)))) {
+		u->dropped_pages += npages;
+		pthread_mutex_unlock(&dt->mu);
+		entry_free(e);
+		return -ENOSPC;
+	}
+	pthread_mutex_unlock(&dt->mu);
+	/* The staging slots are ours: copy without the lock. */
+	for (uint32_t i = 0; i < npages; i++)
+		memcpy(stage_ptr(dt, e->stage[i]) + DISK_HDR_BYTES, pages[i],
+		       dt->page_bytes);
+	pthread_mutex_lock(&dt->mu);
+	old = index_find(dt, k);
+	if (old)
+		entry_drop(dt, old); /* an older copy: the new one replaces it */
+	e->snap = dt->next_snap++;
+	e->state = DS_STAGED;
+	disk_index_insert(dt, e);
+	queue_push(&dt->wq, e);
+	pthread_cond_signal(&dt->work);
+	pthread_mutex_unlock(&dt->mu);
+	return 0;
+}
+
+static void hist_fill(struct disk_hist *out, struct disk_entry *e)
+{
+	*out = (struct disk_hist){ .entry = e, .start = e->start, .len = e->len,
+				   .npages = e->npages };
+}
+
+int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
+		  struct disk_hist *out)
+{
+	struct disk_entry *e;
+	int ret = -EINPROGRESS;
+
+	pthread_mutex_lock(&dt->mu);
+	e = index_find(dt, k);
+	if (!e) {
+		ret = -ENOENT;
+		goto out;
+	}
+	switch (e->state) {
+	case DS_STAGED:
+		/* Not written yet: the staging copy is the page. */
+		queue_unlink(&dt->wq, e);
+		e->state = DS_READY;
+		e->ready_ns = disk_now_ns();
+		/* fall through */
+	case DS_READY:
+		hist_fill(out, e);
+		ret = 0;
+		break;
+	case DS_WRITING:
+		e->want = true;
+		break;
+	case DS_ONDISK:
+		if (!stage_reserve(dt, e) &&
+		    (!stage_reclaim_ready(dt, e->npages) || !stage_reserve(dt, e)))
+			break; /* staging is busy: the retry tries again */
+		lru_unlink(dt, e);
+		e->state = DS_READING;
+		queue_push(&dt->rq, e);
+		pthread_cond_signal(&dt->work);
+		break;
+	case DS_READING:
+		break;
+	}
+out:
+	pthread_mutex_unlock(&dt->mu);
+	return ret;
+}
+
+void disk_tier_wait(struct disk_tier *dt, const struct disk_key *k)
+{
+	struct disk_entry *e;
+
+	pthread_mutex_lock(&dt->mu);
+	while ((e = index_find(dt, k)) &&
+	       (e->state == DS_WRITING || e->state == DS_READING))
+		pthread_cond_wait(&dt->done, &dt->mu);
+	pthread_mutex_unlock(&dt->mu);
+}
+
+const void *disk_tier_page(struct disk_tier *dt, const struct disk_hist *hh,
+			   uint32_t i)
+{
+	return stage_ptr(dt, hh->entry->stage[i]) + DISK_HDR_BYTES;
+}
+
+void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh)
+{
+	struct disk_entry *e = hh->entry;
+
+	pthread_mutex_lock(&dt->mu);
+	disk_index_remove(dt, e);
+	disk_use_of(dt, e->k.tenant)->read_pages += e->npages;
+	disk_entry_destroy(dt, e, true);
+	pthread_mutex_unlock(&dt->mu);
+}
+
+int disk_tier_drop(struct disk_tier *dt, const struct disk_key *k)
+{
+	struct disk_entry *e;
+	int ret = -ENOENT;
+
+	pthread_mutex_lock(&dt->mu);
+	e = index_find(dt, k);
+	if (e) {
+		ret = (int)e->npages;
+		entry_drop(dt, e);
+	}
+	pthread_mutex_unlock(&dt->mu);
+	return ret;
+}
+
+uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t b = 0; b < dt->nbucket; b++) {
+		struct disk_entry *e = dt->bucket[b], *next;
+
+		for (; e; e = next) {
+			next = e->hnext;
+			if (e->k.tenant == tenant && e->k.pool == pool) {
+				entry_drop(dt, e);
+				n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&dt->mu);
+	return n;
+}
+
+uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
+			uint64_t cursor, uint64_t *ids, uint64_t max)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t b = 0; b < dt->nbucket; b++)
+		for (struct disk_entry *e = dt->bucket[b]; e; e = e->hnext)
+			if (e->k.tenant == tenant && e->k.pool == pool &&
+			    e->k.user >= cursor) {
+				if (n < max)
+					ids[n] = e->k.user;
+				n++;
+			}
+	pthread_mutex_unlock(&dt->mu);
+	return n;
+}
+
+bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
+		    uint64_t *start, uint64_t *len, uint32_t *npages)
+{
+	struct disk_entry *e;
+
+	pthread_mutex_lock(&dt->mu);
+	e = index_find(dt, k);
+	if (e) {
+		*start = e->start;
+		*len = e->len;
+		*npages = e->npages;
+	}
+	pthread_mutex_unlock(&dt->mu);
+	return e != NULL;
+}
+
+void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
+		     struct disk_tier_stats *out)
+{
+	struct disk_use *u;
+
+	pthread_mutex_lock(&dt->mu);
+	u = disk_use_of(dt, tenant);
+	*out = (struct disk_tier_stats){
+		.slots = disk_store_slots(dt->st),
+		.slots_used = disk_store_slots(dt->st) - dt->nfree,
+		.users = u->users, .pages = u->pages,
+		.demoted_pages = u->demoted_pages,
+		.dropped_pages = u->dropped_pages, .read_pages = u->read_pages,
+		.bytes_raw = u->bytes_raw, .bytes_stored = u->bytes_stored,
+		.write_ns = dt->write_ns, .read_ns = dt->read_ns,
+		.codec_ns = dt->codec_ns, .bad_records = dt->bad_records,
+		.direct = disk_store_direct(dt->st),
+	};
+	pthread_mutex_unlock(&dt->mu);
+}
+
+void disk_tier_flush(struct disk_tier *dt)
+{
+	pthread_mutex_lock(&dt->mu);
+	while (dt->wq.head || dt->rq.head || dt->ninval || !dt->idle)
+		pthread_cond_wait(&dt->done, &dt->mu);
+	pthread_mutex_unlock(&dt->mu);
+}
+
+struct disk_store *disk_tier_store(struct disk_tier *dt)
+{
+	return dt->st;
+}

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_tier.h - the third tier: user histories the host tier evicts, kept
+ * in a disk file (disk_store.h) as self-describing records (disk_record.h),
+ * and read back when a prepare needs them.
+ *
+ * One disk tier per daemon, shared by every tenant and pool, with one
+ * thread of its own: the disk thread. No disk I/O runs on a ring worker:
+ *
+ *  demote  (engine, locked)  disk_tier_put() copies a whole host-only
+ *                            history into staging memory (a memcpy) and
+ *                            queues it; the engine drops it as before.
+ *                            No staging room: -ENOSPC, the pages are
+ *                            dropped as they were before the disk tier.
+ *  write   (disk thread)     takes slots (dropping the disk tier's oldest
+ *                            histories past disk_size or the tenant's
+ *                            quota), encodes, seals and writes the pages
+ *                            in batched runs; a failed write (ENOSPC)
+ *                            drops the history with a rate-limited log.
+ *  fetch   (engine, locked)  disk_tier_get(): -ENOENT when the user is not
+ *                            on disk; -EINPROGRESS while its pages are
+ *                            being read into staging (the request was
+ *                            queued; the worker holds the ring entry and
+ *                            retries it); 0 when they are there: the
+ *                            engine copies them into host frames and calls
+ *                            disk_tier_take(), which frees the disk copy.
+ *
+ * Warm restart: disk_tier_open() scans the file; for each (tenant, pool,
+ * user) the newest snapshot's pages 0..k-1 that check (disk_record.h) come
+ * back as a history of min(len, k * page_tokens) tokens, served by the
+ * next prepare of the user. Records that fail their checksum, are torn, or
+ * belong to another layout are skipped with one warning per kind.
+ *
+ * Thread-safe: every call takes the tier's mutex for a short while.
+ */
+#ifndef KVPOOL_DISK_TIER_H
+#define KVPOOL_DISK_TIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "disk_codec.h"
+#include "errbuf.h"
+#include "kvpool.h"
+
+struct disk_tier;
+struct disk_entry;
+
+struct disk_tier_config {
+	const char *dir;          /* where kvpool.disk lives */
+	uint64_t size;            /* bytes of slots (disk_size) */
+	struct disk_codec codec;  /* elem_bytes filled by disk_tier_open */
+	struct kvp_layout layout;
+	uint64_t staging_bytes;   /* 0: 64 MiB (or the file, if smaller) */
+	/* Where warnings go (kvpoold: its log); NULL: stderr. */
+	void (*log)(int prio, const char *msg);
+};
+
+int disk_tier_open(struct disk_tier **out, const struct disk_tier_config *c,
+		   struct errbuf *e);
+/* Stop the thread after the queued writes; close the file. */
+void disk_tier_close(struct disk_tier *dt);
+
+/* Most slots the tenant's histories may hold (0: no limit but disk_size). */
+void disk_tier_set_quota(struct disk_tier *dt, uint64_t tenant, uint64_t slots);
+
+/* A history's key on disk. */
+struct disk_key {
+	uint64_t tenant;  /* disk_tenant_key(name) */
+	uint32_t pool;
+	uint64_t user;
+};
+
+/* Queue the history for writing: pages[i] is page i (page_bytes each). */
+int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start,
+		  uint64_t len, uint32_t npages, void *const *pages);
+
+struct disk_hist {
+	struct disk_entry *entry; /* for disk_tier_page / take */
+	uint64_t start, len;
+	uint32_t npages;
+};
+/*
+ * The user's history on disk: -ENOENT none; -EINPROGRESS being read (a read
+ * is queued by this call when none is); 0: in staging, *out filled.
+ */
+int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
+		  struct disk_hist *out);
+/* Block until the read disk_tier_get queued is over (then get again). */
+void disk_tier_wait(struct disk_tier *dt, const struct disk_key *k);
+/* Page i of a history get returned (valid until take). */
+const void *disk_tier_page(struct disk_tier *dt, const struct disk_hist *hh,
+			   uint32_t i);
+/* The history is back in memory: free its staging and disk slots. */
+void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh);
+/* Forget the user's disk copy (kvctl evict --tier disk); pages freed or
+ * -ENOENT. */
+int disk_tier_drop(struct disk_tier *dt, const struct disk_key *k);
+/* Drop every history of (tenant, pool); returns histories dropped. */
+uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool);
+/* Users of (tenant, pool) on disk with id >= cursor, at most max into ids
+ * (unsorted); returns how many there are in all (may be > max). */
+uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
+			uint64_t cursor, uint64_t *ids, uint64_t max);
+/* Whether (and how much of) the user is on disk; false: not. */
+bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
+		    uint64_t *start, uint64_t *len, uint32_t *npages);
+
+struct disk_tier_stats {
+	uint64_t slots, slots_used;     /* the whole file */
+	uint64_t users, pages;          /* of the tenant */
+	uint64_t demoted_pages, dropped_pages, read_pages;
+	uint64_t bytes_raw, bytes_stored; /* written: ratio raw / stored */
+	uint64_t write_ns, read_ns;     /* in the disk thread */
+	uint64_t codec_ns;
+	uint64_t bad_records;           /* skipped by the scan */
+	bool direct;
+};
+/* The whole file's slots, and the tenant's share of the rest (all its
+ * pools). */
+void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
+		     struct disk_tier_stats *out);
+
+/* Tests: wait until the thread has nothing queued. */
+void disk_tier_flush(struct disk_tier *dt);
+/* Tests: the store under the tier (disk_store_inject). */
+struct disk_store *disk_tier_store(struct disk_tier *dt);
+
+#endif /* KVPOOL_DISK_TIER_H */

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * disk_tier_internal.h - the disk tier's state, shared by disk_tier.c (the
+ * index, the thread) and disk_scan.c (the warm restart's scan).
+ */
+#ifndef KVPOOL_DISK_TIER_INTERNAL_H
+#define KVPOOL_DISK_TIER_INTERNAL_H
+
+#include <pthread.h>
+#include <time.h>
+
+#include "disk_record.h"
+#include "disk_store.h"
+#include "disk_tier.h"
+
+#define DISK_NONE UINT32_MAX
+#define DISK_TENANTS_MAX 256u
+#define DISK_STAGING_DEFAULT (64ull << 20)
+#define DISK_BATCH_PAGES 256u  /* pages one pass of the thread moves, each way */
+
+/*
+ * An entry's life. put: STAGED (pages in staging, queued) -> WRITING (the
+ * thread has it) -> ONDISK (slots hold it; on the LRU). get: ONDISK ->
+ * READING -> READY (pages in staging again) -> take (gone). A get of a
+ * STAGED entry serves the staging copy at once; one of a WRITING entry
+ * sets want, and the thread reads it back once written.
+ */
+enum disk_state { DS_STAGED, DS_WRITING, DS_ONDISK, DS_READING, DS_READY };
+
+struct disk_entry {
+	struct disk_key k;
+	uint64_t start, len, snap;
+	uint32_t npages;
+	uint32_t *slot;          /* [npages] disk slot, DISK_NONE before write */
+	uint32_t *stage;         /* [npages] staging slot, DISK_NONE when none */
+	enum disk_state state;
+	bool want;               /* a get waits: read back after the write */
+	uint64_t ready_ns;       /* when it became READY */
+	bool gone;               /* dropped while the thread held it */
+	struct disk_entry *hnext;        /* index chain */
+	struct disk_entry *prev, *next;  /* LRU of ONDISK entries */
+	struct disk_entry *qnext;        /* write or read queue */
+};
+
+struct disk_use {
+	uint64_t tenant;
+	uint64_t quota;          /* slots, 0: none */
+	uint64_t slots, users, pages;
+	uint64_t demoted_pages, dropped_pages, read_pages;
+	uint64_t bytes_raw, bytes_stored;
+};
+
+struct disk_queue {
+	struct disk_entry *head, *tail;
+};
+
+struct disk_tier {
+	pthread_mutex_t mu;
+	pthread_cond_t work;     /* the thread: something queued */
+	pthread_cond_t done;     /* callers: something finished */
+	pthread_t thread;
+	bool running, stop, idle;
+	struct disk_store *st;
+	uint64_t slot_bytes, page_bytes;
+	uint32_t P;
+	uint64_t layout_id;
+	struct disk_codec codec;
+	struct disk_codec_ctx *cx; /* the thread's */
+	void *raw;               /* the thread's decode buffer (page_bytes) */
+	void *inval_block;       /* DISK_ALIGN bytes: a DISK_FREE_MAGIC header */
+	/* Disk slots and staging slots: free stacks, lowest on top. */
+	uint32_t *free_slots, nfree;
+	char *stage_base;
+	uint32_t nstage, *stage_free, nstage_free;
+	/* (tenant, pool, user) -> entry */
+	struct disk_entry **bucket;
+	uint32_t nbucket;
+	struct disk_entry *lru_head, *lru_tail; /* ONDISK, oldest first */
+	struct disk_queue wq, rq;
+	uint32_t *inval, ninval, inval_cap; /* page-0 slots to mark free */
+	uint64_t next_snap;
+	struct disk_use use[DISK_TENANTS_MAX];
+	uint32_t nuse;
+	uint64_t write_ns, read_ns, codec_ns, bad_records;
+	int last_err;            /* of the last failed write, for the log */
+	void (*log)(int prio, const char *msg);
+};
+
+static inline uint64_t disk_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* disk_tier.c */
+void disk_index_remove(struct disk_tier *dt, struct disk_entry *e);
+/* Free e's staging and disk slots (page 0 marked free on disk first with
+ * invalidate) and e; it is in no index, list or queue. */
+void disk_entry_destroy(struct disk_tier *dt, struct disk_entry *e,
+			bool invalidate);
+/* An ONDISK entry dropped for room: off the LRU and the index, freed. */
+void disk_lru_unlink_drop(struct disk_tier *dt, struct disk_entry *e);
+struct disk_use *disk_use_of(struct disk_tier *dt, uint64_t tenant);
+void disk_index_insert(struct disk_tier *dt, struct disk_entry *e);
+void disk_lru_push(struct disk_tier *dt, struct disk_entry *e);
+struct disk_entry *disk_entry_new(uint32_t npages);
+void disk_logf(struct disk_tier *dt, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* disk_scan.c: rebuild the index from the file (before the thread runs). */
+int disk_scan(struct disk_tier *dt, struct errbuf *e);
+
+#endif /* KVPOOL_DISK_TIER_INTERNAL_H */

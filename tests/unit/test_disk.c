@@ -1,0 +1,579 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_disk.c - the disk tier's pieces (daemon/disk/): records that seal and
+ * check (a flipped byte fails), the codec's round trips (byte shuffle, zstd,
+ * incompressible pages stored as is), the io_uring store's slots, and the
+ * tier itself: a history put, written, read back byte for byte; a warm
+ * restart that rebuilds histories from the file; a damaged page in the
+ * middle keeping only the prefix; another layout's records skipped; a full
+ * disk dropping the oldest; a failed write (ENOSPC) dropping that history
+ * and nothing else; a tenant's quota; missing and unwritable directories.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "disk_codec.h"
+#include "disk_record.h"
+#include "disk_store.h"
+#include "disk_tier.h"
+
+/* 2 layers, 2 heads, dim 64, bf16, 16 tokens/page: page_bytes 16384. */
+static struct kvp_layout layout(uint32_t dim)
+{
+	struct kvp_layout l;
+	char err[128];
+
+	assert_int_equal(kvp_layout_init(&l, 2, 2, dim, KVP_DTYPE_BF16, 16, err,
+					 sizeof(err)), 0);
+	return l;
+}
+
+static char g_dir[64];
+
+static int setup_dir(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/kvpool-test-disk-XXXXXX");
+	assert_non_null(mkdtemp(g_dir));
+	return 0;
+}
+
+static int teardown_dir(void **state)
+{
+	char path[128];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	unlink(path);
+	chmod(g_dir, 0700);
+	rmdir(g_dir);
+	return 0;
+}
+
+/* The known pattern of (user, page): every byte says whose it is. */
+static void fill_page(uint8_t *p, size_t n, uint64_t user, uint32_t page)
+{
+	uint64_t x = user * 0x9e3779b97f4a7c15ull + page + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		/* bf16-like: a repeating high byte, a noisy low byte */
+		p[i] = i & 1 ? (uint8_t)(0x3c + (x & 3)) : (uint8_t)x;
+	}
+}
+
+static struct disk_tier *open_tier(const struct kvp_layout *l, uint64_t slots,
+				   const char *codec)
+{
+	struct disk_tier_config c = { .dir = g_dir, .layout = *l,
+				      .size = slots * disk_slot_bytes(l->page_bytes),
+				      .staging_bytes = 64 * disk_slot_bytes(l->page_bytes) };
+	struct disk_tier *dt = NULL;
+	struct errbuf e = { { 0 } };
+	char err[128];
+
+	assert_int_equal(disk_codec_parse(codec, &c.codec, err, sizeof(err)), 0);
+	if (disk_tier_open(&dt, &c, &e))
+		fail_msg("disk_tier_open: %s", e.msg);
+	return dt;
+}
+
+static void put_user(struct disk_tier *dt, const struct kvp_layout *l,
+		     uint64_t user, uint32_t npages, int expect)
+{
+	struct disk_key k = { .tenant = 7, .pool = 0, .user = user };
+	void *pages[64];
+
+	assert_true(npages <= 64);
+	for (uint32_t i = 0; i < npages; i++) {
+		pages[i] = malloc(l->page_bytes);
+		fill_page(pages[i], l->page_bytes, user, i);
+	}
+	assert_int_equal(disk_tier_put(dt, &k, 100, (uint64_t)npages * 16 - 3,
+				       npages, pages), expect);
+	for (uint32_t i = 0; i < npages; i++)
+		free(pages[i]);
+}
+
+/* Get the user back (waiting for the read); its pages must match. */
+static uint32_t get_user(struct disk_tier *dt, const struct kvp_layout *l,
+			 uint64_t user, bool take)
+{
+	struct disk_key k = { .tenant = 7, .pool = 0, .user = user };
+	uint8_t *want = malloc(l->page_bytes);
+	struct disk_hist hh;
+	int ret;
+
+	while ((ret = disk_tier_get(dt, &k, &hh)) == -EINPROGRESS)
+		disk_tier_wait(dt, &k);
+	if (ret == -ENOENT) {
+		free(want);
+		return 0;
+	}
+	assert_int_equal(ret, 0);
+	assert_int_equal(hh.start, 100);
+	for (uint32_t i = 0; i < hh.npages; i++) {
+		fill_page(want, l->page_bytes, user, i);
+		assert_memory_equal(disk_tier_page(dt, &hh, i), want, l->page_bytes);
+	}
+	free(want);
+	if (take)
+		disk_tier_take(dt, &hh);
+	return hh.npages;
+}
+
+/* ------------------------------------------------------------ records */
+
+static void test_record_checksum_catches_a_flipped_byte(void **state)
+{
+	uint8_t payload[256];
+	struct disk_rec_hdr h = { .magic = DISK_MAGIC, .version = DISK_VERSION,
+				  .kind = DISK_KIND_USER, .npages = 1,
+				  .raw_len = 256, .stored_len = 256 };
+
+	(void)state;
+	fill_page(payload, sizeof(payload), 1, 0);
+	disk_record_seal(&h, payload);
+	assert_int_equal(disk_record_check(&h, payload, 4096), 0);
+	payload[77] ^= 1;
+	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	payload[77] ^= 1;
+	h.pos++;
+	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	h.pos--;
+	h.stored_len = 8192; /* past the slot: torn or forged */
+	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	memset(&h, 0, sizeof(h));
+	assert_int_equal(disk_record_check(&h, payload, 4096), 1);
+	h.magic = DISK_FREE_MAGIC;
+	assert_int_equal(disk_record_check(&h, payload, 4096), 1);
+}
+
+static void test_layout_id_differs_by_geometry(void **state)
+{
+	struct kvp_layout a = layout(64), b = layout(32);
+
+	(void)state;
+	assert_int_not_equal(disk_layout_id(&a), disk_layout_id(&b));
+	assert_int_equal(disk_layout_id(&a), disk_layout_id(&a));
+	assert_int_equal(disk_slot_bytes(16384), 16384 + 4096);
+	assert_int_equal(disk_slot_bytes(1000), 4096);
+}
+
+/* ------------------------------------------------------------ codec */
+
+static void test_codec_parse(void **state)
+{
+	struct disk_codec c;
+	char err[128];
+
+	(void)state;
+	assert_int_equal(disk_codec_parse("none", &c, err, sizeof(err)), 0);
+	assert_int_equal(c.id, DISK_CODEC_NONE);
+	assert_int_equal(disk_codec_parse("zstd", &c, err, sizeof(err)), 0);
+	assert_int_equal(c.id, DISK_CODEC_ZSTD);
+	assert_int_equal(c.level, 3);
+	assert_int_equal(disk_codec_parse("zstd:9", &c, err, sizeof(err)), 0);
+	assert_int_equal(c.level, 9);
+	assert_int_equal(disk_codec_parse("zstd:0", &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(disk_codec_parse("zstd:", &c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(disk_codec_parse("lz4", &c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "zstd:LEVEL"));
+}
+
+static void test_shuffle_round_trip(void **state)
+{
+	uint8_t a[1001], b[1001], c[1001];
+
+	(void)state;
+	fill_page(a, sizeof(a), 3, 3);
+	disk_shuffle(a, b, sizeof(a), 2);
+	assert_int_equal(b[0], a[0]);
+	assert_int_equal(b[500], a[1]); /* plane 1 starts after 500 elements */
+	disk_unshuffle(b, c, sizeof(a), 2);
+	assert_memory_equal(a, c, sizeof(a));
+}
+
+static void test_zstd_round_trip_and_incompressible_stored_as_is(void **state)
+{
+	size_t n = 16384, z;
+	uint8_t *src = malloc(n), *dst = malloc(n), *out = malloc(n);
+	struct disk_codec_ctx *x = disk_codec_ctx_new(n);
+	struct disk_codec c = { .id = DISK_CODEC_ZSTD, .level = 3, .elem_bytes = 2 };
+	uint8_t id;
+
+	(void)state;
+	fill_page(src, n, 5, 0);
+	z = disk_codec_encode(x, &c, src, n, dst, n, &id);
+	assert_int_equal(id, DISK_CODEC_ZSTD_SHUFFLE2);
+	assert_true(z < n);
+	assert_int_equal(disk_codec_decode(x, id, dst, z, out, n), 0);
+	assert_memory_equal(src, out, n);
+	/* Damaged payload: an error, never garbage. */
+	dst[z / 2] ^= 0xff;
+	dst[z / 2 + 1] ^= 0xff;
+	if (disk_codec_decode(x, id, dst, z, out, n) == 0)
+		assert_memory_not_equal(src, out, n);
+	/* Random bytes do not shrink: stored as is. */
+	for (size_t i = 0; i < n; i++)
+		src[i] = (uint8_t)(random() >> 3);
+	z = disk_codec_encode(x, &c, src, n, dst, n, &id);
+	assert_int_equal(id, DISK_CODEC_NONE);
+	assert_int_equal(z, n);
+	assert_int_equal(disk_codec_decode(x, id, dst, z, out, n), 0);
+	assert_memory_equal(src, out, n);
+	disk_codec_ctx_free(x);
+	free(src);
+	free(dst);
+	free(out);
+}
+
+/* ------------------------------------------------------------ store */
+
+static void test_store_slots_round_trip_and_injected_enospc(void **state)
+{
+	struct disk_store *st;
+	struct errbuf e;
+	char path[128];
+	uint8_t *buf = aligned_alloc(4096, 8 * 8192);
+	struct disk_io io[8];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	assert_int_equal(disk_store_open(&st, path, 8 * 8192, 8192, &e), 0);
+	assert_int_equal(disk_store_slots(st), 8);
+	for (uint32_t i = 0; i < 8; i++) {
+		memset(buf + i * 8192, 'a' + i, 8192);
+		/* slots 2..5 consecutive: one SQE */
+		io[i] = (struct disk_io){ .slot = i, .buf = buf + i * 8192 };
+	}
+	assert_int_equal(disk_store_rw(st, true, io, 8), 0);
+	memset(buf, 0, 8 * 8192);
+	assert_int_equal(disk_store_rw(st, false, io, 8), 0);
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(buf[i * 8192 + 4000], 'a' + i);
+	/* Slots 0, 2, 4, 6: four SQEs; the third fails. */
+	for (uint32_t i = 0; i < 4; i++)
+		io[i] = (struct disk_io){ .slot = 2 * i, .buf = buf + 2 * i * 8192 };
+	disk_store_inject(st, 2, 1, -ENOSPC);
+	assert_int_equal(disk_store_rw(st, true, io, 4), 1);
+	assert_int_equal(io[0].res, 0);
+	assert_int_equal(io[1].res, 0);
+	assert_int_equal(io[2].res, -ENOSPC);
+	assert_int_equal(io[3].res, 0);
+	io[0].slot = 8; /* past the file */
+	assert_int_equal(disk_store_rw(st, true, io, 1), 1);
+	assert_int_equal(io[0].res, -ERANGE);
+	/* A second daemon on the same file is refused. */
+	{
+		struct disk_store *st2;
+
+		assert_int_equal(disk_store_open(&st2, path, 8 * 8192, 8192, &e),
+				 -EBUSY);
+		assert_non_null(strstr(e.msg, "another kvpoold"));
+	}
+	disk_store_close(st);
+	free(buf);
+}
+
+/* ------------------------------------------------------------ tier */
+
+static void test_put_then_get_reads_back_every_byte(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+	struct disk_tier_stats s;
+	struct disk_key k = { .tenant = 7, .user = 1 };
+	uint64_t start, len;
+	uint32_t np;
+
+	(void)state;
+	put_user(dt, &l, 1, 5, 0);
+	put_user(dt, &l, 2, 3, 0);
+	disk_tier_flush(dt);
+	assert_true(disk_tier_info(dt, &k, &start, &len, &np));
+	assert_int_equal(start, 100);
+	assert_int_equal(len, 5 * 16 - 3);
+	assert_int_equal(np, 5);
+	assert_int_equal(get_user(dt, &l, 1, true), 5);
+	assert_false(disk_tier_info(dt, &k, &start, &len, &np));
+	assert_int_equal(get_user(dt, &l, 1, true), 0); /* taken: gone */
+	assert_int_equal(get_user(dt, &l, 2, true), 3);
+	disk_tier_stats(dt, 7, &s);
+	assert_int_equal(s.demoted_pages, 8);
+	assert_int_equal(s.read_pages, 8);
+	assert_int_equal(s.users, 0);
+	disk_tier_flush(dt);
+	disk_tier_stats(dt, 7, &s);
+	assert_int_equal(s.slots_used, 0);
+	disk_tier_close(dt);
+}
+
+static void test_get_before_the_write_serves_the_staging_copy(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "zstd");
+
+	(void)state;
+	put_user(dt, &l, 3, 4, 0);
+	assert_int_equal(get_user(dt, &l, 3, true), 4); /* staged or written */
+	disk_tier_close(dt);
+}
+
+static void test_warm_restart_rebuilds_histories(void **state)
+{
+	struct kvp_layout l = layout(64);
+	const char *codecs[] = { "none", "zstd:1" };
+
+	(void)state;
+	for (int c = 0; c < 2; c++) {
+		struct disk_tier *dt = open_tier(&l, 64, codecs[c]);
+		struct disk_key k = { .tenant = 7, .user = 11 };
+		uint64_t start, len;
+		uint32_t np;
+
+		for (uint64_t u = 10; u < 14; u++)
+			put_user(dt, &l, u, (uint32_t)(u - 8), 0);
+		disk_tier_flush(dt);
+		assert_int_equal(get_user(dt, &l, 13, true), 5); /* taken: gone */
+		disk_tier_flush(dt);
+		disk_tier_close(dt);
+
+		dt = open_tier(&l, 64, "none");
+		assert_true(disk_tier_info(dt, &k, &start, &len, &np));
+		assert_int_equal(np, 3);
+		assert_int_equal(len, 3 * 16 - 3);
+		assert_int_equal(get_user(dt, &l, 10, true), 2);
+		assert_int_equal(get_user(dt, &l, 11, true), 3);
+		assert_int_equal(get_user(dt, &l, 12, true), 4);
+		assert_int_equal(get_user(dt, &l, 13, true), 0);
+		disk_tier_flush(dt);
+		disk_tier_close(dt);
+	}
+}
+
+/* Overwrite bytes of the file at slot s, offset off. */
+static void damage_slot(const struct kvp_layout *l, uint32_t s, uint64_t off)
+{
+	char path[128];
+	int fd;
+	uint8_t junk[16];
+
+	memset(junk, 0x5a, sizeof(junk));
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, junk, sizeof(junk),
+				(off_t)(s * disk_slot_bytes(l->page_bytes) + off)),
+			 sizeof(junk));
+	close(fd);
+}
+
+static void test_damaged_middle_page_keeps_the_prefix(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+	struct disk_tier_stats s;
+	struct disk_key k = { .tenant = 7, .user = 21 };
+	uint64_t start, len;
+	uint32_t np;
+
+	(void)state;
+	put_user(dt, &l, 21, 6, 0); /* slots 0..5, fresh file */
+	disk_tier_flush(dt);
+	disk_tier_close(dt);
+	damage_slot(&l, 3, 5000); /* page 3's payload */
+
+	dt = open_tier(&l, 64, "none");
+	disk_tier_stats(dt, 7, &s);
+	assert_int_equal(s.bad_records, 1);
+	assert_true(disk_tier_info(dt, &k, &start, &len, &np));
+	assert_int_equal(np, 3);
+	assert_int_equal(len, 3 * 16);
+	assert_int_equal(get_user(dt, &l, 21, true), 3);
+	disk_tier_close(dt);
+}
+
+static void test_damage_after_the_scan_cuts_at_read_back(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+
+	(void)state;
+	put_user(dt, &l, 22, 6, 0);
+	disk_tier_flush(dt);
+	damage_slot(&l, 4, 200); /* behind the tier's back */
+	assert_int_equal(get_user(dt, &l, 22, true), 4);
+	disk_tier_close(dt);
+}
+
+static void test_another_layouts_records_are_skipped(void **state)
+{
+	struct kvp_layout a = layout(64), b = layout(32);
+	struct disk_tier *dt = open_tier(&a, 64, "none");
+	struct disk_key k = { .tenant = 7, .user = 31 };
+	uint64_t start, len;
+	uint32_t np;
+
+	(void)state;
+	put_user(dt, &a, 31, 2, 0);
+	disk_tier_flush(dt);
+	disk_tier_close(dt);
+	dt = open_tier(&b, 64, "none");
+	assert_false(disk_tier_info(dt, &k, &start, &len, &np));
+	disk_tier_close(dt);
+	/* The old layout's records are still whole: they come back. */
+	dt = open_tier(&a, 64, "none");
+	assert_true(disk_tier_info(dt, &k, &start, &len, &np));
+	disk_tier_close(dt);
+}
+
+static void test_full_disk_drops_the_oldest(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 10, "none");
+	struct disk_tier_stats s;
+
+	(void)state;
+	put_user(dt, &l, 41, 4, 0);
+	disk_tier_flush(dt);
+	put_user(dt, &l, 42, 4, 0);
+	disk_tier_flush(dt);
+	put_user(dt, &l, 43, 4, 0); /* 12 > 10 slots: 41 goes */
+	disk_tier_flush(dt);
+	assert_int_equal(get_user(dt, &l, 41, false), 0);
+	assert_int_equal(get_user(dt, &l, 42, true), 4);
+	assert_int_equal(get_user(dt, &l, 43, true), 4);
+	put_user(dt, &l, 44, 11, -ENOSPC); /* never fits */
+	disk_tier_stats(dt, 7, &s);
+	assert_int_equal(s.dropped_pages, 4 + 11); /* 41 for room, 44 whole */
+	disk_tier_close(dt);
+}
+
+static void test_failed_write_drops_that_history_only(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+	struct disk_tier_stats s;
+
+	(void)state;
+	put_user(dt, &l, 51, 3, 0);
+	disk_tier_flush(dt);
+	disk_store_inject(disk_tier_store(dt), 0, 1, -ENOSPC);
+	put_user(dt, &l, 52, 3, 0);
+	disk_tier_flush(dt);
+	disk_tier_stats(dt, 7, &s);
+	assert_int_equal(s.dropped_pages, 3);
+	assert_int_equal(get_user(dt, &l, 52, false), 0);
+	assert_int_equal(get_user(dt, &l, 51, true), 3);
+	put_user(dt, &l, 53, 3, 0); /* the disk works again */
+	disk_tier_flush(dt);
+	assert_int_equal(get_user(dt, &l, 53, true), 3);
+	disk_tier_close(dt);
+	/* Nothing the failure left behind comes back. */
+	dt = open_tier(&l, 64, "none");
+	assert_int_equal(get_user(dt, &l, 52, false), 0);
+	disk_tier_close(dt);
+}
+
+static void test_tenant_quota_drops_its_own_oldest(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+
+	(void)state;
+	disk_tier_set_quota(dt, 7, 6);
+	put_user(dt, &l, 61, 4, 0);
+	disk_tier_flush(dt);
+	put_user(dt, &l, 62, 4, 0);
+	disk_tier_flush(dt);
+	assert_int_equal(get_user(dt, &l, 61, false), 0);
+	assert_int_equal(get_user(dt, &l, 62, true), 4);
+	put_user(dt, &l, 63, 7, -ENOSPC);
+	disk_tier_close(dt);
+}
+
+static void test_abandoned_read_gives_its_staging_back(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 128, "none"); /* staging: 64 */
+	struct disk_key a = { .tenant = 7, .user = 71 }, b = { .tenant = 7, .user = 72 };
+	struct disk_hist hh;
+
+	(void)state;
+	put_user(dt, &l, 71, 40, 0);
+	disk_tier_flush(dt);
+	put_user(dt, &l, 72, 40, 0);
+	disk_tier_flush(dt);
+	assert_int_equal(get_user(dt, &l, 71, false), 40); /* READY, not taken */
+	assert_int_equal(disk_tier_get(dt, &b, &hh), -EINPROGRESS); /* 24 free */
+	usleep(1100 * 1000);
+	/* A second on, 71's staging goes back (it is still on disk). */
+	assert_int_equal(get_user(dt, &l, 72, true), 40);
+	assert_int_equal(get_user(dt, &l, 71, true), 40);
+	assert_int_equal(disk_tier_get(dt, &a, &hh), -ENOENT);
+	disk_tier_close(dt);
+}
+
+static void test_missing_and_unwritable_dir_name_the_fix(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier_config c = { .dir = "/nonexistent/kvpool-disk",
+				      .layout = l, .size = 1 << 20 };
+	struct disk_tier *dt;
+	struct errbuf e;
+
+	(void)state;
+	assert_int_equal(disk_tier_open(&dt, &c, &e), -ENOENT);
+	assert_non_null(strstr(e.msg, "/nonexistent/kvpool-disk"));
+	assert_non_null(strstr(e.msg, "mkdir -p"));
+	if (geteuid() == 0)
+		return; /* root writes anywhere */
+	chmod(g_dir, 0500);
+	c.dir = g_dir;
+	assert_int_equal(disk_tier_open(&dt, &c, &e), -EACCES);
+	assert_non_null(strstr(e.msg, "not writable"));
+	chmod(g_dir, 0700);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup_dir, teardown_dir)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_record_checksum_catches_a_flipped_byte),
+		cmocka_unit_test(test_layout_id_differs_by_geometry),
+		cmocka_unit_test(test_codec_parse),
+		cmocka_unit_test(test_shuffle_round_trip),
+		cmocka_unit_test(test_zstd_round_trip_and_incompressible_stored_as_is),
+		T(test_store_slots_round_trip_and_injected_enospc),
+		T(test_put_then_get_reads_back_every_byte),
+		T(test_get_before_the_write_serves_the_staging_copy),
+		T(test_warm_restart_rebuilds_histories),
+		T(test_damaged_middle_page_keeps_the_prefix),
+		T(test_damage_after_the_scan_cuts_at_read_back),
+		T(test_another_layouts_records_are_skipped),
+		T(test_full_disk_drops_the_oldest),
+		T(test_failed_write_drops_that_history_only),
+		T(test_tenant_quota_drops_its_own_oldest),
+		T(test_abandoned_read_gives_its_staging_back),
+		T(test_missing_and_unwritable_dir_name_the_fix),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
