@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvpool_engine.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
 #include "server.h"
-#include "shard.h"
 
 /* ------------------------------------------------------------ writing */
 

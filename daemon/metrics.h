@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "errbuf.h"
+#include "kvpool_engine.h"
 #include "proto.h"
 
 struct server;

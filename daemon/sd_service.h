@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "errbuf.h"
+#include "kvpool_engine.h"
 
 /*
  * The listening socket systemd passed (kvpoold.socket), checked to be a

@@ -195,6 +195,7 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 	if (!x)
 		return errbuf_set(e, -ENOMEM, "cuda device %d: out of memory", device);
 	x->device = device;
+	INIT_LIST_HEAD(&x->allocs);
 	pthread_mutex_init(&x->lock, NULL);
 	pthread_mutex_init(&x->fence_lock, NULL);
 	pthread_mutex_init(&x->out_lock, NULL);
@@ -257,10 +258,11 @@ void backend_cuda_close(void *ctx)
 			cudaStreamDestroy(x->stream[d]);
 	/* Engines free their tiers before the context goes; anything left is
 	 * a caller's leak, reclaimed by the driver at exit. */
-	while (x->allocs) {
-		struct cuda_alloc *a = x->allocs;
+	while (!list_empty(&x->allocs)) {
+		struct cuda_alloc *a = list_first_entry(&x->allocs,
+							struct cuda_alloc, link);
 
-		x->allocs = a->next;
+		list_del(&a->link);
 		free(a);
 	}
 	pthread_mutex_destroy(&x->lock);

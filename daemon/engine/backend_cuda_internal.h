@@ -16,13 +16,14 @@
 
 #include "backend.h"
 #include "cuda_driver.h"
+#include "list.h"
 
 /* One device-tier allocation, so tier_free can find its handle. */
 struct cuda_alloc {
 	CUdeviceptr ptr;
 	size_t size;
 	CUmemGenericAllocationHandle handle;
-	struct cuda_alloc *next;
+	struct list_head link;       /* on cuda_ctx.allocs */
 };
 
 #define FENCE_RING 64
@@ -33,7 +34,7 @@ struct cuda_ctx {
 	uint8_t uuid[16];            /* cuDeviceGetUuid of device: what clients match */
 	cudaStream_t stream[2];      /* [COPY_D2H], [COPY_H2D] */
 	pthread_mutex_t lock;        /* guards allocs */
-	struct cuda_alloc *allocs;
+	struct list_head allocs;     /* struct cuda_alloc */
 	pthread_mutex_t fence_lock;  /* guards the fields below */
 	cudaEvent_t ev[FENCE_RING];  /* fence f is ev[f % FENCE_RING] */
 	uint64_t issued;             /* the last fence handed out */

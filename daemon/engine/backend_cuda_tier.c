@@ -92,8 +92,7 @@ static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out
 	a->ptr = ptr;
 	a->size = size;
 	pthread_mutex_lock(&x->lock);
-	a->next = x->allocs;
-	x->allocs = a;
+	list_add(&a->link, &x->allocs);
 	pthread_mutex_unlock(&x->lock);
 	out->base = (void *)(uintptr_t)ptr;
 	out->bytes = size;
@@ -164,19 +163,19 @@ int cuda_tier_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
 /* The registered device allocation at base, unlinked when take. */
 struct cuda_alloc *alloc_find(struct cuda_ctx *x, const void *base, bool take)
 {
-	struct cuda_alloc **pp, *a = NULL;
+	struct cuda_alloc *a;
 
 	pthread_mutex_lock(&x->lock);
-	for (pp = &x->allocs; *pp; pp = &(*pp)->next) {
-		if ((const void *)(uintptr_t)(*pp)->ptr == base) {
-			a = *pp;
+	list_for_each_entry(a, &x->allocs, link) {
+		if ((const void *)(uintptr_t)a->ptr == base) {
 			if (take)
-				*pp = a->next;
-			break;
+				list_del(&a->link);
+			pthread_mutex_unlock(&x->lock);
+			return a;
 		}
 	}
 	pthread_mutex_unlock(&x->lock);
-	return a;
+	return NULL;
 }
 
 void cuda_tier_free(void *ctx, struct tier_mem *m)

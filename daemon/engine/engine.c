@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine.c - the pool's life cycle and the history operations: prepare,
- * commit, release. Eviction, offload, demotion and the reclaimer's steps
+ * commit, release, and the one onload path (history_onload). The lease
+ * table is lease.c; eviction, offload, demotion and the reclaimer's steps
  * live in evict.c; questions that change nothing (info, stats, listings)
  * in engine_query.c; the consistency walk in engine_check.c.
  *

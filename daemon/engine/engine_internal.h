@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine_internal.h - the engine's data structures, shared by engine.c
- * (histories, leases, the operations) and evict.c (LRU, demotion, offload).
+ * (histories, the operations, the one onload path), lease.c (the one lease
+ * table), evict.c (LRU, demotion, offload), engine_query.c, engine_check.c
+ * and shard.c, and by sharing (share*.c, which the core reaches only
+ * through engine_share.h).
  *
  * Invariants (engine_check() verifies every one of them):
  *  - every page of a history has a frame in at least one tier; a frame in
