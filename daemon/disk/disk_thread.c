@@ -21,16 +21,51 @@
 
 #include "disk_tier_internal.h"
 
+/*
+ * One pass of the thread. Its pages each way are in staging (a queued or
+ * read entry holds its staging slots), so the per-page arrays have nstage
+ * rows (at least DISK_BATCH_PAGES, for the invalidations): a history may
+ * be longer than a batch.
+ */
 struct pass {
 	struct disk_entry *w[DISK_BATCH_PAGES], *r[DISK_BATCH_PAGES];
 	uint32_t nw, nr;
-	struct disk_io io[DISK_BATCH_PAGES];
+	struct disk_io *io;
 	/* reads: io[k] is page page[k] of r[ent[k]]; ok[k] once checked */
-	uint32_t ent[DISK_BATCH_PAGES], page[DISK_BATCH_PAGES];
-	bool ok[DISK_BATCH_PAGES];
+	uint32_t *ent, *page;
+	bool *ok;
 	struct disk_tier *dt;
 	uint32_t inval[DISK_BATCH_PAGES], ninval;
 };
+
+static void pass_free(struct pass *p)
+{
+	if (!p)
+		return;
+	free(p->io);
+	free(p->ent);
+	free(p->page);
+	free(p->ok);
+	free(p);
+}
+
+static struct pass *pass_new(uint32_t nstage)
+{
+	uint32_t rows = nstage > DISK_BATCH_PAGES ? nstage : DISK_BATCH_PAGES;
+	struct pass *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->io = calloc(rows, sizeof(*p->io));
+	p->ent = calloc(rows, sizeof(*p->ent));
+	p->page = calloc(rows, sizeof(*p->page));
+	p->ok = calloc(rows, sizeof(*p->ok));
+	if (!p->io || !p->ent || !p->page || !p->ok) {
+		pass_free(p);
+		return NULL;
+	}
+	return p;
+}
 
 /* The oldest history on disk of tenant t (any tenant: t == 0 and !own). */
 static struct disk_entry *lru_victim(struct disk_tier *dt, uint64_t t, bool own)
@@ -364,13 +399,11 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 static void *disk_thread(void *arg)
 {
 	struct disk_tier *dt = arg;
-	struct pass *p = calloc(1, sizeof(*p));
+	struct pass *p = dt->pass;
 	uint64_t stored[DISK_BATCH_PAGES];
 	uint32_t good[DISK_BATCH_PAGES];
 	bool ok[DISK_BATCH_PAGES];
 
-	if (!p)
-		abort(); /* disk_tier_open checked it could: a few KiB */
 	pthread_mutex_lock(&dt->mu);
 	for (;;) {
 		while (!dt->stop && !dt->wq.head && !dt->rq.head && !dt->ninval) {
@@ -398,7 +431,6 @@ static void *disk_thread(void *arg)
 	dt->idle = true;
 	pthread_cond_broadcast(&dt->done);
 	pthread_mutex_unlock(&dt->mu);
-	free(p);
 	return NULL;
 }
 
@@ -445,8 +477,9 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 	dt->bucket = calloc(dt->nbucket, sizeof(*dt->bucket));
 	dt->cx = disk_codec_ctx_new(dt->page_bytes);
 	dt->raw = malloc(dt->page_bytes);
+	dt->pass = pass_new(dt->nstage);
 	if (!dt->stage_base || !dt->stage_free || !dt->free_slots || !dt->inval ||
-	    !dt->inval_block || !dt->bucket || !dt->cx || !dt->raw)
+	    !dt->inval_block || !dt->bucket || !dt->cx || !dt->raw || !dt->pass)
 		return errbuf_set(e, -ENOMEM, "disk tier: out of memory for %" PRIu32
 				  " staging pages of %" PRIu64 " bytes", dt->nstage,
 				  dt->slot_bytes);
@@ -480,6 +513,7 @@ static void tier_free(struct disk_tier *dt)
 	free(dt->inval);
 	free(dt->inval_block);
 	free(dt->raw);
+	pass_free(dt->pass);
 	disk_codec_ctx_free(dt->cx);
 	disk_store_close(dt->st);
 	pthread_mutex_destroy(&dt->mu);

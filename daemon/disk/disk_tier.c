@@ -360,6 +360,18 @@ int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		e->want = true;
 		break;
 	case DS_ONDISK:
+		if (e->npages > dt->nstage) {
+			/* Written by a daemon with more staging (a larger
+			 * host_mem): it can never come back through this one. */
+			disk_logf(dt, LOG_WARNING, "disk tier: user %" PRIu64 ": its %"
+				  PRIu32 " pages on disk exceed the staging memory (%"
+				  PRIu32 " pages, a quarter of host_mem); dropped; "
+				  "raise host_mem to keep such histories", e->k.user,
+				  e->npages, dt->nstage);
+			entry_drop(dt, e);
+			ret = -ENOENT;
+			break;
+		}
 		if (!stage_reserve(dt, e) &&
 		    (!stage_reclaim_ready(dt, e->npages) || !stage_reserve(dt, e)))
 			break; /* staging is busy: the retry tries again */

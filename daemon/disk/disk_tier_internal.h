@@ -27,6 +27,8 @@
  */
 enum disk_state { DS_STAGED, DS_WRITING, DS_ONDISK, DS_READING, DS_READY };
 
+struct pass;
+
 struct disk_entry {
 	struct disk_key k;
 	uint64_t start, len, snap;
@@ -68,6 +70,7 @@ struct disk_tier {
 	struct disk_codec_ctx *cx; /* the thread's */
 	void *raw;               /* the thread's decode buffer (page_bytes) */
 	void *inval_block;       /* DISK_ALIGN bytes: a DISK_FREE_MAGIC header */
+	struct pass *pass;       /* the thread's (disk_thread.c) */
 	/* Disk slots and staging slots: free stacks, lowest on top. */
 	uint32_t *free_slots, nfree;
 	char *stage_base;

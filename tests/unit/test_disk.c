@@ -530,6 +530,53 @@ static void test_abandoned_read_gives_its_staging_back(void **state)
 	disk_tier_close(dt);
 }
 
+/* A history longer than one pass of the thread (DISK_BATCH_PAGES) goes
+ * out and comes back whole, also across a restart. */
+static void test_history_longer_than_a_batch(void **state)
+{
+	struct kvp_layout l = layout(16); /* 4 KiB pages, 8 KiB slots */
+	uint32_t n = 300;
+	struct disk_tier_config c = { .dir = g_dir, .layout = l,
+				      .size = 400 * disk_slot_bytes(l.page_bytes),
+				      .staging_bytes = 400 * disk_slot_bytes(l.page_bytes) };
+	struct disk_key k = { .tenant = 7, .user = 81 };
+	void **pages = calloc(n, sizeof(*pages));
+	uint8_t *want = malloc(l.page_bytes);
+	struct disk_tier *dt;
+	struct disk_hist hh;
+	struct errbuf e;
+	int ret;
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(disk_tier_open(&dt, &c, &e), 0);
+		if (!round) {
+			for (uint32_t i = 0; i < n; i++) {
+				pages[i] = malloc(l.page_bytes);
+				fill_page(pages[i], l.page_bytes, 81, i);
+			}
+			assert_int_equal(disk_tier_put(dt, &k, 100, n * 16, n, pages), 0);
+			disk_tier_flush(dt);
+			disk_tier_close(dt);
+			continue;
+		}
+		while ((ret = disk_tier_get(dt, &k, &hh)) == -EINPROGRESS)
+			disk_tier_wait(dt, &k);
+		assert_int_equal(ret, 0);
+		assert_int_equal(hh.npages, n);
+		for (uint32_t i = 0; i < n; i++) {
+			fill_page(want, l.page_bytes, 81, i);
+			assert_memory_equal(disk_tier_page(dt, &hh, i), want, l.page_bytes);
+		}
+		disk_tier_take(dt, &hh);
+		disk_tier_close(dt);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		free(pages[i]);
+	free(pages);
+	free(want);
+}
+
 static void test_missing_and_unwritable_dir_name_the_fix(void **state)
 {
 	struct kvp_layout l = layout(64);
@@ -572,6 +619,7 @@ int main(void)
 		T(test_failed_write_drops_that_history_only),
 		T(test_tenant_quota_drops_its_own_oldest),
 		T(test_abandoned_read_gives_its_staging_back),
+		T(test_history_longer_than_a_batch),
 		T(test_missing_and_unwritable_dir_name_the_fix),
 	};
 
