@@ -31,6 +31,13 @@ import time
 
 KVPOOLD, KVCTL, UNIT_DIR = sys.argv[1:4]
 BASE = ["--foreground", "--backend=shm", "--device_mem=4M", "--host_mem=4M"]
+STARTED = []  # every process started, killed at the end if still running
+
+
+def start(*args, **kw):
+    p = subprocess.Popen(*args, **kw)
+    STARTED.append(p)
+    return p
 
 
 def fail(msg, log=None):
@@ -53,8 +60,8 @@ def test_notify(tmp):
     env = dict(os.environ, NOTIFY_SOCKET=ns, WATCHDOG_USEC="200000")
     env.pop("JOURNAL_STREAM", None)
     with open(log, "w") as lf:
-        p = subprocess.Popen([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
-                             stdout=lf, env=env)
+        p = start([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
+                  stdout=lf, env=env)
     msgs, ready_at = [], None
     mgr.settimeout(0.05)
     deadline = time.monotonic() + 10
@@ -116,8 +123,8 @@ def test_journal(tmp):
     open(log, "w").close()
     env = journal_env(log)
     with open(log, "a") as lf:
-        p = subprocess.Popen([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
-                             stdout=lf, env=env)
+        p = start([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
+                  stdout=lf, env=env)
     for _ in range(100):
         if os.path.exists(sock):
             break
@@ -134,8 +141,8 @@ def test_journal(tmp):
         fail("no '<6>info: serving' line", log)
     # A start-up error: the socket is taken by a second kvpoold.
     with open(log, "w") as lf:
-        p = subprocess.Popen([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
-                             stdout=lf, env=env)
+        p = start([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
+                  stdout=lf, env=env)
     for _ in range(100):
         if os.path.exists(sock):
             break
@@ -161,8 +168,8 @@ def test_activation(tmp):
         sys.exit(77)
     sock, log = os.path.join(tmp, "a.sock"), os.path.join(tmp, "a.log")
     with open(log, "w") as lf:
-        p = subprocess.Popen([tool, "--seqpacket", "-l", sock, KVPOOLD, *BASE,
-                              "--socket=" + sock], stderr=lf, stdout=lf)
+        p = start([tool, "--seqpacket", "-l", sock, KVPOOLD, *BASE,
+                   "--socket=" + sock], stderr=lf, stdout=lf)
     for _ in range(100):
         if os.path.exists(sock):
             break
@@ -218,6 +225,10 @@ def main():
         test_units(tmp)
         test_activation(tmp)
     finally:
+        for p in STARTED:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")
 
