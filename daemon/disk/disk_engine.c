@@ -43,7 +43,8 @@ static void *page_bytes_of(struct engine *eng, struct history *h, uint32_t i)
 	if (p->frame[KVP_TIER_HOST] != FRAME_NONE)
 		return (char *)eng->mem[KVP_TIER_HOST].base +
 		       (uint64_t)p->frame[KVP_TIER_HOST] * pb;
-	if (p->frame[KVP_TIER_DEVICE] != FRAME_NONE && eng->mem[KVP_TIER_DEVICE].base)
+	if (p->frame[KVP_TIER_DEVICE] != FRAME_NONE &&
+	    eng->mem[KVP_TIER_DEVICE].host_visible)
 		return (char *)eng->mem[KVP_TIER_DEVICE].base +
 		       (uint64_t)p->frame[KVP_TIER_DEVICE] * pb;
 	return NULL;

@@ -95,6 +95,7 @@ static int device_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out
 	list_add(&a->link, &x->allocs);
 	pthread_mutex_unlock(&x->lock);
 	out->base = (void *)(uintptr_t)ptr;
+	out->host_visible = false; /* a device pointer */
 	out->bytes = size;
 	out->fd = fd;
 	return 0;
@@ -138,6 +139,7 @@ static int host_alloc(struct cuda_ctx *x, uint64_t bytes, struct tier_mem *out,
 				  x->device, bytes, cudaGetErrorString(err));
 	memset(p, 0, (size_t)bytes);
 	out->base = p;
+	out->host_visible = true; /* pinned host memory */
 	out->bytes = bytes;
 	out->fd = -1;
 	return 0;

@@ -47,6 +47,7 @@ static int shm_tier_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
 				  kvp_tier_name(tier), bytes, strerror(-err));
 	}
 	out->base = base;
+	out->host_visible = true;
 	out->bytes = bytes;
 	out->fd = fd;
 	return 0;

@@ -30,13 +30,18 @@
 #ifndef KVPOOL_BACKEND_H
 #define KVPOOL_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "errbuf.h"
 #include "kvpool.h"
 
 struct tier_mem {
-	void *base;     /* mapped in the daemon; NULL where not host-visible */
+	void *base;     /* the tier's address in the daemon: a CPU address when
+			 * host_visible, else the backend's own (the cuda
+			 * device tier's is a device pointer: never
+			 * dereference it, read through the read op) */
+	bool host_visible; /* the CPU may read and write base directly */
 	uint64_t bytes;
 	int fd;         /* what clients map; -1 if none */
 };

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_disk_engine - pushing a history down to the disk tier from an engine
+ * whose device tier the CPU cannot read (daemon/disk/disk_engine.c).
+ *
+ * On the cuda backend the device tier's tier_mem.base is a device pointer:
+ * `kvctl offload --tier disk` of a history only on the device once made
+ * the disk code memcpy from it, and kvpoold died of SIGSEGV (seen on the
+ * H100, 2026-11-27). The engine here runs on the shm backend with its
+ * device tier marked not host-visible, as cuda's is: the pages must go
+ * device -> host through the backend's copy (a demotion: bytes_d2h grows
+ * by the history's pages), then to disk, and come back byte for byte. On a
+ * host-visible device tier (shm as is) the disk tier reads the device
+ * frames directly and copies nothing.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "disk_tier.h"
+#include "engine_helpers.h"
+#include "errbuf.h"
+
+#define USER 5u
+#define TOKENS (6 * PT + 1)
+
+static char g_dir[64];
+static struct disk_tier *g_disk;
+static struct backend_ops g_be; /* shm, its device tier not host-visible */
+
+static int shm_device_opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
+				   struct tier_mem *out, struct errbuf *e)
+{
+	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
+
+	if (!ret && tier == KVP_TIER_DEVICE)
+		out->host_visible = false;
+	return ret;
+}
+
+static struct engine *mk_disk_engine(bool device_visible)
+{
+	struct disk_tier_config dc = { .dir = g_dir, .size = 8u << 20 };
+	struct engine_config cfg;
+	struct errbuf e = { "" };
+	struct engine *eng = NULL;
+	char msg[128];
+
+	snprintf(g_dir, sizeof(g_dir), "/tmp/kvpool-test-disk-engine-XXXXXX");
+	assert_non_null(mkdtemp(g_dir));
+	memset(&cfg, 0, sizeof(cfg));
+	assert_int_equal(kvp_layout_init(&cfg.layout, 2, 2, 8, KVP_DTYPE_FP32, PT,
+					 e.msg, sizeof(e.msg)), 0);
+	dc.layout = cfg.layout;
+	assert_int_equal(disk_codec_parse("none", &dc.codec, msg, sizeof(msg)), 0);
+	if (disk_tier_open(&g_disk, &dc, &e))
+		fail_msg("disk_tier_open: %s", e.msg);
+	g_be = backend_shm;
+	if (!device_visible)
+		g_be.tier_alloc = shm_device_opaque_alloc;
+	cfg.device_frames = 32;
+	cfg.host_frames = 32;
+	cfg.backend = &g_be;
+	cfg.disk = g_disk;
+	if (engine_create(&eng, &cfg, &e))
+		fail_msg("engine_create: %s", e.msg);
+	drop_engine();
+	g_eng = eng;
+	return eng;
+}
+
+static int teardown_all(void **state)
+{
+	char path[128];
+
+	drop_engine();
+	if (g_disk)
+		disk_tier_close(g_disk);
+	g_disk = NULL;
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	unlink(path);
+	rmdir(g_dir);
+	return teardown(state);
+}
+
+/* Push USER to disk, check where it is, bring it back, read every byte. */
+static void to_disk_and_back(bool device_visible, uint64_t want_d2h)
+{
+	struct engine *eng = mk_disk_engine(device_visible);
+	const uint64_t pages = (TOKENS + PT - 1) / PT;
+	struct errbuf e = { "" };
+	struct kvp_stats before, after;
+	struct engine_user_info in;
+	struct engine_lease L;
+	int rc;
+
+	put(eng, USER, 0, TOKENS);
+	in = info_of(eng, USER);
+	assert_int_equal(in.pages_device, pages);
+	assert_int_equal(in.pages_host, 0);
+	before = stats_of(eng);
+	rc = engine_evict(eng, USER, KVP_SEL_TO_DISK, &e);
+	if (rc < 0)
+		fail_msg("offload --tier disk: %d %s", rc, e.msg);
+	after = stats_of(eng);
+	assert_int_equal(after.bytes_d2h - before.bytes_d2h,
+			 want_d2h * engine_layout(eng)->page_bytes);
+	/* Only on disk now: nothing in memory, still known to info. */
+	in = info_of(eng, USER);
+	assert_true(in.exists);
+	assert_int_equal(in.pages_device, 0);
+	assert_int_equal(in.pages_host, 0);
+	assert_int_equal(in.len, TOKENS);
+	CHECK(eng);
+
+	/* Back disk -> host -> device (this caller waits for the read). */
+	rc = engine_prepare(eng, USER, TOKENS, 0, OWNER, &L, &e);
+	if (rc)
+		fail_msg("prepare after disk: %d %s", rc, e.msg);
+	assert_int_equal(L.len, TOKENS);
+	assert_int_equal(L.onloaded_pages, pages);
+	engine_fence_wait(eng, L.fence);
+	release_ok(eng, L.id);
+	verify(eng, USER, 0, TOKENS);
+	CHECK(eng);
+}
+
+static void device_not_host_visible_demotes_first(void **state)
+{
+	(void)state;
+	to_disk_and_back(false, (TOKENS + PT - 1) / PT);
+}
+
+static void device_host_visible_is_read_in_place(void **state)
+{
+	(void)state;
+	to_disk_and_back(true, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(device_not_host_visible_demotes_first,
+					  teardown_all),
+		cmocka_unit_test_teardown(device_host_visible_is_read_in_place,
+					  teardown_all),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
