@@ -104,6 +104,15 @@ static void reclaim_wake(struct reclaimer *rc)
 	pthread_mutex_unlock(&rc->lock);
 }
 
+/* Its last device pass found nothing to evict, less than RECLAIM_DRY_NS
+ * ago: waking it again now would be in vain. */
+static bool reclaim_dry_recently(const struct reclaimer *rc)
+{
+	return __atomic_load_n(&rc->dry, __ATOMIC_RELAXED) &&
+	       mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) <
+	       RECLAIM_DRY_NS;
+}
+
 void shard_reclaim_hint(struct shard_set *s)
 {
 	struct reclaimer *rc = &s->rc;
@@ -117,8 +126,7 @@ void shard_reclaim_hint(struct shard_set *s)
 		return;
 	/* Found nothing to evict a moment ago (all pinned): not again at
 	 * every request; a millisecond later. */
-	if (__atomic_load_n(&rc->dry, __ATOMIC_RELAXED) &&
-	    mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) < RECLAIM_DRY_NS)
+	if (reclaim_dry_recently(rc))
 		return;
 	reclaim_wake(rc);
 }
@@ -134,8 +142,7 @@ bool shard_reclaim_kick(struct shard_set *s, uint32_t need)
 	 * Later, a release may have made something evictable: wake it (as the
 	 * hint does), or every prepare after one dry pass would evict for
 	 * itself until something else woke the reclaimer. */
-	if (__atomic_load_n(&rc->dry, __ATOMIC_RELAXED) &&
-	    mono_ns() - __atomic_load_n(&rc->dry_ns, __ATOMIC_RELAXED) < RECLAIM_DRY_NS)
+	if (reclaim_dry_recently(rc))
 		return false;
 	/* Free this much beyond the high watermark on the next pass: the
 	 * waiting prepare's pages come on top of the usual reserve. */
