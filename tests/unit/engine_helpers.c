@@ -48,28 +48,40 @@ struct engine *mk_engine(uint32_t dev, uint32_t host, uint64_t max_tokens)
 	return mk_engine_on(dev, host, max_tokens, NULL, NULL);
 }
 
+void test_layout(struct kvp_layout *l)
+{
+	char msg[KVP_ERRLEN];
+
+	if (kvp_layout_init(l, 2, 2, 8, KVP_DTYPE_FP32, PT, msg, sizeof(msg)))
+		fail_msg("kvp_layout_init: %s", msg);
+}
+
 struct engine *mk_engine_on(uint32_t dev, uint32_t host, uint64_t max_tokens,
 			    const struct backend_ops *be, void *be_ctx)
 {
 	struct engine_config cfg;
-	struct engine *eng = NULL;
-	struct errbuf e;
-	int rc;
 
 	memset(&cfg, 0, sizeof(cfg));
-	e.msg[0] = '\0';
-	rc = kvp_layout_init(&cfg.layout, 2, 2, 8, KVP_DTYPE_FP32, PT, e.msg,
-			     sizeof(e.msg));
-	if (rc)
-		fail_msg("kvp_layout_init: %s", e.msg);
 	cfg.device_frames = dev;
 	cfg.host_frames = host;
 	cfg.max_tokens_per_user = max_tokens;
 	cfg.backend = be;
 	cfg.backend_ctx = be_ctx;
-	rc = engine_create(&eng, &cfg, &e);
+	return mk_engine_cfg(&cfg);
+}
+
+struct engine *mk_engine_cfg(struct engine_config *cfg)
+{
+	struct engine *eng = NULL;
+	struct errbuf e;
+	int rc;
+
+	e.msg[0] = '\0';
+	test_layout(&cfg->layout);
+	rc = engine_create(&eng, cfg, &e);
 	if (rc)
-		fail_msg("engine_create(dev=%u host=%u) = %d: %s", dev, host, rc, e.msg);
+		fail_msg("engine_create(dev=%u host=%u) = %d: %s", cfg->device_frames,
+			 cfg->host_frames, rc, e.msg);
 	assert_non_null(eng);
 	drop_engine();
 	g_eng = eng;

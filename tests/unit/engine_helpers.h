@@ -38,6 +38,11 @@ int teardown(void **state);
  * host frames and max_tokens_per_user max_tokens (0: no cap); it becomes
  * g_eng. */
 struct engine *mk_engine(uint32_t dev, uint32_t host, uint64_t max_tokens);
+/* The test layout above, or the test fails. */
+void test_layout(struct kvp_layout *l);
+/* An engine of cfg (its layout set to the test layout here); it becomes
+ * g_eng, as mk_engine's. */
+struct engine *mk_engine_cfg(struct engine_config *cfg);
 /* The same on another backend (NULL: shm). */
 struct engine *mk_engine_on(uint32_t dev, uint32_t host, uint64_t max_tokens,
 			    const struct backend_ops *be, void *be_ctx);

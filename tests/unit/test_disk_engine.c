@@ -54,30 +54,23 @@ static struct engine *mk_disk_engine(bool device_visible)
 	struct disk_tier_config dc = { .dir = g_dir, .size = 8u << 20 };
 	struct engine_config cfg;
 	struct errbuf e = { "" };
-	struct engine *eng = NULL;
 	char msg[128];
 
 	snprintf(g_dir, sizeof(g_dir), "/tmp/kvpool-test-disk-engine-XXXXXX");
 	assert_non_null(mkdtemp(g_dir));
-	memset(&cfg, 0, sizeof(cfg));
-	assert_int_equal(kvp_layout_init(&cfg.layout, 2, 2, 8, KVP_DTYPE_FP32, PT,
-					 e.msg, sizeof(e.msg)), 0);
-	dc.layout = cfg.layout;
+	test_layout(&dc.layout);
 	assert_int_equal(disk_codec_parse("none", &dc.codec, msg, sizeof(msg)), 0);
 	if (disk_tier_open(&g_disk, &dc, &e))
 		fail_msg("disk_tier_open: %s", e.msg);
 	g_be = backend_shm;
 	if (!device_visible)
 		g_be.tier_alloc = shm_device_opaque_alloc;
+	memset(&cfg, 0, sizeof(cfg));
 	cfg.device_frames = 32;
 	cfg.host_frames = 32;
 	cfg.backend = &g_be;
 	cfg.disk = g_disk;
-	if (engine_create(&eng, &cfg, &e))
-		fail_msg("engine_create: %s", e.msg);
-	drop_engine();
-	g_eng = eng;
-	return eng;
+	return mk_engine_cfg(&cfg);
 }
 
 static int teardown_all(void **state)

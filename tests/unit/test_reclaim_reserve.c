@@ -75,8 +75,7 @@ static struct engine *setup_pool(uint32_t free_frames)
 	struct engine *eng;
 	uint64_t u = 100;
 
-	assert_int_equal(kvp_layout_init(&sc.ec.layout, 2, 2, 8, KVP_DTYPE_FP32,
-					 PT, e.msg, sizeof(e.msg)), 0);
+	test_layout(&sc.ec.layout);
 	sc.ec.device_frames = DEV;
 	sc.ec.host_frames = HOST;
 	if (shard_set_create(&g_set, &sc, &e))
