@@ -47,6 +47,14 @@ def fail(msg, log=None):
     sys.exit(1)
 
 
+def wait_socket(sock, step):
+    """Up to 100 steps of step seconds for kvpoold's socket file."""
+    for _ in range(100):
+        if os.path.exists(sock):
+            return
+        time.sleep(step)
+
+
 def kvctl_stats(sock):
     return subprocess.run([KVCTL, "--socket", sock, "stats"], capture_output=True,
                           text=True, timeout=20)
@@ -125,10 +133,7 @@ def test_journal(tmp):
     with open(log, "a") as lf:
         p = start([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
                   stdout=lf, env=env)
-    for _ in range(100):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.1)
+    wait_socket(sock, 0.1)
     kvctl_stats(sock)
     p.send_signal(signal.SIGTERM)
     if p.wait(timeout=20) != 0:
@@ -143,10 +148,7 @@ def test_journal(tmp):
     with open(log, "w") as lf:
         p = start([KVPOOLD, *BASE, "--socket=" + sock], stderr=lf,
                   stdout=lf, env=env)
-    for _ in range(100):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.1)
+    wait_socket(sock, 0.1)
     log2 = os.path.join(tmp, "j2.log")
     open(log2, "w").close()
     with open(log2, "a") as lf:
@@ -170,10 +172,7 @@ def test_activation(tmp):
     with open(log, "w") as lf:
         p = start([tool, "--seqpacket", "-l", sock, KVPOOLD, *BASE,
                    "--socket=" + sock], stderr=lf, stdout=lf)
-    for _ in range(100):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.05)
+    wait_socket(sock, 0.05)
     r = kvctl_stats(sock)
     if r.returncode != 0 or "device" not in r.stdout:
         p.kill()

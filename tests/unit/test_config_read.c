@@ -61,17 +61,12 @@ static ssize_t failing_read(void *cookie, char *buf, size_t size)
 }
 
 /*
- * config_read of text failing at fail_at (SIZE_MAX: never) with err; its
- * return value, what it printed to stderr in msg, the config in *c (the
- * caller frees it).
+ * config_read of f (closed here); its return value, what it printed to
+ * stderr in msg, the config in *c (the caller frees it).
  */
-static int read_text(size_t fail_at, int err, struct config *c, char *msg,
-		     size_t len)
+static int read_stream(FILE *f, struct config *c, char *msg, size_t len)
 {
-	struct failing s = { .fail_at = fail_at, .err = err };
-	cookie_io_functions_t io = { .read = failing_read };
 	int saved = dup(2), mfd = memfd_create("stderr", 0), ret;
-	FILE *f = fopencookie(&s, "r", io);
 	ssize_t n;
 
 	assert_non_null(f);
@@ -88,6 +83,16 @@ static int read_text(size_t fail_at, int err, struct config *c, char *msg,
 	msg[n > 0 ? n : 0] = '\0';
 	close(mfd);
 	return ret;
+}
+
+/* read_stream of text failing at fail_at (SIZE_MAX: never) with err. */
+static int read_text(size_t fail_at, int err, struct config *c, char *msg,
+		     size_t len)
+{
+	struct failing s = { .fail_at = fail_at, .err = err };
+	cookie_io_functions_t io = { .read = failing_read };
+
+	return read_stream(fopencookie(&s, "r", io), c, msg, len);
 }
 
 static void clean_read_applies_every_line(void **state)
@@ -142,24 +147,7 @@ static void error_where_the_file_would_end_is_a_startup_error(void **state)
 /* config_read of a string; what it printed to stderr in msg. */
 static int read_string(const char *str, struct config *c, char *msg, size_t len)
 {
-	int saved = dup(2), mfd = memfd_create("stderr", 0), ret;
-	FILE *f = fmemopen((void *)str, strlen(str), "r");
-	ssize_t n;
-
-	assert_non_null(f);
-	assert_true(saved >= 0 && mfd >= 0);
-	*c = (struct config){ 0 };
-	fflush(stderr);
-	dup2(mfd, 2);
-	ret = config_read(c, f, PATH);
-	fflush(stderr);
-	dup2(saved, 2);
-	close(saved);
-	fclose(f);
-	n = pread(mfd, msg, len - 1, 0);
-	msg[n > 0 ? n : 0] = '\0';
-	close(mfd);
-	return ret;
+	return read_stream(fmemopen((void *)str, strlen(str), "r"), c, msg, len);
 }
 
 static void expect_error(const char *str, const char *want)
