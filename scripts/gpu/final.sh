@@ -8,8 +8,7 @@
 set -uo pipefail
 source scripts/gpu/env.sh
 { nvidia-smi -L; nproc; uname -r; date -u; git log --oneline -1 2>/dev/null; } > $OUT/machine.txt
-cf="-DKVPOOL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON -DPython3_EXECUTABLE=/opt/torch/.venv/bin/python3"
-(cmake -S . -B /tmp/b $cf && cmake --build /tmp/b -j16) > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
+(cmake -S . -B /tmp/b $KVPOOL_GPU_CMAKE_FLAGS && cmake --build /tmp/b -j16) > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
 echo "build ok"
 timeout ${CTEST_S:-90} ctest --test-dir /tmp/b -L gpu -E "${CTEST_SKIP:-test_llm_gpu|test_hf_gpu}" \
 	--output-on-failure > $OUT/ctest-gpu.txt 2>&1; echo "ctest rc=$?"; grep -E "tests passed|Passed|Failed|Skipped" $OUT/ctest-gpu.txt | tail -15
