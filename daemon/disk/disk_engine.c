@@ -216,11 +216,14 @@ void engine_disk_stats(const struct engine *eng, struct kvp_stats *out)
 		return;
 	disk_tier_stats(eng->disk, eng->disk_tenant, &ds);
 	out->disk_users = ds.users;
-	out->disk_pages = ds.pages;
+	out->disk_pages = ds.pages - ds.prefix_pages - ds.chunk_pages; /* histories */
 	out->disk_demoted_pages = ds.demoted_pages;
 	out->disk_read_pages = ds.read_pages;
 	out->disk_dropped_pages = ds.dropped_pages;
 	out->disk_stored_bytes = ds.bytes_stored;
+	out->disk_prefix_pages = ds.prefix_pages;
+	out->disk_chunks = ds.chunks;
+	out->disk_chunk_pages = ds.chunk_pages;
 }
 
 /* Push h (unpinned) down to disk: pages no CPU can read (device-only on a

@@ -64,12 +64,21 @@ void disk_tier_close(struct disk_tier *dt);
 /* Most slots the tenant's histories may hold (0: no limit but disk_size). */
 void disk_tier_set_quota(struct disk_tier *dt, uint64_t tenant, uint64_t slots);
 
-/* A history's key on disk. */
+/*
+ * A key on disk: a user history (kind 0, user), or, with kind
+ * DISK_KIND_PREFIX / DISK_KIND_CHUNK (disk_record.h), a prefix page or a
+ * chunk named by hash (user 0). Every page of an entry is one record; the
+ * tier never looks inside them (share_disk.c does).
+ */
 struct disk_key {
 	uint64_t tenant;  /* disk_tenant_key(name) */
 	uint32_t pool;
 	uint64_t user;
+	uint8_t kind;     /* 0: a user history; else enum disk_kind */
+	uint8_t hash[32]; /* kind != 0: block hash or chunk name id */
 };
+/* With kind != 0, user is not part of the key but an alias kept with it
+ * (a chunk's entry id, 8 bytes of it): disk_tier_find_alias. */
 
 /* Queue the history for writing: pages[i] is page i (page_bytes each). */
 int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start,
@@ -102,6 +111,10 @@ uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool
  * (unsorted); returns how many there are in all (may be > max). */
 uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
 			uint64_t cursor, uint64_t *ids, uint64_t max);
+/* The hash of an entry of kind whose alias (disk_key.user) is alias; false:
+ * none. A walk over the whole index: for misses only. */
+bool disk_tier_find_alias(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
+			  uint8_t kind, uint64_t alias, uint8_t hash[32]);
 /* Whether (and how much of) the user is on disk; false: not. */
 bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 		    uint64_t *start, uint64_t *len, uint32_t *npages);
@@ -109,6 +122,7 @@ bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 struct disk_tier_stats {
 	uint64_t slots, slots_used;     /* the whole file */
 	uint64_t users, pages;          /* of the tenant */
+	uint64_t prefix_pages, chunks, chunk_pages; /* of those pages */
 	uint64_t demoted_pages, dropped_pages, read_pages;
 	uint64_t bytes_raw, bytes_stored; /* written: ratio raw / stored */
 	uint64_t write_ns, read_ns;     /* in the disk thread */

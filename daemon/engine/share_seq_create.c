@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disk_engine.h"
+#include "shard.h"
 #include "share_internal.h"
 
 #define SEQ_MAX_SOURCES 64
@@ -34,6 +36,18 @@ static int src_resolve(struct engine *eng, const struct kvp_seq_src *src,
 	switch (src->kind) {
 	case KVP_SRC_USER:
 		p->h = engine_find_history(eng, src->id); /* any shard's */
+		if (!p->h) {
+			/* Only on the disk tier: back into the host tier
+			 * first (then onloaded as any host history). */
+			struct engine *ue = eng->set ?
+				eng->set->v[shard_of_user(eng->set, src->id)].eng : eng;
+			int ret = engine_disk_onload(ue, src->id,
+						     ENGINE_PREPARE_DISK_DEFER, e);
+
+			if (ret)
+				return ret; /* -EINPROGRESS: the worker retries */
+			p->h = engine_find_history(eng, src->id);
+		}
 		if (!p->h || !p->h->len)
 			return errbuf_set(e, -ENOENT, "source %" PRIu32 ": user %"
 					  PRIu64 " has nothing cached", i, src->id);

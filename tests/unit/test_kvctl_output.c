@@ -311,6 +311,7 @@ static struct kvp_stats demo_stats(void)
 		.reclaim_direct = 35, .disk_users = 36, .disk_pages = 37,
 		.disk_demoted_pages = 38, .disk_read_pages = 39,
 		.disk_dropped_pages = 40, .disk_stored_bytes = 41,
+		.disk_prefix_pages = 42, .disk_chunks = 43, .disk_chunk_pages = 44,
 	};
 
 	return s;
@@ -389,6 +390,9 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"chunk_hits\": 6,\n"
 		       "  \"chunk_evicted\": 29,\n"
 		       "  \"compositions\": 30,\n"
+		       "  \"disk_prefix_pages\": 42,\n"
+		       "  \"disk_chunks\": 43,\n"
+		       "  \"disk_chunk_pages\": 44,\n"
 		       "  \"chunk_last_access_ns\": 1794999910000000000,\n"
 		       "  \"chunk_last_access_age_s\": 90,\n"
 		       "  \"prefix_hit_rate\": 0.2500,\n"
@@ -540,6 +544,9 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "chunk_hits        6\n"
 		       "chunk_evicted     29\n"
 		       "compositions      30\n"
+		       "disk_prefix_pages 42\n"
+		       "disk_chunks       43\n"
+		       "disk_chunk_pages  44\n"
 		       "chunk_last_access 90s ago\n"
 		       "prefix_hit_rate   25.0%\n"
 		       "chunk_hit_rate    75.0%\n");
