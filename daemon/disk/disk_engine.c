@@ -25,6 +25,7 @@
 #include "disk_engine.h"
 #include "disk_tier.h"
 #include "engine_internal.h"
+#include "engine_share.h"
 #include "shard.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
@@ -324,6 +325,13 @@ int engine_disk_flush_all(struct engine *eng)
 			else if (user_table_find(&eng->users, user) == h)
 				history_drop(eng, h); /* lost, as a stop always lost it */
 		}
+	/* Then idle prefix pages and unheld chunks (share_disk.c writes
+	 * them), one at a time with the thread drained after each: its
+	 * staging may be smaller than what is there. */
+	while (share_evictable(eng)) {
+		share_evict_oldest(eng);
+		disk_tier_flush(eng->disk);
+	}
 	return n;
 }
 
