@@ -8,8 +8,10 @@
  * memory and moved on since), and of it the pages 0..k-1 that all check:
  * a hole (a torn or damaged page, one never written before a crash) keeps
  * only the prefix before it, as continuity demands. A snapshot without its
- * page 0 is gone. Damaged records and other layouts' records are skipped,
- * with one warning each saying how many.
+ * page 0 is gone. Prefix pages and chunks (kind and hash in the key) come
+ * back the same way but whole or not at all: a chunk without one of its
+ * pages or its name record is skipped. Damaged records and other layouts'
+ * records are skipped, with one warning each saying how many.
  */
 #include <errno.h>
 #include <inttypes.h>

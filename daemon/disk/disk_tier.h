@@ -25,10 +25,15 @@
  *                            engine copies them into host frames and calls
  *                            disk_tier_take(), which frees the disk copy.
  *
+ * The same entries hold prefix-cache pages and chunks (disk_key.kind, the
+ * engine's share_disk.c): the tier stores and returns their pages without
+ * looking inside.
+ *
  * Warm restart: disk_tier_open() scans the file; for each (tenant, pool,
  * user) the newest snapshot's pages 0..k-1 that check (disk_record.h) come
  * back as a history of min(len, k * page_tokens) tokens, served by the
- * next prepare of the user. Records that fail their checksum, are torn, or
+ * next prepare of the user (a prefix page or chunk: all its pages, or
+ * nothing). Records that fail their checksum, are torn, or
  * belong to another layout are skipped with one warning per kind.
  *
  * Thread-safe: every call takes the tier's mutex for a short while.

@@ -14,7 +14,8 @@
  *  2. chunk:   a chunk of 100 tokens with metadata, filled and sealed, is
  *              pushed to disk; another client acquires it by entry id
  *              (bytes equal), then again (pushed out once more) by name,
- *              and its metadata came back with it;
+ *              and its metadata came back with it; `kvctl chunks`
+ *              counts it while it is on disk;
  *  3. seq:     a user pushed to disk (offload --tier disk) is a source of
  *              kvp_seq_create: the sequence reads the user's bytes;
  *  4. kill -9: prefix pages and the chunk on disk, kvpoold SIGKILLed, then
@@ -214,6 +215,33 @@ static void phase_prefix(void)
 
 /* ------------------------------------------------------------ 2. chunk */
 
+/* `kvctl chunks --json` counts the chunk on disk (when the test was given
+ * kvctl). */
+static int kvctl_counts_disk(void)
+{
+	char cmd[512], out[8192];
+	size_t n;
+	FILE *p;
+	int st;
+
+	if (!h_kvctl_path)
+		return 0;
+	snprintf(cmd, sizeof(cmd), "%s --socket %s chunks --json", h_kvctl_path,
+		 g_sock);
+	p = popen(cmd, "r");
+	if (!p)
+		return 1;
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	if (st != 0 || !strstr(out, "\"disk_chunks\": 1,")) {
+		h_fail("kvctl chunks --json (status %d) does not count the chunk on "
+		       "disk:\n%s", st, out);
+		return 1;
+	}
+	return 0;
+}
+
 static struct kvp_chunk_reg g_reg;
 
 /* Acquire id (waiting) and compare; its metadata is META. */
@@ -268,6 +296,7 @@ static void phase_chunk(void)
 		       " on disk; want 0 and 1", st.chunks, st.disk_chunks);
 		g_bad++;
 	}
+	g_bad += kvctl_counts_disk();
 	g_bad += chunk_served(r, &g_reg.id, "by entry id");
 	if (push_out(c)) {
 		g_bad++;
