@@ -494,21 +494,46 @@ uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
 	return n;
 }
 
-bool disk_tier_find_alias(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
-			  uint8_t kind, uint64_t alias, uint8_t hash[32])
+static bool alias_match(const struct disk_entry *e, const struct disk_alias *a)
+{
+	return e->k.kind == a->kind && (e->k.user & a->mask) == a->value &&
+	       e->k.tenant == a->tenant && e->k.pool == a->pool;
+}
+
+bool disk_tier_find_alias(struct disk_tier *dt, const struct disk_alias *a,
+			  uint8_t hash[32])
 {
 	bool found = false;
 
 	pthread_mutex_lock(&dt->mu);
 	for (uint32_t b = 0; b < dt->nbucket && !found; b++)
 		for (struct disk_entry *e = dt->bucket[b]; e && !found; e = e->hnext)
-			if (e->k.kind == kind && e->k.user == alias &&
-			    e->k.tenant == tenant && e->k.pool == pool) {
+			if (alias_match(e, a)) {
 				memcpy(hash, e->k.hash, sizeof(e->k.hash));
 				found = true;
 			}
 	pthread_mutex_unlock(&dt->mu);
 	return found;
+}
+
+uint32_t disk_tier_drop_alias(struct disk_tier *dt, const struct disk_alias *a)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t b = 0; b < dt->nbucket; b++) {
+		struct disk_entry *e = dt->bucket[b], *next;
+
+		for (; e; e = next) {
+			next = e->hnext;
+			if (alias_match(e, a)) {
+				entry_drop(dt, e);
+				n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&dt->mu);
+	return n;
 }
 
 bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,

@@ -116,10 +116,19 @@ uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool
  * (unsorted); returns how many there are in all (may be > max). */
 uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
 			uint64_t cursor, uint64_t *ids, uint64_t max);
-/* The hash of an entry of kind whose alias (disk_key.user) is alias; false:
- * none. A walk over the whole index: for misses only. */
-bool disk_tier_find_alias(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
-			  uint8_t kind, uint64_t alias, uint8_t hash[32]);
+/* Entries of kind of (tenant, pool) whose alias has (user & mask) == value. */
+struct disk_alias {
+	uint64_t tenant;
+	uint32_t pool;
+	uint8_t kind;
+	uint64_t mask, value;
+};
+/* The hash of one such entry; false: none. Both walk the whole index: for
+ * misses and deletions only. */
+bool disk_tier_find_alias(struct disk_tier *dt, const struct disk_alias *a,
+			  uint8_t hash[32]);
+/* Drop them all; returns how many. */
+uint32_t disk_tier_drop_alias(struct disk_tier *dt, const struct disk_alias *a);
 /* Whether (and how much of) the user is on disk; false: not. */
 bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 		    uint64_t *start, uint64_t *len, uint32_t *npages);

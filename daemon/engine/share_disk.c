@@ -308,13 +308,27 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 
 /* ------------------------------------------------------------ chunks */
 
-/* The alias a chunk on disk is found by from its entry id (disk_key). */
-static uint64_t chunk_alias(const struct kvp_chunk_id *id)
+/*
+ * The alias (disk_key.user) a chunk on disk is found by: 62 bits of its
+ * entry id, so an acquire by entry id finds it, and its type in the low 2
+ * bits, so a clear by type drops it (KVP_CHUNK_SYSTEM..QUERY are 1..3).
+ */
+#define ALIAS_TYPE_MASK 3ull
+
+static uint64_t chunk_alias(const struct kvp_chunk_id *id, uint32_t type)
 {
 	uint64_t a;
 
 	memcpy(&a, id->b, sizeof(a));
-	return a;
+	return (a & ~ALIAS_TYPE_MASK) | (type & ALIAS_TYPE_MASK);
+}
+
+static struct disk_alias alias_of(const struct engine *eng, uint64_t mask,
+				  uint64_t value)
+{
+	return (struct disk_alias){ .tenant = eng->disk_tenant, .pool = eng->disk_pool,
+				    .kind = DISK_KIND_CHUNK, .mask = mask,
+				    .value = value };
 }
 
 static size_t chunk_rec_bytes(const struct chunk_name *n)
@@ -375,7 +389,7 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 	chunk_rec_fill(c, rec);
 	pages[n] = rec;
 	k = share_disk_key(eng, DISK_KIND_CHUNK, c->name->id.b);
-	k.user = chunk_alias(&c->id); /* found by its entry id too */
+	k.user = chunk_alias(&c->id, c->type); /* found by its entry id too */
 	disk_tier_put(eng->disk, &k, 0, c->tokens, n + 1, pages);
 done:
 	if (out && bounced)
@@ -506,12 +520,30 @@ static int chunk_room(struct engine *eng, uint64_t pages, bool new_name,
 static bool chunk_key_of(struct engine *eng, const struct kvp_chunk_id *id,
 			 struct disk_key *k)
 {
+	struct disk_alias a = alias_of(eng, ~ALIAS_TYPE_MASK,
+				       chunk_alias(id, 0));
+
 	*k = share_disk_key(eng, DISK_KIND_CHUNK, id->b);
 	if (!eng->disk || disk_tier_info(eng->disk, k, &(uint64_t){ 0 },
 					 &(uint64_t){ 0 }, &(uint32_t){ 0 }))
 		return true;
-	return disk_tier_find_alias(eng->disk, eng->disk_tenant, eng->disk_pool,
-				    DISK_KIND_CHUNK, chunk_alias(id), k->hash);
+	return disk_tier_find_alias(eng->disk, &a, k->hash);
+}
+
+int share_disk_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id)
+{
+	struct disk_key k;
+
+	if (!eng->disk || !chunk_key_of(eng, id, &k))
+		return 0;
+	return disk_tier_drop(eng->disk, &k) > 0;
+}
+
+uint32_t share_disk_chunk_clear(struct engine *eng, uint32_t type)
+{
+	struct disk_alias a = alias_of(eng, type ? ALIAS_TYPE_MASK : 0, type);
+
+	return eng->disk ? disk_tier_drop_alias(eng->disk, &a) : 0;
 }
 
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,

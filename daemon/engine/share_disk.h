@@ -86,4 +86,11 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 			     bool wait, struct errbuf *e);
 
+/* A deletion reaches the disk tier too (else a later acquire would bring
+ * the chunk back): the chunk id (name or root entry) dropped there: 1, or 0
+ * when it is not there. */
+int share_disk_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
+/* share_chunk_clear's: every chunk of type (0: all) there; how many. */
+uint32_t share_disk_chunk_clear(struct engine *eng, uint32_t type);
+
 #endif /* KVPOOL_SHARE_DISK_H */

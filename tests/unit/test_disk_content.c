@@ -270,7 +270,66 @@ static void chunk_device_opaque(void **state)
 	chunk_to_disk_and_back(false);
 }
 
+/* Deleted or cleared while on disk: gone there too, never back. */
+static void chunk_deleted_on_disk_stays_deleted(void **state)
+{
+	struct engine *eng = mk_disk_engine(true);
+	struct kvp_chunk_id id, id2;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint32_t toks[CTOK], toks2[CTOK];
+
+	(void)state;
+	tokens_seq(toks, CTOK, 500);
+	tokens_seq(toks2, CTOK, 900);
+	chunk_put(eng, toks, CTOK, KVP_CHUNK_CONTEXT, META, OWNER, NOW, KEY, false,
+		  &id);
+	chunk_put(eng, toks2, CTOK, KVP_CHUNK_SYSTEM, NULL, OWNER, NOW, KEY + 1,
+		  false, &id2);
+	push_out(eng);
+	assert_int_equal(stats_of(eng).disk_chunks, 2);
+	/* By its entry id: one entry deleted, the disk copy with it. */
+	assert_int_equal(share_chunk_delete(eng, &id, &e), 1);
+	assert_int_equal(stats_of(eng).disk_chunks, 1);
+	assert_int_equal(share_chunk_acquire(eng, &id, OWNER, NOW, &L, &e), -ENOENT);
+	assert_int_equal(share_chunk_delete(eng, &id, &e), -ENOENT);
+	/* A clear of another type leaves it; of its type drops it. */
+	assert_int_equal(share_chunk_clear(eng, KVP_CHUNK_QUERY), 0);
+	assert_int_equal(stats_of(eng).disk_chunks, 1);
+	assert_int_equal(share_chunk_clear(eng, KVP_CHUNK_SYSTEM), 1);
+	assert_int_equal(stats_of(eng).disk_chunks, 0);
+	assert_int_equal(share_chunk_acquire(eng, &id2, OWNER, NOW, &L, &e), -ENOENT);
+	CHECK(eng);
+}
+
 /* ------------------------------------------------------------ sequences */
+
+/* A sequence built over a chunk only on disk: it comes back first. */
+static void seq_over_chunk_on_disk(void **state)
+{
+	struct engine *eng = mk_disk_engine(false);
+	struct kvp_seq_src src = { .kind = KVP_SRC_CHUNK };
+	struct errbuf e = { "" };
+	struct engine_lease L;
+	uint32_t toks[2 * PT];
+	int rc;
+
+	(void)state;
+	tokens_seq(toks, 2 * PT, 700);
+	chunk_put(eng, toks, 2 * PT, KVP_CHUNK_SYSTEM, NULL, OWNER, NOW, KEY, false,
+		  &src.chunk);
+	push_out(eng);
+	assert_int_equal(stats_of(eng).disk_chunks, 1);
+	while ((rc = share_seq_create(eng, 1, &src, 1, 1, OWNER, &L, &e)) ==
+	       -EINPROGRESS)
+		disk_tier_flush(g_disk);
+	if (rc)
+		fail_msg("seq_create over a chunk on disk = %d: %s", rc, e.msg);
+	assert_int_equal(L.len, 2 * PT);
+	release_ok(eng, L.id);
+	expect_seq_bytes(eng, 1, 0, 2 * PT, KEY, 0);
+	CHECK(eng);
+}
 
 /* A sequence built over a user only on disk: the user comes back first. */
 static void seq_over_user_on_disk(void **state)
@@ -307,7 +366,10 @@ int main(void)
 		cmocka_unit_test_teardown(prefix_device_opaque, teardown_all),
 		cmocka_unit_test_teardown(chunk_device_visible, teardown_all),
 		cmocka_unit_test_teardown(chunk_device_opaque, teardown_all),
+		cmocka_unit_test_teardown(chunk_deleted_on_disk_stays_deleted,
+					  teardown_all),
 		cmocka_unit_test_teardown(seq_over_user_on_disk, teardown_all),
+		cmocka_unit_test_teardown(seq_over_chunk_on_disk, teardown_all),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
