@@ -253,17 +253,29 @@ static int pc_restore(struct engine *eng, const uint8_t hash[32],
 	return 0;
 }
 
-/* Queue reads of the chain's pages from below (hashes[0, n)), without
- * waiting: they come back together while the walk restores them in order. */
-static void pc_prefetch(struct engine *eng, uint8_t (*hashes)[32], uint32_t n)
+/*
+ * Hash the chain on from prev (tokens: its next pages, n of them) while the
+ * tiers below have its pages, queueing their reads without waiting: they
+ * come back together while the walk restores them in order. Returns how
+ * many are there (hashes[0, that)); a miss costs one hash.
+ */
+static uint32_t pc_prefetch(struct engine *eng, const uint8_t prev[32],
+			    const uint32_t *tokens, uint32_t n,
+			    uint8_t (*hashes)[32])
 {
-	for (uint32_t i = 0; i < n; i++) {
-		struct disk_key k = share_disk_key(eng, DISK_KIND_PREFIX, hashes[i]);
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		struct disk_key k;
 		struct share_fetch f;
 
+		pc_hash_page(eng, i ? hashes[i - 1] : prev,
+			     tokens + (uint64_t)i * eng->P, hashes[i]);
+		k = share_disk_key(eng, DISK_KIND_PREFIX, hashes[i]);
 		if (share_tier_fetch(eng, &k, false, &f) == -ENOENT)
-			return;
+			break;
 	}
+	return i;
 }
 
 int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
@@ -283,10 +295,12 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 		return 0; /* a shorter hit, never a wrong one */
 	if (h0)
 		parent = s->sp[frames[h0 - 1]].pc;
-	for (uint32_t i = 0; i < n; i++)
-		pc_hash_page(eng, i ? hashes[i - 1] : h0 ? s->pc[parent].hash : zero,
-			     tokens + (uint64_t)(h0 + i) * eng->P, hashes[i]);
-	pc_prefetch(eng, hashes, n);
+	n = pc_prefetch(eng, h0 ? s->pc[parent].hash : zero,
+			tokens + (uint64_t)h0 * eng->P, n, hashes);
+	if (!n) { /* the usual miss: nothing below either */
+		free(hashes);
+		return 0;
+	}
 	/* Held while frames are made: eviction must not take what matched. */
 	for (uint32_t i = 0; i < h0; i++)
 		sp_ref(eng, frames[i]);

@@ -19,12 +19,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "backend.h"
+#include "disk_record.h"
 #include "disk_tier.h"
 #include "engine_helpers.h"
 #include "errbuf.h"
@@ -302,6 +304,67 @@ static void chunk_deleted_on_disk_stays_deleted(void **state)
 	CHECK(eng);
 }
 
+/* Overwrite 16 bytes of the disk file's slot s at offset off. */
+static void damage_slot(uint32_t s, uint64_t off)
+{
+	struct kvp_layout l;
+	uint8_t junk[16];
+	char path[128];
+	int fd;
+
+	test_layout(&l);
+	memset(junk, 0x5a, sizeof(junk));
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, junk, sizeof(junk),
+				(off_t)(s * disk_slot_bytes(l.page_bytes) + off)),
+			 sizeof(junk));
+	close(fd);
+}
+
+/*
+ * A warm restart over damaged records: a chunk whose name record is torn
+ * is skipped whole, a prefix chain keeps the pages before its damaged one;
+ * nothing damaged is served. Slots go lowest first: the chunk (evicted
+ * first, 4 pages and its name) holds 0..4, the prefix pages (leaves first)
+ * 5..8, page 2 of the chain in slot 6.
+ */
+static void damaged_records_are_skipped(void **state)
+{
+	struct engine *eng = mk_disk_engine(true);
+	struct kvp_chunk_id id;
+	struct share_prefix_hit h;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint32_t toks[PROMPT], ctoks[CTOK];
+
+	(void)state;
+	tokens_seq(ctoks, CTOK, 500);
+	chunk_put(eng, ctoks, CTOK, KVP_CHUNK_CONTEXT, META, OWNER, NOW, KEY, false,
+		  &id);
+	tokens_seq(toks, PROMPT, 100);
+	seq_put(eng, 1, toks, PROMPT, KEY, OWNER);
+	seq_free_ok(eng, 1, OWNER);
+	push_out(eng);
+	assert_int_equal(stats_of(eng).disk_chunks, 1);
+	assert_int_equal(stats_of(eng).disk_prefix_pages, 4);
+	disk_tier_flush(g_disk);
+	drop_engine();
+	disk_tier_close(g_disk);
+	damage_slot(4, DISK_HDR_BYTES + 8); /* the chunk's name record */
+	damage_slot(6, DISK_HDR_BYTES + 8); /* prefix page 2 */
+	disk_open();
+	eng = engine_on_disk(true);
+	assert_int_equal(stats_of(eng).disk_chunks, 0);
+	assert_int_equal(stats_of(eng).disk_prefix_pages, 3);
+	assert_int_equal(share_chunk_acquire(eng, &id, OWNER, NOW, &L, &e), -ENOENT);
+	share_prefix_lookup(eng, toks, PROMPT, &h);
+	assert_int_equal(h.npages, 2);
+	expect_frames_bytes(eng, h.frames, 0, 2 * PT, KEY, 0);
+	CHECK(eng);
+}
+
 /* ------------------------------------------------------------ sequences */
 
 /* A sequence built over a chunk only on disk: it comes back first. */
@@ -368,6 +431,7 @@ int main(void)
 		cmocka_unit_test_teardown(chunk_device_opaque, teardown_all),
 		cmocka_unit_test_teardown(chunk_deleted_on_disk_stays_deleted,
 					  teardown_all),
+		cmocka_unit_test_teardown(damaged_records_are_skipped, teardown_all),
 		cmocka_unit_test_teardown(seq_over_user_on_disk, teardown_all),
 		cmocka_unit_test_teardown(seq_over_chunk_on_disk, teardown_all),
 	};
