@@ -467,8 +467,8 @@ uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool
 		for (; e; e = next) {
 			next = e->hnext;
 			if (e->k.tenant == tenant && e->k.pool == pool) {
+				n += !e->k.kind; /* histories are what it counts */
 				entry_drop(dt, e);
-				n++;
 			}
 		}
 	}

@@ -110,7 +110,8 @@ void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh);
 /* Forget the user's disk copy (kvctl evict --tier disk); pages freed or
  * -ENOENT. */
 int disk_tier_drop(struct disk_tier *dt, const struct disk_key *k);
-/* Drop every history of (tenant, pool); returns histories dropped. */
+/* Drop everything of (tenant, pool) on disk, prefix pages and chunks too;
+ * returns histories dropped. */
 uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool);
 /* Users of (tenant, pool) on disk with id >= cursor, at most max into ids
  * (unsorted); returns how many there are in all (may be > max). */
