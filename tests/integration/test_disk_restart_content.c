@@ -18,6 +18,8 @@
  *              counts it while it is on disk;
  *  3. seq:     a user pushed to disk (offload --tier disk) is a source of
  *              kvp_seq_create: the sequence reads the user's bytes;
+ *  3b. uds:   a prepare in the uds request mode of a user only on disk
+ *              waits for the read and answers with the history;
  *  4. kill -9: prefix pages and the chunk on disk, kvpoold SIGKILLed, then
  *              started on the same disk_dir: the lookup reports the 80
  *              tokens cached and the chunk is served, bytes equal.
@@ -28,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -346,6 +350,84 @@ static void phase_seq(void)
 	h_log("seq: built over a user only on disk");
 }
 
+/* ------------------------------------------------------------ 3b. uds */
+
+/* One uds request: send sqe, wait for its reply (cqe + result bytes). */
+static int uds_call(int sock, const struct kvp_sqe *q, struct kvp_cqe *cqe,
+		    void *out, size_t out_cap)
+{
+	unsigned char buf[sizeof(struct kvp_cqe) + 4096];
+	struct pollfd p = { .fd = sock, .events = POLLIN };
+	ssize_t n;
+
+	if (send(sock, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q))
+		return -errno;
+	if (poll(&p, 1, 10000) != 1)
+		return -ETIMEDOUT;
+	n = recv(sock, buf, sizeof(buf), 0);
+	if (n < (ssize_t)sizeof(*cqe))
+		return n < 0 ? -errno : -EPROTO;
+	memcpy(cqe, buf, sizeof(*cqe));
+	if (out && (size_t)n - sizeof(*cqe) <= out_cap)
+		memcpy(out, buf + sizeof(*cqe), (size_t)n - sizeof(*cqe));
+	return 0;
+}
+
+/* A uds prepare of a user only on disk waits for the read and answers
+ * with the whole history (it once answered at once, with nothing). */
+static void phase_uds(void)
+{
+	struct kvp_client *c = h_connect_or_fail(g_sock, "uds-setup", 5000);
+	struct kvp_sqe q = { .opcode = KVP_OP_PREPARE, .user = 778,
+			     .arg = 2 * H_PAGE_TOKENS, /* read-only: at its end */
+			     .n = 0, .tag = 0x5d5, .out_len = 4096 };
+	union {
+		struct kvp_prepare_out po;
+		unsigned char b[4096];
+	} out;
+	struct kvp_cqe cqe;
+	struct h_raw r;
+	char err[256];
+	int rc;
+
+	if (!c) {
+		g_bad++;
+		return;
+	}
+	for (uint32_t k = 0; k < 2; k++)
+		if (h_append_cycle(c, S_USER, 778, UINT64_MAX, H_PAGE_TOKENS, 0))
+			g_bad++;
+	if (kvp_evict(c, 778, KVP_SEL_TO_DISK) != 2) {
+		h_fail("uds: user 778 did not go to disk (%s)", kvp_last_error(c));
+		g_bad++;
+	}
+	kvp_close(c);
+	if (h_raw_attach(&r, g_sock, 0, 0, err, sizeof(err))) {
+		h_fail("uds client: %s", err);
+		g_bad++;
+		return;
+	}
+	memset(&out, 0, sizeof(out));
+	rc = uds_call(r.sock, &q, &cqe, &out, sizeof(out));
+	if (rc || cqe.tag != q.tag || cqe.res || out.po.len != 2 * H_PAGE_TOKENS ||
+	    out.po.npages != 2) {
+		h_fail("uds: prepare of a user on disk: %d, res %d, tag %#" PRIx64
+		       ", len %" PRIu64 " in %u pages; want 0, 0, %u in 2", rc,
+		       cqe.res, cqe.tag, out.po.len, out.po.npages, 2 * H_PAGE_TOKENS);
+		g_bad++;
+	} else {
+		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = out.po.lease,
+				       .tag = 0x5d6 };
+
+		if (uds_call(r.sock, &rel, &cqe, NULL, 0) || cqe.res) {
+			h_fail("uds: release: res %d", cqe.res);
+			g_bad++;
+		}
+	}
+	h_raw_detach(&r);
+	h_log("uds: a prepare of a user on disk waited for it");
+}
+
 /* ------------------------------------------------------------ 4. kill -9 */
 
 static void phase_kill(struct h_daemon *d)
@@ -401,6 +483,7 @@ int main(int argc, char **argv)
 	phase_prefix();
 	phase_chunk();
 	phase_seq();
+	phase_uds();
 	phase_kill(&d);
 	return h_daemon_finish(&d, g_bad, t0);
 }
