@@ -118,7 +118,9 @@
 #define KVP_PROTO_VERSION 8 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
 			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards);
 			     * v7: lanes (one ring pair per worker), welcome.shards;
-			     * v8: kvp_stats grew (reclaim_onload_stalls, reclaim_direct) */
+			     * v8: kvp_stats grew (reclaim_onload_stalls, reclaim_direct);
+			     * v9: kvp_user_info rows grew (pages_disk, tokens_disk),
+			     *     kvp_stats (ns_h2d) */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u

@@ -549,7 +549,8 @@ static const struct kvp_user_info demo_users[] = {
 	{ .user = 7, .start = 0, .len = 128, .pages_device = 4, .pages_host = 0,
 	  .leases = 1, .tenant = 0 },
 	{ .user = UINT64_MAX, .start = 32, .len = 64, .pages_device = 0,
-	  .pages_host = 2, .leases = 0, .tenant = 3 },
+	  .pages_host = 2, .leases = 0, .tenant = 3, .pages_disk = 2,
+	  .tokens_disk = 64 },
 };
 
 /* render_users of the first n demo_users prints exactly want. */
@@ -574,7 +575,9 @@ static void users_json_lists_every_field(void **state)
 		     "      \"pages_device\": 4,\n"
 		     "      \"pages_host\": 0,\n"
 		     "      \"leases\": 1,\n"
-		     "      \"tenant\": 0\n"
+		     "      \"tenant\": 0,\n"
+		     "      \"pages_disk\": 0,\n"
+		     "      \"tokens_disk\": 0\n"
 		     "    },\n"
 		     "    {\n"
 		     "      \"user\": 18446744073709551615,\n"
@@ -583,7 +586,9 @@ static void users_json_lists_every_field(void **state)
 		     "      \"pages_device\": 0,\n"
 		     "      \"pages_host\": 2,\n"
 		     "      \"leases\": 0,\n"
-		     "      \"tenant\": 3\n"
+		     "      \"tenant\": 3,\n"
+		     "      \"pages_disk\": 2,\n"
+		     "      \"tokens_disk\": 64\n"
 		     "    }\n"
 		     "  ],\n"
 		     "  \"count\": 2,\n"
@@ -596,12 +601,12 @@ static void users_json_lists_every_field(void **state)
 static void users_table_adds_tenant_column_for_admins(void **state)
 {
 	expect_users(false, 2, false, false,
-		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES\n"
-		     "                   7      0  128          4           0       1\n"
-		     "18446744073709551615     32   64          0           2       0\n");
+		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  PAGES_DISK  TOKENS_DISK  LEASES\n"
+		     "                   7      0  128          4           0           0            0       1\n"
+		     "18446744073709551615     32   64          0           2           2           64       0\n");
 	expect_users(false, 1, true, false,
-		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES  TENANT\n"
-		     "   7      0  128          4           0       1       0\n");
+		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  PAGES_DISK  TOKENS_DISK  LEASES  TENANT\n"
+		     "   7      0  128          4           0           0            0       1       0\n");
 }
 
 static void user_shows_len_zero_as_nothing_cached(void **state)
@@ -617,6 +622,8 @@ static void user_shows_len_zero_as_nothing_cached(void **state)
 		       "next_start_pos 0\n"
 		       "pages_device   0\n"
 		       "pages_host     0\n"
+		       "pages_disk     0\n"
+		       "tokens_disk    0\n"
 		       "leases         0\n"
 		       "tenant         0\n");
 	render_user(capture_open(&c), true, &demo_users[1]);
@@ -628,7 +635,9 @@ static void user_shows_len_zero_as_nothing_cached(void **state)
 		       "  \"pages_device\": 0,\n"
 		       "  \"pages_host\": 2,\n"
 		       "  \"leases\": 0,\n"
-		       "  \"tenant\": 3\n"
+		       "  \"tenant\": 3,\n"
+		       "  \"pages_disk\": 2,\n"
+		       "  \"tokens_disk\": 64\n"
 		       "}\n");
 }
 
