@@ -265,7 +265,9 @@ struct kvp_tier_stats {
 	X(disk_dropped_pages, CORE, COUNTER, "", "disk_dropped_pages", \
 	  "Pages the disk tier dropped: full, over quota, a failed write or read.") \
 	X(disk_stored_bytes, CORE, COUNTER, "bytes", "disk_stored", \
-	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).")
+	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).") \
+	X(ns_h2d, CORE, COUNTER, "ns", "copy_h2d", \
+	  "Time of host to device copies (onload; the GPU's on cuda): copy_h2d_bytes / this is their bandwidth.")
 
 #define KVP_STATS_ONE_(name, group, kind, unit, metric, help) + 1
 /* How many fields KVP_STATS_FIELDS lists, and the words they may grow to. */

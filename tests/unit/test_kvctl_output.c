@@ -310,7 +310,7 @@ static struct kvp_stats demo_stats(void)
 		.reclaimed_pages = 33, .shards = 4, .reclaim_onload_stalls = 34,
 		.reclaim_direct = 35, .disk_users = 36, .disk_pages = 37,
 		.disk_demoted_pages = 38, .disk_read_pages = 39,
-		.disk_dropped_pages = 40, .disk_stored_bytes = 41,
+		.disk_dropped_pages = 40, .disk_stored_bytes = 41, .ns_h2d = 42,
 	};
 
 	return s;
@@ -372,6 +372,7 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"disk_read_pages\": 39,\n"
 		       "  \"disk_dropped_pages\": 40,\n"
 		       "  \"disk_stored_bytes\": 41,\n"
+		       "  \"ns_h2d\": 42,\n"
 		       "  \"prefix_pages\": 19,\n"
 		       "  \"prefix_idle_pages\": 20,\n"
 		       "  \"prefix_lookups\": 21,\n"
@@ -522,6 +523,7 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "disk_read_pages   39\n"
 		       "disk_dropped_pages 40\n"
 		       "disk_stored_bytes 41\n"
+		       "ns_h2d            42\n"
 		       "\n"
 		       "prefix_pages      19\n"
 		       "prefix_idle_pages 20\n"
