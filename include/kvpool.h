@@ -37,6 +37,13 @@
  *    A program built against a newer kvpool.h needs the KVPOOL_x.y node of
  *    the _sz calls; an older library without it is refused by the dynamic
  *    linker at start ("version KVPOOL_0.2 not found"), never mid-run.
+ * Arrays the caller passes in (kvp_append_item, kvp_seq_src,
+ * kvp_compose_req) grow the same way, read as Linux's
+ * copy_struct_from_user() reads them: at the caller's stride, the fields
+ * an older caller lacks taken as 0, and bytes a newer caller sets past
+ * this library's struct refused (-E2BIG: it asks for something this
+ * library cannot do); with no element the size is not looked at (NULL, 0
+ * is fine).
  * Rules for the structs: fields are only appended; a struct embedded in a
  * growing one is its last member (kvp_completion.info), so it can grow too;
  * every field's 0 means "none" or "unknown", because that is what a newer
@@ -457,21 +464,26 @@ int kvp_append_layer_async(struct kvp_client *c, const struct kvp_lease *l,
 			   uint32_t layer, uint32_t first, uint32_t n,
 			   const void *k, const void *v, void *stream);
 
-/* One lease's share of a batched append. */
+/* One lease's share of a batched append. A growing struct, read
+ * (GROWING STRUCTS, input arrays). */
 struct kvp_append_item {
 	const struct kvp_lease *lease;
 	uint32_t first;        /* first new token of the lease to write */
 	uint32_t n;            /* tokens */
 };
+#define KVP_APPEND_ITEM_SIZE_VER0 16
 
 /*
  * Many users in one launch: kv holds the items' tokens back to back, item
  * order, [sum n][layers][2][kv_heads][head_dim]. stream as above (NULL on
  * shm, where this is a CPU copy).
  */
-int kvp_append_batch_async(struct kvp_client *c,
-			   const struct kvp_append_item *items, uint32_t count,
-			   const void *kv, void *stream);
+int kvp_append_batch_async_sz(struct kvp_client *c,
+			      const struct kvp_append_item *items, size_t size,
+			      uint32_t count, const void *kv, void *stream);
+#define kvp_append_batch_async(c, items, count, kv, stream) \
+	kvp_append_batch_async_sz((c), (items), sizeof(*(items)), (count), (kv), \
+				  (stream))
 /* -ESTALE as for kvp_append (a lease commits once: its uncommitted slots
  * are given back, so a committed lease takes no writes either). */
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n);
@@ -662,6 +674,7 @@ struct kvp_chunk_id {
 	uint8_t b[KVP_CHUNK_ID_BYTES]; /* SHA-256: shown as 64 hex digits */
 };
 
+/* A growing struct, read (GROWING STRUCTS, input arrays). */
 struct kvp_seq_src {
 	uint32_t kind;         /* enum kvp_src_kind */
 	uint32_t rsv;          /* zero */
@@ -669,6 +682,7 @@ struct kvp_seq_src {
 	uint64_t tokens;       /* USER: leading tokens to take (0: all) */
 	struct kvp_chunk_id chunk; /* CHUNK */
 };
+#define KVP_SEQ_SRC_SIZE_VER0 56
 
 /*
  * A virtual sequence: the pages of the sources, in order, shared by
@@ -678,9 +692,11 @@ struct kvp_seq_src {
  * the last source ends mid-page and n_new > 0, that page is copied on write
  * (the source keeps its bytes). The lease: len = source tokens, n_new.
  */
-int kvp_seq_create(struct kvp_client *c, uint64_t seq,
-		   const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
-		   struct kvp_lease *out);
+int kvp_seq_create_sz(struct kvp_client *c, uint64_t seq,
+		      const struct kvp_seq_src *src, size_t size, uint32_t nsrc,
+		      uint32_t n_new, struct kvp_lease *out);
+#define kvp_seq_create(c, seq, src, nsrc, n_new, out) \
+	kvp_seq_create_sz((c), (seq), (src), sizeof(*(src)), (nsrc), (n_new), (out))
 /*
  * Grow a sequence by n_new tokens (decode): a new write lease as above.
  * tokens (n_new ids, or NULL) keep the sequence's pages publishable in the
@@ -931,6 +947,7 @@ int kvp_chunk_limits(struct kvp_client *c, int64_t max_chunks,
 #define KVP_COMPOSE_MAX_LEVELS (KVP_COMPOSE_MAX_CONTEXTS + 2)
 #define KVP_COMPOSE_MAX_REQUESTS 1024
 
+/* A growing struct, read (GROWING STRUCTS, input arrays). */
 struct kvp_compose_req {
 	struct kvp_chunk_id system;
 	const struct kvp_chunk_id *contexts;
@@ -938,6 +955,7 @@ struct kvp_compose_req {
 	uint32_t qo_len;         /* query rows of this request (0: 1) */
 	struct kvp_chunk_id query;
 };
+#define KVP_COMPOSE_REQ_SIZE_VER0 80
 
 struct kvp_cascade_level {
 	uint32_t ngroups;
@@ -965,11 +983,16 @@ struct kvp_composition {
  * system that is not a system root, a context that is not a context, a
  * query that is not a query), too many contexts or requests.
  */
-int kvp_compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
-		uint32_t nreq, struct kvp_composition *out);
+int kvp_compose_sz(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		   size_t size, uint32_t nreq, struct kvp_composition *out);
+#define kvp_compose(c, reqs, nreq, out) \
+	kvp_compose_sz((c), (reqs), sizeof(*(reqs)), (nreq), (out))
 /* The same without holding anything (out->lease = 0): tokens, levels, bytes. */
-int kvp_compose_preview(struct kvp_client *c, const struct kvp_compose_req *reqs,
-			uint32_t nreq, struct kvp_composition *out);
+int kvp_compose_preview_sz(struct kvp_client *c,
+			   const struct kvp_compose_req *reqs, size_t size,
+			   uint32_t nreq, struct kvp_composition *out);
+#define kvp_compose_preview(c, reqs, nreq, out) \
+	kvp_compose_preview_sz((c), (reqs), sizeof(*(reqs)), (nreq), (out))
 
 /*
  * The KVPOOL_0.1 entry points of the calls above (GROWING STRUCTS): they
@@ -993,6 +1016,17 @@ int (kvp_chunk_entries)(struct kvp_client *c, const struct kvp_chunk_id *name,
 int (kvp_chunk_list)(struct kvp_client *c, uint32_t type, const char *filter,
 		     const struct kvp_chunk_id *after,
 		     struct kvp_chunk_info *rows, uint32_t max, int *more);
+int (kvp_append_batch_async)(struct kvp_client *c,
+			     const struct kvp_append_item *items, uint32_t count,
+			     const void *kv, void *stream);
+int (kvp_seq_create)(struct kvp_client *c, uint64_t seq,
+		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		     struct kvp_lease *out);
+int (kvp_compose)(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		  uint32_t nreq, struct kvp_composition *out);
+int (kvp_compose_preview)(struct kvp_client *c,
+			  const struct kvp_compose_req *reqs, uint32_t nreq,
+			  struct kvp_composition *out);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
  * only the caller's copy may be older or newer.
  */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client_internal.h"
@@ -31,6 +32,12 @@ _Static_assert(sizeof(struct kvp_chunk_entry_info) >= KVP_CHUNK_ENTRY_INFO_SIZE_
 	       "kvp_chunk_entry_info 0.1 prefix");
 _Static_assert(offsetof(struct kvp_chunk_entry_info, children) + 4 ==
 	       KVP_CHUNK_ENTRY_INFO_SIZE_VER0, "kvp_chunk_entry_info 0.1 prefix");
+_Static_assert(offsetof(struct kvp_append_item, n) + 4 ==
+	       KVP_APPEND_ITEM_SIZE_VER0, "kvp_append_item 0.1 prefix");
+_Static_assert(offsetof(struct kvp_seq_src, chunk) + KVP_CHUNK_ID_BYTES ==
+	       KVP_SEQ_SRC_SIZE_VER0, "kvp_seq_src 0.1 prefix");
+_Static_assert(offsetof(struct kvp_compose_req, query) + KVP_CHUNK_ID_BYTES ==
+	       KVP_COMPOSE_REQ_SIZE_VER0, "kvp_compose_req 0.1 prefix");
 
 /* kvp_completion as release 0.1 laid it out: info (its 0.1 size) after op. */
 struct completion_ver0 {
@@ -70,6 +77,43 @@ void kvpc_rows_put(void *dst, size_t size, const void *src, size_t have,
 		if (size > m)
 			memset(d + m, 0, size - m); /* fields this library lacks */
 	}
+}
+
+int kvpc_rows_in(struct kvp_client *c, const void *src, size_t size,
+		 size_t own, size_t ver0, uint32_t n, const void **out,
+		 void **tmp, const char *what)
+{
+	const unsigned char *s = src;
+	unsigned char *d;
+	size_t m = size < own ? size : own;
+	int ret;
+
+	*out = src;
+	*tmp = NULL;
+	if (!n || size == own)
+		return 0; /* nothing to read, or the caller's layout is ours */
+	if (!src)
+		return 0; /* the call names the NULL array itself */
+	if ((ret = kvpc_row_size(c, size, ver0, what)))
+		return ret;
+	for (uint32_t i = 0; i < n; i++)
+		for (size_t b = own; b < size; b++)
+			if (s[(size_t)i * size + b])
+				return kvpc_err(c, -E2BIG,
+						"%s: element %" PRIu32 " sets byte %zu of a "
+						"%zu-byte struct; this libkvpool's has %zu "
+						"(a field it does not know): use a libkvpool "
+						"as new as the kvpool.h the program was "
+						"built with", what, i, b, size, own);
+	d = calloc(n, own);
+	if (!d)
+		return kvpc_err(c, -ENOMEM, "%s: out of memory for %" PRIu32
+				" elements", what, n);
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(d + (size_t)i * own, s + (size_t)i * size, m);
+	*out = d;
+	*tmp = d;
+	return 0;
 }
 
 int kvpc_completion_size(struct kvp_client *c, size_t size)
@@ -148,6 +192,38 @@ int (kvp_chunk_entries)(struct kvp_client *c, const struct kvp_chunk_id *name,
 {
 	return kvp_chunk_entries_sz(c, name, rows, KVP_CHUNK_ENTRY_INFO_SIZE_VER0,
 				    max);
+}
+
+KVP_PUBLIC
+int (kvp_append_batch_async)(struct kvp_client *c,
+			     const struct kvp_append_item *items, uint32_t count,
+			     const void *kv, void *stream)
+{
+	return kvp_append_batch_async_sz(c, items, KVP_APPEND_ITEM_SIZE_VER0, count,
+					 kv, stream);
+}
+
+KVP_PUBLIC
+int (kvp_seq_create)(struct kvp_client *c, uint64_t seq,
+		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		     struct kvp_lease *out)
+{
+	return kvp_seq_create_sz(c, seq, src, KVP_SEQ_SRC_SIZE_VER0, nsrc, n_new, out);
+}
+
+KVP_PUBLIC
+int (kvp_compose)(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		  uint32_t nreq, struct kvp_composition *out)
+{
+	return kvp_compose_sz(c, reqs, KVP_COMPOSE_REQ_SIZE_VER0, nreq, out);
+}
+
+KVP_PUBLIC
+int (kvp_compose_preview)(struct kvp_client *c,
+			  const struct kvp_compose_req *reqs, uint32_t nreq,
+			  struct kvp_composition *out)
+{
+	return kvp_compose_preview_sz(c, reqs, KVP_COMPOSE_REQ_SIZE_VER0, nreq, out);
 }
 
 KVP_PUBLIC

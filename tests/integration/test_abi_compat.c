@@ -13,7 +13,9 @@
  *  current the kvpool.h macros (sizeof of this tree's structs);
  *  newer   a program built against a later kvpool.h whose structs have
  *          more fields at the end: those read 0, the rest match.
- * And a size no kvpool.h ever had is -EINVAL naming it.
+ * And a size no kvpool.h ever had is -EINVAL naming it. The arrays a
+ * caller passes in (kvp_seq_src, kvp_append_item) are read at its stride:
+ * a newer caller's extra fields left 0 work, set ones are -E2BIG.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -195,6 +197,62 @@ static void check_reap(struct kvp_client *c, const struct kvp_user_info *u)
 	      "had a 128-byte kvp_completion)", n);
 }
 
+/* Input arrays at a newer caller's stride: seq_create, append_batch. */
+static void check_inputs(struct kvp_client *c, const struct kvp_user_info *u)
+{
+	struct { struct kvp_seq_src now; uint64_t later[2]; } src;
+	struct { struct kvp_append_item now; uint64_t later; } it[2];
+	const struct kvp_layout *l = kvp_client_layout(c);
+	struct kvp_lease lease;
+	void *kv;
+	int rc;
+
+	memset(&src, 0, sizeof(src));
+	src.now.kind = KVP_SRC_USER;
+	src.now.id = u->user;
+	rc = kvp_seq_create_sz(c, 900, &src.now, sizeof(src), 1, 1, &lease);
+	CHECK(!rc && lease.len == u->len && lease.n_new == 1,
+	      "seq_create from a newer caller: %d (%s), len %" PRIu64, rc,
+	      kvp_last_error(c), lease.len);
+	if (!rc) {
+		CHECK(!kvp_release(c, lease.id) && !kvp_seq_free(c, 900),
+		      "seq release/free: %s", kvp_last_error(c));
+	}
+	src.later[1] = 7; /* a field this library does not have, set */
+	rc = kvp_seq_create_sz(c, 901, &src.now, sizeof(src), 1, 1, &lease);
+	CHECK(rc == -E2BIG && strstr(kvp_last_error(c), "does not know"),
+	      "seq_create with an unknown field set: %d (%s), want -E2BIG", rc,
+	      kvp_last_error(c));
+	rc = kvp_seq_create_sz(c, 902, NULL, 1, 0, 1, &lease); /* no element */
+	CHECK(!rc, "seq_create of no source, size not looked at: %d (%s)", rc,
+	      kvp_last_error(c));
+	if (!rc) {
+		kvp_release(c, lease.id);
+		kvp_seq_free(c, 902);
+	}
+
+	/* Two tokens through a newer caller's two items (the second one read
+	 * at its stride), read back byte for byte. */
+	kv = malloc(2 * l->token_bytes);
+	rc = kv ? kvp_prepare(c, u->user, u->start + u->len, 2, &lease) : -ENOMEM;
+	CHECK(!rc, "prepare: %d (%s)", rc, kvp_last_error(c));
+	if (rc) {
+		free(kv);
+		return;
+	}
+	h_tokens_fill(l, SALT, u->user, u->start + u->len, 2, kv);
+	memset(it, 0, sizeof(it));
+	it[0].now = (struct kvp_append_item){ .lease = &lease, .first = 0, .n = 1 };
+	it[1].now = (struct kvp_append_item){ .lease = &lease, .first = 1, .n = 1 };
+	rc = kvp_append_batch_async_sz(c, &it[0].now, sizeof(it[0]), 2, kv, NULL);
+	CHECK(!rc, "append_batch from a newer caller: %d (%s)", rc, kvp_last_error(c));
+	CHECK(!kvp_commit(c, lease.id, 2) && !kvp_release(c, lease.id),
+	      "commit: %s", kvp_last_error(c));
+	CHECK(!h_verify_user(c, SALT, u->user, u->start, u->len + 2, NULL),
+	      "the newer caller's batch append did not land");
+	free(kv);
+}
+
 /* kvp_clients (admin): 0.1's size is this one's; a newer caller's. */
 static void check_clients(struct kvp_client *c)
 {
@@ -246,6 +304,7 @@ int main(int argc, char **argv)
 	check_info(c, &cur[1]);
 	check_reap(c, &cur[2]);
 	check_clients(c);
+	check_inputs(c, &cur[0]);
 	kvp_close(c);
 	if (g_bad)
 		return H_FAIL;
