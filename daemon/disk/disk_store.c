@@ -16,6 +16,15 @@
 #include "disk_record.h"
 #include "disk_store.h"
 
+/* A run in flight: slots v[i, i+k) moved as one SQE of bytes. */
+struct disk_run {
+	struct disk_io *v;
+	uint32_t i, k;
+	uint64_t bytes;
+	disk_io_done_fn done;
+	void *arg;
+};
+
 struct disk_store {
 	int fd;
 	bool direct;
@@ -26,6 +35,9 @@ struct disk_store {
 	uint64_t fixed_bytes;
 	uint32_t inj_after, inj_n; /* disk_store_inject */
 	int inj_err;
+	/* The SQEs in flight, across submits (user_data: index in run). */
+	struct disk_run run[DISK_QD];
+	uint32_t run_free[DISK_QD], nrun_free, inflight;
 };
 
 static int open_file(const char *path, bool *direct)
@@ -55,6 +67,9 @@ int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
 	if (!st)
 		return errbuf_set(e, -ENOMEM, "%s: out of memory", path);
 	st->slot_bytes = slot_bytes;
+	for (uint32_t i = 0; i < DISK_QD; i++)
+		st->run_free[i] = i;
+	st->nrun_free = DISK_QD;
 	st->nslots = (uint32_t)(size / slot_bytes);
 	bytes = (uint64_t)st->nslots * slot_bytes;
 	st->fd = open_file(path, &st->direct);
@@ -183,86 +198,136 @@ static void prep(struct disk_store *st, struct io_uring_sqe *sqe, bool write,
 		io_uring_prep_read(sqe, st->fd, buf, len, off);
 }
 
-/* Reap one completion: mark its run's slots. */
-static uint32_t reap_one(struct disk_store *st, struct disk_io *v,
-			 uint32_t *inflight, uint64_t unit, disk_io_done_fn done,
-			 void *arg)
+/* Reap one completion (waiting for it when wait): mark its run's slots,
+ * tell its caller. false: none was there. */
+static bool reap_one(struct disk_store *st, bool wait)
 {
 	struct io_uring_cqe *cqe;
-	uint32_t i, k, failed = 0;
+	struct disk_run *r;
 	int res, ret;
 
 	do
-		ret = io_uring_wait_cqe(&st->ring, &cqe);
+		ret = wait ? io_uring_wait_cqe(&st->ring, &cqe) :
+			     io_uring_peek_cqe(&st->ring, &cqe);
 	while (ret == -EINTR);
+	if (ret == -EAGAIN && !wait)
+		return false;
 	if (ret)
 		abort(); /* only with nothing in flight: a bug */
-	i = (uint32_t)(cqe->user_data >> 8 & 0xffffffffu);
-	k = (uint32_t)(cqe->user_data & 0xff);
+	r = &st->run[cqe->user_data];
 	res = cqe->res;
 	io_uring_cqe_seen(&st->ring, cqe);
-	(*inflight)--;
-	if (res >= 0 && (uint64_t)res != k * unit)
+	st->inflight--;
+	st->run_free[st->nrun_free++] = (uint32_t)cqe->user_data;
+	if (res >= 0 && (uint64_t)res != r->bytes)
 		res = -EIO;
-	for (uint32_t j = 0; j < k; j++) {
-		v[i + j].res = res < 0 ? res : 0;
-		failed += res < 0;
-	}
-	if (done)
-		done(arg, i, k); /* while the other runs are still in flight */
-	return failed;
+	for (uint32_t j = 0; j < r->k; j++)
+		r->v[r->i + j].res = res < 0 ? res : 0;
+	if (r->done)
+		r->done(r->arg, r->i, r->k); /* while other runs are in flight */
+	return true;
 }
 
-/* unit: slot_bytes (whole slots, coalesced) or DISK_ALIGN (first block). */
-static uint32_t rw(struct disk_store *st, bool write, struct disk_io *v,
+/*
+ * Queue v's slots as runs; unit: slot_bytes (whole slots, coalesced) or
+ * DISK_ALIGN (each slot's first block). Returns at once unless the queue
+ * is full, when it reaps what has landed to make room: a caller submits,
+ * prepares the next batch while the disk works, and drains.
+ */
+static void submit(struct disk_store *st, bool write, struct disk_io *v,
 		   uint32_t n, uint64_t unit, disk_io_done_fn done, void *arg)
 {
-	uint32_t i = 0, inflight = 0, failed = 0;
+	uint32_t i = 0, queued = 0;
 
-	while (i < n || inflight) {
-		while (i < n && inflight < DISK_QD) {
-			uint32_t k = unit == st->slot_bytes ?
-				     run_len(st, v, i, n) : 1;
-			struct io_uring_sqe *sqe;
+	while (i < n) {
+		uint32_t k = unit == st->slot_bytes ? run_len(st, v, i, n) : 1;
+		struct io_uring_sqe *sqe;
+		uint32_t id;
 
-			if (v[i].slot >= st->nslots || injected(st, write)) {
-				v[i].res = v[i].slot >= st->nslots ? -ERANGE :
-					   st->inj_err;
-				failed++;
-				i++;
-				continue;
-			}
-			sqe = io_uring_get_sqe(&st->ring);
-			if (!sqe)
-				break;
-			prep(st, sqe, write, v[i].buf, (uint32_t)(k * unit),
-			     (uint64_t)v[i].slot * st->slot_bytes);
-			sqe->user_data = (uint64_t)i << 8 | k;
-			inflight++;
-			i += k;
+		if (v[i].slot >= st->nslots || injected(st, write)) {
+			v[i].res = v[i].slot >= st->nslots ? -ERANGE : st->inj_err;
+			if (done)
+				done(arg, i, 1);
+			i++;
+			continue;
 		}
-		if (inflight) {
+		if (st->inflight == DISK_QD) {
+			/* Full: hand the kernel what is prepared, take one. */
+			if (queued)
+				io_uring_submit(&st->ring);
+			queued = 0;
+			reap_one(st, true);
+		}
+		sqe = io_uring_get_sqe(&st->ring);
+		if (!sqe) { /* the SQ holds DISK_QD: cannot happen */
 			io_uring_submit(&st->ring);
-			failed += reap_one(st, v, &inflight, unit, done, arg);
+			queued = 0;
+			continue;
 		}
+		id = st->run_free[--st->nrun_free];
+		st->run[id] = (struct disk_run){ .v = v, .i = i, .k = k,
+						 .bytes = k * unit, .done = done,
+						 .arg = arg };
+		prep(st, sqe, write, v[i].buf, (uint32_t)(k * unit),
+		     (uint64_t)v[i].slot * st->slot_bytes);
+		sqe->user_data = id;
+		st->inflight++;
+		queued++;
+		i += k;
 	}
+	if (queued)
+		io_uring_submit(&st->ring);
+	/* Take what has landed already: its callbacks run now, not at the
+	 * drain. */
+	while (st->inflight && reap_one(st, false))
+		;
+}
+
+void disk_store_submit(struct disk_store *st, bool write, struct disk_io *v,
+		       uint32_t n, disk_io_done_fn done, void *arg)
+{
+	submit(st, write, v, n, st->slot_bytes, done, arg);
+}
+
+void disk_store_submit_heads(struct disk_store *st, struct disk_io *v,
+			     uint32_t n)
+{
+	submit(st, true, v, n, DISK_ALIGN, NULL, NULL);
+}
+
+void disk_store_drain(struct disk_store *st)
+{
+	while (st->inflight)
+		reap_one(st, true);
+}
+
+static uint32_t failed_of(const struct disk_io *v, uint32_t n)
+{
+	uint32_t failed = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		failed += v[i].res != 0;
 	return failed;
 }
 
 uint32_t disk_store_rw(struct disk_store *st, bool write, struct disk_io *v,
 		       uint32_t n)
 {
-	return rw(st, write, v, n, st->slot_bytes, NULL, NULL);
+	return disk_store_rw_each(st, write, v, n, NULL, NULL);
 }
 
 uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
 			    uint32_t n, disk_io_done_fn done, void *arg)
 {
-	return rw(st, write, v, n, st->slot_bytes, done, arg);
+	submit(st, write, v, n, st->slot_bytes, done, arg);
+	disk_store_drain(st);
+	return failed_of(v, n);
 }
 
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n)
 {
-	return rw(st, true, v, n, DISK_ALIGN, NULL, NULL);
+	submit(st, true, v, n, DISK_ALIGN, NULL, NULL);
+	disk_store_drain(st);
+	return failed_of(v, n);
 }

@@ -65,6 +65,22 @@ typedef void (*disk_io_done_fn)(void *arg, uint32_t i, uint32_t k);
 uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
 			    uint32_t n, disk_io_done_fn done, void *arg);
 
+/*
+ * The same, without waiting: v's runs are queued (reaping earlier ones when
+ * DISK_QD are in flight, their done callbacks run then) and the call
+ * returns; v must stay put until disk_store_drain(). Submits of both
+ * directions and several batches share the queue, so the disk stays busy
+ * while the caller prepares the next batch. A slot refused before any I/O
+ * gets its res and its done at once.
+ */
+void disk_store_submit(struct disk_store *st, bool write, struct disk_io *v,
+		       uint32_t n, disk_io_done_fn done, void *arg);
+/* disk_store_submit of disk_store_write_heads' blocks. */
+void disk_store_submit_heads(struct disk_store *st, struct disk_io *v,
+			     uint32_t n);
+/* Wait until everything submitted has landed (res set, done called). */
+void disk_store_drain(struct disk_store *st);
+
 /* Write the first DISK_ALIGN bytes of each slot of v (buf: that many). */
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n);

@@ -23,7 +23,8 @@
  * thread has it) -> ONDISK (slots hold it; on the LRU). get: ONDISK ->
  * READING -> READY (pages in staging again) -> take (gone). A get of a
  * STAGED entry serves the staging copy at once; one of a WRITING entry
- * sets want, and the thread reads it back once written.
+ * sets want, and once written the thread makes its staging copy ready
+ * (in_stage: READING without I/O, decoding compressed pages in place).
  */
 enum disk_state { DS_STAGED, DS_WRITING, DS_ONDISK, DS_READING, DS_READY };
 
@@ -36,7 +37,8 @@ struct disk_entry {
 	uint32_t *slot;          /* [npages] disk slot, DISK_NONE before write */
 	uint32_t *stage;         /* [npages] staging slot, DISK_NONE when none */
 	enum disk_state state;
-	bool want;               /* a get waits: read back after the write */
+	bool want;               /* a get waits: ready after the write */
+	bool in_stage;           /* READING from its staging copy, no I/O */
 	uint64_t ready_ns;       /* when it became READY */
 	bool gone;               /* dropped while the thread held it */
 	struct disk_entry *hnext;        /* index chain */

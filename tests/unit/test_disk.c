@@ -335,6 +335,29 @@ static void test_get_before_the_write_serves_the_staging_copy(void **state)
 	disk_tier_close(dt);
 }
 
+/*
+ * Gets right behind the puts catch histories staged, being written (made
+ * ready from staging once written, compressed pages decoded in place) and
+ * written: every one comes back byte for byte, with either codec.
+ */
+static void test_gets_behind_the_writes_come_back_whole(void **state)
+{
+	const char *codecs[] = { "none", "zstd" };
+	struct kvp_layout l = layout(64);
+
+	(void)state;
+	for (int c = 0; c < 2; c++) {
+		struct disk_tier *dt = open_tier(&l, 64, codecs[c]);
+
+		for (uint64_t u = 10; u < 24; u++)
+			put_user(dt, &l, u, 4, 0);
+		for (uint64_t u = 23; u >= 10; u--)
+			assert_int_equal(get_user(dt, &l, u, true), 4);
+		disk_tier_flush(dt);
+		disk_tier_close(dt);
+	}
+}
+
 static void test_warm_restart_rebuilds_histories(void **state)
 {
 	struct kvp_layout l = layout(64);
@@ -611,6 +634,7 @@ int main(void)
 		T(test_store_slots_round_trip_and_injected_enospc),
 		T(test_put_then_get_reads_back_every_byte),
 		T(test_get_before_the_write_serves_the_staging_copy),
+		T(test_gets_behind_the_writes_come_back_whole),
 		T(test_warm_restart_rebuilds_histories),
 		T(test_damaged_middle_page_keeps_the_prefix),
 		T(test_damage_after_the_scan_cuts_at_read_back),
