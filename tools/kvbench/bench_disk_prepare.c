@@ -6,8 +6,8 @@
  * A private kvpoold (shm backend, daemon_proc.h) with a disk tier in the
  * directory under test: one user's history of --prepare-size bytes is
  * appended and committed, pushed to disk (kvp_evict KVP_SEL_TO_DISK, as
- * `kvctl offload --tier disk`), and a reader prepare brings it back
- * disk -> host -> device. The prepare's wall time is the figure: the disk
+ * `kvctl offload --tier disk`), and once the disk thread has written it
+ * (the stats say so) a reader prepare brings it back disk -> host -> device. The prepare's wall time is the figure: the disk
  * read, the checks, the copies into host and device frames, and the ring
  * round trips while the worker retries. The bytes are compared afterwards.
  * On the device machine, tools/disk_recompute.py measures the same path
@@ -105,20 +105,47 @@ static int verify(struct kvp_client *c, const struct kvp_lease *l,
 	return 0;
 }
 
+/* Wait until the disk thread has written the pages pushed (kvp_evict
+ * returns once they are staged): the prepare then reads them from disk. */
+static int wait_written(struct kvp_client *c, uint64_t before, uint64_t pages,
+			char *err, size_t len)
+{
+	for (int i = 0; i < 30000; i++) {
+		struct kvp_stats st;
+
+		if (kvp_stats(c, 0, &st)) {
+			snprintf(err, len, "stats: %s", kvp_last_error(c));
+			return -EIO;
+		}
+		if (st.disk_demoted_pages >= before + pages)
+			return 0;
+		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+	}
+	snprintf(err, len, "the disk tier did not write %" PRIu64 " pages in 30 s",
+		 pages);
+	return -ETIMEDOUT;
+}
+
 static int rounds_of(struct kvp_client *c, const struct disk_prepare_opts *o,
 		     struct disk_prepare_result *r, const uint8_t *kv,
 		     uint64_t tokens, char *err, size_t len)
 {
 	for (uint64_t k = 0; k < o->rounds; k++) {
 		struct kvp_lease l;
+		struct kvp_stats st;
 		double t0, s;
-		int rc = kvp_evict(c, 1, KVP_SEL_TO_DISK);
+		int rc = kvp_stats(c, 0, &st);
 
+		if (!rc)
+			rc = kvp_evict(c, 1, KVP_SEL_TO_DISK);
 		if (rc < 0) {
 			snprintf(err, len, "pushing the history to disk: %s",
 				 kvp_last_error(c));
 			return rc;
 		}
+		rc = wait_written(c, st.disk_demoted_pages, (uint64_t)rc, err, len);
+		if (rc)
+			return rc;
 		t0 = now_s();
 		rc = kvp_prepare(c, 1, tokens, 0, &l);
 		s = now_s() - t0;
