@@ -173,9 +173,9 @@ static void seal_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i,
 	size_t n = dt->page_bytes;
 
 	if (dt->codec.id != DISK_CODEC_NONE) {
-		n = disk_codec_encode(dt->cx, &dt->codec, s + DISK_HDR_BYTES,
+		n = disk_codec_encode(dt->cx, &dt->codec, s + DISK_PAYLOAD_OFF,
 				      dt->page_bytes, dt->raw, dt->page_bytes, &id);
-		memcpy(s + DISK_HDR_BYTES, dt->raw, n);
+		memcpy(s + DISK_PAYLOAD_OFF, dt->raw, n);
 	}
 	*h = (struct disk_rec_hdr){
 		.magic = DISK_MAGIC, .version = DISK_VERSION,
@@ -187,8 +187,9 @@ static void seal_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i,
 		.stored_len = (uint32_t)n,
 	};
 	/* Zero the slot's tail: no stale bytes of an older page on disk. */
-	memset(s + DISK_HDR_BYTES + n, 0, dt->slot_bytes - DISK_HDR_BYTES - n);
-	disk_record_seal(h, s + DISK_HDR_BYTES);
+	memset(s + DISK_HDR_BYTES, 0, DISK_PAYLOAD_OFF - DISK_HDR_BYTES);
+	memset(s + DISK_PAYLOAD_OFF + n, 0, dt->slot_bytes - DISK_PAYLOAD_OFF - n);
+	disk_record_seal(h, s + DISK_PAYLOAD_OFF);
 	*stored += n;
 }
 
@@ -208,17 +209,17 @@ static bool open_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i)
 	char *s = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
 	const struct disk_rec_hdr *h = (const struct disk_rec_hdr *)s;
 
-	if (disk_record_check(h, s + DISK_HDR_BYTES, dt->slot_bytes) ||
+	if (disk_record_check(h, s + DISK_PAYLOAD_OFF, dt->slot_bytes) ||
 	    h->layout_id != dt->layout_id || h->tenant != e->k.tenant ||
 	    h->pool != e->k.pool || h->id != e->k.user || h->snap != e->snap ||
 	    h->page != i || h->raw_len != dt->page_bytes)
 		return false;
 	if (h->codec == DISK_CODEC_NONE)
 		return h->stored_len == dt->page_bytes;
-	if (disk_codec_decode(dt->cx, h->codec, s + DISK_HDR_BYTES, h->stored_len,
+	if (disk_codec_decode(dt->cx, h->codec, s + DISK_PAYLOAD_OFF, h->stored_len,
 			      dt->raw, dt->page_bytes))
 		return false;
-	memcpy(s + DISK_HDR_BYTES, dt->raw, dt->page_bytes);
+	memcpy(s + DISK_PAYLOAD_OFF, dt->raw, dt->page_bytes);
 	return true;
 }
 
@@ -235,10 +236,10 @@ static bool stage_page_ready(struct disk_tier *dt, struct disk_entry *e,
 
 	if (h->codec == DISK_CODEC_NONE)
 		return true;
-	if (disk_codec_decode(dt->cx, h->codec, s + DISK_HDR_BYTES, h->stored_len,
+	if (disk_codec_decode(dt->cx, h->codec, s + DISK_PAYLOAD_OFF, h->stored_len,
 			      dt->raw, dt->page_bytes))
 		return false;
-	memcpy(s + DISK_HDR_BYTES, dt->raw, dt->page_bytes);
+	memcpy(s + DISK_PAYLOAD_OFF, dt->raw, dt->page_bytes);
 	return true;
 }
 

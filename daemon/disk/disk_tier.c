@@ -312,7 +312,7 @@ int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start
 	pthread_mutex_unlock(&dt->mu);
 	/* The staging slots are ours: copy without the lock. */
 	for (uint32_t i = 0; i < npages; i++)
-		memcpy(stage_ptr(dt, e->stage[i]) + DISK_HDR_BYTES, pages[i],
+		memcpy(stage_ptr(dt, e->stage[i]) + DISK_PAYLOAD_OFF, pages[i],
 		       dt->page_bytes);
 	pthread_mutex_lock(&dt->mu);
 	old = index_find(dt, k);
@@ -402,7 +402,7 @@ void disk_tier_wait(struct disk_tier *dt, const struct disk_key *k)
 const void *disk_tier_page(struct disk_tier *dt, const struct disk_hist *hh,
 			   uint32_t i)
 {
-	return stage_ptr(dt, hh->entry->stage[i]) + DISK_HDR_BYTES;
+	return stage_ptr(dt, hh->entry->stage[i]) + DISK_PAYLOAD_OFF;
 }
 
 void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh)

@@ -149,19 +149,19 @@ static void test_record_checksum_catches_a_flipped_byte(void **state)
 	(void)state;
 	fill_page(payload, sizeof(payload), 1, 0);
 	disk_record_seal(&h, payload);
-	assert_int_equal(disk_record_check(&h, payload, 4096), 0);
+	assert_int_equal(disk_record_check(&h, payload, 8192), 0);
 	payload[77] ^= 1;
-	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	assert_int_equal(disk_record_check(&h, payload, 8192), -EBADMSG);
 	payload[77] ^= 1;
 	h.pos++;
-	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	assert_int_equal(disk_record_check(&h, payload, 8192), -EBADMSG);
 	h.pos--;
-	h.stored_len = 8192; /* past the slot: torn or forged */
-	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	h.stored_len = 4097; /* past the slot's page: torn or forged */
+	assert_int_equal(disk_record_check(&h, payload, 8192), -EBADMSG);
 	memset(&h, 0, sizeof(h));
-	assert_int_equal(disk_record_check(&h, payload, 4096), 1);
+	assert_int_equal(disk_record_check(&h, payload, 8192), 1);
 	h.magic = DISK_FREE_MAGIC;
-	assert_int_equal(disk_record_check(&h, payload, 4096), 1);
+	assert_int_equal(disk_record_check(&h, payload, 8192), 1);
 }
 
 static void test_layout_id_differs_by_geometry(void **state)
@@ -171,8 +171,9 @@ static void test_layout_id_differs_by_geometry(void **state)
 	(void)state;
 	assert_int_not_equal(disk_layout_id(&a), disk_layout_id(&b));
 	assert_int_equal(disk_layout_id(&a), disk_layout_id(&a));
+	/* The header's block, then the page on blocks of its own. */
 	assert_int_equal(disk_slot_bytes(16384), 16384 + 4096);
-	assert_int_equal(disk_slot_bytes(1000), 4096);
+	assert_int_equal(disk_slot_bytes(1000), 8192);
 }
 
 /* ------------------------------------------------------------ codec */
@@ -440,7 +441,7 @@ static void test_damage_after_the_scan_cuts_at_read_back(void **state)
 	(void)state;
 	put_user(dt, &l, 22, 6, 0);
 	disk_tier_flush(dt);
-	damage_slot(&l, 4, 200); /* behind the tier's back */
+	damage_slot(&l, 4, DISK_PAYLOAD_OFF + 200); /* behind the tier's back */
 	assert_int_equal(get_user(dt, &l, 22, true), 4);
 	disk_tier_close(dt);
 }

@@ -197,7 +197,7 @@ static int measure_raw(const struct opts *o, struct result *r,
 	 * underneath (a VM's) must see the same data both ways. */
 	memset(buf, 0, chunk * sb);
 	for (uint64_t i = 0; i < chunk; i++)
-		memcpy(buf + i * sb + DISK_HDR_BYTES, data + i * r->l.page_bytes,
+		memcpy(buf + i * sb + DISK_PAYLOAD_OFF, data + i * r->l.page_bytes,
 		       r->l.page_bytes);
 	if (disk_store_open(&st, path, n * sb, sb, &e)) {
 		snprintf(err, len, "%s", e.msg);
