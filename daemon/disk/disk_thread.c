@@ -562,7 +562,8 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 				  dt->slot_bytes);
 	/* Fixed buffers: no page pinning per I/O. Without (RLIMIT_MEMLOCK)
 	 * the same I/O works, a little slower. */
-	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes);
+	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes,
+			    dt->slot_bytes);
 	for (uint32_t i = 0; i < dt->nstage; i++)
 		dt->stage_free[i] = dt->nstage - 1 - i;
 	dt->nstage_free = dt->nstage;

@@ -292,6 +292,64 @@ static void test_store_slots_round_trip_and_injected_enospc(void **state)
 	free(buf);
 }
 
+/*
+ * A slot moved in two parts (its header block from one buffer, its page
+ * from another: a host frame, registered or not) holds what the same slot
+ * moved whole holds, both ways.
+ */
+static void test_store_split_slots_match_whole_slots(void **state)
+{
+	const uint64_t sb = 3 * 4096;  /* a header block and a 2-block page */
+	uint8_t *whole = aligned_alloc(4096, 4 * sb);
+	uint8_t *frames = aligned_alloc(4096, 4 * (sb - 4096));
+	uint8_t *hdrs = aligned_alloc(4096, 4 * 4096);
+	struct disk_store *st;
+	struct disk_io io[4];
+	struct errbuf e;
+	char path[128];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/split.disk", g_dir);
+	assert_int_equal(disk_store_open(&st, path, 4 * sb, sb, &e), 0);
+	/* Frames 0..1 fixed, 2..3 not. */
+	assert_int_equal(disk_store_register(st, frames, 2 * (sb - 4096),
+					     sb - 4096), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		memset(hdrs + i * 4096, 'h' + i, 4096);
+		memset(frames + i * (sb - 4096), 'a' + i, sb - 4096);
+		io[i] = (struct disk_io){ .slot = i, .buf = frames + i * (sb - 4096),
+					  .hdr = hdrs + i * 4096 };
+	}
+	assert_int_equal(disk_store_rw(st, true, io, 4), 0);
+	for (uint32_t i = 0; i < 4; i++)
+		io[i] = (struct disk_io){ .slot = i, .buf = whole + i * sb };
+	assert_int_equal(disk_store_rw(st, false, io, 4), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(whole[i * sb + 17], 'h' + i);
+		assert_int_equal(whole[i * sb + 4096], 'a' + i);
+		assert_int_equal(whole[i * sb + sb - 1], 'a' + i);
+		memset(whole + i * sb + 4096, 'A' + i, sb - 4096);
+	}
+	assert_int_equal(disk_store_rw(st, true, io, 4), 0);
+	memset(frames, 0, 4 * (sb - 4096));
+	memset(hdrs, 0, 4 * 4096);
+	for (uint32_t i = 0; i < 4; i++)
+		io[i] = (struct disk_io){ .slot = i, .buf = frames + i * (sb - 4096),
+					  .hdr = hdrs + i * 4096 };
+	assert_int_equal(disk_store_rw(st, false, io, 4), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(hdrs[i * 4096 + 4095], 'h' + i);
+		assert_int_equal(frames[i * (sb - 4096)], 'A' + i);
+		assert_int_equal(frames[(i + 1) * (sb - 4096) - 1], 'A' + i);
+	}
+	disk_store_unregister(st, frames);
+	disk_store_close(st);
+	unlink(path);
+	free(whole);
+	free(frames);
+	free(hdrs);
+}
+
 /* ------------------------------------------------------------ tier */
 
 static void test_put_then_get_reads_back_every_byte(void **state)
@@ -636,6 +694,7 @@ int main(void)
 		T(test_put_then_get_reads_back_every_byte),
 		T(test_get_before_the_write_serves_the_staging_copy),
 		T(test_gets_behind_the_writes_come_back_whole),
+		T(test_store_split_slots_match_whole_slots),
 		T(test_warm_restart_rebuilds_histories),
 		T(test_damaged_middle_page_keeps_the_prefix),
 		T(test_damage_after_the_scan_cuts_at_read_back),

@@ -204,7 +204,7 @@ static int measure_raw(const struct opts *o, struct result *r,
 		goto out;
 	}
 	r->direct = disk_store_direct(st);
-	disk_store_register(st, buf, chunk * sb);
+	disk_store_register(st, buf, chunk * sb, sb);
 	for (int dir = 1; dir >= 0; dir--) {
 		t0 = now_s();
 		for (uint64_t s = 0; s < n; s += chunk) {
