@@ -206,20 +206,20 @@ static int io_cmp(const void *a, const void *b)
  */
 static bool open_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i)
 {
-	char *s = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
-	const struct disk_rec_hdr *h = (const struct disk_rec_hdr *)s;
+	const struct disk_rec_hdr *h = (const void *)disk_rec_of(dt, e, i);
+	char *s = disk_payload_of(dt, e, i);
 
-	if (disk_record_check(h, s + DISK_PAYLOAD_OFF, dt->slot_bytes) ||
+	if (disk_record_check(h, s, dt->slot_bytes) ||
 	    h->layout_id != dt->layout_id || h->tenant != e->k.tenant ||
 	    h->pool != e->k.pool || h->id != e->k.user || h->snap != e->snap ||
 	    h->page != i || h->raw_len != dt->page_bytes)
 		return false;
 	if (h->codec == DISK_CODEC_NONE)
 		return h->stored_len == dt->page_bytes;
-	if (disk_codec_decode(dt->cx, h->codec, s + DISK_PAYLOAD_OFF, h->stored_len,
-			      dt->raw, dt->page_bytes))
+	if (disk_codec_decode(dt->cx, h->codec, s, h->stored_len, dt->raw,
+			      dt->page_bytes))
 		return false;
-	memcpy(s + DISK_PAYLOAD_OFF, dt->raw, dt->page_bytes);
+	memcpy(s, dt->raw, dt->page_bytes);
 	return true;
 }
 
@@ -309,9 +309,11 @@ static uint32_t read_rows(struct disk_tier *dt, struct pass *p, uint32_t j,
 	struct disk_entry *e = p->r[j];
 
 	for (uint32_t i = 0; i < e->npages; i++, n++) {
+		/* Into the caller's memory: the header block apart. */
 		p->rio[n] = (struct disk_io){
 			.slot = e->slot[i],
-			.buf = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes,
+			.buf = e->into ? e->dst[i] : disk_rec_of(dt, e, i),
+			.hdr = e->into ? disk_rec_of(dt, e, i) : NULL,
 		};
 		p->ent[n] = j;
 		p->page[n] = i;
@@ -388,6 +390,18 @@ static void pass_io(struct disk_tier *dt, struct pass *p, bool *ok,
 	pass_read_check(p, good);
 }
 
+/* Locked: e is gone; a held one waits for its holder's poll to free it
+ * (the holder's memory is no longer being written). */
+static void finish_gone(struct disk_tier *dt, struct disk_entry *e)
+{
+	if (e->held) {
+		e->gone = true;
+		e->state = DS_READY;
+		return;
+	}
+	disk_entry_destroy(dt, e, true);
+}
+
 /* Locked: publish a written entry. */
 static void finish_write(struct disk_tier *dt, struct disk_entry *e, bool ok,
 			 uint64_t stored)
@@ -403,14 +417,14 @@ static void finish_write(struct disk_tier *dt, struct disk_entry *e, bool ok,
 			  "tier%s", e->npages, e->k.user, strerror(-dt->last_err),
 			  dt->last_err == -ENOSPC ? "; the disk is full: free space "
 			  "or lower disk_size" : "");
-		disk_entry_destroy(dt, e, true);
+		finish_gone(dt, e);
 		return;
 	}
 	u->demoted_pages += e->npages;
 	u->bytes_raw += (uint64_t)e->npages * dt->page_bytes;
 	u->bytes_stored += stored;
 	if (e->gone) {
-		disk_entry_destroy(dt, e, true);
+		finish_gone(dt, e);
 		return;
 	}
 	if (e->want) {
@@ -443,6 +457,8 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 {
 	struct disk_use *u = disk_use_of(dt, e->k.tenant);
 
+	e->in_stage = false;
+	disk_hblk_release(dt, e); /* the headers are checked */
 	if (good < e->npages && !e->gone) {
 		dt->bad_records++;
 		disk_logf(dt, LOG_WARNING, "disk tier: user %" PRIu64 ": page %" PRIu32
@@ -452,7 +468,8 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 		u->pages -= e->npages - good;
 		u->dropped_pages += e->npages - good;
 		for (uint32_t i = good; i < e->npages; i++) {
-			dt->stage_free[dt->nstage_free++] = e->stage[i];
+			if (e->stage[i] != DISK_NONE)
+				dt->stage_free[dt->nstage_free++] = e->stage[i];
 			dt->free_slots[dt->nfree++] = e->slot[i];
 			u->slots--;
 			e->stage[i] = e->slot[i] = DISK_NONE;
@@ -462,13 +479,12 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 			e->len = (uint64_t)good * dt->P;
 		if (!good) {
 			disk_index_remove(dt, e);
-			disk_entry_destroy(dt, e, true);
+			finish_gone(dt, e);
 			return;
 		}
 	}
-	e->in_stage = false;
 	if (e->gone) {
-		disk_entry_destroy(dt, e, true);
+		finish_gone(dt, e);
 		return;
 	}
 	e->state = DS_READY;
@@ -545,6 +561,8 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 	if (dt->nstage > nslots)
 		dt->nstage = nslots;
 	dt->stage_base = aligned_alloc(DISK_ALIGN, dt->nstage * dt->slot_bytes);
+	dt->hblk_base = aligned_alloc(DISK_ALIGN, (uint64_t)dt->nstage * DISK_ALIGN);
+	dt->hblk_free = malloc(dt->nstage * sizeof(uint32_t));
 	dt->stage_free = malloc(dt->nstage * sizeof(uint32_t));
 	dt->free_slots = malloc(nslots * sizeof(uint32_t));
 	dt->inval = malloc(nslots * sizeof(uint32_t));
@@ -555,7 +573,7 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 	dt->cx = disk_codec_ctx_new(dt->page_bytes);
 	dt->raw = malloc(dt->page_bytes);
 	dt->pass = pass_new(dt->nstage);
-	if (!dt->stage_base || !dt->stage_free || !dt->free_slots || !dt->inval ||
+	if (!dt->stage_base || !dt->stage_free || !dt->hblk_base || !dt->hblk_free || !dt->free_slots || !dt->inval ||
 	    !dt->inval_block || !dt->bucket || !dt->cx || !dt->raw || !dt->pass)
 		return errbuf_set(e, -ENOMEM, "disk tier: out of memory for %" PRIu32
 				  " staging pages of %" PRIu64 " bytes", dt->nstage,
@@ -564,9 +582,11 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 	 * the same I/O works, a little slower. */
 	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes,
 			    dt->slot_bytes);
+	disk_store_register(dt->st, dt->hblk_base, (uint64_t)dt->nstage * DISK_ALIGN,
+			    DISK_ALIGN);
 	for (uint32_t i = 0; i < dt->nstage; i++)
-		dt->stage_free[i] = dt->nstage - 1 - i;
-	dt->nstage_free = dt->nstage;
+		dt->stage_free[i] = dt->hblk_free[i] = dt->nstage - 1 - i;
+	dt->nstage_free = dt->nhblk_free = dt->nstage;
 	memset(dt->inval_block, 0, DISK_ALIGN);
 	h = dt->inval_block;
 	h->magic = DISK_FREE_MAGIC;
@@ -582,10 +602,14 @@ static void tier_free(struct disk_tier *dt)
 			dt->bucket[b] = e->hnext;
 			free(e->slot);
 			free(e->stage);
+			free(e->dst);
+			free(e->hblk);
 			free(e);
 		}
 	free(dt->bucket);
 	free(dt->stage_base);
+	free(dt->hblk_base);
+	free(dt->hblk_free);
 	free(dt->stage_free);
 	free(dt->free_slots);
 	free(dt->inval);
