@@ -487,6 +487,8 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 		finish_gone(dt, e);
 		return;
 	}
+	if (e->into)
+		dt->into_pages += e->npages;
 	e->state = DS_READY;
 	e->ready_ns = disk_now_ns();
 }

@@ -144,6 +144,7 @@ struct disk_tier_stats {
 	uint64_t write_ns, read_ns;     /* in the disk thread */
 	uint64_t codec_ns;
 	uint64_t bad_records;           /* skipped by the scan */
+	uint64_t into_pages;            /* read straight into callers' frames */
 	bool direct;
 };
 /* The whole file's slots, and the tenant's share of the rest (all its
