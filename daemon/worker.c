@@ -80,7 +80,6 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "cpu_busy.h"
 #include "client.h"
 #include "listener.h"
 #include "log.h"
@@ -556,7 +555,6 @@ static void *worker_main(void *arg)
 	uint64_t spin_ns = (uint64_t)w->s->cfg->spin_us * 1000, idle_since = 0;
 	uint32_t ctl_seen = ~__atomic_load_n(&w->ctl, __ATOMIC_ACQUIRE);
 	uint32_t idle = 0; /* empty passes since the last useful one */
-	bool busy = false; /* runnable threads outnumbered cores when idle began */
 
 	/* Only this thread writes its counters (metrics.h). */
 	metrics_self = w->s->opm ? &w->s->opm[w->index] : NULL;
@@ -582,16 +580,13 @@ static void *worker_main(void *arg)
 		 */
 		if (!idle++) {
 			idle_since = mono_ns();
-			/* Every core taken: no spin beyond these 64 passes, the
-			 * clients need the core more (lib/cpu_busy.h). */
-			busy = cpu_busy(idle_since);
 			continue;
 		}
 		if (idle % 64) {
 			cpu_relax();
 			continue;
 		}
-		if (!busy && mono_ns() - idle_since < spin_ns) {
+		if (mono_ns() - idle_since < spin_ns) {
 			cpu_relax();
 			continue;
 		}

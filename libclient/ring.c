@@ -27,7 +27,6 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "cpu_busy.h"
 #include "client_internal.h"
 
 static inline void cpu_relax(void)
@@ -291,10 +290,7 @@ int kvpc_cq_wait(struct kvp_client *c, uint32_t want)
 			if (!start) {
 				start = now;
 				yield_at = now + (uint64_t)c->spin_us * 1000u;
-				/* Every core taken: the worker may be the thread our
-				 * spin keeps off a core; sleep after 64 polls
-				 * (lib/cpu_busy.h). */
-				spin_end = cpu_busy(now) ? now : now + spin_budget_ns(c);
+				spin_end = now + spin_budget_ns(c);
 			} else if (now >= spin_end) {
 				ready = cq_sleep(c, want);
 				break;

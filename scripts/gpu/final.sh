@@ -14,13 +14,6 @@ timeout ${CTEST_S:-90} ctest --test-dir /tmp/b -L gpu -E "${CTEST_SKIP:-test_llm
 	--output-on-failure > $OUT/ctest-gpu.txt 2>&1; echo "ctest rc=$?"; grep -E "tests passed|Passed|Failed|Skipped" $OUT/ctest-gpu.txt | tail -15
 SCALING_BACKEND=cuda SCALING_SECONDS=${SCALING_SECONDS:-1} timeout ${SCALING_S:-150} \
 	scripts/scaling.sh /tmp/b $OUT > $OUT/scaling.txt 2>&1; echo "scaling rc=$?"; tail -30 $OUT/scaling.txt
-# SCALING_AB=1: the same grid again with the spin test off (lib/cpu_busy.h),
-# the build unchanged: what giving way to busy cores does, side by side.
-if [ -n "${SCALING_AB:-}" ]; then
-	KVPOOL_SPIN=always SCALING_BACKEND=cuda SCALING_SECONDS=${SCALING_SECONDS:-1} timeout ${SCALING_S:-150} \
-		scripts/scaling.sh /tmp/b $OUT spin-always > $OUT/scaling-spin-always.txt 2>&1
-	echo "scaling spin-always rc=$?"; tail -30 $OUT/scaling-spin-always.txt
-fi
 if [ -x /tmp/b/kvbench ] && /tmp/b/kvbench disk --help >/dev/null 2>&1; then
 	mkdir -p /var/tmp/kvbench-disk
 	timeout 150 /tmp/b/kvbench disk --dir /var/tmp/kvbench-disk --json > $OUT/disk-device.json 2> $OUT/disk-device.err
