@@ -447,8 +447,12 @@ bool disk_tier_into_ok(const struct disk_tier *dt)
  */
 static bool read_start(struct disk_tier *dt, struct disk_entry *e)
 {
-	if (e->dst && !e->hblk)
+	if (e->dst && !e->hblk) {
 		e->hblk = malloc(e->npages * sizeof(*e->hblk));
+		/* DISK_NONE until taken: a staging read never gives any back */
+		for (uint32_t i = 0; e->hblk && i < e->npages; i++)
+			e->hblk[i] = DISK_NONE;
+	}
 	if (e->dst && e->hblk && dt->nhblk_free >= e->npages) {
 		for (uint32_t i = 0; i < e->npages; i++)
 			e->hblk[i] = dt->hblk_free[--dt->nhblk_free];
@@ -668,7 +672,7 @@ void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
 		.bytes_raw = u->bytes_raw, .bytes_stored = u->bytes_stored,
 		.write_ns = dt->write_ns, .read_ns = dt->read_ns,
 		.codec_ns = dt->codec_ns, .bad_records = dt->bad_records,
-		.into_pages = dt->into_pages,
+		.into_pages = dt->into_pages, .hblk_free = dt->nhblk_free,
 		.direct = disk_store_direct(dt->st),
 	};
 	pthread_mutex_unlock(&dt->mu);

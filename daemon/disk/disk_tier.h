@@ -145,6 +145,7 @@ struct disk_tier_stats {
 	uint64_t codec_ns;
 	uint64_t bad_records;           /* skipped by the scan */
 	uint64_t into_pages;            /* read straight into callers' frames */
+	uint64_t hblk_free;             /* header blocks free (tests) */
 	bool direct;
 };
 /* The whole file's slots, and the tenant's share of the rest (all its

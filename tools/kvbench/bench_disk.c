@@ -461,28 +461,6 @@ static void print_table(const struct opts *o, const struct result *r,
 
 /* ---------------------------------------------------------------- options */
 
-/* Bytes with an optional K, M or G (binary) suffix; 0 or junk: -1. */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (end == s || errno)
-		return -1;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	}
-	if (*end || !v || v > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -544,7 +522,7 @@ static int one_opt(void *ctx, int c, const char *arg)
 		o->dir = arg;
 		return -1;
 	case OPT_SIZE:
-		if (parse_bytes(arg, &o->size))
+		if (kvb_opt_bytes(arg, &o->size))
 			return kvb_usage_error(SUB, "--size '%s': give bytes with an "
 					       "optional K, M or G suffix", arg);
 		return -1;
@@ -576,7 +554,7 @@ static int one_opt(void *ctx, int c, const char *arg)
 			o->prepare_size = 0;
 			return -1;
 		}
-		if (parse_bytes(arg, &o->prepare_size))
+		if (kvb_opt_bytes(arg, &o->prepare_size))
 			return kvb_usage_error(SUB, "--prepare-size '%s': give bytes "
 					       "with an optional K, M or G suffix, or "
 					       "0", arg);
