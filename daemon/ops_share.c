@@ -37,6 +37,7 @@
 #include "clock.h"
 #include "ops_internal.h"
 #include "kvpool_engine.h"
+#include "remote_engine.h"
 
 /* Tokens one register, seq_alloc, extend or lookup may carry (a 4 MiB input). */
 #define SHARE_MAX_TOKENS (1u << 20)
@@ -218,7 +219,14 @@ int op_prefix_lookup(struct op *o)
 	if ((ret = op_input(o, 0, &in, NULL)))
 		return ret;
 	eng = op_lock_own(o);
-	share_prefix_lookup(eng, (const uint32_t *)in, q->n, &hit);
+	/* The remote tier under the cache: a ring lookup is held and retried
+	 * while its missing run is fetched (remote_engine.h). */
+	if (engine_prefix_lookup(eng, (const uint32_t *)in, q->n,
+				 o->wait ? ENGINE_REMOTE_DEFER : 0, &hit) == -EINPROGRESS) {
+		op_unlock_own(o);
+		o->wait->retry = true;
+		return 0;
+	}
 	po = (struct kvp_prefix_out){ .tokens = hit.tokens, .npages = hit.npages };
 	if (hit.npages <= room) {
 		memcpy(o->out, &po, sizeof(po));

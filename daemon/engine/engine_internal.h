@@ -148,6 +148,7 @@ struct engine {
 	struct disk_tier *disk;  /* NULL: no disk tier (engine_config) */
 	uint64_t disk_tenant;
 	uint32_t disk_pool;
+	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
 };
 
 struct share;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remote_engine.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ hashing */
@@ -143,6 +144,22 @@ void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 
 /* ------------------------------------------------------------ LRU */
 
+static void lru_unlink(struct share *s, uint32_t e);
+static void lru_push_tail(struct engine *eng, uint32_t e);
+
+void pc_adopt(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+	      uint32_t parent)
+{
+	struct share *s = eng->share;
+
+	/* An idle parent stops being a leaf: off the LRU (it stays idle). */
+	if (parent != PC_NONE && s->pc[parent].on_lru)
+		lru_unlink(s, parent);
+	pc_publish(eng, frame, hash, parent);
+	s->pc_idle++;
+	lru_push_tail(eng, s->sp[frame].pc);
+}
+
 static void lru_unlink(struct share *s, uint32_t e)
 {
 	struct pc_entry *pe = &s->pc[e];
@@ -197,6 +214,7 @@ void pc_evict_head(struct engine *eng)
 	uint32_t e = (uint32_t)(pe - s->pc), parent = pe->parent;
 
 	lru_unlink(s, e);
+	engine_remote_evicted(eng, pe->frame, pe->hash); /* remote tier hook */
 	hashtab_remove(&s->pcs, &pe->hnode);
 	s->sp[pe->frame].pc = PC_NONE;
 	frames_free(&eng->frames[KVP_TIER_DEVICE], pe->frame);
