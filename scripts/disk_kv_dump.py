@@ -12,6 +12,11 @@ model made rather than on a synthetic stand-in. Prints the kvbench command.
                       2 layers, 2 KV heads, head_dim 16; no download)
   --model hf:NAME     a transformers causal LM already in the local cache
                       (no download is attempted: HF_HUB_OFFLINE=1)
+  --model config:llama3-8b
+                      LlamaForCausalLM built from Llama-3-8B's config with
+                      seeded random bf16 weights (no download; on the GPU
+                      when there is one): the geometry and the RoPE of a
+                      real model's cache, though not trained weights' values
 
     /usr/bin/python3 scripts/disk_kv_dump.py --model tiny --tokens 8192 \\
         --out /var/tmp/kv-tiny.pages
@@ -64,6 +69,35 @@ def hf_kv(name: str, tokens: int, seed: int):
     return layers, (len(layers), heads, dim)
 
 
+def config_kv(name: str, tokens: int, seed: int):
+    """Per layer (K, V) [tokens, kv_heads, head_dim] from a model built from a
+    known config with random weights (the machine has no weights to load)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
+
+    if name != "llama3-8b":
+        sys.exit(f"disk_kv_dump: --model config:{name}: the known config is llama3-8b")
+    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                      max_position_embeddings=max(8192, tokens), rope_theta=500000.0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(seed)
+    torch.set_default_dtype(torch.bfloat16)  # built in place: no fp32 copy on the host
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    ids = torch.randint(0, cfg.vocab_size, (1, tokens), device=dev)
+    with torch.no_grad():
+        past = model(ids, use_cache=True).past_key_values
+    layers = []
+    for i in range(cfg.num_hidden_layers):
+        k, v = (past.layers[i].keys, past.layers[i].values) if hasattr(past, "layers") \
+            else past[i]
+        layers.append((k[0].transpose(0, 1).float().cpu(), v[0].transpose(0, 1).float().cpu()))
+    _, heads, dim = layers[0][0].shape
+    return layers, (len(layers), heads, dim)
+
+
 def write_pages(kv, geom, page_tokens: int, dtype: str, out: Path) -> int:
     """kvpool pages of kv into out; returns how many."""
     import torch
@@ -86,7 +120,7 @@ def write_pages(kv, geom, page_tokens: int, dtype: str, out: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="tiny", help="tiny or hf:NAME")
+    ap.add_argument("--model", default="tiny", help="tiny, hf:NAME or config:llama3-8b")
     ap.add_argument("--tokens", type=int, default=8192)
     ap.add_argument("--page-tokens", type=int, default=16)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
@@ -102,8 +136,13 @@ def main() -> int:
         except (ImportError, OSError) as e:
             sys.exit(f"disk_kv_dump: {args.model}: {e}; install transformers and "
                      "put the model in the local Hugging Face cache, or use --model tiny")
+    elif args.model.startswith("config:"):
+        try:
+            kv, geom = config_kv(args.model[7:], args.tokens, args.seed)
+        except ImportError as e:
+            sys.exit(f"disk_kv_dump: {args.model}: {e}; install transformers")
     else:
-        sys.exit(f"disk_kv_dump: --model {args.model}: use tiny or hf:NAME")
+        sys.exit(f"disk_kv_dump: --model {args.model}: use tiny, hf:NAME or config:llama3-8b")
     pages = write_pages(kv, geom, args.page_tokens, args.dtype, Path(args.out))
     if not pages:
         sys.exit(f"disk_kv_dump: {args.tokens} tokens make no page of "

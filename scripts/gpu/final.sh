@@ -24,3 +24,21 @@ if grep -q disk_dir /tmp/b/kvpoold 2>/dev/null || /tmp/b/kvpoold --help 2>&1 | g
 		--build /tmp/b --disk-dir /var/tmp/kvdisk --json $OUT/disk-recompute.json > $OUT/disk-recompute.txt 2>&1
 	echo "disk_recompute rc=$?"; tail -20 $OUT/disk-recompute.txt
 fi
+# zstd on K/V a model made (Llama-3-8B geometry and RoPE, random weights).
+if [ -n "${ZSTD_KV:-}" ]; then
+	timeout 200 /opt/torch/.venv/bin/python3 scripts/disk_kv_dump.py --model config:llama3-8b \
+		--tokens 2048 --out /var/tmp/kv-llama.pages > $OUT/kv-llama.txt 2>&1 &&
+	for c in none zstd zstd:1; do
+		timeout 90 /tmp/b/kvbench disk --dir /var/tmp/kvbench-disk --compress $c --size 256M \
+			--layout layers=32,kv_heads=8,head_dim=128,dtype=bf16,page_tokens=16 \
+			--data /var/tmp/kv-llama.pages --json > $OUT/disk-llama-$c.json 2>>$OUT/kv-llama.txt
+	done
+	echo "zstd on llama kv rc=$?"; grep -h '"zstd_ratio\|compress_mbps\|demote_ratio\|"compress"' $OUT/disk-llama-*.json
+fi
+# The remote tier (issue 17) against recompute, when it is built.
+if [ -f tools/remote_recompute.py ]; then
+	PYTHONPATH=/tmp/b/python timeout ${REMOTE_S:-150} /opt/torch/.venv/bin/python3 tools/remote_recompute.py \
+		--build /tmp/b --json $OUT/remote-recompute.json > $OUT/remote-recompute.txt 2>&1
+	echo "remote_recompute rc=$?"; tail -20 $OUT/remote-recompute.txt
+fi
+(cd $OUT && tar czf /tmp/all.tgz --exclude=all.tgz . && mv /tmp/all.tgz $OUT/all.tgz)
