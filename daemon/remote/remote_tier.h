@@ -85,13 +85,52 @@ const uint8_t *remote_fetch_hash(const struct remote_fetch *f, uint32_t i);
 void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 		       uint32_t onloaded);
 
+/*
+ * The tier's figures, listed once: X(name, kind, unit, metric, help), as
+ * KVP_STATS_FIELDS (kvpool.h) lists a pool's; kvpoold's /metrics walks
+ * both lists (daemon/metrics.c), and REMOTE_NODE_FIELDS per store node.
+ */
+#define REMOTE_TIER_FIELDS(X) \
+	X(put_pages, COUNTER, "", "remote_put_pages", \
+	  "Evicted pages queued for the remote tier.") \
+	X(put_dropped, COUNTER, "", "remote_put_dropped_pages", \
+	  "Pages not queued: the write-behind queue was full (or the page not CPU-readable).") \
+	X(written_pages, COUNTER, "", "remote_written_pages", "Pages the store took.") \
+	X(write_errors, COUNTER, "", "remote_write_errors", \
+	  "Pages a store node did not take (down, timed out, an error).") \
+	X(fetches, COUNTER, "", "remote_fetches", \
+	  "Batched rounds asked for a lookup's missing run.") \
+	X(fetch_pages, COUNTER, "", "remote_fetch_pages", "Pages those rounds asked for.") \
+	X(fetch_hits, COUNTER, "", "remote_fetch_hit_pages", \
+	  "Pages the store had and that checked.") \
+	X(onloaded_pages, COUNTER, "", "remote_onloaded_pages", \
+	  "Fetched pages onloaded into a device tier and served.") \
+	X(bad_values, COUNTER, "", "remote_bad_values", \
+	  "Fetched values dropped: checksum, another key's or layout's.") \
+	X(queued_bytes, GAUGE, "bytes", "remote_queued", \
+	  "Bytes waiting in the write-behind queue.")
+
 struct remote_tier_stats {
-	uint64_t put_pages, put_dropped, written_pages, write_errors;
-	uint64_t fetches, fetch_pages, fetch_hits, onloaded_pages;
-	uint64_t bad_values;         /* fetched but failed their check */
-	uint64_t queued_bytes;
+#define REMOTE_FIELD_(name, kind, unit, metric, help) uint64_t name;
+	REMOTE_TIER_FIELDS(REMOTE_FIELD_)
+#undef REMOTE_FIELD_
 	uint32_t nodes;
 };
+
+/* Per store node (struct rc_node_stats, redis_cluster.h). */
+#define REMOTE_NODE_FIELDS(X) \
+	X(gets, COUNTER, "", "remote_node_gets", "GETs sent to a store node.") \
+	X(hits, COUNTER, "", "remote_node_hits", "GETs it answered with a value.") \
+	X(misses, COUNTER, "", "remote_node_misses", \
+	  "GETs that found nothing or failed (down, timed out).") \
+	X(sets, COUNTER, "", "remote_node_sets", "SETs sent to it.") \
+	X(errors, COUNTER, "", "remote_node_errors", \
+	  "Requests that failed: down, timed out, an error reply.") \
+	X(bytes_in, COUNTER, "bytes", "remote_node_read", "Value bytes read from it.") \
+	X(bytes_out, COUNTER, "bytes", "remote_node_written", "Value bytes it stored.") \
+	X(rounds, COUNTER, "", "remote_node_rounds", "Pipelined rounds sent to it.") \
+	X(latency_ns, COUNTER, "ns", "remote_node_round", \
+	  "Time of those rounds, first send to last reply: / rounds is the mean.")
 void remote_tier_stats(struct remote_tier *rt, struct remote_tier_stats *out);
 
 /* Per node (i < stats.nodes): the client's figures as of its last batch. */
