@@ -100,6 +100,7 @@ struct config {
 	uint32_t remote_timeout_ms;
 	bool remote_user_histories;
 	char *remote_compress;
+	uint64_t remote_queue;    /* bytes; 0: 64 MiB */
 	char *metrics;            /* "ADDR:PORT" of /metrics; NULL: none */
 	struct sockaddr_storage metrics_addr; /* parsed from it */
 	struct tenant_config *tenants;

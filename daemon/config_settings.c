@@ -430,6 +430,12 @@ static int set_remote_user_histories(struct config *c, struct tenant_config *t,
 	return parse_bool(v, &c->remote_user_histories, err, len);
 }
 
+static int set_remote_queue(struct config *c, struct tenant_config *t,
+			    const char *v, char *err, size_t len)
+{
+	return parse_size(v, &c->remote_queue, err, len);
+}
+
 static int set_remote_compress(struct config *c, struct tenant_config *t,
 			       const char *v, char *err, size_t len)
 {
@@ -520,6 +526,9 @@ const struct setting settings[] = {
 	  "each connect, send and receive to the remote tier (default 500)" },
 	{ "remote_user_histories", G | B, set_remote_user_histories, "BOOL",
 	  "user histories go to the remote tier too (default no: prefix pages only)" },
+	{ "remote_queue", G, set_remote_queue, "SIZE",
+	  "evicted pages waiting to be written to the remote tier, at most (default 64M; "
+	  "past it they are dropped)" },
 	{ "remote_compress", G, set_remote_compress, "none|zstd[:LEVEL]",
 	  "how pages are stored in the remote tier (default none)" },
 	{ "log", G, set_log, "TARGET",

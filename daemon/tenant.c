@@ -277,6 +277,7 @@ static int remote_open(struct tenants *ts, const struct config *cfg,
 		.url = cfg->remote, .timeout_ms = cfg->remote_timeout_ms,
 		.layout = cfg->layout, .codec = cfg->remote_compress,
 		.user_histories = cfg->remote_user_histories, .log = disk_log,
+		.queue_bytes = cfg->remote_queue,
 	};
 	int ret;
 

@@ -495,6 +495,29 @@ uint32_t redis_cluster_set(struct redis_cluster *rc, struct rc_item *it, uint32_
 	return batch_run(rc, &b, n);
 }
 
+int64_t redis_cluster_dbsize(struct redis_cluster *rc)
+{
+	int64_t sum = 0;
+
+	if (rc->map_stale || !redis_cluster_mapped_slots(rc))
+		map_refresh(rc);
+	for (uint32_t k = 0; k < rc->nnodes; k++) {
+		redisContext *c;
+		redisReply *r;
+		bool routed = false;
+
+		for (uint32_t s = 0; s < RC_SLOTS && !routed; s++)
+			routed = rc->slot[s] == k;
+		if (!routed)
+			continue;
+		if (!(c = node_conn(rc, &rc->nodes[k])) || !(r = redisCommand(c, "DBSIZE")))
+			return -1;
+		sum += r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+		freeReplyObject(r);
+	}
+	return sum;
+}
+
 uint32_t redis_cluster_nodes(const struct redis_cluster *rc)
 {
 	return rc->nnodes;

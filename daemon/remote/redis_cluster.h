@@ -94,6 +94,10 @@ uint32_t redis_cluster_set(struct redis_cluster *rc, struct rc_item *it, uint32_
  * non-empty {hash tag}, mod 16384. */
 uint16_t redis_cluster_slot(const void *key, size_t len);
 
+/* Keys on the nodes the map routes to (DBSIZE summed; benchmarks, tests);
+ * -1 when one of them does not answer. */
+int64_t redis_cluster_dbsize(struct redis_cluster *rc);
+
 /* Nodes known (seeds and those the map named); their figures. */
 uint32_t redis_cluster_nodes(const struct redis_cluster *rc);
 void redis_cluster_node_stats(const struct redis_cluster *rc, uint32_t i,

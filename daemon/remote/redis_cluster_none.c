@@ -48,6 +48,12 @@ uint32_t redis_cluster_set(struct redis_cluster *rc, struct rc_item *it, uint32_
 	return redis_cluster_get(rc, it, n, NULL, NULL);
 }
 
+int64_t redis_cluster_dbsize(struct redis_cluster *rc)
+{
+	(void)rc;
+	return -1;
+}
+
 uint32_t redis_cluster_nodes(const struct redis_cluster *rc)
 {
 	(void)rc;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * redis_local.h - a Redis Cluster of n redis-server processes on loopback
- * for the remote tier's tests: free ports, slots split evenly, CLUSTER
- * MEET, waited for until every node says cluster_state:ok.
+ * for the remote tier's tests and `kvbench remote`: free ports, slots split
+ * evenly, CLUSTER MEET, waited for until every node says cluster_state:ok.
  */
 #ifndef KVPOOL_TEST_REDIS_LOCAL_H
 #define KVPOOL_TEST_REDIS_LOCAL_H
