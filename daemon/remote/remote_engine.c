@@ -106,39 +106,51 @@ static void unsay_lookup(struct engine *eng, uint32_t n, const struct share_pref
 	eng->st.prefix_hit_tokens -= out->tokens;
 }
 
-int engine_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
-			 unsigned flags, struct share_prefix_hit *out)
+int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
+		       uint32_t *frames, uint32_t *hit, bool defer)
 {
-	uint32_t full = n / eng->P, hit, m, last, done;
+	uint32_t m = full - *hit, last, done, idle;
 	struct remote_fetch *f;
 	struct remote_key *keys;
 	int ret;
 
-	share_prefix_lookup(eng, tokens, n, out);
-	hit = out->npages;
-	if (!eng->remote || hit >= full)
+	if (!eng->remote || *hit >= full)
 		return 0;
-	m = full - hit;
 	if (m > eng->share->nframes)
 		m = eng->share->nframes;
 	keys = malloc(m * sizeof(*keys));
 	if (!keys)
 		return 0; /* the local answer */
-	last = hit ? out->frames[hit - 1] : FRAME_NONE;
-	missing_keys(eng, tokens, hit, m, out->frames, keys);
+	last = *hit ? frames[*hit - 1] : FRAME_NONE;
+	missing_keys(eng, tokens, *hit, m, frames, keys);
 	ret = remote_tier_fetch(eng->remote, keys, m, &f);
 	free(keys);
-	if (ret == -EINPROGRESS && (flags & ENGINE_REMOTE_DEFER)) {
-		unsay_lookup(eng, n, out);
+	if (ret == -EINPROGRESS && defer)
 		return -EINPROGRESS;
-	}
 	if (ret)
-		return 0;
+		return 0; /* queued for a later lookup, or no memory: local */
 	done = onload_run(eng, last, f);
 	remote_fetch_done(eng->remote, f, done);
-	if (done) {
+	if (done)
+		*hit = pc_match(eng, tokens, full, frames, &idle);
+	return 0;
+}
+
+int engine_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 unsigned flags, struct share_prefix_hit *out)
+{
+	uint32_t hit;
+	int ret;
+
+	share_prefix_lookup(eng, tokens, n, out);
+	hit = out->npages;
+	ret = remote_prefix_more(eng, tokens, n / eng->P, eng->view, &hit,
+				 flags & ENGINE_REMOTE_DEFER);
+	if (ret == -EINPROGRESS || hit != out->npages)
 		unsay_lookup(eng, n, out);
+	if (ret == -EINPROGRESS)
+		return ret;
+	if (hit != out->npages)
 		share_prefix_lookup(eng, tokens, n, out);
-	}
 	return 0;
 }

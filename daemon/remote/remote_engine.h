@@ -20,6 +20,7 @@
 #ifndef KVPOOL_REMOTE_ENGINE_H
 #define KVPOOL_REMOTE_ENGINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct engine;
@@ -31,6 +32,17 @@ struct share_prefix_hit;
 #define ENGINE_REMOTE_DEFER 1u
 
 void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32]);
+
+/*
+ * The remote tier's part of a prefix lookup: *hit pages of tokens' chain
+ * (full pages in all) are cached locally, their frames in frames[]; ask the
+ * remote tier for the run after them and, once it is back, onload it and
+ * match again (*hit and frames[] updated). 0: done; -EINPROGRESS (defer
+ * only): asked, nothing changed, run the lookup again later. Called where
+ * a local lookup (and the disk tier's, when there is one) stopped short.
+ */
+int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
+		       uint32_t *frames, uint32_t *hit, bool defer);
 
 /*
  * A prefix lookup (share.h share_prefix_lookup) with the remote tier under
