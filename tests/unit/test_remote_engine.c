@@ -7,7 +7,8 @@
  * is held (-EINPROGRESS) while one batched round fetches the run, then
  * answers with the pages onloaded into its device tier, byte for byte A's
  * and published in its own prefix cache (engine_check passes). A damaged
- * value stops the run there (counted, never served); a store node killed
+ * value stops the run there (counted, never served); a full write-behind
+ * queue drops (counted) without waiting; a store node killed
  * makes its pages misses within the timeout, nothing else changes.
  */
 #define _GNU_SOURCE
@@ -189,6 +190,47 @@ static void test_damaged_value_stops_the_run_and_is_counted(void **state)
 	g_b = NULL;
 }
 
+/* The write-behind queue is bounded: with every store node stopped (writes
+ * wait for the timeout), a burst of evictions past the queue is dropped and
+ * counted, and the one that evicts never waits. */
+static void test_full_queue_drops_and_counts(void **state)
+{
+	struct remote_tier_config c = { .timeout_ms = 200 };
+	struct remote_tier_stats st;
+	struct remote_tier *rt;
+	struct remote_key k = { .kind = DISK_KIND_PREFIX, .tenant = 9 };
+	struct errbuf e;
+	uint8_t *page;
+	uint64_t t0;
+	int dropped = 0;
+
+	(void)state;
+	test_layout(&c.layout);
+	c.url = g_redis.url;
+	c.queue_bytes = 2 * c.layout.page_bytes;
+	assert_int_equal(remote_tier_open(&rt, &c, &e), 0);
+	page = calloc(1, c.layout.page_bytes);
+	assert_non_null(page);
+	for (int i = 0; i < 3; i++)
+		kill(g_redis.pid[i], SIGSTOP);
+	t0 = mono_ns();
+	for (int i = 0; i < 20; i++) {
+		k.hash[0] = (uint8_t)i;
+		dropped += remote_tier_put(rt, &k, page) == -ENOSPC;
+	}
+	assert_true(mono_ns() - t0 < 100000000ull); /* never on the network */
+	for (int i = 0; i < 3; i++)
+		kill(g_redis.pid[i], SIGCONT);
+	remote_tier_flush(rt);
+	remote_tier_stats(rt, &st);
+	assert_true(dropped >= 17); /* two queued, one maybe taken by the thread */
+	assert_int_equal(st.put_pages, 20);
+	assert_int_equal(st.put_dropped, (uint64_t)dropped);
+	assert_int_equal(st.queued_bytes, 0);
+	remote_tier_close(rt);
+	free(page);
+}
+
 static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
 {
 	uint32_t tokens[NTOK];
@@ -234,6 +276,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_onloads_a_pages_byte_for_byte),
 		cmocka_unit_test(test_damaged_value_stops_the_run_and_is_counted),
+		cmocka_unit_test(test_full_queue_drops_and_counts),
 		/* Last: it kills a node for good. */
 		cmocka_unit_test(test_killed_store_node_is_a_miss_in_bounded_time),
 	};
