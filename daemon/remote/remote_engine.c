@@ -122,6 +122,13 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 	if (!keys)
 		return 0; /* the local answer */
 	last = *hit ? frames[*hit - 1] : FRAME_NONE;
+	/* A held lookup is retried every few microseconds while its round is
+	 * out: one hash tells whether it still is, before hashing the run. */
+	missing_keys(eng, tokens, *hit, 1, frames, keys);
+	if (defer && remote_tier_pending(eng->remote, &keys[0])) {
+		free(keys);
+		return -EINPROGRESS;
+	}
 	missing_keys(eng, tokens, *hit, m, frames, keys);
 	ret = remote_tier_fetch(eng->remote, keys, m, &f);
 	free(keys);

@@ -407,6 +407,18 @@ int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 	return ret;
 }
 
+bool remote_tier_pending(struct remote_tier *rt, const struct remote_key *key0)
+{
+	struct remote_fetch *f;
+	bool pending;
+
+	pthread_mutex_lock(&rt->mu);
+	f = fetch_find(rt, key0);
+	pending = f && f->state != F_DONE;
+	pthread_mutex_unlock(&rt->mu);
+	return pending;
+}
+
 void remote_tier_wait(struct remote_tier *rt, const struct remote_key *key0)
 {
 	struct remote_fetch *f;

@@ -74,6 +74,9 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
  */
 int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 		      uint32_t n, struct remote_fetch **out);
+/* Whether the fetch of the run named by key0 is queued or out (a cheap
+ * check for a lookup retried while it waits). */
+bool remote_tier_pending(struct remote_tier *rt, const struct remote_key *key0);
 /* Block until the fetch of the run named by keys[0] is over. */
 void remote_tier_wait(struct remote_tier *rt, const struct remote_key *key0);
 uint32_t remote_fetch_pages(const struct remote_fetch *f);
