@@ -388,19 +388,51 @@ static void reply_one(struct redis_cluster *rc, struct rc_node *n, struct batch 
 	rc->target[i] = RC_NO_NODE; /* done */
 }
 
-/* Send node k's m items (rc->list) in one pipeline and read the replies. */
-static void node_round(struct redis_cluster *rc, uint32_t k, struct batch *b, uint32_t m)
+/* This round's items grouped by node into rc->list: node k's are
+ * list[off[k], off[k + 1]). Fixed before anything is sent: a redirect read
+ * from one node must not add an item to another's replies. */
+static void round_lists(struct redis_cluster *rc, uint32_t n, uint32_t *off)
+{
+	uint32_t m = 0;
+
+	for (uint32_t k = 0; k < rc->nnodes; k++) {
+		off[k] = m;
+		for (uint32_t i = 0; i < n; i++)
+			if (rc->target[i] == k)
+				rc->list[m++] = i;
+	}
+	off[rc->nnodes] = m;
+}
+
+/* The rest of node k's items failed: close it (its replies are out of step
+ * with the requests), they are misses. */
+static void node_items_down(struct redis_cluster *rc, uint32_t k, struct batch *b,
+			    const uint32_t *list, uint32_t from, uint32_t m)
+{
+	struct rc_node *n = &rc->nodes[k];
+
+	node_fail(n);
+	for (uint32_t j = from; j < m; j++) {
+		b->it[list[j]].status = RC_DOWN;
+		rc->target[list[j]] = RC_NO_NODE;
+		n->st.errors++;
+		n->st.misses += !b->set;
+	}
+}
+
+/* Send node k's items in one pipeline, written out whole; false: down. */
+static bool node_send(struct redis_cluster *rc, uint32_t k, struct batch *b,
+		      const uint32_t *list, uint32_t m)
 {
 	struct rc_node *n = &rc->nodes[k];
 	redisContext *c = node_conn(rc, n);
-	uint64_t t0 = mono_ns();
-	uint32_t j = 0;
+	int done = 0;
 
 	for (uint32_t x = 0; c && x < m; x++) {
-		const struct rc_item *it = &b->it[rc->list[x]];
+		const struct rc_item *it = &b->it[list[x]];
 		int ret = REDIS_OK;
 
-		if (rc->ask[rc->list[x]])
+		if (rc->ask[list[x]])
 			ret = redisAppendCommand(c, "ASKING");
 		if (ret == REDIS_OK)
 			ret = b->set ? redisAppendCommand(c, "SET %b %b", it->key, it->klen,
@@ -413,8 +445,24 @@ static void node_round(struct redis_cluster *rc, uint32_t k, struct batch *b, ui
 		else
 			n->st.gets++;
 	}
-	for (; c && j < m; j++) {
-		uint32_t i = rc->list[j];
+	while (c && !done)
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			c = NULL;
+	if (!c)
+		node_items_down(rc, k, b, list, 0, m);
+	return c != NULL;
+}
+
+/* Read node k's m replies (its items in rc->list). */
+static void node_recv(struct redis_cluster *rc, uint32_t k, struct batch *b,
+		      const uint32_t *list, uint32_t m, uint64_t t0)
+{
+	struct rc_node *n = &rc->nodes[k];
+	redisContext *c = n->c;
+	uint32_t j = 0;
+
+	for (; j < m; j++) {
+		uint32_t i = list[j];
 		redisReply *r = NULL;
 
 		if (rc->ask[i]) {
@@ -428,21 +476,10 @@ static void node_round(struct redis_cluster *rc, uint32_t k, struct batch *b, ui
 		reply_one(rc, n, b, i, r);
 		freeReplyObject(r);
 	}
-	if (c) {
-		n->st.rounds++;
-		n->st.latency_ns += mono_ns() - t0;
-	}
-	if (j < m) {
-		/* Down, timed out or cut off mid-pipeline: the connection is
-		 * out of step with its replies; close it, the rest are misses. */
-		node_fail(n);
-		for (; j < m; j++) {
-			b->it[rc->list[j]].status = RC_DOWN;
-			rc->target[rc->list[j]] = RC_NO_NODE;
-			n->st.errors++;
-			n->st.misses += !b->set;
-		}
-	}
+	n->st.rounds++;
+	n->st.latency_ns += mono_ns() - t0;
+	if (j < m)
+		node_items_down(rc, k, b, list, j, m);
 }
 
 static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
@@ -460,16 +497,22 @@ static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
 		rc->ask[i] = 0;
 	}
 	for (int round = 0; round < RC_MAX_ROUNDS; round++) {
-		b->redirected = 0;
-		for (uint32_t k = 0; k < rc->nnodes; k++) {
-			uint32_t m = 0;
+		bool sent[RC_MAX_NODES] = { false };
+		uint32_t off[RC_MAX_NODES + 1];
+		uint64_t t0 = mono_ns();
 
-			for (uint32_t i = 0; i < n; i++)
-				if (rc->target[i] == k)
-					rc->list[m++] = i;
-			if (m)
-				node_round(rc, k, b, m);
-		}
+		b->redirected = 0;
+		round_lists(rc, n, off);
+		/* Every node's pipeline goes out before any reply is read, so
+		 * the nodes work at once: a round costs the slowest node, not
+		 * the sum. (Replies wait in the sockets and the servers' output
+		 * buffers meanwhile.) */
+		for (uint32_t k = 0; k < rc->nnodes; k++)
+			sent[k] = off[k + 1] > off[k] &&
+				  node_send(rc, k, b, rc->list + off[k], off[k + 1] - off[k]);
+		for (uint32_t k = 0; k < rc->nnodes; k++)
+			if (sent[k])
+				node_recv(rc, k, b, rc->list + off[k], off[k + 1] - off[k], t0);
 		if (!b->redirected)
 			break;
 	}
