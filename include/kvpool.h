@@ -232,7 +232,13 @@ struct kvp_tier_stats {
 	X(disk_dropped_pages, CORE, COUNTER, "", "disk_dropped_pages", \
 	  "Pages the disk tier dropped: full, over quota, a failed write or read.") \
 	X(disk_stored_bytes, CORE, COUNTER, "bytes", "disk_stored", \
-	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).")
+	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).") \
+	X(disk_prefix_pages, SHARE, GAUGE, "", "disk_prefix_pages", \
+	  "Prefix cache pages only on the disk tier (a lookup brings them back).") \
+	X(disk_chunks, SHARE, GAUGE, "", "disk_chunks", \
+	  "Chunks only on the disk tier (an acquire or register brings them back).") \
+	X(disk_chunk_pages, SHARE, GAUGE, "", "disk_chunk_pages", \
+	  "Pages of those chunks, their name records included.")
 
 #define KVP_STATS_ONE_(name, group, kind, unit, metric, help) + 1
 /* How many fields KVP_STATS_FIELDS lists, and the words they may grow to. */

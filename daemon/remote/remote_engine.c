@@ -98,14 +98,6 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 	return done;
 }
 
-static void unsay_lookup(struct engine *eng, uint32_t n, const struct share_prefix_hit *out)
-{
-	/* The lookup is answered once: by the run that answers it. */
-	eng->st.prefix_lookups--;
-	eng->st.prefix_lookup_tokens -= n;
-	eng->st.prefix_hit_tokens -= out->tokens;
-}
-
 int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
 		       uint32_t *frames, uint32_t *hit, bool defer)
 {
@@ -140,24 +132,5 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 	remote_fetch_done(eng->remote, f, done);
 	if (done)
 		*hit = pc_match(eng, tokens, full, frames, &idle);
-	return 0;
-}
-
-int engine_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
-			 unsigned flags, struct share_prefix_hit *out)
-{
-	uint32_t hit;
-	int ret;
-
-	share_prefix_lookup(eng, tokens, n, out);
-	hit = out->npages;
-	ret = remote_prefix_more(eng, tokens, n / eng->P, eng->view, &hit,
-				 flags & ENGINE_REMOTE_DEFER);
-	if (ret == -EINPROGRESS || hit != out->npages)
-		unsay_lookup(eng, n, out);
-	if (ret == -EINPROGRESS)
-		return ret;
-	if (hit != out->npages)
-		share_prefix_lookup(eng, tokens, n, out);
 	return 0;
 }

@@ -10,12 +10,13 @@
  *                         queue (a memcpy; the network is the remote
  *                         thread's). Pages the CPU cannot read (the cuda
  *                         device tier) are not written: counted as dropped.
- *  engine_prefix_lookup   share_prefix_lookup, and when the local chain
- *                         stops short, the remote tier asked for the
- *                         missing run in one batched round; what comes back
- *                         is onloaded into device frames (eviction makes
- *                         room, the local chain held meanwhile) and
- *                         published, then the lookup answers with it.
+ *  remote_prefix_more     a prefix lookup (share_prefix.c) whose local
+ *                         chain, and the disk tier's after it, stop short:
+ *                         the remote tier is asked for the missing run in
+ *                         one batched round; what comes back is onloaded
+ *                         into device frames (eviction makes room, the
+ *                         local chain held meanwhile) and published, then
+ *                         the lookup answers with it.
  */
 #ifndef KVPOOL_REMOTE_ENGINE_H
 #define KVPOOL_REMOTE_ENGINE_H
@@ -24,12 +25,6 @@
 #include <stdint.h>
 
 struct engine;
-struct share_prefix_hit;
-
-/* The caller can hold the request and run it again: while the remote round
- * is out, engine_prefix_lookup returns -EINPROGRESS instead of answering
- * with the local pages only. */
-#define ENGINE_REMOTE_DEFER 1u
 
 void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32]);
 
@@ -43,15 +38,5 @@ void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t has
  */
 int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
 		       uint32_t *frames, uint32_t *hit, bool defer);
-
-/*
- * A prefix lookup (share.h share_prefix_lookup) with the remote tier under
- * it. 0: *out answers; -EINPROGRESS (ENGINE_REMOTE_DEFER only): asked,
- * nothing changed, run it again. Without DEFER the fetch is queued and the
- * answer is the local one (a later lookup onloads what came back): a
- * caller that cannot retry never waits on the network under the lock.
- */
-int engine_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
-			 unsigned flags, struct share_prefix_hit *out);
 
 #endif /* KVPOOL_REMOTE_ENGINE_H */

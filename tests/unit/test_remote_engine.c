@@ -106,7 +106,7 @@ static struct share_prefix_hit b_lookup(struct engine *b, const uint32_t *tokens
 					bool expect_held)
 {
 	struct share_prefix_hit hit;
-	int ret = engine_prefix_lookup(b, tokens, NTOK, ENGINE_REMOTE_DEFER, &hit);
+	int ret = share_prefix_find(b, tokens, NTOK, &hit);
 	uint32_t rounds = 0;
 
 	if (expect_held)
@@ -115,7 +115,7 @@ static struct share_prefix_hit b_lookup(struct engine *b, const uint32_t *tokens
 		uint64_t t0 = mono_ns();
 
 		usleep(1000);
-		ret = engine_prefix_lookup(b, tokens, NTOK, ENGINE_REMOTE_DEFER, &hit);
+		ret = share_prefix_find(b, tokens, NTOK, &hit);
 		assert_true(mono_ns() - t0 < 2000000000ull);
 		assert_true(++rounds < 3000); /* bounded: the timeout is 300 ms */
 	}
