@@ -86,7 +86,10 @@ int remote_value_decode(struct disk_codec_ctx *x, const struct remote_key *k,
 	    h.tenant != want.tenant || memcmp(h.hash, want.hash, 32) ||
 	    h.page != want.page || h.raw_len != page_bytes ||
 	    h.stored_len != len - DISK_HDR_BYTES ||
-	    disk_record_check(&h, payload, DISK_HDR_BYTES + page_bytes))
+	    /* A value is the header then the payload, with no padding; the
+	     * check's bound is a slot's, whose payload starts at
+	     * DISK_PAYLOAD_OFF: at most page_bytes either way. */
+	    disk_record_check(&h, payload, DISK_PAYLOAD_OFF + page_bytes))
 		return -EBADMSG;
 	if (h.codec == DISK_CODEC_NONE) {
 		if (h.stored_len != page_bytes)
