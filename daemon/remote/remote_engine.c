@@ -24,15 +24,23 @@ static void prefix_key(const struct engine *eng, const uint8_t hash[32],
 
 void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32])
 {
-	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
 	struct remote_key k;
+	uint32_t bounce;
+	bool bounced;
+	void *page;
 
-	if (!eng->remote || !dev->host_visible)
+	if (!eng->remote)
+		return;
+	/* The page's bytes where the CPU reads them: in place on shm, one
+	 * device -> host copy through a host frame on a GPU. No host frame:
+	 * dropped, as without a remote tier (it can be recomputed). */
+	if (!share_pages_out(eng, &frame, 1, &page, &bounce, &bounced))
 		return;
 	prefix_key(eng, hash, &k);
 	/* -ENOSPC (queue full): dropped and counted there; it can be recomputed. */
-	remote_tier_put(eng->remote, &k,
-			(const char *)dev->base + (uint64_t)frame * eng->layout.page_bytes);
+	remote_tier_put(eng->remote, &k, page);
+	if (bounced)
+		share_bounce_free(eng, &bounce, 1);
 }
 
 /* The keys of pages [hit, hit + m) of tokens' chain. */
@@ -55,46 +63,72 @@ static void missing_keys(struct engine *eng, const uint32_t *tokens, uint32_t hi
  * Onload the fetched run after the local chain's last page `last` (or
  * from the root, FRAME_NONE): device frames (evicting to make room; the
  * chain is held meanwhile so eviction cannot take its parent), the bytes
- * copied in, each page published as an idle entry. Returns pages onloaded.
+ * copied in (in place on shm; on a GPU through host frames, one copy for
+ * the run: share_pages_in), then each page published as an idle entry in
+ * chain order. Returns pages onloaded.
  */
 static uint32_t onload_run(struct engine *eng, uint32_t last,
 			   const struct remote_fetch *f)
 {
-	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
 	struct share *s = eng->share;
-	uint32_t got = remote_fetch_pages(f), parent, done = 0;
+	uint32_t got = remote_fetch_pages(f), parent, done = 0, n = 0;
+	uint32_t *frame = NULL, *idx = NULL;
+	const void **src = NULL;
 	uint64_t avail;
 
-	if (!got || !dev->host_visible)
-		return 0; /* cuda's device tier: a host staging copy is not written yet */
+	if (!got)
+		return 0;
 	if (last != FRAME_NONE)
 		sp_ref(eng, last);
 	avail = engine_device_avail(eng, NULL, got);
 	if (avail < got)
 		got = (uint32_t)avail;
+	frame = malloc((got ? got : 1) * sizeof(*frame));
+	idx = malloc((got ? got : 1) * sizeof(*idx));
+	src = malloc((got ? got : 1) * sizeof(*src));
+	if (!frame || !idx || !src)
+		got = 0;
 	if (got)
 		evict_for_device(eng, got);
-	parent = last != FRAME_NONE ? s->sp[last].pc : PC_NONE;
+	/* Frames for the pages not published meanwhile (another lookup, a
+	 * commit), which keep theirs. */
 	for (uint32_t i = 0; i < got; i++) {
+		if (pc_find(eng, remote_fetch_hash(f, i)) != PC_NONE)
+			continue;
+		frame[n] = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
+		if (frame[n] == FRAME_NONE)
+			break;
+		idx[n] = i;
+		src[n] = remote_fetch_page(f, idx[n]);
+		n++;
+	}
+	if (n && share_pages_in(eng, src, frame, n)) {
+		while (n) /* no host frames for the copy: a miss */
+			frames_free(&eng->frames[KVP_TIER_DEVICE], frame[--n]);
+		got = 0;
+	}
+	parent = last != FRAME_NONE ? s->sp[last].pc : PC_NONE;
+	for (uint32_t i = 0, k = 0; i < got; i++) {
 		const uint8_t *hash = remote_fetch_hash(f, i);
-		uint32_t e = pc_find(eng, hash), frame;
+		uint32_t e = pc_find(eng, hash);
 
-		if (e != PC_NONE) { /* published meanwhile (another lookup, a commit) */
+		if (e != PC_NONE) {
 			parent = e;
 			continue;
 		}
-		frame = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
-		if (frame == FRAME_NONE)
-			break;
-		memcpy((char *)dev->base + (uint64_t)frame * eng->layout.page_bytes,
-		       remote_fetch_page(f, i), eng->layout.page_bytes);
-		s->sp[frame] = (struct spage){ .refs = 0, .pc = PC_NONE };
-		pc_adopt(eng, frame, hash, parent);
-		parent = s->sp[frame].pc;
+		if (k == n || idx[k] != i)
+			break; /* ran out of frames before page i */
+		s->sp[frame[k]] = (struct spage){ .refs = 0, .pc = PC_NONE };
+		pc_adopt(eng, frame[k], hash, parent);
+		parent = s->sp[frame[k]].pc;
+		k++;
 		done++;
 	}
 	if (last != FRAME_NONE)
 		sp_unref(eng, last);
+	free(frame);
+	free(idx);
+	free(src);
 	return done;
 }
 
