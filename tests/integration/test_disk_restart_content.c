@@ -22,7 +22,9 @@
  *              waits for the read and answers with the history;
  *  4. kill -9: prefix pages and the chunk on disk, kvpoold SIGKILLed, then
  *              started on the same disk_dir: the lookup reports the 80
- *              tokens cached and the chunk is served, bytes equal.
+ *              tokens cached and the chunk is served, bytes equal;
+ *  5. stop:    those back in memory, SIGTERM: the clean stop writes them
+ *              to disk, and the next start serves them again.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -463,6 +465,38 @@ static void phase_kill(struct h_daemon *d)
 	h_log("kill -9: prefix pages and the chunk served from disk after a restart");
 }
 
+/* ------------------------------------------------------------ 5. stop */
+
+/* After phase 4 the prefix pages and the chunk are in memory again (idle,
+ * unheld): a clean stop writes them to disk, the next start serves them. */
+static void phase_clean_stop(struct h_daemon *d)
+{
+	struct kvp_client *c;
+	struct kvp_stats st;
+
+	if (h_daemon_stop(d, 10000) || start(d)) {
+		g_bad++;
+		return;
+	}
+	c = h_connect_or_fail(g_sock, "after-stop", 5000);
+	if (!c || stats_of(c, &st)) {
+		g_bad++;
+		return;
+	}
+	if (st.prefix_pages || st.chunks || st.disk_prefix_pages != PROMPT_PAGES ||
+	    st.disk_chunks != 1) {
+		h_fail("stop: after the restart %" PRIu64 " prefix pages and %" PRIu64
+		       " chunks in memory, %" PRIu64 " and %" PRIu64 " on disk; want "
+		       "0, 0, %u, 1", st.prefix_pages, st.chunks,
+		       st.disk_prefix_pages, st.disk_chunks, PROMPT_PAGES);
+		g_bad++;
+	}
+	g_bad += prefix_served(c, "after a clean stop");
+	g_bad += chunk_served(c, &g_reg.id, "after a clean stop");
+	kvp_close(c);
+	h_log("stop: a clean stop wrote the prefix pages and the chunk to disk");
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t t0 = h_now_ms();
@@ -485,5 +519,6 @@ int main(int argc, char **argv)
 	phase_seq();
 	phase_uds();
 	phase_kill(&d);
+	phase_clean_stop(&d);
 	return h_daemon_finish(&d, g_bad, t0);
 }
