@@ -202,6 +202,10 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 
 	if (!eng->disk || !disk_tier_info(eng->disk, &k, &start, &len, &np))
 		return false;
+	out->pages_disk = np;
+	out->tokens_disk = len;
+	/* The rest only for a history only on disk: engine_info() overwrites
+	 * it for one in memory. */
 	out->exists = true;
 	out->start = start;
 	out->len = len;
