@@ -146,6 +146,7 @@ static int copy_pages(struct engine *eng, enum copy_dir dir, const uint32_t *dev
 		eng->st.ns_d2h += mono_ns() - t0;
 	} else {
 		eng->st.bytes_h2d += (uint64_t)n * pb;
+		eng->st.ns_h2d += mono_ns() - t0; /* a copy that landed at once */
 	}
 	return 0;
 }
