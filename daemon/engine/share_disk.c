@@ -213,10 +213,10 @@ static int pages_in(struct engine *eng, const struct share_fetch *f,
 
 void share_disk_demote_pc(struct engine *eng, const struct pc_entry *pe)
 {
+	uint32_t bounce = FRAME_NONE; /* set by pages_out when it bounces */
 	struct disk_key k;
-	uint32_t bounce;
-	void *page;
-	bool bounced;
+	void *page = NULL;
+	bool bounced = false;
 
 	if (!eng->disk)
 		return;
@@ -431,7 +431,7 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 	    c->state != KVP_CHUNK_READY || chunk_rec_bytes(c->name) > pb)
 		return;
 	pages = malloc((n + 1) * sizeof(*pages));
-	bounce = malloc((n + 1) * sizeof(*bounce));
+	bounce = calloc(n + 1, sizeof(*bounce)); /* zeroed: gcc 13 -O3 cannot see bounce_alloc fill it */
 	rec = calloc(1, pb);
 	if (!pages || !bounce || !rec)
 		goto done;
