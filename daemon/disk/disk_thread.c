@@ -539,6 +539,7 @@ static void *disk_thread(void *arg)
 			finish_write(dt, p->w[j], ok[j], stored[j]);
 		for (uint32_t j = 0; j < p->nr; j++)
 			finish_read(dt, p->r[j], good[j]);
+		__atomic_add_fetch(&dt->progress, 1, __ATOMIC_RELEASE);
 		pthread_cond_broadcast(&dt->done);
 	}
 	dt->idle = true;

@@ -755,6 +755,11 @@ void disk_tier_flush(struct disk_tier *dt)
 	pthread_mutex_unlock(&dt->mu);
 }
 
+uint64_t disk_tier_progress(struct disk_tier *dt)
+{
+	return __atomic_load_n(&dt->progress, __ATOMIC_ACQUIRE);
+}
+
 struct disk_store *disk_tier_store(struct disk_tier *dt)
 {
 	return dt->st;

@@ -182,6 +182,11 @@ struct disk_tier_stats {
 void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
 		     struct disk_tier_stats *out);
 
+/* A count that moves whenever a pass of the thread ends: a retry of a get
+ * that said -EINPROGRESS finds what the last one found until it moves
+ * (short of staging freed by a take meanwhile). No lock. */
+uint64_t disk_tier_progress(struct disk_tier *dt);
+
 /* Tests: wait until the thread has nothing queued. */
 void disk_tier_flush(struct disk_tier *dt);
 /* Tests: the store under the tier (disk_store_inject). */

@@ -99,6 +99,7 @@ struct disk_tier {
 	struct disk_use use[DISK_TENANTS_MAX];
 	uint32_t nuse;
 	uint64_t write_ns, read_ns, codec_ns, bad_records, into_pages;
+	uint64_t progress;       /* disk_tier_progress() */
 	int last_err;            /* of the last failed write, for the log */
 	void (*log)(int prio, const char *msg);
 };

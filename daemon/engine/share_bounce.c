@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "share_internal.h"
 
 static void *host_frame_ptr(struct engine *eng, uint32_t f)
@@ -54,6 +55,7 @@ static int copy_pages(struct engine *eng, enum copy_dir dir, const uint32_t *dev
 	uint64_t pb = eng->layout.page_bytes;
 	struct copy_run *runs = malloc(n * sizeof(*runs));
 	struct errbuf e = { .msg = "" };
+	uint64_t t0;
 	int ret;
 
 	if (!runs)
@@ -65,12 +67,23 @@ static int copy_pages(struct engine *eng, enum copy_dir dir, const uint32_t *dev
 					     .src_off = dir == COPY_D2H ? d : h,
 					     .bytes = pb };
 	}
+	t0 = mono_ns();
 	ret = eng->be->copy(eng->be_ctx, dir,
 			    &eng->mem[dir == COPY_D2H ? KVP_TIER_HOST : KVP_TIER_DEVICE],
 			    &eng->mem[dir == COPY_D2H ? KVP_TIER_DEVICE : KVP_TIER_HOST],
 			    runs, n, &e);
 	free(runs);
-	return ret;
+	if (ret)
+		return ret;
+	/* Counted as every copy between the tiers is (stats). */
+	if (dir == COPY_D2H) {
+		eng->st.bytes_d2h += (uint64_t)n * pb;
+		eng->st.ns_d2h += mono_ns() - t0;
+	} else {
+		eng->st.bytes_h2d += (uint64_t)n * pb;
+		eng->st.ns_h2d += mono_ns() - t0; /* a copy that landed at once */
+	}
+	return 0;
 }
 
 bool share_pages_out(struct engine *eng, const uint32_t *dev, uint32_t n,

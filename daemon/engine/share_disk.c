@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -103,10 +104,10 @@ static int pages_in(struct engine *eng, const struct share_fetch *f,
 
 void share_disk_demote_pc(struct engine *eng, const struct pc_entry *pe)
 {
+	uint32_t bounce = FRAME_NONE; /* set by share_pages_out when it bounces */
 	struct disk_key k;
-	uint32_t bounce;
-	void *page;
-	bool bounced;
+	void *page = NULL;
+	bool bounced = false;
 
 	if (!eng->disk)
 		return;
@@ -189,10 +190,12 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 	struct share *s = eng->share;
 	uint32_t h0 = *hit, n = full - *hit, parent = PC_NONE, fr;
 	uint8_t (*hashes)[32];
+	uint64_t prog;
 	int ret = 0;
 
 	if (!eng->disk || *hit >= full)
 		return 0;
+	prog = disk_tier_progress(eng->disk); /* before any read is looked at */
 	hashes = malloc((size_t)n * sizeof(*hashes));
 	if (!hashes)
 		return 0; /* a shorter hit, never a wrong one */
@@ -220,7 +223,30 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 		*idle += !s->sp[frames[i]].refs && i >= h0;
 	}
 	free(hashes);
-	return ret == -EINPROGRESS ? ret : 0;
+	s->disk_waiting = ret == -EINPROGRESS;
+	if (ret != -EINPROGRESS)
+		return 0;
+	s->disk_wait_progress = prog;
+	s->disk_wait_ns = mono_ns();
+	return ret;
+}
+
+/* A retry sooner than this re-walks even when the disk thread did not
+ * move (staging another caller freed, READY pages to reclaim). */
+#define DISK_RETRY_NS 1000000ull
+
+bool share_disk_prefix_wait(struct engine *eng)
+{
+	struct share *s = eng->share;
+
+	if (!s->disk_waiting)
+		return false;
+	if (disk_tier_progress(eng->disk) != s->disk_wait_progress ||
+	    mono_ns() - s->disk_wait_ns > DISK_RETRY_NS) {
+		s->disk_waiting = false;
+		return false;
+	}
+	return true;
 }
 
 /* ------------------------------------------------------------ chunks */

@@ -77,6 +77,16 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 			   uint32_t *idle, bool wait);
 
 /*
+ * Whether a prefix walk now would find what the last one that returned
+ * -EINPROGRESS found: the disk thread has not finished a pass since, and
+ * it was less than a millisecond ago. Then the caller answers -EINPROGRESS
+ * at once: a held ring entry is retried every few microseconds, and the
+ * walk hashes every page of its prompt. Any prefix walk of the engine
+ * waits so, for a millisecond at most.
+ */
+bool share_disk_prefix_wait(struct engine *eng);
+
+/*
  * The chunk id (a name, or its root entry) on a tier below: back as a
  * READY root entry (with its
  * name, tokens, content and metadata). 0, -ENOENT (not there),

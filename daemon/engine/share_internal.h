@@ -187,6 +187,11 @@ struct share {
 	double cfg_memory_ratio, memory_ratio;
 	uint64_t content_max;    /* bytes of content a name may have */
 
+	/* The last prefix walk that waited for the disk tier (share_disk.c):
+	 * the tier's progress then, and when. */
+	bool disk_waiting;
+	uint64_t disk_wait_progress, disk_wait_ns;
+
 	struct seq_table seqs;
 	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
 

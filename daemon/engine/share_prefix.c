@@ -262,6 +262,8 @@ static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 	uint32_t full = n / eng->P, hit = 0, idle;
 
 	*out = (struct share_prefix_hit){ 0 };
+	if (!wait && share_disk_prefix_wait(eng))
+		return -EINPROGRESS; /* nothing read since the last try */
 	if (full && !engine_view_reserve(eng, full, NULL)) {
 		hit = pc_match(eng, tokens, full, eng->view, &idle);
 		if (share_disk_prefix_more(eng, tokens, full, eng->view, &hit,

@@ -302,6 +302,9 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	ret = seq_plan_frames(eng, id, pages, 0, 0, e);
 	if (ret)
 		return ret;
+	if (share_disk_prefix_wait(eng)) /* nothing read since the last try */
+		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": a cached "
+				  "prefix is being read back from the disk tier", id);
 	hits = malloc((full ? full : 1) * sizeof(*hits));
 	if (!hits)
 		return errbuf_set(e, -ENOMEM, "out of memory");

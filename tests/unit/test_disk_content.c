@@ -147,15 +147,23 @@ static void prefix_to_disk_and_back(bool device_visible)
 	struct engine *eng = mk_disk_engine(device_visible);
 	uint32_t toks[PROMPT];
 	struct share_prefix_hit h;
+	struct kvp_stats before;
 	struct tlease t;
+	uint64_t pb;
 
 	tokens_seq(toks, PROMPT, 100);
 	seq_put(eng, 1, toks, PROMPT, KEY, OWNER);
 	seq_free_ok(eng, 1, OWNER);
 	assert_int_equal(stats_of(eng).prefix_pages, 4);
+	before = stats_of(eng);
 	push_out(eng);
 	assert_int_equal(stats_of(eng).prefix_pages, 0);
 	assert_int_equal(stats_of(eng).disk_prefix_pages, 4);
+	/* A device tier the CPU cannot read: each page went device -> host
+	 * first (the hog's 16 pages are demoted to the host tier too). */
+	pb = engine_layout(eng)->page_bytes;
+	assert_int_equal(stats_of(eng).bytes_d2h - before.bytes_d2h,
+			 (device_visible ? 0 : 4 * pb) + DEV * pb);
 	/* Without waiting: -EINPROGRESS while the disk thread reads. */
 	while (share_prefix_find(eng, toks, PROMPT, &h) == -EINPROGRESS)
 		disk_tier_flush(g_disk);
