@@ -273,6 +273,12 @@ struct kvp_tier_stats {
 	  "Pages the disk tier dropped: full, over quota, a failed write or read.") \
 	X(disk_stored_bytes, CORE, COUNTER, "bytes", "disk_stored", \
 	  "Bytes the disk tier stored for the pages it wrote (less with disk_compress).") \
+	X(disk_prefix_pages, SHARE, GAUGE, "", "disk_prefix_pages", \
+	  "Prefix cache pages only on the disk tier (a lookup brings them back).") \
+	X(disk_chunks, SHARE, GAUGE, "", "disk_chunks", \
+	  "Chunks only on the disk tier (an acquire or register brings them back).") \
+	X(disk_chunk_pages, SHARE, GAUGE, "", "disk_chunk_pages", \
+	  "Pages of those chunks, their name records included.") \
 	X(ns_h2d, CORE, COUNTER, "ns", "copy_h2d", \
 	  "Time of host to device copies (onload; the GPU's on cuda): copy_h2d_bytes / this is their bandwidth.")
 

@@ -29,7 +29,8 @@ int engine_disk_evict_all(struct engine *eng, uint32_t sel);
 /*
  * A clean stop: every unpinned history of the engine written to the disk
  * tier (waiting for staging room when it runs out), so that the next start
- * on the same disk_dir serves it. Returns histories written.
+ * on the same disk_dir serves it; then the idle prefix pages and unheld
+ * chunks. Returns histories written.
  */
 int engine_disk_flush_all(struct engine *eng);
 /*

@@ -490,7 +490,7 @@ static void chunk_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
 }
 
 void render_chunks(FILE *f, bool json, const struct kvp_chunk_info *rows,
-		   size_t n, uint64_t now_ns)
+		   size_t n, uint64_t now_ns, const struct chunks_disk *disk)
 {
 	struct chunk_ctx cc = { rows, now_ns };
 
@@ -506,10 +506,18 @@ void render_chunks(FILE *f, bool json, const struct kvp_chunk_info *rows,
 		}
 		json_arr_end(&j);
 		json_u64(&j, "count", n);
+		if (disk) {
+			json_u64(&j, "disk_chunks", disk->chunks);
+			json_u64(&j, "disk_chunk_pages", disk->pages);
+		}
 		json_end(&j);
 		return;
 	}
 	table_print(f, chunk_cols, NELEM(chunk_cols), n, chunk_cell, &cc);
+	if (disk && disk->chunks)
+		fprintf(f, "and %" PRIu64 " chunk%s (%" PRIu64 " pages) only on the disk "
+			"tier: an acquire or a register of one brings it back\n",
+			disk->chunks, disk->chunks == 1 ? "" : "s", disk->pages);
 }
 
 void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
