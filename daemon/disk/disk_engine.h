@@ -38,6 +38,11 @@ int engine_disk_flush_all(struct engine *eng);
  * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
  * ENGINE_PREPARE_DISK_DEFER while it is read; -ENOMEM nothing changed.
  */
+/* At engine_create: register the host tier with the disk tier (reads
+ * straight into host frames); at engine_destroy: wait for those reads,
+ * unregister. */
+void engine_disk_attach(struct engine *eng);
+void engine_disk_detach(struct engine *eng);
 int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 		       struct errbuf *e);
 /* engine_list_users: append to ids[0, *n) (room for cap) the users only on

@@ -121,6 +121,7 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	ret = share_create(eng, e); /* sized by the device tier */
 	if (ret)
 		goto err;
+	engine_disk_attach(eng);
 	*out = eng;
 	return 0;
 
@@ -141,6 +142,7 @@ void engine_destroy(struct engine *eng)
 {
 	if (!eng)
 		return;
+	engine_disk_detach(eng); /* before its host frames go */
 	share_destroy(eng); /* first: sequences pin histories */
 	if (eng->users.ht.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);

@@ -149,6 +149,8 @@ struct engine {
 	struct disk_tier *disk;  /* NULL: no disk tier (engine_config) */
 	uint64_t disk_tenant;
 	uint32_t disk_pool;
+	bool disk_into;          /* disk reads go straight into host frames */
+	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
 };
 
 struct share;

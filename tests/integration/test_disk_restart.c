@@ -46,6 +46,8 @@
 #define TOKENS 40u            /* 3 pages of 16 */
 #define SALT 0x6469736bull    /* "disk" */
 #define DISK_PAGES ((TOKENS + H_PAGE_TOKENS - 1) / H_PAGE_TOKENS)
+/* The device tier's 16 pages: the longest history a prepare can take. */
+#define DEVICE_TOKENS 256u
 
 static char g_disk[256], g_adisk[300];
 /* The kill -9 writer's acknowledged lengths (shared with the parent). */
@@ -248,12 +250,28 @@ static int writer_main(void *arg)
 	(void)arg;
 	if (!c)
 		return H_FAIL;
-	for (uint32_t round = 0;; round++)
+	for (uint32_t round = 0;; round++) {
+		bool room = false;
+
 		for (uint32_t i = 0; i < USERS; i++) {
+			/* A history the device tier cannot take whole is
+			 * left as it is (a fast disk gets there before the
+			 * kill); the others go on. */
+			if (g_acked[i] + 8 + 20 > DEVICE_TOKENS)
+				continue;
+			room = true;
 			if (h_append_cycle(c, SALT, user_of(i), UINT64_MAX, 8, 1))
 				return H_PASS; /* the daemon died under us */
 			__atomic_add_fetch(&g_acked[i], 8, __ATOMIC_SEQ_CST);
 		}
+		if (!room) { /* every history is full: wait for the kill */
+			struct kvp_user_info ui;
+
+			if (kvp_info(c, user_of(0), &ui))
+				return H_PASS;
+			h_sleep_ms(10);
+		}
+	}
 }
 
 static void phase_kill(struct h_daemon *d)

@@ -233,6 +233,10 @@ static void json_sys(struct json *j, const struct rrun *r, enum rsys_id id)
 		json_u64(j, "evicted_users", st->evicted_users);
 		json_u64(j, "evicted_pages", st->evicted_pages);
 		json_u64(j, "onloaded_pages", st->onloaded_pages);
+		/* The disk tier's (0 without --disk-dir). */
+		json_u64(j, "disk_demoted_pages", st->disk_demoted_pages);
+		json_u64(j, "disk_read_pages", st->disk_read_pages);
+		json_u64(j, "disk_dropped_pages", st->disk_dropped_pages);
 		json_u64(j, "hit_tokens", st->hit_tokens);
 		json_u64(j, "reclaim_stalls", st->reclaim_stalls);
 		json_u64(j, "reclaimed_pages", st->reclaimed_pages);
