@@ -53,7 +53,6 @@ _Static_assert(sizeof(struct completion_ver0) == KVP_COMPLETION_SIZE_VER0,
 _Static_assert(offsetof(struct kvp_completion, info) + KVP_USER_INFO_SIZE_VER1 ==
 	       KVP_COMPLETION_SIZE_VER1, "kvp_completion 0.2 layout");
 
-
 int kvpc_row_size(struct kvp_client *c, size_t size, size_t ver0,
 		  const char *what)
 {

@@ -72,7 +72,9 @@ install_check() {
 	# The same through CMake: find_package(kvpool) in PREFIX/lib/cmake/kvpool,
 	# the kvpool::kvpool target, only the installed files; the program asks
 	# the installed kvpoold for its stats and checks the growable struct's
-	# size, then runs with no LD_LIBRARY_PATH (the target's RUNPATH).
+	# size, lists users through the kvp_users macro (kvp_users_sz, node
+	# KVPOOL_0.2: kvpool.h, GROWING STRUCTS), then runs with no
+	# LD_LIBRARY_PATH (the target's RUNPATH).
 	mkdir -p "$prefix/cm"
 	cat >"$prefix/cm/CMakeLists.txt" <<-'CM'
 		cmake_minimum_required(VERSION 3.25)
@@ -89,6 +91,8 @@ install_check() {
 			struct kvp_connect_opts o = { .socket = argv[1], .name = "cmake-client" };
 			struct kvp_client *c;
 			struct kvp_stats st;
+			struct kvp_user_info rows[4];
+			uint64_t next;
 			char err[KVP_ERRLEN];
 			int rc;
 
@@ -102,6 +106,8 @@ install_check() {
 			rc = kvp_stats(c, 0, &st);
 			printf("version %d, %llu device frames\n", kvp_version(),
 			       (unsigned long long)st.tier[KVP_TIER_DEVICE].frames_total);
+			if (!rc && kvp_users(c, 0, rows, 4, &next) != 0)
+				rc = 4; /* an empty pool: no row, no error */
 			kvp_close(c);
 			return rc ? 2 : 0;
 		}

@@ -64,7 +64,7 @@ done
 for want in '^device +[0-9]+ / [0-9]+ +frames used' '^host +[0-9]+ / ' \
 	    '^LATENCY +OPS/S +P50 +P99 +P99.9' '^prepare +[1-9][0-9]* +<=[0-9.]+[um]?s' \
 	    '^TOP USERS' '^[0-9]+ +0 +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$' '^TOP TENANTS' \
-	    '^tenant 0 '; do
+	    '^tenant 0 ' '^while copying: device->host [^ ]+.* host->device [^ ]+'; do
 	grep -Eq "$want" "$dir/pane" || fail "the pane lacks /$want/"
 done
 tmux -L "$session" send-keys C-c

@@ -123,7 +123,7 @@ static void gpu_figures(const struct rrun *r, struct gpu_fig *g)
 		  "events recorded around each onload's copies on the host -> device " \
 		  "stream (not their wait behind other copies)"
 #define ONLOAD_NOTE "not measured: the daemon timed no host -> device copy " \
-		    "(ns_h2d 0: a daemon before protocol 9, or no onload)"
+		    "(ns_h2d 0: a daemon before protocol 10, or no onload)"
 
 static void json_gpu(struct json *j, const struct rrun *r)
 {

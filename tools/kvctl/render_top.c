@@ -83,6 +83,20 @@ static void latency_lines(FILE *f, const struct top_sample *cur,
 	}
 }
 
+/* Bytes over the copies' own time (ns_d2h, ns_h2d) in the interval: the
+ * link's speed while it copied, "-" when it did not. */
+static void copy_bandwidth(char *buf, size_t len, uint64_t bytes, uint64_t ns)
+{
+	char b[24];
+
+	if (!bytes || !ns) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	fmt_bytes(b, sizeof(b), (uint64_t)((double)bytes / ((double)ns / 1e9)));
+	snprintf(buf, len, "%s/s", b);
+}
+
 static void rate_lines(FILE *f, const struct kvp_stats *c, const struct kvp_stats *p,
 		       double dt)
 {
@@ -107,6 +121,11 @@ static void rate_lines(FILE *f, const struct kvp_stats *c, const struct kvp_stat
 		"  chunk lookups %.0f\n", d2h, h2d,
 		rate(c->prefix_lookups, p->prefix_lookups, dt),
 		rate(c->chunk_lookups, p->chunk_lookups, dt));
+	copy_bandwidth(d2h, sizeof(d2h), c->bytes_d2h - p->bytes_d2h,
+		       c->ns_d2h - p->ns_d2h);
+	copy_bandwidth(h2d, sizeof(h2d), c->bytes_h2d - p->bytes_h2d,
+		       c->ns_h2d - p->ns_h2d);
+	fprintf(f, "while copying: device->host %s  host->device %s\n", d2h, h2d);
 }
 
 static int by_pages(const void *a, const void *b)
