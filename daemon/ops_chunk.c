@@ -114,11 +114,13 @@ int op_chunk_register(struct op *o)
 		.content = h.content_len ? meta + h.meta_len : NULL,
 		.content_len = h.content_len,
 	};
-	eng = op_lock_own(o);
-	ret = share_chunk_put(eng, &root, o->c->id, op_now_ns(), &reg, o->e);
-	if (!ret)
-		ret = put_reg(o, eng, &reg);
-	op_unlock_own(o);
+	do {
+		eng = op_lock_own(o);
+		ret = share_chunk_put(eng, &root, o->c->id, op_now_ns(), &reg, o->e);
+		if (!ret)
+			ret = put_reg(o, eng, &reg);
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	return ret;
 }
 
@@ -174,11 +176,13 @@ int op_chunk_acquire(struct op *o)
 
 	if ((ret = op_input_id(o, &id)))
 		return ret;
-	eng = op_lock_own(o);
-	ret = share_chunk_acquire(eng, &id, o->c->id, op_now_ns(), &l, o->e);
-	if (!ret && (ret = op_put_lease(o, 0, &l)))
-		engine_release(eng, l.id, NULL);
-	op_unlock_own(o);
+	do {
+		eng = op_lock_own(o);
+		ret = share_chunk_acquire(eng, &id, o->c->id, op_now_ns(), &l, o->e);
+		if (!ret && (ret = op_put_lease(o, 0, &l)))
+			engine_release(eng, l.id, NULL);
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	return ret;
 }
 

@@ -98,6 +98,9 @@ int op_input_header(struct op *o, void *hdr, size_t hsize, size_t extra,
 		    const unsigned char **in, void **priv);
 /* in_len is exactly one chunk id: *id gets the copy. */
 int op_input_id(struct op *o, struct kvp_chunk_id *id);
+/* ret was -EINPROGRESS (the disk tier reads): true, the entry is held and
+ * retried (return ret); false, waited here, call the engine again. */
+bool op_disk_defer(struct op *o);
 uint64_t op_span_pages(struct op *o, uint64_t n);  /* pages of n tokens */
 /* The result room a lease of pages needs at off: -EMSGSIZE when short. */
 int op_lease_room(struct op *o, size_t off, uint64_t pages);

@@ -33,6 +33,7 @@
 #include <inttypes.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "ops_internal.h"
@@ -195,6 +196,23 @@ static uint64_t lease_fence(struct op *o, struct engine *eng,
 	return l->fence;
 }
 
+/*
+ * An engine call answered -EINPROGRESS: what it needs is being read back
+ * from the disk tier (share_disk.h). A ring or uds entry (o->wait) is held
+ * by its worker and run again, others served meanwhile: true, done. With
+ * nowhere to hold it, wait a moment here, unlocked: false, call again.
+ */
+bool op_disk_defer(struct op *o)
+{
+	if (o->wait) {
+		o->wait->retry = true;
+		return true;
+	}
+	usleep(200);
+	o->e->msg[0] = '\0';
+	return false;
+}
+
 /* ------------------------------------------------------------ prefix cache */
 
 int op_prefix_lookup(struct op *o)
@@ -217,14 +235,20 @@ int op_prefix_lookup(struct op *o)
 				  PRIu32, o->name, sizeof(po), room, o->out_len);
 	if ((ret = op_input(o, 0, &in, NULL)))
 		return ret;
-	eng = op_lock_own(o);
-	share_prefix_lookup(eng, (const uint32_t *)in, q->n, &hit);
-	po = (struct kvp_prefix_out){ .tokens = hit.tokens, .npages = hit.npages };
-	if (hit.npages <= room) {
-		memcpy(o->out, &po, sizeof(po));
-		memcpy(o->out + sizeof(po), hit.frames, (size_t)hit.npages * 4);
-	}
-	op_unlock_own(o);
+	do {
+		eng = op_lock_own(o);
+		ret = share_prefix_find(eng, (const uint32_t *)in, q->n, &hit);
+		po = (struct kvp_prefix_out){ .tokens = hit.tokens,
+					      .npages = hit.npages };
+		if (!ret && hit.npages <= room) {
+			memcpy(o->out, &po, sizeof(po));
+			memcpy(o->out + sizeof(po), hit.frames, (size_t)hit.npages * 4);
+		}
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	if (ret)
+		return errbuf_set(o->e, ret, "%s: its cached pages are being read "
+				  "back from the disk tier", o->name);
 	if (hit.npages > room)
 		return errbuf_set(o->e, -EPROTO, "%s: the engine reported %" PRIu32
 				  " cached pages for %" PRIu32 " tokens", o->name,
@@ -248,12 +272,14 @@ int op_seq_alloc(struct op *o)
 	    (ret = op_lease_room(o, 0, op_span_pages(o, q->n))) ||
 	    (ret = op_input(o, 0, &in, NULL)))
 		return ret;
-	eng = op_lock_own(o);
-	ret = share_seq_alloc(eng, q->arg, (const uint32_t *)in, q->n, o->c->id,
-			      &l, o->e);
-	if (!ret && (ret = op_put_lease(o, 0, &l)))
-		share_seq_discard(eng, q->arg, o->c->id);
-	op_unlock_own(o);
+	do {
+		eng = op_lock_own(o);
+		ret = share_seq_alloc(eng, q->arg, (const uint32_t *)in, q->n,
+				      o->c->id, &l, o->e);
+		if (!ret && (ret = op_put_lease(o, 0, &l)))
+			share_seq_discard(eng, q->arg, o->c->id);
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	return ret;
 }
 
@@ -293,13 +319,16 @@ int op_seq_create(struct op *o)
 			return errbuf_set(o->e, -EINVAL, "%s: source %" PRIu32 ": reserved "
 					  "fields must be zero", o->name, i);
 	}
-	eng = op_lock_own(o);
-	ret = share_seq_create(eng, q->arg, src, h.nsrc, q->n, o->c->id, &l, o->e);
-	if (!ret && (ret = op_put_lease(o, 0, &l)))
-		share_seq_discard(eng, q->arg, o->c->id);
-	if (!ret)
-		fence = lease_fence(o, eng, &l);
-	op_unlock_own(o);
+	do {
+		eng = op_lock_own(o);
+		ret = share_seq_create(eng, q->arg, src, h.nsrc, q->n, o->c->id, &l,
+				       o->e);
+		if (!ret && (ret = op_put_lease(o, 0, &l)))
+			share_seq_discard(eng, q->arg, o->c->id);
+		if (!ret)
+			fence = lease_fence(o, eng, &l);
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	if (fence)
 		engine_fence_wait(eng, fence);
 	return ret;

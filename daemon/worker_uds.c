@@ -97,7 +97,8 @@ static int uds_serve(struct worker *w, struct client *c, const char **why)
 {
 	struct kvp_sqe sqe;
 	struct kvp_cqe cqe;
-	struct op_wait wt = { 0 }; /* no retry: a uds request is not held */
+	/* No retry for the reclaimer: a uds request is not held for it. */
+	struct op_wait wt = { 0 };
 	int ret;
 
 	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED) {
@@ -116,6 +117,13 @@ static int uds_serve(struct worker *w, struct client *c, const char **why)
 		/* No arena: operations with input are refused (proto.h). */
 		ops_execute(w->s, c, &sqe, NULL, 0, c->uds_out, UDS_RESULT_MAX,
 			    &w->scratch, &cqe, &wt);
+		if (wt.retry) {
+			/* Nothing done: the disk thread reads what it needs
+			 * (a prepare of a user only on disk). Noted again, run
+			 * on a later pass; it was answered with nothing once. */
+			c->uds_seen = true;
+			return 0;
+		}
 		if (wt.fence) {
 			c->uds_cqe = cqe;
 			c->uds_wait = wt;

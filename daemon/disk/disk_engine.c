@@ -27,6 +27,7 @@
 #include "disk_record.h"
 #include "disk_tier.h"
 #include "engine_internal.h"
+#include "engine_share.h"
 #include "shard.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
@@ -391,6 +392,10 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 
 	if (!eng->disk || !disk_tier_info(eng->disk, &k, &start, &len, &np))
 		return false;
+	out->pages_disk = np;
+	out->tokens_disk = len;
+	/* The rest only for a history only on disk: engine_info() overwrites
+	 * it for one in memory. */
 	out->exists = true;
 	out->start = start;
 	out->len = len;
@@ -406,11 +411,14 @@ void engine_disk_stats(const struct engine *eng, struct kvp_stats *out)
 		return;
 	disk_tier_stats(eng->disk, eng->disk_tenant, &ds);
 	out->disk_users = ds.users;
-	out->disk_pages = ds.pages;
+	out->disk_pages = ds.pages - ds.prefix_pages - ds.chunk_pages; /* histories */
 	out->disk_demoted_pages = ds.demoted_pages;
 	out->disk_read_pages = ds.read_pages;
 	out->disk_dropped_pages = ds.dropped_pages;
 	out->disk_stored_bytes = ds.bytes_stored;
+	out->disk_prefix_pages = ds.prefix_pages;
+	out->disk_chunks = ds.chunks;
+	out->disk_chunk_pages = ds.chunk_pages;
 }
 
 /* Push h (unpinned) down to disk: pages no CPU can read (device-only on a
@@ -511,6 +519,13 @@ int engine_disk_flush_all(struct engine *eng)
 			else if (user_table_find(&eng->users, user) == h)
 				history_drop(eng, h); /* lost, as a stop always lost it */
 		}
+	/* Then idle prefix pages and unheld chunks (share_disk.c writes
+	 * them), one at a time with the thread drained after each: its
+	 * staging may be smaller than what is there. */
+	while (share_evictable(eng)) {
+		share_evict_oldest(eng);
+		disk_tier_flush(eng->disk);
+	}
 	return n;
 }
 

@@ -29,7 +29,8 @@ int engine_disk_evict_all(struct engine *eng, uint32_t sel);
 /*
  * A clean stop: every unpinned history of the engine written to the disk
  * tier (waiting for staging room when it runs out), so that the next start
- * on the same disk_dir serves it. Returns histories written.
+ * on the same disk_dir serves it; then the idle prefix pages and unheld
+ * chunks. Returns histories written.
  */
 int engine_disk_flush_all(struct engine *eng);
 /*
@@ -50,7 +51,9 @@ void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
 		      uint64_t *n, uint64_t cap);
 /* How many users only on disk engine_disk_list may add. */
 uint64_t engine_disk_list_count(struct engine *eng, uint64_t cursor);
-/* Fill out (exists, start, len, pages) for a user only on disk. */
+/* Fill out's disk figures (pages_disk, tokens_disk) for a user with a copy
+ * on disk, and exists, start, len, pages as if only on disk (engine_info
+ * sets them again for a history in memory); false: no copy on disk. */
 bool engine_disk_info(struct engine *eng, uint64_t user,
 		      struct engine_user_info *out);
 

@@ -8,8 +8,10 @@
  * memory and moved on since), and of it the pages 0..k-1 that all check:
  * a hole (a torn or damaged page, one never written before a crash) keeps
  * only the prefix before it, as continuity demands. A snapshot without its
- * page 0 is gone. Damaged records and other layouts' records are skipped,
- * with one warning each saying how many.
+ * page 0 is gone. Prefix pages and chunks (kind and hash in the key) come
+ * back the same way but whole or not at all: a chunk without one of its
+ * pages or its name record is skipped. Damaged records and other layouts'
+ * records are skipped, with one warning each saying how many.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -22,7 +24,17 @@
 struct scan_rec {
 	uint64_t tenant, user, snap, start, len;
 	uint32_t pool, page, npages, slot;
+	uint8_t kind;     /* disk_key.kind: 0 for a user history */
+	uint8_t hash[32];
 };
+
+/* Same key but for user and snap: kind and hash. */
+static int kind_cmp(const struct scan_rec *x, const struct scan_rec *y)
+{
+	if (x->kind != y->kind)
+		return x->kind < y->kind ? -1 : 1;
+	return memcmp(x->hash, y->hash, sizeof(x->hash));
+}
 
 static int rec_cmp(const void *a, const void *b)
 {
@@ -34,6 +46,8 @@ static int rec_cmp(const void *a, const void *b)
 		return x->pool < y->pool ? -1 : 1;
 	if (x->user != y->user)
 		return x->user < y->user ? -1 : 1;
+	if (kind_cmp(x, y))
+		return kind_cmp(x, y);
 	if (x->snap != y->snap)
 		return x->snap > y->snap ? -1 : 1; /* newest first */
 	return x->page < y->page ? -1 : x->page > y->page;
@@ -42,12 +56,13 @@ static int rec_cmp(const void *a, const void *b)
 static bool same_snap(const struct scan_rec *a, const struct scan_rec *b)
 {
 	return a->tenant == b->tenant && a->pool == b->pool &&
-	       a->user == b->user && a->snap == b->snap;
+	       a->user == b->user && a->snap == b->snap && !kind_cmp(a, b);
 }
 
 static bool same_key(const struct scan_rec *a, const struct scan_rec *b)
 {
-	return a->tenant == b->tenant && a->pool == b->pool && a->user == b->user;
+	return a->tenant == b->tenant && a->pool == b->pool && a->user == b->user &&
+	       !kind_cmp(a, b);
 }
 
 /* Entries for the newest snapshot of each key in r[0..n) (sorted). */
@@ -65,13 +80,18 @@ static int build(struct disk_tier *dt, struct scan_rec *r, uint32_t n,
 		while (i + k < j && r[i + k].page == k && r[i + k].npages == r[i].npages &&
 		       r[i + k].start == r[i].start && r[i + k].len == r[i].len)
 			k++;
+		/* A prefix page or a chunk is whole or nothing. */
+		if (r[i].kind && k != r[i].npages)
+			k = 0;
 		if (k) {
 			e = disk_entry_new(k);
 			if (!e)
 				return -ENOMEM;
 			e->k = (struct disk_key){ .tenant = r[i].tenant,
 						  .pool = r[i].pool,
-						  .user = r[i].user };
+						  .user = r[i].user,
+						  .kind = r[i].kind };
+			memcpy(e->k.hash, r[i].hash, sizeof(e->k.hash));
 			e->start = r[i].start;
 			e->len = r[i].len;
 			if ((uint64_t)k * dt->P < e->len)
@@ -122,13 +142,18 @@ static void scan_batch(struct disk_tier *dt, uint32_t first, uint32_t n,
 			(*other)++;
 			continue;
 		}
-		if (h->kind != DISK_KIND_USER)
-			continue; /* chunks and prefix pages: not kept yet */
-		r[(*nr)++] = (struct scan_rec){
+		if (h->kind != DISK_KIND_USER && h->kind != DISK_KIND_CHUNK &&
+		    h->kind != DISK_KIND_PREFIX) {
+			(*bad)++; /* checks, yet of no kind: never served */
+			continue;
+		}
+		r[*nr] = (struct scan_rec){
 			.tenant = h->tenant, .user = h->id, .snap = h->snap,
 			.start = h->start, .len = h->len, .pool = h->pool,
 			.page = h->page, .npages = h->npages, .slot = first + i,
+			.kind = h->kind == DISK_KIND_USER ? 0 : h->kind,
 		};
+		memcpy(r[(*nr)++].hash, h->hash, sizeof(h->hash));
 		if (h->snap >= dt->next_snap)
 			dt->next_snap = h->snap + 1;
 	}

@@ -96,6 +96,7 @@ static bool slots_take(struct disk_tier *dt, struct disk_entry *e)
 	for (;;) {
 		bool over = u->quota && u->slots + e->npages > u->quota;
 		struct disk_entry *v;
+		char what[80];
 
 		if (!over && dt->nfree >= e->npages)
 			break;
@@ -104,10 +105,11 @@ static bool slots_take(struct disk_tier *dt, struct disk_entry *e)
 			return false;
 		/* Dropped for room: its slots are overwritten soon, and a
 		 * restart that finds it anyway serves what it held. */
+		disk_key_name(&v->k, what, sizeof(what));
 		disk_logf(dt, LOG_INFO, "disk tier full%s: dropped the %" PRIu32
-			  " pages of user %" PRIu64 " (the oldest there); raise "
+			  " pages of %s (the oldest there); raise "
 			  "disk_size%s to keep more", over ? " (the tenant's quota)" :
-			  "", v->npages, v->k.user, over ? " of the tenant" : "");
+			  "", v->npages, what, over ? " of the tenant" : "");
 		disk_use_of(dt, v->k.tenant)->dropped_pages += v->npages;
 		disk_lru_unlink_drop(dt, v);
 	}
@@ -133,14 +135,17 @@ static void pass_take(struct disk_tier *dt, struct pass *p)
 			dt->wq.tail = NULL;
 		if (!slots_take(dt, e)) {
 			struct disk_use *u = disk_use_of(dt, e->k.tenant);
+			uint32_t np = e->npages;
+			char what[80];
 
+			disk_key_name(&e->k, what, sizeof(what));
 			u->dropped_pages += e->npages;
 			disk_index_remove(dt, e);
 			disk_entry_destroy(dt, e, false);
 			disk_logf(dt, LOG_WARNING, "disk tier full: %" PRIu32
-				  " pages of user %" PRIu64 " dropped (the rest "
+				  " pages of %s dropped (the rest "
 				  "is being read or written); raise disk_size",
-				  e->npages, e->k.user);
+				  np, what);
 			continue;
 		}
 		e->state = DS_WRITING;
@@ -179,13 +184,15 @@ static void seal_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i,
 	}
 	*h = (struct disk_rec_hdr){
 		.magic = DISK_MAGIC, .version = DISK_VERSION,
-		.kind = DISK_KIND_USER, .codec = id, .pool = e->k.pool,
+		.kind = e->k.kind ? e->k.kind : DISK_KIND_USER, .codec = id,
+		.pool = e->k.pool,
 		.layout_id = dt->layout_id, .tenant = e->k.tenant, .id = e->k.user,
 		.snap = e->snap, .start = e->start, .len = e->len,
 		.pos = e->start + (uint64_t)i * dt->P, .page = i,
 		.npages = e->npages, .raw_len = (uint32_t)dt->page_bytes,
 		.stored_len = (uint32_t)n,
 	};
+	memcpy(h->hash, e->k.hash, sizeof(h->hash));
 	/* Zero the slot's tail: no stale bytes of an older page on disk. */
 	memset(s + DISK_HDR_BYTES, 0, DISK_PAYLOAD_OFF - DISK_HDR_BYTES);
 	memset(s + DISK_PAYLOAD_OFF + n, 0, dt->slot_bytes - DISK_PAYLOAD_OFF - n);
@@ -212,6 +219,8 @@ static bool open_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i)
 	if (disk_record_check(h, s, dt->slot_bytes) ||
 	    h->layout_id != dt->layout_id || h->tenant != e->k.tenant ||
 	    h->pool != e->k.pool || h->id != e->k.user || h->snap != e->snap ||
+	    h->kind != (e->k.kind ? e->k.kind : DISK_KIND_USER) ||
+	    memcmp(h->hash, e->k.hash, sizeof(h->hash)) ||
 	    h->page != i || h->raw_len != dt->page_bytes)
 		return false;
 	if (h->codec == DISK_CODEC_NONE)
@@ -409,12 +418,15 @@ static void finish_write(struct disk_tier *dt, struct disk_entry *e, bool ok,
 	struct disk_use *u = disk_use_of(dt, e->k.tenant);
 
 	if (!ok) {
+		char what[80];
+
+		disk_key_name(&e->k, what, sizeof(what));
 		u->dropped_pages += e->npages;
 		if (!e->gone)
 			disk_index_remove(dt, e);
 		disk_logf(dt, LOG_WARNING, "disk tier: writing %" PRIu32 " pages of "
-			  "user %" PRIu64 " failed (%s); dropped, as without a disk "
-			  "tier%s", e->npages, e->k.user, strerror(-dt->last_err),
+			  "%s failed (%s); dropped, as without a disk "
+			  "tier%s", e->npages, what, strerror(-dt->last_err),
 			  dt->last_err == -ENOSPC ? "; the disk is full: free space "
 			  "or lower disk_size" : "");
 		finish_gone(dt, e);
@@ -460,12 +472,17 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 	e->in_stage = false;
 	disk_hblk_release(dt, e); /* the headers are checked */
 	if (good < e->npages && !e->gone) {
+		char what[80];
+
+		disk_key_name(&e->k, what, sizeof(what));
+		if (e->k.kind)
+			good = 0; /* a prefix page or a chunk: whole or nothing */
 		dt->bad_records++;
-		disk_logf(dt, LOG_WARNING, "disk tier: user %" PRIu64 ": page %" PRIu32
+		disk_logf(dt, LOG_WARNING, "disk tier: %s: page %" PRIu32
 			  " of %" PRIu32 " read back damaged (checksum, torn write or "
-			  "I/O error); kept the %" PRIu32 " pages before it", e->k.user,
+			  "I/O error); kept the %" PRIu32 " pages before it", what,
 			  good, e->npages, good);
-		u->pages -= e->npages - good;
+		disk_use_count(u, e, -1);
 		u->dropped_pages += e->npages - good;
 		for (uint32_t i = good; i < e->npages; i++) {
 			if (e->stage[i] != DISK_NONE)
@@ -475,6 +492,7 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 			e->stage[i] = e->slot[i] = DISK_NONE;
 		}
 		e->npages = good;
+		disk_use_count(u, e, 1);
 		if ((uint64_t)good * dt->P < e->len)
 			e->len = (uint64_t)good * dt->P;
 		if (!good) {

@@ -36,6 +36,20 @@ void disk_logf(struct disk_tier *dt, int prio, const char *fmt, ...)
 
 /* ------------------------------------------------------------ bookkeeping */
 
+void disk_key_name(const struct disk_key *k, char *out, size_t n)
+{
+	static const char *const kinds[] = { [DISK_KIND_CHUNK] = "chunk",
+					     [DISK_KIND_PREFIX] = "prefix page" };
+
+	if (!k->kind || k->kind > DISK_KIND_PREFIX || !kinds[k->kind]) {
+		snprintf(out, n, "user %" PRIu64, k->user);
+		return;
+	}
+	snprintf(out, n, "%s %02x%02x%02x%02x%02x%02x%02x%02x", kinds[k->kind],
+		 k->hash[0], k->hash[1], k->hash[2], k->hash[3], k->hash[4],
+		 k->hash[5], k->hash[6], k->hash[7]);
+}
+
 struct disk_use *disk_use_of(struct disk_tier *dt, uint64_t tenant)
 {
 	for (uint32_t i = 0; i < dt->nuse; i++)
@@ -49,7 +63,12 @@ struct disk_use *disk_use_of(struct disk_tier *dt, uint64_t tenant)
 
 static uint32_t key_hash(const struct disk_tier *dt, const struct disk_key *k)
 {
-	uint64_t x = k->tenant ^ (k->user * 0x9e3779b97f4a7c15ull) ^ k->pool;
+	uint64_t u = k->kind ? 0 : k->user; /* kind != 0: user is an alias */
+	uint64_t x = k->tenant ^ (u * 0x9e3779b97f4a7c15ull) ^ k->pool, h;
+
+	/* A block hash or chunk id is uniform already: 8 of its bytes. */
+	memcpy(&h, k->hash, sizeof(h));
+	x ^= h + k->kind;
 
 	x ^= x >> 29;
 	x *= 0xbf58476d1ce4e5b9ull;
@@ -59,7 +78,9 @@ static uint32_t key_hash(const struct disk_tier *dt, const struct disk_key *k)
 
 static bool key_eq(const struct disk_key *a, const struct disk_key *b)
 {
-	return a->tenant == b->tenant && a->pool == b->pool && a->user == b->user;
+	return a->tenant == b->tenant && a->pool == b->pool && a->kind == b->kind &&
+	       (a->kind || a->user == b->user) &&
+	       !memcmp(a->hash, b->hash, sizeof(a->hash));
 }
 
 static struct disk_entry *index_find(struct disk_tier *dt, const struct disk_key *k)
@@ -78,8 +99,7 @@ void disk_index_insert(struct disk_tier *dt, struct disk_entry *e)
 
 	e->hnext = dt->bucket[b];
 	dt->bucket[b] = e;
-	u->users++;
-	u->pages += e->npages;
+	disk_use_count(u, e, 1);
 }
 
 void disk_index_remove(struct disk_tier *dt, struct disk_entry *e)
@@ -91,8 +111,7 @@ void disk_index_remove(struct disk_tier *dt, struct disk_entry *e)
 		p = &(*p)->hnext;
 	if (*p)
 		*p = e->hnext;
-	u->users--;
-	u->pages -= e->npages;
+	disk_use_count(u, e, -1);
 }
 
 void disk_lru_push(struct disk_tier *dt, struct disk_entry *e)
@@ -372,6 +391,9 @@ int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		e->ready_ns = disk_now_ns();
 		/* fall through */
 	case DS_READY:
+		/* Fresh again: staging is not reclaimed under the caller,
+		 * who copies out of it next. */
+		e->ready_ns = disk_now_ns();
 		hist_fill(out, e);
 		ret = 0;
 		break;
@@ -382,10 +404,13 @@ int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		if (e->npages > dt->nstage) {
 			/* Written by a daemon with more staging (a larger
 			 * host_mem): it can never come back through this one. */
-			disk_logf(dt, LOG_WARNING, "disk tier: user %" PRIu64 ": its %"
+			char what[80];
+
+			disk_key_name(&e->k, what, sizeof(what));
+			disk_logf(dt, LOG_WARNING, "disk tier: %s: its %"
 				  PRIu32 " pages on disk exceed the staging memory (%"
 				  PRIu32 " pages, a quarter of host_mem); dropped; "
-				  "raise host_mem to keep such histories", e->k.user,
+				  "raise host_mem to keep such histories", what,
 				  e->npages, dt->nstage);
 			entry_drop(dt, e);
 			ret = -ENOENT;
@@ -636,8 +661,8 @@ uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool
 		for (; e; e = next) {
 			next = e->hnext;
 			if (e->k.tenant == tenant && e->k.pool == pool) {
+				n += !e->k.kind; /* histories are what it counts */
 				entry_drop(dt, e);
-				n++;
 			}
 		}
 	}
@@ -654,11 +679,53 @@ uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
 	for (uint32_t b = 0; b < dt->nbucket; b++)
 		for (struct disk_entry *e = dt->bucket[b]; e; e = e->hnext)
 			if (e->k.tenant == tenant && e->k.pool == pool &&
-			    e->k.user >= cursor) {
+			    !e->k.kind && e->k.user >= cursor) {
 				if (n < max)
 					ids[n] = e->k.user;
 				n++;
 			}
+	pthread_mutex_unlock(&dt->mu);
+	return n;
+}
+
+static bool alias_match(const struct disk_entry *e, const struct disk_alias *a)
+{
+	return e->k.kind == a->kind && (e->k.user & a->mask) == a->value &&
+	       e->k.tenant == a->tenant && e->k.pool == a->pool;
+}
+
+bool disk_tier_find_alias(struct disk_tier *dt, const struct disk_alias *a,
+			  uint8_t hash[32])
+{
+	bool found = false;
+
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t b = 0; b < dt->nbucket && !found; b++)
+		for (struct disk_entry *e = dt->bucket[b]; e && !found; e = e->hnext)
+			if (alias_match(e, a)) {
+				memcpy(hash, e->k.hash, sizeof(e->k.hash));
+				found = true;
+			}
+	pthread_mutex_unlock(&dt->mu);
+	return found;
+}
+
+uint32_t disk_tier_drop_alias(struct disk_tier *dt, const struct disk_alias *a)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t b = 0; b < dt->nbucket; b++) {
+		struct disk_entry *e = dt->bucket[b], *next;
+
+		for (; e; e = next) {
+			next = e->hnext;
+			if (alias_match(e, a)) {
+				entry_drop(dt, e);
+				n++;
+			}
+		}
+	}
 	pthread_mutex_unlock(&dt->mu);
 	return n;
 }
@@ -690,6 +757,8 @@ void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
 		.slots = disk_store_slots(dt->st),
 		.slots_used = disk_store_slots(dt->st) - dt->nfree,
 		.users = u->users, .pages = u->pages,
+		.prefix_pages = u->prefix_pages, .chunks = u->chunks,
+		.chunk_pages = u->chunk_pages,
 		.demoted_pages = u->demoted_pages,
 		.dropped_pages = u->dropped_pages, .read_pages = u->read_pages,
 		.bytes_raw = u->bytes_raw, .bytes_stored = u->bytes_stored,

@@ -25,10 +25,15 @@
  *                            engine copies them into host frames and calls
  *                            disk_tier_take(), which frees the disk copy.
  *
+ * The same entries hold prefix-cache pages and chunks (disk_key.kind, the
+ * engine's share_disk.c): the tier stores and returns their pages without
+ * looking inside.
+ *
  * Warm restart: disk_tier_open() scans the file; for each (tenant, pool,
  * user) the newest snapshot's pages 0..k-1 that check (disk_record.h) come
  * back as a history of min(len, k * page_tokens) tokens, served by the
- * next prepare of the user. Records that fail their checksum, are torn, or
+ * next prepare of the user (a prefix page or chunk: all its pages, or
+ * nothing). Records that fail their checksum, are torn, or
  * belong to another layout are skipped with one warning per kind.
  *
  * Thread-safe: every call takes the tier's mutex for a short while.
@@ -64,12 +69,21 @@ void disk_tier_close(struct disk_tier *dt);
 /* Most slots the tenant's histories may hold (0: no limit but disk_size). */
 void disk_tier_set_quota(struct disk_tier *dt, uint64_t tenant, uint64_t slots);
 
-/* A history's key on disk. */
+/*
+ * A key on disk: a user history (kind 0, user), or, with kind
+ * DISK_KIND_PREFIX / DISK_KIND_CHUNK (disk_record.h), a prefix page or a
+ * chunk named by hash (user 0). Every page of an entry is one record; the
+ * tier never looks inside them (share_disk.c does).
+ */
 struct disk_key {
 	uint64_t tenant;  /* disk_tenant_key(name) */
 	uint32_t pool;
 	uint64_t user;
+	uint8_t kind;     /* 0: a user history; else enum disk_kind */
+	uint8_t hash[32]; /* kind != 0: block hash or chunk name id */
 };
+/* With kind != 0, user is not part of the key but an alias kept with it
+ * (a chunk's entry id, 8 bytes of it): disk_tier_find_alias. */
 
 /* Queue the history for writing: pages[i] is page i (page_bytes each). */
 int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start,
@@ -126,12 +140,26 @@ void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh);
 /* Forget the user's disk copy (kvctl evict --tier disk); pages freed or
  * -ENOENT. */
 int disk_tier_drop(struct disk_tier *dt, const struct disk_key *k);
-/* Drop every history of (tenant, pool); returns histories dropped. */
+/* Drop everything of (tenant, pool) on disk, prefix pages and chunks too;
+ * returns histories dropped. */
 uint32_t disk_tier_drop_all(struct disk_tier *dt, uint64_t tenant, uint32_t pool);
 /* Users of (tenant, pool) on disk with id >= cursor, at most max into ids
  * (unsorted); returns how many there are in all (may be > max). */
 uint64_t disk_tier_list(struct disk_tier *dt, uint64_t tenant, uint32_t pool,
 			uint64_t cursor, uint64_t *ids, uint64_t max);
+/* Entries of kind of (tenant, pool) whose alias has (user & mask) == value. */
+struct disk_alias {
+	uint64_t tenant;
+	uint32_t pool;
+	uint8_t kind;
+	uint64_t mask, value;
+};
+/* The hash of one such entry; false: none. Both walk the whole index: for
+ * misses and deletions only. */
+bool disk_tier_find_alias(struct disk_tier *dt, const struct disk_alias *a,
+			  uint8_t hash[32]);
+/* Drop them all; returns how many. */
+uint32_t disk_tier_drop_alias(struct disk_tier *dt, const struct disk_alias *a);
 /* Whether (and how much of) the user is on disk; false: not. */
 bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 		    uint64_t *start, uint64_t *len, uint32_t *npages);
@@ -139,6 +167,7 @@ bool disk_tier_info(struct disk_tier *dt, const struct disk_key *k,
 struct disk_tier_stats {
 	uint64_t slots, slots_used;     /* the whole file */
 	uint64_t users, pages;          /* of the tenant */
+	uint64_t prefix_pages, chunks, chunk_pages; /* of those pages */
 	uint64_t demoted_pages, dropped_pages, read_pages;
 	uint64_t bytes_raw, bytes_stored; /* written: ratio raw / stored */
 	uint64_t write_ns, read_ns;     /* in the disk thread */

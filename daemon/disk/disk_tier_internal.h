@@ -58,6 +58,7 @@ struct disk_use {
 	uint64_t tenant;
 	uint64_t quota;          /* slots, 0: none */
 	uint64_t slots, users, pages;
+	uint64_t prefix_pages, chunks, chunk_pages; /* of pages, by kind */
 	uint64_t demoted_pages, dropped_pages, read_pages;
 	uint64_t bytes_raw, bytes_stored;
 };
@@ -108,6 +109,24 @@ struct disk_tier {
 	int last_err;            /* of the last failed write, for the log */
 	void (*log)(int prio, const char *msg);
 };
+
+/* Count e (d = 1) or uncount it (d = -1) in its tenant's figures. */
+static inline void disk_use_count(struct disk_use *u, const struct disk_entry *e,
+				  int64_t d)
+{
+	u->pages += (uint64_t)(d * e->npages);
+	if (!e->k.kind)
+		u->users += (uint64_t)d;
+	else if (e->k.kind == DISK_KIND_PREFIX)
+		u->prefix_pages += (uint64_t)(d * e->npages);
+	else {
+		u->chunks += (uint64_t)d;
+		u->chunk_pages += (uint64_t)(d * e->npages);
+	}
+}
+
+/* What e is, for log lines: "user 7", "prefix page 1a2b..", "chunk ..". */
+void disk_key_name(const struct disk_key *k, char *out, size_t n);
 
 static inline uint64_t disk_now_ns(void)
 {

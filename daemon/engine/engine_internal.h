@@ -70,6 +70,7 @@ struct history {
 				  * demotion copying outside the lock sees
 				  * whether its partial last page changed */
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
+	uint64_t onload_first;   /* its first flush's fence (ns_h2d: history_landed) */
 	uint64_t tick;           /* engine tick when it last went on an LRU */
 	struct hnode hnode;      /* user_table */
 	struct list_head lru_link; /* on lru[h->lru], or self-linked */

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ ids */
@@ -118,7 +119,7 @@ static void chunk_lru_push(struct engine *eng, struct chunk *c)
 }
 
 /* On the LRU exactly when evictable: alive, READY, unheld, a leaf. */
-static void chunk_lru_update(struct engine *eng, struct chunk *c)
+void chunk_lru_update(struct engine *eng, struct chunk *c)
 {
 	bool want = !c->dead && c->state == KVP_CHUNK_READY && !c->holders &&
 		    !c->nchildren;
@@ -227,6 +228,7 @@ uint32_t chunk_evict(struct engine *eng, struct chunk *c)
 	uint32_t n = 0;
 
 	eng->st.chunk_evicted++;
+	share_disk_demote_chunk(eng, c); /* a sealed root: to disk, if any */
 	return chunk_kill_tree(eng, c, &n);
 }
 

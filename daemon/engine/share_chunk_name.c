@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ table */
@@ -391,14 +392,17 @@ int share_chunk_delete(struct engine *eng, const struct kvp_chunk_id *id,
 	struct chunk *c;
 	uint32_t killed = 0;
 
+	/* Its copy on the disk tier goes too (its root, named either way). */
+	killed += (uint32_t)share_disk_chunk_drop(eng, id);
 	if (n) {
 		name_kill(eng, n, &killed);
 		return (int)killed;
 	}
 	c = chunk_find(eng, id);
-	if (!c)
+	if (!c && !killed)
 		return name_not_found(id, e);
-	chunk_kill_tree(eng, c, &killed);
+	if (c)
+		chunk_kill_tree(eng, c, &killed);
 	return (int)killed;
 }
 
@@ -445,9 +449,14 @@ static bool of_type(struct engine *eng, const struct chunk_name *n,
 
 int share_chunk_clear(struct engine *eng, uint32_t type)
 {
+	uint32_t ondisk;
+
 	if (type && !kvp_chunk_type_name(type))
 		return -EINVAL;
-	return name_kill_matching(eng, of_type, &type, false);
+	ondisk = share_disk_chunk_clear(eng, type);
+	/* A name only on disk counts once; one in memory too, as it was
+	 * before (its disk copy is older: it came back since). */
+	return name_kill_matching(eng, of_type, &type, false) + (int)ondisk;
 }
 
 struct age_arg {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ ids */
@@ -274,6 +275,14 @@ int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
 	char sid[17], *canon = NULL;
 	int ret = put_check(eng, r, &nid, &name, sid, e);
 
+	if (!ret && !name && eng->disk) {
+		/* The name on the disk tier: back first, then a hit. */
+		ret = share_disk_chunk_restore(eng, &nid, false, e);
+		if (ret == -EINPROGRESS)
+			return ret;
+		e->msg[0] = '\0'; /* no room for it: registered afresh */
+		ret = put_check(eng, r, &nid, &name, sid, e);
+	}
 	if (ret)
 		return ret;
 	ret = meta_parse(r->meta, "chunk metadata", &meta, &canon, e);
@@ -424,6 +433,12 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 	char sid[17];
 	int ret;
 
+	if (!c) { /* a name on the disk tier comes back first */
+		ret = share_disk_chunk_restore(eng, id, false, e);
+		if (ret && ret != -ENOENT)
+			return ret; /* -EINPROGRESS: retried; or no room */
+		c = chunk_resolve(eng, id);
+	}
 	eng->st.chunk_lookups++;
 	if (!c)
 		return chunk_not_found("chunk", id, e);

@@ -260,6 +260,8 @@ uint32_t chunk_evict(struct engine *eng, struct chunk *c); /* drop from LRU: fre
 /* Kill c and every entry below it; frames freed, *nkilled += entries. */
 uint32_t chunk_kill_tree(struct engine *eng, struct chunk *c, uint32_t *nkilled);
 void chunk_lru_remove(struct engine *eng, struct chunk *c);
+/* On the LRU exactly when evictable: alive, READY, unheld, a leaf. */
+void chunk_lru_update(struct engine *eng, struct chunk *c);
 void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed);
 /* A use of entry c (hit, acquire, compose): LRU, its name's statistics. */
 void chunk_touch(struct engine *eng, struct chunk *c, uint64_t now_ns);

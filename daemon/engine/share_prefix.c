@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ hashing */
@@ -196,6 +197,7 @@ void pc_evict_head(struct engine *eng)
 	struct pc_entry *pe = pc_lru_head(s);
 	uint32_t e = (uint32_t)(pe - s->pc), parent = pe->parent;
 
+	share_disk_demote_pc(eng, pe); /* to the disk tier, if any */
 	lru_unlink(s, e);
 	hashtab_remove(&s->pcs, &pe->hnode);
 	s->sp[pe->frame].pc = PC_NONE;
@@ -234,20 +236,39 @@ uint32_t pc_match(struct engine *eng, const uint32_t *tokens, uint32_t full,
 	return hit;
 }
 
-void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
-			 struct share_prefix_hit *out)
+/* Pages the disk tier holds count as cached: they come back first (with
+ * wait, or over the caller's retries). */
+static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 bool wait, struct share_prefix_hit *out)
 {
 	uint32_t full = n / eng->P, hit = 0, idle;
 
 	*out = (struct share_prefix_hit){ 0 };
+	if (full && !engine_view_reserve(eng, full, NULL)) {
+		hit = pc_match(eng, tokens, full, eng->view, &idle);
+		if (share_disk_prefix_more(eng, tokens, full, eng->view, &hit,
+					   &idle, wait))
+			return -EINPROGRESS; /* counted once, when it is served */
+	}
 	eng->st.prefix_lookups++;
 	eng->st.prefix_lookup_tokens += n;
-	if (full && !engine_view_reserve(eng, full, NULL))
-		hit = pc_match(eng, tokens, full, eng->view, &idle);
 	out->tokens = share_prefix_cached(eng, n, hit);
 	out->npages = hit;
 	out->frames = eng->view;
 	eng->st.prefix_hit_tokens += out->tokens;
+	return 0;
+}
+
+void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
+			 struct share_prefix_hit *out)
+{
+	prefix_lookup(eng, tokens, n, true, out);
+}
+
+int share_prefix_find(struct engine *eng, const uint32_t *tokens, uint32_t n,
+		      struct share_prefix_hit *out)
+{
+	return prefix_lookup(eng, tokens, n, false, out);
 }
 
 uint32_t share_prefix_cached(const struct engine *eng, uint32_t n, uint32_t hit)

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ table */
@@ -305,6 +306,14 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	if (!hits)
 		return errbuf_set(e, -ENOMEM, "out of memory");
 	hit = pc_match(eng, tokens, full, hits, &idle_hits);
+	/* Pages of the chain on the disk tier come back first (idle). */
+	if (share_disk_prefix_more(eng, tokens, full, hits, &hit, &idle_hits,
+				   false)) {
+		free(hits);
+		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": its "
+				  "cached prefix is being read back from the disk "
+				  "tier", id);
+	}
 	/*
 	 * Seed 004: a prompt cached whole reports n - 1 tokens, not a page
 	 * less; the last token is left to compute. We write that token into

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "disk_engine.h"
+#include "shard.h"
+#include "share_disk.h"
 #include "share_internal.h"
 
 #define SEQ_MAX_SOURCES 64
@@ -215,6 +218,39 @@ static void create_list_pages(struct engine *eng, struct seq *q,
 	}
 }
 
+/*
+ * Sources only on the disk tier come back first: a user into the host tier
+ * (then onloaded as any host history), a chunk to the device. All of them
+ * before any source is resolved: bringing one back may evict, and a source
+ * resolved already would be left pointing at what went. 0, -EINPROGRESS
+ * while the disk thread reads (the worker retries), or why one cannot
+ * come back.
+ */
+static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
+			     uint32_t nsrc, struct errbuf *e)
+{
+	for (uint32_t i = 0; eng->disk && i < nsrc; i++) {
+		struct engine *ue = eng;
+		int ret = 0;
+
+		if (src[i].kind == KVP_SRC_USER &&
+		    !engine_find_history(eng, src[i].id)) {
+			if (eng->set)
+				ue = eng->set->v[shard_of_user(eng->set, src[i].id)].eng;
+			ret = engine_disk_onload(ue, src[i].id,
+						 ENGINE_PREPARE_DISK_DEFER, e);
+		} else if (src[i].kind == KVP_SRC_CHUNK &&
+			   !chunk_resolve(eng, &src[i].chunk)) {
+			ret = share_disk_chunk_restore(eng, &src[i].chunk, false, e);
+			if (ret == -ENOENT)
+				ret = 0; /* not there either: resolving says so */
+		}
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 int share_seq_create(struct engine *eng, uint64_t id,
 		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
 		     uint32_t owner, struct engine_lease *out, struct errbuf *e)
@@ -234,7 +270,9 @@ int share_seq_create(struct engine *eng, uint64_t id,
 				  "no new tokens: nothing to make", id);
 	if (seq_find(eng, id))
 		return seq_exists(id, e);
-	ret = create_plan(eng, id, src, nsrc, &cp, e);
+	ret = sources_from_disk(eng, src, nsrc, e);
+	if (!ret)
+		ret = create_plan(eng, id, src, nsrc, &cp, e);
 	if (ret)
 		return ret;
 	total = cp.total;

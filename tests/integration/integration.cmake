@@ -44,6 +44,14 @@ if(TARGET kvpoold AND TARGET kvpool)
   add_test(NAME disk_restart COMMAND test_disk_restart ${_it_args})
   set_tests_properties(disk_restart PROPERTIES LABELS integration TIMEOUT 300
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+  # Prefix pages, chunks and a sequence over the disk tier, then kill -9
+  # and a restart on the same disk_dir (share_disk.c).
+  add_executable(test_disk_restart_content ${_it}/test_disk_restart_content.c)
+  target_link_libraries(test_disk_restart_content PRIVATE kvpool_it_harness)
+  add_dependencies(test_disk_restart_content kvpoold)
+  add_test(NAME disk_restart_content COMMAND test_disk_restart_content ${_it_args})
+  set_tests_properties(disk_restart_content PROPERTIES LABELS integration
+    TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
   kvpool_integration_test(test_kill_clients 120)
   kvpool_integration_test(test_ring_fuzz 120)
   kvpool_integration_test(test_tier_pressure 120)
@@ -73,6 +81,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_kvctl_all 300)
   # A --config kvpoold cannot read: exit 2 naming it, nothing started.
   kvpool_integration_test(test_config_errors 60)
+  # Growing structs (kvpool.h): callers built against 0.1's structs, this
+  # tree's and a later one's read the same rows, nothing past their own.
+  kvpool_integration_test(test_abi_compat 60)
 endif()
 
 # kvpoold --metrics under load: promtool check metrics, the counters agree

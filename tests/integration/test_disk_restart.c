@@ -45,6 +45,7 @@
 #define USERS 60u
 #define TOKENS 40u            /* 3 pages of 16 */
 #define SALT 0x6469736bull    /* "disk" */
+#define DISK_PAGES ((TOKENS + H_PAGE_TOKENS - 1) / H_PAGE_TOKENS)
 /* The device tier's 16 pages: the longest history a prepare can take. */
 #define DEVICE_TOKENS 256u
 
@@ -117,7 +118,8 @@ static uint32_t verify_all(struct kvp_client *c, uint64_t want, bool may_be_abse
 	return present;
 }
 
-/* kvp_users (kvctl users) lists u with its tokens and no page in memory. */
+/* kvp_users (kvctl users) lists u with its tokens and no page in memory,
+ * its pages and tokens on disk. */
 static bool listed_on_disk(struct kvp_client *c, uint64_t u)
 {
 	struct kvp_user_info rows[256];
@@ -129,7 +131,9 @@ static bool listed_on_disk(struct kvp_client *c, uint64_t u)
 		for (int i = 0; i < n; i++)
 			if (rows[i].user == u)
 				return rows[i].len == TOKENS && !rows[i].pages_device &&
-				       !rows[i].pages_host;
+				       !rows[i].pages_host &&
+				       rows[i].pages_disk == DISK_PAGES &&
+				       rows[i].tokens_disk == TOKENS;
 		cursor = next;
 	} while (n > 0 && next);
 	return false;
@@ -145,12 +149,14 @@ static void phase_tier_ops(struct kvp_client *c)
 	if (h_verify_user(c, SALT, u, 0, TOKENS, NULL)) /* in memory now */
 		g_bad++;
 	rc = kvp_evict(c, u, KVP_SEL_TO_DISK);
-	if (rc != (int)((TOKENS + H_PAGE_TOKENS - 1) / H_PAGE_TOKENS) ||
+	if (rc != (int)DISK_PAGES ||
 	    kvp_info(c, u, &ui) || ui.len != TOKENS || ui.pages_device ||
-	    ui.pages_host) {
-		h_fail("push to disk: %d (%s); then len %" PRIu64 ", %u device and "
-		       "%u host pages", rc, rc < 0 ? kvp_last_error(c) : "",
-		       ui.len, ui.pages_device, ui.pages_host);
+	    ui.pages_host || ui.pages_disk != DISK_PAGES || ui.tokens_disk != TOKENS) {
+		h_fail("push to disk: %d (%s); then len %" PRIu64 ", %u device, "
+		       "%u host and %u disk pages, %" PRIu64 " tokens on disk (want "
+		       "%u pages, %u tokens)", rc, rc < 0 ? kvp_last_error(c) : "",
+		       ui.len, ui.pages_device, ui.pages_host, ui.pages_disk,
+		       ui.tokens_disk, DISK_PAGES, TOKENS);
 		g_bad++;
 	}
 	if (!listed_on_disk(c, u)) {
@@ -161,9 +167,10 @@ static void phase_tier_ops(struct kvp_client *c)
 	if (h_verify_user(c, SALT, u, 0, TOKENS, NULL)) /* back from disk */
 		g_bad++;
 	if (kvp_evict(c, u, KVP_SEL_TO_DISK) < 0 || kvp_evict(c, u, KVP_SEL_DISK) < 1 ||
-	    kvp_info(c, u, &ui) || ui.len) {
+	    kvp_info(c, u, &ui) || ui.len || ui.pages_disk || ui.tokens_disk) {
 		h_fail("evict --tier disk: user %" PRIu64 " still has %" PRIu64
-		       " tokens (%s)", u, ui.len, kvp_last_error(c));
+		       " tokens, %u pages on disk (%s)", u, ui.len, ui.pages_disk,
+		       kvp_last_error(c));
 		g_bad++;
 	}
 	if (kvp_evict(c, u, KVP_SEL_DISK) != -ENOENT) {

@@ -311,6 +311,8 @@ static struct kvp_stats demo_stats(void)
 		.reclaim_direct = 35, .disk_users = 36, .disk_pages = 37,
 		.disk_demoted_pages = 38, .disk_read_pages = 39,
 		.disk_dropped_pages = 40, .disk_stored_bytes = 41,
+		.disk_prefix_pages = 42, .disk_chunks = 43, .disk_chunk_pages = 44,
+		.ns_h2d = 45,
 	};
 
 	return s;
@@ -372,6 +374,7 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"disk_read_pages\": 39,\n"
 		       "  \"disk_dropped_pages\": 40,\n"
 		       "  \"disk_stored_bytes\": 41,\n"
+		       "  \"ns_h2d\": 45,\n"
 		       "  \"prefix_pages\": 19,\n"
 		       "  \"prefix_idle_pages\": 20,\n"
 		       "  \"prefix_lookups\": 21,\n"
@@ -389,6 +392,9 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"chunk_hits\": 6,\n"
 		       "  \"chunk_evicted\": 29,\n"
 		       "  \"compositions\": 30,\n"
+		       "  \"disk_prefix_pages\": 42,\n"
+		       "  \"disk_chunks\": 43,\n"
+		       "  \"disk_chunk_pages\": 44,\n"
 		       "  \"chunk_last_access_ns\": 1794999910000000000,\n"
 		       "  \"chunk_last_access_age_s\": 90,\n"
 		       "  \"prefix_hit_rate\": 0.2500,\n"
@@ -522,6 +528,7 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "disk_read_pages   39\n"
 		       "disk_dropped_pages 40\n"
 		       "disk_stored_bytes 41\n"
+		       "ns_h2d            45\n"
 		       "\n"
 		       "prefix_pages      19\n"
 		       "prefix_idle_pages 20\n"
@@ -540,6 +547,9 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "chunk_hits        6\n"
 		       "chunk_evicted     29\n"
 		       "compositions      30\n"
+		       "disk_prefix_pages 42\n"
+		       "disk_chunks       43\n"
+		       "disk_chunk_pages  44\n"
 		       "chunk_last_access 90s ago\n"
 		       "prefix_hit_rate   25.0%\n"
 		       "chunk_hit_rate    75.0%\n");
@@ -549,7 +559,8 @@ static const struct kvp_user_info demo_users[] = {
 	{ .user = 7, .start = 0, .len = 128, .pages_device = 4, .pages_host = 0,
 	  .leases = 1, .tenant = 0 },
 	{ .user = UINT64_MAX, .start = 32, .len = 64, .pages_device = 0,
-	  .pages_host = 2, .leases = 0, .tenant = 3 },
+	  .pages_host = 2, .leases = 0, .tenant = 3, .pages_disk = 2,
+	  .tokens_disk = 64 },
 };
 
 /* render_users of the first n demo_users prints exactly want. */
@@ -574,7 +585,9 @@ static void users_json_lists_every_field(void **state)
 		     "      \"pages_device\": 4,\n"
 		     "      \"pages_host\": 0,\n"
 		     "      \"leases\": 1,\n"
-		     "      \"tenant\": 0\n"
+		     "      \"tenant\": 0,\n"
+		     "      \"pages_disk\": 0,\n"
+		     "      \"tokens_disk\": 0\n"
 		     "    },\n"
 		     "    {\n"
 		     "      \"user\": 18446744073709551615,\n"
@@ -583,7 +596,9 @@ static void users_json_lists_every_field(void **state)
 		     "      \"pages_device\": 0,\n"
 		     "      \"pages_host\": 2,\n"
 		     "      \"leases\": 0,\n"
-		     "      \"tenant\": 3\n"
+		     "      \"tenant\": 3,\n"
+		     "      \"pages_disk\": 2,\n"
+		     "      \"tokens_disk\": 64\n"
 		     "    }\n"
 		     "  ],\n"
 		     "  \"count\": 2,\n"
@@ -596,12 +611,12 @@ static void users_json_lists_every_field(void **state)
 static void users_table_adds_tenant_column_for_admins(void **state)
 {
 	expect_users(false, 2, false, false,
-		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES\n"
-		     "                   7      0  128          4           0       1\n"
-		     "18446744073709551615     32   64          0           2       0\n");
+		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  PAGES_DISK  TOKENS_DISK  LEASES\n"
+		     "                   7      0  128          4           0           0            0       1\n"
+		     "18446744073709551615     32   64          0           2           2           64       0\n");
 	expect_users(false, 1, true, false,
-		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES  TENANT\n"
-		     "   7      0  128          4           0       1       0\n");
+		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  PAGES_DISK  TOKENS_DISK  LEASES  TENANT\n"
+		     "   7      0  128          4           0           0            0       1       0\n");
 }
 
 static void user_shows_len_zero_as_nothing_cached(void **state)
@@ -617,6 +632,8 @@ static void user_shows_len_zero_as_nothing_cached(void **state)
 		       "next_start_pos 0\n"
 		       "pages_device   0\n"
 		       "pages_host     0\n"
+		       "pages_disk     0\n"
+		       "tokens_disk    0\n"
 		       "leases         0\n"
 		       "tenant         0\n");
 	render_user(capture_open(&c), true, &demo_users[1]);
@@ -628,7 +645,9 @@ static void user_shows_len_zero_as_nothing_cached(void **state)
 		       "  \"pages_device\": 0,\n"
 		       "  \"pages_host\": 2,\n"
 		       "  \"leases\": 0,\n"
-		       "  \"tenant\": 3\n"
+		       "  \"tenant\": 3,\n"
+		       "  \"pages_disk\": 2,\n"
+		       "  \"tokens_disk\": 64\n"
 		       "}\n");
 }
 
@@ -809,13 +828,33 @@ static void chunks_table_cuts_ids_and_sanitizes_metadata(void **state)
 	struct capture c;
 
 	rows[1].last_access_ns = 0;
-	render_chunks(capture_open(&c), false, rows, 2, DEMO_NOW);
+	render_chunks(capture_open(&c), false, rows, 2, DEMO_NOW, NULL);
 	capture_expect(&c,
 		       "NAME              TYPE     STATE    TOKENS  ENTRIES  PAGES  HOLDERS  HITS  LAST  META               PREVIEW\n"
 		       "1011121314151617  system   ready       100        2      7        2     3    5s  {\"doc\":\"a\",\"n\":1}  Doc ? one\n"
 		       "a0a1a2a3a4a5a6a7  context  filling     100        2      7        2     3     -  evil=?[31m         Doc ? one\n");
-	render_chunks(capture_open(&c), false, rows, 0, DEMO_NOW);
+	render_chunks(capture_open(&c), false, rows, 0, DEMO_NOW, NULL);
 	capture_expect(&c, "NAME  TYPE  STATE  TOKENS  ENTRIES  PAGES  HOLDERS  HITS  LAST  META  PREVIEW\n");
+}
+
+/* Chunks only on the disk tier: counted after the table and in JSON. */
+static void chunks_count_those_on_disk(void **state)
+{
+	const struct chunks_disk disk = { 3, 22 };
+	struct capture c;
+
+	(void)state;
+	render_chunks(capture_open(&c), false, NULL, 0, DEMO_NOW, &disk);
+	capture_expect(&c, "NAME  TYPE  STATE  TOKENS  ENTRIES  PAGES  HOLDERS  HITS  LAST  META  PREVIEW\n"
+		       "and 3 chunks (22 pages) only on the disk tier: an acquire or a "
+		       "register of one brings it back\n");
+	render_chunks(capture_open(&c), true, NULL, 0, DEMO_NOW, &disk);
+	capture_expect(&c, "{\n"
+		       "  \"chunks\": [],\n"
+		       "  \"count\": 0,\n"
+		       "  \"disk_chunks\": 3,\n"
+		       "  \"disk_chunk_pages\": 22\n"
+		       "}\n");
 }
 
 static void chunks_json_has_every_field_and_the_full_id(void **state)
@@ -824,7 +863,7 @@ static void chunks_json_has_every_field_and_the_full_id(void **state)
 					       "q=\"1\"");
 	struct capture c;
 
-	render_chunks(capture_open(&c), true, &row, 1, DEMO_NOW);
+	render_chunks(capture_open(&c), true, &row, 1, DEMO_NOW, NULL);
 	capture_expect(&c,
 		       "{\n"
 		       "  \"chunks\": [\n"
@@ -966,6 +1005,7 @@ int main(void)
 		cmocka_unit_test(chunk_ids_parse_as_prefixes_and_format_back),
 		cmocka_unit_test(fmt_age_counts_in_the_largest_sensible_unit),
 		cmocka_unit_test(chunks_table_cuts_ids_and_sanitizes_metadata),
+		cmocka_unit_test(chunks_count_those_on_disk),
 		cmocka_unit_test(chunks_json_has_every_field_and_the_full_id),
 		cmocka_unit_test(chunk_shows_one_chunk_in_full),
 		cmocka_unit_test(chunk_entries_show_parent_and_start),

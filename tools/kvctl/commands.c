@@ -76,13 +76,13 @@ typedef int (*page_fn)(struct kvp_client *c, uint64_t cursor, void *rows,
 static int page_users(struct kvp_client *c, uint64_t cursor, void *rows,
 		      uint32_t max, uint64_t *next)
 {
-	return kvp_users(c, cursor, rows, max, next);
+	return kvp_users(c, cursor, (struct kvp_user_info *)rows, max, next);
 }
 
 static int page_clients(struct kvp_client *c, uint64_t cursor, void *rows,
 			uint32_t max, uint64_t *next)
 {
-	return kvp_clients(c, cursor, rows, max, next);
+	return kvp_clients(c, cursor, (struct kvp_client_info *)rows, max, next);
 }
 
 /* Every row of a list, or the first limit ones. */
@@ -333,7 +333,9 @@ static int chunk_entries(struct kvp_client *c, const struct kvctl_args *a)
 int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct chunk_op_result r = { .type = a->chunk_type, .max_age_s = a->max_age_s };
+	struct chunks_disk disk, *dp = NULL;
 	struct kvp_chunk_info *rows;
+	struct kvp_stats st;
 	size_t n;
 	int rc;
 
@@ -350,8 +352,14 @@ int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a)
 	if (a->entries)
 		return chunk_entries(c, a);
 	rc = chunks_all(c, a->chunk_type, a->filter, &rows, &n);
+	/* Residency on the disk tier: the tenant's figures (all types; a
+	 * daemon without a disk tier has none). */
+	if (rc == KVCTL_EXIT_OK && kvp_stats(c, 0, &st) == 0 && st.disk_chunks) {
+		disk = (struct chunks_disk){ st.disk_chunks, st.disk_chunk_pages };
+		dp = &disk;
+	}
 	if (rc == KVCTL_EXIT_OK)
-		render_chunks(stdout, a->json, rows, n, now_ns());
+		render_chunks(stdout, a->json, rows, n, now_ns(), dp);
 	free(rows);
 	return rc;
 }

@@ -122,10 +122,17 @@ struct op_result {
 void render_evict(FILE *f, bool json, const struct op_result *r);
 void render_offload(FILE *f, bool json, const struct op_result *r);
 
+/* Chunks only on the disk tier (kvp_stats): not listed by name (their
+ * names are on disk), counted after the list. */
+struct chunks_disk {
+	uint64_t chunks, pages;
+};
+
 /* kvctl chunks: one row per chunk name, the name cut to 16 hex digits in
- * the table (full in JSON, with its root entry). */
+ * the table (full in JSON, with its root entry); disk (NULL: no disk tier)
+ * adds the chunks only on disk. */
 void render_chunks(FILE *f, bool json, const struct kvp_chunk_info *rows,
-		   size_t n, uint64_t now_ns);
+		   size_t n, uint64_t now_ns, const struct chunks_disk *disk);
 /* kvctl chunk ID: every field of one chunk. */
 void render_chunk(FILE *f, bool json, const struct kvp_chunk_info *ci,
 		  uint64_t now_ns);

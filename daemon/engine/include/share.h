@@ -72,9 +72,14 @@ struct share_prefix_hit {
 	const uint32_t *frames;  /* device frames, not pinned */
 };
 
-/* Count it in prefix_lookups; never fails. */
+/* Count it in prefix_lookups; never fails. Pages on the disk tier count
+ * as cached: they come back to the device first (this waits for them). */
 void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 			 struct share_prefix_hit *out);
+/* The same without waiting: -EINPROGRESS while pages of the chain are read
+ * back from the disk tier (those before them are back); call it again. */
+int share_prefix_find(struct engine *eng, const uint32_t *tokens, uint32_t n,
+		      struct share_prefix_hit *out);
 
 /* Chained page hashes of tokens (full pages only) into out[n / P][32]:
  * what the prefix cache keys on (for tests and tools). */
