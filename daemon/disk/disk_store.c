@@ -49,8 +49,8 @@ struct disk_store {
 	uint32_t inj_after, inj_n; /* disk_store_inject */
 	int inj_err;
 	/* The SQEs in flight, across submits (user_data: index in run). */
-	struct disk_run run[DISK_QD];
-	uint32_t run_free[DISK_QD], nrun_free, inflight;
+	struct disk_run run[2 * DISK_QD];
+	uint32_t run_free[2 * DISK_QD], nrun_free, inflight;
 };
 
 static int open_file(const char *path, bool *direct)
@@ -80,9 +80,9 @@ int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
 	if (!st)
 		return errbuf_set(e, -ENOMEM, "%s: out of memory", path);
 	st->slot_bytes = slot_bytes;
-	for (uint32_t i = 0; i < DISK_QD; i++)
+	for (uint32_t i = 0; i < 2 * DISK_QD; i++)
 		st->run_free[i] = i;
-	st->nrun_free = DISK_QD;
+	st->nrun_free = 2 * DISK_QD;
 	st->nslots = (uint32_t)(size / slot_bytes);
 	bytes = (uint64_t)st->nslots * slot_bytes;
 	st->fd = open_file(path, &st->direct);
@@ -388,7 +388,9 @@ static void submit(struct disk_store *st, bool write, struct disk_io *v,
 		uint64_t off;
 
 		parts = v[i].hdr && unit == st->slot_bytes ? 2 : 1;
-		if (st->inflight + parts > DISK_QD) {
+		/* DISK_QD runs in flight; a slot in two parts counts as one
+		 * (its header block is 4 KiB beside the page). */
+		if (st->inflight + parts > DISK_QD * parts) {
 			/* Full: hand the kernel what is prepared, take one. */
 			if (queued)
 				io_uring_submit(&st->ring);
