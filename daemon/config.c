@@ -646,6 +646,7 @@ static int config_defaults(struct config *c)
 		.max_pending = 256,
 		.max_pending_per_uid = 64,
 		.hello_timeout_ms = 5000,
+		.remote_timeout_ms = 500,
 		.log_level = LOG_INFO,
 		.chunk_memory_ratio = 1.0,
 		.chunk_content_max = 1u << 20,
@@ -688,6 +689,8 @@ void config_free(struct config *c)
 	free(c->log);
 	free(c->disk_dir);
 	free(c->disk_compress);
+	free(c->remote);
+	free(c->remote_compress);
 	free(c->metrics);
 	*c = (struct config){ 0 };
 }

@@ -94,6 +94,13 @@ struct config {
 	char *disk_dir;
 	uint64_t disk_size;
 	char *disk_compress;
+	/* The remote tier (daemon/remote/): off while remote is NULL; the URL
+	 * is checked when it is set. */
+	char *remote;
+	uint32_t remote_timeout_ms;
+	bool remote_user_histories;
+	char *remote_compress;
+	uint64_t remote_queue;    /* bytes; 0: 64 MiB */
 	char *metrics;            /* "ADDR:PORT" of /metrics; NULL: none */
 	struct sockaddr_storage metrics_addr; /* parsed from it */
 	struct tenant_config *tenants;

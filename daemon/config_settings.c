@@ -18,6 +18,7 @@
 
 #include "config_settings.h"
 #include "disk_codec.h"
+#include "redis_cluster.h"
 #include "kvpool_engine.h" /* SHARDS_MAX */
 #include "proto.h"
 
@@ -403,6 +404,47 @@ static int set_disk_compress(struct config *c, struct tenant_config *t,
 	return ret ? ret : set_str(&c->disk_compress, v);
 }
 
+/* ---- the remote tier (daemon/remote/) */
+static int set_remote(struct config *c, struct tenant_config *t, const char *v,
+		      char *err, size_t len)
+{
+	struct errbuf e;
+	int ret = redis_cluster_check_url(v, &e);
+
+	if (ret) {
+		snprintf(err, len, "%s", e.msg);
+		return ret;
+	}
+	return set_str(&c->remote, v);
+}
+
+static int set_remote_timeout_ms(struct config *c, struct tenant_config *t,
+				 const char *v, char *err, size_t len)
+{
+	return set_u32(&c->remote_timeout_ms, v, 1, 60000, err, len);
+}
+
+static int set_remote_user_histories(struct config *c, struct tenant_config *t,
+				     const char *v, char *err, size_t len)
+{
+	return parse_bool(v, &c->remote_user_histories, err, len);
+}
+
+static int set_remote_queue(struct config *c, struct tenant_config *t,
+			    const char *v, char *err, size_t len)
+{
+	return parse_size(v, &c->remote_queue, err, len);
+}
+
+static int set_remote_compress(struct config *c, struct tenant_config *t,
+			       const char *v, char *err, size_t len)
+{
+	struct disk_codec dc;
+	int ret = disk_codec_parse(v, &dc, err, len);
+
+	return ret ? ret : set_str(&c->remote_compress, v);
+}
+
 static int set_log_level(struct config *c, struct tenant_config *t,
 			 const char *v, char *err, size_t len)
 {
@@ -478,6 +520,17 @@ const struct setting settings[] = {
 	  "disk tier size; per tenant, its quota of it (default 0)" },
 	{ "disk_compress", G, set_disk_compress, "none|zstd[:LEVEL]",
 	  "how pages are stored on disk (default none)" },
+	{ "remote", G, set_remote, "URL",
+	  "the remote tier: redis-cluster://HOST:PORT[,HOST:PORT...] (default none)" },
+	{ "remote_timeout_ms", G, set_remote_timeout_ms, "MS",
+	  "each connect, send and receive to the remote tier (default 500)" },
+	{ "remote_user_histories", G | B, set_remote_user_histories, "BOOL",
+	  "user histories go to the remote tier too (default no: prefix pages only)" },
+	{ "remote_queue", G, set_remote_queue, "SIZE",
+	  "evicted pages waiting to be written to the remote tier, at most (default 64M; "
+	  "past it they are dropped)" },
+	{ "remote_compress", G, set_remote_compress, "none|zstd[:LEVEL]",
+	  "how pages are stored in the remote tier (default none)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
 	{ "log_level", G, set_log_level, "LEVEL",

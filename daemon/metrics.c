@@ -27,6 +27,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
+#include "redis_cluster.h"
+#include "remote_tier.h"
 #include "server.h"
 
 /* ------------------------------------------------------------ writing */
@@ -202,6 +204,62 @@ static void write_daemon(struct server *s, FILE *f)
 	fprintf(f, "kvpool_workers %" PRIu32 "\n", s->nworkers);
 }
 
+/* The remote tier's figures (REMOTE_TIER_FIELDS), then each store node's
+ * (REMOTE_NODE_FIELDS) labelled node="host:port"; nothing without one. */
+static void write_remote(struct server *s, FILE *f)
+{
+	static const struct field tier[] = {
+#define F(n, kind, unit, metric, help) \
+	{ #n, offsetof(struct remote_tier_stats, n), #kind, unit, metric, help },
+		REMOTE_TIER_FIELDS(F)
+#undef F
+	};
+	static const struct field node[] = {
+#define F(n, kind, unit, metric, help) \
+	{ #n, offsetof(struct rc_node_stats, n), #kind, unit, metric, help },
+		REMOTE_NODE_FIELDS(F)
+#undef F
+	};
+	struct remote_tier *rt = s->tenants.remote;
+	struct rc_node_stats ns[RC_MAX_NODES];
+	struct remote_tier_stats st;
+	char name[128];
+	uint64_t v;
+
+	if (!rt)
+		return;
+	remote_tier_stats(rt, &st);
+	for (size_t i = 0; i < sizeof(tier) / sizeof(tier[0]); i++) {
+		field_name(&tier[i], name, sizeof(name));
+		family(f, name, strcmp(tier[i].kind, "COUNTER") ? "gauge" : "counter",
+		       tier[i].help);
+		memcpy(&v, (const char *)&st + tier[i].off, sizeof(v));
+		fputs(name, f);
+		field_print(f, &tier[i], v);
+	}
+	for (uint32_t k = 0; k < st.nodes; k++)
+		if (!remote_tier_node_stats(rt, k, &ns[k]))
+			st.nodes = k;
+	family(f, "kvpool_remote_node_up", "gauge",
+	       "1 while a store node answers, 0 after it failed (tried again each second).");
+	for (uint32_t k = 0; k < st.nodes; k++) {
+		fputs("kvpool_remote_node_up{node=\"", f);
+		label_value(f, ns[k].addr);
+		fprintf(f, "\"} %d\n", ns[k].up);
+	}
+	for (size_t i = 0; i < sizeof(node) / sizeof(node[0]); i++) {
+		field_name(&node[i], name, sizeof(name));
+		family(f, name, "counter", node[i].help);
+		for (uint32_t k = 0; k < st.nodes; k++) {
+			memcpy(&v, (const char *)&ns[k] + node[i].off, sizeof(v));
+			fprintf(f, "%s{node=\"", name);
+			label_value(f, ns[k].addr);
+			fputs("\"}", f);
+			field_print(f, &node[i], v);
+		}
+	}
+}
+
 /* Every worker's counters summed. */
 static void ops_sum(const struct server *s, struct op_metrics *sum)
 {
@@ -277,6 +335,7 @@ int metrics_write(struct server *s, FILE *f)
 	write_daemon(s, f);
 	write_tiers(s, f, st);
 	write_pools(s, f, st);
+	write_remote(s, f);
 	ops_sum(s, sum);
 	write_ops(f, sum);
 	free(st);

@@ -248,7 +248,7 @@ int op_prefix_lookup(struct op *o)
 	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	if (ret)
 		return errbuf_set(o->e, ret, "%s: its cached pages are being read "
-				  "back from the disk tier", o->name);
+				  "back from the disk or remote tier", o->name);
 	if (hit.npages > room)
 		return errbuf_set(o->e, -EPROTO, "%s: the engine reported %" PRIu32
 				  " cached pages for %" PRIu32 " tokens", o->name,

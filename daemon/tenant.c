@@ -30,6 +30,7 @@
 #include "disk_tier.h"
 #include "log.h"
 #include "kvpool_engine.h"
+#include "remote_tier.h"
 #include "tenant.h"
 
 /* ------------------------------------------------------------ salt */
@@ -189,6 +190,7 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		sc.ec.disk = ts->disk;
 		sc.ec.disk_tenant = disk_tenant_key(name);
 		sc.ec.disk_pool = p;
+		sc.ec.remote = ts->remote;
 		ret = shard_set_create(&tp->set, &sc, e);
 		if (ret) {
 			if (!plain) {
@@ -267,6 +269,30 @@ static int disk_open(struct tenants *ts, const struct config *cfg,
 	return 0;
 }
 
+/* One remote tier for every tenant and pool: keys carry the tenant. */
+static int remote_open(struct tenants *ts, const struct config *cfg,
+		       struct errbuf *e)
+{
+	struct remote_tier_config rc = {
+		.url = cfg->remote, .timeout_ms = cfg->remote_timeout_ms,
+		.layout = cfg->layout, .codec = cfg->remote_compress,
+		.user_histories = cfg->remote_user_histories, .log = disk_log,
+		.queue_bytes = cfg->remote_queue,
+	};
+	int ret;
+
+	if (!cfg->remote)
+		return 0;
+	ret = remote_tier_open(&ts->remote, &rc, e);
+	if (ret)
+		return ret;
+	log_info("remote tier: %s, timeout %" PRIu32 " ms, pages stored %s%s",
+		 cfg->remote, cfg->remote_timeout_ms,
+		 cfg->remote_compress ? cfg->remote_compress : "as is",
+		 cfg->remote_user_histories ? ", user histories too" : "");
+	return 0;
+}
+
 int tenants_create(struct tenants *ts, const struct config *cfg,
 		   struct errbuf *e)
 {
@@ -278,6 +304,8 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 	ret = pools_open(ts, cfg, e);
 	if (!ret)
 		ret = disk_open(ts, cfg, e);
+	if (!ret)
+		ret = remote_open(ts, cfg, e);
 	if (ret) {
 		tenants_destroy(ts);
 		return ret;
@@ -319,6 +347,7 @@ void tenants_destroy(struct tenants *ts)
 	free(ts->v);
 	pools_close(ts);
 	disk_tier_close(ts->disk); /* after the engines: none puts pages now */
+	remote_tier_close(ts->remote);
 	*ts = (struct tenants){ 0 };
 }
 

@@ -51,6 +51,7 @@ struct tenants {
 	struct pool_dev pools[DEVICES_MAX];
 	uint32_t npools;            /* cfg->ndevices */
 	struct disk_tier *disk;     /* NULL: no disk_dir */
+	struct remote_tier *remote; /* NULL: no remote */
 };
 
 /* Resolve the backend, open one backend context per device, then one engine

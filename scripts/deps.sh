@@ -16,9 +16,14 @@ set -euo pipefail
 # tmux: test_kvctl_top drives kvctl top in a pane (send-keys, capture-pane).
 # libinih-dev: kvpool.conf is parsed by libinih.
 # abigail-tools: test_abi compares libkvpool's ABI with abi/ (abidw, abidiff).
+# libhiredis-dev: the remote tier (daemon/remote/) talks to Redis Cluster through
+# hiredis (kvbench's Redis baseline too); redis-server: the remote tier's tests
+# start clusters of it; redis-tools: redis-cli and redis-benchmark (remote_netns
+# forms its cluster with redis-cli, kvbench remote's raw baseline);
+# iproute2: remote_netns builds its three network namespaces with ip netns/veth.
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
       libjansson-dev libinih-dev libmicrohttpd-dev prometheus curl
-      libsystemd-dev systemd tmux abigail-tools libhiredis-dev redis-server gnuplot-nox
+      libsystemd-dev systemd tmux abigail-tools libhiredis-dev redis-server redis-tools iproute2 gnuplot-nox
       python3-dev python3-numpy python3-torch python3-pytest python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -151,6 +151,7 @@ struct engine {
 	uint32_t disk_pool;
 	bool disk_into;          /* disk reads go straight into host frames */
 	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
+	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
 };
 
 struct share;

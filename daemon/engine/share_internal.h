@@ -232,6 +232,11 @@ uint32_t pc_find(const struct engine *eng, const uint8_t hash[32]);
  * held (refs > 0) and unpublished; the hash is not in the table. */
 void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 		uint32_t parent);
+/* Publish a filled frame nobody holds (sp reset: refs 0) under hash with
+ * parent as an idle leaf: a page onloaded from the remote tier
+ * (daemon/remote/remote_engine.c). */
+void pc_adopt(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+	      uint32_t parent);
 /* The oldest idle leaf, NULL when none. */
 static inline struct pc_entry *pc_lru_head(const struct share *s)
 {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -144,6 +145,22 @@ void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 
 /* ------------------------------------------------------------ LRU */
 
+static void lru_unlink(struct share *s, uint32_t e);
+static void lru_push_tail(struct engine *eng, uint32_t e);
+
+void pc_adopt(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+	      uint32_t parent)
+{
+	struct share *s = eng->share;
+
+	/* An idle parent stops being a leaf: off the LRU (it stays idle). */
+	if (parent != PC_NONE && s->pc[parent].on_lru)
+		lru_unlink(s, parent);
+	pc_publish(eng, frame, hash, parent);
+	s->pc_idle++;
+	lru_push_tail(eng, s->sp[frame].pc);
+}
+
 static void lru_unlink(struct share *s, uint32_t e)
 {
 	struct pc_entry *pe = &s->pc[e];
@@ -199,6 +216,7 @@ void pc_evict_head(struct engine *eng)
 
 	share_disk_demote_pc(eng, pe); /* to the disk tier, if any */
 	lru_unlink(s, e);
+	engine_remote_evicted(eng, pe->frame, pe->hash); /* remote tier hook */
 	hashtab_remove(&s->pcs, &pe->hnode);
 	s->sp[pe->frame].pc = PC_NONE;
 	frames_free(&eng->frames[KVP_TIER_DEVICE], pe->frame);
@@ -249,6 +267,10 @@ static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 		if (share_disk_prefix_more(eng, tokens, full, eng->view, &hit,
 					   &idle, wait))
 			return -EINPROGRESS; /* counted once, when it is served */
+		/* remote tier hook, after the disk tier's: never waits on the
+		 * network (a caller that cannot retry gets the local answer) */
+		if (remote_prefix_more(eng, tokens, full, eng->view, &hit, !wait))
+			return -EINPROGRESS;
 	}
 	eng->st.prefix_lookups++;
 	eng->st.prefix_lookup_tokens += n;

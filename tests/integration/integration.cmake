@@ -90,6 +90,15 @@ endif()
 # with each other and kvctl stats, every family in kvpoold(8), every name
 # the Grafana dashboard queries served.
 if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  # remote_netns (issue 17's interface): the remote tier across three
+  # network namespaces, a Redis Cluster node in each, kvpoold in two.
+  add_executable(remote_client ${_it}/remote_client.c)
+  target_link_libraries(remote_client PRIVATE kvpool_it_harness)
+  add_test(NAME remote_netns
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_remote_netns.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:remote_client>)
+  set_tests_properties(remote_netns PROPERTIES LABELS integration TIMEOUT 120
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
   add_test(NAME test_metrics
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_metrics.sh $<TARGET_FILE:kvpoold>
             $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench> ${PROJECT_SOURCE_DIR})

@@ -31,6 +31,7 @@ int cmd_trace(int argc, char **argv);  /* trace_cmd.c */
 int cmd_replay(int argc, char **argv); /* replay.c */
 int cmd_prefix(int argc, char **argv); /* bench_prefix.c */
 int cmd_disk(int argc, char **argv);   /* bench_disk.c */
+int cmd_remote(int argc, char **argv); /* bench_remote.c */
 
 /* ---------------------------------------------------------------- options */
 

@@ -35,6 +35,18 @@ struct kvb_cmd {
 	int (*run)(int argc, char **argv);
 };
 
+#if !KVBENCH_HAVE_HIREDIS
+/* Without hiredis (libhiredis-dev) there is no client to the store. */
+int cmd_remote(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	fprintf(stderr, "kvbench remote: this kvbench was built without hiredis; "
+		"install libhiredis-dev (scripts/deps.sh) and rebuild\n");
+	return KVB_EXIT_FAIL;
+}
+#endif
+
 static const struct kvb_cmd cmds[] = {
 	{ "engine", "in-process engine: metadata ops/s and latency, append vs memcpy",
 	  cmd_engine },
@@ -51,6 +63,8 @@ static const struct kvb_cmd cmds[] = {
 	  cmd_prefix },
 	{ "disk", "disk tier: demote and read-back GB/s vs the raw io_uring ceiling, zstd",
 	  cmd_disk },
+	{ "remote", "remote tier: a prompt's KV from a Redis Cluster vs raw pipelined GET/SET",
+	  cmd_remote },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

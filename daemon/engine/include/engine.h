@@ -76,6 +76,9 @@ struct engine_config {
 	struct disk_tier *disk;
 	uint64_t disk_tenant;
 	uint32_t disk_pool;
+	/* The remote tier (daemon/remote/remote_tier.h), NULL: none; its keys
+	 * use disk_tenant. */
+	struct remote_tier *remote;
 };
 
 /* Create a pool; -EINVAL / -ENOMEM with a message in e. */

@@ -77,7 +77,10 @@ struct share_prefix_hit {
 void share_prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 			 struct share_prefix_hit *out);
 /* The same without waiting: -EINPROGRESS while pages of the chain are read
- * back from the disk tier (those before them are back); call it again. */
+ * back from the disk tier (those before them are back), or while the
+ * remote tier's round for the rest of the chain is out; call it again.
+ * (share_prefix_lookup never waits on the remote tier: it answers with what
+ * is here and the round goes on for a later lookup.) */
 int share_prefix_find(struct engine *eng, const uint32_t *tokens, uint32_t n,
 		      struct share_prefix_hit *out);
 

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_engine.h - where the engine meets the remote tier (remote_tier.h):
+ * two hooks, each called from one marked place.
+ *
+ *  engine_remote_evicted  a prefix page leaves the device tier (evict.c /
+ *                         share_prefix.c's pc_evict_head, under the
+ *                         engine's lock, from the reclaimer or a prepare
+ *                         making room): its bytes go to the write-behind
+ *                         queue (a memcpy; the network is the remote
+ *                         thread's). Pages the CPU cannot read (the cuda
+ *                         device tier) are not written: counted as dropped.
+ *  remote_prefix_more     a prefix lookup (share_prefix.c) whose local
+ *                         chain, and the disk tier's after it, stop short:
+ *                         the remote tier is asked for the missing run in
+ *                         one batched round; what comes back is onloaded
+ *                         into device frames (eviction makes room, the
+ *                         local chain held meanwhile) and published, then
+ *                         the lookup answers with it.
+ */
+#ifndef KVPOOL_REMOTE_ENGINE_H
+#define KVPOOL_REMOTE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct engine;
+
+void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32]);
+
+/*
+ * The remote tier's part of a prefix lookup: *hit pages of tokens' chain
+ * (full pages in all) are cached locally, their frames in frames[]; ask the
+ * remote tier for the run after them and, once it is back, onload it and
+ * match again (*hit and frames[] updated). 0: done; -EINPROGRESS (defer
+ * only): asked, nothing changed, run the lookup again later. Called where
+ * a local lookup (and the disk tier's, when there is one) stopped short.
+ */
+int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
+		       uint32_t *frames, uint32_t *hit, bool defer);
+
+#endif /* KVPOOL_REMOTE_ENGINE_H */

@@ -1,0 +1,487 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_tier.c - the remote tier's queue, fetches and thread
+ * (remote_tier.h). The thread owns the cluster client: nothing else
+ * touches the network.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "clock.h"
+#include "list.h"
+#include "redis_cluster.h"
+#include "remote_tier.h"
+#include "remote_value.h"
+
+#define PUT_BATCH 32                  /* pages per pipelined SET batch */
+#define FETCH_KEEP_NS 10000000000ull  /* a fetch nobody took: freed after 10 s */
+
+enum fetch_state { F_QUEUED, F_RUNNING, F_DONE };
+
+struct remote_fetch {
+	struct list_head link;
+	struct remote_key *keys;
+	uint32_t n, got;         /* got: leading pages fetched and checked */
+	void **pages;            /* [n]: decoded page or NULL */
+	int state;               /* enum fetch_state */
+	uint64_t done_ns;
+};
+
+struct put_item {
+	struct list_head link;
+	struct remote_key k;
+	unsigned char page[];
+};
+
+struct remote_tier {
+	pthread_mutex_t mu;
+	pthread_cond_t wake;     /* the thread: work queued, or stop */
+	pthread_cond_t done;     /* waiters: a fetch is over, or the queue empty */
+	pthread_t th;
+	bool stop, busy;
+	struct redis_cluster *rc;        /* the thread's */
+	struct disk_codec codec;
+	struct disk_codec_ctx *cx;       /* the thread's */
+	uint64_t page_bytes;
+	struct list_head puts, fetches;
+	uint64_t queued_bytes, queue_cap;
+	bool user_histories;
+	struct remote_tier_stats st;
+	struct rc_node_stats nodes[RC_MAX_NODES];
+	void (*log)(int prio, const char *msg);
+};
+
+static void tier_log(struct remote_tier *rt, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void tier_log(struct remote_tier *rt, int prio, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (rt->log)
+		rt->log(prio, msg);
+	else
+		fprintf(stderr, "kvpool remote: %s\n", msg);
+}
+
+static bool key_eq(const struct remote_key *a, const struct remote_key *b)
+{
+	return a->kind == b->kind && a->layout_id == b->layout_id &&
+	       a->tenant == b->tenant && a->page == b->page &&
+	       !memcmp(a->hash, b->hash, 32);
+}
+
+static void fetch_free(struct remote_fetch *f)
+{
+	for (uint32_t i = 0; f->pages && i < f->n; i++)
+		free(f->pages[i]);
+	free(f->pages);
+	free(f->keys);
+	free(f);
+}
+
+/* ------------------------------------------------------------ the thread */
+
+struct fetch_ctx {
+	struct remote_tier *rt;
+	struct remote_fetch *f;
+	uint64_t bad;
+};
+
+static void on_value(void *arg, uint32_t i, const void *val, size_t len)
+{
+	struct fetch_ctx *x = arg;
+	struct remote_tier *rt = x->rt;
+	void *page = malloc(rt->page_bytes);
+
+	if (page && !remote_value_decode(rt->cx, &x->f->keys[i], val, len, page,
+					 rt->page_bytes)) {
+		x->f->pages[i] = page;
+		return;
+	}
+	free(page);
+	x->bad += page != NULL; /* damaged, another key's or layout's: dropped */
+}
+
+/* One batched round of GETs for the whole run. */
+static void fetch_run(struct remote_tier *rt, struct remote_fetch *f)
+{
+	struct fetch_ctx x = { .rt = rt, .f = f };
+	struct rc_item *it = calloc(f->n, sizeof(*it));
+	char (*keys)[REMOTE_KEY_MAX] = malloc((size_t)f->n * REMOTE_KEY_MAX);
+	uint32_t hits = 0;
+
+	if (it && keys) {
+		for (uint32_t i = 0; i < f->n; i++) {
+			it[i].key = keys[i];
+			it[i].klen = remote_key_format(&f->keys[i], keys[i]);
+		}
+		hits = redis_cluster_get(rt->rc, it, f->n, on_value, &x);
+	}
+	while (f->got < f->n && f->pages[f->got])
+		f->got++;
+	free(it);
+	free(keys);
+	pthread_mutex_lock(&rt->mu);
+	rt->st.fetch_hits += hits - x.bad;
+	rt->st.bad_values += x.bad;
+	pthread_mutex_unlock(&rt->mu);
+	if (x.bad)
+		tier_log(rt, LOG_WARNING, "remote: %" PRIu64 " fetched pages failed "
+			 "their checksum or named another page; dropped (recomputed)",
+			 x.bad);
+}
+
+static void puts_run(struct remote_tier *rt, struct put_item **p, uint32_t n)
+{
+	struct rc_item it[PUT_BATCH];
+	char keys[PUT_BATCH][REMOTE_KEY_MAX];
+	void *vals[PUT_BATCH] = { 0 };
+	uint32_t ok = 0, m = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (!(vals[m] = malloc(remote_value_max(rt->page_bytes))))
+			continue;
+		it[m] = (struct rc_item){ .key = keys[m],
+					  .klen = remote_key_format(&p[i]->k, keys[m]) };
+		it[m].val = vals[m];
+		it[m].vlen = remote_value_encode(rt->cx, &rt->codec, &p[i]->k,
+						 p[i]->page, rt->page_bytes, vals[m]);
+		m++;
+	}
+	if (m)
+		ok = redis_cluster_set(rt->rc, it, m);
+	for (uint32_t i = 0; i < m; i++)
+		free(vals[i]);
+	pthread_mutex_lock(&rt->mu);
+	rt->st.written_pages += ok;
+	rt->st.write_errors += n - ok;
+	pthread_mutex_unlock(&rt->mu);
+}
+
+static void nodes_snapshot(struct remote_tier *rt)
+{
+	rt->st.nodes = redis_cluster_nodes(rt->rc);
+	for (uint32_t i = 0; i < rt->st.nodes; i++)
+		redis_cluster_node_stats(rt->rc, i, &rt->nodes[i]);
+}
+
+static void expire_fetches(struct remote_tier *rt)
+{
+	struct remote_fetch *f, *t;
+	uint64_t now = mono_ns();
+
+	list_for_each_entry_safe(f, t, &rt->fetches, link)
+		if (f->state == F_DONE && now - f->done_ns > FETCH_KEEP_NS) {
+			list_del(&f->link);
+			fetch_free(f);
+		}
+}
+
+static void *remote_thread(void *arg)
+{
+	struct remote_tier *rt = arg;
+	struct put_item *batch[PUT_BATCH];
+
+	pthread_mutex_lock(&rt->mu);
+	for (;;) {
+		struct remote_fetch *f, *next = NULL;
+		uint32_t n = 0;
+
+		/* Fetches first: a lookup is waiting for them. */
+		list_for_each_entry(f, &rt->fetches, link)
+			if (f->state == F_QUEUED) {
+				next = f;
+				break;
+			}
+		if (next && !rt->stop) {
+			next->state = F_RUNNING;
+			rt->busy = true;
+			pthread_mutex_unlock(&rt->mu);
+			fetch_run(rt, next);
+			pthread_mutex_lock(&rt->mu);
+			next->state = F_DONE;
+			next->done_ns = mono_ns();
+			nodes_snapshot(rt);
+			pthread_cond_broadcast(&rt->done);
+			continue;
+		}
+		while (n < PUT_BATCH && !list_empty(&rt->puts)) {
+			batch[n] = list_first_entry(&rt->puts, struct put_item, link);
+			list_del(&batch[n++]->link);
+		}
+		if (n) {
+			rt->busy = true;
+			pthread_mutex_unlock(&rt->mu);
+			puts_run(rt, batch, n);
+			pthread_mutex_lock(&rt->mu);
+			for (uint32_t i = 0; i < n; i++) {
+				rt->queued_bytes -= rt->page_bytes;
+				free(batch[i]);
+			}
+			nodes_snapshot(rt);
+			continue;
+		}
+		rt->busy = false;
+		pthread_cond_broadcast(&rt->done);
+		if (rt->stop)
+			break;
+		expire_fetches(rt);
+		{
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			pthread_cond_timedwait(&rt->wake, &rt->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&rt->mu);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+int remote_tier_open(struct remote_tier **out, const struct remote_tier_config *c,
+		     struct errbuf *e)
+{
+	struct remote_tier *rt;
+	char err[128];
+	int ret;
+
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return errbuf_set(e, -ENOMEM, "remote tier: out of memory");
+	if (disk_codec_parse(c->codec ? c->codec : "none", &rt->codec, err, sizeof(err))) {
+		free(rt);
+		return errbuf_set(e, -EINVAL, "remote tier: %s", err);
+	}
+	rt->codec.elem_bytes = c->layout.elem_bytes;
+	rt->page_bytes = c->layout.page_bytes;
+	rt->queue_cap = c->queue_bytes ? c->queue_bytes : 64ull << 20;
+	rt->user_histories = c->user_histories;
+	rt->log = c->log;
+	INIT_LIST_HEAD(&rt->puts);
+	INIT_LIST_HEAD(&rt->fetches);
+	ret = redis_cluster_open(&rt->rc, c->url, c->timeout_ms ? c->timeout_ms : 500, e);
+	if (ret) {
+		free(rt);
+		return ret;
+	}
+	if (!redis_cluster_mapped_slots(rt->rc))
+		tier_log(rt, LOG_WARNING, "remote %s: no seed answered CLUSTER SLOTS "
+			 "yet; pages are misses until one does (is the cluster up "
+			 "and formed?)", c->url);
+	else if (redis_cluster_mapped_slots(rt->rc) < RC_SLOTS)
+		tier_log(rt, LOG_WARNING, "remote %s: %u of %u slots are served; "
+			 "keys of the others are misses", c->url,
+			 redis_cluster_mapped_slots(rt->rc), RC_SLOTS);
+	rt->cx = disk_codec_ctx_new(rt->page_bytes);
+	if (!rt->cx) {
+		redis_cluster_close(rt->rc);
+		free(rt);
+		return errbuf_set(e, -ENOMEM, "remote tier: out of memory");
+	}
+	nodes_snapshot(rt);
+	pthread_mutex_init(&rt->mu, NULL);
+	pthread_cond_init(&rt->wake, NULL);
+	pthread_cond_init(&rt->done, NULL);
+	ret = -pthread_create(&rt->th, NULL, remote_thread, rt);
+	if (ret) {
+		disk_codec_ctx_free(rt->cx);
+		redis_cluster_close(rt->rc);
+		free(rt);
+		return errbuf_set(e, ret, "remote tier: cannot start its thread: %s",
+				  strerror(-ret));
+	}
+	*out = rt;
+	return 0;
+}
+
+void remote_tier_close(struct remote_tier *rt)
+{
+	struct remote_fetch *f, *t;
+
+	if (!rt)
+		return;
+	pthread_mutex_lock(&rt->mu);
+	rt->stop = true;
+	pthread_cond_signal(&rt->wake);
+	pthread_mutex_unlock(&rt->mu);
+	pthread_join(rt->th, NULL);
+	list_for_each_entry_safe(f, t, &rt->fetches, link)
+		fetch_free(f);
+	redis_cluster_close(rt->rc);
+	disk_codec_ctx_free(rt->cx);
+	pthread_mutex_destroy(&rt->mu);
+	pthread_cond_destroy(&rt->wake);
+	pthread_cond_destroy(&rt->done);
+	free(rt);
+}
+
+bool remote_tier_user_histories(const struct remote_tier *rt)
+{
+	return rt->user_histories;
+}
+
+/* ------------------------------------------------------------ put, fetch */
+
+int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
+		    const void *page)
+{
+	struct put_item *p;
+
+	pthread_mutex_lock(&rt->mu);
+	rt->st.put_pages++;
+	if (rt->queued_bytes + rt->page_bytes > rt->queue_cap ||
+	    !(p = malloc(sizeof(*p) + rt->page_bytes))) {
+		rt->st.put_dropped++;
+		pthread_mutex_unlock(&rt->mu);
+		return -ENOSPC;
+	}
+	rt->queued_bytes += rt->page_bytes;
+	pthread_mutex_unlock(&rt->mu);
+	/* The copy outside the tier's lock (the engine's is held: the page
+	 * cannot change); the thread sees the item once it is linked. */
+	p->k = *k;
+	memcpy(p->page, page, rt->page_bytes);
+	pthread_mutex_lock(&rt->mu);
+	list_add_tail(&p->link, &rt->puts);
+	pthread_cond_signal(&rt->wake);
+	pthread_mutex_unlock(&rt->mu);
+	return 0;
+}
+
+static struct remote_fetch *fetch_find(struct remote_tier *rt, const struct remote_key *k0)
+{
+	struct remote_fetch *f;
+
+	list_for_each_entry(f, &rt->fetches, link)
+		if (key_eq(&f->keys[0], k0))
+			return f;
+	return NULL;
+}
+
+int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
+		      uint32_t n, struct remote_fetch **out)
+{
+	struct remote_fetch *f;
+	int ret = -EINPROGRESS;
+
+	if (!n)
+		return -EINVAL;
+	pthread_mutex_lock(&rt->mu);
+	f = fetch_find(rt, &keys[0]);
+	if (f && f->state == F_DONE) {
+		list_del(&f->link); /* the caller's now */
+		*out = f;
+		ret = 0;
+	} else if (!f) {
+		f = calloc(1, sizeof(*f));
+		if (f) {
+			f->keys = malloc(n * sizeof(*keys));
+			f->pages = calloc(n, sizeof(*f->pages));
+		}
+		if (!f || !f->keys || !f->pages) {
+			if (f)
+				fetch_free(f);
+			ret = -ENOMEM;
+		} else {
+			memcpy(f->keys, keys, n * sizeof(*keys));
+			f->n = n;
+			list_add_tail(&f->link, &rt->fetches);
+			rt->st.fetches++;
+			rt->st.fetch_pages += n;
+			pthread_cond_signal(&rt->wake);
+		}
+	}
+	pthread_mutex_unlock(&rt->mu);
+	return ret;
+}
+
+bool remote_tier_pending(struct remote_tier *rt, const struct remote_key *key0)
+{
+	struct remote_fetch *f;
+	bool pending;
+
+	pthread_mutex_lock(&rt->mu);
+	f = fetch_find(rt, key0);
+	pending = f && f->state != F_DONE;
+	pthread_mutex_unlock(&rt->mu);
+	return pending;
+}
+
+void remote_tier_wait(struct remote_tier *rt, const struct remote_key *key0)
+{
+	struct remote_fetch *f;
+
+	pthread_mutex_lock(&rt->mu);
+	while ((f = fetch_find(rt, key0)) && f->state != F_DONE && !rt->stop)
+		pthread_cond_wait(&rt->done, &rt->mu);
+	pthread_mutex_unlock(&rt->mu);
+}
+
+uint32_t remote_fetch_pages(const struct remote_fetch *f)
+{
+	return f->got;
+}
+
+const void *remote_fetch_page(const struct remote_fetch *f, uint32_t i)
+{
+	return i < f->got ? f->pages[i] : NULL;
+}
+
+const uint8_t *remote_fetch_hash(const struct remote_fetch *f, uint32_t i)
+{
+	return f->keys[i].hash;
+}
+
+void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
+		       uint32_t onloaded)
+{
+	pthread_mutex_lock(&rt->mu);
+	rt->st.onloaded_pages += onloaded;
+	pthread_mutex_unlock(&rt->mu);
+	fetch_free(f);
+}
+
+/* ------------------------------------------------------------ stats */
+
+void remote_tier_stats(struct remote_tier *rt, struct remote_tier_stats *out)
+{
+	pthread_mutex_lock(&rt->mu);
+	*out = rt->st;
+	out->queued_bytes = rt->queued_bytes;
+	pthread_mutex_unlock(&rt->mu);
+}
+
+bool remote_tier_node_stats(struct remote_tier *rt, uint32_t i,
+			    struct rc_node_stats *out)
+{
+	bool ok;
+
+	pthread_mutex_lock(&rt->mu);
+	ok = i < rt->st.nodes;
+	if (ok)
+		*out = rt->nodes[i];
+	pthread_mutex_unlock(&rt->mu);
+	return ok;
+}
+
+void remote_tier_flush(struct remote_tier *rt)
+{
+	pthread_mutex_lock(&rt->mu);
+	while (!list_empty(&rt->puts) || rt->busy) {
+		pthread_cond_signal(&rt->wake);
+		pthread_cond_wait(&rt->done, &rt->mu);
+	}
+	pthread_mutex_unlock(&rt->mu);
+}

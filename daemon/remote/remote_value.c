@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_value.c - remote keys and values (remote_value.h): the disk tier's
+ * record and codec, one page per value.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "remote_value.h"
+
+static char kind_char(uint8_t kind)
+{
+	return kind == DISK_KIND_PREFIX ? 'p' : kind == DISK_KIND_CHUNK ? 'c' : 'u';
+}
+
+size_t remote_key_format(const struct remote_key *k, char *buf)
+{
+	static const char hex[] = "0123456789abcdef";
+	int n = snprintf(buf, REMOTE_KEY_MAX, "kvp1:%c:%016" PRIx64 ":%016" PRIx64 ":",
+			 kind_char(k->kind), k->layout_id, k->tenant);
+
+	for (int i = 0; i < 32; i++) {
+		buf[n++] = hex[k->hash[i] >> 4];
+		buf[n++] = hex[k->hash[i] & 15];
+	}
+	/* Chunk and history pages: the page index after the hash. */
+	if (k->kind != DISK_KIND_PREFIX)
+		n += snprintf(buf + n, REMOTE_KEY_MAX - (size_t)n, ":%" PRIu32, k->page);
+	buf[n] = '\0';
+	return (size_t)n;
+}
+
+static void header_of(const struct remote_key *k, uint64_t page_bytes,
+		      struct disk_rec_hdr *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = DISK_MAGIC;
+	h->version = DISK_VERSION;
+	h->kind = k->kind;
+	h->layout_id = k->layout_id;
+	h->tenant = k->tenant;
+	memcpy(h->hash, k->hash, 32);
+	h->page = k->page;
+	h->npages = k->page + 1;
+	h->raw_len = (uint32_t)page_bytes;
+}
+
+size_t remote_value_encode(struct disk_codec_ctx *x, const struct disk_codec *c,
+			   const struct remote_key *k, const void *page,
+			   uint64_t page_bytes, void *out)
+{
+	struct disk_rec_hdr h;
+	uint8_t *payload = (uint8_t *)out + DISK_HDR_BYTES;
+	uint8_t id = DISK_CODEC_NONE;
+	size_t stored;
+
+	header_of(k, page_bytes, &h);
+	if (c->id == DISK_CODEC_NONE) {
+		memcpy(payload, page, page_bytes);
+		stored = page_bytes;
+	} else {
+		stored = disk_codec_encode(x, c, page, page_bytes, payload, page_bytes, &id);
+	}
+	h.codec = id;
+	h.stored_len = (uint32_t)stored;
+	disk_record_seal(&h, payload);
+	memcpy(out, &h, sizeof(h));
+	return DISK_HDR_BYTES + stored;
+}
+
+int remote_value_decode(struct disk_codec_ctx *x, const struct remote_key *k,
+			const void *val, size_t len, void *dst, uint64_t page_bytes)
+{
+	const uint8_t *payload = (const uint8_t *)val + DISK_HDR_BYTES;
+	struct disk_rec_hdr h, want;
+
+	if (len < DISK_HDR_BYTES)
+		return -EBADMSG;
+	memcpy(&h, val, sizeof(h)); /* the reply's bytes need not be aligned */
+	header_of(k, page_bytes, &want);
+	/* Its own key and geometry, or it is not this page: a value stored
+	 * under the wrong key is as wrong as a flipped bit. */
+	if (h.kind != want.kind || h.layout_id != want.layout_id ||
+	    h.tenant != want.tenant || memcmp(h.hash, want.hash, 32) ||
+	    h.page != want.page || h.raw_len != page_bytes ||
+	    h.stored_len != len - DISK_HDR_BYTES ||
+	    /* A value is the header then the payload, with no padding; the
+	     * check's bound is a slot's, whose payload starts at
+	     * DISK_PAYLOAD_OFF: at most page_bytes either way. */
+	    disk_record_check(&h, payload, DISK_PAYLOAD_OFF + page_bytes))
+		return -EBADMSG;
+	if (h.codec == DISK_CODEC_NONE) {
+		if (h.stored_len != page_bytes)
+			return -EBADMSG;
+		memcpy(dst, payload, page_bytes);
+		return 0;
+	}
+	return disk_codec_decode(x, h.codec, payload, h.stored_len, dst, page_bytes);
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_client.c - the client side of remote_netns (test_remote_netns.sh):
+ *
+ *   remote_client SOCK prefill SALT BASE N FLOOD
+ *       compute a prompt (tokens BASE .. BASE+N-1) into the prefix cache:
+ *       seq_alloc, append h_tokens_fill(SALT), commit, free; then FLOOD
+ *       other prompts' pages (freed at once) so the prompt's pages are
+ *       evicted from this daemon's device tier into the remote tier.
+ *   remote_client SOCK lookup SALT BASE N WANT
+ *       look the prompt up: print "cached=T pages=P", exit 1 unless P == WANT
+ *       (WANT -1: any, the store may have lost some); then seq_alloc it and
+ *       check every cached token's bytes are SALT's (never wrong bytes),
+ *       and print "recompute=K" (the tokens left to compute).
+ *
+ * Exit 0 when all held, 1 otherwise (with a FAIL line).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kvpool.h"
+
+static uint32_t *prompt(uint32_t base, uint32_t n)
+{
+	uint32_t *t = malloc((size_t)n * sizeof(*t));
+
+	for (uint32_t i = 0; t && i < n; i++)
+		t[i] = base + i;
+	return t;
+}
+
+/* seq_alloc tokens, write SALT's bytes into what is not cached, commit, free. */
+static int compute(struct kvp_client *c, uint64_t seq, const uint32_t *t, uint32_t n,
+		   uint64_t salt)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	struct kvp_lease l;
+	unsigned char *kv;
+	int rc = kvp_seq_alloc(c, seq, t, n, &l);
+
+	if (rc) {
+		h_fail("seq_alloc of %" PRIu32 " tokens: %s", n, kvp_last_error(c));
+		return rc;
+	}
+	kv = malloc((size_t)l.n_new * lay->token_bytes);
+	if (!kv)
+		return -ENOMEM;
+	h_tokens_fill(lay, salt, 0, l.len, l.n_new, kv);
+	rc = kvp_append(c, &l, 0, l.n_new, kv);
+	if (!rc)
+		rc = kvp_commit(c, l.id, l.n_new);
+	if (!rc)
+		rc = kvp_release(c, l.id);
+	if (!rc)
+		rc = kvp_seq_free(c, seq);
+	if (rc)
+		h_fail("computing %" PRIu32 " tokens: %s", n, kvp_last_error(c));
+	free(kv);
+	return rc;
+}
+
+static int prefill(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t n,
+		   uint32_t flood)
+{
+	uint32_t *t = prompt(base, n);
+	int rc = t ? compute(c, 1, t, n, salt) : -ENOMEM;
+
+	free(t);
+	/* Other prompts, FLOOD tokens in all: the LRU evicts ours first. */
+	for (uint32_t done = 0, k = 0; !rc && done < flood; done += n, k++) {
+		t = prompt(base + 1000000 + k * n, n);
+		rc = t ? compute(c, 2 + k, t, n, salt + 1) : -ENOMEM;
+		free(t);
+	}
+	return rc ? 1 : 0;
+}
+
+static int lookup(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t n,
+		  long want)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	uint32_t *t = prompt(base, n), P = lay->page_tokens;
+	struct kvp_prefix_hit hit;
+	struct kvp_slot *slots = NULL;
+	unsigned char *got = NULL, *exp = NULL;
+	struct kvp_lease l;
+	int rc = 1;
+
+	if (!t || kvp_prefix_lookup(c, t, n, &hit) < 0) {
+		h_fail("prefix_lookup: %s", t ? kvp_last_error(c) : "no memory");
+		goto out;
+	}
+	printf("cached=%" PRIu32 " pages=%" PRIu32 "\n", hit.tokens, hit.npages);
+	if (want >= 0 && hit.npages != (uint32_t)want) {
+		h_fail("prefix_lookup: %" PRIu32 " pages cached, want %ld", hit.npages, want);
+		goto out;
+	}
+	/* The cached pages are what a sequence starts from: read them back. */
+	if (kvp_seq_alloc(c, 1, t, n, &l)) {
+		h_fail("seq_alloc: %s", kvp_last_error(c));
+		goto out;
+	}
+	printf("recompute=%" PRIu32 "\n", l.n_new);
+	slots = calloc(l.len + 1, sizeof(*slots));
+	got = malloc((l.len + 1) * lay->token_bytes);
+	exp = malloc((l.len + 1) * lay->token_bytes);
+	if (!slots || !got || !exp)
+		goto out;
+	for (uint64_t i = 0; i < l.len; i++)
+		slots[i] = (struct kvp_slot){ (uint32_t)l.indices[i / P], (uint32_t)(i % P) };
+	kvp_read_cpu(lay, kvp_device_base(c), slots, (uint32_t)l.len, got);
+	h_tokens_fill(lay, salt, 0, 0, (uint32_t)l.len, exp);
+	for (uint64_t i = 0; i < l.len; i++)
+		if (memcmp(got + i * lay->token_bytes, exp + i * lay->token_bytes,
+			   lay->token_bytes)) {
+			h_fail("token %" PRIu64 " of the cached prefix differs from what "
+			       "the other node computed", i);
+			goto out;
+		}
+	if (kvp_release(c, l.id) || kvp_seq_free(c, 1)) {
+		h_fail("release: %s", kvp_last_error(c));
+		goto out;
+	}
+	rc = 0;
+out:
+	free(t);
+	free(slots);
+	free(got);
+	free(exp);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvp_client *c;
+	int rc;
+
+	if (argc < 7) {
+		fprintf(stderr, "usage: remote_client SOCK prefill SALT BASE N FLOOD\n"
+			"       remote_client SOCK lookup SALT BASE N WANT_PAGES|-1\n");
+		return 2;
+	}
+	h_set_name(argv[2]);
+	c = h_connect_or_fail(argv[1], argv[2], 5000);
+	if (!c)
+		return 1;
+	if (!strcmp(argv[2], "prefill"))
+		rc = prefill(c, strtoull(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
+			     (uint32_t)strtoul(argv[5], NULL, 0),
+			     (uint32_t)strtoul(argv[6], NULL, 0));
+	else
+		rc = lookup(c, strtoull(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
+			    (uint32_t)strtoul(argv[5], NULL, 0), strtol(argv[6], NULL, 0));
+	kvp_close(c);
+	return rc;
+}
