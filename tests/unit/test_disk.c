@@ -7,7 +7,11 @@
  * restart that rebuilds histories from the file; a damaged page in the
  * middle keeping only the prefix; another layout's records skipped; a full
  * disk dropping the oldest; a failed write (ENOSPC) dropping that history
- * and nothing else; a tenant's quota; missing and unwritable directories.
+ * and nothing else; a tenant's quota; missing and unwritable directories;
+ * slots moved in two parts and the fixed-buffer table; reads straight into
+ * a caller's frames (disk_tier_get_into), held against drops.
+ * (Past 800 lines: one group over one temporary directory and one set of
+ * page helpers; splitting it would copy those.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
