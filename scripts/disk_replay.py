@@ -92,7 +92,15 @@ def markdown(res: Dict[str, Any]) -> str:
                      ("disk_demoted_pages", "{}"), ("disk_read_pages", "{}"),
                      ("disk_dropped_pages", "{}")]:
         lines.append(f"| {key} | {fmt.format(a[key])} | {fmt.format(b[key])} |")
-    lines += ["", "Commands (one run of this script, back to back):", "",
+    lines += ["", "Reading it: the hit rate is the tokens a prepare found cached (not "
+              "recomputed) over the tokens needed; requests/s and KV served are the "
+              "replay's own pace, which charges the disk tier's reads and writes but not "
+              "the recompute a miss costs (the replay appends the missing tokens, it "
+              "runs no model): on a machine whose disk is slower than the KV it serves "
+              "the disk tier shows as fewer requests/s, and what it saves is the "
+              "difference in hit rate times the recompute cost "
+              "(tools/disk_recompute.py measures recompute against read-back).",
+              "", "Commands (one run of this script, back to back):", "",
               f"    {res['command']}", "", f"    {a['command']}", f"    {b['command']}", ""]
     return "\n".join(lines)
 
@@ -108,7 +116,17 @@ def main() -> int:
     ap.add_argument("--host-frac", type=float, default=0.25)
     ap.add_argument("--backend", default="shm", choices=["shm", "cuda"])
     ap.add_argument("--out", required=True, help="writes OUT.json and OUT.md")
+    ap.add_argument("--md-only", action="store_true",
+                    help="write OUT.md again from OUT.json, running nothing")
     args = ap.parse_args()
+
+    if args.md_only:
+        with open(args.out + ".json") as f:
+            md = markdown(json.load(f))
+        with open(args.out + ".md", "w") as f:
+            f.write(md)
+        print(md)
+        return 0
 
     without = replay(args, False)
     with_disk = replay(args, True)

@@ -49,8 +49,8 @@ struct disk_store {
 	uint32_t inj_after, inj_n; /* disk_store_inject */
 	int inj_err;
 	/* The SQEs in flight, across submits (user_data: index in run). */
-	struct disk_run run[DISK_QD];
-	uint32_t run_free[DISK_QD], nrun_free, inflight;
+	struct disk_run run[2 * DISK_QD];
+	uint32_t run_free[2 * DISK_QD], nrun_free, inflight;
 };
 
 static int open_file(const char *path, bool *direct)
@@ -80,9 +80,9 @@ int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
 	if (!st)
 		return errbuf_set(e, -ENOMEM, "%s: out of memory", path);
 	st->slot_bytes = slot_bytes;
-	for (uint32_t i = 0; i < DISK_QD; i++)
+	for (uint32_t i = 0; i < 2 * DISK_QD; i++)
 		st->run_free[i] = i;
-	st->nrun_free = DISK_QD;
+	st->nrun_free = 2 * DISK_QD;
 	st->nslots = (uint32_t)(size / slot_bytes);
 	bytes = (uint64_t)st->nslots * slot_bytes;
 	st->fd = open_file(path, &st->direct);
@@ -162,6 +162,23 @@ static uint32_t region_find(const struct disk_store *st, const void *base)
 	return DISK_FIXED_MAX;
 }
 
+/* Locked: unregister every piece of the region at base. */
+static void region_drop(struct disk_store *st, const char *base)
+{
+	struct iovec none = { 0 };
+
+	for (uint32_t i = 0; i < DISK_FIXED_MAX; i++)
+		if (st->fixed[i].region == base) {
+			if (st->sparse)
+				io_uring_register_buffers_update_tag(&st->ring, i,
+								     &none, NULL, 1);
+			else
+				io_uring_unregister_buffers(&st->ring);
+			st->fixed[i] = (struct disk_fixed){ 0 };
+			st->region_refs[i] = 0;
+		}
+}
+
 /* Locked: register pieces of at most 1 GiB (the kernel's limit per
  * buffer), cut at multiples of unit so no I/O of unit bytes straddles two. */
 static int region_add(struct disk_store *st, char *base, uint64_t bytes,
@@ -170,7 +187,7 @@ static int region_add(struct disk_store *st, char *base, uint64_t bytes,
 	uint64_t max = (1ull << 30) / unit * unit, off = 0;
 	uint32_t first = DISK_FIXED_MAX;
 
-	if (!max)
+	if (!max || !bytes)
 		return -EINVAL;
 	while (off < bytes) {
 		uint64_t len = bytes - off < max ? bytes - off : max;
@@ -180,11 +197,14 @@ static int region_add(struct disk_store *st, char *base, uint64_t bytes,
 
 		while (i < DISK_FIXED_MAX && st->fixed[i].base)
 			i++;
-		if (i == DISK_FIXED_MAX)
-			return -ENOSPC; /* the pieces so far stay: still fine */
-		ret = io_uring_register_buffers_update_tag(&st->ring, i, &iov, NULL, 1);
-		if (ret < 0)
+		ret = i == DISK_FIXED_MAX ? -ENOSPC :
+		      io_uring_register_buffers_update_tag(&st->ring, i, &iov, NULL, 1);
+		if (ret < 0) {
+			/* None of it, then: a piece without its count would
+			 * never be dropped. */
+			region_drop(st, base);
 			return ret;
+		}
 		st->fixed[i] = (struct disk_fixed){ .base = base + off, .bytes = len,
 						    .region = base };
 		if (first == DISK_FIXED_MAX)
@@ -228,24 +248,14 @@ int disk_store_register(struct disk_store *st, void *base, uint64_t bytes,
 
 void disk_store_unregister(struct disk_store *st, void *base)
 {
-	struct iovec none = { 0 };
 	uint32_t r;
 
 	pthread_mutex_lock(&st->fixed_mu);
 	r = region_find(st, base);
-	if (r < DISK_FIXED_MAX && !--st->region_refs[r]) {
-		/* No I/O into it is in flight (its owner waited for that):
-		 * the kernel lets go of its pages now. */
-		for (uint32_t i = 0; i < DISK_FIXED_MAX; i++)
-			if (st->fixed[i].region == base) {
-				if (st->sparse)
-					io_uring_register_buffers_update_tag(
-						&st->ring, i, &none, NULL, 1);
-				else
-					io_uring_unregister_buffers(&st->ring);
-				st->fixed[i] = (struct disk_fixed){ 0 };
-			}
-	}
+	/* No I/O into it is in flight (its owner waited for that): the
+	 * kernel lets go of its pages now. */
+	if (r < DISK_FIXED_MAX && st->region_refs[r] && !--st->region_refs[r])
+		region_drop(st, base);
 	pthread_mutex_unlock(&st->fixed_mu);
 }
 
@@ -388,7 +398,9 @@ static void submit(struct disk_store *st, bool write, struct disk_io *v,
 		uint64_t off;
 
 		parts = v[i].hdr && unit == st->slot_bytes ? 2 : 1;
-		if (st->inflight + parts > DISK_QD) {
+		/* DISK_QD runs in flight; a slot in two parts counts as one
+		 * (its header block is 4 KiB beside the page). */
+		if (st->inflight + parts > DISK_QD * parts) {
 			/* Full: hand the kernel what is prepared, take one. */
 			if (queued)
 				io_uring_submit(&st->ring);

@@ -511,6 +511,21 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 	e->ready_ns = disk_now_ns();
 }
 
+/* Locked: register a queued host tier, unlocked meanwhile (it pins and
+ * faults in every page of it). */
+static void host_register(struct disk_tier *dt)
+{
+	void *base = dt->reg_q[--dt->nreg_q].base;
+	uint64_t bytes = dt->reg_q[dt->nreg_q].bytes;
+
+	dt->registering = base;
+	pthread_mutex_unlock(&dt->mu);
+	disk_store_register(dt->st, base, bytes, dt->page_bytes);
+	pthread_mutex_lock(&dt->mu);
+	dt->registering = NULL;
+	pthread_cond_broadcast(&dt->done);
+}
+
 static void *disk_thread(void *arg)
 {
 	struct disk_tier *dt = arg;
@@ -521,7 +536,8 @@ static void *disk_thread(void *arg)
 
 	pthread_mutex_lock(&dt->mu);
 	for (;;) {
-		while (!dt->stop && !dt->wq.head && !dt->rq.head && !dt->ninval) {
+		while (!dt->stop && !dt->wq.head && !dt->rq.head && !dt->ninval &&
+		       !dt->nreg_q) {
 			dt->idle = true;
 			pthread_cond_broadcast(&dt->done);
 			pthread_cond_wait(&dt->work, &dt->mu);
@@ -529,6 +545,10 @@ static void *disk_thread(void *arg)
 		if (dt->stop && !dt->wq.head && !dt->rq.head && !dt->ninval)
 			break;
 		dt->idle = false;
+		if (dt->nreg_q) {
+			host_register(dt);
+			continue;
+		}
 		pass_take(dt, p);
 		pthread_mutex_unlock(&dt->mu);
 		pass_io(dt, p, ok, stored, good);

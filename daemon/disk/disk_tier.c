@@ -449,11 +449,34 @@ int disk_tier_register_host(struct disk_tier *dt, void *base, uint64_t bytes)
 {
 	if (!disk_tier_into_ok(dt))
 		return -EINVAL;
-	return disk_store_register(dt->st, base, bytes, dt->page_bytes);
+	pthread_mutex_lock(&dt->mu);
+	if (dt->nreg_q == DISK_REG_Q) {
+		pthread_mutex_unlock(&dt->mu);
+		return disk_store_register(dt->st, base, bytes, dt->page_bytes);
+	}
+	/* The disk thread registers it; reads before that go unfixed. */
+	dt->reg_q[dt->nreg_q].base = base;
+	dt->reg_q[dt->nreg_q++].bytes = bytes;
+	pthread_cond_signal(&dt->work);
+	pthread_mutex_unlock(&dt->mu);
+	return 0;
 }
 
 void disk_tier_unregister_host(struct disk_tier *dt, void *base)
 {
+	pthread_mutex_lock(&dt->mu);
+	for (uint32_t i = 0; i < dt->nreg_q; i++)
+		if (dt->reg_q[i].base == base) {
+			/* Never registered: forget the request. */
+			dt->reg_q[i] = dt->reg_q[--dt->nreg_q];
+			pthread_mutex_unlock(&dt->mu);
+			return;
+		}
+	/* Being registered: wait, or the kernel would keep pages the
+	 * caller is about to free under an address reused later. */
+	while (dt->registering == base)
+		pthread_cond_wait(&dt->done, &dt->mu);
+	pthread_mutex_unlock(&dt->mu);
 	disk_store_unregister(dt->st, base);
 }
 
@@ -750,7 +773,7 @@ void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
 void disk_tier_flush(struct disk_tier *dt)
 {
 	pthread_mutex_lock(&dt->mu);
-	while (dt->wq.head || dt->rq.head || dt->ninval || !dt->idle)
+	while (dt->wq.head || dt->rq.head || dt->ninval || dt->nreg_q || !dt->idle)
 		pthread_cond_wait(&dt->done, &dt->mu);
 	pthread_mutex_unlock(&dt->mu);
 }

@@ -17,6 +17,7 @@
 #define DISK_TENANTS_MAX 256u
 #define DISK_STAGING_DEFAULT (64ull << 20)
 #define DISK_BATCH_PAGES 256u  /* pages one pass of the thread moves, each way */
+#define DISK_REG_Q 64u         /* host tiers waiting to be registered */
 
 /*
  * An entry's life. put: STAGED (pages in staging, queued) -> WRITING (the
@@ -100,6 +101,12 @@ struct disk_tier {
 	uint32_t nuse;
 	uint64_t write_ns, read_ns, codec_ns, bad_records, into_pages;
 	uint64_t progress;       /* disk_tier_progress() */
+	/* Host tiers to register as fixed buffers: the thread does it (it
+	 * pins and faults in the whole region: seconds for a large one, not
+	 * on kvpoold's start); registering: the one it is on. */
+	struct { void *base; uint64_t bytes; } reg_q[DISK_REG_Q];
+	uint32_t nreg_q;
+	void *registering;
 	int last_err;            /* of the last failed write, for the log */
 	void (*log)(int prio, const char *msg);
 };

@@ -18,6 +18,11 @@ if [ -x /tmp/b/kvbench ] && /tmp/b/kvbench disk --help >/dev/null 2>&1; then
 	mkdir -p /var/tmp/kvbench-disk
 	timeout 150 /tmp/b/kvbench disk --dir /var/tmp/kvbench-disk --json > $OUT/disk-device.json 2> $OUT/disk-device.err
 	echo "kvbench disk rc=$?"; head -c 1500 $OUT/disk-device.json
+	# The same read-back through staging (kvpoold's way before it read
+	# straight into host frames): the A/B of that change on this disk.
+	timeout 90 /tmp/b/kvbench disk --dir /var/tmp/kvbench-disk --staging --prepare-size 0 \
+		--json > $OUT/disk-device-staging.json 2> $OUT/disk-device-staging.err
+	echo "kvbench disk --staging rc=$?"; grep -E 'readback|raw_read' $OUT/disk-device-staging.json
 fi
 if grep -q disk_dir /tmp/b/kvpoold 2>/dev/null || /tmp/b/kvpoold --help 2>&1 | grep -q disk_dir; then
 	PYTHONPATH=/tmp/b/python timeout ${DISK_S:-120} /opt/torch/.venv/bin/python3 tools/disk_recompute.py \

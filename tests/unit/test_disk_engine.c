@@ -141,24 +141,16 @@ static void device_host_visible_is_read_in_place(void **state)
 	to_disk_and_back(true, 0);
 }
 
-/*
- * Pages of 4 KiB blocks, a host tier the CPU reads: a history written to
- * disk comes back straight into host frames (no staging, no copy), byte
- * for byte, and the frames it was not given stay free.
- */
-static void history_on_disk_is_read_straight_into_host_frames(void **state)
+/* An engine of 8 KiB pages (4K blocks) on shm with a disk tier: its
+ * histories on disk come back straight into host frames. */
+static struct engine *mk_4k_engine(void)
 {
 	struct disk_tier_config dc = { .size = 8u << 20 };
 	struct engine_config cfg = { .device_frames = 32, .host_frames = 32 };
-	struct disk_tier_stats ds;
-	struct engine_user_info in;
 	struct errbuf e = { "" };
-	struct engine_lease L;
 	struct engine *eng = NULL;
 	char msg[128];
-	int rc;
 
-	(void)state;
 	snprintf(g_dir, sizeof(g_dir), "/tmp/kvpool-test-disk-engine-XXXXXX");
 	assert_non_null(mkdtemp(g_dir));
 	/* 2 layers x K,V x 4 tokens x 2 heads x 64 x fp32: 8 KiB pages */
@@ -174,6 +166,24 @@ static void history_on_disk_is_read_straight_into_host_frames(void **state)
 	cfg.disk = g_disk;
 	if (engine_create(&eng, &cfg, &e))
 		fail_msg("engine_create: %s", e.msg);
+	return eng;
+}
+
+/*
+ * Pages of 4 KiB blocks, a host tier the CPU reads: a history written to
+ * disk comes back straight into host frames (no staging, no copy), byte
+ * for byte, and the frames it was not given stay free.
+ */
+static void history_on_disk_is_read_straight_into_host_frames(void **state)
+{
+	struct engine *eng = mk_4k_engine();
+	struct disk_tier_stats ds;
+	struct engine_user_info in;
+	struct errbuf e = { "" };
+	struct engine_lease L;
+	int rc;
+
+	(void)state;
 	put(eng, USER, 0, TOKENS);
 	rc = engine_evict(eng, USER, KVP_SEL_TO_DISK, &e);
 	if (rc < 0)
@@ -196,6 +206,59 @@ static void history_on_disk_is_read_straight_into_host_frames(void **state)
 	engine_destroy(eng); /* unregisters its host tier from the disk tier */
 }
 
+/*
+ * A ring prepare that started a read into host frames and never came back
+ * (its client died): 2 s after, the next read from disk gives the frames
+ * back and the history stays on disk, whole.
+ */
+static void abandoned_read_gives_its_frames_back(void **state)
+{
+	struct engine *eng = mk_4k_engine();
+	const uint32_t pages = (TOKENS + PT - 1) / PT;
+	struct errbuf e = { "" };
+	struct engine_lease L;
+	bool abandoned;
+	int rc;
+
+	(void)state;
+	put(eng, USER, 0, TOKENS);
+	put(eng, USER + 1, 0, TOKENS);
+	assert_true(engine_evict(eng, USER, KVP_SEL_TO_DISK, &e) > 0);
+	assert_true(engine_evict(eng, USER + 1, KVP_SEL_TO_DISK, &e) > 0);
+	disk_tier_flush(g_disk);
+	assert_int_equal(stats_of(eng).tier[KVP_TIER_HOST].frames_used, 0);
+	rc = engine_prepare_flags(eng, USER, TOKENS, 0, OWNER,
+				  ENGINE_PREPARE_DISK_DEFER, &L, &e);
+	assert_true(rc == -EINPROGRESS || rc == 0);
+	abandoned = rc == -EINPROGRESS;
+	if (!abandoned) /* the read was quicker than the call */
+		release_ok(eng, L.id);
+	else
+		assert_int_equal(stats_of(eng).tier[KVP_TIER_HOST].frames_used, pages);
+	disk_tier_flush(g_disk);
+	usleep(2100 * 1000);
+	rc = engine_prepare(eng, USER + 1, TOKENS, 0, OWNER, &L, &e);
+	if (rc)
+		fail_msg("prepare of another user: %d %s", rc, e.msg);
+	engine_fence_wait(eng, L.fence);
+	release_ok(eng, L.id);
+	verify(eng, USER + 1, 0, TOKENS);
+	if (abandoned) {
+		/* Only USER + 1's frames are held now, and USER is on disk. */
+		assert_int_equal(stats_of(eng).tier[KVP_TIER_HOST].frames_used, pages);
+		assert_true(info_of(eng, USER).exists);
+		assert_int_equal(info_of(eng, USER).pages_host, 0);
+	}
+	rc = engine_prepare(eng, USER, TOKENS, 0, OWNER, &L, &e);
+	if (rc)
+		fail_msg("prepare after the abandoned read: %d %s", rc, e.msg);
+	engine_fence_wait(eng, L.fence);
+	release_ok(eng, L.id);
+	verify(eng, USER, 0, TOKENS);
+	CHECK(eng);
+	engine_destroy(eng);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -204,6 +267,8 @@ int main(void)
 		cmocka_unit_test_teardown(device_host_visible_is_read_in_place,
 					  teardown_all),
 		cmocka_unit_test_teardown(history_on_disk_is_read_straight_into_host_frames,
+					  teardown_all),
+		cmocka_unit_test_teardown(abandoned_read_gives_its_frames_back,
 					  teardown_all),
 	};
 

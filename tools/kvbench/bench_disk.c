@@ -10,7 +10,9 @@
  *            eviction does: copy into staging), until the disk thread has
  *            written them all (records sealed, xxhash64, the codec);
  *   readback every history asked back at once (as prepares would), until
- *            all are in staging, checked and decoded, then taken;
+ *            all are read, checked and decoded: straight into a page-
+ *            aligned buffer registered as the engine's host tier is
+ *            (disk_tier_get_into), else into staging; then taken;
  *   codec    zstd (with the byte shuffle for 16-bit dtypes) over the same
  *            pages: ratio and MB/s per core each way.
  *
@@ -45,7 +47,7 @@
 struct opts {
 	const char *dir, *layout, *data, *compress, *kvpoold;
 	uint64_t size, history, level, rounds, prepare_size;
-	bool json, keep;
+	bool json, keep, staging; /* staging: read back through staging */
 };
 
 struct result {
@@ -56,6 +58,7 @@ struct result {
 	struct disk_tier_stats st;
 	struct disk_prepare_result prep; /* seconds 0: not measured */
 	bool direct;
+	bool into;               /* read back straight into host */
 };
 
 static double now_s(void)
@@ -231,9 +234,54 @@ out:
 	return ret;
 }
 
+/*
+ * Every history asked back at once, as prepares would, until all are
+ * ready: straight into host (the engine's host frames: registered, page by
+ * page) where the tier can, else through staging.
+ */
+static int read_back(struct disk_tier *dt, const struct result *r, uint64_t H,
+		     uint64_t nh, struct disk_hist *hh, uint8_t *host, char *err,
+		     size_t len)
+{
+	void **dst = calloc(H, sizeof(*dst));
+	int rc = 0;
+
+	if (!dst) {
+		snprintf(err, len, "out of memory");
+		return -1;
+	}
+	for (uint64_t u = 0; u < nh; u++) {
+		struct disk_key k = { .tenant = 1, .user = u };
+
+		for (uint64_t i = 0; host && i < H; i++)
+			dst[i] = host + (u * H + i) * r->l.page_bytes;
+		/* queues every read at once */
+		if (host)
+			disk_tier_get_into(dt, &k, (uint32_t)H, dst, &hh[u]);
+		else
+			disk_tier_get(dt, &k, &hh[u]);
+	}
+	for (uint64_t u = 0; u < nh && !rc; u++) {
+		struct disk_key k = { .tenant = 1, .user = u };
+
+		while ((rc = host ? disk_tier_poll(dt, &hh[u], &hh[u]) :
+			     disk_tier_get(dt, &k, &hh[u])) == -EINPROGRESS) {
+			if (host)
+				disk_tier_wait_held(dt, &hh[u]);
+			else
+				disk_tier_wait(dt, &k);
+		}
+		if (rc)
+			snprintf(err, len, "history %" PRIu64 ": read back: %s", u,
+				 strerror(-rc));
+	}
+	free(dst);
+	return rc;
+}
+
 /* Demote every history, then read every one back, through the tier. */
 static int measure_tier(const struct opts *o, struct result *r,
-			const uint8_t *data, char *err, size_t len)
+			const uint8_t *data, uint8_t *host, char *err, size_t len)
 {
 	struct disk_tier_config c = { .dir = o->dir, .layout = r->l,
 				      .size = r->pages * r->slot_bytes,
@@ -273,24 +321,15 @@ static int measure_tier(const struct opts *o, struct result *r,
 	}
 	disk_tier_flush(dt);
 	r->demote_s = now_s() - t0;
+	if (host && !o->staging && disk_tier_into_ok(dt))
+		disk_tier_register_host(dt, host, r->bytes);
+	else
+		host = NULL;
+	r->into = host != NULL;
+	disk_tier_flush(dt); /* the registration too: the thread does it */
 	t0 = now_s();
-	for (uint64_t u = 0; u < nh; u++) {
-		struct disk_key k = { .tenant = 1, .user = u };
-
-		disk_tier_get(dt, &k, &hh[u]); /* queues every read at once */
-	}
-	for (uint64_t u = 0; u < nh; u++) {
-		struct disk_key k = { .tenant = 1, .user = u };
-		int rc;
-
-		while ((rc = disk_tier_get(dt, &k, &hh[u])) == -EINPROGRESS)
-			disk_tier_wait(dt, &k);
-		if (rc) {
-			snprintf(err, len, "history %" PRIu64 ": read back: %s", u,
-				 strerror(-rc));
-			goto out;
-		}
-	}
+	if (read_back(dt, r, H, nh, hh, host, err, len))
+		goto out;
 	r->readback_s = now_s() - t0;
 	/* Every byte as written (outside the timing). */
 	for (uint64_t u = 0; u < nh; u++) {
@@ -307,6 +346,8 @@ static int measure_tier(const struct opts *o, struct result *r,
 	disk_tier_stats(dt, 1, &r->st);
 	ret = 0;
 out:
+	if (host)
+		disk_tier_unregister_host(dt, host);
 	disk_tier_close(dt);
 	if (!o->keep)
 		unlink(path);
@@ -402,6 +443,7 @@ static void print_json(const struct opts *o, const struct result *r,
 	json_str(&j, "data", o->data);
 	json_str(&j, "compress", o->compress);
 	json_bool(&j, "o_direct", r->direct);
+	json_bool(&j, "readback_into_host", !o->staging && r->into);
 	json_f64(&j, "raw_write_gbps", gbps(r->bytes, r->raw_write_s), 3);
 	json_f64(&j, "raw_read_gbps", gbps(r->bytes, r->raw_read_s), 3);
 	json_f64(&j, "demote_gbps", gbps(r->bytes, r->demote_s), 3);
@@ -488,6 +530,8 @@ static void usage(FILE *f)
 "                     bytes of the history a reader prepare brings back\n"
 "                     through a kvpoold of its own (default 512M; 0: skip)\n"
 "  --kvpoold PATH     the kvpoold to start (default: next to kvbench)\n"
+"  --staging          read back through staging, not straight into a\n"
+"                     registered host buffer (the engine's way before)\n"
 "  --keep             keep the files\n"
 KVB_USAGE_END_OPTS
 "\n"
@@ -495,7 +539,8 @@ KVB_USAGE_END_OPTS
 }
 
 enum { OPT_DIR = 256, OPT_SIZE, OPT_LAYOUT, OPT_HISTORY, OPT_DATA, OPT_COMPRESS,
-       OPT_LEVEL, OPT_KEEP, OPT_ROUNDS, OPT_PREPARE_SIZE, OPT_KVPOOLD };
+       OPT_LEVEL, OPT_KEEP, OPT_ROUNDS, OPT_PREPARE_SIZE, OPT_KVPOOLD,
+       OPT_STAGING };
 
 static const struct option long_opts[] = {
 	{ "dir", required_argument, NULL, OPT_DIR },
@@ -509,6 +554,7 @@ static const struct option long_opts[] = {
 	{ "rounds", required_argument, NULL, OPT_ROUNDS },
 	{ "prepare-size", required_argument, NULL, OPT_PREPARE_SIZE },
 	{ "kvpoold", required_argument, NULL, OPT_KVPOOLD },
+	{ "staging", no_argument, NULL, OPT_STAGING },
 	KVB_LONG_OPTS_END,
 };
 
@@ -562,6 +608,9 @@ static int one_opt(void *ctx, int c, const char *arg)
 	case OPT_KVPOOLD:
 		o->kvpoold = arg;
 		return -1;
+	case OPT_STAGING:
+		o->staging = true;
+		return -1;
 	}
 	return KVB_EXIT_USAGE;
 }
@@ -578,7 +627,7 @@ int cmd_disk(int argc, char **argv)
 	struct kvb_machine m;
 	struct summary tov;
 	char err[1024] = "";
-	uint8_t *data = NULL;
+	uint8_t *data = NULL, *host = NULL;
 	int rc;
 
 	rc = kvb_parse_opts(SUB, argc, argv, long_opts, usage, one_opt, &o, &o.json);
@@ -598,7 +647,15 @@ int cmd_disk(int argc, char **argv)
 	r.pages = r.histories * o.history;
 	r.bytes = r.pages * r.l.page_bytes;
 	data = malloc(r.bytes);
-	if (!data) {
+	/* The read-back's destination, as the engine's host tier: page
+	 * aligned, faulted in (pinned host memory is). */
+	host = aligned_alloc(DISK_ALIGN, (r.bytes + DISK_ALIGN - 1) / DISK_ALIGN *
+			     DISK_ALIGN);
+	if (host)
+		memset(host, 0, r.bytes);
+	if (!data || !host) {
+		free(data);
+		free(host);
 		fprintf(stderr, "kvbench disk: out of memory for %" PRIu64 " bytes of "
 			"pages; lower --size\n", r.bytes);
 		return KVB_EXIT_FAIL;
@@ -613,13 +670,13 @@ int cmd_disk(int argc, char **argv)
 		/* Which goes first alternates too: right after 1 GB of
 		 * writes a VM's disk is slower for a while. */
 		if (k % 2) {
-			rc = measure_tier(&o, &t, data, err, sizeof(err));
+			rc = measure_tier(&o, &t, data, host, err, sizeof(err));
 			if (!rc)
 				rc = measure_raw(&o, &t, data, err, sizeof(err));
 		} else {
 			rc = measure_raw(&o, &t, data, err, sizeof(err));
 			if (!rc)
-				rc = measure_tier(&o, &t, data, err, sizeof(err));
+				rc = measure_tier(&o, &t, data, host, err, sizeof(err));
 		}
 		if (rc)
 			break;
@@ -634,10 +691,12 @@ int cmd_disk(int argc, char **argv)
 		if (!k || t.readback_s < r.readback_s)
 			r.readback_s = t.readback_s;
 		r.direct = t.direct;
+		r.into = t.into;
 	}
 	if (!rc)
 		rc = measure_codec(&o, &r, data);
 	free(data);
+	free(host);
 	if (!rc && o.prepare_size)
 		rc = measure_prepare(&o, &r, err, sizeof(err));
 	if (rc) {
