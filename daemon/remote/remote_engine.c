@@ -22,17 +22,67 @@ static void prefix_key(const struct engine *eng, const uint8_t hash[32],
 	memcpy(k->hash, hash, 32);
 }
 
+struct frame_src {
+	struct engine *eng;
+	uint32_t frame;
+};
+
+/* A device frame the CPU cannot read (cuda's) into the queue: the backend's read. */
+static int read_frame(void *arg, void *dst)
+{
+	struct frame_src *f = arg;
+	struct engine *eng = f->eng;
+	uint64_t pb = eng->layout.page_bytes;
+
+	return eng->be->read(eng->be_ctx, &eng->mem[KVP_TIER_DEVICE],
+			     (uint64_t)f->frame * pb, dst, pb, NULL);
+}
+
 void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32])
 {
 	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
+	struct frame_src src = { eng, frame };
 	struct remote_key k;
 
-	if (!eng->remote || !dev->host_visible)
+	if (!eng->remote)
 		return;
 	prefix_key(eng, hash, &k);
 	/* -ENOSPC (queue full): dropped and counted there; it can be recomputed. */
-	remote_tier_put(eng->remote, &k,
-			(const char *)dev->base + (uint64_t)frame * eng->layout.page_bytes);
+	if (dev->host_visible)
+		remote_tier_put(eng->remote, &k, (const char *)dev->base +
+				(uint64_t)frame * eng->layout.page_bytes);
+	else
+		remote_tier_put_fill(eng->remote, &k, read_frame, &src);
+}
+
+/*
+ * A fetched page into device frame `frame`: a memcpy where the CPU can
+ * write the device tier (shm), else through a free host frame and the
+ * backend's host -> device copy (cuda). 0, or -ENOMEM (no host frame free)
+ * / the copy's error: the page is not onloaded.
+ */
+static int fill_frame(struct engine *eng, uint32_t frame, const void *page)
+{
+	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
+	const struct tier_mem *host = &eng->mem[KVP_TIER_HOST];
+	uint64_t pb = eng->layout.page_bytes;
+	struct copy_run run;
+	uint32_t hf;
+	int ret;
+
+	if (dev->host_visible) {
+		memcpy((char *)dev->base + (uint64_t)frame * pb, page, pb);
+		return 0;
+	}
+	hf = frames_alloc(&eng->frames[KVP_TIER_HOST]);
+	if (hf == FRAME_NONE)
+		return -ENOMEM;
+	memcpy((char *)host->base + (uint64_t)hf * pb, page, pb);
+	run = (struct copy_run){ .dst_off = (uint64_t)frame * pb,
+				 .src_off = (uint64_t)hf * pb, .bytes = pb };
+	ret = eng->be->copy(eng->be_ctx, COPY_H2D, dev, host, &run, 1, NULL);
+	frames_free(&eng->frames[KVP_TIER_HOST], hf);
+	return ret;
 }
 
 /* The keys of pages [hit, hit + m) of tokens' chain. */
@@ -60,13 +110,12 @@ static void missing_keys(struct engine *eng, const uint32_t *tokens, uint32_t hi
 static uint32_t onload_run(struct engine *eng, uint32_t last,
 			   const struct remote_fetch *f)
 {
-	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
 	struct share *s = eng->share;
 	uint32_t got = remote_fetch_pages(f), parent, done = 0;
 	uint64_t avail;
 
-	if (!got || !dev->host_visible)
-		return 0; /* cuda's device tier: a host staging copy is not written yet */
+	if (!got)
+		return 0;
 	if (last != FRAME_NONE)
 		sp_ref(eng, last);
 	avail = engine_device_avail(eng, NULL, got);
@@ -86,8 +135,10 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 		frame = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
 		if (frame == FRAME_NONE)
 			break;
-		memcpy((char *)dev->base + (uint64_t)frame * eng->layout.page_bytes,
-		       remote_fetch_page(f, i), eng->layout.page_bytes);
+		if (fill_frame(eng, frame, remote_fetch_page(f, i))) {
+			frames_free(&eng->frames[KVP_TIER_DEVICE], frame);
+			break;
+		}
 		s->sp[frame] = (struct spage){ .refs = 0, .pc = PC_NONE };
 		pc_adopt(eng, frame, hash, parent);
 		parent = s->sp[frame].pc;

@@ -334,10 +334,32 @@ bool remote_tier_user_histories(const struct remote_tier *rt)
 
 /* ------------------------------------------------------------ put, fetch */
 
+struct page_src {
+	const void *page;
+	uint64_t bytes;
+};
+
+static int copy_page(void *arg, void *dst)
+{
+	const struct page_src *src = arg;
+
+	memcpy(dst, src->page, src->bytes);
+	return 0;
+}
+
 int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 		    const void *page)
 {
+	struct page_src src = { page, rt->page_bytes };
+
+	return remote_tier_put_fill(rt, k, copy_page, &src);
+}
+
+int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
+			 int (*fill)(void *arg, void *dst), void *arg)
+{
 	struct put_item *p;
+	int ret;
 
 	pthread_mutex_lock(&rt->mu);
 	rt->st.put_pages++;
@@ -352,8 +374,15 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 	/* The copy outside the tier's lock (the engine's is held: the page
 	 * cannot change); the thread sees the item once it is linked. */
 	p->k = *k;
-	memcpy(p->page, page, rt->page_bytes);
+	ret = fill(arg, p->page);
 	pthread_mutex_lock(&rt->mu);
+	if (ret) {
+		rt->queued_bytes -= rt->page_bytes;
+		rt->st.put_dropped++;
+		pthread_mutex_unlock(&rt->mu);
+		free(p);
+		return ret;
+	}
 	list_add_tail(&p->link, &rt->puts);
 	pthread_cond_signal(&rt->wake);
 	pthread_mutex_unlock(&rt->mu);
