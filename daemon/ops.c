@@ -313,6 +313,7 @@ static int op_info(struct op *o)
 			.user = o->sqe->user, .start = in.start, .len = in.len,
 			.pages_device = in.pages_device, .pages_host = in.pages_host,
 			.leases = in.leases, .tenant = o->c->tenant->index,
+			.pages_disk = in.pages_disk, .tokens_disk = in.tokens_disk,
 		};
 		out_put(o, &u, sizeof(u));
 	}

@@ -14,6 +14,42 @@
  * the library with. Structs filled or read one at a time (kvp_stats,
  * kvp_latency, kvp_connect_opts) end in reserved words that later fields
  * take, so they never change size; zero them when you fill them.
+ *
+ * GROWING STRUCTS. The structs the library writes as rows or results
+ * (kvp_user_info, kvp_client_info, kvp_chunk_info, kvp_chunk_entry_info,
+ * kvp_completion) grow by fields added at their end, and the caller tells
+ * the library how big its copy is, as Linux's sched_getattr(2), openat2(2)
+ * and clone3(2) do with their size arguments:
+ *  - each such call has a _sz form taking the caller's sizeof (the array's
+ *    stride), and the usual name is a macro that passes sizeof(*rows), so
+ *    source code never spells a size and a rebuild picks up the new one
+ *    (a void * there is a compile error: cast it to the struct's type);
+ *  - the library writes min(the caller's size, its own) bytes of every row
+ *    at the caller's stride and zeroes the rest of the caller's row: an
+ *    older caller (smaller struct) gets the fields it knows and nothing past
+ *    its rows; a newer caller (bigger struct) gets 0 in the fields this
+ *    library does not know yet, 0 meaning "none / not reported";
+ *  - a size below the struct's first release (KVP_..._SIZE_VER0) or not a
+ *    multiple of 8 is -EINVAL;
+ *  - the names without _sz stay exported under KVPOOL_0.1 for programs
+ *    built against that release, and write that release's layout
+ *    (..._SIZE_VER0), so such a binary keeps working with a newer library.
+ *    A program built against a newer kvpool.h needs the KVPOOL_x.y node of
+ *    the _sz calls; an older library without it is refused by the dynamic
+ *    linker at start ("version KVPOOL_0.2 not found"), never mid-run.
+ * Arrays the caller passes in (kvp_append_item, kvp_seq_src,
+ * kvp_compose_req) grow the same way, read as Linux's
+ * copy_struct_from_user() reads them: at the caller's stride, the fields
+ * an older caller lacks taken as 0, and bytes a newer caller sets past
+ * this library's struct refused (-E2BIG: it asks for something this
+ * library cannot do); with no element the size is not looked at (NULL, 0
+ * is fine).
+ * Rules for the structs: fields are only appended; a struct embedded in a
+ * growing one is its last member (kvp_completion.info), so it can grow too;
+ * every field's 0 means "none" or "unknown", because that is what a newer
+ * caller reads from an older library. Do not take the address of a macro'd
+ * call (&kvp_users is the KVPOOL_0.1 entry point with the old stride): call
+ * kvp_users_sz() through a pointer instead.
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -30,6 +66,10 @@ extern "C" {
 
 /* The library's version: major * 1000 + minor. */
 int kvp_version(void);
+
+/* sizeof(*p) for the growing structs' macros (GROWING STRUCTS above), and
+ * a compile error when p is not a TYPE * (a void * would pass 1). */
+#define KVP_ROW_SIZE_(p, type) (sizeof(*(p)) + 0 * sizeof((p) - (type *)0))
 
 /* Room for any message the library writes, terminating NUL included. */
 #define KVP_ERRLEN 256
@@ -238,7 +278,9 @@ struct kvp_tier_stats {
 	X(disk_chunks, SHARE, GAUGE, "", "disk_chunks", \
 	  "Chunks only on the disk tier (an acquire or register brings them back).") \
 	X(disk_chunk_pages, SHARE, GAUGE, "", "disk_chunk_pages", \
-	  "Pages of those chunks, their name records included.")
+	  "Pages of those chunks, their name records included.") \
+	X(ns_h2d, CORE, COUNTER, "ns", "copy_h2d", \
+	  "Time of host to device copies (onload; the GPU's on cuda): copy_h2d_bytes / this is their bandwidth.")
 
 #define KVP_STATS_ONE_(name, group, kind, unit, metric, help) + 1
 /* How many fields KVP_STATS_FIELDS lists, and the words they may grow to. */
@@ -341,6 +383,7 @@ int kvp_client_is_admin(const struct kvp_client *c);
 /* asynchronous operations are in flight (reap them first).                   */
 /* ------------------------------------------------------------------------ */
 
+/* A growing struct (GROWING STRUCTS above). */
 struct kvp_user_info {
 	uint64_t user;
 	uint64_t start;        /* first cached token position */
@@ -349,7 +392,15 @@ struct kvp_user_info {
 	uint32_t pages_host;
 	uint32_t leases;
 	uint32_t tenant;       /* tenant index (for admins listing all) */
+	/* 0.2: the copy of the history on the disk tier (kvpoold(8), Disk
+	 * tier), 0 without one: its pages and its committed tokens. */
+	uint32_t pages_disk;
+	uint32_t rsv;          /* 0 */
+	uint64_t tokens_disk;
 };
+/* Its size in release 0.1 (through tenant), and in 0.2. */
+#define KVP_USER_INFO_SIZE_VER0 40
+#define KVP_USER_INFO_SIZE_VER1 56
 
 /* What prepare returns: the pinned page table and where the new tokens go. */
 struct kvp_lease {
@@ -367,7 +418,10 @@ struct kvp_lease {
 	const int32_t *indices;
 };
 
-int kvp_info(struct kvp_client *c, uint64_t user, struct kvp_user_info *out);
+/* size: sizeof(*out) (GROWING STRUCTS); kvp_info() passes it. */
+int kvp_info_sz(struct kvp_client *c, uint64_t user, struct kvp_user_info *out,
+		size_t size);
+#define kvp_info(c, user, out) kvp_info_sz((c), (user), (out), KVP_ROW_SIZE_(out, struct kvp_user_info))
 /* See DESIGN.md: start_pos must be start + len of the cached history. */
 int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 		uint32_t n_new, struct kvp_lease *out);
@@ -416,21 +470,26 @@ int kvp_append_layer_async(struct kvp_client *c, const struct kvp_lease *l,
 			   uint32_t layer, uint32_t first, uint32_t n,
 			   const void *k, const void *v, void *stream);
 
-/* One lease's share of a batched append. */
+/* One lease's share of a batched append. A growing struct, read
+ * (GROWING STRUCTS, input arrays). */
 struct kvp_append_item {
 	const struct kvp_lease *lease;
 	uint32_t first;        /* first new token of the lease to write */
 	uint32_t n;            /* tokens */
 };
+#define KVP_APPEND_ITEM_SIZE_VER0 16
 
 /*
  * Many users in one launch: kv holds the items' tokens back to back, item
  * order, [sum n][layers][2][kv_heads][head_dim]. stream as above (NULL on
  * shm, where this is a CPU copy).
  */
-int kvp_append_batch_async(struct kvp_client *c,
-			   const struct kvp_append_item *items, uint32_t count,
-			   const void *kv, void *stream);
+int kvp_append_batch_async_sz(struct kvp_client *c,
+			      const struct kvp_append_item *items, size_t size,
+			      uint32_t count, const void *kv, void *stream);
+#define kvp_append_batch_async(c, items, count, kv, stream) \
+	kvp_append_batch_async_sz((c), (items), sizeof(*(items)), (count), (kv), \
+				  (stream))
 /* -ESTALE as for kvp_append (a lease commits once: its uncommitted slots
  * are given back, so a committed lease takes no writes either). */
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n);
@@ -482,8 +541,12 @@ int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
  * cursor for the next call, 0 when the list is done. Admins see every
  * tenant's users; others their tenant's. Returns rows written.
  */
-int kvp_users(struct kvp_client *c, uint64_t cursor, struct kvp_user_info *rows,
-	      uint32_t max, uint64_t *next);
+int kvp_users_sz(struct kvp_client *c, uint64_t cursor,
+		 struct kvp_user_info *rows, size_t size, uint32_t max,
+		 uint64_t *next);
+#define kvp_users(c, cursor, rows, max, next) \
+	kvp_users_sz((c), (cursor), (rows), \
+		     KVP_ROW_SIZE_(rows, struct kvp_user_info), (max), (next))
 
 struct kvp_client_info {
 	uint32_t client_id;
@@ -496,10 +559,15 @@ struct kvp_client_info {
 	uint64_t leases;       /* leases held now */
 	char name[32];
 };
+#define KVP_CLIENT_INFO_SIZE_VER0 72
 
 /* Admin: list attached clients, like kvp_users. */
-int kvp_clients(struct kvp_client *c, uint64_t cursor,
-		struct kvp_client_info *rows, uint32_t max, uint64_t *next);
+int kvp_clients_sz(struct kvp_client *c, uint64_t cursor,
+		   struct kvp_client_info *rows, size_t size, uint32_t max,
+		   uint64_t *next);
+#define kvp_clients(c, cursor, rows, max, next) \
+	kvp_clients_sz((c), (cursor), (rows), \
+		       KVP_ROW_SIZE_(rows, struct kvp_client_info), (max), (next))
 
 /* ------------------------------------------------------------------------ */
 /* Client: asynchronous batches. Queue many operations (many users), submit  */
@@ -517,14 +585,18 @@ enum kvp_async_op {
 	KVP_ASYNC_RELEASE = 4,
 };
 
+/* A growing struct; info, which grows too, is last (0.1 had it after op:
+ * KVPOOL_0.1's kvp_reap writes that layout). */
 struct kvp_completion {
 	uint64_t tag;          /* the caller's */
 	int32_t res;           /* >= 0 or -errno */
 	uint32_t op;           /* enum kvp_async_op */
-	struct kvp_user_info info;   /* INFO */
 	struct kvp_lease lease;      /* PREPARE: its indices valid until released */
 	const char *error;           /* on failure: the message; valid likewise */
+	struct kvp_user_info info;   /* INFO */
 };
+#define KVP_COMPLETION_SIZE_VER0 120 /* 0.1: info after op */
+#define KVP_COMPLETION_SIZE_VER1 136 /* 0.2: info last, 56 bytes */
 
 int kvp_queue_info(struct kvp_client *c, uint64_t user, uint64_t tag);
 int kvp_queue_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
@@ -538,8 +610,11 @@ int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag);
 int kvp_submit(struct kvp_client *c);
 /* Reap up to max completions, waiting until at least min_complete are there
  * (spin, then sleep). Returns how many were written to out. */
-int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
-	     uint32_t min_complete);
+int kvp_reap_sz(struct kvp_client *c, struct kvp_completion *out, size_t size,
+		uint32_t max, uint32_t min_complete);
+#define kvp_reap(c, out, max, min_complete) \
+	kvp_reap_sz((c), (out), KVP_ROW_SIZE_(out, struct kvp_completion), \
+		    (max), (min_complete))
 
 /* ------------------------------------------------------------------------ */
 /* Sharing: prefix cache, chunks, sequences, compositions (DESIGN.md,        */
@@ -605,6 +680,7 @@ struct kvp_chunk_id {
 	uint8_t b[KVP_CHUNK_ID_BYTES]; /* SHA-256: shown as 64 hex digits */
 };
 
+/* A growing struct, read (GROWING STRUCTS, input arrays). */
 struct kvp_seq_src {
 	uint32_t kind;         /* enum kvp_src_kind */
 	uint32_t rsv;          /* zero */
@@ -612,6 +688,7 @@ struct kvp_seq_src {
 	uint64_t tokens;       /* USER: leading tokens to take (0: all) */
 	struct kvp_chunk_id chunk; /* CHUNK */
 };
+#define KVP_SEQ_SRC_SIZE_VER0 56
 
 /*
  * A virtual sequence: the pages of the sources, in order, shared by
@@ -621,9 +698,11 @@ struct kvp_seq_src {
  * the last source ends mid-page and n_new > 0, that page is copied on write
  * (the source keeps its bytes). The lease: len = source tokens, n_new.
  */
-int kvp_seq_create(struct kvp_client *c, uint64_t seq,
-		   const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
-		   struct kvp_lease *out);
+int kvp_seq_create_sz(struct kvp_client *c, uint64_t seq,
+		      const struct kvp_seq_src *src, size_t size, uint32_t nsrc,
+		      uint32_t n_new, struct kvp_lease *out);
+#define kvp_seq_create(c, seq, src, nsrc, n_new, out) \
+	kvp_seq_create_sz((c), (seq), (src), sizeof(*(src)), (nsrc), (n_new), (out))
 /*
  * Grow a sequence by n_new tokens (decode): a new write lease as above.
  * tokens (n_new ids, or NULL) keep the sequence's pages publishable in the
@@ -712,6 +791,7 @@ struct kvp_chunk_info {
 	char preview[KVP_CHUNK_PREVIEW_MAX]; /* content's first bytes */
 	char meta[KVP_CHUNK_META_MAX]; /* JSON object text ("" none) */
 };
+#define KVP_CHUNK_INFO_SIZE_VER0 2240
 
 /* One entry. */
 struct kvp_chunk_entry_info {
@@ -725,6 +805,7 @@ struct kvp_chunk_entry_info {
 	uint32_t holders;        /* as kvp_chunk_info's, this entry's */
 	uint32_t children;       /* live entries whose parent it is */
 };
+#define KVP_CHUNK_ENTRY_INFO_SIZE_VER0 120
 
 struct kvp_chunk_reg {
 	struct kvp_chunk_id id;  /* the entry */
@@ -796,15 +877,24 @@ int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg);
 int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
 		      uint32_t wait_ms, struct kvp_lease *out);
 /* A name's row (id: the name, or one of its entries). */
-int kvp_chunk_get(struct kvp_client *c, const struct kvp_chunk_id *id,
-		  struct kvp_chunk_info *out);
+int kvp_chunk_get_sz(struct kvp_client *c, const struct kvp_chunk_id *id,
+		     struct kvp_chunk_info *out, size_t size);
+#define kvp_chunk_get(c, id, out) kvp_chunk_get_sz((c), (id), (out), \
+			 KVP_ROW_SIZE_(out, struct kvp_chunk_info))
 /* One entry. */
-int kvp_chunk_entry(struct kvp_client *c, const struct kvp_chunk_id *id,
-		    struct kvp_chunk_entry_info *out);
+int kvp_chunk_entry_sz(struct kvp_client *c, const struct kvp_chunk_id *id,
+		       struct kvp_chunk_entry_info *out, size_t size);
+#define kvp_chunk_entry(c, id, out) \
+	kvp_chunk_entry_sz((c), (id), (out), \
+			   KVP_ROW_SIZE_(out, struct kvp_chunk_entry_info))
 /* A name's entries into rows[0, max); returns how many it has (more than
  * max: call again with more room). */
-int kvp_chunk_entries(struct kvp_client *c, const struct kvp_chunk_id *name,
-		      struct kvp_chunk_entry_info *rows, uint32_t max);
+int kvp_chunk_entries_sz(struct kvp_client *c, const struct kvp_chunk_id *name,
+			 struct kvp_chunk_entry_info *rows, size_t size,
+			 uint32_t max);
+#define kvp_chunk_entries(c, name, rows, max) \
+	kvp_chunk_entries_sz((c), (name), (rows), \
+			     KVP_ROW_SIZE_(rows, struct kvp_chunk_entry_info), (max))
 /* The content of a name into buf[0, cap); *len gets its whole length
  * (larger than cap: only cap bytes were written). Returns bytes written. */
 int kvp_chunk_content(struct kvp_client *c, const struct kvp_chunk_id *name,
@@ -819,9 +909,13 @@ int kvp_chunk_tokens(struct kvp_client *c, const struct kvp_chunk_id *name,
  * from the first). Returns rows written; *more is 1 when more rows follow
  * the last one (list again with after = its id).
  */
-int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
-		   const struct kvp_chunk_id *after, struct kvp_chunk_info *rows,
-		   uint32_t max, int *more);
+int kvp_chunk_list_sz(struct kvp_client *c, uint32_t type, const char *filter,
+		      const struct kvp_chunk_id *after,
+		      struct kvp_chunk_info *rows, size_t size, uint32_t max,
+		      int *more);
+#define kvp_chunk_list(c, type, filter, after, rows, max, more) \
+	kvp_chunk_list_sz((c), (type), (filter), (after), (rows), \
+			  KVP_ROW_SIZE_(rows, struct kvp_chunk_info), (max), (more))
 /* Delete a name (every entry of it) or one entry, and every entry below
  * them; returns entries deleted. Their pages are freed once no one holds
  * them (a leased entry stays readable until released). */
@@ -859,6 +953,7 @@ int kvp_chunk_limits(struct kvp_client *c, int64_t max_chunks,
 #define KVP_COMPOSE_MAX_LEVELS (KVP_COMPOSE_MAX_CONTEXTS + 2)
 #define KVP_COMPOSE_MAX_REQUESTS 1024
 
+/* A growing struct, read (GROWING STRUCTS, input arrays). */
 struct kvp_compose_req {
 	struct kvp_chunk_id system;
 	const struct kvp_chunk_id *contexts;
@@ -866,6 +961,7 @@ struct kvp_compose_req {
 	uint32_t qo_len;         /* query rows of this request (0: 1) */
 	struct kvp_chunk_id query;
 };
+#define KVP_COMPOSE_REQ_SIZE_VER0 80
 
 struct kvp_cascade_level {
 	uint32_t ngroups;
@@ -893,11 +989,50 @@ struct kvp_composition {
  * system that is not a system root, a context that is not a context, a
  * query that is not a query), too many contexts or requests.
  */
-int kvp_compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
-		uint32_t nreq, struct kvp_composition *out);
+int kvp_compose_sz(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		   size_t size, uint32_t nreq, struct kvp_composition *out);
+#define kvp_compose(c, reqs, nreq, out) \
+	kvp_compose_sz((c), (reqs), sizeof(*(reqs)), (nreq), (out))
 /* The same without holding anything (out->lease = 0): tokens, levels, bytes. */
-int kvp_compose_preview(struct kvp_client *c, const struct kvp_compose_req *reqs,
-			uint32_t nreq, struct kvp_composition *out);
+int kvp_compose_preview_sz(struct kvp_client *c,
+			   const struct kvp_compose_req *reqs, size_t size,
+			   uint32_t nreq, struct kvp_composition *out);
+#define kvp_compose_preview(c, reqs, nreq, out) \
+	kvp_compose_preview_sz((c), (reqs), sizeof(*(reqs)), (nreq), (out))
+
+/*
+ * The KVPOOL_0.1 entry points of the calls above (GROWING STRUCTS): they
+ * write release 0.1's layouts (..._SIZE_VER0) for programs built against
+ * it. The parentheses keep the macros of the same names out; new code
+ * calls the macros.
+ */
+int (kvp_info)(struct kvp_client *c, uint64_t user, struct kvp_user_info *out);
+int (kvp_users)(struct kvp_client *c, uint64_t cursor,
+		struct kvp_user_info *rows, uint32_t max, uint64_t *next);
+int (kvp_clients)(struct kvp_client *c, uint64_t cursor,
+		  struct kvp_client_info *rows, uint32_t max, uint64_t *next);
+int (kvp_reap)(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
+	       uint32_t min_complete);
+int (kvp_chunk_get)(struct kvp_client *c, const struct kvp_chunk_id *id,
+		    struct kvp_chunk_info *out);
+int (kvp_chunk_entry)(struct kvp_client *c, const struct kvp_chunk_id *id,
+		      struct kvp_chunk_entry_info *out);
+int (kvp_chunk_entries)(struct kvp_client *c, const struct kvp_chunk_id *name,
+			struct kvp_chunk_entry_info *rows, uint32_t max);
+int (kvp_chunk_list)(struct kvp_client *c, uint32_t type, const char *filter,
+		     const struct kvp_chunk_id *after,
+		     struct kvp_chunk_info *rows, uint32_t max, int *more);
+int (kvp_append_batch_async)(struct kvp_client *c,
+			     const struct kvp_append_item *items, uint32_t count,
+			     const void *kv, void *stream);
+int (kvp_seq_create)(struct kvp_client *c, uint64_t seq,
+		     const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
+		     struct kvp_lease *out);
+int (kvp_compose)(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		  uint32_t nreq, struct kvp_composition *out);
+int (kvp_compose_preview)(struct kvp_client *c,
+			  const struct kvp_compose_req *reqs, uint32_t nreq,
+			  struct kvp_composition *out);
 
 #ifdef __cplusplus
 }

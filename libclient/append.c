@@ -302,10 +302,11 @@ int kvp_append_layer_async(struct kvp_client *c, const struct kvp_lease *l,
 	return 0;
 }
 
-KVP_PUBLIC
-int kvp_append_batch_async(struct kvp_client *c,
-			   const struct kvp_append_item *items, uint32_t count,
-			   const void *kv, void *stream)
+/* The items at this library's size (kvpool.h, GROWING STRUCTS); a caller
+ * built with another one pays for a copy (append_batch_sz below). */
+static int append_batch(struct kvp_client *c,
+			const struct kvp_append_item *items, uint32_t count,
+			const void *kv, void *stream)
 {
 	struct kvp_slot *slots;
 	struct kvpc_lease *r = NULL;
@@ -348,4 +349,22 @@ int kvp_append_batch_async(struct kvp_client *c,
 	kvp_append_cpu(&c->layout, c->device, slots, (uint32_t)total, kv);
 	c->err[0] = '\0';
 	return 0;
+}
+
+KVP_PUBLIC
+int kvp_append_batch_async_sz(struct kvp_client *c,
+			      const struct kvp_append_item *items, size_t size,
+			      uint32_t count, const void *kv, void *stream)
+{
+	const struct kvp_append_item *own;
+	void *tmp;
+	int ret = kvpc_rows_in(c, items, size, sizeof(*items),
+			       KVP_APPEND_ITEM_SIZE_VER0, count,
+			       (const void **)&own, &tmp, "append_batch");
+
+	if (ret)
+		return ret;
+	ret = append_batch(c, own, count, kv, stream);
+	free(tmp);
+	return ret;
 }

@@ -370,13 +370,15 @@ static int reap_one(struct kvp_client *c, const struct kvp_cqe *cqe,
 }
 
 KVP_PUBLIC
-int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
-	     uint32_t min_complete)
+int kvp_reap_sz(struct kvp_client *c, struct kvp_completion *out, size_t size,
+		uint32_t max, uint32_t min_complete)
 {
 	uint32_t submitted, n, i;
 	int ret;
 
 	ret = kvpc_check_dead(c);
+	if (!ret)
+		ret = kvpc_completion_size(c, size);
 	if (ret)
 		return ret;
 	if ((!out && max) || min_complete > max)
@@ -398,12 +400,15 @@ int kvp_reap(struct kvp_client *c, struct kvp_completion *out, uint32_t max,
 		return ret;
 	n = (uint32_t)ret < max ? (uint32_t)ret : max;
 	for (i = 0; i < n; i++) {
+		struct kvp_completion k;
 		struct kvp_cqe cqe;
 
 		kvpc_cq_take(c, &cqe);
-		ret = reap_one(c, &cqe, &out[i]);
+		ret = reap_one(c, &cqe, &k);
 		if (ret < 0)
 			return ret; /* the client is broken now */
+		/* At the caller's stride, in its layout (GROWING STRUCTS). */
+		kvpc_completion_put((unsigned char *)out + (size_t)i * size, size, &k);
 	}
 	kvpc_cq_release(c);
 	c->err[0] = '\0';

@@ -84,11 +84,20 @@ static int call_fixed(struct kvp_client *c, struct kvp_sqe *sqe, void *out,
 }
 
 KVP_PUBLIC
-int kvp_info(struct kvp_client *c, uint64_t user, struct kvp_user_info *out)
+int kvp_info_sz(struct kvp_client *c, uint64_t user, struct kvp_user_info *out,
+		size_t size)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_INFO, .user = user };
+	struct kvp_user_info u;
+	int ret = kvpc_row_size(c, size, KVP_USER_INFO_SIZE_VER0, "kvp_info");
 
-	return call_fixed(c, &sqe, out, sizeof(*out), "user info");
+	if (!ret && !out)
+		ret = kvpc_err(c, -EINVAL, "user info: the result pointer is NULL");
+	if (!ret)
+		ret = call_fixed(c, &sqe, &u, sizeof(u), "user info");
+	if (!ret)
+		kvpc_rows_put(out, size, &u, sizeof(u), 1);
+	return ret;
 }
 
 KVP_PUBLIC
@@ -269,10 +278,10 @@ int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
 			    offsetof(struct kvp_stats, shards) + sizeof(uint64_t), "stats");
 }
 
-/* USERS and CLIENTS: rows of size bytes from cursor; res = rows written,
- * cqe.val0 = the next cursor. */
+/* USERS and CLIENTS: rows of size bytes (the wire's) from cursor, written
+ * at the caller's stride; res = rows written, cqe.val0 = the next cursor. */
 static int call_list(struct kvp_client *c, struct kvp_sqe *sqe, void *rows,
-		     size_t size, uint32_t max, uint64_t *next,
+		     size_t size, size_t stride, uint32_t max, uint64_t *next,
 		     const char *what)
 {
 	struct kvp_cqe cqe;
@@ -294,28 +303,34 @@ static int call_list(struct kvp_client *c, struct kvp_sqe *sqe, void *rows,
 				"for at most %" PRIu32 ")", c->path, ret, what,
 				cqe.out_bytes, sqe->n);
 	src = kvpc_slot_out(c, idx, &len);
-	memcpy(rows, src, (size_t)ret * size);
+	kvpc_rows_put(rows, stride, src, size, (uint32_t)ret);
 	if (next)
 		*next = cqe.val0;
 	return ret;
 }
 
 KVP_PUBLIC
-int kvp_users(struct kvp_client *c, uint64_t cursor, struct kvp_user_info *rows,
-	      uint32_t max, uint64_t *next)
+int kvp_users_sz(struct kvp_client *c, uint64_t cursor,
+		 struct kvp_user_info *rows, size_t size, uint32_t max,
+		 uint64_t *next)
 {
 	/* Admins see every tenant's users (tenant 0 = all). */
 	struct kvp_sqe sqe = { .opcode = KVP_OP_USERS, .arg = cursor,
 			       .flags = (c->flags & KVP_WELCOME_ADMIN) ? KVP_SQE_ALL : 0 };
+	int ret = kvpc_row_size(c, size, KVP_USER_INFO_SIZE_VER0, "kvp_users");
 
-	return call_list(c, &sqe, rows, sizeof(*rows), max, next, "users");
+	return ret ? ret : call_list(c, &sqe, rows, sizeof(*rows), size, max,
+				     next, "users");
 }
 
 KVP_PUBLIC
-int kvp_clients(struct kvp_client *c, uint64_t cursor,
-		struct kvp_client_info *rows, uint32_t max, uint64_t *next)
+int kvp_clients_sz(struct kvp_client *c, uint64_t cursor,
+		   struct kvp_client_info *rows, size_t size, uint32_t max,
+		   uint64_t *next)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_CLIENTS, .arg = cursor };
+	int ret = kvpc_row_size(c, size, KVP_CLIENT_INFO_SIZE_VER0, "kvp_clients");
 
-	return call_list(c, &sqe, rows, sizeof(*rows), max, next, "clients");
+	return ret ? ret : call_list(c, &sqe, rows, sizeof(*rows), size, max,
+				     next, "clients");
 }

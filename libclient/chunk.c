@@ -377,33 +377,56 @@ static void info_terminate(struct kvp_chunk_info *ci)
 	ci->preview[KVP_CHUNK_PREVIEW_MAX - 1] = '\0';
 }
 
+/* The rows below are written at the caller's stride (kvpool.h, GROWING
+ * STRUCTS; rows.c). */
 KVP_PUBLIC
-int kvp_chunk_get(struct kvp_client *c, const struct kvp_chunk_id *id,
-		  struct kvp_chunk_info *out)
+int kvp_chunk_get_sz(struct kvp_client *c, const struct kvp_chunk_id *id,
+		     struct kvp_chunk_info *out, size_t size)
 {
-	int ret = call_row(c, KVP_OP_CHUNK_GET, id, out, sizeof(*out), "chunk_get");
+	struct kvp_chunk_info ci;
+	int ret = kvpc_row_size(c, size, KVP_CHUNK_INFO_SIZE_VER0, "chunk_get");
 
+	if (!ret && !out)
+		ret = kvpc_null_arg(c, "chunk_get", "the result pointer");
 	if (!ret)
-		info_terminate(out);
+		ret = call_row(c, KVP_OP_CHUNK_GET, id, &ci, sizeof(ci), "chunk_get");
+	if (ret)
+		return ret;
+	info_terminate(&ci);
+	kvpc_rows_put(out, size, &ci, sizeof(ci), 1);
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_chunk_entry_sz(struct kvp_client *c, const struct kvp_chunk_id *id,
+		       struct kvp_chunk_entry_info *out, size_t size)
+{
+	struct kvp_chunk_entry_info en;
+	int ret = kvpc_row_size(c, size, KVP_CHUNK_ENTRY_INFO_SIZE_VER0,
+				"chunk_entry");
+
+	if (!ret && !out)
+		ret = kvpc_null_arg(c, "chunk_entry", "the result pointer");
+	if (!ret)
+		ret = call_row(c, KVP_OP_CHUNK_ENTRY, id, &en, sizeof(en), "chunk_entry");
+	if (!ret)
+		kvpc_rows_put(out, size, &en, sizeof(en), 1);
 	return ret;
 }
 
 KVP_PUBLIC
-int kvp_chunk_entry(struct kvp_client *c, const struct kvp_chunk_id *id,
-		    struct kvp_chunk_entry_info *out)
-{
-	return call_row(c, KVP_OP_CHUNK_ENTRY, id, out, sizeof(*out), "chunk_entry");
-}
-
-KVP_PUBLIC
-int kvp_chunk_entries(struct kvp_client *c, const struct kvp_chunk_id *name,
-		      struct kvp_chunk_entry_info *rows, uint32_t max)
+int kvp_chunk_entries_sz(struct kvp_client *c, const struct kvp_chunk_id *name,
+			 struct kvp_chunk_entry_info *rows, size_t size,
+			 uint32_t max)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_ENTRIES };
 	uint32_t idx = 0, len, fit, got;
 	struct kvp_cqe cqe;
 	int ret;
 
+	if ((ret = kvpc_row_size(c, size, KVP_CHUNK_ENTRY_INFO_SIZE_VER0,
+				 "chunk_entries")))
+		return ret;
 	if (max && !rows)
 		return kvpc_null_arg(c, "chunk_entries", "the row array");
 	if ((ret = kvpc_put_id(c, &sqe, name, "chunk_entries")))
@@ -422,7 +445,8 @@ int kvp_chunk_entries(struct kvp_client *c, const struct kvp_chunk_id *name,
 	if (got > max)
 		got = max;
 	if (got)
-		memcpy(rows, kvpc_slot_out(c, idx, &len), (size_t)got * sizeof(*rows));
+		kvpc_rows_put(rows, size, kvpc_slot_out(c, idx, &len),
+			      sizeof(*rows), got);
 	return ret;
 }
 
@@ -490,9 +514,10 @@ int kvp_chunk_tokens(struct kvp_client *c, const struct kvp_chunk_id *name,
 }
 
 KVP_PUBLIC
-int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
-		   const struct kvp_chunk_id *after, struct kvp_chunk_info *rows,
-		   uint32_t max, int *more)
+int kvp_chunk_list_sz(struct kvp_client *c, uint32_t type, const char *filter,
+		      const struct kvp_chunk_id *after,
+		      struct kvp_chunk_info *rows, size_t size, uint32_t max,
+		      int *more)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_LIST };
 	struct kvp_chunk_list_in h = { .type = type, .has_after = after ? 1 : 0 };
@@ -505,6 +530,8 @@ int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
 	size_t flen;
 	int ret;
 
+	if ((ret = kvpc_row_size(c, size, KVP_CHUNK_INFO_SIZE_VER0, "chunk_list")))
+		return ret;
 	if (!rows || !max)
 		return kvpc_err(c, -EINVAL, "chunk_list: need room for at least one row");
 	if ((ret = meta_json(c, filter, fbuf, sizeof(fbuf), &f,
@@ -530,9 +557,15 @@ int kvp_chunk_list(struct kvp_client *c, uint32_t type, const char *filter,
 				" bytes (asked for at most %" PRIu32 ")", c->path, ret,
 				cqe.out_bytes, sqe.n);
 	src = kvpc_slot_out(c, idx, &len);
-	memcpy(rows, src, (size_t)ret * sizeof(*rows));
-	for (int i = 0; i < ret; i++)
-		info_terminate(&rows[i]);
+	for (int i = 0; i < ret; i++) {
+		/* Terminated in a private copy, then at the caller's stride. */
+		struct kvp_chunk_info ci;
+
+		memcpy(&ci, src + (size_t)i * sizeof(ci), sizeof(ci));
+		info_terminate(&ci);
+		kvpc_rows_put((unsigned char *)rows + (size_t)i * size, size, &ci,
+			      sizeof(ci), 1);
+	}
 	if (more)
 		*more = cqe.val0 ? 1 : 0;
 	return ret;

@@ -282,6 +282,26 @@ const char *kvpc_cqe_message(struct kvp_client *c, uint32_t idx,
 int kvpc_decode_fixed(struct kvp_client *c, uint32_t idx,
 		      const struct kvp_cqe *cqe, void *dst, size_t size,
 		      const char *what, char *msg, size_t msglen);
+/* rows.c (kvpool.h, GROWING STRUCTS): 0 when size is a size the caller's
+ * struct may have (>= ver0, a multiple of 8), else -EINVAL naming what. */
+int kvpc_row_size(struct kvp_client *c, size_t size, size_t ver0,
+		  const char *what);
+/* n rows of have bytes at src to dst at stride size: min(size, have) bytes
+ * each, the rest of a larger row zeroed. */
+void kvpc_rows_put(void *dst, size_t size, const void *src, size_t have,
+		   uint32_t n);
+/* Input arrays (kvp_seq_src, ...): n elements of the caller's size as
+ * this library's own-byte structs in *out, the array itself when the
+ * sizes match, else a copy in *tmp (free() it; NULL when none): missing
+ * fields 0, bytes set past own -E2BIG. n 0 or src NULL: nothing checked. */
+int kvpc_rows_in(struct kvp_client *c, const void *src, size_t size,
+		 size_t own, size_t ver0, uint32_t n, const void **out,
+		 void **tmp, const char *what);
+/* kvpc_row_size() for kvp_reap's completions (two layouts). */
+int kvpc_completion_size(struct kvp_client *c, size_t size);
+/* One completion in the caller's layout: 0.1's for KVP_COMPLETION_SIZE_VER0,
+ * else a prefix of (or zero-filled past) this library's. */
+void kvpc_completion_put(void *dst, size_t size, const struct kvp_completion *k);
 /* Fill *l from a PREPARE result; -EPROTO with a message in msg if the
  * daemon's bytes are malformed. */
 int kvpc_decode_lease(struct kvp_client *c, uint32_t idx,

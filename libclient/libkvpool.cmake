@@ -14,6 +14,7 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/ring.c
   libclient/batch.c
   libclient/calls.c
+  libclient/rows.c
   libclient/lease.c
   libclient/share.c
   libclient/chunk.c

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -184,25 +185,34 @@ int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
 }
 
 KVP_PUBLIC
-int kvp_seq_create(struct kvp_client *c, uint64_t seq,
-		   const struct kvp_seq_src *src, uint32_t nsrc, uint32_t n_new,
-		   struct kvp_lease *out)
+int kvp_seq_create_sz(struct kvp_client *c, uint64_t seq,
+		      const struct kvp_seq_src *csrc, size_t size, uint32_t nsrc,
+		      uint32_t n_new, struct kvp_lease *out)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_SEQ_CREATE, .arg = seq, .n = n_new };
 	struct kvp_seq_create_in h = { .nsrc = nsrc };
+	const struct kvp_seq_src *src;
 	unsigned char *in;
+	void *tmp;
 	int ret;
 
 	if (!out)
 		return kvpc_null_arg(c, "seq_create", "the lease pointer");
-	if (nsrc && !src)
+	if (nsrc && !csrc)
 		return kvpc_null_arg(c, "seq_create", "the source array");
+	/* At the caller's stride (kvpool.h, GROWING STRUCTS). */
+	if ((ret = kvpc_rows_in(c, csrc, size, sizeof(*src), KVP_SEQ_SRC_SIZE_VER0,
+				nsrc, (const void **)&src, &tmp, "seq_create")))
+		return ret;
 	in = kvpc_input(c, &sqe, sizeof(h) + (uint64_t)nsrc * sizeof(*src), "seq_create");
-	if (!in)
+	if (!in) {
+		free(tmp);
 		return -E2BIG;
+	}
 	memcpy(in, &h, sizeof(h));
 	if (nsrc)
 		memcpy(in + sizeof(h), src, (size_t)nsrc * sizeof(*src));
+	free(tmp);
 	ret = kvpc_call_lease(c, &sqe, n_new, seq, out);
 	return ret ? ret : kvpc_lease_add(c, out, KVPC_LEASE_SEQ, seq);
 }
@@ -349,20 +359,30 @@ bad:
 			"(%" PRIu32 " bytes)", c->path, bytes);
 }
 
-static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
-		   uint32_t nreq, int preview, struct kvp_composition *out)
+static int compose(struct kvp_client *c, const struct kvp_compose_req *creqs,
+		   size_t size, uint32_t nreq, int preview,
+		   struct kvp_composition *out)
 {
 	const char *what = preview ? "compose_preview" : "compose";
 	struct kvp_sqe sqe = { .opcode = KVP_OP_COMPOSE,
 			       .flags = preview ? KVP_SQE_PREVIEW : 0 };
+	const struct kvp_compose_req *reqs;
 	struct kvp_cqe cqe;
 	uint32_t idx = 0, len;
 	const unsigned char *src;
+	void *tmp;
 	int ret;
 
 	if (!out)
 		return kvpc_null_arg(c, what, "the result pointer");
-	if ((ret = put_compose(c, &sqe, reqs, nreq, what)))
+	/* At the caller's stride (kvpool.h, GROWING STRUCTS). */
+	if ((ret = kvpc_rows_in(c, creqs, size, sizeof(*reqs),
+				KVP_COMPOSE_REQ_SIZE_VER0, nreq,
+				(const void **)&reqs, &tmp, what)))
+		return ret;
+	ret = put_compose(c, &sqe, reqs, nreq, what);
+	free(tmp);
+	if (ret)
 		return ret;
 	ret = kvpc_call(c, &sqe, &cqe, &idx);
 	if (ret < 0)
@@ -393,15 +413,16 @@ static int compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
 }
 
 KVP_PUBLIC
-int kvp_compose(struct kvp_client *c, const struct kvp_compose_req *reqs,
-		uint32_t nreq, struct kvp_composition *out)
+int kvp_compose_sz(struct kvp_client *c, const struct kvp_compose_req *reqs,
+		   size_t size, uint32_t nreq, struct kvp_composition *out)
 {
-	return compose(c, reqs, nreq, 0, out);
+	return compose(c, reqs, size, nreq, 0, out);
 }
 
 KVP_PUBLIC
-int kvp_compose_preview(struct kvp_client *c, const struct kvp_compose_req *reqs,
-			uint32_t nreq, struct kvp_composition *out)
+int kvp_compose_preview_sz(struct kvp_client *c,
+			   const struct kvp_compose_req *reqs, size_t size,
+			   uint32_t nreq, struct kvp_composition *out)
 {
-	return compose(c, reqs, nreq, 1, out);
+	return compose(c, reqs, size, nreq, 1, out);
 }

@@ -115,12 +115,14 @@
 #include "mix64.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 9 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
+#define KVP_PROTO_VERSION 10 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
 			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards);
 			     * v7: lanes (one ring pair per worker), welcome.shards;
 			     * v8: kvp_stats grew (reclaim_onload_stalls, reclaim_direct);
 			     * v9: kvp_stats grew (disk_prefix_pages, disk_chunks,
-			     *     disk_chunk_pages) */
+			     *     disk_chunk_pages);
+			     * v10: kvp_user_info rows grew (pages_disk, tokens_disk),
+			     *     kvp_stats (ns_h2d) */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u

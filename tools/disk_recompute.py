@@ -6,8 +6,9 @@ Issue 15's device-machine figure. One kvpoold with a disk tier and a
 Llama-3-8B-shaped layout (32 layers, 8 KV heads, head_dim 128, bf16: 128 KiB
 of K/V per token). A client writes --tokens tokens of seeded random K/V for
 one user, `kvctl offload --tier disk` pushes the history to disk and frees
-its memory, and a reader prepare brings it back disk -> host -> device; the
-prepare's wall time is the read-back (the bytes are then compared with what
+its memory, and once the disk thread has written it (kvctl stats says so) a
+reader prepare brings it back disk -> host -> device; the prepare's wall time
+is the read-back (the bytes are then compared with what
 was written). In the same run, a LlamaForCausalLM built from Llama-3-8B's
 config with random weights (no download) prefills the same number of tokens
 on the GPU: the time kvpool saves is recompute - read-back.
@@ -61,6 +62,16 @@ def kvctl(args: argparse.Namespace, sock: str, *words: str) -> str:
     if r.returncode:
         sys.exit(f"disk_recompute: kvctl {' '.join(words)} failed: {r.stderr.strip()}")
     return r.stdout
+
+
+def wait_written(args: argparse.Namespace, sock: str, pages: int) -> None:
+    """offload --tier disk returns once the pages are staged: wait until the
+    disk thread has written them, so the prepare reads them from disk."""
+    deadline = time.monotonic() + 60
+    while json.loads(kvctl(args, sock, "stats", "--json"))["disk_demoted_pages"] < pages:
+        if time.monotonic() > deadline:
+            sys.exit("disk_recompute: the disk tier did not write the history in 60 s")
+        time.sleep(0.005)
 
 
 def kv_of(client: Any, tokens: int, seed: int, torch: Any) -> List[Any]:
@@ -160,7 +171,9 @@ def main() -> int:
             lease.release()
             token_bytes = c.layout["token_bytes"]
             for _ in range(args.reps):
+                before = json.loads(kvctl(args, sock, "stats", "--json"))["disk_demoted_pages"]
                 kvctl(args, sock, "offload", "--user", str(user), "--tier", "disk")
+                wait_written(args, sock, before + -(-args.tokens // c.layout["page_tokens"]))
                 info = c.info(user)
                 r = read_back(c, user, args.tokens)
                 same = all(torch.equal(gk, k) and torch.equal(gv, v)

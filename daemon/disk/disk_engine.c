@@ -21,8 +21,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "disk_engine.h"
+#include "disk_record.h"
 #include "disk_tier.h"
 #include "engine_internal.h"
 #include "engine_share.h"
@@ -113,14 +115,160 @@ static bool host_room_for_disk(struct engine *eng, uint32_t n)
 	return host_make_room(eng, n, NULL);
 }
 
-/* The history hh from disk, in host frames, on the host LRU. */
+/* Host room for n pages coming back from disk for user, or why not. */
+static int disk_room(struct engine *eng, uint64_t user, uint32_t n,
+		     struct errbuf *e)
+{
+	if (host_room_for_disk(eng, n))
+		return 0;
+	/* A shard's host LRU is its own: retried with every lock held, where
+	 * the other shards make room too. */
+	if (eng->set && !eng->set->global)
+		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
+				  " has no host room for its %" PRIu32 " pages on "
+				  "disk; retried with every shard", user, eng->shard, n);
+	return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32 " pages on "
+			  "the disk tier need host frames and the host tier has %"
+			  PRIu32 " free and nothing to evict (pinned); release "
+			  "leases or raise host_mem", user, n,
+			  eng->frames[KVP_TIER_HOST].nfree);
+}
+
+/*
+ * A history being read from disk straight into host frames taken for it
+ * (disk_tier_get_into): frames in no history yet, so no eviction touches
+ * them, kept here while the disk thread reads and the prepare is retried.
+ */
+struct disk_load {
+	struct disk_load *next;
+	uint64_t user;
+	uint64_t since_ns;       /* READY and unclaimed long after: given up */
+	struct disk_hist hh;     /* held */
+	uint32_t n;
+	uint32_t frames[];       /* [n] host frames, page i's */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static char *host_frame(struct engine *eng, uint32_t f)
+{
+	return (char *)eng->mem[KVP_TIER_HOST].base +
+	       (uint64_t)f * eng->layout.page_bytes;
+}
+
+/* Unlink ld, give its frames from `from` on back, free it. */
+static void load_end(struct engine *eng, struct disk_load *ld, uint32_t from)
+{
+	struct disk_load **p = &eng->disk_loads;
+
+	while (*p && *p != ld)
+		p = &(*p)->next;
+	if (*p)
+		*p = ld->next;
+	for (uint32_t i = from; i < ld->n; i++)
+		frames_free(&eng->frames[KVP_TIER_HOST], ld->frames[i]);
+	free(ld);
+}
+
+static struct disk_load *load_find(struct engine *eng, uint64_t user)
+{
+	struct disk_load *ld = eng->disk_loads;
+
+	while (ld && ld->user != user)
+		ld = ld->next;
+	return ld;
+}
+
+/* Loads whose prepare never came back (its client went) for 2 s after
+ * they were ready: the history stays on disk, the frames come back. */
+static void loads_sweep(struct engine *eng)
+{
+	uint64_t old = now_ns() - 2000000000ull;
+	struct disk_load *ld, *next;
+	struct disk_hist hh;
+
+	for (ld = eng->disk_loads; ld; ld = next) {
+		int ret;
+
+		next = ld->next;
+		if (ld->since_ns > old)
+			continue;
+		ret = disk_tier_poll(eng->disk, &ld->hh, &hh);
+		if (ret == -EINPROGRESS)
+			continue;
+		if (!ret)
+			disk_tier_unhold(eng->disk, &ld->hh);
+		load_end(eng, ld, 0);
+	}
+}
+
+/*
+ * Start reading user's history on disk straight into host frames: *out
+ * set, or NULL where that cannot be (no registered-able host tier, not on
+ * disk, held or resized meanwhile): then disk_tier_get's staging serves.
+ */
+static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
+		      struct errbuf *e)
+{
+	struct disk_key k = key_of(eng, user);
+	struct disk_load *ld;
+	uint64_t start, len;
+	uint32_t n;
+	void **dst;
+	int ret;
+
+	*out = NULL;
+	if (!eng->disk_into || !disk_tier_info(eng->disk, &k, &start, &len, &n) || !n)
+		return 0;
+	ret = disk_room(eng, user, n, e);
+	if (ret)
+		return ret;
+	ld = calloc(1, sizeof(*ld) + n * sizeof(ld->frames[0]));
+	dst = malloc(n * sizeof(*dst));
+	if (!ld || !dst) {
+		free(ld);
+		free(dst);
+		return 0; /* the staging way needs less */
+	}
+	ld->user = user;
+	ld->n = n;
+	for (uint32_t i = 0; i < n; i++) {
+		ld->frames[i] = frames_alloc(&eng->frames[KVP_TIER_HOST]);
+		dst[i] = host_frame(eng, ld->frames[i]);
+	}
+	ld->next = eng->disk_loads;
+	eng->disk_loads = ld;
+	ret = disk_tier_get_into(eng->disk, &k, n, dst, &ld->hh);
+	free(dst);
+	if (ret && ret != -EINPROGRESS) {
+		load_end(eng, ld, 0);
+		return 0;
+	}
+	ld->since_ns = now_ns();
+	*out = ld;
+	return 0;
+}
+
+/*
+ * The history hh from disk, in host frames, on the host LRU. With ld its
+ * frames are taken already and hold the pages read straight into them;
+ * pages that came from staging instead are copied, as without ld.
+ */
 static int history_from_disk(struct engine *eng, uint64_t user,
-			     const struct disk_hist *hh, struct errbuf *e)
+			     const struct disk_hist *hh, struct disk_load *ld,
+			     struct errbuf *e)
 {
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
 	uint32_t n = (uint32_t)pages_for(eng, hh->len);
 	uint64_t pb = eng->layout.page_bytes;
 	struct history *h;
+	int ret;
 
 	if (n > hh->npages)
 		n = hh->npages;
@@ -133,21 +281,11 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
 				  "its history coming back from disk", user);
 	}
-	if (!host_room_for_disk(eng, n)) {
+	ret = ld ? 0 : disk_room(eng, user, n, e);
+	if (ret) {
 		free(h->pages);
 		free(h);
-		/* A shard's host LRU is its own: retried with every lock
-		 * held, where the other shards make room too. */
-		if (eng->set && !eng->set->global)
-			return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %"
-					  PRIu32 " has no host room for its %" PRIu32
-					  " pages on disk; retried with every shard",
-					  user, eng->shard, n);
-		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32
-				  " pages on the disk tier need host frames and the "
-				  "host tier has %" PRIu32 " free and nothing to evict "
-				  "(pinned); release leases or raise host_mem", user, n,
-				  host->nfree);
+		return ret;
 	}
 	h->owner = eng;
 	h->user = user;
@@ -158,12 +296,16 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 	h->len = hh->len < (uint64_t)n * eng->P ? hh->len : (uint64_t)n * eng->P;
 	h->npages = n;
 	for (uint32_t i = 0; i < n; i++) {
+		const void *src = disk_tier_page(eng->disk, hh, i);
+		char *dst;
+
 		h->pages[i].frame[KVP_TIER_DEVICE] = FRAME_NONE;
 		h->pages[i].frame[KVP_TIER_HOST] = FRAME_NONE;
-		page_set_frame(eng, h, i, KVP_TIER_HOST, frames_alloc(host));
-		memcpy((char *)eng->mem[KVP_TIER_HOST].base +
-		       (uint64_t)h->pages[i].frame[KVP_TIER_HOST] * pb,
-		       disk_tier_page(eng->disk, hh, i), pb);
+		page_set_frame(eng, h, i, KVP_TIER_HOST,
+			       ld ? ld->frames[i] : frames_alloc(host));
+		dst = host_frame(eng, h->pages[i].frame[KVP_TIER_HOST]);
+		if (src != dst) /* read into staging: not straight here */
+			memcpy(dst, src, pb);
 	}
 	user_table_insert(&eng->users, h);
 	lru_insert(eng, h); /* host-only: the host LRU's newest */
@@ -174,23 +316,71 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 		       struct errbuf *e)
 {
 	struct disk_key k = key_of(eng, user);
+	struct disk_load *ld;
 	struct disk_hist hh;
+	uint32_t used;
 	int ret;
 
 	if (!eng->disk)
 		return 0;
-	while ((ret = disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
+	loads_sweep(eng);
+	ld = load_find(eng, user);
+	if (!ld && (ret = load_start(eng, user, &ld, e)))
+		return ret;
+	while ((ret = ld ? disk_tier_poll(eng->disk, &ld->hh, &hh) :
+			   disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
 		if (flags & ENGINE_PREPARE_DISK_DEFER)
 			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": reading "
 					  "its history back from the disk tier", user);
-		disk_tier_wait(eng->disk, &k);
+		if (ld)
+			disk_tier_wait_held(eng->disk, &ld->hh);
+		else
+			disk_tier_wait(eng->disk, &k);
 	}
-	if (ret == -ENOENT)
-		return 0; /* not on disk: a new history */
-	ret = history_from_disk(eng, user, &hh, e);
+	if (ret == -ENOENT) { /* not on disk (any more): a new history */
+		if (ld)
+			load_end(eng, ld, 0);
+		return 0;
+	}
+	used = (uint32_t)pages_for(eng, hh.len);
+	if (used > hh.npages)
+		used = hh.npages;
+	ret = history_from_disk(eng, user, &hh, ld, e);
 	if (!ret)
 		disk_tier_take(eng->disk, &hh);
+	else if (ld)
+		disk_tier_unhold(eng->disk, &hh);
+	/* The history owns the frames it uses; the rest go back. */
+	if (ld)
+		load_end(eng, ld, ret ? 0 : used);
 	return ret;
+}
+
+void engine_disk_attach(struct engine *eng)
+{
+	const struct tier_mem *m = &eng->mem[KVP_TIER_HOST];
+
+	/* Reads straight into host frames need frames the CPU (and the
+	 * kernel) can address, on the blocks O_DIRECT moves. */
+	eng->disk_into = eng->disk && m->host_visible && m->base && m->bytes &&
+			 disk_tier_into_ok(eng->disk) &&
+			 !((uintptr_t)m->base % DISK_ALIGN);
+	/* Fixed buffers: no page pinning per read. Refused (RLIMIT_MEMLOCK),
+	 * the same reads pin their pages themselves. */
+	if (eng->disk_into)
+		disk_tier_register_host(eng->disk, m->base, m->bytes);
+}
+
+void engine_disk_detach(struct engine *eng)
+{
+	while (eng->disk_loads) {
+		/* No read into the frames may outlive them. */
+		disk_tier_unhold(eng->disk, &eng->disk_loads->hh);
+		load_end(eng, eng->disk_loads, 0);
+	}
+	if (eng->disk_into)
+		disk_tier_unregister_host(eng->disk, eng->mem[KVP_TIER_HOST].base);
+	eng->disk_into = false;
 }
 
 bool engine_disk_info(struct engine *eng, uint64_t user,
@@ -202,6 +392,10 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 
 	if (!eng->disk || !disk_tier_info(eng->disk, &k, &start, &len, &np))
 		return false;
+	out->pages_disk = np;
+	out->tokens_disk = len;
+	/* The rest only for a history only on disk: engine_info() overwrites
+	 * it for one in memory. */
 	out->exists = true;
 	out->start = start;
 	out->len = len;

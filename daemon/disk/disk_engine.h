@@ -38,6 +38,11 @@ int engine_disk_flush_all(struct engine *eng);
  * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
  * ENGINE_PREPARE_DISK_DEFER while it is read; -ENOMEM nothing changed.
  */
+/* At engine_create: register the host tier with the disk tier (reads
+ * straight into host frames); at engine_destroy: wait for those reads,
+ * unregister. */
+void engine_disk_attach(struct engine *eng);
+void engine_disk_detach(struct engine *eng);
 int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 		       struct errbuf *e);
 /* engine_list_users: append to ids[0, *n) (room for cap) the users only on
@@ -46,7 +51,9 @@ void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
 		      uint64_t *n, uint64_t cap);
 /* How many users only on disk engine_disk_list may add. */
 uint64_t engine_disk_list_count(struct engine *eng, uint64_t cursor);
-/* Fill out (exists, start, len, pages) for a user only on disk. */
+/* Fill out's disk figures (pages_disk, tokens_disk) for a user with a copy
+ * on disk, and exists, start, len, pages as if only on disk (engine_info
+ * sets them again for a history in memory); false: no copy on disk. */
 bool engine_disk_info(struct engine *eng, uint64_t user,
 		      struct engine_user_info *out);
 

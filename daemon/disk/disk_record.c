@@ -48,8 +48,8 @@ int disk_record_check(const struct disk_rec_hdr *h, const void *payload,
 	if (h->magic == DISK_FREE_MAGIC || !memcmp(h, &zero, sizeof(zero)))
 		return 1;
 	if (h->magic != DISK_MAGIC || h->version != DISK_VERSION ||
-	    h->stored_len > slot_bytes - DISK_HDR_BYTES ||
-	    h->raw_len > slot_bytes - DISK_HDR_BYTES || !h->npages ||
+	    h->stored_len > slot_bytes - DISK_PAYLOAD_OFF ||
+	    h->raw_len > slot_bytes - DISK_PAYLOAD_OFF || !h->npages ||
 	    h->page >= h->npages)
 		return -EBADMSG;
 	return record_sum(h, payload) == h->checksum ? 0 : -EBADMSG;

@@ -2,9 +2,12 @@
 /*
  * disk_record.h - the self-describing record of one page on the disk tier.
  *
- * A record is one slot of a disk file: a 128-byte header, then the page as
- * the codec stored it, then padding to the slot size (a multiple of 4096, so
- * O_DIRECT can move it). The header says whose page it is and where it goes,
+ * A record is one slot of a disk file: a 128-byte header in the slot's first
+ * 4 KiB block (the rest of it zero), then from DISK_PAYLOAD_OFF on the page
+ * as the codec stored it, then padding to the slot size (a multiple of 4096,
+ * so O_DIRECT can move it). The page starts on a block of its own so that a
+ * stored-as-is page moves straight between the file and a page-aligned host
+ * frame (disk_tier_get_into), its header through a small buffer beside it. The header says whose page it is and where it goes,
  * so a warm restart rebuilds the index from the records alone:
  *
  *   tenant, pool  whose pool the page belongs to (xxh64 of the tenant name)
@@ -31,9 +34,10 @@
 
 #define DISK_MAGIC 0x3145474150445056ull      /* "VPDPAGE1" little-endian */
 #define DISK_FREE_MAGIC 0x3145455246445056ull /* "VPDFREE1" */
-#define DISK_VERSION 1u
+#define DISK_VERSION 2u  /* 1: the page right after the header */
 #define DISK_HDR_BYTES 128u
 #define DISK_ALIGN 4096u
+#define DISK_PAYLOAD_OFF DISK_ALIGN /* the page's offset in its slot */
 
 enum disk_kind {
 	DISK_KIND_USER = 1,   /* a user history page: id = user id */
@@ -64,10 +68,12 @@ struct disk_rec_hdr {
 _Static_assert(sizeof(struct disk_rec_hdr) == DISK_HDR_BYTES,
 	       "the record header is part of the disk format");
 
-/* Bytes of one slot for pages of page_bytes: header and page, 4K aligned. */
+/* Bytes of one slot for pages of page_bytes: the header's block, then the
+ * page, 4K aligned. */
 static inline uint64_t disk_slot_bytes(uint64_t page_bytes)
 {
-	return (DISK_HDR_BYTES + page_bytes + DISK_ALIGN - 1) & ~(uint64_t)(DISK_ALIGN - 1);
+	return DISK_PAYLOAD_OFF +
+	       ((page_bytes + DISK_ALIGN - 1) & ~(uint64_t)(DISK_ALIGN - 1));
 }
 
 /* A stable id of the geometry (xxh64 of its fields): records of another

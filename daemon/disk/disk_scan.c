@@ -128,7 +128,7 @@ static void scan_batch(struct disk_tier *dt, uint32_t first, uint32_t n,
 		const char *s = io[i].buf;
 		const struct disk_rec_hdr *h = (const void *)s;
 		int c = io[i].res ? -EIO :
-			disk_record_check(h, s + DISK_HDR_BYTES, dt->slot_bytes);
+			disk_record_check(h, s + DISK_PAYLOAD_OFF, dt->slot_bytes);
 
 		if (c == 1)
 			continue;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -16,16 +17,40 @@
 #include "disk_record.h"
 #include "disk_store.h"
 
+/* A run in flight: slots v[i, i+k) moved as one SQE of bytes. */
+struct disk_run {
+	struct disk_io *v;
+	uint32_t i, k;
+	uint64_t bytes;
+	disk_io_done_fn done;
+	void *arg;
+};
+
+/* One entry of io_uring's fixed-buffer table: a piece of a region. */
+struct disk_fixed {
+	char *base;              /* NULL: free */
+	uint64_t bytes;
+	char *region;            /* the region it is a piece of */
+};
+
 struct disk_store {
 	int fd;
 	bool direct;
 	uint64_t slot_bytes;
 	uint32_t nslots;
 	struct io_uring ring;
-	char *fixed;             /* registered buffer 0, or NULL */
-	uint64_t fixed_bytes;
+	/* Fixed buffers (sparse table): pieces of registered regions. The
+	 * disk thread looks them up per SQE while an engine may add or drop
+	 * a region: fixed_mu. */
+	pthread_mutex_t fixed_mu;
+	bool sparse;             /* the table exists (kernel >= 5.19) */
+	struct disk_fixed fixed[DISK_FIXED_MAX];
+	uint32_t region_refs[DISK_FIXED_MAX]; /* by the region's first piece */
 	uint32_t inj_after, inj_n; /* disk_store_inject */
 	int inj_err;
+	/* The SQEs in flight, across submits (user_data: index in run). */
+	struct disk_run run[DISK_QD];
+	uint32_t run_free[DISK_QD], nrun_free, inflight;
 };
 
 static int open_file(const char *path, bool *direct)
@@ -55,6 +80,9 @@ int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
 	if (!st)
 		return errbuf_set(e, -ENOMEM, "%s: out of memory", path);
 	st->slot_bytes = slot_bytes;
+	for (uint32_t i = 0; i < DISK_QD; i++)
+		st->run_free[i] = i;
+	st->nrun_free = DISK_QD;
 	st->nslots = (uint32_t)(size / slot_bytes);
 	bytes = (uint64_t)st->nslots * slot_bytes;
 	st->fd = open_file(path, &st->direct);
@@ -80,13 +108,18 @@ int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
 			   strerror(-ret));
 		goto err;
 	}
-	ret = io_uring_queue_init(DISK_QD, &st->ring, 0);
+	/* Each slot may take two SQEs (disk_io.hdr). */
+	ret = io_uring_queue_init(2 * DISK_QD, &st->ring, 0);
 	if (ret) {
 		errbuf_set(e, ret, "%s: io_uring_queue_init: %s (the disk tier "
 			   "needs io_uring: a kernel >= 5.6 that allows it)", path,
 			   strerror(-ret));
 		goto err;
 	}
+	/* Without the sparse table (an older kernel) only the first region
+	 * goes fixed (disk_store_register); the rest works unfixed. */
+	st->sparse = !io_uring_register_buffers_sparse(&st->ring, DISK_FIXED_MAX);
+	pthread_mutex_init(&st->fixed_mu, NULL);
 	*out = st;
 	return 0;
 err:
@@ -100,6 +133,7 @@ void disk_store_close(struct disk_store *st)
 	if (!st)
 		return;
 	io_uring_queue_exit(&st->ring);
+	pthread_mutex_destroy(&st->fixed_mu);
 	close(st->fd);
 	free(st);
 }
@@ -119,17 +153,100 @@ bool disk_store_direct(const struct disk_store *st)
 	return st->direct;
 }
 
-int disk_store_register(struct disk_store *st, void *base, uint64_t bytes)
+/* Locked: the region at base (its first piece), or DISK_FIXED_MAX. */
+static uint32_t region_find(const struct disk_store *st, const void *base)
+{
+	for (uint32_t i = 0; i < DISK_FIXED_MAX; i++)
+		if (st->fixed[i].base == base && st->fixed[i].region == base)
+			return i;
+	return DISK_FIXED_MAX;
+}
+
+/* Locked: register pieces of at most 1 GiB (the kernel's limit per
+ * buffer), cut at multiples of unit so no I/O of unit bytes straddles two. */
+static int region_add(struct disk_store *st, char *base, uint64_t bytes,
+		      uint64_t unit)
+{
+	uint64_t max = (1ull << 30) / unit * unit, off = 0;
+	uint32_t first = DISK_FIXED_MAX;
+
+	if (!max)
+		return -EINVAL;
+	while (off < bytes) {
+		uint64_t len = bytes - off < max ? bytes - off : max;
+		struct iovec iov = { .iov_base = base + off, .iov_len = len };
+		uint32_t i = 0;
+		int ret;
+
+		while (i < DISK_FIXED_MAX && st->fixed[i].base)
+			i++;
+		if (i == DISK_FIXED_MAX)
+			return -ENOSPC; /* the pieces so far stay: still fine */
+		ret = io_uring_register_buffers_update_tag(&st->ring, i, &iov, NULL, 1);
+		if (ret < 0)
+			return ret;
+		st->fixed[i] = (struct disk_fixed){ .base = base + off, .bytes = len,
+						    .region = base };
+		if (first == DISK_FIXED_MAX)
+			first = i;
+		off += len;
+	}
+	st->region_refs[first] = 1;
+	return 0;
+}
+
+int disk_store_register(struct disk_store *st, void *base, uint64_t bytes,
+			uint64_t unit)
 {
 	struct iovec iov = { .iov_base = base, .iov_len = bytes };
-	int ret = io_uring_register_buffers(&st->ring, &iov, 1);
+	uint32_t r;
+	int ret;
 
-	/* Without it (RLIMIT_MEMLOCK) every I/O pins its pages itself. */
-	if (!ret) {
-		st->fixed = base;
-		st->fixed_bytes = bytes;
+	pthread_mutex_lock(&st->fixed_mu);
+	r = region_find(st, base);
+	if (r < DISK_FIXED_MAX) {
+		st->region_refs[r]++; /* another shard of the same host tier */
+		ret = 0;
+	} else if (st->sparse) {
+		ret = region_add(st, base, bytes, unit);
+	} else if (st->fixed[0].base || bytes > (1ull << 30)) {
+		ret = -EOPNOTSUPP;
+	} else {
+		ret = io_uring_register_buffers(&st->ring, &iov, 1);
+		if (!ret) {
+			st->fixed[0] = (struct disk_fixed){ .base = base,
+							    .bytes = bytes,
+							    .region = base };
+			st->region_refs[0] = 1;
+		}
 	}
+	pthread_mutex_unlock(&st->fixed_mu);
+	/* Failing (RLIMIT_MEMLOCK, an old kernel): I/O there pins its pages
+	 * itself, a little slower. */
 	return ret;
+}
+
+void disk_store_unregister(struct disk_store *st, void *base)
+{
+	struct iovec none = { 0 };
+	uint32_t r;
+
+	pthread_mutex_lock(&st->fixed_mu);
+	r = region_find(st, base);
+	if (r < DISK_FIXED_MAX && !--st->region_refs[r]) {
+		/* No I/O into it is in flight (its owner waited for that):
+		 * the kernel lets go of its pages now. */
+		for (uint32_t i = 0; i < DISK_FIXED_MAX; i++)
+			if (st->fixed[i].region == base) {
+				if (st->sparse)
+					io_uring_register_buffers_update_tag(
+						&st->ring, i, &none, NULL, 1);
+				else
+					io_uring_unregister_buffers(&st->ring);
+				st->fixed[i] = (struct disk_fixed){ 0 };
+			}
+	}
+	pthread_mutex_unlock(&st->fixed_mu);
 }
 
 void disk_store_inject(struct disk_store *st, uint32_t after, uint32_t n,
@@ -147,7 +264,9 @@ static uint32_t run_len(const struct disk_store *st, const struct disk_io *v,
 	uint32_t k = 1;
 
 	/* At most DISK_RUN_MAX_SLOTS and 64 MiB (the length is 32 bits). */
-	while (i + k < n && k < DISK_RUN_MAX_SLOTS &&
+	if (v[i].hdr)
+		return 1; /* two SQEs of its own (disk_io.hdr) */
+	while (i + k < n && k < DISK_RUN_MAX_SLOTS && !v[i + k].hdr &&
 	       (k + 1) * st->slot_bytes <= (64u << 20) &&
 	       v[i + k].slot == v[i].slot + k &&
 	       (char *)v[i + k].buf == (char *)v[i].buf + k * st->slot_bytes)
@@ -167,102 +286,201 @@ static bool injected(struct disk_store *st, bool write)
 	return true;
 }
 
+/* The fixed buffer holding [buf, buf+len), or -1. */
+static int fixed_index(struct disk_store *st, const void *buf, uint64_t len)
+{
+	const char *p = buf;
+	int idx = -1;
+
+	pthread_mutex_lock(&st->fixed_mu);
+	for (uint32_t i = 0; i < DISK_FIXED_MAX; i++)
+		if (st->fixed[i].base && p >= st->fixed[i].base &&
+		    len <= st->fixed[i].bytes &&
+		    (uint64_t)(p - st->fixed[i].base) <= st->fixed[i].bytes - len) {
+			idx = (int)i;
+			break;
+		}
+	pthread_mutex_unlock(&st->fixed_mu);
+	return idx;
+}
+
 static void prep(struct disk_store *st, struct io_uring_sqe *sqe, bool write,
 		 void *buf, uint32_t len, uint64_t off)
 {
-	bool fixed = st->fixed && (char *)buf >= st->fixed &&
-		     (char *)buf + len <= st->fixed + st->fixed_bytes;
+	int idx = fixed_index(st, buf, len);
 
-	if (write && fixed)
-		io_uring_prep_write_fixed(sqe, st->fd, buf, len, off, 0);
+	if (write && idx >= 0)
+		io_uring_prep_write_fixed(sqe, st->fd, buf, len, off, idx);
 	else if (write)
 		io_uring_prep_write(sqe, st->fd, buf, len, off);
-	else if (fixed)
-		io_uring_prep_read_fixed(sqe, st->fd, buf, len, off, 0);
+	else if (idx >= 0)
+		io_uring_prep_read_fixed(sqe, st->fd, buf, len, off, idx);
 	else
 		io_uring_prep_read(sqe, st->fd, buf, len, off);
 }
 
-/* Reap one completion: mark its run's slots. */
-static uint32_t reap_one(struct disk_store *st, struct disk_io *v,
-			 uint32_t *inflight, uint64_t unit, disk_io_done_fn done,
-			 void *arg)
+/* Reap one completion (waiting for it when wait): mark its run's slots,
+ * tell its caller. false: none was there. */
+static bool reap_one(struct disk_store *st, bool wait)
 {
 	struct io_uring_cqe *cqe;
-	uint32_t i, k, failed = 0;
+	struct disk_run *r;
 	int res, ret;
 
 	do
-		ret = io_uring_wait_cqe(&st->ring, &cqe);
+		ret = wait ? io_uring_wait_cqe(&st->ring, &cqe) :
+			     io_uring_peek_cqe(&st->ring, &cqe);
 	while (ret == -EINTR);
+	if (ret == -EAGAIN && !wait)
+		return false;
 	if (ret)
 		abort(); /* only with nothing in flight: a bug */
-	i = (uint32_t)(cqe->user_data >> 8 & 0xffffffffu);
-	k = (uint32_t)(cqe->user_data & 0xff);
+	r = &st->run[cqe->user_data];
 	res = cqe->res;
 	io_uring_cqe_seen(&st->ring, cqe);
-	(*inflight)--;
-	if (res >= 0 && (uint64_t)res != k * unit)
+	st->inflight--;
+	st->run_free[st->nrun_free++] = (uint32_t)cqe->user_data;
+	if (res >= 0 && (uint64_t)res != r->bytes)
 		res = -EIO;
-	for (uint32_t j = 0; j < k; j++) {
-		v[i + j].res = res < 0 ? res : 0;
-		failed += res < 0;
+	for (uint32_t j = 0; j < r->k; j++) {
+		struct disk_io *x = &r->v[r->i + j];
+
+		if (res < 0 && !x->res)
+			x->res = res;
+		x->parts--;
 	}
-	if (done)
-		done(arg, i, k); /* while the other runs are still in flight */
-	return failed;
+	/* A slot moved in two parts (hdr) is done when both are. */
+	if (r->done && !r->v[r->i].parts)
+		r->done(r->arg, r->i, r->k); /* while other runs are in flight */
+	return true;
 }
 
-/* unit: slot_bytes (whole slots, coalesced) or DISK_ALIGN (first block). */
-static uint32_t rw(struct disk_store *st, bool write, struct disk_io *v,
+/* One SQE of run id for v[i, i+k), bytes at off. */
+static void queue_sqe(struct disk_store *st, struct io_uring_sqe *sqe, bool write,
+		      struct disk_io *v, uint32_t i, uint32_t k, void *buf,
+		      uint64_t bytes, uint64_t off, disk_io_done_fn done, void *arg)
+{
+	uint32_t id = st->run_free[--st->nrun_free];
+
+	st->run[id] = (struct disk_run){ .v = v, .i = i, .k = k, .bytes = bytes,
+					 .done = done, .arg = arg };
+	prep(st, sqe, write, buf, (uint32_t)bytes, off);
+	sqe->user_data = id;
+	st->inflight++;
+}
+
+/*
+ * Queue v's slots as runs; unit: slot_bytes (whole slots, coalesced) or
+ * DISK_ALIGN (each slot's first block). A slot with hdr goes as two SQEs:
+ * its header block from or to hdr, its page from or to buf. Returns at once unless the queue
+ * is full, when it reaps what has landed to make room: a caller submits,
+ * prepares the next batch while the disk works, and drains.
+ */
+static void submit(struct disk_store *st, bool write, struct disk_io *v,
 		   uint32_t n, uint64_t unit, disk_io_done_fn done, void *arg)
 {
-	uint32_t i = 0, inflight = 0, failed = 0;
+	uint32_t i = 0, queued = 0;
 
-	while (i < n || inflight) {
-		while (i < n && inflight < DISK_QD) {
-			uint32_t k = unit == st->slot_bytes ?
-				     run_len(st, v, i, n) : 1;
-			struct io_uring_sqe *sqe;
+	while (i < n) {
+		uint32_t k = unit == st->slot_bytes ? run_len(st, v, i, n) : 1;
+		struct io_uring_sqe *sqe, *sqe2;
+		uint32_t parts;
+		uint64_t off;
 
-			if (v[i].slot >= st->nslots || injected(st, write)) {
-				v[i].res = v[i].slot >= st->nslots ? -ERANGE :
-					   st->inj_err;
-				failed++;
-				i++;
-				continue;
-			}
-			sqe = io_uring_get_sqe(&st->ring);
-			if (!sqe)
-				break;
-			prep(st, sqe, write, v[i].buf, (uint32_t)(k * unit),
-			     (uint64_t)v[i].slot * st->slot_bytes);
-			sqe->user_data = (uint64_t)i << 8 | k;
-			inflight++;
-			i += k;
+		parts = v[i].hdr && unit == st->slot_bytes ? 2 : 1;
+		if (st->inflight + parts > DISK_QD) {
+			/* Full: hand the kernel what is prepared, take one. */
+			if (queued)
+				io_uring_submit(&st->ring);
+			queued = 0;
+			reap_one(st, true);
+			continue;
 		}
-		if (inflight) {
-			io_uring_submit(&st->ring);
-			failed += reap_one(st, v, &inflight, unit, done, arg);
+		if (v[i].slot >= st->nslots || injected(st, write)) {
+			v[i].res = v[i].slot >= st->nslots ? -ERANGE : st->inj_err;
+			v[i].parts = 0;
+			if (done)
+				done(arg, i, 1);
+			i++;
+			continue;
 		}
+		/* The SQ has 2 * DISK_QD entries: never short here. */
+		sqe = io_uring_get_sqe(&st->ring);
+		sqe2 = parts == 2 ? io_uring_get_sqe(&st->ring) : NULL;
+		if (!sqe || (parts == 2 && !sqe2))
+			abort();
+		for (uint32_t j = 0; j < k; j++)
+			v[i + j] = (struct disk_io){ .slot = v[i + j].slot,
+						     .buf = v[i + j].buf,
+						     .hdr = v[i + j].hdr,
+						     .parts = parts };
+		off = (uint64_t)v[i].slot * st->slot_bytes;
+		if (parts == 2) {
+			queue_sqe(st, sqe2, write, v, i, 1, v[i].hdr, DISK_ALIGN,
+				  off, done, arg);
+			queue_sqe(st, sqe, write, v, i, 1, v[i].buf,
+				  st->slot_bytes - DISK_ALIGN, off + DISK_ALIGN,
+				  done, arg);
+		} else {
+			queue_sqe(st, sqe, write, v, i, k, v[i].buf, k * unit, off,
+				  done, arg);
+		}
+		queued += parts;
+		i += k;
 	}
+	if (queued)
+		io_uring_submit(&st->ring);
+	/* Take what has landed already: its callbacks run now, not at the
+	 * drain. */
+	while (st->inflight && reap_one(st, false))
+		;
+}
+
+void disk_store_submit(struct disk_store *st, bool write, struct disk_io *v,
+		       uint32_t n, disk_io_done_fn done, void *arg)
+{
+	submit(st, write, v, n, st->slot_bytes, done, arg);
+}
+
+void disk_store_submit_heads(struct disk_store *st, struct disk_io *v,
+			     uint32_t n)
+{
+	submit(st, true, v, n, DISK_ALIGN, NULL, NULL);
+}
+
+void disk_store_drain(struct disk_store *st)
+{
+	while (st->inflight)
+		reap_one(st, true);
+}
+
+static uint32_t failed_of(const struct disk_io *v, uint32_t n)
+{
+	uint32_t failed = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		failed += v[i].res != 0;
 	return failed;
 }
 
 uint32_t disk_store_rw(struct disk_store *st, bool write, struct disk_io *v,
 		       uint32_t n)
 {
-	return rw(st, write, v, n, st->slot_bytes, NULL, NULL);
+	return disk_store_rw_each(st, write, v, n, NULL, NULL);
 }
 
 uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
 			    uint32_t n, disk_io_done_fn done, void *arg)
 {
-	return rw(st, write, v, n, st->slot_bytes, done, arg);
+	submit(st, write, v, n, st->slot_bytes, done, arg);
+	disk_store_drain(st);
+	return failed_of(v, n);
 }
 
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n)
 {
-	return rw(st, true, v, n, DISK_ALIGN, NULL, NULL);
+	submit(st, true, v, n, DISK_ALIGN, NULL, NULL);
+	disk_store_drain(st);
+	return failed_of(v, n);
 }

@@ -11,7 +11,8 @@
  * flight; buffers inside the region given to disk_store_register() go as
  * fixed-buffer operations (no page pinning per I/O).
  *
- * Not thread-safe: one thread (the disk tier's) drives a store.
+ * Not thread-safe but for (un)registering: one thread (the disk tier's)
+ * drives a store.
  */
 #ifndef KVPOOL_DISK_STORE_H
 #define KVPOOL_DISK_STORE_H
@@ -23,13 +24,19 @@
 
 #define DISK_QD 32u            /* SQEs in flight */
 #define DISK_RUN_MAX_SLOTS 64u /* slots one SQE moves at most */
+#define DISK_FIXED_MAX 64u     /* fixed buffers (pieces of <= 1 GiB) */
 
 struct disk_store;
 
 struct disk_io {
 	uint32_t slot;
-	void *buf;     /* slot_bytes, DISK_ALIGN aligned */
+	void *buf;     /* slot_bytes, DISK_ALIGN aligned; with hdr: the page
+			* alone (slot_bytes - DISK_PAYLOAD_OFF bytes) */
+	void *hdr;     /* NULL, or the slot's first block (DISK_ALIGN bytes):
+			* the slot moves in two parts, so its page can live
+			* in memory of its own (a host frame) */
 	int res;       /* out: 0 or -errno */
+	uint32_t parts; /* the store's: parts still in flight */
 };
 
 /*
@@ -45,8 +52,17 @@ uint32_t disk_store_slots(const struct disk_store *st);
 uint64_t disk_store_slot_bytes(const struct disk_store *st);
 bool disk_store_direct(const struct disk_store *st);
 
-/* Register [base, base+bytes) as io_uring's fixed buffer 0. */
-int disk_store_register(struct disk_store *st, void *base, uint64_t bytes);
+/*
+ * Register [base, base+bytes) as fixed buffers (pieces of at most 1 GiB,
+ * cut at multiples of unit): I/O from or to it pins no pages per call. A
+ * region registered again (shards sharing a host tier) is counted. Returns
+ * 0 or -errno (RLIMIT_MEMLOCK, an old kernel, the table full): I/O there
+ * works anyway, unfixed. Any thread may call it and unregister.
+ */
+int disk_store_register(struct disk_store *st, void *base, uint64_t bytes,
+			uint64_t unit);
+/* Drop a region (its last registration): no I/O into it may be in flight. */
+void disk_store_unregister(struct disk_store *st, void *base);
 
 /*
  * Write (or read) the n slots of v, sorted by slot for best coalescing.
@@ -64,6 +80,22 @@ uint32_t disk_store_rw(struct disk_store *st, bool write, struct disk_io *v,
 typedef void (*disk_io_done_fn)(void *arg, uint32_t i, uint32_t k);
 uint32_t disk_store_rw_each(struct disk_store *st, bool write, struct disk_io *v,
 			    uint32_t n, disk_io_done_fn done, void *arg);
+
+/*
+ * The same, without waiting: v's runs are queued (reaping earlier ones when
+ * DISK_QD are in flight, their done callbacks run then) and the call
+ * returns; v must stay put until disk_store_drain(). Submits of both
+ * directions and several batches share the queue, so the disk stays busy
+ * while the caller prepares the next batch. A slot refused before any I/O
+ * gets its res and its done at once.
+ */
+void disk_store_submit(struct disk_store *st, bool write, struct disk_io *v,
+		       uint32_t n, disk_io_done_fn done, void *arg);
+/* disk_store_submit of disk_store_write_heads' blocks. */
+void disk_store_submit_heads(struct disk_store *st, struct disk_io *v,
+			     uint32_t n);
+/* Wait until everything submitted has landed (res set, done called). */
+void disk_store_drain(struct disk_store *st);
 
 /* Write the first DISK_ALIGN bytes of each slot of v (buf: that many). */
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,

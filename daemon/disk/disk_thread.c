@@ -5,9 +5,12 @@
  * open and close (disk_tier.h).
  *
  * One pass takes what is queued (up to DISK_BATCH_PAGES pages each way),
- * drops the lock, does the I/O as batches of runs (disk_store_rw), and
- * takes the lock again to publish the results. A ring worker never waits
- * for a pass: it finds the result on its next retry.
+ * drops the lock, and does the I/O through one queue (disk_store_submit):
+ * each history's writes are submitted as soon as it is sealed, so the disk
+ * writes one while the next is sealed; the reads follow in the same queue
+ * (checked as their runs land) and the invalidations after them; one drain,
+ * and it takes the lock again to publish the results. A ring worker never
+ * waits for a pass: it finds the result on its next retry.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,12 +33,15 @@
 struct pass {
 	struct disk_entry *w[DISK_BATCH_PAGES], *r[DISK_BATCH_PAGES];
 	uint32_t nw, nr;
-	struct disk_io *io;
-	/* reads: io[k] is page page[k] of r[ent[k]]; ok[k] once checked */
-	uint32_t *ent, *page;
+	uint32_t wbeg[DISK_BATCH_PAGES + 1]; /* w[j]'s rows of io */
+	struct disk_io *io;      /* the writes' rows, then the reads' (rio) */
+	/* reads: rio[k] is page page[k] of r[ent[k]]; ok[k] once checked */
+	struct disk_io *rio;
+	uint32_t *ent, *page, nrio;
 	bool *ok;
 	struct disk_tier *dt;
 	uint32_t inval[DISK_BATCH_PAGES], ninval;
+	struct disk_io iv[DISK_BATCH_PAGES]; /* the invalidations' blocks */
 };
 
 static void pass_free(struct pass *p)
@@ -56,7 +62,8 @@ static struct pass *pass_new(uint32_t nstage)
 
 	if (!p)
 		return NULL;
-	p->io = calloc(rows, sizeof(*p->io));
+	/* A pass's writes and reads are in flight together. */
+	p->io = calloc(2 * (size_t)rows, sizeof(*p->io));
 	p->ent = calloc(rows, sizeof(*p->ent));
 	p->page = calloc(rows, sizeof(*p->page));
 	p->ok = calloc(rows, sizeof(*p->ok));
@@ -171,9 +178,9 @@ static void seal_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i,
 	size_t n = dt->page_bytes;
 
 	if (dt->codec.id != DISK_CODEC_NONE) {
-		n = disk_codec_encode(dt->cx, &dt->codec, s + DISK_HDR_BYTES,
+		n = disk_codec_encode(dt->cx, &dt->codec, s + DISK_PAYLOAD_OFF,
 				      dt->page_bytes, dt->raw, dt->page_bytes, &id);
-		memcpy(s + DISK_HDR_BYTES, dt->raw, n);
+		memcpy(s + DISK_PAYLOAD_OFF, dt->raw, n);
 	}
 	*h = (struct disk_rec_hdr){
 		.magic = DISK_MAGIC, .version = DISK_VERSION,
@@ -187,8 +194,9 @@ static void seal_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i,
 	};
 	memcpy(h->hash, e->k.hash, sizeof(h->hash));
 	/* Zero the slot's tail: no stale bytes of an older page on disk. */
-	memset(s + DISK_HDR_BYTES + n, 0, dt->slot_bytes - DISK_HDR_BYTES - n);
-	disk_record_seal(h, s + DISK_HDR_BYTES);
+	memset(s + DISK_HDR_BYTES, 0, DISK_PAYLOAD_OFF - DISK_HDR_BYTES);
+	memset(s + DISK_PAYLOAD_OFF + n, 0, dt->slot_bytes - DISK_PAYLOAD_OFF - n);
+	disk_record_seal(h, s + DISK_PAYLOAD_OFF);
 	*stored += n;
 }
 
@@ -205,10 +213,10 @@ static int io_cmp(const void *a, const void *b)
  */
 static bool open_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i)
 {
-	char *s = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
-	const struct disk_rec_hdr *h = (const struct disk_rec_hdr *)s;
+	const struct disk_rec_hdr *h = (const void *)disk_rec_of(dt, e, i);
+	char *s = disk_payload_of(dt, e, i);
 
-	if (disk_record_check(h, s + DISK_HDR_BYTES, dt->slot_bytes) ||
+	if (disk_record_check(h, s, dt->slot_bytes) ||
 	    h->layout_id != dt->layout_id || h->tenant != e->k.tenant ||
 	    h->pool != e->k.pool || h->id != e->k.user || h->snap != e->snap ||
 	    h->kind != (e->k.kind ? e->k.kind : DISK_KIND_USER) ||
@@ -217,23 +225,48 @@ static bool open_page(struct disk_tier *dt, struct disk_entry *e, uint32_t i)
 		return false;
 	if (h->codec == DISK_CODEC_NONE)
 		return h->stored_len == dt->page_bytes;
-	if (disk_codec_decode(dt->cx, h->codec, s + DISK_HDR_BYTES, h->stored_len,
-			      dt->raw, dt->page_bytes))
+	if (disk_codec_decode(dt->cx, h->codec, s, h->stored_len, dt->raw,
+			      dt->page_bytes))
 		return false;
-	memcpy(s + DISK_HDR_BYTES, dt->raw, dt->page_bytes);
+	memcpy(s, dt->raw, dt->page_bytes);
 	return true;
 }
 
-/* Unlocked: the pass's writes; per entry, whether every page landed. */
-static void pass_write(struct disk_tier *dt, struct pass *p, bool *ok,
-		       uint64_t *stored)
+/*
+ * Unlocked: page i of e, sealed in its staging slot a moment ago and
+ * written since, made ready where it is: as written (no check needed: it
+ * never left this memory), or decoded in place.
+ */
+static bool stage_page_ready(struct disk_tier *dt, struct disk_entry *e,
+			     uint32_t i)
+{
+	char *s = dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
+	const struct disk_rec_hdr *h = (const struct disk_rec_hdr *)s;
+
+	if (h->codec == DISK_CODEC_NONE)
+		return true;
+	if (disk_codec_decode(dt->cx, h->codec, s + DISK_PAYLOAD_OFF, h->stored_len,
+			      dt->raw, dt->page_bytes))
+		return false;
+	memcpy(s + DISK_PAYLOAD_OFF, dt->raw, dt->page_bytes);
+	return true;
+}
+
+/*
+ * Unlocked: seal and submit the pass's writes, entry by entry, so the disk
+ * writes one history while the next is sealed (xxhash64, the codec). Entry
+ * j's slots are io[wbeg[j], wbeg[j+1]).
+ */
+static uint32_t pass_write_submit(struct disk_tier *dt, struct pass *p,
+				  uint64_t *stored)
 {
 	uint32_t n = 0;
-	uint64_t t0 = disk_now_ns();
 
 	for (uint32_t j = 0; j < p->nw; j++) {
 		struct disk_entry *e = p->w[j];
+		uint64_t t0 = disk_now_ns();
 
+		p->wbeg[j] = n;
 		stored[j] = 0;
 		for (uint32_t i = 0; i < e->npages; i++) {
 			seal_page(dt, e, i, &stored[j]);
@@ -243,26 +276,27 @@ static void pass_write(struct disk_tier *dt, struct pass *p, bool *ok,
 				       (uint64_t)e->stage[i] * dt->slot_bytes,
 			};
 		}
+		dt->codec_ns += dt->codec.id != DISK_CODEC_NONE ?
+				disk_now_ns() - t0 : 0;
+		/* Sorted by slot: runs of a history go as one SQE. */
+		qsort(p->io + p->wbeg[j], n - p->wbeg[j], sizeof(*p->io), io_cmp);
+		disk_store_submit(dt->st, true, p->io + p->wbeg[j],
+				  n - p->wbeg[j], NULL, NULL);
 	}
-	dt->codec_ns += dt->codec.id != DISK_CODEC_NONE ? disk_now_ns() - t0 : 0;
-	t0 = disk_now_ns();
-	/* Sorted by slot: runs of a history go as one SQE. */
-	qsort(p->io, n, sizeof(*p->io), io_cmp);
-	disk_store_rw(dt->st, true, p->io, n);
-	dt->write_ns += disk_now_ns() - t0;
+	p->wbeg[p->nw] = n;
+	return n;
+}
+
+/* After the drain: per entry, whether every page landed. */
+static void pass_write_check(struct disk_tier *dt, struct pass *p, bool *ok)
+{
 	for (uint32_t j = 0; j < p->nw; j++) {
-		struct disk_entry *e = p->w[j];
-
 		ok[j] = true;
-		for (uint32_t i = 0; i < e->npages; i++) {
-			struct disk_io key = { .slot = e->slot[i] }, *io;
-
-			io = bsearch(&key, p->io, n, sizeof(*p->io), io_cmp);
-			if (!io || io->res) {
+		for (uint32_t x = p->wbeg[j]; x < p->wbeg[j + 1]; x++)
+			if (p->io[x].res) {
 				ok[j] = false;
-				dt->last_err = io ? io->res : -EIO;
+				dt->last_err = p->io[x].res;
 			}
-		}
 	}
 }
 
@@ -273,53 +307,108 @@ static void read_landed(void *arg, uint32_t i, uint32_t k)
 	struct pass *p = arg;
 
 	for (uint32_t x = i; x < i + k; x++)
-		p->ok[x] = !p->io[x].res &&
+		p->ok[x] = !p->rio[x].res &&
 			   open_page(p->dt, p->r[p->ent[x]], p->page[x]);
 }
 
-/* Unlocked: the pass's reads; per entry, pages that came back good in a
- * row from page 0. */
-static void pass_read(struct disk_tier *dt, struct pass *p, uint32_t *good)
+/* Rows of entry j, page by page, from row n on. */
+static uint32_t read_rows(struct disk_tier *dt, struct pass *p, uint32_t j,
+			  uint32_t n)
 {
-	uint32_t n = 0;
-	uint64_t t0 = disk_now_ns();
+	struct disk_entry *e = p->r[j];
 
-	for (uint32_t j = 0; j < p->nr; j++) {
-		struct disk_entry *e = p->r[j];
-
-		for (uint32_t i = 0; i < e->npages; i++, n++) {
-			p->io[n] = (struct disk_io){
-				.slot = e->slot[i],
-				.buf = dt->stage_base +
-				       (uint64_t)e->stage[i] * dt->slot_bytes,
-			};
-			p->ent[n] = j;
-			p->page[n] = i;
-			p->ok[n] = false; /* a slot refused before any I/O */
-		}
+	for (uint32_t i = 0; i < e->npages; i++, n++) {
+		/* Into the caller's memory: the header block apart. */
+		p->rio[n] = (struct disk_io){
+			.slot = e->slot[i],
+			.buf = e->into ? e->dst[i] : disk_rec_of(dt, e, i),
+			.hdr = e->into ? disk_rec_of(dt, e, i) : NULL,
+		};
+		p->ent[n] = j;
+		p->page[n] = i;
+		p->ok[n] = false; /* until its run lands and checks */
 	}
-	p->dt = dt;
-	disk_store_rw_each(dt->st, false, p->io, n, read_landed, p);
-	dt->read_ns += disk_now_ns() - t0;
-	n = 0;
-	for (uint32_t j = 0; j < p->nr; j++) {
-		struct disk_entry *e = p->r[j];
-
-		good[j] = 0;
-		for (uint32_t i = 0; i < e->npages; i++, n++)
-			if (good[j] == i && p->ok[n])
-				good[j]++;
-	}
+	return n;
 }
 
-/* Unlocked: mark the pass's freed snapshots free on disk (their page 0). */
-static void pass_inval(struct disk_tier *dt, struct pass *p)
+/*
+ * Unlocked: submit the pass's reads behind its writes (the queue stays
+ * full across both), then, while the disk works, make ready the entries
+ * whose pages are still in staging (a get came while they were written):
+ * they need no I/O, only their compressed pages decoded in place.
+ */
+static void pass_read_submit(struct disk_tier *dt, struct pass *p, uint32_t off)
 {
-	/* One block each, the header's: the rest of the slot can stay. */
+	uint32_t n = 0, m;
+
+	p->rio = p->io + off;
+	p->dt = dt;
+	for (uint32_t j = 0; j < p->nr; j++)
+		if (!p->r[j]->in_stage)
+			n = read_rows(dt, p, j, n);
+	disk_store_submit(dt->st, false, p->rio, n, read_landed, p);
+	for (uint32_t j = 0; j < p->nr; j++) {
+		if (!p->r[j]->in_stage)
+			continue;
+		m = read_rows(dt, p, j, n);
+		for (; n < m; n++)
+			p->ok[n] = stage_page_ready(dt, p->r[j], p->page[n]);
+	}
+	p->nrio = n;
+}
+
+/* After the drain: per entry, pages that came back good in a row from
+ * page 0 (an entry's rows are in page order). */
+static void pass_read_check(struct pass *p, uint32_t *good)
+{
+	for (uint32_t j = 0; j < p->nr; j++)
+		good[j] = 0;
+	for (uint32_t x = 0; x < p->nrio; x++)
+		if (good[p->ent[x]] == p->page[x] && p->ok[x])
+			good[p->ent[x]]++;
+}
+
+/* Unlocked: mark the pass's freed snapshots free on disk (their page 0):
+ * one block each, the header's; the rest of the slot can stay. */
+static void pass_inval_submit(struct disk_tier *dt, struct pass *p)
+{
 	for (uint32_t i = 0; i < p->ninval; i++)
-		p->io[i] = (struct disk_io){ .slot = p->inval[i],
+		p->iv[i] = (struct disk_io){ .slot = p->inval[i],
 					     .buf = dt->inval_block };
-	disk_store_write_heads(dt->st, p->io, p->ninval);
+	disk_store_submit_heads(dt->st, p->iv, p->ninval);
+}
+
+/* Unlocked: the pass's I/O, all of it in one queue, then one drain. */
+static void pass_io(struct disk_tier *dt, struct pass *p, bool *ok,
+		    uint64_t *stored, uint32_t *good)
+{
+	uint64_t t0 = disk_now_ns(), t1;
+	uint32_t nw = pass_write_submit(dt, p, stored);
+
+	t1 = disk_now_ns();
+	pass_read_submit(dt, p, nw);
+	pass_inval_submit(dt, p);
+	disk_store_drain(dt->st);
+	/* Writes and reads overlap now: each side is charged the pass's
+	 * time while it had I/O in it. */
+	if (p->nw)
+		dt->write_ns += disk_now_ns() - t0;
+	if (p->nr)
+		dt->read_ns += disk_now_ns() - t1;
+	pass_write_check(dt, p, ok);
+	pass_read_check(p, good);
+}
+
+/* Locked: e is gone; a held one waits for its holder's poll to free it
+ * (the holder's memory is no longer being written). */
+static void finish_gone(struct disk_tier *dt, struct disk_entry *e)
+{
+	if (e->held) {
+		e->gone = true;
+		e->state = DS_READY;
+		return;
+	}
+	disk_entry_destroy(dt, e, true);
 }
 
 /* Locked: publish a written entry. */
@@ -340,20 +429,23 @@ static void finish_write(struct disk_tier *dt, struct disk_entry *e, bool ok,
 			  "tier%s", e->npages, what, strerror(-dt->last_err),
 			  dt->last_err == -ENOSPC ? "; the disk is full: free space "
 			  "or lower disk_size" : "");
-		disk_entry_destroy(dt, e, true);
+		finish_gone(dt, e);
 		return;
 	}
 	u->demoted_pages += e->npages;
 	u->bytes_raw += (uint64_t)e->npages * dt->page_bytes;
 	u->bytes_stored += stored;
 	if (e->gone) {
-		disk_entry_destroy(dt, e, true);
+		finish_gone(dt, e);
 		return;
 	}
 	if (e->want) {
-		/* A get came while it was written: read it back (the staging
-		 * slots hold the encoded form now). */
+		/* A get came while it was written: the pages are still in
+		 * staging (encoded): the next pass makes them ready there, no
+		 * read (a prepare right after a demotion waits for the write,
+		 * not for a write and a read). */
 		e->want = false;
+		e->in_stage = true;
 		e->state = DS_READING;
 		e->qnext = NULL;
 		if (dt->rq.tail)
@@ -377,6 +469,8 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 {
 	struct disk_use *u = disk_use_of(dt, e->k.tenant);
 
+	e->in_stage = false;
+	disk_hblk_release(dt, e); /* the headers are checked */
 	if (good < e->npages && !e->gone) {
 		char what[80];
 
@@ -391,7 +485,8 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 		disk_use_count(u, e, -1);
 		u->dropped_pages += e->npages - good;
 		for (uint32_t i = good; i < e->npages; i++) {
-			dt->stage_free[dt->nstage_free++] = e->stage[i];
+			if (e->stage[i] != DISK_NONE)
+				dt->stage_free[dt->nstage_free++] = e->stage[i];
 			dt->free_slots[dt->nfree++] = e->slot[i];
 			u->slots--;
 			e->stage[i] = e->slot[i] = DISK_NONE;
@@ -402,14 +497,16 @@ static void finish_read(struct disk_tier *dt, struct disk_entry *e, uint32_t goo
 			e->len = (uint64_t)good * dt->P;
 		if (!good) {
 			disk_index_remove(dt, e);
-			disk_entry_destroy(dt, e, true);
+			finish_gone(dt, e);
 			return;
 		}
 	}
 	if (e->gone) {
-		disk_entry_destroy(dt, e, true);
+		finish_gone(dt, e);
 		return;
 	}
+	if (e->into)
+		dt->into_pages += e->npages;
 	e->state = DS_READY;
 	e->ready_ns = disk_now_ns();
 }
@@ -434,9 +531,7 @@ static void *disk_thread(void *arg)
 		dt->idle = false;
 		pass_take(dt, p);
 		pthread_mutex_unlock(&dt->mu);
-		pass_write(dt, p, ok, stored);
-		pass_read(dt, p, good);
-		pass_inval(dt, p);
+		pass_io(dt, p, ok, stored, good);
 		pthread_mutex_lock(&dt->mu);
 		for (uint32_t i = 0; i < p->ninval; i++)
 			dt->free_slots[dt->nfree++] = p->inval[i];
@@ -486,6 +581,8 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 	if (dt->nstage > nslots)
 		dt->nstage = nslots;
 	dt->stage_base = aligned_alloc(DISK_ALIGN, dt->nstage * dt->slot_bytes);
+	dt->hblk_base = aligned_alloc(DISK_ALIGN, (uint64_t)dt->nstage * DISK_ALIGN);
+	dt->hblk_free = malloc(dt->nstage * sizeof(uint32_t));
 	dt->stage_free = malloc(dt->nstage * sizeof(uint32_t));
 	dt->free_slots = malloc(nslots * sizeof(uint32_t));
 	dt->inval = malloc(nslots * sizeof(uint32_t));
@@ -496,17 +593,20 @@ static int tier_alloc(struct disk_tier *dt, const struct disk_tier_config *c,
 	dt->cx = disk_codec_ctx_new(dt->page_bytes);
 	dt->raw = malloc(dt->page_bytes);
 	dt->pass = pass_new(dt->nstage);
-	if (!dt->stage_base || !dt->stage_free || !dt->free_slots || !dt->inval ||
+	if (!dt->stage_base || !dt->stage_free || !dt->hblk_base || !dt->hblk_free || !dt->free_slots || !dt->inval ||
 	    !dt->inval_block || !dt->bucket || !dt->cx || !dt->raw || !dt->pass)
 		return errbuf_set(e, -ENOMEM, "disk tier: out of memory for %" PRIu32
 				  " staging pages of %" PRIu64 " bytes", dt->nstage,
 				  dt->slot_bytes);
 	/* Fixed buffers: no page pinning per I/O. Without (RLIMIT_MEMLOCK)
 	 * the same I/O works, a little slower. */
-	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes);
+	disk_store_register(dt->st, dt->stage_base, dt->nstage * dt->slot_bytes,
+			    dt->slot_bytes);
+	disk_store_register(dt->st, dt->hblk_base, (uint64_t)dt->nstage * DISK_ALIGN,
+			    DISK_ALIGN);
 	for (uint32_t i = 0; i < dt->nstage; i++)
-		dt->stage_free[i] = dt->nstage - 1 - i;
-	dt->nstage_free = dt->nstage;
+		dt->stage_free[i] = dt->hblk_free[i] = dt->nstage - 1 - i;
+	dt->nstage_free = dt->nhblk_free = dt->nstage;
 	memset(dt->inval_block, 0, DISK_ALIGN);
 	h = dt->inval_block;
 	h->magic = DISK_FREE_MAGIC;
@@ -522,10 +622,14 @@ static void tier_free(struct disk_tier *dt)
 			dt->bucket[b] = e->hnext;
 			free(e->slot);
 			free(e->stage);
+			free(e->dst);
+			free(e->hblk);
 			free(e);
 		}
 	free(dt->bucket);
 	free(dt->stage_base);
+	free(dt->hblk_base);
+	free(dt->hblk_free);
 	free(dt->stage_free);
 	free(dt->free_slots);
 	free(dt->inval);

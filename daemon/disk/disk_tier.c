@@ -235,7 +235,18 @@ static void entry_free(struct disk_entry *e)
 {
 	free(e->slot);
 	free(e->stage);
+	free(e->dst);
+	free(e->hblk);
 	free(e);
+}
+
+void disk_hblk_release(struct disk_tier *dt, struct disk_entry *e)
+{
+	for (uint32_t i = e->npages; e->hblk && i-- > 0;)
+		if (e->hblk[i] != DISK_NONE) {
+			dt->hblk_free[dt->nhblk_free++] = e->hblk[i];
+			e->hblk[i] = DISK_NONE;
+		}
 }
 
 /* Forget e entirely (it is no longer in the index or on a list). */
@@ -243,6 +254,7 @@ void disk_entry_destroy(struct disk_tier *dt, struct disk_entry *e,
 			  bool invalidate)
 {
 	stage_release(dt, e);
+	disk_hblk_release(dt, e);
 	slots_release(dt, e, invalidate);
 	entry_free(e);
 }
@@ -267,6 +279,13 @@ void disk_tier_set_quota(struct disk_tier *dt, uint64_t tenant, uint64_t slots)
 static void entry_drop(struct disk_tier *dt, struct disk_entry *e)
 {
 	disk_index_remove(dt, e);
+	if (e->held) {
+		/* Its holder may have I/O into its memory on: the holder's
+		 * poll frees it (disk_tier_get_into). Held, it is on no
+		 * queue but the thread's and on no LRU. */
+		e->gone = true;
+		return;
+	}
 	switch (e->state) {
 	case DS_WRITING:
 	case DS_READING:
@@ -295,7 +314,7 @@ static bool stage_reclaim_ready(struct disk_tier *dt, uint32_t n)
 
 	for (uint32_t b = 0; b < dt->nbucket && dt->nstage_free < n; b++)
 		for (struct disk_entry *e = dt->bucket[b]; e; e = e->hnext)
-			if (e->state == DS_READY && e->ready_ns < old &&
+			if (e->state == DS_READY && !e->held && e->ready_ns < old &&
 			    e->slot[0] != DISK_NONE) {
 				stage_release(dt, e);
 				e->state = DS_ONDISK;
@@ -331,7 +350,7 @@ int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start
 	pthread_mutex_unlock(&dt->mu);
 	/* The staging slots are ours: copy without the lock. */
 	for (uint32_t i = 0; i < npages; i++)
-		memcpy(stage_ptr(dt, e->stage[i]) + DISK_HDR_BYTES, pages[i],
+		memcpy(stage_ptr(dt, e->stage[i]) + DISK_PAYLOAD_OFF, pages[i],
 		       dt->page_bytes);
 	pthread_mutex_lock(&dt->mu);
 	old = index_find(dt, k);
@@ -424,10 +443,161 @@ void disk_tier_wait(struct disk_tier *dt, const struct disk_key *k)
 	pthread_mutex_unlock(&dt->mu);
 }
 
+/* ------------------------------------------------------------ into */
+
+int disk_tier_register_host(struct disk_tier *dt, void *base, uint64_t bytes)
+{
+	if (!disk_tier_into_ok(dt))
+		return -EINVAL;
+	return disk_store_register(dt->st, base, bytes, dt->page_bytes);
+}
+
+void disk_tier_unregister_host(struct disk_tier *dt, void *base)
+{
+	disk_store_unregister(dt->st, base);
+}
+
+bool disk_tier_into_ok(const struct disk_tier *dt)
+{
+	/* The page alone fills the blocks after the header's (no padding to
+	 * write past a frame's end). */
+	return dt->page_bytes % DISK_ALIGN == 0 &&
+	       dt->slot_bytes == DISK_PAYLOAD_OFF + dt->page_bytes;
+}
+
+/*
+ * Locked: start reading held e (ONDISK) into its dst, its headers into
+ * header blocks; where there are not enough of those, into staging (the
+ * caller copies). false: neither has room now (the poll tries again).
+ */
+static bool read_start(struct disk_tier *dt, struct disk_entry *e)
+{
+	if (e->dst && !e->hblk) {
+		e->hblk = malloc(e->npages * sizeof(*e->hblk));
+		/* DISK_NONE until taken: a staging read never gives any back */
+		for (uint32_t i = 0; e->hblk && i < e->npages; i++)
+			e->hblk[i] = DISK_NONE;
+	}
+	if (e->dst && e->hblk && dt->nhblk_free >= e->npages) {
+		for (uint32_t i = 0; i < e->npages; i++)
+			e->hblk[i] = dt->hblk_free[--dt->nhblk_free];
+		e->into = true;
+	} else if (!stage_reserve(dt, e) &&
+		   (!stage_reclaim_ready(dt, e->npages) || !stage_reserve(dt, e))) {
+		return false;
+	}
+	e->state = DS_READING;
+	queue_push(&dt->rq, e);
+	pthread_cond_signal(&dt->work);
+	return true;
+}
+
+int disk_tier_get_into(struct disk_tier *dt, const struct disk_key *k,
+		       uint32_t n, void *const *dst, struct disk_hist *out)
+{
+	struct disk_entry *e;
+	int ret = -EINPROGRESS;
+
+	pthread_mutex_lock(&dt->mu);
+	e = index_find(dt, k);
+	if (!e || e->held || e->npages != n || e->npages > dt->nstage) {
+		/* None; another holder; another snapshot than the caller
+		 * sized (or one too long for staging): disk_tier_get. */
+		ret = !e ? -ENOENT : e->held ? -EBUSY : -ESTALE;
+		goto out;
+	}
+	e->dst = malloc(n * sizeof(*e->dst));
+	if (!e->dst) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	memcpy(e->dst, dst, n * sizeof(*e->dst));
+	e->held = true;
+	hist_fill(out, e);
+	switch (e->state) {
+	case DS_STAGED:
+		queue_unlink(&dt->wq, e);
+		e->state = DS_READY;
+		e->ready_ns = disk_now_ns();
+		/* fall through */
+	case DS_READY:
+		ret = 0; /* in staging: the caller copies */
+		break;
+	case DS_WRITING:
+		e->want = true;
+		break;
+	case DS_ONDISK:
+		lru_unlink(dt, e); /* held: no victim for room */
+		read_start(dt, e);
+		break;
+	case DS_READING:
+		break;
+	}
+out:
+	pthread_mutex_unlock(&dt->mu);
+	return ret;
+}
+
+int disk_tier_poll(struct disk_tier *dt, const struct disk_hist *hh,
+		   struct disk_hist *out)
+{
+	struct disk_entry *e = hh->entry;
+	int ret = -EINPROGRESS;
+
+	pthread_mutex_lock(&dt->mu);
+	if (e->state == DS_WRITING || e->state == DS_READING) {
+		/* the thread has it */
+	} else if (e->gone) {
+		disk_entry_destroy(dt, e, true);
+		ret = -ENOENT;
+	} else if (e->state == DS_ONDISK) {
+		read_start(dt, e);
+	} else {
+		hist_fill(out, e);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&dt->mu);
+	return ret;
+}
+
+void disk_tier_wait_held(struct disk_tier *dt, const struct disk_hist *hh)
+{
+	struct disk_entry *e = hh->entry;
+
+	pthread_mutex_lock(&dt->mu);
+	while (e->state == DS_WRITING || e->state == DS_READING)
+		pthread_cond_wait(&dt->done, &dt->mu);
+	pthread_mutex_unlock(&dt->mu);
+}
+
+void disk_tier_unhold(struct disk_tier *dt, const struct disk_hist *hh)
+{
+	struct disk_entry *e = hh->entry;
+
+	disk_tier_wait_held(dt, hh); /* no I/O into the caller's memory after */
+	pthread_mutex_lock(&dt->mu);
+	e->held = false;
+	if (e->gone) {
+		disk_entry_destroy(dt, e, true);
+	} else if (e->state == DS_ONDISK || (e->state == DS_READY && e->into)) {
+		/* Its slots still hold it: back on disk, as it was. */
+		free(e->dst);
+		e->dst = NULL;
+		e->into = false;
+		e->state = DS_ONDISK;
+		disk_lru_push(dt, e);
+	} else {
+		/* READY in staging: stage_reclaim_ready's, as a get's */
+		free(e->dst);
+		e->dst = NULL;
+	}
+	pthread_mutex_unlock(&dt->mu);
+}
+
 const void *disk_tier_page(struct disk_tier *dt, const struct disk_hist *hh,
 			   uint32_t i)
 {
-	return stage_ptr(dt, hh->entry->stage[i]) + DISK_HDR_BYTES;
+	return disk_payload_of(dt, hh->entry, i);
 }
 
 void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh)
@@ -435,7 +605,8 @@ void disk_tier_take(struct disk_tier *dt, const struct disk_hist *hh)
 	struct disk_entry *e = hh->entry;
 
 	pthread_mutex_lock(&dt->mu);
-	disk_index_remove(dt, e);
+	if (!e->gone) /* held and dropped since its poll: unindexed already */
+		disk_index_remove(dt, e);
 	disk_use_of(dt, e->k.tenant)->read_pages += e->npages;
 	disk_entry_destroy(dt, e, true);
 	pthread_mutex_unlock(&dt->mu);
@@ -570,6 +741,7 @@ void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
 		.bytes_raw = u->bytes_raw, .bytes_stored = u->bytes_stored,
 		.write_ns = dt->write_ns, .read_ns = dt->read_ns,
 		.codec_ns = dt->codec_ns, .bad_records = dt->bad_records,
+		.into_pages = dt->into_pages, .hblk_free = dt->nhblk_free,
 		.direct = disk_store_direct(dt->st),
 	};
 	pthread_mutex_unlock(&dt->mu);

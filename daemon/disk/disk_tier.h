@@ -100,6 +100,36 @@ struct disk_hist {
  */
 int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		  struct disk_hist *out);
+/*
+ * Reading back straight into the caller's memory (a host frame per page:
+ * no staging, no copy). dst[i] takes page i: page_bytes, DISK_ALIGN
+ * aligned, registered with disk_tier_register_host() for fixed-buffer I/O
+ * (unregistered works too). Only where disk_tier_into_ok() (page_bytes a
+ * multiple of DISK_ALIGN).
+ *
+ * get_into: -ENOENT none; -EBUSY / -ESTALE another caller holds it, or it
+ * has not n pages (disk_tier_info was a moment ago): use disk_tier_get;
+ * else the caller HOLDS it (out->entry) and returns 0 (ready) or
+ * -EINPROGRESS (being read: poll it). While held, dst must stay valid and
+ * nobody else gets it. disk_tier_poll: -EINPROGRESS, 0 ready (out
+ * refreshed: npages may have shrunk where a page came back damaged), or
+ * -ENOENT: dropped meanwhile, its I/O is over, dst is the caller's again
+ * and the handle is dead. Once ready, disk_tier_page(i) is dst[i] where it
+ * was read there, else a staging page to copy (it was not written yet, or
+ * the header blocks were short). Then disk_tier_take(), or
+ * disk_tier_unhold() to leave it on disk (it waits for the I/O).
+ */
+bool disk_tier_into_ok(const struct disk_tier *dt);
+int disk_tier_register_host(struct disk_tier *dt, void *base, uint64_t bytes);
+void disk_tier_unregister_host(struct disk_tier *dt, void *base);
+int disk_tier_get_into(struct disk_tier *dt, const struct disk_key *k,
+		       uint32_t n, void *const *dst, struct disk_hist *out);
+int disk_tier_poll(struct disk_tier *dt, const struct disk_hist *hh,
+		   struct disk_hist *out);
+/* Block until the held history's I/O is over (then poll again). */
+void disk_tier_wait_held(struct disk_tier *dt, const struct disk_hist *hh);
+void disk_tier_unhold(struct disk_tier *dt, const struct disk_hist *hh);
+
 /* Block until the read disk_tier_get queued is over (then get again). */
 void disk_tier_wait(struct disk_tier *dt, const struct disk_key *k);
 /* Page i of a history get returned (valid until take). */
@@ -143,6 +173,8 @@ struct disk_tier_stats {
 	uint64_t write_ns, read_ns;     /* in the disk thread */
 	uint64_t codec_ns;
 	uint64_t bad_records;           /* skipped by the scan */
+	uint64_t into_pages;            /* read straight into callers' frames */
+	uint64_t hblk_free;             /* header blocks free (tests) */
 	bool direct;
 };
 /* The whole file's slots, and the tenant's share of the rest (all its

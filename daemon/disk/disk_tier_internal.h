@@ -23,7 +23,8 @@
  * thread has it) -> ONDISK (slots hold it; on the LRU). get: ONDISK ->
  * READING -> READY (pages in staging again) -> take (gone). A get of a
  * STAGED entry serves the staging copy at once; one of a WRITING entry
- * sets want, and the thread reads it back once written.
+ * sets want, and once written the thread makes its staging copy ready
+ * (in_stage: READING without I/O, decoding compressed pages in place).
  */
 enum disk_state { DS_STAGED, DS_WRITING, DS_ONDISK, DS_READING, DS_READY };
 
@@ -36,7 +37,15 @@ struct disk_entry {
 	uint32_t *slot;          /* [npages] disk slot, DISK_NONE before write */
 	uint32_t *stage;         /* [npages] staging slot, DISK_NONE when none */
 	enum disk_state state;
-	bool want;               /* a get waits: read back after the write */
+	bool want;               /* a get waits: ready after the write */
+	bool in_stage;           /* READING from its staging copy, no I/O */
+	/* disk_tier_get_into: the caller holds it (no one else gets it, it
+	 * is off the LRU, a drop only marks it gone) and wants its pages in
+	 * dst; into once they are read there (hblk: their header blocks
+	 * while the read is on). */
+	bool held, into;
+	void **dst;              /* [npages] or NULL */
+	uint32_t *hblk;          /* [npages] header blocks, or NULL */
 	uint64_t ready_ns;       /* when it became READY */
 	bool gone;               /* dropped while the thread held it */
 	struct disk_entry *hnext;        /* index chain */
@@ -76,6 +85,10 @@ struct disk_tier {
 	uint32_t *free_slots, nfree;
 	char *stage_base;
 	uint32_t nstage, *stage_free, nstage_free;
+	/* Header blocks of reads straight into a caller's memory: nstage of
+	 * DISK_ALIGN bytes (a page's header needs no staging slot). */
+	char *hblk_base;
+	uint32_t *hblk_free, nhblk_free;
 	/* (tenant, pool, user) -> entry */
 	struct disk_entry **bucket;
 	uint32_t nbucket;
@@ -85,7 +98,7 @@ struct disk_tier {
 	uint64_t next_snap;
 	struct disk_use use[DISK_TENANTS_MAX];
 	uint32_t nuse;
-	uint64_t write_ns, read_ns, codec_ns, bad_records;
+	uint64_t write_ns, read_ns, codec_ns, bad_records, into_pages;
 	int last_err;            /* of the last failed write, for the log */
 	void (*log)(int prio, const char *msg);
 };
@@ -128,8 +141,28 @@ struct disk_use *disk_use_of(struct disk_tier *dt, uint64_t tenant);
 void disk_index_insert(struct disk_tier *dt, struct disk_entry *e);
 void disk_lru_push(struct disk_tier *dt, struct disk_entry *e);
 struct disk_entry *disk_entry_new(uint32_t npages);
+/* Give e's header blocks back (its read is checked). */
+void disk_hblk_release(struct disk_tier *dt, struct disk_entry *e);
 void disk_logf(struct disk_tier *dt, int prio, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* A page's record header and payload wherever the entry's page i is:
+ * its staging slot, or its header block and dst[i]. */
+static inline char *disk_rec_of(const struct disk_tier *dt,
+				const struct disk_entry *e, uint32_t i)
+{
+	if (e->into)
+		return dt->hblk_base + (uint64_t)e->hblk[i] * DISK_ALIGN;
+	return dt->stage_base + (uint64_t)e->stage[i] * dt->slot_bytes;
+}
+
+static inline char *disk_payload_of(const struct disk_tier *dt,
+				    const struct disk_entry *e, uint32_t i)
+{
+	if (e->into)
+		return e->dst[i];
+	return disk_rec_of(dt, e, i) + DISK_PAYLOAD_OFF;
+}
 
 /* disk_scan.c: rebuild the index from the file (before the thread runs). */
 int disk_scan(struct disk_tier *dt, struct errbuf *e);

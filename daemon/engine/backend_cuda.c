@@ -47,7 +47,10 @@
  * for the oldest when FENCE_RING are in flight). `landed` is the highest
  * fence known to have landed; fence_done() queries the fence's own event
  * (non-blocking) and fence_wait() synchronises on it outside the lock, so
- * one tenant waiting never stalls another's polling. A copy_async of
+ * one tenant waiting never stalls another's polling. Each fence also has a
+ * start event recorded before its runs (both events timed): fence_ns() is
+ * the GPU time between them, the onload's copy time without its wait in
+ * the stream's queue (ns_h2d). A copy_async of
  * device -> host runs (the engine makes none) is copied synchronously and
  * gets fence 0, so the one stream keeps the order.
  *
@@ -202,10 +205,15 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 	ret = cuda_use(x, e);
 	if (ret)
 		goto fail;
-	for (int i = 0; i < FENCE_RING + OUT_RING; i++) {
-		cudaEvent_t *ev = i < FENCE_RING ? &x->ev[i] : &x->out_ev[i - FENCE_RING];
+	for (int i = 0; i < 2 * FENCE_RING + OUT_RING; i++) {
+		cudaEvent_t *ev = i < FENCE_RING ? &x->ev[i] :
+				  i < 2 * FENCE_RING ? &x->ev_t0[i - FENCE_RING] :
+				  &x->out_ev[i - 2 * FENCE_RING];
 
-		err = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+		/* The onload fences are timed (ns_h2d, cuda_fence_ns); the
+		 * tickets only synchronise. */
+		err = cudaEventCreateWithFlags(ev, i < 2 * FENCE_RING ?
+					       cudaEventDefault : cudaEventDisableTiming);
 		if (err != cudaSuccess) {
 			ret = errbuf_set(e, cuda_errno(err), "cuda device %d: cannot "
 					 "create a copy event: %s", device,
@@ -247,9 +255,12 @@ void backend_cuda_close(void *ctx)
 	for (int d = 0; d < 2; d++)
 		if (x->stream[d])
 			cudaStreamSynchronize(x->stream[d]);
-	for (int i = 0; i < FENCE_RING; i++)
+	for (int i = 0; i < FENCE_RING; i++) {
 		if (x->ev[i])
 			cudaEventDestroy(x->ev[i]);
+		if (x->ev_t0[i])
+			cudaEventDestroy(x->ev_t0[i]);
+	}
 	for (int i = 0; i < OUT_RING; i++)
 		if (x->out_ev[i])
 			cudaEventDestroy(x->out_ev[i]);
@@ -496,7 +507,9 @@ static int cuda_copy_async(void *ctx, enum copy_dir dir,
 				"onload: %s\n", x->device, cudaGetErrorString(err));
 		x->landed = f - FENCE_RING;
 	}
-	err = enqueue_runs(x, dir, dst, src, runs, n);
+	err = cudaEventRecord(x->ev_t0[f % FENCE_RING], x->stream[COPY_H2D]);
+	if (err == cudaSuccess)
+		err = enqueue_runs(x, dir, dst, src, runs, n);
 	if (err != cudaSuccess) {
 		/* Nothing may stay in flight behind an error: wait it out. */
 		cudaStreamSynchronize(x->stream[COPY_H2D]);
@@ -510,9 +523,31 @@ static int cuda_copy_async(void *ctx, enum copy_dir dir,
 		return copy_failed(x, dir, n, "cudaEventRecord", err, e);
 	}
 	x->issued = f;
+	x->slot_fence[f % FENCE_RING] = f;
 	pthread_mutex_unlock(&x->fence_lock);
 	*fence = f;
 	return 0;
+}
+
+/* GPU time from the start of fence first's runs to fence last's landing;
+ * 0 once either slot was recorded again (FENCE_RING onloads later) or for
+ * a fence not landed (the engine asks only for landed ones). */
+static uint64_t cuda_fence_ns(void *ctx, uint64_t first, uint64_t last)
+{
+	struct cuda_ctx *x = ctx;
+	float ms = 0;
+	cudaError_t err = cudaErrorNotReady;
+
+	pthread_mutex_lock(&x->fence_lock);
+	if (first && first <= last && last <= x->landed &&
+	    x->slot_fence[first % FENCE_RING] == first &&
+	    x->slot_fence[last % FENCE_RING] == last) {
+		cudaSetDevice(x->device);
+		err = cudaEventElapsedTime(&ms, x->ev_t0[first % FENCE_RING],
+					   x->ev[last % FENCE_RING]);
+	}
+	pthread_mutex_unlock(&x->fence_lock);
+	return err == cudaSuccess && ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
 }
 
 /*
@@ -659,6 +694,7 @@ const struct backend_ops backend_cuda = {
 	.copy_start = cuda_copy_start,
 	.copy_wait = cuda_copy_wait,
 	.fence_done = cuda_fence_done,
+	.fence_ns = cuda_fence_ns,
 	.fence_wait = cuda_fence_wait,
 	.read = cuda_read,
 };

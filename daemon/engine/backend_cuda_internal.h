@@ -37,6 +37,10 @@ struct cuda_ctx {
 	struct list_head allocs;     /* struct cuda_alloc */
 	pthread_mutex_t fence_lock;  /* guards the fields below */
 	cudaEvent_t ev[FENCE_RING];  /* fence f is ev[f % FENCE_RING] */
+	/* Recorded before fence f's runs (both timed: fence_ns is the GPU
+	 * time between them), and which fence a slot holds now. */
+	cudaEvent_t ev_t0[FENCE_RING];
+	uint64_t slot_fence[FENCE_RING];
 	uint64_t issued;             /* the last fence handed out */
 	uint64_t landed;             /* every fence <= landed has landed */
 	const struct cuda_driver *cu; /* the process's driver functions */

@@ -100,6 +100,7 @@ void copy_begin(struct copy_batch *b, const struct backend_ops *be,
 	b->sync_ns = 0;
 	b->n = 0;
 	b->fence = 0;
+	b->first_fence = 0;
 	b->err = 0;
 	b->errmsg.msg[0] = '\0';
 }
@@ -119,11 +120,17 @@ static void copy_flush(struct copy_batch *b)
 		if (ticket > b->fence)
 			b->fence = ticket;
 	} else if (b->mode == COPY_ASYNC) {
-		uint64_t fence = 0;
+		uint64_t fence = 0, t0 = mono_ns();
 
 		prof_flush(b, 0);
 		ret = b->be->copy_async(b->be_ctx, b->dir, b->dst, b->src,
 					b->runs, b->n, &fence, &b->errmsg);
+		/* Fence 0: the copy landed before it returned (shm), so its wall
+		 * time is the copy's; otherwise the backend times it (fence_ns). */
+		if (!fence)
+			b->sync_ns += mono_ns() - t0;
+		if (fence && !b->first_fence)
+			b->first_fence = fence;
 		if (fence > b->fence)
 			b->fence = fence;
 	} else {

@@ -122,6 +122,7 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	ret = share_create(eng, e); /* sized by the device tier */
 	if (ret)
 		goto err;
+	engine_disk_attach(eng);
 	*out = eng;
 	return 0;
 
@@ -142,6 +143,7 @@ void engine_destroy(struct engine *eng)
 {
 	if (!eng)
 		return;
+	engine_disk_detach(eng); /* before its host frames go */
 	share_destroy(eng); /* first: sequences pin histories */
 	if (eng->users.ht.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);
@@ -169,13 +171,25 @@ const struct tier_mem *engine_tier(const struct engine *eng, enum kvp_tier t)
 
 /* ------------------------------------------------------------ pages */
 
+/* h's onload has landed: its copy time goes to ns_h2d (the backend's
+ * device time of its fences; 0 for a backend whose copies landed before
+ * copy_async returned: history_onload counted their wall time). */
+static void history_landed(struct engine *eng, struct history *h)
+{
+	if (eng->be->fence_ns && h->onload_first)
+		eng->st.ns_h2d += eng->be->fence_ns(eng->be_ctx, h->onload_first,
+						    h->onload_fence);
+	h->onload_fence = 0;
+	h->onload_first = 0;
+}
+
 void history_settle(struct engine *eng, struct history *h)
 {
 	if (!h->onload_fence)
 		return;
 	if (!eng->be->fence_done(eng->be_ctx, h->onload_fence))
 		eng->be->fence_wait(eng->be_ctx, h->onload_fence);
-	h->onload_fence = 0;
+	history_landed(eng, h);
 }
 
 void page_set_frame(struct engine *eng, struct history *h, uint32_t i,
@@ -325,8 +339,10 @@ uint32_t history_onload(struct engine *eng, struct history *h, uint32_t pages)
 	 * hardware fault, reported by the backend itself. */
 	copy_end(&eng->copy, NULL);
 	h->onload_fence = eng->copy.fence;
+	h->onload_first = eng->copy.first_fence;
 	eng->st.onloaded_pages += n;
 	eng->st.bytes_h2d += eng->copy.bytes;
+	eng->st.ns_h2d += eng->copy.sync_ns; /* copies that landed at once */
 	return n;
 }
 
@@ -629,7 +645,7 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 		history_onload(eng, h, h->npages);
 	if (h->onload_fence &&
 	    eng->be->fence_done(eng->be_ctx, h->onload_fence))
-		h->onload_fence = 0;
+		history_landed(eng, h);
 
 	if (!len && n_new)
 		h->start = start_pos;

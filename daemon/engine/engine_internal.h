@@ -70,6 +70,7 @@ struct history {
 				  * demotion copying outside the lock sees
 				  * whether its partial last page changed */
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
+	uint64_t onload_first;   /* its first flush's fence (ns_h2d: history_landed) */
 	uint64_t tick;           /* engine tick when it last went on an LRU */
 	struct hnode hnode;      /* user_table */
 	struct list_head lru_link; /* on lru[h->lru], or self-linked */
@@ -148,6 +149,8 @@ struct engine {
 	struct disk_tier *disk;  /* NULL: no disk tier (engine_config) */
 	uint64_t disk_tenant;
 	uint32_t disk_pool;
+	bool disk_into;          /* disk reads go straight into host frames */
+	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
 	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
 };
 

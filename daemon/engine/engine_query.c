@@ -22,10 +22,11 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 	struct history *h = user_table_find(&eng->users, user);
 
 	memset(out, 0, sizeof(*out));
-	if (!h) {
-		engine_disk_info(eng, user, out); /* disk tier hook */
+	/* Disk tier hook: the disk copy's figures (all of them for a history
+	 * only on disk). */
+	engine_disk_info(eng, user, out);
+	if (!h)
 		return;
-	}
 	out->exists = true;
 	out->start = h->start;
 	out->len = h->len;
@@ -147,7 +148,8 @@ int engine_list_users(struct engine *eng, uint64_t cursor,
 		rows[i] = (struct kvp_user_info){
 			.user = c.ids[i], .start = in.start, .len = in.len,
 			.pages_device = in.pages_device, .pages_host = in.pages_host,
-			.leases = in.leases,
+			.leases = in.leases, .pages_disk = in.pages_disk,
+			.tokens_disk = in.tokens_disk,
 		};
 	}
 	/* A last id of UINT64_MAX has no successor: that page is the last. */

@@ -86,7 +86,9 @@ int remote_value_decode(struct disk_codec_ctx *x, const struct remote_key *k,
 	    h.tenant != want.tenant || memcmp(h.hash, want.hash, 32) ||
 	    h.page != want.page || h.raw_len != page_bytes ||
 	    h.stored_len != len - DISK_HDR_BYTES ||
-	    disk_record_check(&h, payload, DISK_HDR_BYTES + page_bytes))
+	    /* Bounds as for a disk slot of this page (the payload follows the
+	     * header directly in a value: no 4 KiB alignment on the wire). */
+	    disk_record_check(&h, payload, DISK_PAYLOAD_OFF + page_bytes))
 		return -EBADMSG;
 	if (h.codec == DISK_CODEC_NONE) {
 		if (h.stored_len != page_bytes)

@@ -635,7 +635,7 @@ err:
 static int users_page(struct kvp_client *c, uint64_t cursor, void *rows,
 		      uint32_t max, uint64_t *next)
 {
-	return kvp_users(c, cursor, rows, max, next);
+	return kvp_users(c, cursor, (struct kvp_user_info *)rows, max, next);
 }
 
 static PyObject *user_row(const void *row)
@@ -651,7 +651,7 @@ static PyObject *client_users(KvpClient *self, PyObject *unused)
 static int clients_page(struct kvp_client *c, uint64_t cursor, void *rows,
 			uint32_t max, uint64_t *next)
 {
-	return kvp_clients(c, cursor, rows, max, next);
+	return kvp_clients(c, cursor, (struct kvp_client_info *)rows, max, next);
 }
 
 static PyObject *client_row(const void *row)
@@ -922,8 +922,9 @@ PyMethodDef client_methods[] = {
 	  "info($self, user, /)\n--\n\n"
 	  "What the cache holds of a user's history (kvp_info).\n\n"
 	  "Returns UserInfo(user, start, len, pages_device, pages_host, leases,\n"
-	  "tenant): tokens [start, start + len) are cached; len == 0 means nothing\n"
-	  "is. One round trip to kvpoold; nothing changes." },
+	  "tenant) with the attributes pages_disk and tokens_disk (its copy on the\n"
+	  "disk tier; 0: none): tokens [start, start + len) are cached; len == 0\n"
+	  "means nothing is. One round trip to kvpoold; nothing changes." },
 	{ "prepare", (PyCFunction)(void (*)(void))client_prepare,
 	  METH_FASTCALL,
 	  "prepare($self, user, start_pos, n_new, /)\n--\n\n"
@@ -992,7 +993,8 @@ PyMethodDef client_methods[] = {
 	{ "users", (PyCFunction)client_users, METH_NOARGS,
 	  "users($self, /)\n--\n\n"
 	  "Every cached history as a list of dicts (user, start, len, pages_device,\n"
-	  "pages_host, leases, tenant): admins see every tenant's (kvp_users)." },
+	  "pages_host, leases, tenant, pages_disk, tokens_disk): admins see every\n"
+	  "tenant's (kvp_users)." },
 	{ "clients", (PyCFunction)client_clients, METH_NOARGS,
 	  "clients($self, /)\n--\n\n"
 	  "Admin: the attached clients as dicts (client_id, pid, uid, gid, tenant,\n"

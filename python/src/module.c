@@ -216,6 +216,10 @@ static PyStructSequence_Field user_info_fields[] = {
 	{ "pages_host", "pages in the host tier" },
 	{ "leases", "leases held on this history" },
 	{ "tenant", "tenant index (admins listing all)" },
+	/* Attributes only, past the 7-tuple (as os.stat_result's st_atime_ns),
+	 * so code unpacking the tuple keeps working. */
+	{ "pages_disk", "pages of its copy on the disk tier (0: none)" },
+	{ "tokens_disk", "committed tokens of that copy" },
 	{ NULL, NULL },
 };
 
@@ -223,7 +227,9 @@ static PyStructSequence_Desc user_info_desc = {
 	"kvpool.UserInfo",
 	"UserInfo(user, start, len, pages_device, pages_host, leases, tenant)\n\n"
 	"A user's cached history: tokens [start, start + len). len == 0 means\n"
-	"nothing is cached (then start means nothing either).",
+	"nothing is cached (then start means nothing either). pages_disk and\n"
+	"tokens_disk (attributes, not in the tuple) tell its copy on the disk\n"
+	"tier: 0 without one.",
 	user_info_fields, 7,
 };
 
@@ -240,7 +246,9 @@ PyObject *user_info_to_object(const struct kvp_user_info *in)
 	PyStructSequence_SET_ITEM(o, 4, PyLong_FromUnsignedLong(in->pages_host));
 	PyStructSequence_SET_ITEM(o, 5, PyLong_FromUnsignedLong(in->leases));
 	PyStructSequence_SET_ITEM(o, 6, PyLong_FromUnsignedLong(in->tenant));
-	for (int i = 0; i < 7; i++)
+	PyStructSequence_SET_ITEM(o, 7, PyLong_FromUnsignedLong(in->pages_disk));
+	PyStructSequence_SET_ITEM(o, 8, PyLong_FromUnsignedLongLong(in->tokens_disk));
+	for (int i = 0; i < 9; i++)
 		if (!PyStructSequence_GET_ITEM(o, i)) {
 			Py_DECREF(o);
 			return NULL;
@@ -250,12 +258,14 @@ PyObject *user_info_to_object(const struct kvp_user_info *in)
 
 PyObject *user_info_to_dict(const struct kvp_user_info *in)
 {
-	return Py_BuildValue("{sKsKsKsIsIsIsI}", "user",
+	return Py_BuildValue("{sKsKsKsIsIsIsIsIsK}", "user",
 			     (unsigned long long)in->user, "start",
 			     (unsigned long long)in->start, "len",
 			     (unsigned long long)in->len, "pages_device",
 			     in->pages_device, "pages_host", in->pages_host,
-			     "leases", in->leases, "tenant", in->tenant);
+			     "leases", in->leases, "tenant", in->tenant,
+			     "pages_disk", in->pages_disk, "tokens_disk",
+			     (unsigned long long)in->tokens_disk);
 }
 
 /* ------------------------------------------------------------ module */

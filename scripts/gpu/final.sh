@@ -16,7 +16,7 @@ SCALING_BACKEND=cuda SCALING_SECONDS=${SCALING_SECONDS:-1} timeout ${SCALING_S:-
 	scripts/scaling.sh /tmp/b $OUT > $OUT/scaling.txt 2>&1; echo "scaling rc=$?"; tail -30 $OUT/scaling.txt
 if [ -x /tmp/b/kvbench ] && /tmp/b/kvbench disk --help >/dev/null 2>&1; then
 	mkdir -p /var/tmp/kvbench-disk
-	timeout 60 /tmp/b/kvbench disk --dir /var/tmp/kvbench-disk --json > $OUT/disk-device.json 2> $OUT/disk-device.err
+	timeout 150 /tmp/b/kvbench disk --dir /var/tmp/kvbench-disk --json > $OUT/disk-device.json 2> $OUT/disk-device.err
 	echo "kvbench disk rc=$?"; head -c 1500 $OUT/disk-device.json
 fi
 if grep -q disk_dir /tmp/b/kvpoold 2>/dev/null || /tmp/b/kvpoold --help 2>&1 | grep -q disk_dir; then

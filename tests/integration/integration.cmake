@@ -81,6 +81,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_kvctl_all 300)
   # A --config kvpoold cannot read: exit 2 naming it, nothing started.
   kvpool_integration_test(test_config_errors 60)
+  # Growing structs (kvpool.h): callers built against 0.1's structs, this
+  # tree's and a later one's read the same rows, nothing past their own.
+  kvpool_integration_test(test_abi_compat 60)
 endif()
 
 # kvpoold --metrics under load: promtool check metrics, the counters agree

@@ -90,6 +90,15 @@ for t in device host; do
 	grep -q "^kvpool_tier_frames{tenant=\"default\",pool=\"0\",tier=\"$t\",state=\"free\"} " \
 		"$dir/m" || fail "no free frames of the $t tier"
 done
+# Copy bandwidth both ways: bytes and seconds served as pairs, and copies
+# that moved bytes took time (on shm their wall time).
+for d in d2h h2d; do
+	b=$(val "kvpool_copy_${d}_bytes_total{tenant=\"default\",pool=\"0\"}")
+	t=$(val "kvpool_copy_${d}_seconds_total{tenant=\"default\",pool=\"0\"}")
+	[ -n "$b" ] && [ -n "$t" ] || fail "kvpool_copy_${d}_bytes_total '$b' or _seconds_total '$t' missing"
+	[ "$b" = 0 ] || awk -v t="$t" 'BEGIN { exit !(t > 0) }' ||
+		fail "kvpool_copy_${d}_bytes_total is $b but _seconds_total is $t"
+done
 # The histogram's buckets never decrease.
 awk -F'[{} ]' '/^kvpool_op_duration_seconds_bucket\{op="prepare"/ {
 	if ($NF + 0 < last) exit 1; last = $NF + 0 }' "$dir/m" ||

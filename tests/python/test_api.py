@@ -390,3 +390,25 @@ def test_pybench_measures_python_against_c(daemon, tmp_path):
     assert r["c"]["p50_ns"] > 0 and r["py"]["p50_ns"] > 0
     assert r["py_over_c_p50"] == round(r["py"]["p50_ns"] / r["c"]["p50_ns"], 3)
     assert {"command", "machine", "date"} <= set(r)
+
+
+def test_user_info_shows_the_disk_copy(tmp_path):
+    """pages_disk / tokens_disk: attributes past UserInfo's 7-tuple (code
+    that unpacks it keeps working) and keys of users()' dicts."""
+    import kvpool
+    from conftest import Daemon
+    d = Daemon(extra=[f"--disk_dir={tmp_path}", "--disk_size=1M"])
+    try:
+        with kvpool.connect(d.sock, "pytest-disk") as c:
+            with c.prepare(7, 0, 40) as lease:
+                lease.commit()
+            info = c.info(7)
+            assert len(info) == 7 and (info.pages_disk, info.tokens_disk) == (0, 0)
+            assert c.evict(7, tier=8) == 3  # KVP_SEL_TO_DISK: 40 tokens, 3 pages
+            info = c.info(7)
+            assert (info.len, info.pages_device, info.pages_host) == (40, 0, 0)
+            assert (info.pages_disk, info.tokens_disk) == (3, 40)
+            row = [r for r in c.users() if r["user"] == 7][0]
+            assert (row["pages_disk"], row["tokens_disk"]) == (3, 40)
+    finally:
+        d.stop()

@@ -145,6 +145,21 @@ static void fake_fence_wait(void *ctx, uint64_t fence)
 	fake_land(f, fence);
 }
 
+static uint64_t fake_fence_ns(void *ctx, uint64_t first, uint64_t last)
+{
+	struct fake_async *f = ctx;
+
+	if (!first || first > last || last > f->landed) {
+		if (!f->conflicts++)
+			snprintf(f->conflict, sizeof(f->conflict), "fence_ns(%" PRIu64
+				 ", %" PRIu64 ") with fences <= %" PRIu64 " landed",
+				 first, last, f->landed);
+		return 0;
+	}
+	f->ns_fences += last - first + 1;
+	return (last - first + 1) * FAKE_FENCE_NS;
+}
+
 static int fake_read(void *ctx, const struct tier_mem *m, uint64_t off,
 		     void *dst, uint64_t bytes, struct errbuf *e)
 {
@@ -180,5 +195,6 @@ const struct backend_ops fake_async_backend = {
 	.copy_async = fake_copy_async,
 	.fence_done = fake_fence_done,
 	.fence_wait = fake_fence_wait,
+	.fence_ns = fake_fence_ns,
 	.read = fake_read,
 };

@@ -34,9 +34,15 @@ struct fake_async {
 	uint32_t nq, capq;
 	uint32_t async_calls;   /* copy_async calls that queued something */
 	uint32_t waits;         /* fence_wait calls that had to land a fence */
+	/* fence_ns: FAKE_FENCE_NS a fence; every fence asked for is counted
+	 * (twice for one asked twice), one not landed is a conflict. */
+	uint64_t ns_fences;
 	uint32_t conflicts;
 	char conflict[256];     /* the first conflict */
 };
+
+/* The device time fence_ns says each fence's copies took. */
+#define FAKE_FENCE_NS 1000u
 
 /* ctx: a struct fake_async, zeroed (or land_at_once set) by the test. */
 extern const struct backend_ops fake_async_backend;

@@ -149,19 +149,19 @@ static void test_record_checksum_catches_a_flipped_byte(void **state)
 	(void)state;
 	fill_page(payload, sizeof(payload), 1, 0);
 	disk_record_seal(&h, payload);
-	assert_int_equal(disk_record_check(&h, payload, 4096), 0);
+	assert_int_equal(disk_record_check(&h, payload, 8192), 0);
 	payload[77] ^= 1;
-	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	assert_int_equal(disk_record_check(&h, payload, 8192), -EBADMSG);
 	payload[77] ^= 1;
 	h.pos++;
-	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	assert_int_equal(disk_record_check(&h, payload, 8192), -EBADMSG);
 	h.pos--;
-	h.stored_len = 8192; /* past the slot: torn or forged */
-	assert_int_equal(disk_record_check(&h, payload, 4096), -EBADMSG);
+	h.stored_len = 4097; /* past the slot's page: torn or forged */
+	assert_int_equal(disk_record_check(&h, payload, 8192), -EBADMSG);
 	memset(&h, 0, sizeof(h));
-	assert_int_equal(disk_record_check(&h, payload, 4096), 1);
+	assert_int_equal(disk_record_check(&h, payload, 8192), 1);
 	h.magic = DISK_FREE_MAGIC;
-	assert_int_equal(disk_record_check(&h, payload, 4096), 1);
+	assert_int_equal(disk_record_check(&h, payload, 8192), 1);
 }
 
 static void test_layout_id_differs_by_geometry(void **state)
@@ -171,8 +171,9 @@ static void test_layout_id_differs_by_geometry(void **state)
 	(void)state;
 	assert_int_not_equal(disk_layout_id(&a), disk_layout_id(&b));
 	assert_int_equal(disk_layout_id(&a), disk_layout_id(&a));
+	/* The header's block, then the page on blocks of its own. */
 	assert_int_equal(disk_slot_bytes(16384), 16384 + 4096);
-	assert_int_equal(disk_slot_bytes(1000), 4096);
+	assert_int_equal(disk_slot_bytes(1000), 8192);
 }
 
 /* ------------------------------------------------------------ codec */
@@ -291,6 +292,64 @@ static void test_store_slots_round_trip_and_injected_enospc(void **state)
 	free(buf);
 }
 
+/*
+ * A slot moved in two parts (its header block from one buffer, its page
+ * from another: a host frame, registered or not) holds what the same slot
+ * moved whole holds, both ways.
+ */
+static void test_store_split_slots_match_whole_slots(void **state)
+{
+	const uint64_t sb = 3 * 4096;  /* a header block and a 2-block page */
+	uint8_t *whole = aligned_alloc(4096, 4 * sb);
+	uint8_t *frames = aligned_alloc(4096, 4 * (sb - 4096));
+	uint8_t *hdrs = aligned_alloc(4096, 4 * 4096);
+	struct disk_store *st;
+	struct disk_io io[4];
+	struct errbuf e;
+	char path[128];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/split.disk", g_dir);
+	assert_int_equal(disk_store_open(&st, path, 4 * sb, sb, &e), 0);
+	/* Frames 0..1 fixed, 2..3 not. */
+	assert_int_equal(disk_store_register(st, frames, 2 * (sb - 4096),
+					     sb - 4096), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		memset(hdrs + i * 4096, 'h' + i, 4096);
+		memset(frames + i * (sb - 4096), 'a' + i, sb - 4096);
+		io[i] = (struct disk_io){ .slot = i, .buf = frames + i * (sb - 4096),
+					  .hdr = hdrs + i * 4096 };
+	}
+	assert_int_equal(disk_store_rw(st, true, io, 4), 0);
+	for (uint32_t i = 0; i < 4; i++)
+		io[i] = (struct disk_io){ .slot = i, .buf = whole + i * sb };
+	assert_int_equal(disk_store_rw(st, false, io, 4), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(whole[i * sb + 17], 'h' + i);
+		assert_int_equal(whole[i * sb + 4096], 'a' + i);
+		assert_int_equal(whole[i * sb + sb - 1], 'a' + i);
+		memset(whole + i * sb + 4096, 'A' + i, sb - 4096);
+	}
+	assert_int_equal(disk_store_rw(st, true, io, 4), 0);
+	memset(frames, 0, 4 * (sb - 4096));
+	memset(hdrs, 0, 4 * 4096);
+	for (uint32_t i = 0; i < 4; i++)
+		io[i] = (struct disk_io){ .slot = i, .buf = frames + i * (sb - 4096),
+					  .hdr = hdrs + i * 4096 };
+	assert_int_equal(disk_store_rw(st, false, io, 4), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(hdrs[i * 4096 + 4095], 'h' + i);
+		assert_int_equal(frames[i * (sb - 4096)], 'A' + i);
+		assert_int_equal(frames[(i + 1) * (sb - 4096) - 1], 'A' + i);
+	}
+	disk_store_unregister(st, frames);
+	disk_store_close(st);
+	unlink(path);
+	free(whole);
+	free(frames);
+	free(hdrs);
+}
+
 /* ------------------------------------------------------------ tier */
 
 static void test_put_then_get_reads_back_every_byte(void **state)
@@ -333,6 +392,159 @@ static void test_get_before_the_write_serves_the_staging_copy(void **state)
 	put_user(dt, &l, 3, 4, 0);
 	assert_int_equal(get_user(dt, &l, 3, true), 4); /* staged or written */
 	disk_tier_close(dt);
+}
+
+/*
+ * Gets right behind the puts catch histories staged, being written (made
+ * ready from staging once written, compressed pages decoded in place) and
+ * written: every one comes back byte for byte, with either codec.
+ */
+static void test_gets_behind_the_writes_come_back_whole(void **state)
+{
+	const char *codecs[] = { "none", "zstd" };
+	struct kvp_layout l = layout(64);
+
+	(void)state;
+	for (int c = 0; c < 2; c++) {
+		struct disk_tier *dt = open_tier(&l, 64, codecs[c]);
+
+		for (uint64_t u = 10; u < 24; u++)
+			put_user(dt, &l, u, 4, 0);
+		for (uint64_t u = 23; u >= 10; u--)
+			assert_int_equal(get_user(dt, &l, u, true), 4);
+		disk_tier_flush(dt);
+		disk_tier_close(dt);
+	}
+}
+
+/* get_into, then poll until ready; returns poll's last answer. */
+static int get_into_wait(struct disk_tier *dt, uint64_t user, uint32_t n,
+			 void *const *dst, struct disk_hist *hh)
+{
+	struct disk_key k = { .tenant = 7, .pool = 0, .user = user };
+	int ret = disk_tier_get_into(dt, &k, n, dst, hh);
+
+	while (ret == -EINPROGRESS) {
+		disk_tier_wait_held(dt, hh);
+		ret = disk_tier_poll(dt, hh, hh);
+	}
+	return ret;
+}
+
+/*
+ * A history on disk comes back straight into the caller's frames (no
+ * staging page), byte for byte; one not written yet comes from staging;
+ * one given up stays on disk; one dropped while held says so once its I/O
+ * is over.
+ */
+static void test_get_into_reads_straight_into_the_frames(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+	uint8_t *frames = aligned_alloc(4096, 8 * l.page_bytes);
+	uint8_t *want = malloc(l.page_bytes);
+	struct disk_key k5 = { .tenant = 7, .user = 5 };
+	struct disk_hist hh;
+	void *dst[8];
+
+	(void)state;
+	assert_true(disk_tier_into_ok(dt));
+	assert_int_equal(disk_tier_register_host(dt, frames, 8 * l.page_bytes), 0);
+	for (uint32_t i = 0; i < 8; i++)
+		dst[i] = frames + i * l.page_bytes;
+	put_user(dt, &l, 4, 4, 0);
+	put_user(dt, &l, 5, 3, 0);
+	disk_tier_flush(dt);
+	assert_int_equal(get_into_wait(dt, 4, 4, dst, &hh), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		fill_page(want, l.page_bytes, 4, i);
+		assert_ptr_equal(disk_tier_page(dt, &hh, i), dst[i]);
+		assert_memory_equal(dst[i], want, l.page_bytes);
+	}
+	disk_tier_take(dt, &hh);
+	/* Sized from a stale look: the caller goes the staging way. */
+	assert_int_equal(disk_tier_get_into(dt, &k5, 2, dst, &hh), -ESTALE);
+	/* Given up: still on disk, and a plain get finds it whole. */
+	assert_int_equal(get_into_wait(dt, 5, 3, dst, &hh), 0);
+	disk_tier_unhold(dt, &hh);
+	assert_int_equal(get_user(dt, &l, 5, true), 3);
+	/* Dropped while held: the poll says so once the read is over. */
+	put_user(dt, &l, 6, 2, 0);
+	disk_tier_flush(dt);
+	{
+		struct disk_key k6 = { .tenant = 7, .user = 6 };
+		int ret = disk_tier_get_into(dt, &k6, 2, dst, &hh);
+
+		assert_true(ret == 0 || ret == -EINPROGRESS);
+		assert_int_equal(disk_tier_drop(dt, &k6), 2);
+		disk_tier_wait_held(dt, &hh);
+		assert_int_equal(disk_tier_poll(dt, &hh, &hh), -ENOENT);
+	}
+	/* Not written yet: served from staging, not from dst. */
+	put_user(dt, &l, 7, 2, 0);
+	if (get_into_wait(dt, 7, 2, dst, &hh) == 0) {
+		for (uint32_t i = 0; i < 2; i++) {
+			fill_page(want, l.page_bytes, 7, i);
+			assert_memory_equal(disk_tier_page(dt, &hh, i), want,
+					    l.page_bytes);
+		}
+		disk_tier_take(dt, &hh);
+	}
+	disk_tier_flush(dt);
+	disk_tier_unregister_host(dt, frames);
+	disk_tier_close(dt);
+	free(frames);
+	free(want);
+}
+
+/*
+ * Two reads straight into frames at once, more pages than header blocks:
+ * the second comes through staging if the first still holds its blocks
+ * (it usually does), byte for byte either way, and afterwards every header
+ * block is free again.
+ */
+static void test_get_into_with_header_blocks_short_uses_staging(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 160, "none"); /* 64 staging */
+	uint8_t *frames = aligned_alloc(4096, 70 * l.page_bytes);
+	uint8_t *want = malloc(l.page_bytes);
+	struct disk_key ka = { .tenant = 7, .user = 30 }, kb = { .tenant = 7, .user = 31 };
+	struct disk_tier_stats st;
+	struct disk_hist a, b;
+	void *dst[70];
+	int ra, rb;
+
+	(void)state;
+	for (uint32_t i = 0; i < 70; i++)
+		dst[i] = frames + i * l.page_bytes;
+	put_user(dt, &l, 30, 40, 0);
+	disk_tier_flush(dt); /* staging holds 64 pages: one at a time */
+	put_user(dt, &l, 31, 30, 0);
+	disk_tier_flush(dt);
+	ra = disk_tier_get_into(dt, &ka, 40, dst, &a);
+	rb = disk_tier_get_into(dt, &kb, 30, dst + 40, &b);
+	assert_true(ra == 0 || ra == -EINPROGRESS);
+	assert_true(rb == 0 || rb == -EINPROGRESS);
+	for (int h = 0; h < 2; h++) {
+		struct disk_hist *x = h ? &b : &a;
+		uint32_t n = h ? 30 : 40;
+
+		while (disk_tier_poll(dt, x, x) == -EINPROGRESS)
+			disk_tier_wait_held(dt, x);
+		for (uint32_t i = 0; i < n; i++) {
+			fill_page(want, l.page_bytes, 30 + h, i);
+			assert_memory_equal(disk_tier_page(dt, x, i), want,
+					    l.page_bytes);
+		}
+		disk_tier_take(dt, x);
+	}
+	disk_tier_flush(dt);
+	disk_tier_stats(dt, 7, &st);
+	assert_int_equal(st.hblk_free, 64);
+	disk_tier_close(dt);
+	free(frames);
+	free(want);
 }
 
 static void test_warm_restart_rebuilds_histories(void **state)
@@ -417,7 +629,7 @@ static void test_damage_after_the_scan_cuts_at_read_back(void **state)
 	(void)state;
 	put_user(dt, &l, 22, 6, 0);
 	disk_tier_flush(dt);
-	damage_slot(&l, 4, 200); /* behind the tier's back */
+	damage_slot(&l, 4, DISK_PAYLOAD_OFF + 200); /* behind the tier's back */
 	assert_int_equal(get_user(dt, &l, 22, true), 4);
 	disk_tier_close(dt);
 }
@@ -611,6 +823,10 @@ int main(void)
 		T(test_store_slots_round_trip_and_injected_enospc),
 		T(test_put_then_get_reads_back_every_byte),
 		T(test_get_before_the_write_serves_the_staging_copy),
+		T(test_gets_behind_the_writes_come_back_whole),
+		T(test_store_split_slots_match_whole_slots),
+		T(test_get_into_reads_straight_into_the_frames),
+		T(test_get_into_with_header_blocks_short_uses_staging),
 		T(test_warm_restart_rebuilds_histories),
 		T(test_damaged_middle_page_keeps_the_prefix),
 		T(test_damage_after_the_scan_cuts_at_read_back),

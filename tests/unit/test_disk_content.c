@@ -352,8 +352,8 @@ static void damaged_records_are_skipped(void **state)
 	disk_tier_flush(g_disk);
 	drop_engine();
 	disk_tier_close(g_disk);
-	damage_slot(4, DISK_HDR_BYTES + 8); /* the chunk's name record */
-	damage_slot(6, DISK_HDR_BYTES + 8); /* prefix page 2 */
+	damage_slot(4, DISK_PAYLOAD_OFF + 8); /* the chunk's name record */
+	damage_slot(6, DISK_PAYLOAD_OFF + 8); /* prefix page 2 */
 	disk_open();
 	eng = engine_on_disk(true);
 	assert_int_equal(stats_of(eng).disk_chunks, 0);

@@ -141,12 +141,69 @@ static void device_host_visible_is_read_in_place(void **state)
 	to_disk_and_back(true, 0);
 }
 
+/*
+ * Pages of 4 KiB blocks, a host tier the CPU reads: a history written to
+ * disk comes back straight into host frames (no staging, no copy), byte
+ * for byte, and the frames it was not given stay free.
+ */
+static void history_on_disk_is_read_straight_into_host_frames(void **state)
+{
+	struct disk_tier_config dc = { .size = 8u << 20 };
+	struct engine_config cfg = { .device_frames = 32, .host_frames = 32 };
+	struct disk_tier_stats ds;
+	struct engine_user_info in;
+	struct errbuf e = { "" };
+	struct engine_lease L;
+	struct engine *eng = NULL;
+	char msg[128];
+	int rc;
+
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/kvpool-test-disk-engine-XXXXXX");
+	assert_non_null(mkdtemp(g_dir));
+	/* 2 layers x K,V x 4 tokens x 2 heads x 64 x fp32: 8 KiB pages */
+	assert_int_equal(kvp_layout_init(&dc.layout, 2, 2, 64, KVP_DTYPE_FP32, PT,
+					 msg, sizeof(msg)), 0);
+	dc.dir = g_dir;
+	assert_int_equal(disk_codec_parse("none", &dc.codec, msg, sizeof(msg)), 0);
+	if (disk_tier_open(&g_disk, &dc, &e))
+		fail_msg("disk_tier_open: %s", e.msg);
+	assert_true(disk_tier_into_ok(g_disk));
+	cfg.layout = dc.layout;
+	cfg.backend = &backend_shm;
+	cfg.disk = g_disk;
+	if (engine_create(&eng, &cfg, &e))
+		fail_msg("engine_create: %s", e.msg);
+	put(eng, USER, 0, TOKENS);
+	rc = engine_evict(eng, USER, KVP_SEL_TO_DISK, &e);
+	if (rc < 0)
+		fail_msg("offload --tier disk: %d %s", rc, e.msg);
+	disk_tier_flush(g_disk); /* on disk, not in staging any more */
+	rc = engine_prepare(eng, USER, TOKENS, 0, OWNER, &L, &e);
+	if (rc)
+		fail_msg("prepare after disk: %d %s", rc, e.msg);
+	assert_int_equal(L.len, TOKENS);
+	engine_fence_wait(eng, L.fence);
+	release_ok(eng, L.id);
+	verify(eng, USER, 0, TOKENS);
+	disk_tier_stats(g_disk, 0, &ds);
+	assert_int_equal(ds.into_pages, (TOKENS + PT - 1) / PT);
+	in = info_of(eng, USER);
+	assert_int_equal(in.pages_host, (TOKENS + PT - 1) / PT);
+	assert_int_equal(stats_of(eng).tier[KVP_TIER_HOST].frames_used,
+			 (TOKENS + PT - 1) / PT);
+	CHECK(eng);
+	engine_destroy(eng); /* unregisters its host tier from the disk tier */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(device_not_host_visible_demotes_first,
 					  teardown_all),
 		cmocka_unit_test_teardown(device_host_visible_is_read_in_place,
+					  teardown_all),
+		cmocka_unit_test_teardown(history_on_disk_is_read_straight_into_host_frames,
 					  teardown_all),
 	};
 

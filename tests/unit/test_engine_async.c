@@ -446,6 +446,7 @@ static void test_destroy_waits_for_copies_in_flight(void **state)
 static void test_shm_onload_is_ready_at_once(void **state)
 {
 	struct engine *eng = mk_engine(8, 8, 0);
+	struct kvp_stats s;
 
 	(void)state;
 	put(eng, 1, 0, 10);
@@ -455,7 +456,52 @@ static void test_shm_onload_is_ready_at_once(void **state)
 	assert_int_equal(L.fence, 0);
 	assert_int_equal(engine_fence_done(eng, L.fence), 1);
 	assert_true(lease_bytes_landed(eng, &L, 1));
+	/* A copy that landed before copy_async returned: its wall time. */
+	engine_stats(eng, &s);
+	assert_int_equal(s.bytes_h2d, 3 * engine_layout(eng)->page_bytes);
+	assert_true(s.ns_h2d > 0);
 	release_ok(eng, L.id);
+}
+
+/*
+ * ns_h2d of an asynchronous onload is the backend's device time of its
+ * fence (fence_ns), counted once, when the engine first sees it landed:
+ * at a later prepare's poll or at the wait of a release before landing.
+ */
+static void test_onload_time_counted_once_when_it_lands(void **state)
+{
+	struct engine *eng = mk(8, 8);
+	struct kvp_stats s;
+
+	(void)state;
+	host_only_user(eng, 1, 10);
+	host_only_user(eng, 2, 4);
+	struct engine_lease L = prep_keep(eng, 1, 10, 0, 1);
+	struct engine_lease R = prep_keep(eng, 1, 10, 0, 2); /* in flight still */
+	engine_stats(eng, &s);
+	assert_int_equal(s.bytes_h2d, 3 * engine_layout(eng)->page_bytes);
+	assert_int_equal(s.ns_h2d, 0);
+
+	fake_land(&F, L.fence);
+	struct engine_lease R2 = prep_ok(eng, 1, 10, 0, 3); /* sees it landed */
+	engine_stats(eng, &s);
+	assert_int_equal(s.ns_h2d, FAKE_FENCE_NS);
+	release_ok(eng, R2.id);
+	release_ok(eng, R.id);
+	release_ok(eng, L.id);
+	engine_stats(eng, &s);
+	assert_int_equal(s.ns_h2d, FAKE_FENCE_NS);
+	assert_int_equal(F.ns_fences, 1);
+
+	/* User 2's fence lands at its release's wait. */
+	struct engine_lease O = prep_keep(eng, 2, 4, 0, 1);
+	assert_true(O.fence > L.fence);
+	release_ok(eng, O.id);
+	assert_int_equal(F.waits, 1);
+	engine_stats(eng, &s);
+	assert_int_equal(s.ns_h2d, 2 * FAKE_FENCE_NS);
+	assert_int_equal(F.ns_fences, 2);
+	assert_no_conflict();
 }
 
 int main(void)
@@ -482,6 +528,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_destroy_waits_for_copies_in_flight,
 					  teardown_async),
 		cmocka_unit_test_teardown(test_shm_onload_is_ready_at_once,
+					  teardown_async),
+		cmocka_unit_test_teardown(test_onload_time_counted_once_when_it_lands,
 					  teardown_async),
 	};
 

@@ -557,7 +557,13 @@ static void check_step(struct sim *s)
 			       s->info[u].len, now[u].len, s->info[u].pages_device,
 			       now[u].pages_device, s->info[u].pages_host,
 			       now[u].pages_host);
-		EXPECT(s, memcmp(&st, &s->st, sizeof(st)) == 0,
+		/* Except ns_h2d: a failed op may be the first to see an earlier
+		 * onload landed, and its copy time is counted then (engine.c,
+		 * history_landed). */
+		struct kvp_stats st_cmp = st;
+
+		st_cmp.ns_h2d = s->st.ns_h2d;
+		EXPECT(s, memcmp(&st_cmp, &s->st, sizeof(st)) == 0,
 		       "a failed op changed the stats (device used %" PRIu64 "->%"
 		       PRIu64 ", host used %" PRIu64 "->%" PRIu64 ")",
 		       s->st.tier[0].frames_used, st.tier[0].frames_used,

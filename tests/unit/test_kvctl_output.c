@@ -312,6 +312,7 @@ static struct kvp_stats demo_stats(void)
 		.disk_demoted_pages = 38, .disk_read_pages = 39,
 		.disk_dropped_pages = 40, .disk_stored_bytes = 41,
 		.disk_prefix_pages = 42, .disk_chunks = 43, .disk_chunk_pages = 44,
+		.ns_h2d = 45,
 	};
 
 	return s;
@@ -373,6 +374,7 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"disk_read_pages\": 39,\n"
 		       "  \"disk_dropped_pages\": 40,\n"
 		       "  \"disk_stored_bytes\": 41,\n"
+		       "  \"ns_h2d\": 45,\n"
 		       "  \"prefix_pages\": 19,\n"
 		       "  \"prefix_idle_pages\": 20,\n"
 		       "  \"prefix_lookups\": 21,\n"
@@ -526,6 +528,7 @@ static void stats_table_shows_sizes_and_percent_used(void **state)
 		       "disk_read_pages   39\n"
 		       "disk_dropped_pages 40\n"
 		       "disk_stored_bytes 41\n"
+		       "ns_h2d            45\n"
 		       "\n"
 		       "prefix_pages      19\n"
 		       "prefix_idle_pages 20\n"
@@ -556,7 +559,8 @@ static const struct kvp_user_info demo_users[] = {
 	{ .user = 7, .start = 0, .len = 128, .pages_device = 4, .pages_host = 0,
 	  .leases = 1, .tenant = 0 },
 	{ .user = UINT64_MAX, .start = 32, .len = 64, .pages_device = 0,
-	  .pages_host = 2, .leases = 0, .tenant = 3 },
+	  .pages_host = 2, .leases = 0, .tenant = 3, .pages_disk = 2,
+	  .tokens_disk = 64 },
 };
 
 /* render_users of the first n demo_users prints exactly want. */
@@ -581,7 +585,9 @@ static void users_json_lists_every_field(void **state)
 		     "      \"pages_device\": 4,\n"
 		     "      \"pages_host\": 0,\n"
 		     "      \"leases\": 1,\n"
-		     "      \"tenant\": 0\n"
+		     "      \"tenant\": 0,\n"
+		     "      \"pages_disk\": 0,\n"
+		     "      \"tokens_disk\": 0\n"
 		     "    },\n"
 		     "    {\n"
 		     "      \"user\": 18446744073709551615,\n"
@@ -590,7 +596,9 @@ static void users_json_lists_every_field(void **state)
 		     "      \"pages_device\": 0,\n"
 		     "      \"pages_host\": 2,\n"
 		     "      \"leases\": 0,\n"
-		     "      \"tenant\": 3\n"
+		     "      \"tenant\": 3,\n"
+		     "      \"pages_disk\": 2,\n"
+		     "      \"tokens_disk\": 64\n"
 		     "    }\n"
 		     "  ],\n"
 		     "  \"count\": 2,\n"
@@ -603,12 +611,12 @@ static void users_json_lists_every_field(void **state)
 static void users_table_adds_tenant_column_for_admins(void **state)
 {
 	expect_users(false, 2, false, false,
-		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES\n"
-		     "                   7      0  128          4           0       1\n"
-		     "18446744073709551615     32   64          0           2       0\n");
+		     "                USER  START  LEN  PAGES_DEV  PAGES_HOST  PAGES_DISK  TOKENS_DISK  LEASES\n"
+		     "                   7      0  128          4           0           0            0       1\n"
+		     "18446744073709551615     32   64          0           2           2           64       0\n");
 	expect_users(false, 1, true, false,
-		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  LEASES  TENANT\n"
-		     "   7      0  128          4           0       1       0\n");
+		     "USER  START  LEN  PAGES_DEV  PAGES_HOST  PAGES_DISK  TOKENS_DISK  LEASES  TENANT\n"
+		     "   7      0  128          4           0           0            0       1       0\n");
 }
 
 static void user_shows_len_zero_as_nothing_cached(void **state)
@@ -624,6 +632,8 @@ static void user_shows_len_zero_as_nothing_cached(void **state)
 		       "next_start_pos 0\n"
 		       "pages_device   0\n"
 		       "pages_host     0\n"
+		       "pages_disk     0\n"
+		       "tokens_disk    0\n"
 		       "leases         0\n"
 		       "tenant         0\n");
 	render_user(capture_open(&c), true, &demo_users[1]);
@@ -635,7 +645,9 @@ static void user_shows_len_zero_as_nothing_cached(void **state)
 		       "  \"pages_device\": 0,\n"
 		       "  \"pages_host\": 2,\n"
 		       "  \"leases\": 0,\n"
-		       "  \"tenant\": 3\n"
+		       "  \"tenant\": 3,\n"
+		       "  \"pages_disk\": 2,\n"
+		       "  \"tokens_disk\": 64\n"
 		       "}\n");
 }
 

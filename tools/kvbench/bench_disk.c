@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_disk.h"
 #include "disk_codec.h"
 #include "disk_record.h"
 #include "disk_store.h"
@@ -42,8 +43,8 @@
 #define DEFAULT_LAYOUT "layers=32,kv_heads=8,head_dim=128,dtype=bf16,page_tokens=16"
 
 struct opts {
-	const char *dir, *layout, *data, *compress;
-	uint64_t size, history, level, rounds;
+	const char *dir, *layout, *data, *compress, *kvpoold;
+	uint64_t size, history, level, rounds, prepare_size;
 	bool json, keep;
 };
 
@@ -53,6 +54,7 @@ struct result {
 	double raw_write_s, raw_read_s, demote_s, readback_s;
 	double zstd_ratio, zstd_comp_s, zstd_decomp_s;
 	struct disk_tier_stats st;
+	struct disk_prepare_result prep; /* seconds 0: not measured */
 	bool direct;
 };
 
@@ -195,14 +197,14 @@ static int measure_raw(const struct opts *o, struct result *r,
 	 * underneath (a VM's) must see the same data both ways. */
 	memset(buf, 0, chunk * sb);
 	for (uint64_t i = 0; i < chunk; i++)
-		memcpy(buf + i * sb + DISK_HDR_BYTES, data + i * r->l.page_bytes,
+		memcpy(buf + i * sb + DISK_PAYLOAD_OFF, data + i * r->l.page_bytes,
 		       r->l.page_bytes);
 	if (disk_store_open(&st, path, n * sb, sb, &e)) {
 		snprintf(err, len, "%s", e.msg);
 		goto out;
 	}
 	r->direct = disk_store_direct(st);
-	disk_store_register(st, buf, chunk * sb);
+	disk_store_register(st, buf, chunk * sb, sb);
 	for (int dir = 1; dir >= 0; dir--) {
 		t0 = now_s();
 		for (uint64_t s = 0; s < n; s += chunk) {
@@ -352,6 +354,33 @@ out:
 	return ret;
 }
 
+/* The prepare path end to end, in a directory of its own under --dir. */
+static int measure_prepare(const struct opts *o, struct result *r, char *err,
+			   size_t len)
+{
+	struct disk_prepare_opts po = { .layout = o->layout, .kvpoold = o->kvpoold,
+					.bytes = o->prepare_size,
+					.rounds = o->rounds };
+	char dir[4096], file[4200];
+	int rc;
+
+	snprintf(dir, sizeof(dir), "%s/kvbench-prepare", o->dir);
+	snprintf(file, sizeof(file), "%s/kvpool.disk", dir);
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		snprintf(err, len, "%.900s: %s; make --dir writable", dir,
+			 strerror(errno));
+		return -1;
+	}
+	unlink(file); /* a cold file: no warm restart to scan */
+	po.dir = dir;
+	rc = disk_measure_prepare(&po, &r->prep, err, len);
+	if (!o->keep) {
+		unlink(file);
+		rmdir(dir);
+	}
+	return rc;
+}
+
 /* ---------------------------------------------------------------- report */
 
 static void print_json(const struct opts *o, const struct result *r,
@@ -380,6 +409,11 @@ static void print_json(const struct opts *o, const struct result *r,
 	json_f64(&j, "demote_ratio", r->demote_s > 0 ? r->raw_write_s / r->demote_s : 0, 3);
 	json_f64(&j, "readback_ratio", r->readback_s > 0 ? r->raw_read_s / r->readback_s : 0, 3);
 	json_f64(&j, "zstd_ratio", r->zstd_ratio, 3);
+	json_u64(&j, "prepare_bytes", r->prep.bytes);
+	json_f64(&j, "prepare_gbps", gbps(r->prep.bytes, r->prep.seconds), 3);
+	json_f64(&j, "prepare_ratio", r->prep.seconds > 0 && r->raw_read_s > 0 ?
+		 gbps(r->prep.bytes, r->prep.seconds) /
+		 gbps(r->bytes, r->raw_read_s) : 0, 3);
 	json_u64(&j, "zstd_level", o->level);
 	json_f64(&j, "zstd_compress_mbps_per_core", pb / r->zstd_comp_s / 1e6, 1);
 	json_f64(&j, "zstd_decompress_mbps_per_core", pb / r->zstd_decomp_s / 1e6, 1);
@@ -410,6 +444,13 @@ static void print_table(const struct opts *o, const struct result *r,
 	printf("%-10s %10.3f %10.3f %8.3f   (target >= 0.9)\n", "read back",
 	       gbps(r->bytes, r->readback_s), gbps(r->bytes, r->raw_read_s),
 	       r->readback_s > 0 ? r->raw_read_s / r->readback_s : 0);
+	if (r->prep.seconds > 0)
+		printf("%-10s %10.3f %10.3f %8.3f   (a reader prepare, disk -> host "
+		       "-> device, %" PRIu64 " MB)\n", "prepare",
+		       gbps(r->prep.bytes, r->prep.seconds),
+		       gbps(r->bytes, r->raw_read_s), gbps(r->prep.bytes,
+		       r->prep.seconds) / gbps(r->bytes, r->raw_read_s),
+		       r->prep.bytes / 1000000);
 	printf("best of %" PRIu64 " rounds; in the disk thread: %.3f s writing, "
 	       "%.3f s in the codec, %.3f s reading\n", o->rounds,
 	       r->st.write_ns * 1e-9, r->st.codec_ns * 1e-9, r->st.read_ns * 1e-9);
@@ -419,28 +460,6 @@ static void print_table(const struct opts *o, const struct result *r,
 }
 
 /* ---------------------------------------------------------------- options */
-
-/* Bytes with an optional K, M or G (binary) suffix; 0 or junk: -1. */
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-	unsigned shift = 0;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (end == s || errno)
-		return -1;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	}
-	if (*end || !v || v > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
 
 static void usage(FILE *f)
 {
@@ -465,6 +484,10 @@ static void usage(FILE *f)
 "  --level N          zstd level of the codec measurement (default 3)\n"
 "  --rounds N         rounds of raw and tier (each first in turn), best\n"
 "                     of each (default 4)\n"
+"  --prepare-size SIZE\n"
+"                     bytes of the history a reader prepare brings back\n"
+"                     through a kvpoold of its own (default 512M; 0: skip)\n"
+"  --kvpoold PATH     the kvpoold to start (default: next to kvbench)\n"
 "  --keep             keep the files\n"
 KVB_USAGE_END_OPTS
 "\n"
@@ -472,7 +495,7 @@ KVB_USAGE_END_OPTS
 }
 
 enum { OPT_DIR = 256, OPT_SIZE, OPT_LAYOUT, OPT_HISTORY, OPT_DATA, OPT_COMPRESS,
-       OPT_LEVEL, OPT_KEEP, OPT_ROUNDS };
+       OPT_LEVEL, OPT_KEEP, OPT_ROUNDS, OPT_PREPARE_SIZE, OPT_KVPOOLD };
 
 static const struct option long_opts[] = {
 	{ "dir", required_argument, NULL, OPT_DIR },
@@ -484,6 +507,8 @@ static const struct option long_opts[] = {
 	{ "level", required_argument, NULL, OPT_LEVEL },
 	{ "keep", no_argument, NULL, OPT_KEEP },
 	{ "rounds", required_argument, NULL, OPT_ROUNDS },
+	{ "prepare-size", required_argument, NULL, OPT_PREPARE_SIZE },
+	{ "kvpoold", required_argument, NULL, OPT_KVPOOLD },
 	KVB_LONG_OPTS_END,
 };
 
@@ -497,7 +522,7 @@ static int one_opt(void *ctx, int c, const char *arg)
 		o->dir = arg;
 		return -1;
 	case OPT_SIZE:
-		if (parse_bytes(arg, &o->size))
+		if (kvb_opt_bytes(arg, &o->size))
 			return kvb_usage_error(SUB, "--size '%s': give bytes with an "
 					       "optional K, M or G suffix", arg);
 		return -1;
@@ -524,6 +549,19 @@ static int one_opt(void *ctx, int c, const char *arg)
 		return -1;
 	case OPT_ROUNDS:
 		return kvb_opt_count(SUB, "--rounds", arg, 1, 100, &o->rounds);
+	case OPT_PREPARE_SIZE:
+		if (!strcmp(arg, "0")) {
+			o->prepare_size = 0;
+			return -1;
+		}
+		if (kvb_opt_bytes(arg, &o->prepare_size))
+			return kvb_usage_error(SUB, "--prepare-size '%s': give bytes "
+					       "with an optional K, M or G suffix, or "
+					       "0", arg);
+		return -1;
+	case OPT_KVPOOLD:
+		o->kvpoold = arg;
+		return -1;
 	}
 	return KVB_EXIT_USAGE;
 }
@@ -534,7 +572,8 @@ int cmd_disk(int argc, char **argv)
 {
 	struct opts o = { .dir = "/var/tmp", .layout = DEFAULT_LAYOUT,
 			  .data = "kv", .compress = "none", .size = 1ull << 30,
-			  .history = 16, .level = 3, .rounds = 4 };
+			  .history = 16, .level = 3, .rounds = 4,
+			  .prepare_size = 512ull << 20 };
 	struct result r = { 0 };
 	struct kvb_machine m;
 	struct summary tov;
@@ -599,6 +638,8 @@ int cmd_disk(int argc, char **argv)
 	if (!rc)
 		rc = measure_codec(&o, &r, data);
 	free(data);
+	if (!rc && o.prepare_size)
+		rc = measure_prepare(&o, &r, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "kvbench disk: %s\n", err[0] ? err : "codec failed");
 		return KVB_EXIT_FAIL;

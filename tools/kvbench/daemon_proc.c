@@ -176,6 +176,17 @@ int kvb_daemon_opt(const char *sub, int code, const char *arg,
 		return -1;
 	case KVB_OPT_WORKERS:
 		return kvb_opt_count(sub, "--workers", arg, 1, 64, &o->workers);
+	case KVB_OPT_DISK_DIR:
+		if (access(arg, W_OK | X_OK) < 0)
+			return kvb_usage_error(sub, "--disk-dir %s: %s; give a writable "
+					       "directory", arg, strerror(errno));
+		o->disk_dir = arg;
+		return -1;
+	case KVB_OPT_DISK_SIZE:
+		if (kvb_opt_bytes(arg, &o->disk_size) || !o->disk_size)
+			return kvb_usage_error(sub, "--disk-size '%s': give bytes with an "
+					       "optional K, M or G suffix", arg);
+		return -1;
 	}
 	abort(); /* a code in long_opts that nothing reads */
 }
@@ -359,11 +370,22 @@ int kvb_daemon_stop(struct kvb_daemon *d, int timeout_ms, char *err,
 	return rc;
 }
 
+int kvb_daemon_disk_flags(const struct kvb_daemon_opts *o, char (*f)[320])
+{
+	if (!o->disk_dir)
+		return 0;
+	snprintf(f[0], sizeof(f[0]), "--disk_dir=%s", o->disk_dir);
+	/* No size given: as much disk as host and device memory together. */
+	snprintf(f[1], sizeof(f[1]), "--disk_size=%llu", (unsigned long long)
+		 (o->disk_size ? o->disk_size : o->device_mem + o->host_mem));
+	return 2;
+}
+
 int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 		    const char **socket, char *err, size_t errlen)
 {
-	char path[PATH_MAX], f[6][320];
-	const char *flags[7];
+	char path[PATH_MAX], f[8][320];
+	const char *flags[9];
 	int n = 0, rc;
 
 	memset(d, 0, sizeof(*d));
@@ -388,6 +410,7 @@ int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 			 (unsigned long long)o->max_tokens);
 	if (o->layout)
 		snprintf(f[n++], sizeof(f[0]), "--layout=%s", o->layout);
+	n += kvb_daemon_disk_flags(o, f + n);
 	for (int i = 0; i < n; i++)
 		flags[i] = f[i];
 	flags[n] = NULL;
@@ -425,6 +448,13 @@ void json_daemon(struct json *j, const struct kvb_daemon *d,
 			json_i64(j, "cpu", o->cpu);
 		else
 			json_null(j, "cpu");
+		if (o->disk_dir) {
+			json_str(j, "disk_dir", o->disk_dir);
+			json_u64(j, "disk_size", o->disk_size ? o->disk_size :
+				 o->device_mem + o->host_mem);
+		} else {
+			json_null(j, "disk_dir");
+		}
 	}
 	json_obj_end(j);
 }

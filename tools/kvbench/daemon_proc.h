@@ -81,6 +81,8 @@ struct kvb_daemon_opts {
 	int cpu;                 /* pin every daemon thread to this CPU; -1: no */
 	uint64_t client_spin_us; /* kvp_connect_opts.spin_us of the benchmark's
 				  * clients; 0: libkvpool's default */
+	const char *disk_dir;    /* --disk-dir: a disk tier there; NULL: none */
+	uint64_t disk_size;      /* --disk-size, bytes (with disk_dir) */
 };
 
 /*
@@ -91,7 +93,7 @@ struct kvb_daemon_opts {
  */
 enum {
 	KVB_OPT_SOCKET = 1024, KVB_OPT_KVPOOLD, KVB_OPT_SPIN, KVB_OPT_CLIENT_SPIN,
-	KVB_OPT_DAEMON_CPU, KVB_OPT_WORKERS,
+	KVB_OPT_DAEMON_CPU, KVB_OPT_WORKERS, KVB_OPT_DISK_DIR, KVB_OPT_DISK_SIZE,
 };
 
 #define KVB_DAEMON_LONG_OPTS						\
@@ -99,12 +101,15 @@ enum {
 	{ "kvpoold", required_argument, NULL, KVB_OPT_KVPOOLD },	\
 	{ "spin-us", required_argument, NULL, KVB_OPT_SPIN },		\
 	{ "client-spin-us", required_argument, NULL, KVB_OPT_CLIENT_SPIN }, \
-	{ "daemon-cpu", required_argument, NULL, KVB_OPT_DAEMON_CPU }
+	{ "daemon-cpu", required_argument, NULL, KVB_OPT_DAEMON_CPU },	\
+	{ "disk-dir", required_argument, NULL, KVB_OPT_DISK_DIR },	\
+	{ "disk-size", required_argument, NULL, KVB_OPT_DISK_SIZE }
 
 /*
  * Read one of those options of subcommand sub into *o: --socket PATH,
  * --kvpoold PATH (must be executable), --spin-us US, --client-spin-us US,
- * --daemon-cpu N|none (a CPU this process may run on), --workers N. Returns
+ * --daemon-cpu N|none (a CPU this process may run on), --workers N,
+ * --disk-dir DIR and --disk-size SIZE (the daemon's disk tier). Returns
  * -1 to go on, else KVB_EXIT_USAGE after reporting the error (kvb_opt_fn).
  */
 int kvb_daemon_opt(const char *sub, int code, const char *arg,
@@ -116,6 +121,10 @@ int kvb_daemon_opt(const char *sub, int code, const char *arg,
  */
 int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 		    const char **socket, char *err, size_t errlen);
+
+/* The --disk_dir and --disk_size flags o asks for into f[0..1]: how many
+ * (0 without a disk tier). */
+int kvb_daemon_disk_flags(const struct kvb_daemon_opts *o, char (*f)[320]);
 
 struct json;
 /* "daemon": {"started", "socket", "pid", "path", "command", "spin_us",

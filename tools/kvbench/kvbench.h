@@ -90,6 +90,9 @@ int kvb_parse_opts(const char *sub, int argc, char **argv,
  * "2,000,000"), in [min, max]; else a usage error that names the option and
  * the range.
  */
+/* Bytes with an optional K, M or G (binary) suffix into *out: 0, or -1 for
+ * 0 or junk (the caller says what is wrong). */
+int kvb_opt_bytes(const char *s, uint64_t *out);
 int kvb_opt_count(const char *sub, const char *opt, const char *arg,
 		  uint64_t min, uint64_t max, uint64_t *out);
 

@@ -327,6 +327,27 @@ int kvb_opt_count(const char *sub, const char *opt, const char *arg,
 	return -1;
 }
 
+int kvb_opt_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end == s || errno)
+		return -1;
+	switch (*end) {
+	case 'K': case 'k': shift = 10; end++; break;
+	case 'M': case 'm': shift = 20; end++; break;
+	case 'G': case 'g': shift = 30; end++; break;
+	}
+	if (*end || !v || v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
 int kvb_opt_seconds(const char *sub, const char *opt, const char *arg,
 		    double *out)
 {

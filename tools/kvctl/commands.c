@@ -76,13 +76,13 @@ typedef int (*page_fn)(struct kvp_client *c, uint64_t cursor, void *rows,
 static int page_users(struct kvp_client *c, uint64_t cursor, void *rows,
 		      uint32_t max, uint64_t *next)
 {
-	return kvp_users(c, cursor, rows, max, next);
+	return kvp_users(c, cursor, (struct kvp_user_info *)rows, max, next);
 }
 
 static int page_clients(struct kvp_client *c, uint64_t cursor, void *rows,
 			uint32_t max, uint64_t *next)
 {
-	return kvp_clients(c, cursor, rows, max, next);
+	return kvp_clients(c, cursor, (struct kvp_client_info *)rows, max, next);
 }
 
 /* Every row of a list, or the first limit ones. */

@@ -195,6 +195,8 @@ static void user_members(struct json *j, const struct kvp_user_info *u)
 	json_u64(j, "pages_host", u->pages_host);
 	json_u64(j, "leases", u->leases);
 	json_u64(j, "tenant", u->tenant);
+	json_u64(j, "pages_disk", u->pages_disk);
+	json_u64(j, "tokens_disk", u->tokens_disk);
 }
 
 void render_user(FILE *f, bool json, const struct kvp_user_info *u)
@@ -216,14 +218,17 @@ void render_user(FILE *f, bool json, const struct kvp_user_info *u)
 	fprintf(f, "%-14s %" PRIu64 "\n", "next_start_pos", u->start + u->len);
 	fprintf(f, "%-14s %" PRIu32 "\n", "pages_device", u->pages_device);
 	fprintf(f, "%-14s %" PRIu32 "\n", "pages_host", u->pages_host);
+	fprintf(f, "%-14s %" PRIu32 "\n", "pages_disk", u->pages_disk);
+	fprintf(f, "%-14s %" PRIu64 "\n", "tokens_disk", u->tokens_disk);
 	fprintf(f, "%-14s %" PRIu32 "\n", "leases", u->leases);
 	fprintf(f, "%-14s %" PRIu32 "\n", "tenant", u->tenant);
 }
 
+/* TENANT last: render_users() leaves it out for a one-tenant view. */
 static const struct table_col user_cols[] = {
 	{ "USER", false }, { "START", false }, { "LEN", false },
-	{ "PAGES_DEV", false }, { "PAGES_HOST", false }, { "LEASES", false },
-	{ "TENANT", false },
+	{ "PAGES_DEV", false }, { "PAGES_HOST", false }, { "PAGES_DISK", false },
+	{ "TOKENS_DISK", false }, { "LEASES", false }, { "TENANT", false },
 };
 
 static void user_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
@@ -236,8 +241,10 @@ static void user_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
 	case 2: snprintf(buf, len, "%" PRIu64, u->len); break;
 	case 3: snprintf(buf, len, "%" PRIu32, u->pages_device); break;
 	case 4: snprintf(buf, len, "%" PRIu32, u->pages_host); break;
-	case 5: snprintf(buf, len, "%" PRIu32, u->leases); break;
-	case 6: snprintf(buf, len, "%" PRIu32, u->tenant); break;
+	case 5: snprintf(buf, len, "%" PRIu32, u->pages_disk); break;
+	case 6: snprintf(buf, len, "%" PRIu64, u->tokens_disk); break;
+	case 7: snprintf(buf, len, "%" PRIu32, u->leases); break;
+	case 8: snprintf(buf, len, "%" PRIu32, u->tenant); break;
 	}
 }
 

@@ -92,6 +92,13 @@ struct backend_ops {
 	int (*fence_done)(void *ctx, uint64_t fence);
 	/* Return once fence has landed. */
 	void (*fence_wait)(void *ctx, uint64_t fence);
+	/* Optional (NULL: copy_async lands before it returns, and its wall
+	 * time is the copy's). The device time of the copies of fences first
+	 * .. last (first <= last, both landed): from the start of first's
+	 * runs to the end of last's, which includes another caller's copies
+	 * enqueued between them. 0 when it is no longer known (the fence's
+	 * record was reused). Each fence's time is asked for once. */
+	uint64_t (*fence_ns)(void *ctx, uint64_t first, uint64_t last);
 	/* Read bytes at off of a tier into host memory at dst: the tier need
 	 * not be host-visible (the cuda device tier is not). */
 	int (*read)(void *ctx, const struct tier_mem *m, uint64_t off, void *dst,

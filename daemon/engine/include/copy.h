@@ -37,9 +37,11 @@ struct copy_batch {
 	const struct tier_mem *dst, *src;
 	uint64_t page_bytes;
 	uint64_t bytes;   /* total bytes added since copy_begin() */
-	uint64_t sync_ns; /* COPY_SYNC: wall time the backend's copies took */
+	uint64_t sync_ns; /* COPY_SYNC, and COPY_ASYNC flushes that landed on
+			   * return (fence 0): wall time the copies took */
 	uint32_t n;
 	uint64_t fence;   /* COPY_ASYNC, COPY_PIPE: what the flushed copies land with */
+	uint64_t first_fence; /* COPY_ASYNC: the first flush's fence (0: none) */
 	int err;          /* first backend error, sticky until copy_begin() */
 	struct errbuf errmsg;
 	struct copy_run runs[COPY_BATCH_RUNS];

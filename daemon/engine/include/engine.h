@@ -97,6 +97,8 @@ struct engine_user_info {
 	uint32_t pages_device; /* of those, with a device frame */
 	uint32_t pages_host;   /* of those, with a host frame */
 	uint32_t leases;       /* leases held on the user */
+	uint32_t pages_disk;   /* pages of its copy on the disk tier (0: none) */
+	uint64_t tokens_disk;  /* committed tokens of that copy */
 	bool exists;           /* false: nothing cached, no lease */
 };
 
