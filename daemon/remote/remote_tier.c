@@ -28,7 +28,8 @@ struct remote_fetch {
 	struct list_head link;
 	struct remote_key *keys;
 	uint32_t n, got;         /* got: leading pages fetched and checked */
-	void **pages;            /* [n]: decoded page or NULL */
+	void **bufs;             /* [n]: what to free: a reply taken, or a decoded page */
+	const void **pages;      /* [n]: page i's bytes (in bufs[i]) or NULL */
 	int state;               /* enum fetch_state */
 	uint64_t done_ns;
 };
@@ -82,8 +83,9 @@ static bool key_eq(const struct remote_key *a, const struct remote_key *b)
 
 static void fetch_free(struct remote_fetch *f)
 {
-	for (uint32_t i = 0; f->pages && i < f->n; i++)
-		free(f->pages[i]);
+	for (uint32_t i = 0; f->bufs && i < f->n; i++)
+		free(f->bufs[i]);
+	free(f->bufs);
 	free(f->pages);
 	free(f->keys);
 	free(f);
@@ -97,14 +99,24 @@ struct fetch_ctx {
 	uint64_t bad;
 };
 
-static void on_value(void *arg, uint32_t i, const void *val, size_t len)
+static void on_value(void *arg, uint32_t i, char **val, size_t len)
 {
 	struct fetch_ctx *x = arg;
 	struct remote_tier *rt = x->rt;
-	void *page = malloc(rt->page_bytes);
+	const void *in_place = remote_value_page(&x->f->keys[i], *val, len, rt->page_bytes);
+	void *page;
 
-	if (page && !remote_value_decode(rt->cx, &x->f->keys[i], val, len, page,
+	if (in_place) {
+		/* Stored as is and checked: the reply is kept, not copied. */
+		x->f->bufs[i] = *val;
+		x->f->pages[i] = in_place;
+		*val = NULL;
+		return;
+	}
+	page = malloc(rt->page_bytes);
+	if (page && !remote_value_decode(rt->cx, &x->f->keys[i], *val, len, page,
 					 rt->page_bytes)) {
+		x->f->bufs[i] = page;
 		x->f->pages[i] = page;
 		return;
 	}
@@ -418,8 +430,9 @@ int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 		if (f) {
 			f->keys = malloc(n * sizeof(*keys));
 			f->pages = calloc(n, sizeof(*f->pages));
+			f->bufs = calloc(n, sizeof(*f->bufs));
 		}
-		if (!f || !f->keys || !f->pages) {
+		if (!f || !f->keys || !f->pages || !f->bufs) {
 			if (f)
 				fetch_free(f);
 			ret = -ENOMEM;

@@ -187,7 +187,7 @@ out:
 	return rc;
 }
 
-static void on_raw(void *arg, uint32_t i, const void *val, size_t len)
+static void on_raw(void *arg, uint32_t i, char **val, size_t len)
 {
 	uint64_t *bytes = arg;
 
