@@ -104,6 +104,29 @@ static struct engine *engine_with_remote(void)
 	return eng;
 }
 
+/* seq_put, retried while the remote tier's round for the prompt's prefix
+ * is out, as kvpoold's operations are (the first seq_alloc of a prompt asks
+ * the store for it). */
+static void seq_put_retry(struct engine *eng, uint64_t seq, const uint32_t *tokens,
+			  uint32_t n, uint64_t key)
+{
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	struct tlease t;
+	int rc, rounds = 0;
+
+	while ((rc = share_seq_alloc(eng, seq, tokens, n, OWNER, &L, &e)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	if (rc)
+		fail_msg("share_seq_alloc: %d: %s", rc, e.msg);
+	tlease_copy(&t, &L);
+	write_key(eng, &t, key, 0, t.L.n_new);
+	commit_ok(eng, t.L.id, t.L.n_new);
+	release_ok(eng, t.L.id);
+}
+
 /* Engine A computes the prompt (a sequence of pattern KEY), lets it go and
  * evicts everything: its pages go to the store. */
 static void a_computes_and_evicts(const uint32_t *tokens)
@@ -112,7 +135,7 @@ static void a_computes_and_evicts(const uint32_t *tokens)
 	struct remote_tier_stats st0, st;
 
 	remote_tier_stats(g_rt, &st0);
-	seq_put(a, 1, tokens, NTOK, KEY, OWNER);
+	seq_put_retry(a, 1, tokens, NTOK, KEY);
 	seq_free_ok(a, 1, OWNER);
 	while (share_evictable(a))
 		share_evict_oldest(a);
@@ -209,6 +232,36 @@ static void test_damaged_value_stops_the_run_and_is_counted(void **state)
 	expect_frames_bytes(g_b, hit.frames, 0, 3 * PT, KEY, 0);
 	remote_tier_stats(g_rt, &st);
 	assert_int_equal(st.bad_values - st0.bad_values, 1);
+	engine_destroy(g_b);
+	g_b = NULL;
+}
+
+/* A sequence made straight from the tokens (no lookup first) starts from
+ * the store's pages too: held while they are fetched, then shared. */
+static void test_seq_alloc_starts_from_the_store(void **state)
+{
+	uint32_t tokens[NTOK];
+	struct engine_lease l;
+	struct errbuf e;
+	int ret, rounds = 0;
+
+	(void)state;
+	tokens_seq(tokens, NTOK, 3000);
+	a_computes_and_evicts(tokens);
+	g_b = engine_with_remote();
+	while ((ret = share_seq_alloc(g_b, 5, tokens, NTOK, OWNER, &l, &e)) == -EINPROGRESS) {
+		assert_non_null(strstr(e.msg, "remote tier"));
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	assert_int_equal(ret, 0);
+	assert_true(rounds > 0);
+	assert_int_equal(l.len, (NTOK / PT) * PT);
+	assert_int_equal(l.n_new, NTOK - (NTOK / PT) * PT);
+	expect_frames_bytes(g_b, l.frames, 0, (NTOK / PT) * PT, KEY, 0);
+	assert_int_equal(engine_release(g_b, l.id, NULL), 0);
+	seq_free_ok(g_b, 5, OWNER);
+	CHECK(g_b);
 	engine_destroy(g_b);
 	g_b = NULL;
 }
@@ -321,6 +374,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_onloads_a_pages_byte_for_byte),
 		cmocka_unit_test(test_damaged_value_stops_the_run_and_is_counted),
+		cmocka_unit_test(test_seq_alloc_starts_from_the_store),
 		cmocka_unit_test(test_opaque_device_tier_round_trips),
 		cmocka_unit_test(test_full_queue_drops_and_counts),
 		/* Last: it kills a node for good. */
