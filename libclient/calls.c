@@ -285,7 +285,7 @@ static int call_list(struct kvp_client *c, struct kvp_sqe *sqe, void *rows,
 		     const char *what)
 {
 	struct kvp_cqe cqe;
-	uint32_t idx, len, fit;
+	uint32_t idx = 0, len, fit; /* idx: set by kvpc_call when it succeeds */
 	const unsigned char *src;
 	int ret;
 

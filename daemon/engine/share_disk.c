@@ -393,7 +393,7 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 	    c->state != KVP_CHUNK_READY || chunk_rec_bytes(c->name) > pb)
 		return;
 	pages = malloc((n + 1) * sizeof(*pages));
-	bounce = malloc((n + 1) * sizeof(*bounce));
+	bounce = calloc(n + 1, sizeof(*bounce)); /* zeroed: gcc 13 -O3 cannot see bounce_alloc fill it */
 	rec = calloc(1, pb);
 	if (!pages || !bounce || !rec)
 		goto done;

@@ -6,6 +6,6 @@ source .gpu/env.sh
 # dynamically and the machine has the library, not its .pc.
 sed -i '/^Requires.private: gnutls/d' "$PKG_CONFIG_PATH"/libmicrohttpd.pc
 # How the GPU scripts configure kvpool there.
-KVPOOL_GPU_CMAKE_FLAGS="-DKVPOOL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON -DPython3_EXECUTABLE=/opt/torch/.venv/bin/python3"
+KVPOOL_GPU_CMAKE_FLAGS="-DKVPOOL_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=${KVPOOL_GPU_WERROR:-ON} -DPython3_EXECUTABLE=/opt/torch/.venv/bin/python3"
 # redis-server and redis-cli from the carried packages (kvbench remote).
 export PATH=$PATH:/tmp/deps/usr/bin
