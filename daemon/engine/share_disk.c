@@ -83,116 +83,19 @@ void share_fetch_take(struct engine *eng, const struct share_fetch *f)
 
 /* ------------------------------------------------------------ bytes */
 
-static void *host_frame_ptr(struct engine *eng, uint32_t f)
-{
-	return (char *)eng->mem[KVP_TIER_HOST].base +
-	       (uint64_t)f * eng->layout.page_bytes;
-}
-
-static void bounce_free(struct engine *eng, uint32_t *bounce, uint32_t n)
-{
-	for (uint32_t i = n; i-- > 0;)
-		frames_free(&eng->frames[KVP_TIER_HOST], bounce[i]);
-}
-
-/* n host frames for a copy through the host tier, the host LRU's oldest
- * histories going down to disk for them; false: the host tier is all
- * pinned (the caller drops, as without a disk tier). */
-static bool bounce_alloc(struct engine *eng, uint32_t *bounce, uint32_t n)
-{
-	if (!host_make_room(eng, n, NULL))
-		return false;
-	for (uint32_t i = 0; i < n; i++) {
-		bounce[i] = frames_alloc(&eng->frames[KVP_TIER_HOST]);
-		if (bounce[i] == FRAME_NONE) {
-			bounce_free(eng, bounce, i);
-			return false;
-		}
-	}
-	return true;
-}
-
-/* One copy of n pages between device frames dev[] and host frames host[]. */
-static int copy_pages(struct engine *eng, enum copy_dir dir, const uint32_t *dev,
-		      const uint32_t *host, uint32_t n)
-{
-	uint64_t pb = eng->layout.page_bytes;
-	struct copy_run *runs = malloc(n * sizeof(*runs));
-	struct errbuf e = { .msg = "" };
-	int ret;
-
-	if (!runs)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t d = (uint64_t)dev[i] * pb, h = (uint64_t)host[i] * pb;
-
-		runs[i] = (struct copy_run){ .dst_off = dir == COPY_D2H ? h : d,
-					     .src_off = dir == COPY_D2H ? d : h,
-					     .bytes = pb };
-	}
-	ret = eng->be->copy(eng->be_ctx, dir,
-			    &eng->mem[dir == COPY_D2H ? KVP_TIER_HOST : KVP_TIER_DEVICE],
-			    &eng->mem[dir == COPY_D2H ? KVP_TIER_DEVICE : KVP_TIER_HOST],
-			    runs, n, &e);
-	free(runs);
-	return ret;
-}
-
-/*
- * CPU-readable copies of device frames dev[0, n) into out[]: the device
- * tier itself where the CPU can read it (shm), else host frames bounce[]
- * filled by one device -> host copy (bounce_free them after). false: no
- * host frames or the copy failed.
- */
-static bool pages_out(struct engine *eng, const uint32_t *dev, uint32_t n,
-		      void **out, uint32_t *bounce, bool *bounced)
-{
-	uint64_t pb = eng->layout.page_bytes;
-
-	*bounced = !eng->mem[KVP_TIER_DEVICE].host_visible;
-	if (!*bounced) {
-		for (uint32_t i = 0; i < n; i++)
-			out[i] = (char *)eng->mem[KVP_TIER_DEVICE].base +
-				 (uint64_t)dev[i] * pb;
-		return true;
-	}
-	if (!bounce_alloc(eng, bounce, n))
-		return false;
-	if (copy_pages(eng, COPY_D2H, dev, bounce, n)) {
-		bounce_free(eng, bounce, n);
-		return false;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		out[i] = host_frame_ptr(eng, bounce[i]);
-	return true;
-}
-
 /* Pages 0..n-1 of f into device frames dev[]: 0 or -errno. */
 static int pages_in(struct engine *eng, const struct share_fetch *f,
 		    const uint32_t *dev, uint32_t n)
 {
-	uint64_t pb = eng->layout.page_bytes;
-	uint32_t *bounce;
+	const void **src = calloc(n ? n : 1, sizeof(*src));
 	int ret;
 
-	if (eng->mem[KVP_TIER_DEVICE].host_visible) {
-		for (uint32_t i = 0; i < n; i++)
-			memcpy((char *)eng->mem[KVP_TIER_DEVICE].base +
-			       (uint64_t)dev[i] * pb, share_fetch_page(eng, f, i), pb);
-		return 0;
-	}
-	bounce = calloc(n ? n : 1, sizeof(*bounce));
-	if (!bounce)
+	if (!src)
 		return -ENOMEM;
-	if (!bounce_alloc(eng, bounce, n)) {
-		free(bounce);
-		return -ENOMEM;
-	}
 	for (uint32_t i = 0; i < n; i++)
-		memcpy(host_frame_ptr(eng, bounce[i]), share_fetch_page(eng, f, i), pb);
-	ret = copy_pages(eng, COPY_H2D, dev, bounce, n);
-	bounce_free(eng, bounce, n);
-	free(bounce);
+		src[i] = share_fetch_page(eng, f, i);
+	ret = share_pages_in(eng, src, dev, n);
+	free(src);
 	return ret;
 }
 
@@ -207,13 +110,13 @@ void share_disk_demote_pc(struct engine *eng, const struct pc_entry *pe)
 
 	if (!eng->disk)
 		return;
-	if (!pages_out(eng, &pe->frame, 1, &page, &bounce, &bounced))
+	if (!share_pages_out(eng, &pe->frame, 1, &page, &bounce, &bounced))
 		return; /* no host frame for the copy: dropped as before */
 	k = share_disk_key(eng, DISK_KIND_PREFIX, pe->hash);
 	/* -ENOSPC (no staging room): dropped as before, counted there. */
 	disk_tier_put(eng->disk, &k, 0, eng->P, 1, &page);
 	if (bounced)
-		bounce_free(eng, &bounce, 1);
+		share_bounce_free(eng, &bounce, 1);
 }
 
 /*
@@ -397,7 +300,7 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 	rec = calloc(1, pb);
 	if (!pages || !bounce || !rec)
 		goto done;
-	out = pages_out(eng, c->frames, n, pages, bounce, &bounced);
+	out = share_pages_out(eng, c->frames, n, pages, bounce, &bounced);
 	if (!out)
 		goto done;
 	chunk_rec_fill(c, rec);
@@ -407,7 +310,7 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 	disk_tier_put(eng->disk, &k, 0, c->tokens, n + 1, pages);
 done:
 	if (out && bounced)
-		bounce_free(eng, bounce, n);
+		share_bounce_free(eng, bounce, n);
 	free(pages);
 	free(bounce);
 	free(rec);

@@ -347,4 +347,20 @@ uint32_t seq_release_owner(struct engine *eng, uint32_t owner);
 /* Count each frame's SP_REF listings into refs[]; check pins. */
 int seq_check(struct engine *eng, uint32_t *refs, struct errbuf *e);
 
+/* share_bounce.c: shared pages' bytes to and from CPU-readable memory. */
+/*
+ * CPU-readable copies of device frames dev[0, n) into out[]: the device
+ * tier itself where the CPU can read it (shm), else host frames bounce[]
+ * filled by one device -> host copy (share_bounce_free them after, when
+ * *bounced). false: no host frames or the copy failed.
+ */
+bool share_pages_out(struct engine *eng, const uint32_t *dev, uint32_t n,
+		     void **out, uint32_t *bounce, bool *bounced);
+void share_bounce_free(struct engine *eng, uint32_t *bounce, uint32_t n);
+/* src[0, n) (page_bytes each, CPU memory) into device frames dev[]: in
+ * place on shm, through host frames and one copy on a GPU. 0 or -errno
+ * (-ENOMEM: no host frames for the copy). */
+int share_pages_in(struct engine *eng, const void *const *src, const uint32_t *dev,
+		   uint32_t n);
+
 #endif /* KVPOOL_SHARE_INTERNAL_H */

@@ -22,67 +22,25 @@ static void prefix_key(const struct engine *eng, const uint8_t hash[32],
 	memcpy(k->hash, hash, 32);
 }
 
-struct frame_src {
-	struct engine *eng;
-	uint32_t frame;
-};
-
-/* A device frame the CPU cannot read (cuda's) into the queue: the backend's read. */
-static int read_frame(void *arg, void *dst)
-{
-	struct frame_src *f = arg;
-	struct engine *eng = f->eng;
-	uint64_t pb = eng->layout.page_bytes;
-
-	return eng->be->read(eng->be_ctx, &eng->mem[KVP_TIER_DEVICE],
-			     (uint64_t)f->frame * pb, dst, pb, NULL);
-}
-
 void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32])
 {
-	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
-	struct frame_src src = { eng, frame };
 	struct remote_key k;
+	uint32_t bounce;
+	bool bounced;
+	void *page;
 
 	if (!eng->remote)
 		return;
+	/* The page's bytes where the CPU reads them: in place on shm, one
+	 * device -> host copy through a host frame on a GPU. No host frame:
+	 * dropped, as without a remote tier (it can be recomputed). */
+	if (!share_pages_out(eng, &frame, 1, &page, &bounce, &bounced))
+		return;
 	prefix_key(eng, hash, &k);
 	/* -ENOSPC (queue full): dropped and counted there; it can be recomputed. */
-	if (dev->host_visible)
-		remote_tier_put(eng->remote, &k, (const char *)dev->base +
-				(uint64_t)frame * eng->layout.page_bytes);
-	else
-		remote_tier_put_fill(eng->remote, &k, read_frame, &src);
-}
-
-/*
- * A fetched page into device frame `frame`: a memcpy where the CPU can
- * write the device tier (shm), else through a free host frame and the
- * backend's host -> device copy (cuda). 0, or -ENOMEM (no host frame free)
- * / the copy's error: the page is not onloaded.
- */
-static int fill_frame(struct engine *eng, uint32_t frame, const void *page)
-{
-	const struct tier_mem *dev = &eng->mem[KVP_TIER_DEVICE];
-	const struct tier_mem *host = &eng->mem[KVP_TIER_HOST];
-	uint64_t pb = eng->layout.page_bytes;
-	struct copy_run run;
-	uint32_t hf;
-	int ret;
-
-	if (dev->host_visible) {
-		memcpy((char *)dev->base + (uint64_t)frame * pb, page, pb);
-		return 0;
-	}
-	hf = frames_alloc(&eng->frames[KVP_TIER_HOST]);
-	if (hf == FRAME_NONE)
-		return -ENOMEM;
-	memcpy((char *)host->base + (uint64_t)hf * pb, page, pb);
-	run = (struct copy_run){ .dst_off = (uint64_t)frame * pb,
-				 .src_off = (uint64_t)hf * pb, .bytes = pb };
-	ret = eng->be->copy(eng->be_ctx, COPY_H2D, dev, host, &run, 1, NULL);
-	frames_free(&eng->frames[KVP_TIER_HOST], hf);
-	return ret;
+	remote_tier_put(eng->remote, &k, page);
+	if (bounced)
+		share_bounce_free(eng, &bounce, 1);
 }
 
 /* The keys of pages [hit, hit + m) of tokens' chain. */
@@ -105,13 +63,17 @@ static void missing_keys(struct engine *eng, const uint32_t *tokens, uint32_t hi
  * Onload the fetched run after the local chain's last page `last` (or
  * from the root, FRAME_NONE): device frames (evicting to make room; the
  * chain is held meanwhile so eviction cannot take its parent), the bytes
- * copied in, each page published as an idle entry. Returns pages onloaded.
+ * copied in (in place on shm; on a GPU through host frames, one copy for
+ * the run: share_pages_in), then each page published as an idle entry in
+ * chain order. Returns pages onloaded.
  */
 static uint32_t onload_run(struct engine *eng, uint32_t last,
 			   const struct remote_fetch *f)
 {
 	struct share *s = eng->share;
-	uint32_t got = remote_fetch_pages(f), parent, done = 0;
+	uint32_t got = remote_fetch_pages(f), parent, done = 0, n = 0;
+	uint32_t *frame = NULL, *idx = NULL;
+	const void **src = NULL;
 	uint64_t avail;
 
 	if (!got)
@@ -121,31 +83,52 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 	avail = engine_device_avail(eng, NULL, got);
 	if (avail < got)
 		got = (uint32_t)avail;
+	frame = malloc((got ? got : 1) * sizeof(*frame));
+	idx = malloc((got ? got : 1) * sizeof(*idx));
+	src = malloc((got ? got : 1) * sizeof(*src));
+	if (!frame || !idx || !src)
+		got = 0;
 	if (got)
 		evict_for_device(eng, got);
-	parent = last != FRAME_NONE ? s->sp[last].pc : PC_NONE;
+	/* Frames for the pages not published meanwhile (another lookup, a
+	 * commit), which keep theirs. */
 	for (uint32_t i = 0; i < got; i++) {
+		if (pc_find(eng, remote_fetch_hash(f, i)) != PC_NONE)
+			continue;
+		frame[n] = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
+		if (frame[n] == FRAME_NONE)
+			break;
+		idx[n] = i;
+		src[n] = remote_fetch_page(f, idx[n]);
+		n++;
+	}
+	if (n && share_pages_in(eng, src, frame, n)) {
+		while (n) /* no host frames for the copy: a miss */
+			frames_free(&eng->frames[KVP_TIER_DEVICE], frame[--n]);
+		got = 0;
+	}
+	parent = last != FRAME_NONE ? s->sp[last].pc : PC_NONE;
+	for (uint32_t i = 0, k = 0; i < got; i++) {
 		const uint8_t *hash = remote_fetch_hash(f, i);
-		uint32_t e = pc_find(eng, hash), frame;
+		uint32_t e = pc_find(eng, hash);
 
-		if (e != PC_NONE) { /* published meanwhile (another lookup, a commit) */
+		if (e != PC_NONE) {
 			parent = e;
 			continue;
 		}
-		frame = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
-		if (frame == FRAME_NONE)
-			break;
-		if (fill_frame(eng, frame, remote_fetch_page(f, i))) {
-			frames_free(&eng->frames[KVP_TIER_DEVICE], frame);
-			break;
-		}
-		s->sp[frame] = (struct spage){ .refs = 0, .pc = PC_NONE };
-		pc_adopt(eng, frame, hash, parent);
-		parent = s->sp[frame].pc;
+		if (k == n || idx[k] != i)
+			break; /* ran out of frames before page i */
+		s->sp[frame[k]] = (struct spage){ .refs = 0, .pc = PC_NONE };
+		pc_adopt(eng, frame[k], hash, parent);
+		parent = s->sp[frame[k]].pc;
+		k++;
 		done++;
 	}
 	if (last != FRAME_NONE)
 		sp_unref(eng, last);
+	free(frame);
+	free(idx);
+	free(src);
 	return done;
 }
 

@@ -9,14 +9,15 @@
  *                         making room): its bytes go to the write-behind
  *                         queue (a memcpy; the network is the remote
  *                         thread's); a device tier the CPU cannot read
- *                         (cuda's) is read through the backend.
+ *                         (cuda's) goes through a host frame first
+ *                         (share_bounce.c).
  *  remote_prefix_more     a prefix lookup (share_prefix.c) whose local
  *                         chain, and the disk tier's after it, stop short:
  *                         the remote tier is asked for the missing run in
  *                         one batched round; what comes back is onloaded
  *                         into device frames (eviction makes room, the
- *                         local chain held meanwhile; on cuda through a
- *                         free host frame and the backend's copy) and
+ *                         local chain held meanwhile; on cuda through host
+ *                         frames and one backend copy: share_bounce.c) and
  *                         published, then the lookup answers with it.
  */
 #ifndef KVPOOL_REMOTE_ENGINE_H

@@ -102,7 +102,7 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 	X(put_pages, COUNTER, "", "remote_put_pages", \
 	  "Evicted pages queued for the remote tier.") \
 	X(put_dropped, COUNTER, "", "remote_put_dropped_pages", \
-	  "Pages not queued: the write-behind queue was full (or the device read failed).") \
+	  "Pages not queued: the write-behind queue was full.") \
 	X(written_pages, COUNTER, "", "remote_written_pages", "Pages the store took.") \
 	X(write_errors, COUNTER, "", "remote_write_errors", \
 	  "Pages a store node did not take (down, timed out, an error).") \

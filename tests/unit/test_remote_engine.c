@@ -88,7 +88,7 @@ static bool g_opaque_on; /* engines made now have an opaque device tier */
 
 static struct engine *engine_with_remote(void)
 {
-	struct engine_config cfg = { .device_frames = 32, .host_frames = 4,
+	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
 				     .disk_tenant = 7, .remote = g_rt };
 	struct engine *eng = NULL;
 	struct errbuf e;

@@ -1,0 +1,255 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_gpu_remote.c - the tiers below the device for prefix pages on the
+ * cuda backend, in-process, on CUDA device 0: the remote tier (a Redis
+ * Cluster of three redis-server processes on loopback,
+ * tools/common/redis_local.c) and the disk tier (a file in a temporary
+ * directory).
+ *
+ *  - engine A (one kvpoold's pool) computes a prompt's pages on the device
+ *    (bytes written as a client kernel would), lets the sequence go and
+ *    evicts its prefix pages: each goes device -> host frame -> store or
+ *    disk (share_bounce.c), since the CPU cannot read the device tier;
+ *  - engine B's lookup of the same tokens is held while the pages are
+ *    fetched, then answers with them copied host -> device into its own
+ *    frames; the bytes read back from B's device tier are A's.
+ *
+ * Exits 77 (skip) with a message where no CUDA device; the remote case
+ * skips itself where there is no redis-server.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "disk_tier.h"
+#include "engine.h"
+#include "engine_share.h"
+#include "gpu_test_util.h"
+#include "redis_local.h"
+#include "remote_tier.h"
+#include "share.h"
+
+#define DEVICE 0
+#define P 16
+#define NTOK (3 * P + 1) /* three full pages and one token */
+#define SEED 31
+
+static struct kvp_layout L;
+static struct redis_local g_redis;
+static struct remote_tier *g_rt;   /* NULL: no redis-server here */
+static struct disk_tier *g_dt;
+static char g_dir[64];
+
+struct fx {
+	void *ctx;
+	struct engine *eng;
+};
+
+static void fx_open(struct fx *f, struct disk_tier *dt, struct remote_tier *rt)
+{
+	/* Host frames: the bounce frames of the device <-> store copies. */
+	struct engine_config ec = { .layout = L, .device_frames = 16, .host_frames = 8,
+				    .backend = &backend_cuda, .disk_tenant = 7,
+				    .disk = dt, .remote = rt };
+	struct errbuf e = { .msg = "" };
+
+	if (backend_cuda_open(DEVICE, &f->ctx, &e))
+		fail_msg("backend_cuda_open: %s", e.msg);
+	ec.backend_ctx = f->ctx;
+	if (engine_create(&f->eng, &ec, &e))
+		fail_msg("engine_create on cuda: %s", e.msg);
+}
+
+static void fx_close(struct fx *f)
+{
+	struct errbuf e = { .msg = "" };
+
+	if (engine_check(f->eng, &e))
+		fail_msg("engine_check: %s", e.msg);
+	engine_destroy(f->eng);
+	backend_cuda_close(f->ctx);
+}
+
+/* Token pos's K and V, all layers, [layers][2][heads][dim]. */
+static void token_bytes(uint64_t pos, unsigned char *out)
+{
+	for (uint64_t i = 0; i < L.token_bytes; i++)
+		out[i] = (unsigned char)((SEED * 131 + pos * 31 + i * 7) ^ (i >> 8));
+}
+
+/* Copy token row <-> (frame, slot) of the device tier, as a kernel would. */
+static void token_io(struct engine *eng, uint32_t frame, uint32_t slot,
+		     unsigned char *row, bool write)
+{
+	unsigned char *base = engine_tier(eng, KVP_TIER_DEVICE)->base;
+
+	for (uint32_t l = 0; l < L.layers; l++)
+		for (uint32_t kv = 0; kv < 2; kv++) {
+			unsigned char *d = base + (uint64_t)frame * L.page_bytes +
+					   l * L.layer_stride + kv * L.kv_stride +
+					   slot * L.token_stride;
+
+			assert_int_equal(write ? cudaMemcpy(d, row, L.token_stride,
+							    cudaMemcpyHostToDevice)
+					       : cudaMemcpy(row, d, L.token_stride,
+							    cudaMemcpyDeviceToHost),
+					 cudaSuccess);
+			row += L.token_stride;
+		}
+}
+
+static int setup(void **state)
+{
+	struct remote_tier_config c = { .timeout_ms = 2000 };
+	struct disk_tier_config dc = { .size = 16u << 20 };
+	struct errbuf e = { .msg = "" };
+	char msg[128] = "";
+	int ret;
+
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/kvp-gpu-remote-XXXXXX");
+	if (!mkdtemp(g_dir))
+		return -1;
+	dc.dir = g_dir;
+	dc.layout = L;
+	if (disk_codec_parse("none", &dc.codec, msg, sizeof(msg)) ||
+	    disk_tier_open(&g_dt, &dc, &e)) {
+		fprintf(stderr, "disk tier: %s%s\n", msg, e.msg);
+		return -1;
+	}
+	ret = redis_local_start(&g_redis, 3);
+	if (ret == 77)
+		return 0; /* the remote case skips */
+	if (ret)
+		return ret;
+	c.layout = L;
+	c.url = g_redis.url;
+	if (remote_tier_open(&g_rt, &c, &e)) {
+		fprintf(stderr, "remote_tier_open: %s\n", e.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char path[128];
+
+	(void)state;
+	if (g_rt) {
+		remote_tier_close(g_rt);
+		redis_local_stop(&g_redis);
+	}
+	disk_tier_close(g_dt);
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	unlink(path);
+	rmdir(g_dir);
+	return 0;
+}
+
+/* A computes tok's pages on the device, lets them go and evicts them into
+ * the tier below (dt or rt); B (the same tiers) looks them up, and its
+ * device pages must hold A's bytes. */
+static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0)
+{
+	uint32_t tok[NTOK];
+	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+	struct errbuf e = { .msg = "" };
+	struct engine_lease a;
+	struct share_prefix_hit hit;
+	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
+	struct fx fa, fb;
+	int ret, rounds = 0;
+
+	assert_non_null(row);
+	assert_non_null(want);
+	assert_non_null(s);
+	for (uint32_t i = 0; i < NTOK; i++)
+		tok[i] = tok0 + i * 3u;
+
+	fx_open(&fa, dt, rt);
+	assert_int_equal(share_seq_alloc(fa.eng, 1, tok, NTOK, 3, &a, &e), 0);
+	assert_int_equal(engine_lease_slots(fa.eng, a.id, 0, NTOK, s, &e), 0);
+	for (uint32_t i = 0; i < NTOK; i++) {
+		token_bytes(i, row);
+		token_io(fa.eng, s[i].frame, s[i].slot, row, true);
+	}
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	assert_int_equal(engine_commit(fa.eng, a.id, NTOK, &e), 0);
+	engine_release_owner(fa.eng, 3);
+	assert_int_equal(share_evictable(fa.eng), NTOK / P);
+	while (share_evictable(fa.eng))
+		share_evict_oldest(fa.eng);
+	if (rt)
+		remote_tier_flush(rt);
+	if (dt)
+		disk_tier_flush(dt);
+	fx_close(&fa);
+
+	fx_open(&fb, dt, rt);
+	while ((ret = share_prefix_find(fb.eng, tok, NTOK, &hit)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 5000);
+	}
+	assert_int_equal(ret, 0);
+	assert_int_equal(hit.npages, NTOK / P);
+	for (uint32_t i = 0; i < hit.npages * P; i++) {
+		token_io(fb.eng, hit.frames[i / P], i % P, row, false);
+		token_bytes(i, want);
+		if (memcmp(row, want, L.token_bytes))
+			fail_msg("B's token %" PRIu32 " differs from A's", i);
+	}
+	fx_close(&fb);
+	free(s);
+	free(row);
+	free(want);
+}
+
+static void test_b_gets_a_device_pages_through_the_store(void **state)
+{
+	struct remote_tier_stats st0, st;
+
+	(void)state;
+	if (!g_rt)
+		skip(); /* no redis-server here */
+	remote_tier_stats(g_rt, &st0);
+	a_then_b(NULL, g_rt, 4000);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.written_pages - st0.written_pages, NTOK / P);
+	assert_int_equal(st.onloaded_pages - st0.onloaded_pages, NTOK / P);
+	assert_int_equal(st.bad_values, 0);
+}
+
+static void test_b_gets_a_device_pages_through_the_disk(void **state)
+{
+	(void)state;
+	a_then_b(g_dt, NULL, 9000);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_b_gets_a_device_pages_through_the_store),
+		cmocka_unit_test(test_b_gets_a_device_pages_through_the_disk),
+	};
+	char err[KVP_ERRLEN];
+
+	if (gpu_test_no_device())
+		return 77;
+	if (kvp_layout_init(&L, 4, 2, 64, KVP_DTYPE_BF16, P, err, sizeof(err))) {
+		fprintf(stderr, "layout: %s\n", err);
+		return 1;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
