@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -317,6 +318,15 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 				  "cached prefix is being read back from the disk "
 				  "tier", id);
 	}
+	/* Then the remote tier's (remote_engine.h), counted idle once back. */
+	if (remote_prefix_more(eng, tokens, full, hits, &hit, true)) {
+		free(hits);
+		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": its "
+				  "cached prefix is being fetched from the remote "
+				  "tier", id);
+	}
+	if (eng->remote)
+		hit = pc_match(eng, tokens, full, hits, &idle_hits);
 	/*
 	 * Seed 004: a prompt cached whole reports n - 1 tokens, not a page
 	 * less; the last token is left to compute. We write that token into

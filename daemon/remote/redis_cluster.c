@@ -354,14 +354,14 @@ static bool redirect(struct redis_cluster *rc, uint32_t i, const redisReply *r)
 struct batch {
 	struct rc_item *it;
 	bool set;
-	void (*on_value)(void *arg, uint32_t i, const void *val, size_t len);
+	void (*on_value)(void *arg, uint32_t i, char **val, size_t len);
 	void *arg;
 	uint32_t redirected; /* items sent to another node for the next round */
 };
 
 /* One reply to item i: its status, or a redirect. */
 static void reply_one(struct redis_cluster *rc, struct rc_node *n, struct batch *b,
-		      uint32_t i, const redisReply *r)
+		      uint32_t i, redisReply *r)
 {
 	struct rc_item *it = &b->it[i];
 
@@ -380,7 +380,9 @@ static void reply_one(struct redis_cluster *rc, struct rc_node *n, struct batch 
 		it->status = RC_HIT;
 		n->st.hits++;
 		n->st.bytes_in += r->len;
-		b->on_value(b->arg, i, r->str, r->len);
+		/* hiredis allocates a reply's string with malloc (hi_malloc)
+		 * and frees it with free(): taken, it is the callee's. */
+		b->on_value(b->arg, i, &r->str, r->len);
 	} else {
 		it->status = RC_MISS;
 		n->st.misses++;
@@ -522,7 +524,7 @@ static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
 }
 
 uint32_t redis_cluster_get(struct redis_cluster *rc, struct rc_item *it, uint32_t n,
-			   void (*on_value)(void *arg, uint32_t i, const void *val,
+			   void (*on_value)(void *arg, uint32_t i, char **val,
 					    size_t len),
 			   void *arg)
 {

@@ -79,12 +79,14 @@ void redis_cluster_close(struct redis_cluster *rc);
 
 /*
  * GET every item, pipelined: one round per node holding some of them (and
- * one more for redirected items). For each hit, on_value(arg, i, val, len)
- * is called with the reply's bytes (valid during the call only). Returns
- * the number of hits.
+ * one more for redirected items). For each hit, on_value(arg, i, &val, len)
+ * is called with the reply's bytes (a malloc'd buffer of len + 1 bytes):
+ * the callee may keep them by taking *val (setting it to NULL; free() it
+ * later): a 2 MiB page is then never copied out of the reply. Otherwise
+ * they are valid during the call only. Returns the number of hits.
  */
 uint32_t redis_cluster_get(struct redis_cluster *rc, struct rc_item *it, uint32_t n,
-			   void (*on_value)(void *arg, uint32_t i, const void *val,
+			   void (*on_value)(void *arg, uint32_t i, char **val,
 					    size_t len),
 			   void *arg);
 /* SET every item (key, val), pipelined as get. Returns how many stored. */

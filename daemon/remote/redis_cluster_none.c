@@ -34,7 +34,7 @@ void redis_cluster_close(struct redis_cluster *rc)
 }
 
 uint32_t redis_cluster_get(struct redis_cluster *rc, struct rc_item *it, uint32_t n,
-			   void (*on_value)(void *, uint32_t, const void *, size_t),
+			   void (*on_value)(void *, uint32_t, char **, size_t),
 			   void *arg)
 {
 	(void)rc, (void)on_value, (void)arg;

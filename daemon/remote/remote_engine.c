@@ -136,7 +136,7 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 		       uint32_t *frames, uint32_t *hit, bool defer)
 {
 	uint32_t m = full - *hit, last, done, idle;
-	struct remote_fetch *f;
+	struct remote_fetch *f = NULL;
 	struct remote_key *keys;
 	int ret;
 

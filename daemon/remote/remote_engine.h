@@ -8,15 +8,17 @@
  *                         engine's lock, from the reclaimer or a prepare
  *                         making room): its bytes go to the write-behind
  *                         queue (a memcpy; the network is the remote
- *                         thread's). Pages the CPU cannot read (the cuda
- *                         device tier) are not written: counted as dropped.
+ *                         thread's); a device tier the CPU cannot read
+ *                         (cuda's) goes through a host frame first
+ *                         (share_bounce.c).
  *  remote_prefix_more     a prefix lookup (share_prefix.c) whose local
  *                         chain, and the disk tier's after it, stop short:
  *                         the remote tier is asked for the missing run in
  *                         one batched round; what comes back is onloaded
  *                         into device frames (eviction makes room, the
- *                         local chain held meanwhile) and published, then
- *                         the lookup answers with it.
+ *                         local chain held meanwhile; on cuda through host
+ *                         frames and one backend copy: share_bounce.c) and
+ *                         published, then the lookup answers with it.
  */
 #ifndef KVPOOL_REMOTE_ENGINE_H
 #define KVPOOL_REMOTE_ENGINE_H

@@ -28,7 +28,8 @@ struct remote_fetch {
 	struct list_head link;
 	struct remote_key *keys;
 	uint32_t n, got;         /* got: leading pages fetched and checked */
-	void **pages;            /* [n]: decoded page or NULL */
+	void **bufs;             /* [n]: what to free: a reply taken, or a decoded page */
+	const void **pages;      /* [n]: page i's bytes (in bufs[i]) or NULL */
 	int state;               /* enum fetch_state */
 	uint64_t done_ns;
 };
@@ -82,8 +83,9 @@ static bool key_eq(const struct remote_key *a, const struct remote_key *b)
 
 static void fetch_free(struct remote_fetch *f)
 {
-	for (uint32_t i = 0; f->pages && i < f->n; i++)
-		free(f->pages[i]);
+	for (uint32_t i = 0; f->bufs && i < f->n; i++)
+		free(f->bufs[i]);
+	free(f->bufs);
 	free(f->pages);
 	free(f->keys);
 	free(f);
@@ -97,14 +99,24 @@ struct fetch_ctx {
 	uint64_t bad;
 };
 
-static void on_value(void *arg, uint32_t i, const void *val, size_t len)
+static void on_value(void *arg, uint32_t i, char **val, size_t len)
 {
 	struct fetch_ctx *x = arg;
 	struct remote_tier *rt = x->rt;
-	void *page = malloc(rt->page_bytes);
+	const void *in_place = remote_value_page(&x->f->keys[i], *val, len, rt->page_bytes);
+	void *page;
 
-	if (page && !remote_value_decode(rt->cx, &x->f->keys[i], val, len, page,
+	if (in_place) {
+		/* Stored as is and checked: the reply is kept, not copied. */
+		x->f->bufs[i] = *val;
+		x->f->pages[i] = in_place;
+		*val = NULL;
+		return;
+	}
+	page = malloc(rt->page_bytes);
+	if (page && !remote_value_decode(rt->cx, &x->f->keys[i], *val, len, page,
 					 rt->page_bytes)) {
+		x->f->bufs[i] = page;
 		x->f->pages[i] = page;
 		return;
 	}
@@ -334,10 +346,32 @@ bool remote_tier_user_histories(const struct remote_tier *rt)
 
 /* ------------------------------------------------------------ put, fetch */
 
+struct page_src {
+	const void *page;
+	uint64_t bytes;
+};
+
+static int copy_page(void *arg, void *dst)
+{
+	const struct page_src *src = arg;
+
+	memcpy(dst, src->page, src->bytes);
+	return 0;
+}
+
 int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 		    const void *page)
 {
+	struct page_src src = { page, rt->page_bytes };
+
+	return remote_tier_put_fill(rt, k, copy_page, &src);
+}
+
+int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
+			 int (*fill)(void *arg, void *dst), void *arg)
+{
 	struct put_item *p;
+	int ret;
 
 	pthread_mutex_lock(&rt->mu);
 	rt->st.put_pages++;
@@ -352,8 +386,15 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 	/* The copy outside the tier's lock (the engine's is held: the page
 	 * cannot change); the thread sees the item once it is linked. */
 	p->k = *k;
-	memcpy(p->page, page, rt->page_bytes);
+	ret = fill(arg, p->page);
 	pthread_mutex_lock(&rt->mu);
+	if (ret) {
+		rt->queued_bytes -= rt->page_bytes;
+		rt->st.put_dropped++;
+		pthread_mutex_unlock(&rt->mu);
+		free(p);
+		return ret;
+	}
 	list_add_tail(&p->link, &rt->puts);
 	pthread_cond_signal(&rt->wake);
 	pthread_mutex_unlock(&rt->mu);
@@ -389,8 +430,9 @@ int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 		if (f) {
 			f->keys = malloc(n * sizeof(*keys));
 			f->pages = calloc(n, sizeof(*f->pages));
+			f->bufs = calloc(n, sizeof(*f->bufs));
 		}
-		if (!f || !f->keys || !f->pages) {
+		if (!f || !f->keys || !f->pages || !f->bufs) {
 			if (f)
 				fetch_free(f);
 			ret = -ENOMEM;

@@ -65,6 +65,11 @@ bool remote_tier_user_histories(const struct remote_tier *rt);
  * is full, dropped. */
 int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 		    const void *page);
+/* The same with the page's bytes written into the queue's buffer by
+ * fill(arg, dst) (a device tier the CPU cannot read: the backend's read);
+ * fill's error drops the page (counted) and is returned. */
+int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
+			 int (*fill)(void *arg, void *dst), void *arg);
 
 /*
  * The run keys[0..n) (a prefix's consecutive missing pages), named by
@@ -97,7 +102,7 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 	X(put_pages, COUNTER, "", "remote_put_pages", \
 	  "Evicted pages queued for the remote tier.") \
 	X(put_dropped, COUNTER, "", "remote_put_dropped_pages", \
-	  "Pages not queued: the write-behind queue was full (or the page not CPU-readable).") \
+	  "Pages not queued: the write-behind queue was full.") \
 	X(written_pages, COUNTER, "", "remote_written_pages", "Pages the store took.") \
 	X(write_errors, COUNTER, "", "remote_write_errors", \
 	  "Pages a store node did not take (down, timed out, an error).") \

@@ -70,26 +70,48 @@ size_t remote_value_encode(struct disk_codec_ctx *x, const struct disk_codec *c,
 	return DISK_HDR_BYTES + stored;
 }
 
+/* 0 when val is a sealed record of k's page (any codec), else -EBADMSG. */
+static int value_check(const struct remote_key *k, const void *val, size_t len,
+		       uint64_t page_bytes, struct disk_rec_hdr *h)
+{
+	const uint8_t *payload = (const uint8_t *)val + DISK_HDR_BYTES;
+	struct disk_rec_hdr want;
+
+	if (len < DISK_HDR_BYTES)
+		return -EBADMSG;
+	memcpy(h, val, sizeof(*h)); /* the reply's bytes need not be aligned */
+	header_of(k, page_bytes, &want);
+	/* Its own key and geometry, or it is not this page: a value stored
+	 * under the wrong key is as wrong as a flipped bit. */
+	if (h->kind != want.kind || h->layout_id != want.layout_id ||
+	    h->tenant != want.tenant || memcmp(h->hash, want.hash, 32) ||
+	    h->page != want.page || h->raw_len != page_bytes ||
+	    h->stored_len != len - DISK_HDR_BYTES ||
+	    /* Bounds as for a disk slot of this page (the payload follows the
+	     * header directly in a value: no 4 KiB alignment on the wire). */
+	    disk_record_check(h, payload, DISK_PAYLOAD_OFF + page_bytes))
+		return -EBADMSG;
+	return 0;
+}
+
+const void *remote_value_page(const struct remote_key *k, const void *val, size_t len,
+			      uint64_t page_bytes)
+{
+	struct disk_rec_hdr h;
+
+	if (value_check(k, val, len, page_bytes, &h) || h.codec != DISK_CODEC_NONE ||
+	    h.stored_len != page_bytes)
+		return NULL;
+	return (const uint8_t *)val + DISK_HDR_BYTES;
+}
+
 int remote_value_decode(struct disk_codec_ctx *x, const struct remote_key *k,
 			const void *val, size_t len, void *dst, uint64_t page_bytes)
 {
 	const uint8_t *payload = (const uint8_t *)val + DISK_HDR_BYTES;
-	struct disk_rec_hdr h, want;
+	struct disk_rec_hdr h;
 
-	if (len < DISK_HDR_BYTES)
-		return -EBADMSG;
-	memcpy(&h, val, sizeof(h)); /* the reply's bytes need not be aligned */
-	header_of(k, page_bytes, &want);
-	/* Its own key and geometry, or it is not this page: a value stored
-	 * under the wrong key is as wrong as a flipped bit. */
-	if (h.kind != want.kind || h.layout_id != want.layout_id ||
-	    h.tenant != want.tenant || memcmp(h.hash, want.hash, 32) ||
-	    h.page != want.page || h.raw_len != page_bytes ||
-	    h.stored_len != len - DISK_HDR_BYTES ||
-	    /* A value is the header then the payload, with no padding; the
-	     * check's bound is a slot's, whose payload starts at
-	     * DISK_PAYLOAD_OFF: at most page_bytes either way. */
-	    disk_record_check(&h, payload, DISK_PAYLOAD_OFF + page_bytes))
+	if (value_check(k, val, len, page_bytes, &h))
 		return -EBADMSG;
 	if (h.codec == DISK_CODEC_NONE) {
 		if (h.stored_len != page_bytes)

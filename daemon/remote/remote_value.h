@@ -59,4 +59,12 @@ size_t remote_value_encode(struct disk_codec_ctx *x, const struct disk_codec *c,
 int remote_value_decode(struct disk_codec_ctx *x, const struct remote_key *k,
 			const void *val, size_t len, void *dst, uint64_t page_bytes);
 
+/*
+ * The page inside a value fetched under k, when it checks (as decode) and
+ * is stored as is: no copy. NULL when it is compressed (decode it) or does
+ * not check (then decode says -EBADMSG).
+ */
+const void *remote_value_page(const struct remote_key *k, const void *val, size_t len,
+			      uint64_t page_bytes);
+
 #endif /* KVPOOL_REMOTE_VALUE_H */

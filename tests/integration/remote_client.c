@@ -38,7 +38,7 @@ static int compute(struct kvp_client *c, uint64_t seq, const uint32_t *t, uint32
 		   uint64_t salt)
 {
 	const struct kvp_layout *lay = kvp_client_layout(c);
-	struct kvp_lease l;
+	struct kvp_lease l = { 0 };
 	unsigned char *kv;
 	int rc = kvp_seq_alloc(c, seq, t, n, &l);
 
@@ -84,10 +84,10 @@ static int lookup(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t n
 {
 	const struct kvp_layout *lay = kvp_client_layout(c);
 	uint32_t *t = prompt(base, n), P = lay->page_tokens;
-	struct kvp_prefix_hit hit;
+	struct kvp_prefix_hit hit = { 0 };
 	struct kvp_slot *slots = NULL;
 	unsigned char *got = NULL, *exp = NULL;
-	struct kvp_lease l;
+	struct kvp_lease l = { 0 };
 	int rc = 1;
 
 	if (!t || kvp_prefix_lookup(c, t, n, &hit) < 0) {

@@ -90,12 +90,12 @@ struct got {
 	uint32_t calls;
 };
 
-static void on_value(void *arg, uint32_t i, const void *val, size_t len)
+static void on_value(void *arg, uint32_t i, char **val, size_t len)
 {
 	struct got *g = arg;
 
 	assert_true(len < sizeof(g->val[i]));
-	memcpy(g->val[i], val, len);
+	memcpy(g->val[i], *val, len);
 	g->val[i][len] = '\0';
 	g->calls++;
 }

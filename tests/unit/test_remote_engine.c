@@ -8,7 +8,8 @@
  * answers with the pages onloaded into its device tier, byte for byte A's
  * and published in its own prefix cache (engine_check passes). A damaged
  * value stops the run there (counted, never served); a full write-behind
- * queue drops (counted) without waiting; a store node killed
+ * queue drops (counted) without waiting; a device tier the CPU cannot
+ * read (cuda's) goes through the backend both ways; a store node killed
  * makes its pages misses within the timeout, nothing else changes.
  */
 #define _GNU_SOURCE
@@ -27,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "clock.h"
 #include "engine_helpers.h"
 #include "engine_share.h"
@@ -68,17 +70,61 @@ static int teardown_all(void **state)
 	return 0;
 }
 
+/* The shm backend with its device tier marked not host-visible: what the
+ * cuda backend's is (reached through read and copy only). */
+static struct backend_ops g_opaque;
+
+static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
+			struct tier_mem *out, struct errbuf *e)
+{
+	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
+
+	if (!ret && tier == KVP_TIER_DEVICE)
+		out->host_visible = false;
+	return ret;
+}
+
+static bool g_opaque_on; /* engines made now have an opaque device tier */
+
 static struct engine *engine_with_remote(void)
 {
-	struct engine_config cfg = { .device_frames = 32, .host_frames = 0,
+	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
 				     .disk_tenant = 7, .remote = g_rt };
 	struct engine *eng = NULL;
 	struct errbuf e;
 
 	test_layout(&cfg.layout);
+	if (g_opaque_on) {
+		g_opaque = backend_shm;
+		g_opaque.tier_alloc = opaque_alloc;
+		cfg.backend = &g_opaque;
+	}
 	if (engine_create(&eng, &cfg, &e))
 		fail_msg("engine_create: %s", e.msg);
 	return eng;
+}
+
+/* seq_put, retried while the remote tier's round for the prompt's prefix
+ * is out, as kvpoold's operations are (the first seq_alloc of a prompt asks
+ * the store for it). */
+static void seq_put_retry(struct engine *eng, uint64_t seq, const uint32_t *tokens,
+			  uint32_t n, uint64_t key)
+{
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	struct tlease t;
+	int rc, rounds = 0;
+
+	while ((rc = share_seq_alloc(eng, seq, tokens, n, OWNER, &L, &e)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	if (rc)
+		fail_msg("share_seq_alloc: %d: %s", rc, e.msg);
+	tlease_copy(&t, &L);
+	write_key(eng, &t, key, 0, t.L.n_new);
+	commit_ok(eng, t.L.id, t.L.n_new);
+	release_ok(eng, t.L.id);
 }
 
 /* Engine A computes the prompt (a sequence of pattern KEY), lets it go and
@@ -89,7 +135,7 @@ static void a_computes_and_evicts(const uint32_t *tokens)
 	struct remote_tier_stats st0, st;
 
 	remote_tier_stats(g_rt, &st0);
-	seq_put(a, 1, tokens, NTOK, KEY, OWNER);
+	seq_put_retry(a, 1, tokens, NTOK, KEY);
 	seq_free_ok(a, 1, OWNER);
 	while (share_evictable(a))
 		share_evict_oldest(a);
@@ -190,6 +236,58 @@ static void test_damaged_value_stops_the_run_and_is_counted(void **state)
 	g_b = NULL;
 }
 
+/* A sequence made straight from the tokens (no lookup first) starts from
+ * the store's pages too: held while they are fetched, then shared. */
+static void test_seq_alloc_starts_from_the_store(void **state)
+{
+	uint32_t tokens[NTOK];
+	struct engine_lease l;
+	struct errbuf e;
+	int ret, rounds = 0;
+
+	(void)state;
+	tokens_seq(tokens, NTOK, 3000);
+	a_computes_and_evicts(tokens);
+	g_b = engine_with_remote();
+	while ((ret = share_seq_alloc(g_b, 5, tokens, NTOK, OWNER, &l, &e)) == -EINPROGRESS) {
+		assert_non_null(strstr(e.msg, "remote tier"));
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	assert_int_equal(ret, 0);
+	assert_true(rounds > 0);
+	assert_int_equal(l.len, (NTOK / PT) * PT);
+	assert_int_equal(l.n_new, NTOK - (NTOK / PT) * PT);
+	expect_frames_bytes(g_b, l.frames, 0, (NTOK / PT) * PT, KEY, 0);
+	assert_int_equal(engine_release(g_b, l.id, NULL), 0);
+	seq_free_ok(g_b, 5, OWNER);
+	CHECK(g_b);
+	engine_destroy(g_b);
+	g_b = NULL;
+}
+
+/* A device tier the CPU cannot read (cuda's): evicted pages go out through
+ * the backend's read, fetched ones come in through a host frame and the
+ * backend's copy; the bytes are the same. */
+static void test_opaque_device_tier_round_trips(void **state)
+{
+	uint32_t tokens[NTOK];
+	struct share_prefix_hit hit;
+
+	(void)state;
+	g_opaque_on = true;
+	tokens_seq(tokens, NTOK, 7000);
+	a_computes_and_evicts(tokens);
+	g_b = engine_with_remote();
+	assert_false(engine_tier(g_b, KVP_TIER_DEVICE)->host_visible);
+	hit = b_lookup(g_b, tokens, true);
+	g_opaque_on = false;
+	assert_int_equal(hit.npages, NTOK / PT);
+	expect_frames_bytes(g_b, hit.frames, 0, (NTOK / PT) * PT, KEY, 0);
+	engine_destroy(g_b);
+	g_b = NULL;
+}
+
 /* The write-behind queue is bounded: with every store node stopped (writes
  * wait for the timeout), a burst of evictions past the queue is dropped and
  * counted, and the one that evicts never waits. */
@@ -276,6 +374,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_onloads_a_pages_byte_for_byte),
 		cmocka_unit_test(test_damaged_value_stops_the_run_and_is_counted),
+		cmocka_unit_test(test_seq_alloc_starts_from_the_store),
+		cmocka_unit_test(test_opaque_device_tier_round_trips),
 		cmocka_unit_test(test_full_queue_drops_and_counts),
 		/* Last: it kills a node for good. */
 		cmocka_unit_test(test_killed_store_node_is_a_miss_in_bounded_time),

@@ -100,7 +100,7 @@ static int compute(struct kvp_client *c, uint64_t r, uint32_t n, char *err, size
 	const struct kvp_layout *l = kvp_client_layout(c);
 	uint32_t *t = prompt(r, n);
 	uint8_t *kv = malloc(64 * l->token_bytes);
-	struct kvp_lease ls;
+	struct kvp_lease ls = { 0 };
 	int rc = !t || !kv ? -ENOMEM : kvp_seq_alloc(c, r + 1, t, n, &ls);
 
 	for (uint32_t done = 0; !rc && done < ls.n_new;) {
@@ -145,8 +145,8 @@ static int fetch(struct kvp_client *c, uint64_t r, uint32_t n, double *secs,
 	const struct kvp_layout *l = kvp_client_layout(c);
 	uint32_t *t = prompt(r, n), P = l->page_tokens;
 	uint8_t *got = malloc(l->token_bytes), *want = malloc(l->token_bytes);
-	struct kvp_prefix_hit hit;
-	struct kvp_lease ls;
+	struct kvp_prefix_hit hit = { 0 };
+	struct kvp_lease ls = { 0 };
 	double t0;
 	int rc = -ENOMEM;
 
@@ -187,7 +187,7 @@ out:
 	return rc;
 }
 
-static void on_raw(void *arg, uint32_t i, const void *val, size_t len)
+static void on_raw(void *arg, uint32_t i, char **val, size_t len)
 {
 	uint64_t *bytes = arg;
 
