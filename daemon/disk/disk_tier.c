@@ -18,6 +18,7 @@
 #include <syslog.h>
 #include <time.h>
 
+#include "clock.h"
 #include "disk_tier_internal.h"
 
 void disk_logf(struct disk_tier *dt, int prio, const char *fmt, ...)
@@ -323,6 +324,39 @@ static bool stage_reclaim_ready(struct disk_tier *dt, uint32_t n)
 	return dt->nstage_free >= n;
 }
 
+/*
+ * Locked: say why a demotion was refused, once a second at most (eviction
+ * can refuse thousands a second): the history is bigger than the disk
+ * tier or its tenant's quota, or staging is full because the disk writes
+ * slower than eviction demotes. Before this line such drops were counted
+ * (disk_dropped_pages) and never logged.
+ */
+static void put_drop_log(struct disk_tier *dt, const struct disk_key *k, uint32_t npages)
+{
+	struct disk_use *u = disk_use_of(dt, k->tenant);
+	uint64_t now = mono_ns();
+	char what[80];
+
+	if (dt->put_drop_logged_ns && now - dt->put_drop_logged_ns < 1000000000ull) {
+		dt->put_drops_quiet++;
+		return;
+	}
+	disk_key_name(k, what, sizeof(what));
+	if (npages > disk_store_slots(dt->st) || (u->quota && npages > u->quota))
+		disk_logf(dt, LOG_WARNING, "disk tier full: the %" PRIu32 " pages of %s "
+			  "are more than disk_size%s holds; dropped (%" PRIu64
+			  " more refused since the last line); raise disk_size",
+			  npages, what, u->quota ? " or the tenant's quota" : "",
+			  dt->put_drops_quiet);
+	else
+		disk_logf(dt, LOG_WARNING, "disk tier staging full: the %" PRIu32
+			  " pages of %s dropped (%" PRIu64 " more refused since the "
+			  "last line); the disk writes slower than eviction demotes",
+			  npages, what, dt->put_drops_quiet);
+	dt->put_drop_logged_ns = now;
+	dt->put_drops_quiet = 0;
+}
+
 int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start,
 		  uint64_t len, uint32_t npages, void *const *pages)
 {
@@ -343,6 +377,7 @@ int disk_tier_put(struct disk_tier *dt, const struct disk_key *k, uint64_t start
 	    (!stage_reserve(dt, e) &&
 	     (!stage_reclaim_ready(dt, npages) || !stage_reserve(dt, e)))) {
 		u->dropped_pages += npages;
+		put_drop_log(dt, k, npages);
 		pthread_mutex_unlock(&dt->mu);
 		entry_free(e);
 		return -ENOSPC;

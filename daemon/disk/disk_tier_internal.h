@@ -101,6 +101,9 @@ struct disk_tier {
 	uint32_t nuse;
 	uint64_t write_ns, read_ns, codec_ns, bad_records, into_pages;
 	uint64_t progress;       /* disk_tier_progress() */
+	/* Demotions refused for want of room (disk_tier_put): one log line a
+	 * second at most, with the count of those not logged. */
+	uint64_t put_drop_logged_ns, put_drops_quiet;
 	/* Host tiers to register as fixed buffers: the thread does it (it
 	 * pins and faults in the whole region: seconds for a large one, not
 	 * on kvpoold's start); registering: the one it is on. */
