@@ -427,7 +427,17 @@ static int set_remote_timeout_ms(struct config *c, struct tenant_config *t,
 static int set_remote_user_histories(struct config *c, struct tenant_config *t,
 				     const char *v, char *err, size_t len)
 {
-	return parse_bool(v, &c->remote_user_histories, err, len);
+	int ret = parse_bool(v, &c->remote_user_histories, err, len);
+
+	/* Refused rather than accepted and ignored: nobody should believe
+	 * their histories are in the store when only prefix pages are. */
+	if (!ret && c->remote_user_histories) {
+		snprintf(err, len, "user histories in the remote tier are not built "
+			 "yet (only prefix pages go there); remove the setting or "
+			 "set it to no");
+		return -1;
+	}
+	return ret;
 }
 
 static int set_remote_queue(struct config *c, struct tenant_config *t,

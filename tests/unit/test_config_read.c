@@ -177,6 +177,9 @@ static void errors_name_their_line(void **state)
 	expect_error("[tenant a]\nuids = 1\nspin_us = 3\n",
 		     PATH ":3: spin_us is a global setting");
 	expect_error("device_mem = 4X\n", PATH ":1: device_mem = '4X'");
+	expect_error("remote_user_histories = yes\n",
+		     PATH ":1: remote_user_histories = 'yes': user histories in "
+		     "the remote tier are not built yet");
 }
 
 /* Comments ('#' or ';' first, '#' after a blank), quotes, blanks, a line
