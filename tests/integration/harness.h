@@ -67,6 +67,19 @@ void h_token_fill(const struct kvp_layout *l, uint64_t salt, uint64_t user,
 void h_tokens_fill(const struct kvp_layout *l, uint64_t salt, uint64_t user,
 		   uint64_t pos, uint32_t n, void *out);
 
+/* Token ids base, base + 7, base + 14, ... into t[0, n): prompts for the
+ * sharing tests (distinct bases make distinct prompts). */
+void h_token_ids(uint32_t *t, uint32_t n, uint32_t base);
+/* Append tokens [0, n) of h_tokens_fill(salt, user 0) through lease l (a
+ * fill or write lease). 0, or the append's -errno with a message. */
+int h_fill_lease(struct kvp_client *c, const struct kvp_lease *l, uint64_t salt,
+		 uint32_t n);
+/* Tokens [0, n) through the page table indices hold h_tokens_fill(salt,
+ * user) (kvp_read_cpu from kvp_device_base). 0, or -1 with a message
+ * naming what and the first token that differs. */
+int h_same_bytes(struct kvp_client *c, const int32_t *indices, uint64_t salt,
+		 uint64_t user, uint32_t n, const char *what);
+
 /*
  * Read back the committed tokens of user through a read-only lease
  * (prepare n_new = 0 returns the page table) and kvp_read_cpu() from

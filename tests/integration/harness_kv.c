@@ -72,6 +72,60 @@ struct kvp_client *h_connect_or_fail(const char *sock, const char *name,
 	return c;
 }
 
+void h_token_ids(uint32_t *t, uint32_t n, uint32_t base)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = base + i * 7u;
+}
+
+int h_fill_lease(struct kvp_client *c, const struct kvp_lease *l, uint64_t salt,
+		 uint32_t n)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	void *kv = malloc((size_t)n * lay->token_bytes);
+	int rc;
+
+	if (!kv)
+		return -ENOMEM;
+	h_tokens_fill(lay, salt, 0, 0, n, kv);
+	rc = kvp_append(c, l, 0, n, kv);
+	free(kv);
+	if (rc)
+		h_fail("append: %s", kvp_last_error(c));
+	return rc;
+}
+
+int h_same_bytes(struct kvp_client *c, const int32_t *indices, uint64_t salt,
+		 uint64_t user, uint32_t n, const char *what)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	const uint32_t P = lay->page_tokens;
+	struct kvp_slot *slots = calloc(n ? n : 1, sizeof(*slots));
+	unsigned char *got = malloc((size_t)n * lay->token_bytes + 1);
+	unsigned char *want = malloc((size_t)n * lay->token_bytes + 1);
+	int bad = -1;
+
+	if (!slots || !got || !want)
+		goto out;
+	for (uint32_t i = 0; i < n; i++)
+		slots[i] = (struct kvp_slot){ (uint32_t)indices[i / P], i % P };
+	kvp_read_cpu(lay, kvp_device_base(c), slots, n, got);
+	h_tokens_fill(lay, salt, user, 0, n, want);
+	bad = 0;
+	for (uint32_t i = 0; i < n && !bad; i++)
+		if (memcmp(got + (size_t)i * lay->token_bytes,
+			   want + (size_t)i * lay->token_bytes, lay->token_bytes)) {
+			h_fail("%s: token %" PRIu32 " differs from what was written",
+			       what, i);
+			bad = -1;
+		}
+out:
+	free(slots);
+	free(got);
+	free(want);
+	return bad;
+}
+
 int h_verify_user(struct kvp_client *c, uint64_t salt, uint64_t user,
 		  uint64_t expect_start, uint64_t expect_len, uint64_t *len_out)
 {

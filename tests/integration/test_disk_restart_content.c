@@ -63,63 +63,6 @@ static int start(struct h_daemon *d)
 			      "--workers=2", NULL);
 }
 
-static void ids(uint32_t *t, uint32_t n, uint32_t base)
-{
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = base + i * 7u;
-}
-
-/* Write tokens [0, n) of a lease from h_tokens_fill(salt, user 0). */
-static int fill(struct kvp_client *c, const struct kvp_lease *l, uint64_t salt,
-		uint32_t n)
-{
-	const struct kvp_layout *lay = kvp_client_layout(c);
-	void *kv = malloc((size_t)n * lay->token_bytes);
-	int rc;
-
-	if (!kv)
-		return -ENOMEM;
-	h_tokens_fill(lay, salt, 0, 0, n, kv);
-	rc = kvp_append(c, l, 0, n, kv);
-	free(kv);
-	if (rc)
-		h_fail("append: %s", kvp_last_error(c));
-	return rc;
-}
-
-/* Tokens [0, n) through the page table indices hold h_tokens_fill(salt,
- * user). 0 or -1 with a message. */
-static int same_bytes(struct kvp_client *c, const int32_t *indices, uint64_t salt,
-		      uint64_t user, uint32_t n, const char *what)
-{
-	const struct kvp_layout *lay = kvp_client_layout(c);
-	const uint32_t P = lay->page_tokens;
-	struct kvp_slot *slots = calloc(n, sizeof(*slots));
-	unsigned char *got = malloc((size_t)n * lay->token_bytes);
-	unsigned char *want = malloc((size_t)n * lay->token_bytes);
-	int bad = -1;
-
-	if (!slots || !got || !want)
-		goto out;
-	for (uint32_t i = 0; i < n; i++)
-		slots[i] = (struct kvp_slot){ (uint32_t)indices[i / P], i % P };
-	kvp_read_cpu(lay, kvp_device_base(c), slots, n, got);
-	h_tokens_fill(lay, salt, user, 0, n, want);
-	bad = 0;
-	for (uint32_t i = 0; i < n && !bad; i++)
-		if (memcmp(got + (size_t)i * lay->token_bytes,
-			   want + (size_t)i * lay->token_bytes, lay->token_bytes)) {
-			h_fail("%s: token %" PRIu32 " differs from what was written",
-			       what, i);
-			bad = -1;
-		}
-out:
-	free(slots);
-	free(got);
-	free(want);
-	return bad;
-}
-
 /* A fresh hog fills the device tier, then goes to the host tier: whatever
  * the shared world had idle went down to disk. */
 static int push_out(struct kvp_client *c)
@@ -156,9 +99,9 @@ static int prefix_writer_main(void *arg)
 	(void)arg;
 	if (!c)
 		return 1;
-	ids(t, PROMPT, 0x4000);
+	h_token_ids(t, PROMPT, 0x4000);
 	if (kvp_seq_alloc(c, 4242, t, PROMPT, &l) || l.n_new != PROMPT ||
-	    fill(c, &l, S_PREFIX, PROMPT) || kvp_commit(c, l.id, PROMPT) ||
+	    h_fill_lease(c, &l, S_PREFIX, PROMPT) || kvp_commit(c, l.id, PROMPT) ||
 	    kvp_release(c, l.id) || kvp_seq_free(c, 4242)) {
 		h_fail("prefix writer: %s", kvp_last_error(c));
 		return 1;
@@ -176,7 +119,7 @@ static int prefix_served(struct kvp_client *c, const char *when)
 	struct kvp_lease l;
 	int rc, bad = 0;
 
-	ids(t, PROMPT + 1, 0x4000);
+	h_token_ids(t, PROMPT + 1, 0x4000);
 	rc = kvp_prefix_lookup(c, t, PROMPT + 1, &hit);
 	if (rc != (int)PROMPT || hit.npages != PROMPT_PAGES) {
 		h_fail("prefix %s: lookup: %d tokens in %u pages; want %u in %u (%s)",
@@ -189,7 +132,7 @@ static int prefix_served(struct kvp_client *c, const char *when)
 		       l.len, kvp_last_error(c));
 		return 1;
 	}
-	if (same_bytes(c, l.indices, S_PREFIX, 0, PROMPT, "prefix pages from disk"))
+	if (h_same_bytes(c, l.indices, S_PREFIX, 0, PROMPT, "prefix pages from disk"))
 		bad++;
 	if (kvp_release(c, l.id) || kvp_seq_free(c, 77)) {
 		h_fail("prefix %s: free: %s", when, kvp_last_error(c));
@@ -267,7 +210,7 @@ static int chunk_served(struct kvp_client *c, const struct kvp_chunk_id *id,
 		return 1;
 	}
 	if (l.len != CHUNK_TOKENS ||
-	    same_bytes(c, l.indices, S_CHUNK, 0, CHUNK_TOKENS, "chunk from disk"))
+	    h_same_bytes(c, l.indices, S_CHUNK, 0, CHUNK_TOKENS, "chunk from disk"))
 		bad++;
 	kvp_release(c, l.id);
 	if (kvp_chunk_get(c, id, &ci) || !strstr(ci.meta, "disk.pdf")) {
@@ -289,9 +232,9 @@ static void phase_chunk(void)
 		g_bad++;
 		return;
 	}
-	ids(t, CHUNK_TOKENS, 0x7000);
+	h_token_ids(t, CHUNK_TOKENS, 0x7000);
 	if (kvp_chunk_register(c, t, CHUNK_TOKENS, KVP_CHUNK_CONTEXT, META, &g_reg) ||
-	    !g_reg.created || fill(c, &g_reg.lease, S_CHUNK, CHUNK_TOKENS) ||
+	    !g_reg.created || h_fill_lease(c, &g_reg.lease, S_CHUNK, CHUNK_TOKENS) ||
 	    kvp_chunk_seal(c, &g_reg)) {
 		h_fail("chunk: register and fill: %s", kvp_last_error(c));
 		g_bad++;
@@ -346,7 +289,7 @@ static void phase_seq(void)
 		       rc, l.len, kvp_last_error(c));
 		g_bad++;
 	} else {
-		if (same_bytes(c, l.indices, S_USER, 777, 3 * H_PAGE_TOKENS,
+		if (h_same_bytes(c, l.indices, S_USER, 777, 3 * H_PAGE_TOKENS,
 			       "a sequence over a user from disk"))
 			g_bad++;
 		kvp_release(c, l.id);
@@ -454,7 +397,7 @@ static int churn_chunk(struct kvp_client *c, struct h_rng *rng)
 	struct kvp_lease l;
 	int rc, tries = 0;
 
-	ids(t, CHUNK_TOKENS, 0x900000 + 0x1000 * q);
+	h_token_ids(t, CHUNK_TOKENS, 0x900000 + 0x1000 * q);
 	while ((rc = kvp_chunk_register(c, t, CHUNK_TOKENS, KVP_CHUNK_CONTEXT,
 					NULL, &reg)) == -ENOMEM && ++tries < 5000)
 		h_sleep_us(200);
@@ -462,7 +405,7 @@ static int churn_chunk(struct kvp_client *c, struct h_rng *rng)
 		h_fail("churn: register chunk %u: %s", q, kvp_last_error(c));
 		return 1;
 	}
-	if (reg.created && (fill(c, &reg.lease, S_CHUNK + q, CHUNK_TOKENS) ||
+	if (reg.created && (h_fill_lease(c, &reg.lease, S_CHUNK + q, CHUNK_TOKENS) ||
 			    kvp_chunk_seal(c, &reg)))
 		return 1;
 	while ((rc = kvp_chunk_acquire(c, &reg.id, 5000, &l)) == -ENOMEM &&
@@ -474,7 +417,7 @@ static int churn_chunk(struct kvp_client *c, struct h_rng *rng)
 		h_fail("churn: acquire chunk %u: %s", q, kvp_last_error(c));
 		return 1;
 	}
-	rc = same_bytes(c, l.indices, S_CHUNK + q, 0, CHUNK_TOKENS,
+	rc = h_same_bytes(c, l.indices, S_CHUNK + q, 0, CHUNK_TOKENS,
 			"churn: a chunk") ? 1 : 0;
 	kvp_release(c, l.id);
 	return rc;
@@ -510,7 +453,7 @@ static int churn_main(void *arg)
 		struct kvp_lease l;
 		int rc, tries = 0;
 
-		ids(t, PROMPT + 1, 0x10000 * (p + 1));
+		h_token_ids(t, PROMPT + 1, 0x10000 * (p + 1));
 		/* Three sequences of 6 pages do not fit 16 at once: -ENOMEM
 		 * while the others hold theirs, for a moment. */
 		while ((rc = kvp_seq_alloc(c, seq, t, PROMPT + 1, &l)) == -ENOMEM &&
@@ -520,7 +463,7 @@ static int churn_main(void *arg)
 			h_fail("churn: seq_alloc of prompt %u: %s", p, kvp_last_error(c));
 			return 1;
 		}
-		if (l.len && same_bytes(c, l.indices, S_PREFIX + p, 0, (uint32_t)l.len,
+		if (l.len && h_same_bytes(c, l.indices, S_PREFIX + p, 0, (uint32_t)l.len,
 					"churn: a cached prompt"))
 			return 1;
 		h_tokens_fill(lay, S_PREFIX + p, 0, l.len, l.n_new, kv);

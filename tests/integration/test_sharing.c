@@ -53,68 +53,19 @@ struct shared {
 
 static struct shared *g;
 
-/* Token ids base, base+1, ... */
-static void ids(uint32_t *t, uint32_t n, uint32_t base)
-{
-	for (uint32_t i = 0; i < n; i++)
-		t[i] = base + i * 7u;
-}
-
-/* Write tokens [0, n) of a fill / write lease from h_tokens_fill(salt). */
-static int fill(struct kvp_client *c, const struct kvp_lease *l, uint64_t salt,
-		uint32_t n)
-{
-	const struct kvp_layout *lay = kvp_client_layout(c);
-	void *kv = malloc((size_t)n * lay->token_bytes);
-	int rc;
-
-	if (!kv)
-		return -ENOMEM;
-	h_tokens_fill(lay, salt, 0, 0, n, kv);
-	rc = kvp_append(c, l, 0, n, kv);
-	free(kv);
-	if (rc)
-		h_fail("append: %s", kvp_last_error(c));
-	return rc;
-}
-
 /* Read tokens [0, n) of a read lease (page table copied out first: it is
  * valid only until the next call) and compare with h_tokens_fill(salt). */
 static int verify(struct kvp_client *c, const struct kvp_lease *l,
 		  uint64_t salt, uint32_t n, const char *what)
 {
-	const struct kvp_layout *lay = kvp_client_layout(c);
-	const uint32_t P = lay->page_tokens;
-	struct kvp_slot *slots = calloc(n, sizeof(*slots));
-	unsigned char *got = malloc((size_t)n * lay->token_bytes);
-	unsigned char *want = malloc((size_t)n * lay->token_bytes);
-	int bad = -1;
+	const uint32_t P = kvp_client_layout(c)->page_tokens;
 
-	if (!slots || !got || !want)
-		goto out;
 	if (l->len != n || l->npages != (n + P - 1) / P) {
 		h_fail("%s: lease of %" PRIu64 " tokens in %" PRIu32 " pages, want %"
 		       PRIu32, what, l->len, l->npages, n);
-		goto out;
+		return -1;
 	}
-	for (uint32_t i = 0; i < n; i++)
-		slots[i] = (struct kvp_slot){ (uint32_t)l->indices[i / P], i % P };
-	kvp_read_cpu(lay, kvp_device_base(c), slots, n, got);
-	h_tokens_fill(lay, salt, 0, 0, n, want);
-	for (uint32_t i = 0; i < n; i++) {
-		if (memcmp(got + i * lay->token_bytes, want + i * lay->token_bytes,
-			   lay->token_bytes)) {
-			h_fail("%s: token %" PRIu32 " differs from what the filler wrote",
-			       what, i);
-			goto out;
-		}
-	}
-	bad = 0;
-out:
-	free(slots);
-	free(got);
-	free(want);
-	return bad;
+	return h_same_bytes(c, l->indices, salt, 0, n, what);
 }
 
 static uint64_t frames_free(struct kvp_client *c)
@@ -168,7 +119,7 @@ static int racer_main(void *arg)
 	c = h_connect_or_fail(g_sock, name, 5000);
 	if (!c)
 		return 1;
-	ids(t, CHUNK_TOKENS, T_DEDUPE);
+	h_token_ids(t, CHUNK_TOKENS, T_DEDUPE);
 	/* Barrier: both connected, released by the parent at once. */
 	if (h_chan_say(r->ch.to_parent[1], 'r') || h_chan_wait(r->ch.to_child[0], 5000) != 'g')
 		return 1;
@@ -183,7 +134,7 @@ static int racer_main(void *arg)
 		g->filler_salt = 0xf111e0ull + (uint64_t)r->idx;
 		g->filler_client = kvp_client_id(c);
 		if (reg.lease.n_new != CHUNK_TOKENS || reg.lease.len ||
-		    fill(c, &reg.lease, g->filler_salt, CHUNK_TOKENS))
+		    h_fill_lease(c, &reg.lease, g->filler_salt, CHUNK_TOKENS))
 			return 1;
 		/* Hold the seal until the other saw "not ready" (or 3 s). */
 		uint64_t until = h_now_ms() + 3000;
@@ -322,9 +273,9 @@ static int test_delete_leased(struct kvp_client *c)
 	pid_t pid;
 	int bad = 0, rc;
 
-	ids(t, CHUNK_TOKENS, T_DELETE);
+	h_token_ids(t, CHUNK_TOKENS, T_DELETE);
 	if (kvp_chunk_register(c, t, CHUNK_TOKENS, KVP_CHUNK_SYSTEM, NULL, &reg) ||
-	    !reg.created || fill(c, &reg.lease, 0xde1e7eull, CHUNK_TOKENS) ||
+	    !reg.created || h_fill_lease(c, &reg.lease, 0xde1e7eull, CHUNK_TOKENS) ||
 	    kvp_chunk_seal(c, &reg)) {
 		h_fail("delete: set up the chunk: %s", kvp_last_error(c));
 		return 1;
@@ -374,7 +325,7 @@ static int filler_main(void *arg)
 	c = h_connect_or_fail(g_sock, "filler", 5000);
 	if (!c)
 		return 1;
-	ids(t, CHUNK_TOKENS, T_KILLED);
+	h_token_ids(t, CHUNK_TOKENS, T_KILLED);
 	if (kvp_chunk_register(c, t, CHUNK_TOKENS, KVP_CHUNK_QUERY, NULL, &reg) ||
 	    !reg.created) {
 		h_fail("register: %s", kvp_last_error(c));
@@ -383,7 +334,7 @@ static int filler_main(void *arg)
 	g->id[0] = reg.id;
 	g->filler_client = kvp_client_id(c);
 	/* Half written, then killed. */
-	fill(c, &reg.lease, 0xdeadull, CHUNK_TOKENS / 2);
+	h_fill_lease(c, &reg.lease, 0xdeadull, CHUNK_TOKENS / 2);
 	h_chan_say(ch->to_parent[1], 'f');
 	for (;;)
 		pause();
@@ -421,13 +372,13 @@ static int test_killed_filler(struct kvp_client *c)
 		bad++;
 	}
 	bad += frames_back(c, free0, "killed filler") ? 1 : 0;
-	ids(t, CHUNK_TOKENS, T_KILLED);
+	h_token_ids(t, CHUNK_TOKENS, T_KILLED);
 	if (kvp_chunk_register(c, t, CHUNK_TOKENS, KVP_CHUNK_QUERY, NULL, &reg) ||
 	    !reg.created || memcmp(&reg.id, &g->id[0], sizeof(reg.id))) {
 		h_fail("killed filler: register again: created %d (%s)", reg.created,
 		       kvp_last_error(c));
 		bad++;
-	} else if (fill(c, &reg.lease, 1, CHUNK_TOKENS) || kvp_chunk_seal(c, &reg) ||
+	} else if (h_fill_lease(c, &reg.lease, 1, CHUNK_TOKENS) || kvp_chunk_seal(c, &reg) ||
 		   kvp_chunk_delete(c, &reg.id) < 0) {
 		h_fail("killed filler: refill: %s", kvp_last_error(c));
 		bad++;
@@ -450,12 +401,12 @@ static int prefix_writer_main(void *arg)
 	c = h_connect_or_fail(g_sock, "prefix-writer", 5000);
 	if (!c)
 		return 1;
-	ids(t, PREFIX_TOKENS, T_PREFIX);
+	h_token_ids(t, PREFIX_TOKENS, T_PREFIX);
 	if (kvp_seq_alloc(c, 4242, t, PREFIX_TOKENS, &l)) {
 		h_fail("seq_alloc: %s", kvp_last_error(c));
 		return 1;
 	}
-	if (l.len != 0 || l.n_new != PREFIX_TOKENS || fill(c, &l, 0x9e1ull, l.n_new) ||
+	if (l.len != 0 || l.n_new != PREFIX_TOKENS || h_fill_lease(c, &l, 0x9e1ull, l.n_new) ||
 	    kvp_commit(c, l.id, l.n_new) || kvp_release(c, l.id) ||
 	    kvp_seq_free(c, 4242)) {
 		h_fail("seq cycle (len %" PRIu64 " n_new %u): %s", l.len, l.n_new,
@@ -475,7 +426,7 @@ static int test_prefix(struct kvp_client *c)
 
 	if (h_wait(h_fork(prefix_writer_main, NULL), 10000) != 0)
 		return 1;
-	ids(t, PREFIX_TOKENS + 1, T_PREFIX);
+	h_token_ids(t, PREFIX_TOKENS + 1, T_PREFIX);
 	rc = kvp_prefix_lookup(c, t, PREFIX_TOKENS, &hit);
 	/* All 80 are cached, but the last token is left to compute (seed
 	 * 004: 79, in all 5 pages, not a page less). */
@@ -553,10 +504,10 @@ static int restart_id(struct h_daemon *d, struct kvp_chunk_id *id)
 
 	if (!c)
 		return -1;
-	ids(t, CHUNK_TOKENS, T_RESTART);
+	h_token_ids(t, CHUNK_TOKENS, T_RESTART);
 	rc = kvp_chunk_register(c, t, CHUNK_TOKENS, KVP_CHUNK_CONTEXT, "k=v", &reg);
 	if (!rc && reg.created)
-		rc = fill(c, &reg.lease, 5, CHUNK_TOKENS) ? -1 : kvp_chunk_seal(c, &reg);
+		rc = h_fill_lease(c, &reg.lease, 5, CHUNK_TOKENS) ? -1 : kvp_chunk_seal(c, &reg);
 	if (rc)
 		h_fail("restart: register: %s", kvp_last_error(c));
 	*id = reg.id;
