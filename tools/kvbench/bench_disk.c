@@ -61,19 +61,6 @@ struct result {
 	bool into;               /* read back straight into host */
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double gbps(uint64_t bytes, double s)
-{
-	return s > 0 ? (double)bytes / s / 1e9 : 0;
-}
-
 /* ---------------------------------------------------------------- data */
 
 static uint64_t rng(uint64_t *x)
@@ -209,7 +196,7 @@ static int measure_raw(const struct opts *o, struct result *r,
 	r->direct = disk_store_direct(st);
 	disk_store_register(st, buf, chunk * sb, sb);
 	for (int dir = 1; dir >= 0; dir--) {
-		t0 = now_s();
+		t0 = kvb_now_s();
 		for (uint64_t s = 0; s < n; s += chunk) {
 			uint64_t k = n - s < chunk ? n - s : chunk;
 
@@ -222,7 +209,7 @@ static int measure_raw(const struct opts *o, struct result *r,
 				goto out;
 			}
 		}
-		*(dir ? &r->raw_write_s : &r->raw_read_s) = now_s() - t0;
+		*(dir ? &r->raw_write_s : &r->raw_read_s) = kvb_now_s() - t0;
 	}
 	ret = 0;
 out:
@@ -307,7 +294,7 @@ static int measure_tier(const struct opts *o, struct result *r,
 		snprintf(err, len, "%s", e.msg);
 		goto out;
 	}
-	t0 = now_s();
+	t0 = kvb_now_s();
 	for (uint64_t u = 0; u < nh; u++) {
 		struct disk_key k = { .tenant = 1, .user = u };
 
@@ -320,17 +307,17 @@ static int measure_tier(const struct opts *o, struct result *r,
 		}
 	}
 	disk_tier_flush(dt);
-	r->demote_s = now_s() - t0;
+	r->demote_s = kvb_now_s() - t0;
 	if (host && !o->staging && disk_tier_into_ok(dt))
 		disk_tier_register_host(dt, host, r->bytes);
 	else
 		host = NULL;
 	r->into = host != NULL;
 	disk_tier_flush(dt); /* the registration too: the thread does it */
-	t0 = now_s();
+	t0 = kvb_now_s();
 	if (read_back(dt, r, H, nh, hh, host, err, len))
 		goto out;
-	r->readback_s = now_s() - t0;
+	r->readback_s = kvb_now_s() - t0;
 	/* Every byte as written (outside the timing). */
 	for (uint64_t u = 0; u < nh; u++) {
 		for (uint64_t i = 0; i < H; i++)
@@ -375,13 +362,13 @@ static int measure_codec(const struct opts *o, struct result *r,
 		uint8_t id;
 		size_t s;
 
-		t0 = now_s();
+		t0 = kvb_now_s();
 		s = disk_codec_encode(x, &c, data + i * pb, pb, z, pb, &id);
-		tc += now_s() - t0;
-		t0 = now_s();
+		tc += kvb_now_s() - t0;
+		t0 = kvb_now_s();
 		if (disk_codec_decode(x, id, z, s, out, pb))
 			goto out;
-		td += now_s() - t0;
+		td += kvb_now_s() - t0;
 		stored += s;
 	}
 	r->zstd_ratio = (double)(n * pb) / (double)stored;
@@ -444,18 +431,18 @@ static void print_json(const struct opts *o, const struct result *r,
 	json_str(&j, "compress", o->compress);
 	json_bool(&j, "o_direct", r->direct);
 	json_bool(&j, "readback_into_host", !o->staging && r->into);
-	json_f64(&j, "raw_write_gbps", gbps(r->bytes, r->raw_write_s), 3);
-	json_f64(&j, "raw_read_gbps", gbps(r->bytes, r->raw_read_s), 3);
-	json_f64(&j, "demote_gbps", gbps(r->bytes, r->demote_s), 3);
-	json_f64(&j, "readback_gbps", gbps(r->bytes, r->readback_s), 3);
+	json_f64(&j, "raw_write_gbps", kvb_gbps(r->bytes, r->raw_write_s), 3);
+	json_f64(&j, "raw_read_gbps", kvb_gbps(r->bytes, r->raw_read_s), 3);
+	json_f64(&j, "demote_gbps", kvb_gbps(r->bytes, r->demote_s), 3);
+	json_f64(&j, "readback_gbps", kvb_gbps(r->bytes, r->readback_s), 3);
 	json_f64(&j, "demote_ratio", r->demote_s > 0 ? r->raw_write_s / r->demote_s : 0, 3);
 	json_f64(&j, "readback_ratio", r->readback_s > 0 ? r->raw_read_s / r->readback_s : 0, 3);
 	json_f64(&j, "zstd_ratio", r->zstd_ratio, 3);
 	json_u64(&j, "prepare_bytes", r->prep.bytes);
-	json_f64(&j, "prepare_gbps", gbps(r->prep.bytes, r->prep.seconds), 3);
+	json_f64(&j, "prepare_gbps", kvb_gbps(r->prep.bytes, r->prep.seconds), 3);
 	json_f64(&j, "prepare_ratio", r->prep.seconds > 0 && r->raw_read_s > 0 ?
-		 gbps(r->prep.bytes, r->prep.seconds) /
-		 gbps(r->bytes, r->raw_read_s) : 0, 3);
+		 kvb_gbps(r->prep.bytes, r->prep.seconds) /
+		 kvb_gbps(r->bytes, r->raw_read_s) : 0, 3);
 	json_u64(&j, "zstd_level", o->level);
 	json_f64(&j, "zstd_compress_mbps_per_core", pb / r->zstd_comp_s / 1e6, 1);
 	json_f64(&j, "zstd_decompress_mbps_per_core", pb / r->zstd_decomp_s / 1e6, 1);
@@ -481,17 +468,17 @@ static void print_table(const struct opts *o, const struct result *r,
 	       o->compress);
 	printf("%-10s %10s %10s %8s\n", "", "GB/s", "raw GB/s", "of raw");
 	printf("%-10s %10.3f %10.3f %8.3f   (target >= 0.9)\n", "demote",
-	       gbps(r->bytes, r->demote_s), gbps(r->bytes, r->raw_write_s),
+	       kvb_gbps(r->bytes, r->demote_s), kvb_gbps(r->bytes, r->raw_write_s),
 	       r->demote_s > 0 ? r->raw_write_s / r->demote_s : 0);
 	printf("%-10s %10.3f %10.3f %8.3f   (target >= 0.9)\n", "read back",
-	       gbps(r->bytes, r->readback_s), gbps(r->bytes, r->raw_read_s),
+	       kvb_gbps(r->bytes, r->readback_s), kvb_gbps(r->bytes, r->raw_read_s),
 	       r->readback_s > 0 ? r->raw_read_s / r->readback_s : 0);
 	if (r->prep.seconds > 0)
 		printf("%-10s %10.3f %10.3f %8.3f   (a reader prepare, disk -> host "
 		       "-> device, %" PRIu64 " MB)\n", "prepare",
-		       gbps(r->prep.bytes, r->prep.seconds),
-		       gbps(r->bytes, r->raw_read_s), gbps(r->prep.bytes,
-		       r->prep.seconds) / gbps(r->bytes, r->raw_read_s),
+		       kvb_gbps(r->prep.bytes, r->prep.seconds),
+		       kvb_gbps(r->bytes, r->raw_read_s), kvb_gbps(r->prep.bytes,
+		       r->prep.seconds) / kvb_gbps(r->bytes, r->raw_read_s),
 		       r->prep.bytes / 1000000);
 	printf("best of %" PRIu64 " rounds; in the disk thread: %.3f s writing, "
 	       "%.3f s in the codec, %.3f s reading\n", o->rounds,

@@ -23,15 +23,8 @@
 
 #include "bench_disk.h"
 #include "daemon_proc.h"
+#include "kvbench.h"
 #include "kvpool.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Token-major K/V of tokens [0, n): the append's layout, seeded bytes. */
 static void fill_tokens(uint8_t *kv, uint64_t bytes)
@@ -146,9 +139,9 @@ static int rounds_of(struct kvp_client *c, const struct disk_prepare_opts *o,
 		rc = wait_written(c, st.disk_demoted_pages, (uint64_t)rc, err, len);
 		if (rc)
 			return rc;
-		t0 = now_s();
+		t0 = kvb_now_s();
 		rc = kvp_prepare(c, 1, tokens, 0, &l);
-		s = now_s() - t0;
+		s = kvb_now_s() - t0;
 		if (rc) {
 			snprintf(err, len, "the reader prepare: %s", kvp_last_error(c));
 			return rc;

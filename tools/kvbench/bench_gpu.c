@@ -116,11 +116,6 @@ static double median_of(const double *v, size_t n)
 	return m;
 }
 
-static double gbps(uint64_t bytes, double s)
-{
-	return s > 0 ? (double)bytes / s / 1e9 : 0;
-}
-
 static double secs_since(uint64_t t0)
 {
 	return (double)(now_ns() - t0) * 1e-9;
@@ -402,7 +397,7 @@ static int run_append(struct gctx *g, const struct gpu_opts *o,
 
 			if (timed(g, &b, op, b.tokens, &t))
 				goto fail;
-			all[op][r] = gbps(2 * b.bytes, t);
+			all[op][r] = kvb_gbps(2 * b.bytes, t);
 		}
 	}
 	a->gbps = median_of(all[OP_APPEND], o->reps);
@@ -460,7 +455,7 @@ static int raw_copy(struct gctx *g, void *dst, const void *src, uint64_t bytes,
 				   chunk < bytes - off ? chunk : bytes - off, kind,
 				   g->s[0]));
 	CK(cudaStreamSynchronize(g->s[0]));
-	*out = gbps(bytes, secs_since(t0));
+	*out = kvb_gbps(bytes, secs_since(t0));
 out:
 	return rc;
 }
@@ -477,7 +472,7 @@ static int raw_bidir(struct gctx *g, const struct tier_mem *d,
 			   cudaMemcpyHostToDevice, g->s[1]));
 	CK(cudaStreamSynchronize(g->s[0]));
 	CK(cudaStreamSynchronize(g->s[1]));
-	*out = gbps(2 * half, secs_since(t0));
+	*out = kvb_gbps(2 * half, secs_since(t0));
 out:
 	return rc;
 }
@@ -552,7 +547,7 @@ static int run_bidir(struct engine *eng, struct gpu_xfer *x,
 	    s1.bytes_h2d - s0.bytes_h2d != half * ppu * page_bytes ||
 	    s1.bytes_d2h - s0.bytes_d2h != (x->users - half) * ppu * page_bytes)
 		x->counters_ok = false;
-	*out = gbps(x->bytes, t);
+	*out = kvb_gbps(x->bytes, t);
 	engine_evict_all(eng, KVP_SEL_HOST, &skipped);
 out:
 	return rc;
@@ -684,9 +679,9 @@ static int run_xfer(struct gctx *g, const struct gpu_opts *o, struct gpu_xfer *x
 		}
 		if (engine_counters(eng).bytes_h2d - s1.bytes_h2d != x->bytes)
 			x->counters_ok = false;
-		x->offload_all[r] = gbps(x->bytes, toff);
-		x->onload_all[r] = gbps(x->bytes, ton);
-		seq[r] = gbps(2 * x->bytes, toff + ton);
+		x->offload_all[r] = kvb_gbps(x->bytes, toff);
+		x->onload_all[r] = kvb_gbps(x->bytes, ton);
+		seq[r] = kvb_gbps(2 * x->bytes, toff + ton);
 
 		/* Free the host copies for the next step. */
 		engine_evict_all(eng, KVP_SEL_HOST, &skipped);

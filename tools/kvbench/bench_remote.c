@@ -58,19 +58,6 @@ struct result {
 	bool own_cluster;
 };
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static double gbps(uint64_t bytes, double s)
-{
-	return s > 0 ? (double)bytes / s / 1e9 : 0;
-}
-
 /* Token pos of round r: a cheap deterministic pattern, never all zero. */
 static void token_bytes(const struct kvp_layout *l, uint64_t r, uint64_t pos, uint8_t *out)
 {
@@ -152,9 +139,9 @@ static int fetch(struct kvp_client *c, uint64_t r, uint32_t n, double *secs,
 
 	if (!t || !got || !want)
 		goto out;
-	t0 = now_s();
+	t0 = kvb_now_s();
 	rc = kvp_prefix_lookup(c, t, n, &hit);
-	*secs = now_s() - t0;
+	*secs = kvb_now_s() - t0;
 	if (rc < 0) {
 		snprintf(err, len, "B: prefix_lookup: %s", kvp_last_error(c));
 		goto out;
@@ -222,22 +209,22 @@ static int raw_round(struct result *r, uint64_t round, char *err, size_t len)
 		it[i] = (struct rc_item){ .key = keys[i], .klen = strlen(keys[i]),
 					  .val = val, .vlen = vlen };
 	}
-	t0 = now_s();
+	t0 = kvb_now_s();
 	if (redis_cluster_set(rc, it, (uint32_t)r->pages) != r->pages) {
 		snprintf(err, len, "raw: not every SET was taken (is the store full? "
 			 "maxmemory)");
 		ret = -EIO;
 		goto out;
 	}
-	r->raw_set_s = now_s() - t0;
-	t0 = now_s();
+	r->raw_set_s = kvb_now_s() - t0;
+	t0 = kvb_now_s();
 	if (redis_cluster_get(rc, it, (uint32_t)r->pages, on_raw, &bytes) != r->pages ||
 	    bytes != r->pages * vlen) {
 		snprintf(err, len, "raw: not every GET came back");
 		ret = -EIO;
 		goto out;
 	}
-	r->raw_get_s = now_s() - t0;
+	r->raw_get_s = kvb_now_s() - t0;
 	ret = 0;
 out:
 	redis_cluster_close(rc);
@@ -348,11 +335,11 @@ static void print_table(const struct opts *o, const struct result *r,
 	       "from %s%s, best of %" PRIu64 "\n", o->tokens, o->layout, r->pages, mb,
 	       r->url, r->own_cluster ? " (started here, loopback)" : "", o->rounds);
 	printf("  %-34s %9.3f s  %6.3f GB/s\n", "B's lookup: fetch, check, onload",
-	       r->fetch_s, gbps(r->bytes, r->fetch_s));
+	       r->fetch_s, kvb_gbps(r->bytes, r->fetch_s));
 	printf("  %-34s %9.3f s  %6.3f GB/s\n", "raw pipelined GET, same values",
-	       r->raw_get_s, gbps(r->bytes, r->raw_get_s));
+	       r->raw_get_s, kvb_gbps(r->bytes, r->raw_get_s));
 	printf("  %-34s %9.3f s  %6.3f GB/s\n", "raw pipelined SET, same values",
-	       r->raw_set_s, gbps(r->bytes, r->raw_set_s));
+	       r->raw_set_s, kvb_gbps(r->bytes, r->raw_set_s));
 	printf("  lookup / raw GET: %.2f (1.0 = the store's own speed)\n",
 	       r->raw_get_s > 0 ? r->fetch_s / r->raw_get_s : 0);
 }
@@ -377,11 +364,11 @@ static void print_json(const struct opts *o, const struct result *r,
 	for (uint64_t k = 0; k < o->rounds; k++)
 		json_f64(&j, NULL, r->fetch_s_all[k], 4);
 	json_arr_end(&j);
-	json_f64(&j, "fetch_gbps", gbps(r->bytes, r->fetch_s), 3);
+	json_f64(&j, "fetch_gbps", kvb_gbps(r->bytes, r->fetch_s), 3);
 	json_f64(&j, "raw_get_s", r->raw_get_s, 4);
-	json_f64(&j, "raw_get_gbps", gbps(r->bytes, r->raw_get_s), 3);
+	json_f64(&j, "raw_get_gbps", kvb_gbps(r->bytes, r->raw_get_s), 3);
 	json_f64(&j, "raw_set_s", r->raw_set_s, 4);
-	json_f64(&j, "raw_set_gbps", gbps(r->bytes, r->raw_set_s), 3);
+	json_f64(&j, "raw_set_gbps", kvb_gbps(r->bytes, r->raw_set_s), 3);
 	json_f64(&j, "fetch_over_raw_get", r->raw_get_s > 0 ? r->fetch_s / r->raw_get_s : 0, 3);
 	kvb_json_end(&j, m);
 }

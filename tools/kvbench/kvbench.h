@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "json.h" /* tools/common: the JSON writer kvctl prints with too */
 
@@ -150,5 +151,22 @@ void kvb_json_end(struct json *j, const struct kvb_machine *m);
 /* A latency summary as {"samples", "mean_ns", "min_ns", "p50_ns", "p90_ns",
  * "p99_ns", "p999_ns", "max_ns"}. */
 void json_summary(struct json *j, const char *key, const struct summary *s);
+
+/* ---------------------------------------------------------------- timing */
+
+/* CLOCK_MONOTONIC in seconds, for the timed passes. */
+static inline double kvb_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* bytes moved in s seconds as GB/s (10^9 bytes); 0 for no time. */
+static inline double kvb_gbps(uint64_t bytes, double s)
+{
+	return s > 0 ? (double)bytes / s / 1e9 : 0;
+}
 
 #endif /* KVBENCH_H */
