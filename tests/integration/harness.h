@@ -283,6 +283,11 @@ void h_raw_detach(struct h_raw *r);
 uint32_t h_raw_sq_space(const struct h_raw *r);
 /* Copy e into the ring (no publish). Caller checked space. */
 void h_raw_put(struct h_raw *r, const struct kvp_sqe *e);
+/* One request of the uds mode (no rings) on a connected socket: send the
+ * sqe, wait up to 10 s for its reply, the cqe and up to out_cap result
+ * bytes into out. 0, or -errno / -ETIMEDOUT / -EPROTO. */
+int h_uds_call(int sock, const struct kvp_sqe *q, struct kvp_cqe *cqe,
+	       void *out, size_t out_cap);
 /* Publish everything put: store-release sq_tail, wake the daemon if it
  * asked for it. */
 void h_raw_publish(struct h_raw *r);

@@ -372,3 +372,25 @@ int h_raw_hung_up(struct h_raw *r, int timeout_ms)
 			return 0;
 	}
 }
+
+/* ------------------------------------------------------------ uds mode */
+
+int h_uds_call(int sock, const struct kvp_sqe *q, struct kvp_cqe *cqe,
+	       void *out, size_t out_cap)
+{
+	unsigned char buf[sizeof(struct kvp_cqe) + 4096];
+	struct pollfd p = { .fd = sock, .events = POLLIN };
+	ssize_t n;
+
+	if (send(sock, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q))
+		return -errno;
+	if (poll(&p, 1, 10000) != 1)
+		return -ETIMEDOUT;
+	n = recv(sock, buf, sizeof(buf), 0);
+	if (n < (ssize_t)sizeof(*cqe))
+		return n < 0 ? -errno : -EPROTO;
+	memcpy(cqe, buf, sizeof(*cqe));
+	if (out && (size_t)n - sizeof(*cqe) <= out_cap)
+		memcpy(out, buf + sizeof(*cqe), (size_t)n - sizeof(*cqe));
+	return 0;
+}

@@ -36,8 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -301,27 +299,6 @@ static void phase_seq(void)
 
 /* ------------------------------------------------------------ 3b. uds */
 
-/* One uds request: send sqe, wait for its reply (cqe + result bytes). */
-static int uds_call(int sock, const struct kvp_sqe *q, struct kvp_cqe *cqe,
-		    void *out, size_t out_cap)
-{
-	unsigned char buf[sizeof(struct kvp_cqe) + 4096];
-	struct pollfd p = { .fd = sock, .events = POLLIN };
-	ssize_t n;
-
-	if (send(sock, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q))
-		return -errno;
-	if (poll(&p, 1, 10000) != 1)
-		return -ETIMEDOUT;
-	n = recv(sock, buf, sizeof(buf), 0);
-	if (n < (ssize_t)sizeof(*cqe))
-		return n < 0 ? -errno : -EPROTO;
-	memcpy(cqe, buf, sizeof(*cqe));
-	if (out && (size_t)n - sizeof(*cqe) <= out_cap)
-		memcpy(out, buf + sizeof(*cqe), (size_t)n - sizeof(*cqe));
-	return 0;
-}
-
 /* A uds prepare of a user only on disk waits for the read and answers
  * with the whole history (it once answered at once, with nothing). */
 static void phase_uds(void)
@@ -357,7 +334,7 @@ static void phase_uds(void)
 		return;
 	}
 	memset(&out, 0, sizeof(out));
-	rc = uds_call(r.sock, &q, &cqe, &out, sizeof(out));
+	rc = h_uds_call(r.sock, &q, &cqe, &out, sizeof(out));
 	if (rc || cqe.tag != q.tag || cqe.res || out.po.len != 2 * H_PAGE_TOKENS ||
 	    out.po.npages != 2) {
 		h_fail("uds: prepare of a user on disk: %d, res %d, tag %#" PRIx64
@@ -368,7 +345,7 @@ static void phase_uds(void)
 		struct kvp_sqe rel = { .opcode = KVP_OP_RELEASE, .arg = out.po.lease,
 				       .tag = 0x5d6 };
 
-		if (uds_call(r.sock, &rel, &cqe, NULL, 0) || cqe.res) {
+		if (h_uds_call(r.sock, &rel, &cqe, NULL, 0) || cqe.res) {
 			h_fail("uds: release: res %d", cqe.res);
 			g_bad++;
 		}

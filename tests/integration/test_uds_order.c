@@ -39,27 +39,6 @@ static int g_bad;
 #define CHECK(cond, ...) do { if (!(cond)) { h_fail(__VA_ARGS__); g_bad = 1; \
 	return -1; } } while (0)
 
-/* One uds request: send sqe, wait for its reply (cqe + result bytes). */
-static int uds_call(int sock, const struct kvp_sqe *q, struct kvp_cqe *cqe,
-		    void *out, size_t out_cap)
-{
-	unsigned char buf[sizeof(struct kvp_cqe) + 4096];
-	struct pollfd p = { .fd = sock, .events = POLLIN };
-	ssize_t n;
-
-	if (send(sock, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q))
-		return -errno;
-	if (poll(&p, 1, 10000) != 1)
-		return -ETIMEDOUT;
-	n = recv(sock, buf, sizeof(buf), 0);
-	if (n < (ssize_t)sizeof(*cqe))
-		return n < 0 ? -errno : -EPROTO;
-	memcpy(cqe, buf, sizeof(*cqe));
-	if (out && (size_t)n - sizeof(*cqe) <= out_cap)
-		memcpy(out, buf + sizeof(*cqe), (size_t)n - sizeof(*cqe));
-	return 0;
-}
-
 /* Publish BATCH - 1 INFOs of user and then PREPARE(user, 0, N_NEW) in one
  * store of sq_tail, and return without waiting for any of it. */
 static void ring_publish_batch(struct h_raw *r, uint64_t user, uint64_t tag0)
@@ -123,7 +102,7 @@ static int uds_prepare_loses(int sock, uint64_t user, const char *who)
 			     .n = N_NEW, .tag = 0x5ed, .out_len = 4096 };
 	char msg[4096] = "";
 	struct kvp_cqe cqe = { 0 };
-	int ret = uds_call(sock, &q, &cqe, msg, sizeof(msg) - 1);
+	int ret = h_uds_call(sock, &q, &cqe, msg, sizeof(msg) - 1);
 
 	CHECK(ret == 0, "%s: uds PREPARE of user %" PRIu64 ": %s", who, user,
 	      strerror(-ret));
