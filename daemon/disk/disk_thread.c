@@ -77,11 +77,12 @@ static struct pass *pass_new(uint32_t nstage)
 /* The oldest history on disk of tenant t (any tenant: t == 0 and !own). */
 static struct disk_entry *lru_victim(struct disk_tier *dt, uint64_t t, bool own)
 {
-	struct disk_entry *v = dt->lru_head;
+	struct disk_entry *v;
 
-	while (own && v && v->k.tenant != t)
-		v = v->next;
-	return v;
+	list_for_each_entry(v, &dt->lru, lru)
+		if (!own || v->k.tenant == t)
+			return v;
+	return NULL;
 }
 
 /*
@@ -682,6 +683,7 @@ int disk_tier_open(struct disk_tier **out, const struct disk_tier_config *c,
 	dt = calloc(1, sizeof(*dt));
 	if (!dt)
 		return errbuf_set(e, -ENOMEM, "disk tier: out of memory");
+	INIT_LIST_HEAD(&dt->lru);
 	pthread_mutex_init(&dt->mu, NULL);
 	pthread_cond_init(&dt->work, NULL);
 	pthread_cond_init(&dt->done, NULL);

@@ -117,26 +117,12 @@ void disk_index_remove(struct disk_tier *dt, struct disk_entry *e)
 
 void disk_lru_push(struct disk_tier *dt, struct disk_entry *e)
 {
-	e->next = NULL;
-	e->prev = dt->lru_tail;
-	if (dt->lru_tail)
-		dt->lru_tail->next = e;
-	else
-		dt->lru_head = e;
-	dt->lru_tail = e;
+	list_add_tail(&e->lru, &dt->lru);
 }
 
-static void lru_unlink(struct disk_tier *dt, struct disk_entry *e)
+static void lru_unlink(struct disk_entry *e)
 {
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		dt->lru_head = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
-	else
-		dt->lru_tail = e->prev;
-	e->prev = e->next = NULL;
+	list_del(&e->lru);
 }
 
 static void queue_push(struct disk_queue *q, struct disk_entry *e)
@@ -170,6 +156,7 @@ struct disk_entry *disk_entry_new(uint32_t npages)
 
 	if (!e)
 		return NULL;
+	INIT_LIST_HEAD(&e->lru);
 	e->npages = npages;
 	e->slot = malloc(npages * sizeof(*e->slot));
 	e->stage = malloc(npages * sizeof(*e->stage));
@@ -262,7 +249,7 @@ void disk_entry_destroy(struct disk_tier *dt, struct disk_entry *e,
 
 void disk_lru_unlink_drop(struct disk_tier *dt, struct disk_entry *e)
 {
-	lru_unlink(dt, e);
+	lru_unlink(e);
 	disk_index_remove(dt, e);
 	disk_entry_destroy(dt, e, false);
 }
@@ -296,7 +283,7 @@ static void entry_drop(struct disk_tier *dt, struct disk_entry *e)
 		queue_unlink(&dt->wq, e);
 		break;
 	case DS_ONDISK:
-		lru_unlink(dt, e);
+		lru_unlink(e);
 		break;
 	case DS_READY:
 		break;
@@ -454,7 +441,7 @@ int disk_tier_get(struct disk_tier *dt, const struct disk_key *k,
 		if (!stage_reserve(dt, e) &&
 		    (!stage_reclaim_ready(dt, e->npages) || !stage_reserve(dt, e)))
 			break; /* staging is busy: the retry tries again */
-		lru_unlink(dt, e);
+		lru_unlink(e);
 		e->state = DS_READING;
 		queue_push(&dt->rq, e);
 		pthread_cond_signal(&dt->work);
@@ -585,7 +572,7 @@ int disk_tier_get_into(struct disk_tier *dt, const struct disk_key *k,
 		e->want = true;
 		break;
 	case DS_ONDISK:
-		lru_unlink(dt, e); /* held: no victim for room */
+		lru_unlink(e); /* held: no victim for room */
 		read_start(dt, e);
 		break;
 	case DS_READING:

@@ -12,6 +12,7 @@
 #include "disk_record.h"
 #include "disk_store.h"
 #include "disk_tier.h"
+#include "list.h"
 
 #define DISK_NONE UINT32_MAX
 #define DISK_TENANTS_MAX 256u
@@ -50,7 +51,7 @@ struct disk_entry {
 	uint64_t ready_ns;       /* when it became READY */
 	bool gone;               /* dropped while the thread held it */
 	struct disk_entry *hnext;        /* index chain */
-	struct disk_entry *prev, *next;  /* LRU of ONDISK entries */
+	struct list_head lru;            /* LRU of ONDISK entries; self-linked off it */
 	struct disk_entry *qnext;        /* write or read queue */
 };
 
@@ -93,7 +94,7 @@ struct disk_tier {
 	/* (tenant, pool, user) -> entry */
 	struct disk_entry **bucket;
 	uint32_t nbucket;
-	struct disk_entry *lru_head, *lru_tail; /* ONDISK, oldest first */
+	struct list_head lru;    /* ONDISK entries (disk_entry.lru), oldest first */
 	struct disk_queue wq, rq;
 	uint32_t *inval, ninval, inval_cap; /* page-0 slots to mark free */
 	uint64_t next_snap;
