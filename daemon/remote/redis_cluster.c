@@ -373,7 +373,9 @@ static void reply_one(struct redis_cluster *rc, struct rc_node *n, struct batch 
 		it->status = RC_ERROR; /* CLUSTERDOWN, TRYAGAIN, OOM: a miss */
 		n->st.errors++;
 	} else if (b->set) {
-		it->status = r->type == REDIS_REPLY_STATUS ? RC_HIT : RC_ERROR;
+		/* SET says OK, DEL how many keys it removed. */
+		it->status = r->type == REDIS_REPLY_STATUS ||
+			     r->type == REDIS_REPLY_INTEGER ? RC_HIT : RC_ERROR;
 		n->st.errors += it->status != RC_HIT;
 		n->st.bytes_out += it->status == RC_HIT ? it->vlen : 0;
 	} else if (r->type == REDIS_REPLY_STRING) {
@@ -437,9 +439,10 @@ static bool node_send(struct redis_cluster *rc, uint32_t k, struct batch *b,
 		if (rc->ask[list[x]])
 			ret = redisAppendCommand(c, "ASKING");
 		if (ret == REDIS_OK)
-			ret = b->set ? redisAppendCommand(c, "SET %b %b", it->key, it->klen,
-							  it->val, it->vlen)
-				     : redisAppendCommand(c, "GET %b", it->key, it->klen);
+			ret = !b->set ? redisAppendCommand(c, "GET %b", it->key, it->klen)
+			      : it->val ? redisAppendCommand(c, "SET %b %b", it->key, it->klen,
+							     it->val, it->vlen)
+					: redisAppendCommand(c, "DEL %b", it->key, it->klen);
 		if (ret != REDIS_OK)
 			c = NULL; /* out of memory: the node's items are misses */
 		if (b->set)

@@ -45,7 +45,7 @@ enum rc_status {
 struct rc_item {
 	const void *key;
 	size_t klen;
-	const void *val;  /* SET only */
+	const void *val;  /* SET only; NULL: DEL the key instead */
 	size_t vlen;      /* SET only */
 	uint8_t status;   /* enum rc_status, filled by the batch */
 };
@@ -89,7 +89,8 @@ uint32_t redis_cluster_get(struct redis_cluster *rc, struct rc_item *it, uint32_
 			   void (*on_value)(void *arg, uint32_t i, char **val,
 					    size_t len),
 			   void *arg);
-/* SET every item (key, val), pipelined as get. Returns how many stored. */
+/* SET every item (key, val), pipelined as get; an item with val NULL is a
+ * DEL of its key. Returns how many stored (or deleted, or not there). */
 uint32_t redis_cluster_set(struct redis_cluster *rc, struct rc_item *it, uint32_t n);
 
 /* The cluster's slot of a key: CRC16 (XMODEM) of the key, or of its first

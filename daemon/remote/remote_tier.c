@@ -28,6 +28,11 @@ struct remote_fetch {
 	struct list_head link;
 	struct remote_key *keys;
 	uint32_t n, got;         /* got: leading pages fetched and checked */
+	/* A record's fetch (remote_tier_fetch_rec): keys[0] is the record,
+	 * and once it is back, expand names the pages that follow it, at most
+	 * max of them (n grows, under the tier's mutex). */
+	remote_expand_fn expand;
+	uint32_t max;
 	void **bufs;             /* [n]: what to free: a reply taken, or a decoded page */
 	const void **pages;      /* [n]: page i's bytes (in bufs[i]) or NULL */
 	int state;               /* enum fetch_state */
@@ -37,6 +42,8 @@ struct remote_fetch {
 struct put_item {
 	struct list_head link;
 	struct remote_key k;
+	uint64_t len;            /* bytes of page[]: a page, a record, 0 for a DEL */
+	bool del;                /* DEL k instead of SET */
 	unsigned char page[];
 };
 
@@ -96,13 +103,15 @@ static void fetch_free(struct remote_fetch *f)
 struct fetch_ctx {
 	struct remote_tier *rt;
 	struct remote_fetch *f;
+	uint32_t base;           /* the round's first key */
 	uint64_t bad;
 };
 
-static void on_value(void *arg, uint32_t i, char **val, size_t len)
+static void on_value(void *arg, uint32_t j, char **val, size_t len)
 {
 	struct fetch_ctx *x = arg;
 	struct remote_tier *rt = x->rt;
+	uint32_t i = x->base + j;
 	const void *in_place = remote_value_page(&x->f->keys[i], *val, len, rt->page_bytes);
 	void *page;
 
@@ -124,20 +133,20 @@ static void on_value(void *arg, uint32_t i, char **val, size_t len)
 	x->bad += page != NULL; /* damaged, another key's or layout's: dropped */
 }
 
-/* One batched round of GETs for the whole run. */
-static void fetch_run(struct remote_tier *rt, struct remote_fetch *f)
+/* One batched round of GETs for keys [from, f->n). */
+static void fetch_round(struct remote_tier *rt, struct remote_fetch *f, uint32_t from)
 {
-	struct fetch_ctx x = { .rt = rt, .f = f };
-	struct rc_item *it = calloc(f->n, sizeof(*it));
-	char (*keys)[REMOTE_KEY_MAX] = malloc((size_t)f->n * REMOTE_KEY_MAX);
-	uint32_t hits = 0;
+	uint32_t n = f->n - from, hits = 0;
+	struct fetch_ctx x = { .rt = rt, .f = f, .base = from };
+	struct rc_item *it = calloc(n, sizeof(*it));
+	char (*keys)[REMOTE_KEY_MAX] = malloc((size_t)n * REMOTE_KEY_MAX);
 
 	if (it && keys) {
-		for (uint32_t i = 0; i < f->n; i++) {
+		for (uint32_t i = 0; i < n; i++) {
 			it[i].key = keys[i];
-			it[i].klen = remote_key_format(&f->keys[i], keys[i]);
+			it[i].klen = remote_key_format(&f->keys[from + i], keys[i]);
 		}
-		hits = redis_cluster_get(rt->rc, it, f->n, on_value, &x);
+		hits = redis_cluster_get(rt->rc, it, n, on_value, &x);
 	}
 	while (f->got < f->n && f->pages[f->got])
 		f->got++;
@@ -153,6 +162,57 @@ static void fetch_run(struct remote_tier *rt, struct remote_fetch *f)
 			 x.bad);
 }
 
+/* The keys of the pages record f->pages[0] names, after it: false when it
+ * names none or there is no memory for them (the fetch ends with the
+ * record alone). Under the tier's mutex: fetch_find reads keys[0]. */
+static bool fetch_expand(struct remote_tier *rt, struct remote_fetch *f)
+{
+	struct remote_key *keys;
+	const void **pages;
+	void **bufs;
+	uint8_t hash[32];
+	uint32_t m = f->expand(&f->keys[0], f->pages[0], rt->page_bytes, hash);
+
+	if (!m || m > f->max)
+		return false;
+	keys = realloc(f->keys, (1 + (size_t)m) * sizeof(*keys));
+	if (keys)
+		f->keys = keys;
+	pages = keys ? realloc(f->pages, (1 + (size_t)m) * sizeof(*pages)) : NULL;
+	if (pages)
+		f->pages = pages;
+	bufs = pages ? realloc(f->bufs, (1 + (size_t)m) * sizeof(*bufs)) : NULL;
+	if (!bufs)
+		return false;
+	f->bufs = bufs;
+	for (uint32_t i = 1; i <= m; i++) {
+		f->keys[i] = f->keys[0];
+		memcpy(f->keys[i].hash, hash, 32);
+		f->keys[i].page = i - 1;
+		f->pages[i] = NULL;
+		f->bufs[i] = NULL;
+	}
+	f->n = 1 + m;
+	rt->st.fetch_pages += m;
+	return true;
+}
+
+/* A fetch: its keys in one round; a record's, the record and then, in a
+ * second round, the pages it names. */
+static void fetch_run(struct remote_tier *rt, struct remote_fetch *f)
+{
+	bool more;
+
+	fetch_round(rt, f, 0);
+	if (!f->expand || f->got != 1)
+		return;
+	pthread_mutex_lock(&rt->mu);
+	more = fetch_expand(rt, f);
+	pthread_mutex_unlock(&rt->mu);
+	if (more)
+		fetch_round(rt, f, 1);
+}
+
 static void puts_run(struct remote_tier *rt, struct put_item **p, uint32_t n)
 {
 	struct rc_item it[PUT_BATCH];
@@ -161,13 +221,14 @@ static void puts_run(struct remote_tier *rt, struct put_item **p, uint32_t n)
 	uint32_t ok = 0, m = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
-		if (!(vals[m] = malloc(remote_value_max(rt->page_bytes))))
+		if (!p[i]->del && !(vals[m] = malloc(remote_value_max(p[i]->len))))
 			continue;
 		it[m] = (struct rc_item){ .key = keys[m],
 					  .klen = remote_key_format(&p[i]->k, keys[m]) };
-		it[m].val = vals[m];
-		it[m].vlen = remote_value_encode(rt->cx, &rt->codec, &p[i]->k,
-						 p[i]->page, rt->page_bytes, vals[m]);
+		it[m].val = vals[m]; /* NULL: a DEL */
+		if (!p[i]->del)
+			it[m].vlen = remote_value_encode(rt->cx, &rt->codec, &p[i]->k,
+							 p[i]->page, p[i]->len, vals[m]);
 		m++;
 	}
 	if (m)
@@ -237,7 +298,7 @@ static void *remote_thread(void *arg)
 			puts_run(rt, batch, n);
 			pthread_mutex_lock(&rt->mu);
 			for (uint32_t i = 0; i < n; i++) {
-				rt->queued_bytes -= rt->page_bytes;
+				rt->queued_bytes -= batch[i]->len;
 				free(batch[i]);
 			}
 			nodes_snapshot(rt);
@@ -359,37 +420,33 @@ static int copy_page(void *arg, void *dst)
 	return 0;
 }
 
-int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
-		    const void *page)
-{
-	struct page_src src = { page, rt->page_bytes };
-
-	return remote_tier_put_fill(rt, k, copy_page, &src);
-}
-
-int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
-			 int (*fill)(void *arg, void *dst), void *arg)
+/* Queue k's value (len bytes from fill; del: a DEL of k). */
+static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t len,
+		    bool del, int (*fill)(void *arg, void *dst), void *arg)
 {
 	struct put_item *p;
-	int ret;
+	int ret = 0;
 
 	pthread_mutex_lock(&rt->mu);
-	rt->st.put_pages++;
-	if (rt->queued_bytes + rt->page_bytes > rt->queue_cap ||
-	    !(p = malloc(sizeof(*p) + rt->page_bytes))) {
+	rt->st.put_pages += !del;
+	if (rt->queued_bytes + len > rt->queue_cap ||
+	    !(p = malloc(sizeof(*p) + len))) {
 		rt->st.put_dropped++;
 		pthread_mutex_unlock(&rt->mu);
 		return -ENOSPC;
 	}
-	rt->queued_bytes += rt->page_bytes;
+	rt->queued_bytes += len;
 	pthread_mutex_unlock(&rt->mu);
 	/* The copy outside the tier's lock (the engine's is held: the page
 	 * cannot change); the thread sees the item once it is linked. */
 	p->k = *k;
-	ret = fill(arg, p->page);
+	p->len = len;
+	p->del = del;
+	if (fill)
+		ret = fill(arg, p->page);
 	pthread_mutex_lock(&rt->mu);
 	if (ret) {
-		rt->queued_bytes -= rt->page_bytes;
+		rt->queued_bytes -= len;
 		rt->st.put_dropped++;
 		pthread_mutex_unlock(&rt->mu);
 		free(p);
@@ -399,6 +456,35 @@ int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
 	pthread_cond_signal(&rt->wake);
 	pthread_mutex_unlock(&rt->mu);
 	return 0;
+}
+
+int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
+		    const void *page)
+{
+	struct page_src src = { page, rt->page_bytes };
+
+	return put_item(rt, k, rt->page_bytes, false, copy_page, &src);
+}
+
+int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
+			 int (*fill)(void *arg, void *dst), void *arg)
+{
+	return put_item(rt, k, rt->page_bytes, false, fill, arg);
+}
+
+int remote_tier_put_rec(struct remote_tier *rt, const struct remote_key *k,
+			const void *rec, uint64_t len)
+{
+	struct page_src src = { rec, len };
+
+	if (k->page != REMOTE_PAGE_REC || len > rt->page_bytes)
+		return -EINVAL;
+	return put_item(rt, k, len, false, copy_page, &src);
+}
+
+int remote_tier_del(struct remote_tier *rt, const struct remote_key *k)
+{
+	return put_item(rt, k, 0, true, NULL, NULL);
 }
 
 static struct remote_fetch *fetch_find(struct remote_tier *rt, const struct remote_key *k0)
@@ -411,8 +497,9 @@ static struct remote_fetch *fetch_find(struct remote_tier *rt, const struct remo
 	return NULL;
 }
 
-int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
-		      uint32_t n, struct remote_fetch **out)
+static int fetch_start(struct remote_tier *rt, const struct remote_key *keys,
+		       uint32_t n, remote_expand_fn expand, uint32_t max,
+		       struct remote_fetch **out)
 {
 	struct remote_fetch *f;
 	int ret = -EINPROGRESS;
@@ -439,6 +526,8 @@ int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 		} else {
 			memcpy(f->keys, keys, n * sizeof(*keys));
 			f->n = n;
+			f->expand = expand;
+			f->max = max;
 			list_add_tail(&f->link, &rt->fetches);
 			rt->st.fetches++;
 			rt->st.fetch_pages += n;
@@ -447,6 +536,21 @@ int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 	}
 	pthread_mutex_unlock(&rt->mu);
 	return ret;
+}
+
+int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
+		      uint32_t n, struct remote_fetch **out)
+{
+	return fetch_start(rt, keys, n, NULL, 0, out);
+}
+
+int remote_tier_fetch_rec(struct remote_tier *rt, const struct remote_key *rec,
+			  remote_expand_fn expand, uint32_t max,
+			  struct remote_fetch **out)
+{
+	if (rec->page != REMOTE_PAGE_REC || !expand)
+		return -EINVAL;
+	return fetch_start(rt, rec, 1, expand, max, out);
 }
 
 bool remote_tier_pending(struct remote_tier *rt, const struct remote_key *key0)

@@ -71,6 +71,14 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
 			 int (*fill)(void *arg, void *dst), void *arg);
 
+/* Queue a record (a chunk's or a history's: k.page REMOTE_PAGE_REC, len
+ * at most a page; stored as is); -ENOSPC as put, -EINVAL. */
+int remote_tier_put_rec(struct remote_tier *rt, const struct remote_key *k,
+			const void *rec, uint64_t len);
+/* Queue a DEL of k (behind the puts queued before it: same key, same
+ * node, in order). -ENOSPC: the queue is full. */
+int remote_tier_del(struct remote_tier *rt, const struct remote_key *k);
+
 /*
  * The run keys[0..n) (a prefix's consecutive missing pages), named by
  * keys[0]: -EINPROGRESS queued or being fetched; 0: fetched, *out is the
@@ -79,6 +87,24 @@ int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
  */
 int remote_tier_fetch(struct remote_tier *rt, const struct remote_key *keys,
 		      uint32_t n, struct remote_fetch **out);
+/*
+ * What a record names, called by the remote thread on a record that came
+ * back and checked (val: page_bytes, the record then zeros): how many
+ * pages follow it (0: none, or it is not the caller's format), and into
+ * hash the hash of their keys (page 0.., kind, layout and tenant as rec's).
+ */
+typedef uint32_t (*remote_expand_fn)(const struct remote_key *rec, const void *val,
+				     uint64_t page_bytes, uint8_t hash[32]);
+/*
+ * A record and the pages it names, named by rec (page REMOTE_PAGE_REC):
+ * one round for the record, then one for its pages (at most max; a record
+ * naming more is not expanded) on the remote thread, nothing in between
+ * on the caller's. As remote_tier_fetch otherwise; page 0 of the result is
+ * the record, page i + 1 its page i.
+ */
+int remote_tier_fetch_rec(struct remote_tier *rt, const struct remote_key *rec,
+			  remote_expand_fn expand, uint32_t max,
+			  struct remote_fetch **out);
 /* Whether the fetch of the run named by key0 is queued or out (a cheap
  * check for a lookup retried while it waits). */
 bool remote_tier_pending(struct remote_tier *rt, const struct remote_key *key0);

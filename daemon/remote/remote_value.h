@@ -5,8 +5,18 @@
  * Key: "kvp1:<kind>:<layout id>:<tenant>:<hash>" in hex, e.g.
  *   kvp1:p:9f3a...:01c2...:5be0...(64 hex digits)
  * kind p = a prefix page (hash = its tenant-salted block hash), c = a chunk
- * page (hash = chunk id, page index in the header). Readable with
- * redis-cli, no '{' (no hash tag: keys spread over every slot).
+ * page (hash = its name id, ":<page>" after it), u = a user history page
+ * (16 hex digits of the user id, ":<page>"). A chunk's or a history's
+ * record (what it is: its name, its length; the caller's bytes) is page
+ * REMOTE_PAGE_REC, ":r" in the key. Readable with redis-cli, no '{' (no
+ * hash tag: keys spread over every slot).
+ *
+ * A history's key holds only the user id, but the value's header holds
+ * all of remote_key.hash: the user id, then the write id of the snapshot
+ * the page belongs to. A history written again overwrites its keys in
+ * place (no garbage in the store), and a reader that gets the record of
+ * one snapshot and a page of another sees the page name the wrong hash
+ * and drops it, as any value of another key.
  *
  * Value: the disk tier's record header (disk_record.h: kind, layout id,
  * tenant, hash, codec, lengths, xxhash64 over header and payload), then the
@@ -31,9 +41,15 @@ struct remote_key {
 	uint8_t kind;        /* DISK_KIND_PREFIX, DISK_KIND_CHUNK, DISK_KIND_USER */
 	uint64_t layout_id;  /* disk_layout_id() */
 	uint64_t tenant;     /* disk_tenant_key() */
-	uint8_t hash[32];    /* block hash / chunk id; user id in its first 8 bytes */
-	uint32_t page;       /* page of a chunk or history (0 for prefix pages) */
+	uint8_t hash[32];    /* block hash / chunk id; user id in its first 8
+			      * bytes (then the snapshot's write id) */
+	uint32_t page;       /* page of a chunk or history (0 for prefix pages),
+			      * or REMOTE_PAGE_REC */
 };
+
+/* The page index of a chunk's or a history's record: a value shorter than
+ * a page (the caller's format), found before the pages it names. */
+#define REMOTE_PAGE_REC UINT32_MAX
 
 /* Write k's key into buf (REMOTE_KEY_MAX bytes); returns its length. */
 size_t remote_key_format(const struct remote_key *k, char *buf);
@@ -45,16 +61,18 @@ static inline size_t remote_value_max(uint64_t page_bytes)
 }
 
 /*
- * Encode page (page_bytes) as k's value into out (remote_value_max bytes).
- * Returns the value's length.
+ * Encode page (len bytes: page_bytes for a page, at most that for a
+ * record) as k's value into out (remote_value_max(len) bytes). Returns the
+ * value's length.
  */
 size_t remote_value_encode(struct disk_codec_ctx *x, const struct disk_codec *c,
 			   const struct remote_key *k, const void *page,
-			   uint64_t page_bytes, void *out);
+			   uint64_t len, void *out);
 
 /*
- * Check a value fetched under k and decode its page into dst (page_bytes).
- * 0, or -EBADMSG: damaged, another key's, or another layout's.
+ * Check a value fetched under k and decode its page into dst (page_bytes;
+ * a record shorter than that is followed by zeros). 0, or -EBADMSG:
+ * damaged, another key's, or another layout's.
  */
 int remote_value_decode(struct disk_codec_ctx *x, const struct remote_key *k,
 			const void *val, size_t len, void *dst, uint64_t page_bytes);
