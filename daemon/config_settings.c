@@ -427,17 +427,7 @@ static int set_remote_timeout_ms(struct config *c, struct tenant_config *t,
 static int set_remote_user_histories(struct config *c, struct tenant_config *t,
 				     const char *v, char *err, size_t len)
 {
-	int ret = parse_bool(v, &c->remote_user_histories, err, len);
-
-	/* Refused rather than accepted and ignored: nobody should believe
-	 * their histories are in the store when only prefix pages are. */
-	if (!ret && c->remote_user_histories) {
-		snprintf(err, len, "user histories in the remote tier are not built "
-			 "yet (only prefix pages go there); remove the setting or "
-			 "set it to no");
-		return -1;
-	}
-	return ret;
+	return parse_bool(v, &c->remote_user_histories, err, len);
 }
 
 static int set_remote_queue(struct config *c, struct tenant_config *t,
@@ -535,7 +525,9 @@ const struct setting settings[] = {
 	{ "remote_timeout_ms", G, set_remote_timeout_ms, "MS",
 	  "each connect, send and receive to the remote tier (default 500)" },
 	{ "remote_user_histories", G | B, set_remote_user_histories, "BOOL",
-	  "user histories go to the remote tier too (default no: prefix pages only)" },
+	  "user histories go to the remote tier too: written when eviction drops them, "
+	  "asked for by a prepare of a user with none in memory or on disk (one store "
+	  "round per new user; default no: prefix pages only)" },
 	{ "remote_queue", G, set_remote_queue, "SIZE",
 	  "evicted pages waiting to be written to the remote tier, at most (default 64M; "
 	  "past it they are dropped)" },

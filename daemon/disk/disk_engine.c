@@ -28,6 +28,7 @@
 #include "disk_tier.h"
 #include "engine_internal.h"
 #include "engine_share.h"
+#include "remote_engine.h"
 #include "shard.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
@@ -36,9 +37,7 @@ static struct disk_key key_of(const struct engine *eng, uint64_t user)
 				  .pool = eng->disk_pool, .user = user };
 }
 
-/* Where page i of h can be read by the CPU: its host frame, else its
- * device frame where the device tier is host memory (shm); NULL: nowhere. */
-static void *page_bytes_of(struct engine *eng, struct history *h, uint32_t i)
+void *history_page_cpu(struct engine *eng, struct history *h, uint32_t i)
 {
 	const struct page_ref *p = &h->pages[i];
 	uint64_t pb = eng->layout.page_bytes;
@@ -67,7 +66,7 @@ int engine_disk_demote(struct engine *eng, struct history *h)
 	if (!pages)
 		return -ENOMEM; /* dropped, as without a disk tier */
 	for (uint32_t i = 0; i < n; i++)
-		if (!(pages[i] = page_bytes_of(eng, h, i)))
+		if (!(pages[i] = history_page_cpu(eng, h, i)))
 			goto out; /* device-only on a GPU: dropped as before */
 	k = key_of(eng, h->user);
 	/* -ENOSPC: no staging room: dropped as before, counted there. */
@@ -108,6 +107,7 @@ static bool host_room_for_disk(struct engine *eng, uint32_t n)
 			continue;
 		while (lru_head(&o->lru[LRU_HOST]) && o->frames[KVP_TIER_HOST].nfree < n) {
 			engine_disk_demote(o, lru_head(&o->lru[LRU_HOST]));
+			engine_remote_user_out(o, lru_head(&o->lru[LRU_HOST]));
 			history_drop(o, lru_head(&o->lru[LRU_HOST]));
 		}
 		frames_flush(&o->frames[KVP_TIER_HOST]);
@@ -115,9 +115,10 @@ static bool host_room_for_disk(struct engine *eng, uint32_t n)
 	return host_make_room(eng, n, NULL);
 }
 
-/* Host room for n pages coming back from disk for user, or why not. */
+/* Host room for n pages coming back from the tier `from` (disk, remote)
+ * for user, or why not. */
 static int disk_room(struct engine *eng, uint64_t user, uint32_t n,
-		     struct errbuf *e)
+		     const char *from, struct errbuf *e)
 {
 	if (host_room_for_disk(eng, n))
 		return 0;
@@ -126,11 +127,12 @@ static int disk_room(struct engine *eng, uint64_t user, uint32_t n,
 	if (eng->set && !eng->set->global)
 		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
 				  " has no host room for its %" PRIu32 " pages on "
-				  "disk; retried with every shard", user, eng->shard, n);
+				  "the %s tier; retried with every shard", user,
+				  eng->shard, n, from);
 	return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32 " pages on "
-			  "the disk tier need host frames and the host tier has %"
+			  "the %s tier need host frames and the host tier has %"
 			  PRIu32 " free and nothing to evict (pinned); release "
-			  "leases or raise host_mem", user, n,
+			  "leases or raise host_mem", user, n, from,
 			  eng->frames[KVP_TIER_HOST].nfree);
 }
 
@@ -226,7 +228,7 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 	*out = NULL;
 	if (!eng->disk_into || !disk_tier_info(eng->disk, &k, &start, &len, &n) || !n)
 		return 0;
-	ret = disk_room(eng, user, n, e);
+	ret = disk_room(eng, user, n, "disk", e);
 	if (ret)
 		return ret;
 	ld = calloc(1, sizeof(*ld) + n * sizeof(ld->frames[0]));
@@ -256,32 +258,33 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 }
 
 /*
- * The history hh from disk, in host frames, on the host LRU. With ld its
- * frames are taken already and hold the pages read straight into them;
- * pages that came from staging instead are copied, as without ld.
+ * A history of n pages (page i's bytes at src[i]) for [start, start + len),
+ * in host frames, on the host LRU: the disk tier's and the remote tier's
+ * one rebuild. With frames, the frames are taken already (a read straight
+ * into them: src[i] may be the frame itself, then nothing is copied);
+ * without, host room is made here (disk_room) and frames taken. `from`
+ * names the tier in the messages. 0, -ENOMEM or -EAGAIN (disk_room):
+ * nothing changed.
  */
-static int history_from_disk(struct engine *eng, uint64_t user,
-			     const struct disk_hist *hh, struct disk_load *ld,
-			     struct errbuf *e)
+int history_from_pages(struct engine *eng, uint64_t user, uint64_t start,
+		       uint64_t len, uint32_t n, const void *const *src,
+		       const uint32_t *frames, const char *from, struct errbuf *e)
 {
 	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	uint32_t n = (uint32_t)pages_for(eng, hh->len);
 	uint64_t pb = eng->layout.page_bytes;
 	struct history *h;
 	int ret;
 
-	if (n > hh->npages)
-		n = hh->npages;
 	if (user_table_reserve(&eng->users) || !(h = calloc(1, sizeof(*h))))
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
-				  "its history coming back from disk", user);
+				  "its history coming back from the %s tier", user, from);
 	h->pages = calloc(n ? n : 1, sizeof(*h->pages));
 	if (!h->pages) {
 		free(h);
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
-				  "its history coming back from disk", user);
+				  "its history coming back from the %s tier", user, from);
 	}
-	ret = ld ? 0 : disk_room(eng, user, n, e);
+	ret = frames ? 0 : disk_room(eng, user, n, from, e);
 	if (ret) {
 		free(h->pages);
 		free(h);
@@ -292,24 +295,50 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 	h->lru = LRU_NONE;
 	INIT_LIST_HEAD(&h->lru_link);
 	h->cap = n ? n : 1;
-	h->start = hh->start;
-	h->len = hh->len < (uint64_t)n * eng->P ? hh->len : (uint64_t)n * eng->P;
+	h->start = start;
+	h->len = len < (uint64_t)n * eng->P ? len : (uint64_t)n * eng->P;
 	h->npages = n;
 	for (uint32_t i = 0; i < n; i++) {
-		const void *src = disk_tier_page(eng->disk, hh, i);
 		char *dst;
 
 		h->pages[i].frame[KVP_TIER_DEVICE] = FRAME_NONE;
 		h->pages[i].frame[KVP_TIER_HOST] = FRAME_NONE;
 		page_set_frame(eng, h, i, KVP_TIER_HOST,
-			       ld ? ld->frames[i] : frames_alloc(host));
+			       frames ? frames[i] : frames_alloc(host));
 		dst = host_frame(eng, h->pages[i].frame[KVP_TIER_HOST]);
-		if (src != dst) /* read into staging: not straight here */
-			memcpy(dst, src, pb);
+		if (src[i] != dst) /* read elsewhere: not straight here */
+			memcpy(dst, src[i], pb);
 	}
 	user_table_insert(&eng->users, h);
 	lru_insert(eng, h); /* host-only: the host LRU's newest */
 	return 0;
+}
+
+/*
+ * The history hh from disk, in host frames, on the host LRU. With ld its
+ * frames are taken already and hold the pages read straight into them;
+ * pages that came from staging instead are copied, as without ld.
+ */
+static int history_from_disk(struct engine *eng, uint64_t user,
+			     const struct disk_hist *hh, struct disk_load *ld,
+			     struct errbuf *e)
+{
+	uint32_t n = (uint32_t)pages_for(eng, hh->len);
+	const void **src;
+	int ret;
+
+	if (n > hh->npages)
+		n = hh->npages;
+	src = malloc((n ? n : 1) * sizeof(*src));
+	if (!src)
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
+				  "its history coming back from disk", user);
+	for (uint32_t i = 0; i < n; i++)
+		src[i] = disk_tier_page(eng->disk, hh, i);
+	ret = history_from_pages(eng, user, hh->start, hh->len, n, src,
+				 ld ? ld->frames : NULL, "disk", e);
+	free(src);
+	return ret;
 }
 
 int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
@@ -429,7 +458,7 @@ static int history_to_disk(struct engine *eng, struct history *h)
 	int ret;
 
 	for (uint32_t i = 0; i < h->npages; i++)
-		if (!page_bytes_of(eng, h, i)) {
+		if (!history_page_cpu(eng, h, i)) {
 			demote_or_drop(eng, h);
 			if (user_table_find(&eng->users, h->user) != h)
 				return -ENOSPC; /* the host could not take it */

@@ -25,6 +25,7 @@
 #include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
+#include "remote_engine.h"
 #include "shard.h"
 
 /* Positions stay below 2^63 so start + len never wraps. */
@@ -580,6 +581,14 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	 * first (daemon/disk/disk_engine.c), then onloads as any other. */
 	if (!h && eng->disk) {
 		ret = engine_disk_onload(eng, user, flags, e);
+		if (ret)
+			return ret;
+		h = user_table_find(&eng->users, user);
+	}
+	/* Remote tier hook: a history in the store comes back the same way
+	 * (daemon/remote/remote_user.c; remote_user_histories = yes). */
+	if (!h && eng->remote) {
+		ret = engine_remote_user_onload(eng, user, flags, e);
 		if (ret)
 			return ret;
 		h = user_table_find(&eng->users, user);

@@ -18,6 +18,7 @@
 #include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
+#include "remote_engine.h"
 #include "shard.h"
 
 /* ------------------------------------------------------------ the LRU clock */
@@ -131,6 +132,7 @@ bool host_make_room(struct engine *eng, uint32_t need,
 		if (victim == h)
 			victim = list_next_entry(victim, lru_link);
 		engine_disk_demote(eng, victim); /* disk tier hook */
+		engine_remote_user_out(eng, victim); /* remote tier hook */
 		history_drop(eng, victim);
 	}
 	return true;
@@ -184,6 +186,7 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 
 	if (!host_make_room(eng, host_copies_missing(h, h->npages), h)) {
 		engine_disk_demote(eng, h); /* disk tier hook */
+		engine_remote_user_out(eng, h); /* remote tier hook */
 		history_drop(eng, h);
 		return freed;
 	}
@@ -466,8 +469,9 @@ uint32_t engine_reclaim_host(struct engine *eng, uint32_t max)
 	uint32_t freed = 0;
 
 	while (freed < max && lru_head(&eng->lru[LRU_HOST])) {
-		/* disk tier hook */
+		/* disk and remote tier hooks */
 		engine_disk_demote(eng, lru_head(&eng->lru[LRU_HOST]));
+		engine_remote_user_out(eng, lru_head(&eng->lru[LRU_HOST]));
 		freed += history_drop(eng, lru_head(&eng->lru[LRU_HOST]));
 	}
 	eng->st.reclaimed_pages += freed;
@@ -586,6 +590,11 @@ int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
 
 	if (ret)
 		return ret;
+	/* Remote tier hook: the user's copies thrown away (all, or the disk
+	 * copy) go from the store too, else a later prepare would bring them
+	 * back. Not when the eviction is refused (leased). */
+	if ((sel == KVP_SEL_ALL || sel == KVP_SEL_DISK) && !(h && h->pins))
+		engine_remote_user_del(eng, user);
 	/* Disk tier hook: its selections, and `all` of a user only there. */
 	if ((sel & ~(uint32_t)KVP_SEL_ALL) || (!h && sel == KVP_SEL_ALL && eng->disk))
 		return engine_disk_evict(eng, user, sel == KVP_SEL_ALL ? KVP_SEL_DISK :
@@ -628,7 +637,11 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 	if (sel & KVP_SEL_DEVICE) {
 		/* Each demotion moves the head off this list (or drops it). */
 		while ((h = lru_head(dev))) {
+			uint64_t user = h->user;
+
 			history_evict(eng, h, sel);
+			if (sel == KVP_SEL_ALL) /* remote tier hook, as engine_evict */
+				engine_remote_user_del(eng, user);
 			affected++;
 		}
 	} else {
@@ -638,7 +651,11 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 	}
 	if (sel & KVP_SEL_HOST) {
 		while ((h = lru_head(host))) {
+			uint64_t user = h->user;
+
 			history_drop(eng, h);
+			if (sel == KVP_SEL_ALL) /* remote tier hook, as engine_evict */
+				engine_remote_user_del(eng, user);
 			affected++;
 		}
 	}

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "disk_engine.h"
+#include "remote_engine.h"
 #include "shard.h"
 #include "share_disk.h"
 #include "share_internal.h"
@@ -220,16 +221,18 @@ static void create_list_pages(struct engine *eng, struct seq *q,
 
 /*
  * Sources only on the disk tier come back first: a user into the host tier
- * (then onloaded as any host history), a chunk to the device. All of them
+ * (then onloaded as any host history), a chunk to the device; a user only
+ * in the remote tier (remote_user_histories) into the host tier the same
+ * way. All of them
  * before any source is resolved: bringing one back may evict, and a source
  * resolved already would be left pointing at what went. 0, -EINPROGRESS
- * while the disk thread reads (the worker retries), or why one cannot
+ * while the disk or remote thread reads (the worker retries), or why one cannot
  * come back.
  */
 static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 			     uint32_t nsrc, struct errbuf *e)
 {
-	for (uint32_t i = 0; eng->disk && i < nsrc; i++) {
+	for (uint32_t i = 0; (eng->disk || eng->remote) && i < nsrc; i++) {
 		struct engine *ue = eng;
 		int ret = 0;
 
@@ -239,7 +242,11 @@ static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 				ue = eng->set->v[shard_of_user(eng->set, src[i].id)].eng;
 			ret = engine_disk_onload(ue, src[i].id,
 						 ENGINE_PREPARE_DISK_DEFER, e);
-		} else if (src[i].kind == KVP_SRC_CHUNK &&
+			/* Remote tier hook: not on disk either, the store's. */
+			if (!ret && !engine_find_history(eng, src[i].id))
+				ret = engine_remote_user_onload(ue, src[i].id,
+								ENGINE_PREPARE_DISK_DEFER, e);
+		} else if (eng->disk && src[i].kind == KVP_SRC_CHUNK &&
 			   !chunk_resolve(eng, &src[i].chunk)) {
 			ret = share_disk_chunk_restore(eng, &src[i].chunk, false, e);
 			if (ret == -ENOENT)

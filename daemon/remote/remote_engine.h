@@ -27,6 +27,8 @@
 #include <stdint.h>
 
 struct engine;
+struct errbuf;
+struct history;
 
 void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32]);
 
@@ -40,5 +42,34 @@ void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t has
  */
 int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
 		       uint32_t *frames, uint32_t *hit, bool defer);
+
+/*
+ * User histories (remote_user.c; each a no-op unless remote_user_histories
+ * = yes):
+ *
+ *  engine_remote_user_out     h, unpinned, is about to be dropped by
+ *                             eviction (evict.c, beside the disk tier's
+ *                             engine_disk_demote): its pages, then its
+ *                             record, go to the write-behind queue (a
+ *                             memcpy). A page only in a GPU's memory: the
+ *                             history is skipped.
+ *  engine_remote_user_onload  a prepare (or a sequence's KVP_SRC_USER) of a
+ *                             user with no history in memory and none on
+ *                             disk: the store is asked for its record and
+ *                             pages (two rounds on the remote thread); a
+ *                             history that comes back whole goes into host
+ *                             frames, as one from disk. 0 (back, or a
+ *                             miss: none, torn, bad); -EINPROGRESS with
+ *                             ENGINE_PREPARE_DISK_DEFER while asked
+ *                             (without, it waits); -ENOMEM, -EAGAIN as
+ *                             engine_disk_onload.
+ *  engine_remote_user_del     an explicit eviction threw the user's copies
+ *                             away: a DEL of its record is queued, so no
+ *                             later prepare brings it back.
+ */
+void engine_remote_user_out(struct engine *eng, struct history *h);
+int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
+			      struct errbuf *e);
+void engine_remote_user_del(struct engine *eng, uint64_t user);
 
 #endif /* KVPOOL_REMOTE_ENGINE_H */

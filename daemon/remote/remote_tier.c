@@ -58,6 +58,8 @@ struct remote_tier {
 	struct disk_codec_ctx *cx;       /* the thread's */
 	uint64_t page_bytes;
 	struct list_head puts, fetches;
+	struct put_item **writing;       /* the batch the thread writes now */
+	uint32_t nwriting;
 	uint64_t queued_bytes, queue_cap;
 	bool user_histories;
 	struct remote_tier_stats st;
@@ -294,9 +296,12 @@ static void *remote_thread(void *arg)
 		}
 		if (n) {
 			rt->busy = true;
+			rt->writing = batch;
+			rt->nwriting = n;
 			pthread_mutex_unlock(&rt->mu);
 			puts_run(rt, batch, n);
 			pthread_mutex_lock(&rt->mu);
+			rt->nwriting = 0;
 			for (uint32_t i = 0; i < n; i++) {
 				rt->queued_bytes -= batch[i]->len;
 				free(batch[i]);
@@ -620,6 +625,34 @@ bool remote_tier_node_stats(struct remote_tier *rt, uint32_t i,
 		*out = rt->nodes[i];
 	pthread_mutex_unlock(&rt->mu);
 	return ok;
+}
+
+void remote_tier_count_user(struct remote_tier *rt, enum remote_user_stat what)
+{
+	pthread_mutex_lock(&rt->mu);
+	switch (what) {
+	case RU_PUT: rt->st.user_puts++; break;
+	case RU_FETCHED: rt->st.user_fetched++; break;
+	case RU_MISSED: rt->st.user_missed++; break;
+	case RU_TORN: rt->st.user_torn++; break;
+	case RU_DEL: rt->st.user_dels++; break;
+	}
+	pthread_mutex_unlock(&rt->mu);
+}
+
+bool remote_tier_put_pending(struct remote_tier *rt, const struct remote_key *k)
+{
+	struct put_item *p;
+	bool found = false;
+
+	pthread_mutex_lock(&rt->mu);
+	for (uint32_t i = 0; i < rt->nwriting && !found; i++)
+		found = key_eq(&rt->writing[i]->k, k);
+	list_for_each_entry(p, &rt->puts, link)
+		if (found || (found = key_eq(&p->k, k)))
+			break;
+	pthread_mutex_unlock(&rt->mu);
+	return found;
 }
 
 void remote_tier_flush(struct remote_tier *rt)

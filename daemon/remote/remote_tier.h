@@ -142,7 +142,17 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 	X(bad_values, COUNTER, "", "remote_bad_values", \
 	  "Fetched values dropped: checksum, another key's or layout's.") \
 	X(queued_bytes, GAUGE, "bytes", "remote_queued", \
-	  "Bytes waiting in the write-behind queue.")
+	  "Bytes waiting in the write-behind queue.") \
+	X(user_puts, COUNTER, "", "remote_user_puts", \
+	  "User histories dropped by eviction and queued whole for the store.") \
+	X(user_fetched, COUNTER, "", "remote_user_fetched", \
+	  "User histories brought back whole from the store.") \
+	X(user_missed, COUNTER, "", "remote_user_missed", \
+	  "Prepares of a user with no history anywhere that the store had none of.") \
+	X(user_torn, COUNTER, "", "remote_user_torn", \
+	  "Histories the store had only in part, or of mixed snapshots: misses.") \
+	X(user_dels, COUNTER, "", "remote_user_dels", \
+	  "Explicit evictions of a user that queued a DEL of its history.")
 
 struct remote_tier_stats {
 #define REMOTE_FIELD_(name, kind, unit, metric, help) uint64_t name;
@@ -171,6 +181,14 @@ void remote_tier_stats(struct remote_tier *rt, struct remote_tier_stats *out);
 struct rc_node_stats;
 bool remote_tier_node_stats(struct remote_tier *rt, uint32_t i,
 			    struct rc_node_stats *out);
+
+/* The user history counters above (remote_user.c): enum remote_user_stat. */
+enum remote_user_stat { RU_PUT, RU_FETCHED, RU_MISSED, RU_TORN, RU_DEL };
+void remote_tier_count_user(struct remote_tier *rt, enum remote_user_stat what);
+
+/* Whether a put or DEL of k is queued or being written (a reader of k
+ * waits for it: the store does not have it yet). */
+bool remote_tier_put_pending(struct remote_tier *rt, const struct remote_key *k);
 
 /* Tests: wait until nothing is queued. */
 void remote_tier_flush(struct remote_tier *rt);

@@ -162,6 +162,19 @@ static void expect_error(const char *str, const char *want)
 			 EXIT_USAGE, want);
 }
 
+/* remote_user_histories is taken (it was refused until they were built). */
+static void remote_user_histories_is_read(void **state)
+{
+	struct config c;
+	char msg[1024];
+
+	(void)state;
+	assert_int_equal(read_string("remote_user_histories = yes\n", &c, msg,
+				     sizeof(msg)), 0);
+	assert_true(c.remote_user_histories);
+	config_free(&c);
+}
+
 /* libinih parses; every error still names its line (libinih's handler
  * does not know it: config.c's reader counts). */
 static void errors_name_their_line(void **state)
@@ -177,9 +190,8 @@ static void errors_name_their_line(void **state)
 	expect_error("[tenant a]\nuids = 1\nspin_us = 3\n",
 		     PATH ":3: spin_us is a global setting");
 	expect_error("device_mem = 4X\n", PATH ":1: device_mem = '4X'");
-	expect_error("remote_user_histories = yes\n",
-		     PATH ":1: remote_user_histories = 'yes': user histories in "
-		     "the remote tier are not built yet");
+	expect_error("remote_user_histories = maybe\n",
+		     PATH ":1: remote_user_histories = 'maybe'");
 }
 
 /* Comments ('#' or ';' first, '#' after a blank), quotes, blanks, a line
@@ -216,6 +228,7 @@ int main(void)
 		cmocka_unit_test(error_mid_line_is_a_startup_error),
 		cmocka_unit_test(error_where_the_file_would_end_is_a_startup_error),
 		cmocka_unit_test(errors_name_their_line),
+		cmocka_unit_test(remote_user_histories_is_read),
 		cmocka_unit_test(format_as_kvpool_conf_5_says),
 	};
 

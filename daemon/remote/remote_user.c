@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_user.c - user histories in the remote tier (remote_user_histories
+ * = yes; remote_engine.h): written behind when eviction drops them, read
+ * back on a prepare of a user with nothing in memory or on disk, deleted
+ * when the user's copies are thrown away.
+ *
+ * In the store a history is its pages, then its record (struct ruser_rec,
+ * written last): keys kvp1:u:<layout>:<tenant>:<user>:<page> and ...:r.
+ * Every page's key hash holds the user id and the write id of the snapshot
+ * it belongs to (remote_value.h: checked in the value, not in the key), so
+ * a history written again overwrites its keys in place. The record's key
+ * has write id 0 (a reader knows only the user); the record names the
+ * write id, and its pages are fetched under that: a page of another
+ * snapshot (a writer elsewhere, a write cut short) fails its check and the
+ * history is a miss, never mixed bytes. Last writer wins across nodes:
+ * meant for sticky routing and failover, not two nodes serving one user.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "disk_engine.h"
+#include "disk_record.h"
+#include "engine_internal.h"
+#include "remote_engine.h"
+#include "remote_tier.h"
+#include "remote_value.h"
+
+#define RUSER_MAGIC 0x3152455355505656ull /* "VVPUSER1" little-endian */
+
+/* A history's record in the store, stored as is (little-endian hosts). */
+struct ruser_rec {
+	uint64_t magic;
+	uint64_t user;
+	uint64_t write_id;       /* its pages' snapshot: never 0 */
+	uint64_t start, len;     /* the history's tokens [start, start + len) */
+	uint32_t npages;         /* pages_for(len) */
+	uint32_t page_tokens;
+};
+
+/* Write ids: a random base per daemon, then a counter, so that two nodes
+ * (or two runs of one) never write two snapshots of one user under one id. */
+static uint64_t g_write_next;
+
+static uint64_t next_write_id(void)
+{
+	uint64_t id = __atomic_load_n(&g_write_next, __ATOMIC_RELAXED);
+
+	if (!id) {
+		uint64_t base = 0;
+
+		if (getrandom(&base, sizeof(base), 0) != sizeof(base))
+			base = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid() << 32;
+		/* Whoever sets it first: the others' bases are thrown away. */
+		__atomic_compare_exchange_n(&g_write_next, &id, base | 1, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	}
+	do
+		id = __atomic_fetch_add(&g_write_next, 1, __ATOMIC_RELAXED);
+	while (!id);
+	return id;
+}
+
+static void user_key(const struct engine *eng, uint64_t user, uint64_t write_id,
+		     uint32_t page, struct remote_key *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->kind = DISK_KIND_USER;
+	k->layout_id = disk_layout_id(&eng->layout);
+	k->tenant = eng->disk_tenant;
+	memcpy(k->hash, &user, 8);
+	memcpy(k->hash + 8, &write_id, 8);
+	k->page = page;
+}
+
+static bool enabled(const struct engine *eng)
+{
+	return eng->remote && remote_tier_user_histories(eng->remote);
+}
+
+void engine_remote_user_out(struct engine *eng, struct history *h)
+{
+	uint32_t n = (uint32_t)pages_for(eng, h->len);
+	struct ruser_rec rec;
+	struct remote_key k;
+	void **pages;
+	uint32_t i;
+
+	/* Unpinned: no onload in flight, no reserved pages past len. */
+	if (!enabled(eng) || !n || h->pins)
+		return;
+	pages = malloc(n * sizeof(*pages));
+	if (!pages)
+		return; /* dropped, as without a remote tier */
+	/*
+	 * The pages where the CPU reads them: host frames (what the host LRU
+	 * drops is there), or device frames on shm. A page only in a GPU's
+	 * memory would need share_bounce.c's copy: such a history is skipped
+	 * (dropped as without a remote tier), as the disk tier skips it.
+	 */
+	for (i = 0; i < n; i++)
+		if (!(pages[i] = history_page_cpu(eng, h, i)))
+			goto out;
+	rec = (struct ruser_rec){ .magic = RUSER_MAGIC, .user = h->user,
+				  .write_id = next_write_id(), .start = h->start,
+				  .len = h->len, .npages = n, .page_tokens = eng->P };
+	/* Pages first, the record last: a reader never finds a record before
+	 * its pages are queued (one queue, written in order). A put refused
+	 * (queue full) ends it without the record: the previous snapshot's,
+	 * if any, now names pages partly overwritten, and is a miss. */
+	for (i = 0; i < n; i++) {
+		user_key(eng, h->user, rec.write_id, i, &k);
+		if (remote_tier_put(eng->remote, &k, pages[i]))
+			goto out;
+	}
+	user_key(eng, h->user, 0, REMOTE_PAGE_REC, &k);
+	if (!remote_tier_put_rec(eng->remote, &k, &rec, sizeof(rec)))
+		remote_tier_count_user(eng->remote, RU_PUT);
+out:
+	free(pages);
+}
+
+void engine_remote_user_del(struct engine *eng, uint64_t user)
+{
+	struct remote_key k;
+
+	if (!enabled(eng))
+		return;
+	user_key(eng, user, 0, REMOTE_PAGE_REC, &k);
+	/* Behind any put of it queued before: the DEL is the last word. Its
+	 * pages stay until overwritten: without the record nobody reads them. */
+	if (!remote_tier_del(eng->remote, &k))
+		remote_tier_count_user(eng->remote, RU_DEL);
+}
+
+/* The record in val, when it is one of ours for the user of rec's key,
+ * npages sane for len; false otherwise. */
+static bool rec_parse(const struct remote_key *rk, const void *val,
+		      struct ruser_rec *out)
+{
+	uint64_t user;
+
+	memcpy(out, val, sizeof(*out));
+	memcpy(&user, rk->hash, 8);
+	return out->magic == RUSER_MAGIC && out->user == user && out->write_id &&
+	       out->page_tokens && out->npages && out->len &&
+	       out->start < (1ull << 62) && out->len < (1ull << 62) &&
+	       out->npages == (out->len + out->page_tokens - 1) / out->page_tokens;
+}
+
+/* remote_expand_fn: the pages a record names (remote thread). */
+static uint32_t rec_expand(const struct remote_key *rk, const void *val,
+			   uint64_t page_bytes, uint8_t hash[32])
+{
+	struct ruser_rec rec;
+
+	if (page_bytes < sizeof(rec) || !rec_parse(rk, val, &rec))
+		return 0;
+	memcpy(hash, rk->hash, 32);
+	memcpy(hash + 8, &rec.write_id, 8);
+	return rec.npages;
+}
+
+/*
+ * The fetched history into host frames: 1 when whole (the record, then
+ * every page it names, each checked), 0 when not (a miss, counted), or an
+ * error from the rebuild (nothing changed).
+ */
+static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key *rk,
+		      const struct remote_fetch *f, struct errbuf *e)
+{
+	uint32_t got = remote_fetch_pages(f);
+	struct ruser_rec rec;
+	const void **src;
+	int ret;
+
+	if (!got) {
+		remote_tier_count_user(eng->remote, RU_MISSED);
+		return 0;
+	}
+	/* Whole, of this engine's page size, and able to fit the device at
+	 * once (a prepare needs that): else a miss, as torn. */
+	if (!rec_parse(rk, remote_fetch_page(f, 0), &rec) ||
+	    got != 1 + rec.npages || rec.page_tokens != eng->P ||
+	    rec.npages > eng->frames[KVP_TIER_DEVICE].total ||
+	    (eng->max_tokens && rec.len > eng->max_tokens)) {
+		remote_tier_count_user(eng->remote, RU_TORN);
+		return 0;
+	}
+	src = malloc(rec.npages * sizeof(*src));
+	if (!src)
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
+				  "its history coming back from the remote tier", user);
+	for (uint32_t i = 0; i < rec.npages; i++)
+		src[i] = remote_fetch_page(f, i + 1);
+	ret = history_from_pages(eng, user, rec.start, rec.len, rec.npages, src,
+				 NULL, "remote", e);
+	free(src);
+	if (ret)
+		return ret;
+	remote_tier_count_user(eng->remote, RU_FETCHED);
+	return 1;
+}
+
+int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
+			      struct errbuf *e)
+{
+	bool defer = flags & ENGINE_PREPARE_DISK_DEFER;
+	struct remote_fetch *f;
+	struct remote_key rk;
+	int ret;
+
+	if (!enabled(eng))
+		return 0;
+	user_key(eng, user, 0, REMOTE_PAGE_REC, &rk);
+	/* Our own write of it (or DEL) still queued: the store has an older
+	 * snapshot or none yet. Once it is written, ask. */
+	if (!remote_tier_pending(eng->remote, &rk)) {
+		while (remote_tier_put_pending(eng->remote, &rk)) {
+			if (defer)
+				return errbuf_set(e, -EINPROGRESS, "user %" PRIu64
+						  ": its history is being written "
+						  "to the remote tier", user);
+			remote_tier_flush(eng->remote);
+		}
+	}
+	while ((ret = remote_tier_fetch_rec(eng->remote, &rk, rec_expand,
+					    eng->frames[KVP_TIER_HOST].total,
+					    &f)) == -EINPROGRESS) {
+		if (defer)
+			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": asking "
+					  "the remote tier for its history", user);
+		remote_tier_wait(eng->remote, &rk);
+	}
+	if (ret)
+		return 0; /* no memory for the fetch: a miss */
+	ret = from_fetch(eng, user, &rk, f, e);
+	remote_fetch_done(eng->remote, f, ret > 0 ? remote_fetch_pages(f) - 1 : 0);
+	return ret < 0 ? ret : 0;
+}

@@ -1,0 +1,429 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_remote_user.c - user histories in the remote tier
+ * (remote_user_histories = yes; daemon/remote/remote_user.c) under two
+ * engines, each with a remote tier of its own (two daemons' pools), over
+ * one Redis Cluster of three redis-server processes on loopback: engine
+ * A's history dropped by its reclaimer is written behind; engine B's
+ * prepare of the same user is held (-EINPROGRESS) while the record and its
+ * pages are fetched, then onloads the same tokens, byte for byte. With the
+ * setting off nothing of a history is written; a page of another snapshot
+ * in the store, a record DELeted by an explicit eviction, a store node
+ * killed: each is a miss (an empty history), counted, in bounded time.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "clock.h"
+#include "disk_record.h"
+#include "engine_helpers.h"
+#include "redis_cluster.h"
+#include "redis_local.h"
+#include "remote_tier.h"
+#include "remote_value.h"
+
+#define NTOK (5 * PT + 2) /* five full pages and two tokens: six pages */
+#define TENANT 7
+
+static struct redis_local g_redis;
+static struct remote_tier *g_rta, *g_rtb; /* A's and B's, histories on */
+static struct engine *g_a, *g_b;
+
+static struct remote_tier *tier_open(bool user_histories)
+{
+	struct remote_tier_config c = { .timeout_ms = 300,
+					.user_histories = user_histories };
+	struct remote_tier *rt = NULL;
+	struct errbuf e;
+
+	test_layout(&c.layout);
+	c.url = g_redis.url;
+	if (remote_tier_open(&rt, &c, &e))
+		fail_msg("remote_tier_open: %s", e.msg);
+	return rt;
+}
+
+static int setup(void **state)
+{
+	int ret = redis_local_start(&g_redis, 3);
+
+	(void)state;
+	if (ret == 77)
+		exit(77);
+	if (ret)
+		return ret;
+	g_rta = tier_open(true);
+	g_rtb = tier_open(true);
+	return 0;
+}
+
+static int teardown_all(void **state)
+{
+	(void)state;
+	remote_tier_close(g_rta);
+	remote_tier_close(g_rtb);
+	redis_local_stop(&g_redis);
+	return 0;
+}
+
+static struct engine *engine_on(struct remote_tier *rt)
+{
+	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
+				     .disk_tenant = TENANT, .remote = rt };
+	struct engine *eng = NULL;
+	struct errbuf e;
+
+	test_layout(&cfg.layout);
+	if (engine_create(&eng, &cfg, &e))
+		fail_msg("engine_create: %s", e.msg);
+	return eng;
+}
+
+/* The engines of a test, destroyed even when it fails. */
+static int teardown_engines(void **state)
+{
+	(void)state;
+	engine_destroy(g_a);
+	engine_destroy(g_b);
+	g_a = g_b = NULL;
+	return 0;
+}
+
+/* Keys in the store, every node. */
+static long long store_keys(void)
+{
+	long long n = 0;
+
+	for (int i = 0; i < g_redis.n; i++) {
+		redisReply *r;
+
+		if (!g_redis.pid[i])
+			continue;
+		r = redis_local_cmd(&g_redis, i, "DBSIZE");
+		assert_non_null(r);
+		assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+		n += r->integer;
+		freeReplyObject(r);
+	}
+	return n;
+}
+
+/* The key of user's page (or REMOTE_PAGE_REC) and the node holding it. */
+static int user_key(struct engine *eng, uint64_t user, uint32_t page, char *key)
+{
+	struct remote_key k = { .kind = DISK_KIND_USER, .tenant = TENANT,
+				.page = page };
+
+	k.layout_id = disk_layout_id(engine_layout(eng));
+	memcpy(k.hash, &user, 8);
+	remote_key_format(&k, key);
+	/* redis_local splits the slots evenly, in node order. */
+	return (int)(redis_cluster_slot(key, strlen(key)) * (uint32_t)g_redis.n / RC_SLOTS);
+}
+
+/* user's history on eng dropped by the reclaimer: demoted to the host
+ * tier, dropped from there; then written to the store. */
+static void reclaim(struct engine *eng, struct remote_tier *rt, uint64_t user)
+{
+	struct engine_user_info in = info_of(eng, user);
+	struct errbuf e = { "" };
+
+	assert_true(in.exists);
+	assert_true(engine_evict(eng, user, KVP_SEL_DEVICE, &e) > 0);
+	assert_int_equal(info_of(eng, user).pages_host, in.pages);
+	assert_true(engine_reclaim_host(eng, UINT32_MAX) >= in.pages);
+	assert_false(info_of(eng, user).exists);
+	CHECK(eng);
+	remote_tier_flush(rt);
+}
+
+/* user's history written on eng (the pattern of tokens [0, n)), then
+ * dropped by the reclaimer. */
+static void compute_and_reclaim(struct engine *eng, struct remote_tier *rt,
+				uint64_t user, uint32_t n)
+{
+	put(eng, user, 0, n);
+	reclaim(eng, rt, user);
+}
+
+/* A prepare as a ring worker makes it (held and retried while the store is
+ * asked), bounded; *held: it was held at least once. */
+static struct engine_lease prep_held(struct engine *eng, uint64_t user, uint64_t pos,
+				     uint32_t n, bool *held)
+{
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint64_t t0 = mono_ns();
+	int rc;
+
+	*held = false;
+	while ((rc = engine_prepare_flags(eng, user, pos, n, OWNER,
+					  ENGINE_PREPARE_DISK_DEFER, &L, &e)) == -EINPROGRESS) {
+		assert_non_null(strstr(e.msg, "remote tier"));
+		*held = true;
+		usleep(1000);
+		/* Two rounds of at most the timeout (300 ms) each. */
+		assert_true(mono_ns() - t0 < 3000000000ull);
+	}
+	if (rc)
+		fail_msg("engine_prepare_flags(user %" PRIu64 "): %d: %s", user, rc, e.msg);
+	CHECK(eng);
+	return L;
+}
+
+static void test_b_gets_a_history_byte_for_byte(void **state)
+{
+	struct remote_tier_stats sa0, sa, sb0, sb;
+	struct engine_lease L;
+	bool held;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	g_b = engine_on(g_rtb);
+	remote_tier_stats(g_rta, &sa0);
+	compute_and_reclaim(g_a, g_rta, 11, NTOK);
+	remote_tier_stats(g_rta, &sa);
+	assert_int_equal(sa.user_puts - sa0.user_puts, 1);
+	/* Six pages and the record, all taken by the store. */
+	assert_int_equal(sa.put_pages - sa0.put_pages, NTOK / PT + 2);
+	assert_int_equal(sa.written_pages - sa0.written_pages, NTOK / PT + 2);
+
+	remote_tier_stats(g_rtb, &sb0);
+	L = prep_held(g_b, 11, NTOK, 0, &held);
+	assert_true(held);
+	assert_int_equal(L.start, 0);
+	assert_int_equal(L.len, NTOK);
+	assert_int_equal(L.npages, NTOK / PT + 1);
+	release_ok(g_b, L.id);
+	verify(g_b, 11, 0, NTOK);
+	remote_tier_stats(g_rtb, &sb);
+	assert_int_equal(sb.user_fetched - sb0.user_fetched, 1);
+	assert_int_equal(sb.bad_values - sb0.bad_values, 0);
+	/* Two rounds: the record, then its six pages. */
+	assert_int_equal(sb.fetch_pages - sb0.fetch_pages, 1 + NTOK / PT + 1);
+	/* B goes on from there as with any history of its own. */
+	put(g_b, 11, NTOK, 3);
+	verify(g_b, 11, 0, NTOK + 3);
+	CHECK(g_a);
+	CHECK(g_b);
+}
+
+/* A new user costs B one round (the price of the setting), then is a new
+ * history; counted as a miss. */
+static void test_new_user_is_one_round_then_a_miss(void **state)
+{
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	bool held;
+
+	(void)state;
+	g_b = engine_on(g_rtb);
+	remote_tier_stats(g_rtb, &s0);
+	L = prep_held(g_b, 12, 0, 5, &held);
+	assert_true(held);
+	assert_int_equal(L.len, 0);
+	write_commit_release(g_b, &L, 12, 5);
+	verify(g_b, 12, 0, 5);
+	remote_tier_stats(g_rtb, &s);
+	assert_int_equal(s.fetches - s0.fetches, 1);
+	assert_int_equal(s.user_missed - s0.user_missed, 1);
+	/* In memory now: no round. */
+	L = prep_held(g_b, 12, 5, 0, &held);
+	assert_false(held);
+	release_ok(g_b, L.id);
+}
+
+/* The setting off: nothing of a history is written, and a prepare of a
+ * user not in memory asks the store nothing. */
+static void test_setting_off_writes_nothing(void **state)
+{
+	struct remote_tier *rt = tier_open(false);
+	struct remote_tier_stats s;
+	struct engine_lease L;
+	long long keys0;
+	bool held;
+
+	(void)state;
+	keys0 = store_keys();
+	g_a = engine_on(rt);
+	compute_and_reclaim(g_a, rt, 21, NTOK);
+	assert_int_equal(store_keys(), keys0);
+	L = prep_held(g_a, 21, 0, 2, &held);
+	assert_false(held);
+	assert_int_equal(L.len, 0);
+	release_ok(g_a, L.id);
+	remote_tier_stats(rt, &s);
+	assert_int_equal(s.put_pages, 0);
+	assert_int_equal(s.fetches, 0);
+	assert_int_equal(s.user_puts, 0);
+	engine_destroy(g_a);
+	g_a = NULL;
+	remote_tier_close(rt);
+}
+
+/* One page's value replaced by that page of an older snapshot (another
+ * write id): B's prepare is a miss, counted, and no byte of it served. */
+static void test_torn_snapshot_is_a_miss(void **state)
+{
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	char key[REMOTE_KEY_MAX];
+	redisReply *old, *r;
+	bool held;
+	int node;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	g_b = engine_on(g_rtb);
+	compute_and_reclaim(g_a, g_rta, 31, NTOK);
+	node = user_key(g_a, 31, 2, key);
+	old = redis_local_cmd(&g_redis, node, "GET %s", key);
+	assert_non_null(old);
+	assert_int_equal(old->type, REDIS_REPLY_STRING);
+	/* Written again (A brought it back, added a token, dropped it
+	 * again): a new snapshot, every key overwritten in place, page 2's
+	 * bytes the same but its write id not. */
+	L = prep_held(g_a, 31, NTOK, 1, &held);
+	assert_true(held);
+	assert_int_equal(L.len, NTOK);
+	write_commit_release(g_a, &L, 31, 1);
+	reclaim(g_a, g_rta, 31);
+	r = redis_local_cmd(&g_redis, node, "SET %s %b", key, old->str, (size_t)old->len);
+	assert_non_null(r);
+	freeReplyObject(r);
+	freeReplyObject(old);
+
+	remote_tier_stats(g_rtb, &s0);
+	L = prep_held(g_b, 31, 0, 0, &held);
+	assert_true(held);
+	assert_int_equal(L.len, 0);
+	assert_int_equal(L.npages, 0);
+	remote_tier_stats(g_rtb, &s);
+	assert_int_equal(s.user_torn - s0.user_torn, 1);
+	assert_int_equal(s.user_fetched - s0.user_fetched, 0);
+	assert_int_equal(s.bad_values - s0.bad_values, 1);
+	release_ok(g_b, L.id);
+	assert_false(info_of(g_b, 31).exists);
+	CHECK(g_b);
+}
+
+/* An explicit eviction of everything of the user on A DELs its record in
+ * the store: B's later prepare is a miss. */
+static void test_evict_all_deletes_the_record(void **state)
+{
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	char key[REMOTE_KEY_MAX];
+	redisReply *r;
+	bool held;
+	int node;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	g_b = engine_on(g_rtb);
+	compute_and_reclaim(g_a, g_rta, 41, NTOK);
+	node = user_key(g_a, 41, REMOTE_PAGE_REC, key);
+	r = redis_local_cmd(&g_redis, node, "EXISTS %s", key);
+	assert_int_equal(r->integer, 1);
+	freeReplyObject(r);
+	/* A brings it back (its own store copy), then throws it away. */
+	L = prep_held(g_a, 41, NTOK, 0, &held);
+	assert_int_equal(L.len, NTOK);
+	release_ok(g_a, L.id);
+	remote_tier_stats(g_rta, &s0);
+	assert_true(engine_evict(g_a, 41, KVP_SEL_ALL, &e) > 0);
+	remote_tier_flush(g_rta);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_dels - s0.user_dels, 1);
+	r = redis_local_cmd(&g_redis, node, "EXISTS %s", key);
+	assert_int_equal(r->integer, 0);
+	freeReplyObject(r);
+
+	remote_tier_stats(g_rtb, &s0);
+	L = prep_held(g_b, 41, 0, 0, &held);
+	assert_true(held);
+	assert_int_equal(L.len, 0);
+	release_ok(g_b, L.id);
+	remote_tier_stats(g_rtb, &s);
+	assert_int_equal(s.user_missed - s0.user_missed, 1);
+	/* A leased user's eviction is refused: no DEL goes out. */
+	L = prep_held(g_a, 42, 0, 4, &held);
+	remote_tier_stats(g_rta, &s0);
+	assert_int_equal(engine_evict(g_a, 42, KVP_SEL_ALL, &e), -EBUSY);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_dels, s0.user_dels);
+	release_ok(g_a, L.id);
+}
+
+/* The node holding one of the history's pages (not its record) killed:
+ * B's prepare is a miss within the timeouts, counted as torn. Last: the
+ * node stays dead. */
+static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
+{
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	char key[REMOTE_KEY_MAX];
+	int rec_node, node = -1;
+	uint64_t t0;
+	bool held;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	g_b = engine_on(g_rtb);
+	compute_and_reclaim(g_a, g_rta, 51, NTOK);
+	rec_node = user_key(g_a, 51, REMOTE_PAGE_REC, key);
+	for (uint32_t i = 0; i <= NTOK / PT && node < 0; i++)
+		if (user_key(g_a, 51, i, key) != rec_node)
+			node = user_key(g_a, 51, i, key);
+	assert_true(node >= 0);
+	kill(g_redis.pid[node], SIGKILL);
+	waitpid(g_redis.pid[node], NULL, 0);
+	g_redis.pid[node] = 0;
+
+	remote_tier_stats(g_rtb, &s0);
+	t0 = mono_ns();
+	L = prep_held(g_b, 51, 0, 0, &held);
+	assert_true(mono_ns() - t0 < 2000000000ull);
+	assert_true(held);
+	assert_int_equal(L.len, 0);
+	release_ok(g_b, L.id);
+	remote_tier_stats(g_rtb, &s);
+	assert_int_equal(s.user_torn - s0.user_torn, 1);
+	CHECK(g_b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_b_gets_a_history_byte_for_byte,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_setting_off_writes_nothing,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_torn_snapshot_is_a_miss,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_evict_all_deletes_the_record,
+					  teardown_engines),
+		/* Last: it kills a node for good. */
+		cmocka_unit_test_teardown(test_killed_store_node_is_a_miss_in_bounded_time,
+					  teardown_engines),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown_all);
+}
