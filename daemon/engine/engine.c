@@ -145,6 +145,7 @@ void engine_destroy(struct engine *eng)
 	if (!eng)
 		return;
 	engine_disk_detach(eng); /* before its host frames go */
+	engine_remote_user_detach(eng);
 	share_destroy(eng); /* first: sequences pin histories */
 	if (eng->users.ht.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);

@@ -71,5 +71,7 @@ void engine_remote_user_out(struct engine *eng, struct history *h);
 int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 			      struct errbuf *e);
 void engine_remote_user_del(struct engine *eng, uint64_t user);
+/* At engine_destroy: what the engine holds of the remote tier goes. */
+void engine_remote_user_detach(struct engine *eng);
 
 #endif /* KVPOOL_REMOTE_ENGINE_H */

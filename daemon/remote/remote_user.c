@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "disk_engine.h"
 #include "disk_record.h"
 #include "engine_internal.h"
@@ -207,6 +208,13 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 	return 1;
 }
 
+void engine_remote_user_detach(struct engine *eng)
+{
+	if (eng->remote_held)
+		remote_fetch_done(eng->remote, eng->remote_held, 0);
+	eng->remote_held = NULL;
+}
+
 int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 			      struct errbuf *e)
 {
@@ -218,6 +226,17 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 	if (!enabled(eng))
 		return 0;
 	user_key(eng, user, 0, REMOTE_PAGE_REC, &rk);
+	/* Fetched before, for a shard short of host room: its retry with
+	 * every shard locked takes it, no second round (and no wait on the
+	 * network under every lock). Another user's, or one nobody came back
+	 * for at once (the retry follows the refusal), is dropped. */
+	f = eng->remote_held;
+	eng->remote_held = NULL;
+	if (f && eng->remote_held_user == user &&
+	    mono_ns() - eng->remote_held_ns < 1000000000ull)
+		goto got;
+	if (f)
+		remote_fetch_done(eng->remote, f, 0);
 	/* Our own write of it (or DEL) still queued: the store has an older
 	 * snapshot or none yet. Once it is written, ask. */
 	if (!remote_tier_pending(eng->remote, &rk)) {
@@ -239,7 +258,14 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 	}
 	if (ret)
 		return 0; /* no memory for the fetch: a miss */
+got:
 	ret = from_fetch(eng, user, &rk, f, e);
+	if (ret == -EAGAIN) {
+		eng->remote_held = f;
+		eng->remote_held_user = user;
+		eng->remote_held_ns = mono_ns();
+		return ret;
+	}
 	remote_fetch_done(eng->remote, f, ret > 0 ? remote_fetch_pages(f) - 1 : 0);
 	return ret < 0 ? ret : 0;
 }

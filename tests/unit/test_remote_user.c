@@ -35,6 +35,7 @@
 #include "redis_local.h"
 #include "remote_tier.h"
 #include "remote_value.h"
+#include "share.h"
 
 #define NTOK (5 * PT + 2) /* five full pages and two tokens: six pages */
 #define TENANT 7
@@ -220,6 +221,33 @@ static void test_b_gets_a_history_byte_for_byte(void **state)
 	verify(g_b, 11, 0, NTOK + 3);
 	CHECK(g_a);
 	CHECK(g_b);
+}
+
+/* A sequence made from a user only in the store (KVP_SRC_USER): held while
+ * the store is asked, then made of the history brought back. */
+static void test_seq_create_of_a_user_in_the_store(void **state)
+{
+	struct kvp_seq_src src = { .kind = KVP_SRC_USER, .id = 13 };
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	int rc, rounds = 0;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	g_b = engine_on(g_rtb);
+	compute_and_reclaim(g_a, g_rta, 13, NTOK);
+	while ((rc = share_seq_create(g_b, 5, &src, 1, 0, OWNER, &L, &e)) == -EINPROGRESS) {
+		assert_non_null(strstr(e.msg, "remote tier"));
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	if (rc)
+		fail_msg("share_seq_create: %d: %s", rc, e.msg);
+	assert_true(rounds > 0);
+	assert_int_equal(L.len, NTOK);
+	CHECK(g_b);
+	assert_int_equal(share_seq_free(g_b, 5, OWNER, &e), 0);
+	verify(g_b, 13, 0, NTOK);
 }
 
 /* A new user costs B one round (the price of the setting), then is a new
@@ -411,6 +439,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_b_gets_a_history_byte_for_byte,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_seq_create_of_a_user_in_the_store,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
 					  teardown_engines),
