@@ -12,6 +12,15 @@
  *       (WANT -1: any, the store may have lost some); then seq_alloc it and
  *       check every cached token's bytes are SALT's (never wrong bytes),
  *       and print "recompute=K" (the tokens left to compute).
+ *   remote_client SOCK hput SALT USER N FLOOD
+ *       commit a history of N tokens (h_tokens_fill(SALT)) for USER, then
+ *       FLOOD tokens of other users' histories (USER+1, ...) so that
+ *       eviction drops USER's from both of this daemon's tiers (with
+ *       remote_user_histories = yes it is written to the remote tier).
+ *   remote_client SOCK hget SALT USER N
+ *       prepare USER read-only and check it holds those N tokens, byte for
+ *       byte SALT's (a node that never saw USER: from the remote tier);
+ *       print "len=L".
  *
  * Exit 0 when all held, 1 otherwise (with a FAIL line).
  */
@@ -79,6 +88,41 @@ static int prefill(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t 
 	return rc ? 1 : 0;
 }
 
+static int hput(struct kvp_client *c, uint64_t salt, uint64_t user, uint32_t n,
+		uint32_t flood)
+{
+	int rc = h_append_cycle(c, salt, user, 0, n, 0);
+
+	for (uint32_t done = 0, k = 1; !rc && done < flood; done += n, k++)
+		rc = h_append_cycle(c, salt + 1, user + k, 0, n, 0);
+	return rc ? 1 : 0;
+}
+
+static int hget(struct kvp_client *c, uint64_t salt, uint64_t user, uint32_t n)
+{
+	struct kvp_lease l = { 0 };
+	int rc;
+
+	/* A prepare first: the daemon knows nothing of the user until it asks
+	 * the store (info would say there is none). */
+	if (kvp_prepare(c, user, n, 0, &l)) {
+		h_fail("prepare of user %" PRIu64 ": %s", user, kvp_last_error(c));
+		return 1;
+	}
+	printf("len=%" PRIu64 "\n", l.len);
+	rc = l.start != 0 || l.len != n;
+	if (rc)
+		h_fail("user %" PRIu64 ": [%" PRIu64 ", +%" PRIu64 ") cached, want "
+		       "[0, +%" PRIu32 ")", user, l.start, l.len, n);
+	else
+		rc = h_same_bytes(c, l.indices, salt, user, n, "the history") != 0;
+	if (kvp_release(c, l.id)) {
+		h_fail("release: %s", kvp_last_error(c));
+		rc = 1;
+	}
+	return rc;
+}
+
 static int lookup(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t n,
 		  long want)
 {
@@ -139,16 +183,25 @@ int main(int argc, char **argv)
 	struct kvp_client *c;
 	int rc;
 
-	if (argc < 7) {
+	if (argc < 6 || (argc < 7 && strcmp(argv[2], "hget"))) {
 		fprintf(stderr, "usage: remote_client SOCK prefill SALT BASE N FLOOD\n"
-			"       remote_client SOCK lookup SALT BASE N WANT_PAGES|-1\n");
+			"       remote_client SOCK lookup SALT BASE N WANT_PAGES|-1\n"
+			"       remote_client SOCK hput SALT USER N FLOOD\n"
+			"       remote_client SOCK hget SALT USER N\n");
 		return 2;
 	}
 	h_set_name(argv[2]);
 	c = h_connect_or_fail(argv[1], argv[2], 5000);
 	if (!c)
 		return 1;
-	if (!strcmp(argv[2], "prefill"))
+	if (!strcmp(argv[2], "hput"))
+		rc = hput(c, strtoull(argv[3], NULL, 0), strtoull(argv[4], NULL, 0),
+			  (uint32_t)strtoul(argv[5], NULL, 0),
+			  (uint32_t)strtoul(argv[6], NULL, 0));
+	else if (!strcmp(argv[2], "hget"))
+		rc = hget(c, strtoull(argv[3], NULL, 0), strtoull(argv[4], NULL, 0),
+			  (uint32_t)strtoul(argv[5], NULL, 0));
+	else if (!strcmp(argv[2], "prefill"))
 		rc = prefill(c, strtoull(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
 			     (uint32_t)strtoul(argv[5], NULL, 0),
 			     (uint32_t)strtoul(argv[6], NULL, 0));

@@ -13,6 +13,10 @@
 #    pages before the first one on C come back, the rest are misses
 #    (recomputed), every byte served is A's, no hang (bounded here), and
 #    B's /metrics shows C's node down with errors.
+# Between 2 and 3 (remote_user_histories = yes on both): A's client commits
+# a user's history, other users' push it out of A's device and host tiers
+# (written behind to the store); B's client prepares the same user and
+# reads the same bytes, from the store.
 # Everything it starts stops by itself (trap). Needs root for ip netns;
 # exits 77 with the reason where it cannot make namespaces or has no
 # redis-server / redis-cli.
@@ -104,7 +108,8 @@ url=redis-cluster://$ipa:7000,$ipb:7000,$ipc:7000
 # kvpoold in A and in B: a device tier of 64 pages of 16 KiB.
 start_kvpoold() { # NS NAME
 	ip netns exec $1 "$kvpoold" -f --socket="$dir/$2.sock" --device_mem=1M --host_mem=1M \
-		--remote="$url" --remote_timeout_ms=300 --metrics=127.0.0.1:0 \
+		--remote="$url" --remote_timeout_ms=300 --remote_user_histories=yes \
+		--metrics=127.0.0.1:0 \
 		>"$dir/$2.log" 2>&1 &
 	pids+=($!)
 	timeout 5 bash -c "until grep -q 'metrics: serving' '$dir/$2.log'; do sleep 0.05; done" ||
@@ -145,6 +150,24 @@ grep -q '^cached=128 ' <<<"$out" || fail "B: not 128 tokens cached: $out"
 grep -q '^recompute=1$' <<<"$out" || fail "B: recomputes more than the last token: $out"
 onl=$(metric $b B kvpool_remote_onloaded_pages_total)
 [ "${onl:-0}" -eq 8 ] || fail "B onloaded ${onl:-0} pages from the store, want 8"
+
+# 2b. A user's history: committed on A, dropped there by eviction (other
+# users' 3,000 tokens through 64 device and 64 host pages), read on B.
+U=7001 NU=129
+timeout 60 "$client" "$dir/A.sock" hput 33 $U $NU 3000 ||
+	fail "A's history of user $U"
+timeout 10 bash -c "until [ \"\$(ip netns exec $a curl -sf http://127.0.0.1:$(sed -n \
+	's,.*metrics: serving http://127\.0\.0\.1:\([0-9]*\)/metrics.*,\1,p' "$dir/A.log")/metrics |
+	awk '\$1 == \"kvpool_remote_queued_bytes\" { print \$2 }')\" = 0 ]; do sleep 0.1; done" ||
+	fail "A's write-behind queue did not drain"
+puts=$(metric $a A kvpool_remote_user_puts_total)
+[ "${puts:-0}" -ge 1 ] || fail "A wrote no user history to the store"
+out=$(timeout 10 "$client" "$dir/B.sock" hget 33 $U $NU) ||
+	fail "B's read of user $U (A's history, from the store): $out; A's and B's" \
+		"figures: $(metrics $a A | grep remote_user) / $(metrics $b B | grep remote_user)"
+echo "B user $U: $out (A wrote $puts histories behind)"
+got=$(metric $b B kvpool_remote_user_fetched_total)
+[ "${got:-0}" -eq 1 ] || fail "B fetched ${got:-0} histories from the store, want 1"
 
 # 3. C's store node dies; B asks for prompt 2.
 kill -9 "${rpid[2]}"
