@@ -60,6 +60,7 @@ struct remote_tier {
 	struct list_head puts, fetches;
 	struct put_item **writing;       /* the batch the thread writes now */
 	uint32_t nwriting;
+	uint64_t queued_recs;            /* records and DELs queued or being written */
 	uint64_t queued_bytes, queue_cap;
 	bool user_histories;
 	struct remote_tier_stats st;
@@ -304,6 +305,7 @@ static void *remote_thread(void *arg)
 			rt->nwriting = 0;
 			for (uint32_t i = 0; i < n; i++) {
 				rt->queued_bytes -= batch[i]->len;
+				rt->queued_recs -= batch[i]->k.page == REMOTE_PAGE_REC;
 				free(batch[i]);
 			}
 			nodes_snapshot(rt);
@@ -458,6 +460,7 @@ static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t
 		return ret;
 	}
 	list_add_tail(&p->link, &rt->puts);
+	rt->queued_recs += k->page == REMOTE_PAGE_REC;
 	pthread_cond_signal(&rt->wake);
 	pthread_mutex_unlock(&rt->mu);
 	return 0;
@@ -646,6 +649,12 @@ bool remote_tier_put_pending(struct remote_tier *rt, const struct remote_key *k)
 	bool found = false;
 
 	pthread_mutex_lock(&rt->mu);
+	/* A record's reader is retried every few microseconds while one is
+	 * queued: none queued is the common answer, without a walk. */
+	if (k->page == REMOTE_PAGE_REC && !rt->queued_recs) {
+		pthread_mutex_unlock(&rt->mu);
+		return false;
+	}
 	for (uint32_t i = 0; i < rt->nwriting && !found; i++)
 		found = key_eq(&rt->writing[i]->k, k);
 	list_for_each_entry(p, &rt->puts, link)

@@ -250,6 +250,33 @@ static void test_seq_create_of_a_user_in_the_store(void **state)
 	verify(g_b, 13, 0, NTOK);
 }
 
+/* A's own history, asked for again right after eviction dropped it, while
+ * its write may still be queued: the prepare waits for the write, then
+ * gets the history back whole (never the store's older copy, or none). */
+static void test_own_history_back_right_after_eviction(void **state)
+{
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	bool held;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	compute_and_reclaim(g_a, g_rta, 14, NTOK); /* an older snapshot there */
+	L = prep_held(g_a, 14, NTOK, 3, &held);
+	write_commit_release(g_a, &L, 14, 3);
+	remote_tier_stats(g_rta, &s0);
+	assert_true(engine_evict(g_a, 14, KVP_SEL_DEVICE, &e) > 0);
+	assert_true(engine_reclaim_host(g_a, UINT32_MAX) > 0);
+	L = prep_held(g_a, 14, NTOK + 3, 0, &held);
+	assert_true(held);
+	assert_int_equal(L.len, NTOK + 3);
+	release_ok(g_a, L.id);
+	verify(g_a, 14, 0, NTOK + 3);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_fetched - s0.user_fetched, 1);
+}
+
 /* A new user costs B one round (the price of the setting), then is a new
  * history; counted as a miss. */
 static void test_new_user_is_one_round_then_a_miss(void **state)
@@ -441,6 +468,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_b_gets_a_history_byte_for_byte,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_seq_create_of_a_user_in_the_store,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_own_history_back_right_after_eviction,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
 					  teardown_engines),
