@@ -36,6 +36,8 @@ struct remote_fetch {
 	void **bufs;             /* [n]: what to free: a reply taken, or a decoded page */
 	const void **pages;      /* [n]: page i's bytes (in bufs[i]) or NULL */
 	int state;               /* enum fetch_state */
+	bool stale;              /* a write of keys[0] was queued since: freed
+				  * when done, never handed out */
 	uint64_t done_ns;
 };
 
@@ -287,6 +289,10 @@ static void *remote_thread(void *arg)
 			pthread_mutex_lock(&rt->mu);
 			next->state = F_DONE;
 			next->done_ns = mono_ns();
+			if (next->stale) {
+				list_del(&next->link);
+				fetch_free(next);
+			}
 			nodes_snapshot(rt);
 			pthread_cond_broadcast(&rt->done);
 			continue;
@@ -427,6 +433,25 @@ static int copy_page(void *arg, void *dst)
 	return 0;
 }
 
+/* A record written or deleted: what a fetch of it read, or will read
+ * before the write reaches the store, is an older snapshot. Under the
+ * tier's mutex. */
+static void fetches_stale(struct remote_tier *rt, const struct remote_key *k)
+{
+	struct remote_fetch *f, *t;
+
+	list_for_each_entry_safe(f, t, &rt->fetches, link) {
+		if (!key_eq(&f->keys[0], k))
+			continue;
+		if (f->state == F_DONE) {
+			list_del(&f->link);
+			fetch_free(f);
+		} else {
+			f->stale = true;
+		}
+	}
+}
+
 /* Queue k's value (len bytes from fill; del: a DEL of k). */
 static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t len,
 		    bool del, int (*fill)(void *arg, void *dst), void *arg)
@@ -460,7 +485,10 @@ static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t
 		return ret;
 	}
 	list_add_tail(&p->link, &rt->puts);
-	rt->queued_recs += k->page == REMOTE_PAGE_REC;
+	if (k->page == REMOTE_PAGE_REC) {
+		rt->queued_recs++;
+		fetches_stale(rt, k);
+	}
 	pthread_cond_signal(&rt->wake);
 	pthread_mutex_unlock(&rt->mu);
 	return 0;

@@ -237,20 +237,23 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 		goto got;
 	if (f)
 		remote_fetch_done(eng->remote, f, 0);
-	/* Our own write of it (or DEL) still queued: the store has an older
-	 * snapshot or none yet. Once it is written, ask. */
-	if (!remote_tier_pending(eng->remote, &rk)) {
-		while (remote_tier_put_pending(eng->remote, &rk)) {
+	for (;;) {
+		/* Our own write of it (or DEL) still queued: the store has an
+		 * older snapshot or none yet (and a fetch of it is stale:
+		 * remote_tier_put_rec). Once it is written, ask. */
+		if (!remote_tier_pending(eng->remote, &rk) &&
+		    remote_tier_put_pending(eng->remote, &rk)) {
 			if (defer)
 				return errbuf_set(e, -EINPROGRESS, "user %" PRIu64
 						  ": its history is being written "
 						  "to the remote tier", user);
 			remote_tier_flush(eng->remote);
+			continue;
 		}
-	}
-	while ((ret = remote_tier_fetch_rec(eng->remote, &rk, rec_expand,
-					    eng->frames[KVP_TIER_HOST].total,
-					    &f)) == -EINPROGRESS) {
+		ret = remote_tier_fetch_rec(eng->remote, &rk, rec_expand,
+					    eng->frames[KVP_TIER_HOST].total, &f);
+		if (ret != -EINPROGRESS)
+			break;
 		if (defer)
 			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": asking "
 					  "the remote tier for its history", user);

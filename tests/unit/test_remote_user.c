@@ -277,6 +277,53 @@ static void test_own_history_back_right_after_eviction(void **state)
 	assert_int_equal(s.user_fetched - s0.user_fetched, 1);
 }
 
+static uint32_t expand_none(const struct remote_key *rec, const void *val,
+			    uint64_t page_bytes, uint8_t hash[32])
+{
+	(void)rec, (void)val, (void)page_bytes, (void)hash;
+	return 0;
+}
+
+/* The tier itself: a record written (or DELeted) after it was fetched makes
+ * that fetch stale: never handed out, the next ask reads the new one. */
+static void test_a_record_written_makes_its_fetch_stale(void **state)
+{
+	struct remote_key k = { .kind = DISK_KIND_USER, .tenant = TENANT,
+				.page = REMOTE_PAGE_REC };
+	struct remote_fetch *f = NULL;
+	char rec[16] = "old record";
+
+	(void)state;
+	k.layout_id = 99;
+	k.hash[0] = 0x61;
+	assert_int_equal(remote_tier_put_rec(g_rta, &k, rec, sizeof(rec)), 0);
+	remote_tier_flush(g_rta);
+	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), -EINPROGRESS);
+	remote_tier_wait(g_rta, &k);
+	/* Done, not taken yet: then written again. */
+	memcpy(rec, "new record", 11);
+	assert_int_equal(remote_tier_put_rec(g_rta, &k, rec, sizeof(rec)), 0);
+	assert_true(remote_tier_put_pending(g_rta, &k));
+	remote_tier_flush(g_rta);
+	assert_false(remote_tier_put_pending(g_rta, &k));
+	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), -EINPROGRESS);
+	remote_tier_wait(g_rta, &k);
+	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), 0);
+	assert_int_equal(remote_fetch_pages(f), 1);
+	assert_string_equal(remote_fetch_page(f, 0), "new record");
+	remote_fetch_done(g_rta, f, 0);
+	/* A DEL the same way: the fetch done before it is not handed out. */
+	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), -EINPROGRESS);
+	remote_tier_wait(g_rta, &k);
+	assert_int_equal(remote_tier_del(g_rta, &k), 0);
+	remote_tier_flush(g_rta);
+	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), -EINPROGRESS);
+	remote_tier_wait(g_rta, &k);
+	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), 0);
+	assert_int_equal(remote_fetch_pages(f), 0);
+	remote_fetch_done(g_rta, f, 0);
+}
+
 /* A new user costs B one round (the price of the setting), then is a new
  * history; counted as a miss. */
 static void test_new_user_is_one_round_then_a_miss(void **state)
@@ -471,6 +518,7 @@ int main(void)
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_own_history_back_right_after_eviction,
 					  teardown_engines),
+		cmocka_unit_test(test_a_record_written_makes_its_fetch_stale),
 		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_setting_off_writes_nothing,
