@@ -229,7 +229,7 @@ static void create_list_pages(struct engine *eng, struct seq *q,
 static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 			     uint32_t nsrc, struct errbuf *e)
 {
-	for (uint32_t i = 0; eng->disk && i < nsrc; i++) {
+	for (uint32_t i = 0; (eng->disk || eng->remote) && i < nsrc; i++) {
 		struct engine *ue = eng;
 		int ret = 0;
 
