@@ -228,7 +228,7 @@ uint32_t chunk_evict(struct engine *eng, struct chunk *c)
 	uint32_t n = 0;
 
 	eng->st.chunk_evicted++;
-	share_disk_demote_chunk(eng, c); /* a sealed root: to disk, if any */
+	share_demote_chunk(eng, c); /* a sealed root: to disk and the store, if any */
 	return chunk_kill_tree(eng, c, &n);
 }
 

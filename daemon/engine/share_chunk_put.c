@@ -275,8 +275,9 @@ int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
 	char sid[17], *canon = NULL;
 	int ret = put_check(eng, r, &nid, &name, sid, e);
 
-	if (!ret && !name && eng->disk) {
-		/* The name on the disk tier: back first, then a hit. */
+	if (!ret && !name && (eng->disk || eng->remote)) {
+		/* The name on the disk tier or in the store: back first, then
+		 * a hit (a name nobody had costs a store round). */
 		ret = share_disk_chunk_restore(eng, &nid, false, e);
 		if (ret == -EINPROGRESS)
 			return ret;

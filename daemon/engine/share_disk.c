@@ -24,24 +24,9 @@
 #include <string.h>
 
 #include "clock.h"
+#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
-
-#define CHUNK_REC_MAGIC 0x314e434bu /* "KCN1" */
-
-/* The last record of a chunk on disk: what its name held. */
-struct chunk_rec {
-	uint32_t magic;
-	uint32_t type;
-	uint32_t ntokens;
-	uint32_t content_len;
-	uint32_t meta_len;       /* canonical JSON text, no NUL; 0: none */
-	uint32_t npages;         /* data pages before this record */
-	uint64_t created_ns;
-	uint8_t entry_id[32];
-	uint8_t name_id[32];
-	/* then tokens (uint32 LE), content, meta */
-};
 
 /* ------------------------------------------------------------ the hook */
 
@@ -74,12 +59,25 @@ int share_tier_fetch(struct engine *eng, const struct disk_key *k, bool wait,
 const void *share_fetch_page(struct engine *eng, const struct share_fetch *f,
 			     uint32_t i)
 {
+	if (f->src == SHARE_FETCH_REMOTE)
+		return remote_chunk_fetch_page(f, i);
 	return disk_tier_page(eng->disk, &f->hh, i);
 }
 
 void share_fetch_take(struct engine *eng, const struct share_fetch *f)
 {
-	disk_tier_take(eng->disk, &f->hh);
+	if (f->src == SHARE_FETCH_REMOTE)
+		remote_chunk_fetch_end(eng, f, true);
+	else
+		disk_tier_take(eng->disk, &f->hh);
+}
+
+void share_fetch_leave(struct engine *eng, const struct share_fetch *f)
+{
+	/* The disk tier keeps its copy (its staging is reclaimed); what the
+	 * store sent is freed, and the store keeps its copy. */
+	if (f->src == SHARE_FETCH_REMOTE)
+		remote_chunk_fetch_end(eng, f, false);
 }
 
 /* ------------------------------------------------------------ bytes */
@@ -102,20 +100,24 @@ static int pages_in(struct engine *eng, const struct share_fetch *f,
 
 /* ------------------------------------------------------------ prefix pages */
 
-void share_disk_demote_pc(struct engine *eng, const struct pc_entry *pe)
+void share_demote_pc(struct engine *eng, const struct pc_entry *pe)
 {
 	uint32_t bounce = FRAME_NONE; /* set by share_pages_out when it bounces */
 	struct disk_key k;
 	void *page = NULL;
 	bool bounced = false;
 
-	if (!eng->disk)
+	if (!eng->disk && !eng->remote)
 		return;
+	/* One device -> host copy on a GPU feeds both tiers. */
 	if (!share_pages_out(eng, &pe->frame, 1, &page, &bounce, &bounced))
 		return; /* no host frame for the copy: dropped as before */
-	k = share_disk_key(eng, DISK_KIND_PREFIX, pe->hash);
-	/* -ENOSPC (no staging room): dropped as before, counted there. */
-	disk_tier_put(eng->disk, &k, 0, eng->P, 1, &page);
+	if (eng->disk) {
+		k = share_disk_key(eng, DISK_KIND_PREFIX, pe->hash);
+		/* -ENOSPC (no staging room): dropped as before, counted there. */
+		disk_tier_put(eng->disk, &k, 0, eng->P, 1, &page);
+	}
+	remote_prefix_put(eng, pe->hash, page); /* the remote tier's, if any */
 	if (bounced)
 		share_bounce_free(eng, &bounce, 1);
 }
@@ -309,7 +311,7 @@ static void chunk_rec_fill(const struct chunk *c, void *page)
 		memcpy(p + n->content_len, n->meta, r.meta_len);
 }
 
-void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
+void share_demote_chunk(struct engine *eng, const struct chunk *c)
 {
 	uint64_t pb = eng->layout.page_bytes;
 	uint32_t n = c->npages, *bounce = NULL;
@@ -318,7 +320,7 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 	bool bounced = false, out = false;
 
 	/* Roots that are sealed and whose name fits one record. */
-	if (!eng->disk || c->dead || c->parent || !c->name ||
+	if ((!eng->disk && !eng->remote) || c->dead || c->parent || !c->name ||
 	    c->state != KVP_CHUNK_READY || chunk_rec_bytes(c->name) > pb)
 		return;
 	pages = malloc((n + 1) * sizeof(*pages));
@@ -331,9 +333,14 @@ void share_disk_demote_chunk(struct engine *eng, const struct chunk *c)
 		goto done;
 	chunk_rec_fill(c, rec);
 	pages[n] = rec;
-	k = share_disk_key(eng, DISK_KIND_CHUNK, c->name->id.b);
-	k.user = chunk_alias(&c->id, c->type); /* found by its entry id too */
-	disk_tier_put(eng->disk, &k, 0, c->tokens, n + 1, pages);
+	if (eng->disk) {
+		k = share_disk_key(eng, DISK_KIND_CHUNK, c->name->id.b);
+		k.user = chunk_alias(&c->id, c->type); /* found by its entry id too */
+		disk_tier_put(eng->disk, &k, 0, c->tokens, n + 1, pages);
+	}
+	/* The same bytes (one bounce on a GPU) to the remote tier, if any. */
+	remote_chunk_put(eng, c, (const void *const *)pages, rec,
+			       chunk_rec_bytes(c->name));
 done:
 	if (out && bounced)
 		share_bounce_free(eng, bounce, n);
@@ -439,9 +446,15 @@ static int root_from_rec(struct engine *eng, const struct chunk_rec *r,
 	return 0;
 }
 
+static const char *src_name(const struct share_fetch *f)
+{
+	return f->src == SHARE_FETCH_REMOTE ? "remote" : "disk";
+}
+
 /* Room for a chunk of pages coming back (and its name when new). */
-static int chunk_room(struct engine *eng, uint64_t pages, bool new_name,
-		      const char *sid, struct errbuf *e)
+static int chunk_room(struct engine *eng, const struct share_fetch *f,
+		      uint64_t pages, bool new_name, const char *sid,
+		      struct errbuf *e)
 {
 	uint64_t avail;
 	int ret = chunk_limits_plan(eng, pages, new_name, sid, e);
@@ -450,10 +463,10 @@ static int chunk_room(struct engine *eng, uint64_t pages, bool new_name,
 		return ret;
 	avail = engine_device_avail(eng, NULL, (uint32_t)pages);
 	if (avail < pages)
-		return errbuf_set(e, -ENOMEM, "chunk %s: on the disk tier, and the "
+		return errbuf_set(e, -ENOMEM, "chunk %s: on the %s tier, and the "
 				  "device tier has %" PRIu64 " of its %" PRIu64
 				  " pages free or evictable; release leases or raise "
-				  "device_mem", sid, avail, pages);
+				  "device_mem", sid, src_name(f), avail, pages);
 	chunk_limits_make_room(eng, pages, new_name);
 	evict_for_device(eng, (uint32_t)pages);
 	return 0;
@@ -477,6 +490,7 @@ int share_disk_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id)
 {
 	struct disk_key k;
 
+	remote_chunk_drop(eng, id); /* the store's copy too, if any */
 	if (!eng->disk || !chunk_key_of(eng, id, &k))
 		return 0;
 	return disk_tier_drop(eng->disk, &k) > 0;
@@ -489,56 +503,83 @@ uint32_t share_disk_chunk_clear(struct engine *eng, uint32_t type)
 	return eng->disk ? disk_tier_drop_alias(eng->disk, &a) : 0;
 }
 
+/*
+ * The chunk id (a name, or a root entry) from the tiers below: the disk
+ * tier's, else the remote tier's, laid out alike (its pages, then its
+ * record), nid its name id. 0, -ENOENT, -EINPROGRESS.
+ */
+static int chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
+		       bool wait, struct share_fetch *f, uint8_t nid[32])
+{
+	struct disk_key k;
+	int ret = -ENOENT;
+
+	f->src = SHARE_FETCH_DISK; /* the tier asked: the messages name it */
+	if (eng->disk && chunk_key_of(eng, id, &k)) {
+		ret = share_tier_fetch(eng, &k, wait, f);
+		memcpy(nid, k.hash, 32);
+	}
+	if (ret == -ENOENT)
+		ret = remote_chunk_fetch(eng, id, wait, f, nid);
+	return ret;
+}
+
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 			     bool wait, struct errbuf *e)
 {
 	const struct chunk_rec *r;
 	struct chunk_name *n, *fresh = NULL;
-	struct share_fetch f;
-	struct disk_key k;
-	const uint8_t *nid = k.hash;
+	struct share_fetch f = { .src = 0 };
+	uint8_t nid[32];
 	char sid[17];
 	int ret;
 
-	if (!chunk_key_of(eng, id, &k))
-		return -ENOENT;
-	ret = share_tier_fetch(eng, &k, wait, &f);
+	ret = chunk_fetch(eng, id, wait, &f, nid);
 	chunk_id_short(id, sid);
 	if (ret == -EINPROGRESS)
-		return errbuf_set(e, ret, "chunk %s: being read back from the disk "
-				  "tier", sid);
+		return errbuf_set(e, ret, "chunk %s: being read back from the %s "
+				  "tier", sid, src_name(&f));
 	if (ret)
 		return ret;
 	r = chunk_rec_check(eng, &f, nid);
 	if (!r) {
-		share_fetch_take(eng, &f); /* damaged: never served */
+		share_fetch_take(eng, &f); /* damaged or partial: never served */
 		return -ENOENT;
 	}
-	if (memcmp(id->b, nid, 32) && memcmp(id->b, r->entry_id, 32))
+	if (memcmp(id->b, nid, 32) && memcmp(id->b, r->entry_id, 32)) {
+		share_fetch_leave(eng, &f);
 		return -ENOENT; /* another entry's alias: left where it is */
+	}
 	if (chunk_find(eng, (const struct kvp_chunk_id *)r->entry_id)) {
 		share_fetch_take(eng, &f); /* registered again meanwhile */
 		return 0;
 	}
-	ret = chunk_room(eng, r->npages, !name_find(eng, (const void *)nid), sid, e);
-	if (ret)
-		return ret; /* stays on disk */
+	ret = chunk_room(eng, &f, r->npages, !name_find(eng, (const void *)nid), sid, e);
+	if (ret) {
+		share_fetch_leave(eng, &f);
+		return ret; /* stays below */
+	}
 	/* The name is looked up after the room is made: making it may have
 	 * evicted the name's other entries, and the name with them. */
 	n = name_find(eng, (const struct kvp_chunk_id *)nid);
 	if (!n) {
 		fresh = n = name_from_rec(r, e);
-		if (!n)
+		if (!n) {
+			share_fetch_leave(eng, &f);
 			return errbuf_set(e, -ENOMEM, "chunk %s: out of memory for "
-					  "its record coming back from disk", sid);
+					  "its record coming back from the %s tier",
+					  sid, src_name(&f));
+		}
 		name_insert(eng, n);
 	}
 	ret = root_from_rec(eng, r, n, &f);
 	if (ret) {
 		if (fresh)
 			name_free(eng, fresh);
+		share_fetch_leave(eng, &f);
 		return errbuf_set(e, ret, "chunk %s: could not bring its pages back "
-				  "from the disk tier (%s)", sid, strerror(-ret));
+				  "from the %s tier (%s)", sid, src_name(&f),
+				  strerror(-ret));
 	}
 	share_fetch_take(eng, &f);
 	return 0;

@@ -21,13 +21,14 @@
  *                   entry and runs it again (ENGINE_PREPARE_DISK_DEFER's
  *                   pattern); a caller that may block passes wait.
  *
- * A tier added below the disk (the remote tier, issue 17) chains in
- * share_tier_fetch(): when the disk says -ENOENT it asks the next tier,
- * which fills a struct share_fetch of its own source (one more `src`
- * value; share_fetch_page/take/leave switch on it). Callers do not change.
- * Nothing here does I/O on the caller's thread: the disk tier's thread
- * reads, the caller only copies from staging (a memcpy, and on a GPU one
- * host -> device copy through a host frame).
+ * The remote tier (daemon/remote/) fills a struct share_fetch of its own
+ * source for a chunk the disk tier lacks , laid out as the
+ * disk tier's (pages, then the record), so one rebuild serves both
+ * (remote_chunk_fetch, remote_engine.h); share_fetch_page/take/leave switch on `src`. Prefix pages from the store
+ * come back a whole run at a time instead (remote_prefix_more).
+ * Nothing here does I/O on the caller's thread: the disk tier's and the
+ * remote tier's threads read, the caller only copies from their buffers
+ * (a memcpy, and on a GPU one host -> device copy through host frames).
  */
 #ifndef KVPOOL_SHARE_DISK_H
 #define KVPOOL_SHARE_DISK_H
@@ -41,13 +42,32 @@
 struct engine;
 struct pc_entry;
 struct chunk;
+struct remote_fetch;
 
-enum share_fetch_src { SHARE_FETCH_DISK = 1 };
+#define CHUNK_REC_MAGIC 0x314e434bu /* "KCN1" */
+
+/* The last record of a chunk below the device tier (after its pages on
+ * disk; the record value in the store): what its name held. */
+struct chunk_rec {
+	uint32_t magic;
+	uint32_t type;
+	uint32_t ntokens;
+	uint32_t content_len;
+	uint32_t meta_len;       /* canonical JSON text, no NUL; 0: none */
+	uint32_t npages;         /* data pages before this record */
+	uint64_t created_ns;
+	uint8_t entry_id[32];
+	uint8_t name_id[32];
+	/* then tokens (uint32 LE), content, meta */
+};
+
+enum share_fetch_src { SHARE_FETCH_DISK = 1, SHARE_FETCH_REMOTE = 2 };
 
 struct share_fetch {
 	enum share_fetch_src src;
 	uint32_t npages;
 	struct disk_hist hh;     /* SHARE_FETCH_DISK */
+	struct remote_fetch *rf; /* SHARE_FETCH_REMOTE: [0] the record, then pages */
 };
 
 /* The key of a prefix page / a chunk name of eng's tenant and pool. */
@@ -57,13 +77,19 @@ int share_tier_fetch(struct engine *eng, const struct disk_key *k, bool wait,
 		     struct share_fetch *f);
 const void *share_fetch_page(struct engine *eng, const struct share_fetch *f,
 			     uint32_t i);
-/* The pages are in memory now: the lower tier forgets its copy. */
+/* The pages are in memory now: the lower tier forgets its copy (the
+ * store keeps its own: others share it). */
 void share_fetch_take(struct engine *eng, const struct share_fetch *f);
+/* Not taken (no room, another's record): it stays below; what the store
+ * sent is freed. */
+void share_fetch_leave(struct engine *eng, const struct share_fetch *f);
 
 /* Eviction hooks (share_prefix.c, share_chunk.c): put what is about to be
- * dropped on the disk tier, if there is one and it takes it. */
-void share_disk_demote_pc(struct engine *eng, const struct pc_entry *pe);
-void share_disk_demote_chunk(struct engine *eng, const struct chunk *c);
+ * dropped on the disk tier and in the remote tier, where there are such
+ * and they take it; on a GPU one device -> host copy feeds both. */
+void share_demote_pc(struct engine *eng, const struct pc_entry *pe);
+void share_demote_chunk(struct engine *eng, const struct chunk *c);
+
 
 /*
  * Pages frames[0, *hit) of tokens matched in memory; continue the chain

@@ -214,9 +214,8 @@ void pc_evict_head(struct engine *eng)
 	struct pc_entry *pe = pc_lru_head(s);
 	uint32_t e = (uint32_t)(pe - s->pc), parent = pe->parent;
 
-	share_disk_demote_pc(eng, pe); /* to the disk tier, if any */
+	share_demote_pc(eng, pe); /* to the disk and remote tiers, if any */
 	lru_unlink(s, e);
-	engine_remote_evicted(eng, pe->frame, pe->hash); /* remote tier hook */
 	hashtab_remove(&s->pcs, &pe->hnode);
 	s->sp[pe->frame].pc = PC_NONE;
 	frames_free(&eng->frames[KVP_TIER_DEVICE], pe->frame);

@@ -246,7 +246,7 @@ static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 			if (!ret && !engine_find_history(eng, src[i].id))
 				ret = engine_remote_user_onload(ue, src[i].id,
 								ENGINE_PREPARE_DISK_DEFER, e);
-		} else if (eng->disk && src[i].kind == KVP_SRC_CHUNK &&
+		} else if (src[i].kind == KVP_SRC_CHUNK &&
 			   !chunk_resolve(eng, &src[i].chunk)) {
 			ret = share_disk_chunk_restore(eng, &src[i].chunk, false, e);
 			if (ret == -ENOENT)

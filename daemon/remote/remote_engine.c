@@ -12,35 +12,32 @@
 #include "remote_value.h"
 #include "share_internal.h"
 
-static void prefix_key(const struct engine *eng, const uint8_t hash[32],
-		       struct remote_key *k)
+void remote_key_of(const struct engine *eng, uint8_t kind, const uint8_t hash[32],
+		   uint32_t page, struct remote_key *k)
 {
 	memset(k, 0, sizeof(*k));
-	k->kind = DISK_KIND_PREFIX;
+	k->kind = kind;
 	k->layout_id = disk_layout_id(&eng->layout);
 	k->tenant = eng->disk_tenant;
 	memcpy(k->hash, hash, 32);
+	k->page = page;
 }
 
-void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32])
+static void prefix_key(const struct engine *eng, const uint8_t hash[32],
+		       struct remote_key *k)
+{
+	remote_key_of(eng, DISK_KIND_PREFIX, hash, 0, k);
+}
+
+void remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *page)
 {
 	struct remote_key k;
-	uint32_t bounce;
-	bool bounced;
-	void *page;
 
 	if (!eng->remote)
-		return;
-	/* The page's bytes where the CPU reads them: in place on shm, one
-	 * device -> host copy through a host frame on a GPU. No host frame:
-	 * dropped, as without a remote tier (it can be recomputed). */
-	if (!share_pages_out(eng, &frame, 1, &page, &bounce, &bounced))
 		return;
 	prefix_key(eng, hash, &k);
 	/* -ENOSPC (queue full): dropped and counted there; it can be recomputed. */
 	remote_tier_put(eng->remote, &k, page);
-	if (bounced)
-		share_bounce_free(eng, &bounce, 1);
 }
 
 /* The keys of pages [hit, hit + m) of tokens' chain. */

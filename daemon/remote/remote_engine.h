@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote_engine.h - where the engine meets the remote tier (remote_tier.h):
- * two hooks, each called from one marked place.
+ * remote_engine.h - where the engine meets the remote tier (remote_tier.h)
+ * for prefix pages (chunks: share_disk.h's share_remote_*): two hooks,
+ * each called from one marked place.
  *
- *  engine_remote_evicted  a prefix page leaves the device tier (evict.c /
- *                         share_prefix.c's pc_evict_head, under the
- *                         engine's lock, from the reclaimer or a prepare
- *                         making room): its bytes go to the write-behind
- *                         queue (a memcpy; the network is the remote
- *                         thread's); a device tier the CPU cannot read
- *                         (cuda's) goes through a host frame first
- *                         (share_bounce.c).
+ *  remote_prefix_put      a prefix page leaves the device tier
+ *                         (share_disk.c's share_demote_pc, from
+ *                         pc_evict_head under the engine's lock, from the
+ *                         reclaimer or a prepare making room): its bytes,
+ *                         CPU-readable already (a device tier the CPU
+ *                         cannot read went through a host frame once for
+ *                         the disk and the remote tier: share_bounce.c),
+ *                         go to the write-behind queue (a memcpy; the
+ *                         network is the remote thread's).
  *  remote_prefix_more     a prefix lookup (share_prefix.c) whose local
  *                         chain, and the disk tier's after it, stop short:
  *                         the remote tier is asked for the missing run in
@@ -26,11 +28,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct chunk;
 struct engine;
 struct errbuf;
 struct history;
+struct kvp_chunk_id;
+struct remote_key;
+struct share_fetch;
 
-void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t hash[32]);
+/* The store's key of a page of eng's tenant and layout (remote_value.h). */
+void remote_key_of(const struct engine *eng, uint8_t kind, const uint8_t hash[32],
+		   uint32_t page, struct remote_key *k);
+
+void remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *page);
 
 /*
  * The remote tier's part of a prefix lookup: *hit pages of tokens' chain
@@ -42,6 +52,27 @@ void engine_remote_evicted(struct engine *eng, uint32_t frame, const uint8_t has
  */
 int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
 		       uint32_t *frames, uint32_t *hit, bool defer);
+
+/*
+ * Sealed root chunks (remote_chunk.c) in the remote tier. A chunk is its
+ * pages under its name id (kvp1:c:<layout>:<tenant>:<name id>:<page>) and
+ * its record (struct chunk_rec, the value at page ":r") under its name id
+ * and under its root entry's id, so an acquire by either finds it: one
+ * round for the record, one for the pages it names (remote_tier_fetch_rec).
+ * Each is a no-op without a remote tier.
+ */
+void remote_chunk_put(struct engine *eng, const struct chunk *c,
+			    const void *const *pages, const void *rec, uint64_t rec_len);
+/* The chunk id from the store into f (pages, then the record), nid its
+ * name id: 0, -ENOENT, -EINPROGRESS (without wait: the ring worker holds
+ * the entry and retries). */
+int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
+			     bool wait, struct share_fetch *f, uint8_t nid[32]);
+const void *remote_chunk_fetch_page(const struct share_fetch *f, uint32_t i);
+void remote_chunk_fetch_end(struct engine *eng, const struct share_fetch *f,
+			    bool taken);
+/* A deletion: DELs of what this node knows of the chunk id in the store. */
+void remote_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
 
 /*
  * User histories (remote_user.c; each a no-op unless remote_user_histories

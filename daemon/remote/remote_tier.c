@@ -494,6 +494,17 @@ static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t
 	return 0;
 }
 
+bool remote_tier_has_room(struct remote_tier *rt, uint64_t bytes)
+{
+	bool room;
+
+	pthread_mutex_lock(&rt->mu);
+	room = rt->queued_bytes + bytes <= rt->queue_cap;
+	rt->st.put_dropped += !room;
+	pthread_mutex_unlock(&rt->mu);
+	return room;
+}
+
 int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 		    const void *page)
 {

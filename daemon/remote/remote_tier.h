@@ -71,6 +71,10 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
 			 int (*fill)(void *arg, void *dst), void *arg);
 
+/* Whether the write-behind queue has room for bytes now (a chunk queued
+ * whole or not at all: the put can still find it full, another engine
+ * having queued meanwhile). false counts one drop. */
+bool remote_tier_has_room(struct remote_tier *rt, uint64_t bytes);
 /* Queue a record (a chunk's or a history's: k.page REMOTE_PAGE_REC, len
  * at most a page; stored as is); -ENOSPC as put, -EINVAL. */
 int remote_tier_put_rec(struct remote_tier *rt, const struct remote_key *k,

@@ -12,7 +12,10 @@
  *    disk (share_bounce.c), since the CPU cannot read the device tier;
  *  - engine B's lookup of the same tokens is held while the pages are
  *    fetched, then answers with them copied host -> device into its own
- *    frames; the bytes read back from B's device tier are A's.
+ *    frames; the bytes read back from B's device tier are A's;
+ *  - the same for a sealed chunk, evicted from A with both tiers (one
+ *    device -> host copy feeds both) and acquired by name on B, which has
+ *    the store only.
  *
  * Exits 77 (skip) with a message where no CUDA device; the remote case
  * skips itself where there is no redis-server.
@@ -239,6 +242,76 @@ static void test_b_gets_a_device_pages_through_the_store(void **state)
 	assert_int_equal(st.bad_values, 0);
 }
 
+/* A fills a chunk on the device and seals it; eviction sends it down to
+ * dt and rt at once; B (rt only) acquires it by name: A's bytes. */
+static void test_b_gets_a_device_chunk_through_the_store(void **state)
+{
+	uint32_t tok[NTOK];
+	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
+	struct remote_tier_stats st0, st;
+	struct errbuf e = { .msg = "" };
+	struct share_chunk_reg r;
+	struct engine_lease b;
+	struct fx fa, fb;
+	int ret, rounds = 0;
+
+	(void)state;
+	if (!g_rt)
+		skip(); /* no redis-server here */
+	assert_non_null(row);
+	assert_non_null(want);
+	assert_non_null(s);
+	for (uint32_t i = 0; i < NTOK; i++)
+		tok[i] = 20000 + i * 5u;
+	remote_tier_stats(g_rt, &st0);
+	fx_open(&fa, g_dt, g_rt);
+	while ((ret = share_chunk_register(fa.eng, tok, NTOK, KVP_CHUNK_CONTEXT, NULL,
+					   3, 1, &r, &e)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 5000);
+	}
+	assert_int_equal(ret, 0);
+	assert_true(r.created); /* nobody had it */
+	assert_int_equal(engine_lease_slots(fa.eng, r.lease.id, 0, NTOK, s, &e), 0);
+	for (uint32_t i = 0; i < NTOK; i++) {
+		token_bytes(i, row);
+		token_io(fa.eng, s[i].frame, s[i].slot, row, true);
+	}
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	assert_int_equal(share_chunk_seal(fa.eng, r.lease.id, 3, &e), 0);
+	while (share_evictable(fa.eng))
+		share_evict_oldest(fa.eng);
+	remote_tier_flush(g_rt);
+	disk_tier_flush(g_dt);
+	fx_close(&fa);
+	remote_tier_stats(g_rt, &st);
+	/* Its pages (ceil(NTOK / P)) and its record under both ids. */
+	assert_int_equal(st.written_pages - st0.written_pages, (NTOK + P - 1) / P + 2);
+
+	fx_open(&fb, NULL, g_rt);
+	rounds = 0;
+	while ((ret = share_chunk_acquire(fb.eng, &r.name, 3, 2, &b, &e)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 5000);
+	}
+	if (ret)
+		fail_msg("B's acquire of A's chunk: %d %s", ret, e.msg);
+	assert_int_equal(b.len, NTOK);
+	assert_int_equal(engine_lease_slots(fb.eng, b.id, 0, NTOK, s, &e), 0);
+	for (uint32_t i = 0; i < NTOK; i++) {
+		token_io(fb.eng, s[i].frame, s[i].slot, row, false);
+		token_bytes(i, want);
+		if (memcmp(row, want, L.token_bytes))
+			fail_msg("B's chunk token %" PRIu32 " differs from A's", i);
+	}
+	assert_int_equal(engine_release(fb.eng, b.id, NULL), 0);
+	fx_close(&fb);
+	free(s);
+	free(row);
+	free(want);
+}
+
 static void test_b_gets_a_device_pages_through_the_disk(void **state)
 {
 	(void)state;
@@ -250,6 +323,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_store),
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_disk),
+		cmocka_unit_test(test_b_gets_a_device_chunk_through_the_store),
 	};
 	char err[KVP_ERRLEN];
 

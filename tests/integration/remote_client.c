@@ -12,6 +12,14 @@
  *       (WANT -1: any, the store may have lost some); then seq_alloc it and
  *       check every cached token's bytes are SALT's (never wrong bytes),
  *       and print "recompute=K" (the tokens left to compute).
+ *   remote_client SOCK chunk-put SALT BASE N FLOOD
+ *       register a context chunk of tokens BASE .. BASE+N-1 (it must be
+ *       new), fill it with SALT's bytes and seal it; then FLOOD tokens of
+ *       other prompts push it out of the device tier into the store.
+ *   remote_client SOCK chunk-get SALT BASE N HIT
+ *       register the same tokens: HIT 1 wants them found sealed (the
+ *       store's copy: nothing to compute), then acquired with SALT's bytes;
+ *       HIT 0 wants a new entry (the store lost it: compute it).
  *   remote_client SOCK hput SALT USER N FLOOD
  *       commit a history of N tokens (h_tokens_fill(SALT)) for USER, then
  *       FLOOD tokens of other users' histories (USER+1, ...) so that
@@ -178,6 +186,109 @@ out:
 	return rc;
 }
 
+/* The lease's tokens [0, n) hold SALT's bytes. */
+static int lease_bytes_are(struct kvp_client *c, const struct kvp_lease *l,
+			   uint32_t n, uint64_t salt)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	struct kvp_slot *slots = calloc(n, sizeof(*slots));
+	unsigned char *got = malloc((size_t)n * lay->token_bytes);
+	unsigned char *exp = malloc((size_t)n * lay->token_bytes);
+	uint32_t P = lay->page_tokens;
+	int rc = 1;
+
+	if (!slots || !got || !exp)
+		goto out;
+	for (uint32_t i = 0; i < n; i++)
+		slots[i] = (struct kvp_slot){ (uint32_t)l->indices[i / P], i % P };
+	kvp_read_cpu(lay, kvp_device_base(c), slots, n, got);
+	h_tokens_fill(lay, salt, 0, 0, n, exp);
+	rc = 0;
+	for (uint32_t i = 0; i < n && !rc; i++)
+		if (memcmp(got + (size_t)i * lay->token_bytes,
+			   exp + (size_t)i * lay->token_bytes, lay->token_bytes)) {
+			h_fail("chunk token %" PRIu32 " differs from what the other "
+			       "node computed", i);
+			rc = 1;
+		}
+out:
+	free(slots);
+	free(got);
+	free(exp);
+	return rc;
+}
+
+static int chunk_put(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t n,
+		     uint32_t flood)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	uint32_t *t = prompt(base, n);
+	struct kvp_chunk_reg r = { 0 };
+	unsigned char *kv = malloc((size_t)n * lay->token_bytes);
+	int rc = 1;
+
+	if (!t || !kv)
+		goto out;
+	if (kvp_chunk_register(c, t, n, KVP_CHUNK_CONTEXT, "{\"doc\":\"netns\"}", &r)) {
+		h_fail("chunk_register: %s", kvp_last_error(c));
+		goto out;
+	}
+	if (!r.created) {
+		h_fail("chunk_register: the chunk exists already");
+		goto out;
+	}
+	h_tokens_fill(lay, salt, 0, 0, n, kv);
+	if (kvp_append(c, &r.lease, 0, n, kv) || kvp_chunk_seal(c, &r)) {
+		h_fail("filling the chunk: %s", kvp_last_error(c));
+		goto out;
+	}
+	rc = 0;
+	/* Other prompts push it out, to the store. */
+	for (uint32_t done = 0, k = 0; !rc && done < flood; done += n, k++) {
+		uint32_t *o = prompt(base + 2000000 + k * n, n);
+
+		rc = o ? compute(c, 100 + k, o, n, salt + 1) : 1;
+		free(o);
+	}
+out:
+	free(t);
+	free(kv);
+	return rc ? 1 : 0;
+}
+
+static int chunk_get(struct kvp_client *c, uint64_t salt, uint32_t base, uint32_t n,
+		     int want_hit)
+{
+	uint32_t *t = prompt(base, n);
+	struct kvp_chunk_reg r = { 0 };
+	struct kvp_lease l = { 0 };
+	int rc = 1;
+
+	if (!t || kvp_chunk_register(c, t, n, KVP_CHUNK_CONTEXT, NULL, &r)) {
+		h_fail("chunk_register: %s", t ? kvp_last_error(c) : "no memory");
+		goto out;
+	}
+	printf("created=%d\n", r.created);
+	if (r.created == want_hit) {
+		h_fail("chunk_register: created=%d, want %d", r.created, !want_hit);
+		goto out;
+	}
+	if (r.created) { /* a miss: this node computes it */
+		rc = kvp_chunk_delete(c, &r.id) < 0 ? 1 : 0;
+		goto out;
+	}
+	if (kvp_chunk_acquire(c, &r.id, 0, &l)) {
+		h_fail("chunk_acquire: %s", kvp_last_error(c));
+		goto out;
+	}
+	rc = lease_bytes_are(c, &l, n, salt);
+	if (kvp_release(c, l.id))
+		rc = 1;
+out:
+	free(t);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvp_client *c;
@@ -186,6 +297,8 @@ int main(int argc, char **argv)
 	if (argc < 6 || (argc < 7 && strcmp(argv[2], "hget"))) {
 		fprintf(stderr, "usage: remote_client SOCK prefill SALT BASE N FLOOD\n"
 			"       remote_client SOCK lookup SALT BASE N WANT_PAGES|-1\n"
+			"       remote_client SOCK chunk-put SALT BASE N FLOOD\n"
+			"       remote_client SOCK chunk-get SALT BASE N HIT\n"
 			"       remote_client SOCK hput SALT USER N FLOOD\n"
 			"       remote_client SOCK hget SALT USER N\n");
 		return 2;
@@ -194,7 +307,14 @@ int main(int argc, char **argv)
 	c = h_connect_or_fail(argv[1], argv[2], 5000);
 	if (!c)
 		return 1;
-	if (!strcmp(argv[2], "hput"))
+	if (!strcmp(argv[2], "chunk-put"))
+		rc = chunk_put(c, strtoull(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
+			       (uint32_t)strtoul(argv[5], NULL, 0),
+			       (uint32_t)strtoul(argv[6], NULL, 0));
+	else if (!strcmp(argv[2], "chunk-get"))
+		rc = chunk_get(c, strtoull(argv[3], NULL, 0), (uint32_t)strtoul(argv[4], NULL, 0),
+			       (uint32_t)strtoul(argv[5], NULL, 0), atoi(argv[6]));
+	else if (!strcmp(argv[2], "hput"))
 		rc = hput(c, strtoull(argv[3], NULL, 0), strtoull(argv[4], NULL, 0),
 			  (uint32_t)strtoul(argv[5], NULL, 0),
 			  (uint32_t)strtoul(argv[6], NULL, 0));

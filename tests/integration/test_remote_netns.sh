@@ -13,7 +13,7 @@
 #    pages before the first one on C come back, the rest are misses
 #    (recomputed), every byte served is A's, no hang (bounded here), and
 #    B's /metrics shows C's node down with errors.
-# Between 2 and 3 (remote_user_histories = yes on both): A's client commits
+# 2c, between 2 and 3 (remote_user_histories = yes on both): A's client commits
 # a user's history, other users' push it out of A's device and host tiers
 # (written behind to the store); B's client prepares the same user and
 # reads the same bytes, from the store.
@@ -151,8 +151,25 @@ grep -q '^recompute=1$' <<<"$out" || fail "B: recomputes more than the last toke
 onl=$(metric $b B kvpool_remote_onloaded_pages_total)
 [ "${onl:-0}" -eq 8 ] || fail "B onloaded ${onl:-0} pages from the store, want 8"
 
-# 2b. A user's history: committed on A, dropped there by eviction (other
-# users' 3,000 tokens through 64 device and 64 host pages), read on B.
+# 2b. A sealed chunk (a document's KV): A registers and fills it, other
+#     prompts push it out to the store; B's register of the same tokens
+#     finds it sealed (nothing to compute) and B's bytes are A's.
+NC=100 # 7 pages
+timeout 30 "$client" "$dir/A.sock" chunk-put 33 90000 $NC 2000 ||
+	fail "A's chunk"
+timeout 10 bash -c "until [ \"\$(ip netns exec $a curl -sf http://127.0.0.1:$(sed -n \
+	's,.*metrics: serving http://127\.0\.0\.1:\([0-9]*\)/metrics.*,\1,p' "$dir/A.log")/metrics |
+	awk '\$1 == \"kvpool_remote_queued_bytes\" { print \$2 }')\" = 0 ]; do sleep 0.1; done" ||
+	fail "A's write-behind queue did not drain after the chunk"
+onl0=$(metric $b B kvpool_remote_onloaded_pages_total)
+out=$(timeout 10 "$client" "$dir/B.sock" chunk-get 33 90000 $NC 1) ||
+	fail "B's register of A's chunk: $out"
+onl=$(metric $b B kvpool_remote_onloaded_pages_total)
+[ $((onl - onl0)) -eq 7 ] || fail "B onloaded $((onl - onl0)) chunk pages, want 7"
+echo "B chunk: found sealed, A's bytes, 7 pages from the store"
+
+# 2c. A user's history: committed on A, dropped there by eviction (other
+#     users' 3,000 tokens through 64 device and 64 host pages), read on B.
 U=7001 NU=129
 timeout 60 "$client" "$dir/A.sock" hput 33 $U $NU 3000 ||
 	fail "A's history of user $U"

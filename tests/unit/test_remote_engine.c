@@ -369,6 +369,261 @@ static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
 	g_b = NULL;
 }
 
+/* ------------------------------------------------------------ chunks */
+
+#define CTOK (3 * PT + 2) /* four pages, the last one part full */
+#define META "{\"doc\":\"a.pdf\",\"page\":3}"
+#define NOW 1000000ull
+
+/* The store's node holding key k (slots split evenly: redis_local.h). */
+static int node_of(const struct remote_key *k)
+{
+	char key[REMOTE_KEY_MAX];
+
+	remote_key_format(k, key);
+	return (int)(redis_cluster_slot(key, strlen(key)) * 3 / RC_SLOTS);
+}
+
+static void store_cmd(const struct remote_key *k, const char *cmd)
+{
+	char key[REMOTE_KEY_MAX];
+	redisReply *r;
+
+	remote_key_format(k, key);
+	r = redis_local_cmd(&g_redis, node_of(k), "%s %s", cmd, key);
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+	freeReplyObject(r);
+}
+
+static struct remote_key chunk_key(const struct kvp_chunk_id *id, uint32_t page)
+{
+	struct remote_key k = { .kind = DISK_KIND_CHUNK, .tenant = 7, .page = page };
+	struct kvp_layout l;
+
+	test_layout(&l);
+	k.layout_id = disk_layout_id(&l);
+	memcpy(k.hash, id->b, 32);
+	return k;
+}
+
+/* Engine A registers, fills and seals a chunk of toks, then lets eviction
+ * take everything: the chunk goes to the store. *name its name id. */
+static void a_chunk_to_store(const uint32_t *toks, uint64_t key, struct kvp_chunk_id *id,
+			     struct kvp_chunk_id *name)
+{
+	struct engine *a = engine_with_remote();
+	struct remote_tier_stats st0, st;
+	struct share_chunk_reg r;
+	struct errbuf e = { "" };
+
+	remote_tier_stats(g_rt, &st0);
+	chunk_put(a, toks, CTOK, KVP_CHUNK_CONTEXT, META, OWNER, NOW, key, false, id);
+	assert_int_equal(share_chunk_register(a, toks, CTOK, KVP_CHUNK_CONTEXT, NULL,
+					      OWNER, NOW, &r, &e), 0);
+	assert_false(r.created);
+	*name = r.name;
+	while (share_evictable(a))
+		share_evict_oldest(a);
+	CHECK(a);
+	remote_tier_flush(g_rt);
+	remote_tier_stats(g_rt, &st);
+	/* Its four pages and its record under both ids. */
+	assert_int_equal(st.written_pages - st0.written_pages, 4 + 2);
+	engine_destroy(a);
+}
+
+/* An acquire on eng, held while the store is asked (as a ring worker
+ * holds it), the message naming the remote tier; its rc. */
+static int acquire_held(struct engine *eng, const struct kvp_chunk_id *id,
+			struct engine_lease *L, struct errbuf *e)
+{
+	int rc, rounds = 0;
+
+	while ((rc = share_chunk_acquire(eng, id, OWNER, NOW, L, e)) == -EINPROGRESS) {
+		assert_non_null(strstr(e->msg, "remote tier"));
+		usleep(1000);
+		assert_true(++rounds < 3000); /* bounded: the timeout is 300 ms */
+	}
+	return rc;
+}
+
+/* B acquires A's chunk by its entry id, C by its name, D registers the
+ * same tokens and finds it sealed: each is held for the store's rounds,
+ * and gets A's bytes and the chunk's name and metadata. */
+static void chunk_across_engines(uint32_t base)
+{
+	struct kvp_chunk_id id, name;
+	struct kvp_chunk_info info;
+	struct share_chunk_reg r;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	struct remote_tier_stats st0, st;
+	uint32_t toks[CTOK];
+	struct engine *b;
+	int rc, rounds = 0;
+
+	tokens_seq(toks, CTOK, base);
+	a_chunk_to_store(toks, KEY, &id, &name);
+	remote_tier_stats(g_rt, &st0);
+	for (int way = 0; way < 2; way++) {
+		b = engine_with_remote();
+		assert_int_equal(acquire_held(b, way ? &name : &id, &L, &e), 0);
+		assert_int_equal(L.len, CTOK);
+		assert_int_equal(engine_release(b, L.id, NULL), 0);
+		expect_chunk_bytes(b, &id, KEY, CTOK);
+		assert_int_equal(share_chunk_info(b, &name, &info, &e), 0);
+		assert_string_equal(info.meta, META);
+		assert_int_equal(info.tokens, CTOK);
+		CHECK(b);
+		engine_destroy(b);
+	}
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.fetches - st0.fetches, 2);       /* one each */
+	assert_int_equal(st.onloaded_pages - st0.onloaded_pages, 2 * 4);
+	assert_int_equal(st.bad_values - st0.bad_values, 0);
+	b = engine_with_remote();
+	while ((rc = share_chunk_register(b, toks, CTOK, KVP_CHUNK_CONTEXT, NULL,
+					  OWNER, NOW, &r, &e)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	assert_int_equal(rc, 0);
+	assert_true(rounds > 0);
+	assert_false(r.created); /* nothing to compute: A's */
+	assert_int_equal(r.state, KVP_CHUNK_READY);
+	expect_chunk_bytes(b, &id, KEY, CTOK);
+	CHECK(b);
+	engine_destroy(b);
+}
+
+static void test_chunk_from_the_store_by_id_name_and_register(void **state)
+{
+	(void)state;
+	chunk_across_engines(4000);
+}
+
+/* The same through a device tier the CPU cannot read (cuda's). */
+static void test_chunk_from_the_store_opaque_device_tier(void **state)
+{
+	(void)state;
+	g_opaque_on = true;
+	chunk_across_engines(4500);
+	g_opaque_on = false;
+}
+
+/* A chunk the store has only in part (a page lost), or whose record does
+ * not check, is a miss after one round: never a chunk with wrong or
+ * missing bytes; nothing is left behind in B. A chunk nobody stored is a
+ * miss too, in bounded time. */
+static void test_chunk_partial_or_damaged_is_a_miss(void **state)
+{
+	struct kvp_chunk_id id, name, nobody;
+	struct remote_tier_stats st0, st;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint32_t toks[CTOK];
+	struct remote_key k;
+	char key[REMOTE_KEY_MAX];
+	redisReply *rp;
+
+	(void)state;
+	tokens_seq(toks, CTOK, 6000);
+	a_chunk_to_store(toks, KEY, &id, &name);
+	g_b = engine_with_remote();
+	k = chunk_key(&name, 2);
+	store_cmd(&k, "DEL"); /* page 2 lost */
+	assert_int_equal(acquire_held(g_b, &id, &L, &e), -ENOENT);
+	assert_int_equal(stats_of(g_b).chunks, 0);
+	CHECK(g_b);
+	/* The record under the name id flipped: dropped, counted. */
+	remote_tier_stats(g_rt, &st0);
+	k = chunk_key(&name, REMOTE_PAGE_REC);
+	remote_key_format(&k, key);
+	rp = redis_local_cmd(&g_redis, node_of(&k), "SETRANGE %s 150 X", key);
+	assert_non_null(rp);
+	freeReplyObject(rp);
+	assert_int_equal(acquire_held(g_b, &name, &L, &e), -ENOENT);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.bad_values - st0.bad_values, 1);
+	memset(&nobody, 0x3c, sizeof(nobody));
+	assert_int_equal(acquire_held(g_b, &nobody, &L, &e), -ENOENT);
+	assert_non_null(strstr(e.msg, "is not registered"));
+	assert_int_equal(stats_of(g_b).chunks, 0);
+	CHECK(g_b);
+	engine_destroy(g_b);
+	g_b = NULL;
+}
+
+/* A delete reaches the store: B brings A's chunk back and deletes it by
+ * its name; C's acquire by either id is a miss. A chunk only in the store
+ * deleted by its name: a miss too. */
+static void test_chunk_delete_reaches_the_store(void **state)
+{
+	struct kvp_chunk_id id, name;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint32_t toks[CTOK];
+	struct engine *c;
+
+	(void)state;
+	tokens_seq(toks, CTOK, 8000);
+	a_chunk_to_store(toks, KEY, &id, &name);
+	g_b = engine_with_remote();
+	assert_int_equal(acquire_held(g_b, &id, &L, &e), 0);
+	assert_int_equal(engine_release(g_b, L.id, NULL), 0);
+	assert_int_equal(share_chunk_delete(g_b, &name, &e), 1);
+	remote_tier_flush(g_rt);
+	c = engine_with_remote();
+	assert_int_equal(acquire_held(c, &id, &L, &e), -ENOENT);
+	assert_int_equal(acquire_held(c, &name, &L, &e), -ENOENT);
+	engine_destroy(c);
+
+	tokens_seq(toks, CTOK, 8500);
+	a_chunk_to_store(toks, KEY, &id, &name);
+	/* Known here only as a name: the store's copy goes by it. */
+	share_chunk_delete(g_b, &name, &e);
+	remote_tier_flush(g_rt);
+	c = engine_with_remote();
+	assert_int_equal(acquire_held(c, &name, &L, &e), -ENOENT);
+	assert_int_equal(acquire_held(c, &id, &L, &e), -ENOENT); /* page 0 gone */
+	CHECK(c);
+	engine_destroy(c);
+	engine_destroy(g_b);
+	g_b = NULL;
+}
+
+/* A sequence built over a chunk only in the store: the chunk comes back
+ * first (held meanwhile), then the sequence shares its pages. */
+static void test_seq_create_over_a_chunk_in_the_store(void **state)
+{
+	struct kvp_seq_src src = { .kind = KVP_SRC_CHUNK };
+	struct kvp_chunk_id name;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint32_t toks[CTOK];
+	int rc, rounds = 0;
+
+	(void)state;
+	tokens_seq(toks, CTOK, 9500);
+	a_chunk_to_store(toks, KEY, &src.chunk, &name);
+	g_b = engine_with_remote();
+	while ((rc = share_seq_create(g_b, 1, &src, 1, 1, OWNER, &L, &e)) ==
+	       -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 3000);
+	}
+	if (rc)
+		fail_msg("seq_create over a chunk in the store = %d: %s", rc, e.msg);
+	assert_int_equal(L.len, CTOK);
+	assert_int_equal(engine_release(g_b, L.id, NULL), 0);
+	expect_seq_bytes(g_b, 1, 0, CTOK, KEY, 0);
+	seq_free_ok(g_b, 1, OWNER);
+	CHECK(g_b);
+	engine_destroy(g_b);
+	g_b = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -377,6 +632,11 @@ int main(void)
 		cmocka_unit_test(test_seq_alloc_starts_from_the_store),
 		cmocka_unit_test(test_opaque_device_tier_round_trips),
 		cmocka_unit_test(test_full_queue_drops_and_counts),
+		cmocka_unit_test(test_chunk_from_the_store_by_id_name_and_register),
+		cmocka_unit_test(test_chunk_from_the_store_opaque_device_tier),
+		cmocka_unit_test(test_chunk_partial_or_damaged_is_a_miss),
+		cmocka_unit_test(test_chunk_delete_reaches_the_store),
+		cmocka_unit_test(test_seq_create_over_a_chunk_in_the_store),
 		/* Last: it kills a node for good. */
 		cmocka_unit_test(test_killed_store_node_is_a_miss_in_bounded_time),
 	};

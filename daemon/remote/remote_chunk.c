@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_chunk.c - sealed root chunks in the remote tier (remote_engine.h
+ * says how they are keyed; share_disk.c rebuilds a chunk from what comes
+ * back, as it does from the disk tier).
+ *
+ * Put: at eviction (share_demote_chunk, under the engine's lock), the
+ * chunk's pages are queued first and its records last, and only when the
+ * queue has room for all of it: a record is never queued for pages that
+ * were not. Pages and records go to different nodes, so a reader may still
+ * find a record before its pages land: its fetch comes back short, which
+ * is a miss (share_disk.c's record check wants every page).
+ *
+ * Fetch: one remote_tier_fetch_rec() names the chunk's record; the remote
+ * thread gets it, learns from it how many pages follow and under which
+ * name (chunk_expand), and gets them in a second round, while the ring
+ * worker holds the acquire's entry and retries.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "remote_engine.h"
+#include "remote_tier.h"
+#include "remote_value.h"
+#include "share_disk.h"
+#include "share_internal.h"
+
+static void chunk_key(const struct engine *eng, const uint8_t id[32], uint32_t page,
+		      struct remote_key *k)
+{
+	remote_key_of(eng, DISK_KIND_CHUNK, id, page, k);
+}
+
+void remote_chunk_put(struct engine *eng, const struct chunk *c,
+		      const void *const *pages, const void *rec, uint64_t rec_len)
+{
+	uint64_t pb = eng->layout.page_bytes;
+	struct remote_key k;
+
+	if (!eng->remote ||
+	    !remote_tier_has_room(eng->remote, c->npages * pb + 2 * rec_len))
+		return; /* dropped whole, counted there; it can be recomputed */
+	for (uint32_t i = 0; i < c->npages; i++) {
+		chunk_key(eng, c->name->id.b, i, &k);
+		if (remote_tier_put(eng->remote, &k, pages[i]))
+			return; /* another engine filled the queue meanwhile */
+	}
+	/* Found by its name and by its root entry's id. */
+	chunk_key(eng, c->name->id.b, REMOTE_PAGE_REC, &k);
+	remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	chunk_key(eng, c->id.b, REMOTE_PAGE_REC, &k);
+	remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+}
+
+/* remote_expand_fn: a chunk's record names its data pages under its name
+ * id. share_disk.c checks the record whole once it is back. */
+static uint32_t chunk_expand(const struct remote_key *key, const void *val,
+			     uint64_t page_bytes, uint8_t hash[32])
+{
+	struct chunk_rec r;
+
+	(void)key;
+	memcpy(&r, val, sizeof(r));
+	if (r.magic != CHUNK_REC_MAGIC || !r.npages || !r.ntokens ||
+	    sizeof(r) + (uint64_t)r.ntokens * 4 + r.content_len + r.meta_len > page_bytes)
+		return 0;
+	memcpy(hash, r.name_id, 32);
+	return r.npages;
+}
+
+int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
+		       bool wait, struct share_fetch *f, uint8_t nid[32])
+{
+	struct remote_fetch *rf;
+	struct remote_key k;
+	int ret;
+
+	if (!eng->remote)
+		return -ENOENT;
+	chunk_key(eng, id->b, REMOTE_PAGE_REC, &k);
+	f->src = SHARE_FETCH_REMOTE;
+	while ((ret = remote_tier_fetch_rec(eng->remote, &k, chunk_expand,
+					    eng->share->nframes, &rf)) == -EINPROGRESS &&
+	       wait)
+		remote_tier_wait(eng->remote, &k);
+	if (ret)
+		return ret == -EINPROGRESS ? ret : -ENOENT; /* -ENOMEM: a miss */
+	if (!remote_fetch_pages(rf)) { /* not in the store, or it did not check */
+		remote_fetch_done(eng->remote, rf, 0);
+		return -ENOENT;
+	}
+	memcpy(nid, ((const struct chunk_rec *)remote_fetch_page(rf, 0))->name_id, 32);
+	f->rf = rf;
+	f->npages = remote_fetch_pages(rf);
+	return 0;
+}
+
+/* The disk tier's order: data pages 0..n-1, then the record (the fetch's
+ * page 0). */
+const void *remote_chunk_fetch_page(const struct share_fetch *f, uint32_t i)
+{
+	return remote_fetch_page(f->rf, i + 1 < f->npages ? i + 1 : 0);
+}
+
+void remote_chunk_fetch_end(struct engine *eng, const struct share_fetch *f,
+			    bool taken)
+{
+	remote_fetch_done(eng->remote, f->rf, taken ? f->npages - 1 : 0);
+}
+
+/* The records that name the chunk go (nothing finds its pages then), and
+ * its page 0 (a record written again later by another node would name a
+ * chunk without it: a miss). */
+static void drop_one(struct engine *eng, const uint8_t id[32])
+{
+	struct remote_key k;
+
+	chunk_key(eng, id, REMOTE_PAGE_REC, &k);
+	remote_tier_del(eng->remote, &k);
+	chunk_key(eng, id, 0, &k);
+	remote_tier_del(eng->remote, &k);
+}
+
+void remote_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id)
+{
+	struct chunk_name *n;
+	struct chunk *c, *e;
+
+	if (!eng->remote)
+		return;
+	drop_one(eng, id->b);
+	/* Known here: its name and every root entry of it, so the chunk is
+	 * gone from the store by either id. Known only to the store: what
+	 * the id names (a name id: its pages too; an entry id: that way in).
+	 */
+	n = name_find(eng, id);
+	if (!n && (c = chunk_find(eng, id)))
+		n = c->name;
+	if (!n)
+		return;
+	if (memcmp(n->id.b, id->b, 32))
+		drop_one(eng, n->id.b);
+	list_for_each_entry(e, &n->entries, name_link)
+		if (!e->parent && memcmp(e->id.b, id->b, 32))
+			drop_one(eng, e->id.b);
+}
