@@ -30,6 +30,7 @@
 
 #include "clock.h"
 #include "disk_record.h"
+#include "disk_tier.h"
 #include "engine_helpers.h"
 #include "redis_cluster.h"
 #include "redis_local.h"
@@ -147,7 +148,9 @@ static void reclaim(struct engine *eng, struct remote_tier *rt, uint64_t user)
 	assert_true(engine_evict(eng, user, KVP_SEL_DEVICE, &e) > 0);
 	assert_int_equal(info_of(eng, user).pages_host, in.pages);
 	assert_true(engine_reclaim_host(eng, UINT32_MAX) >= in.pages);
-	assert_false(info_of(eng, user).exists);
+	in = info_of(eng, user);
+	assert_int_equal(in.pages_device + in.pages_host, 0);
+	assert_true(!in.exists || in.pages_disk); /* only on disk, if anywhere */
 	CHECK(eng);
 	remote_tier_flush(rt);
 }
@@ -174,7 +177,8 @@ static struct engine_lease prep_held(struct engine *eng, uint64_t user, uint64_t
 	*held = false;
 	while ((rc = engine_prepare_flags(eng, user, pos, n, OWNER,
 					  ENGINE_PREPARE_DISK_DEFER, &L, &e)) == -EINPROGRESS) {
-		assert_non_null(strstr(e.msg, "remote tier"));
+		/* The remote tier's round, or the disk tier's read. */
+		assert_non_null(strstr(e.msg, " tier"));
 		*held = true;
 		usleep(1000);
 		/* Two rounds of at most the timeout (300 ms) each. */
@@ -322,6 +326,69 @@ static void test_a_record_written_makes_its_fetch_stale(void **state)
 	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), 0);
 	assert_int_equal(remote_fetch_pages(f), 0);
 	remote_fetch_done(g_rta, f, 0);
+}
+
+/* With a disk tier too: a dropped history goes to both; a prepare on the
+ * same node reads the disk's copy (no store round); the disk selection's
+ * eviction deletes the store's copy as well. */
+static void test_disk_tier_first_and_disk_evict_deletes(void **state)
+{
+	struct disk_tier_config dc = { .size = 8u << 20 };
+	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
+				     .disk_tenant = TENANT, .remote = g_rta };
+	struct remote_tier_stats s0, s;
+	struct disk_tier *dt = NULL;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	char dir[64], path[128], msg[128];
+	bool held;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/kvpool-test-remote-user-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	dc.dir = dir;
+	test_layout(&dc.layout);
+	assert_int_equal(disk_codec_parse("none", &dc.codec, msg, sizeof(msg)), 0);
+	if (disk_tier_open(&dt, &dc, &e))
+		fail_msg("disk_tier_open: %s", e.msg);
+	cfg.disk = dt;
+	test_layout(&cfg.layout);
+	if (engine_create(&g_a, &cfg, &e))
+		fail_msg("engine_create: %s", e.msg);
+	remote_tier_stats(g_rta, &s0);
+	compute_and_reclaim(g_a, g_rta, 15, NTOK);
+	disk_tier_flush(dt);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_puts - s0.user_puts, 1);
+	assert_int_equal(info_of(g_a, 15).pages_disk, NTOK / PT + 1);
+	remote_tier_stats(g_rta, &s0);
+	L = prep_held(g_a, 15, NTOK, 0, &held);
+	assert_int_equal(L.len, NTOK);
+	release_ok(g_a, L.id);
+	verify(g_a, 15, 0, NTOK);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.fetches - s0.fetches, 0); /* the disk's copy */
+	/* Dropped again (to both), then the disk copy thrown away: the
+	 * store's goes too, and the next prepare is a miss. */
+	reclaim(g_a, g_rta, 15);
+	disk_tier_flush(dt);
+	remote_tier_stats(g_rta, &s0);
+	assert_true(engine_evict(g_a, 15, KVP_SEL_DISK, &e) > 0);
+	remote_tier_flush(g_rta);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_dels - s0.user_dels, 1);
+	L = prep_held(g_a, 15, 0, 0, &held);
+	assert_true(held);
+	assert_int_equal(L.len, 0);
+	release_ok(g_a, L.id);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_missed - s0.user_missed, 1);
+	engine_destroy(g_a);
+	g_a = NULL;
+	disk_tier_close(dt);
+	snprintf(path, sizeof(path), "%s/kvpool.disk", dir);
+	unlink(path);
+	rmdir(dir);
 }
 
 /* A new user costs B one round (the price of the setting), then is a new
@@ -519,6 +586,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_own_history_back_right_after_eviction,
 					  teardown_engines),
 		cmocka_unit_test(test_a_record_written_makes_its_fetch_stale),
+		cmocka_unit_test_teardown(test_disk_tier_first_and_disk_evict_deletes,
+					  teardown_engines),
 		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_setting_off_writes_nothing,
