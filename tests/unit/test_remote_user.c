@@ -36,6 +36,7 @@
 #include "redis_local.h"
 #include "remote_tier.h"
 #include "remote_value.h"
+#include "shard.h"
 #include "share.h"
 
 #define NTOK (5 * PT + 2) /* five full pages and two tokens: six pages */
@@ -391,6 +392,75 @@ static void test_disk_tier_first_and_disk_evict_deletes(void **state)
 	rmdir(dir);
 }
 
+/* A user from `from` on of the shard set s's shard i. */
+static uint64_t user_of_shard(struct shard_set *s, uint32_t i, uint64_t from)
+{
+	while (shard_of_user(s, from) != i)
+		from++;
+	return from;
+}
+
+/*
+ * In a shard set, a history fetched for a shard short of host room (the
+ * other shard's histories hold every host frame): the prepare is refused
+ * with -EAGAIN, and its retry with every shard locked (as kvpoold's) takes
+ * the fetch kept for it: no second round, no wait on the network there.
+ */
+static void test_shard_short_of_host_room_keeps_the_fetch(void **state)
+{
+	struct shard_set_config sc = { .shards = 2, .reclaim = RECLAIM_OFF };
+	struct remote_tier_stats s0, s;
+	struct shard_set *set = NULL;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	struct engine *e0, *e1;
+	uint64_t u, f = 1000;
+	int rc;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	test_layout(&sc.ec.layout);
+	sc.ec.device_frames = 64;
+	sc.ec.host_frames = 12;
+	sc.ec.disk_tenant = TENANT;
+	sc.ec.remote = g_rtb;
+	if (shard_set_create(&set, &sc, &e))
+		fail_msg("shard_set_create: %s", e.msg);
+	u = user_of_shard(set, 0, 61);
+	compute_and_reclaim(g_a, g_rta, u, NTOK);
+	/* Shard 1's histories on the host tier, every frame of it. */
+	e1 = shard_lock(set, 1);
+	while (frame_pool_free(&set->pool[KVP_TIER_HOST]) ||
+	       stats_of(e1).tier[KVP_TIER_HOST].frames_free) {
+		f = user_of_shard(set, 1, f + 1);
+		put(e1, f, 0, 2 * PT);
+		assert_true(engine_evict(e1, f, KVP_SEL_DEVICE, &e) > 0);
+		assert_int_equal(info_of(e1, f).pages_host, 2);
+	}
+	shard_unlock(set, 1);
+
+	remote_tier_stats(g_rtb, &s0);
+	e0 = shard_lock(set, 0);
+	while ((rc = engine_prepare_flags(e0, u, NTOK, 0, OWNER,
+					  ENGINE_PREPARE_DISK_DEFER, &L, &e)) == -EINPROGRESS)
+		usleep(1000);
+	assert_int_equal(rc, -EAGAIN);
+	assert_non_null(strstr(e.msg, "remote tier"));
+	shard_unlock(set, 0);
+	e0 = shard_lock_all(set);
+	rc = engine_prepare_flags(e0, u, NTOK, 0, OWNER, 0, &L, &e);
+	if (rc)
+		fail_msg("the prepare with every shard: %d: %s", rc, e.msg);
+	assert_int_equal(L.len, NTOK);
+	release_ok(e0, L.id);
+	verify(e0, u, 0, NTOK);
+	shard_unlock_all(set);
+	remote_tier_stats(g_rtb, &s);
+	assert_int_equal(s.fetches - s0.fetches, 1);
+	assert_int_equal(s.user_fetched - s0.user_fetched, 1);
+	shard_set_destroy(set);
+}
+
 /* A new user costs B one round (the price of the setting), then is a new
  * history; counted as a miss. */
 static void test_new_user_is_one_round_then_a_miss(void **state)
@@ -586,6 +656,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_own_history_back_right_after_eviction,
 					  teardown_engines),
 		cmocka_unit_test(test_a_record_written_makes_its_fetch_stale),
+		cmocka_unit_test_teardown(test_shard_short_of_host_room_keeps_the_fetch,
+					  teardown_engines),
 		cmocka_unit_test_teardown(test_disk_tier_first_and_disk_evict_deletes,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
