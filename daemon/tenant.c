@@ -281,8 +281,13 @@ static int remote_open(struct tenants *ts, const struct config *cfg,
 	};
 	int ret;
 
-	if (!cfg->remote)
+	if (!cfg->remote) {
+		if (cfg->remote_user_histories)
+			log_warn("remote_user_histories = yes does nothing without "
+				 "a remote tier; set remote (--remote=redis-cluster://"
+				 "HOST:PORT,...) or remove it");
 		return 0;
+	}
 	ret = remote_tier_open(&ts->remote, &rc, e);
 	if (ret)
 		return ret;

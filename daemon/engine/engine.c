@@ -578,18 +578,14 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	bool created = false;
 	int ret;
 
-	/* Disk tier hook: a history only on disk comes back to the host tier
-	 * first (daemon/disk/disk_engine.c), then onloads as any other. */
-	if (!h && eng->disk) {
+	/* Disk and remote tier hooks: a history only on disk, or only in the
+	 * store (remote_user_histories), comes back to the host tier first
+	 * (daemon/disk/disk_engine.c, daemon/remote/remote_user.c), then
+	 * onloads as any other. */
+	if (!h && (eng->disk || eng->remote)) {
 		ret = engine_disk_onload(eng, user, flags, e);
-		if (ret)
-			return ret;
-		h = user_table_find(&eng->users, user);
-	}
-	/* Remote tier hook: a history in the store comes back the same way
-	 * (daemon/remote/remote_user.c; remote_user_histories = yes). */
-	if (!h && eng->remote) {
-		ret = engine_remote_user_onload(eng, user, flags, e);
+		if (!ret && !user_table_find(&eng->users, user))
+			ret = engine_remote_user_onload(eng, user, flags, e);
 		if (ret)
 			return ret;
 		h = user_table_find(&eng->users, user);
