@@ -606,7 +606,17 @@ static void test_evict_all_deletes_the_record(void **state)
 	assert_int_equal(engine_evict(g_a, 42, KVP_SEL_ALL, &e), -EBUSY);
 	remote_tier_stats(g_rta, &s);
 	assert_int_equal(s.user_dels, s0.user_dels);
-	release_ok(g_a, L.id);
+	write_commit_release(g_a, &L, 42, 4);
+	/* Everything of every user (kvctl evict --all --tier all): a DEL
+	 * each, one on the device tier and one on the host tier. */
+	put(g_a, 43, 0, 4);
+	assert_true(engine_evict(g_a, 43, KVP_SEL_DEVICE, &e) > 0);
+	remote_tier_stats(g_rta, &s0);
+	assert_int_equal(engine_evict_all(g_a, KVP_SEL_ALL, NULL), 2);
+	remote_tier_flush(g_rta);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_dels - s0.user_dels, 2);
+	assert_int_equal(s.user_puts, s0.user_puts);
 }
 
 /* The node holding one of the history's pages (not its record) killed:
