@@ -363,7 +363,7 @@ bool share_pages_out(struct engine *eng, const uint32_t *dev, uint32_t n,
 		     void **out, uint32_t *bounce, bool *bounced);
 void share_bounce_free(struct engine *eng, uint32_t *bounce, uint32_t n);
 /* src[0, n) (page_bytes each, CPU memory) into device frames dev[]: in
- * place on shm, through host frames and one copy on a GPU. 0 or -errno
+ * place on shm, through host frames and one copy per 64 pages on a GPU. 0 or -errno
  * (-ENOMEM: no host frames for the copy). */
 int share_pages_in(struct engine *eng, const void *const *src, const uint32_t *dev,
 		   uint32_t n);

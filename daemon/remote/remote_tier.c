@@ -38,7 +38,8 @@ struct remote_fetch {
 	int state;               /* enum fetch_state */
 	bool stale;              /* a write of keys[0] was queued since: freed
 				  * when done, never handed out */
-	uint64_t done_ns;
+	uint64_t done_ns;        /* its rounds ended (F_DONE) */
+	uint64_t taken_ns;       /* the engine took it (remote_fetch_done: onloaded) */
 };
 
 struct put_item {
@@ -282,6 +283,8 @@ static void *remote_thread(void *arg)
 				break;
 			}
 		if (next && !rt->stop) {
+			uint64_t t0 = mono_ns();
+
 			next->state = F_RUNNING;
 			rt->busy = true;
 			pthread_mutex_unlock(&rt->mu);
@@ -289,6 +292,7 @@ static void *remote_thread(void *arg)
 			pthread_mutex_lock(&rt->mu);
 			next->state = F_DONE;
 			next->done_ns = mono_ns();
+			rt->st.fetch_ns += next->done_ns - t0;
 			if (next->stale) {
 				list_del(&next->link);
 				fetch_free(next);
@@ -557,6 +561,8 @@ static int fetch_start(struct remote_tier *rt, const struct remote_key *keys,
 	f = fetch_find(rt, &keys[0]);
 	if (f && f->state == F_DONE) {
 		list_del(&f->link); /* the caller's now */
+		f->taken_ns = mono_ns();
+		rt->st.fetch_wait_ns += f->taken_ns - f->done_ns;
 		*out = f;
 		ret = 0;
 	} else if (!f) {
@@ -642,6 +648,7 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 {
 	pthread_mutex_lock(&rt->mu);
 	rt->st.onloaded_pages += onloaded;
+	rt->st.onload_ns += mono_ns() - f->taken_ns;
 	pthread_mutex_unlock(&rt->mu);
 	fetch_free(f);
 }

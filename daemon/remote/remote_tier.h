@@ -150,6 +150,12 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 	  "Fetched values dropped: checksum, another key's or layout's.") \
 	X(queued_bytes, GAUGE, "bytes", "remote_queued", \
 	  "Bytes waiting in the write-behind queue.") \
+	X(fetch_ns, COUNTER, "ns", "remote_fetch", \
+	  "Time of the remote thread's fetches: the rounds, the checks and decoding.") \
+	X(fetch_wait_ns, COUNTER, "ns", "remote_fetch_wait", \
+	  "Time fetches waited, done, for the held request's retry to take them.") \
+	X(onload_ns, COUNTER, "ns", "remote_onload", \
+	  "Time the engine spent on fetches taken: copies into the device tier, publishing.") \
 	X(user_puts, COUNTER, "", "remote_user_puts", \
 	  "User histories dropped by eviction and queued whole for the store.") \
 	X(user_fetched, COUNTER, "", "remote_user_fetched", \
