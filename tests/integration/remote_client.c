@@ -28,7 +28,7 @@
  *   remote_client SOCK hget SALT USER N
  *       prepare USER read-only and check it holds those N tokens, byte for
  *       byte SALT's (a node that never saw USER: from the remote tier);
- *       print "len=L".
+ *       print "len=L prepare_ms=T" (N 0: a user nobody has, a miss).
  *
  * Exit 0 when all held, 1 otherwise (with a FAIL line).
  */
@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "kvpool.h"
@@ -109,15 +110,20 @@ static int hput(struct kvp_client *c, uint64_t salt, uint64_t user, uint32_t n,
 static int hget(struct kvp_client *c, uint64_t salt, uint64_t user, uint32_t n)
 {
 	struct kvp_lease l = { 0 };
+	struct timespec t0, t1;
 	int rc;
 
 	/* A prepare first: the daemon knows nothing of the user until it asks
-	 * the store (info would say there is none). */
+	 * the store (info would say there is none). Its wall time is the
+	 * store's price: one round for a user it has not, two for one it has. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (kvp_prepare(c, user, n, 0, &l)) {
 		h_fail("prepare of user %" PRIu64 ": %s", user, kvp_last_error(c));
 		return 1;
 	}
-	printf("len=%" PRIu64 "\n", l.len);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("len=%" PRIu64 " prepare_ms=%.2f\n", l.len,
+	       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 	rc = l.start != 0 || l.len != n;
 	if (rc)
 		h_fail("user %" PRIu64 ": [%" PRIu64 ", +%" PRIu64 ") cached, want "

@@ -185,6 +185,12 @@ out=$(timeout 10 "$client" "$dir/B.sock" hget 33 $U $NU) ||
 echo "B user $U: $out (A wrote $puts histories behind)"
 got=$(metric $b B kvpool_remote_user_fetched_total)
 [ "${got:-0}" -eq 1 ] || fail "B fetched ${got:-0} histories from the store, want 1"
+# A user nobody has: one round, then a new history (the setting's price).
+out=$(timeout 10 "$client" "$dir/B.sock" hget 33 $((U + 100000)) 0) ||
+	fail "B's prepare of a user nobody has: $out"
+echo "B new user: $out"
+miss=$(metric $b B kvpool_remote_user_missed_total)
+[ "${miss:-0}" -eq 1 ] || fail "B counted ${miss:-0} store misses of users, want 1"
 
 # 3. C's store node dies; B asks for prompt 2.
 kill -9 "${rpid[2]}"
