@@ -107,7 +107,11 @@ void share_demote_pc(struct engine *eng, const struct pc_entry *pe)
 	void *page = NULL;
 	bool bounced = false;
 
-	if (!eng->disk && !eng->remote)
+	/* A page the remote tier gave us is not written back: the store has
+	 * it (a page it lost since is written again by whoever computes it). */
+	bool to_remote = eng->remote && !pe->in_store;
+
+	if (!eng->disk && !to_remote)
 		return;
 	/* One device -> host copy on a GPU feeds both tiers. */
 	if (!share_pages_out(eng, &pe->frame, 1, &page, &bounce, &bounced))
@@ -117,7 +121,8 @@ void share_demote_pc(struct engine *eng, const struct pc_entry *pe)
 		/* -ENOSPC (no staging room): dropped as before, counted there. */
 		disk_tier_put(eng->disk, &k, 0, eng->P, 1, &page);
 	}
-	remote_prefix_put(eng, pe->hash, page); /* the remote tier's, if any */
+	if (to_remote)
+		remote_prefix_put(eng, pe->hash, page);
 	if (bounced)
 		share_bounce_free(eng, &bounce, 1);
 }

@@ -50,6 +50,7 @@ struct pc_entry {
 	struct hnode hnode;      /* share.pcs, while published */
 	struct list_head link;   /* pc LRU (idle leaves) or the free list */
 	bool on_lru;
+	bool in_store;           /* onloaded from the remote tier: it has it */
 	uint64_t tick;
 };
 

@@ -136,6 +136,7 @@ void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 	pe->parent = parent;
 	pe->nchildren = 0;
 	pe->on_lru = false;
+	pe->in_store = false;
 	hashtab_insert(&s->pcs, &pe->hnode, hashtab_hash_digest(hash));
 	s->sp[frame].pc = e;
 	if (parent != PC_NONE)

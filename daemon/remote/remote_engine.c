@@ -118,6 +118,7 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 		s->sp[frame[k]] = (struct spage){ .refs = 0, .pc = PC_NONE };
 		pc_adopt(eng, frame[k], hash, parent);
 		parent = s->sp[frame[k]].pc;
+		s->pc[parent].in_store = true; /* not written back on eviction */
 		k++;
 		done++;
 	}

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "remote_value.h"
 
 #define PUT_BATCH 32                  /* pages per pipelined SET batch */
+#define KEEP_FREED_BYTES (512ull << 20) /* heap glibc keeps for the next fetch */
 #define FETCH_KEEP_NS 10000000000ull  /* a fetch nobody took: freed after 10 s */
 
 enum fetch_state { F_QUEUED, F_RUNNING, F_DONE };
@@ -340,6 +342,34 @@ static void *remote_thread(void *arg)
 
 /* ------------------------------------------------------------ open/close */
 
+/*
+ * A fetch keeps every value of its run (250 values of 2 MiB for 4,000
+ * Llama-3-8B tokens) until the engine has copied them, so glibc serves
+ * each with a fresh mmap that page-faults as hiredis fills it: a round
+ * took 1.8x raw GETs of the same values on the H100 machine (kvbench
+ * remote's split, bench/results/remote-2026-11-27.md), where raw GETs free
+ * each value and get the same memory back. Values up to a page come from
+ * the heap instead, and up to KEEP_FREED_BYTES of it stays with the
+ * process once freed, faulted in for the next round (the same run on
+ * the 2-core VM: store rounds 0.41 s against raw GETs' 0.28-0.42 s, from
+ * 0.55-0.65 s). Process-wide, set
+ * only where there is a remote tier; pages over glibc's limit for this
+ * (32 MiB) are left as they were.
+ */
+static void heap_for_values(uint64_t page_bytes)
+{
+	uint64_t v = remote_value_max(page_bytes) + 4096;
+
+	if (v > (32ull << 20))
+		return;
+	if (v > 128 * 1024)
+		mallopt(M_MMAP_THRESHOLD, (int)v);
+	mallopt(M_TRIM_THRESHOLD, (int)KEEP_FREED_BYTES);
+	/* A heap grows 64 MiB at a time (address space; RSS only as
+	 * touched): a round's values take few heap extensions. */
+	mallopt(M_TOP_PAD, 64 << 20);
+}
+
 int remote_tier_open(struct remote_tier **out, const struct remote_tier_config *c,
 		     struct errbuf *e)
 {
@@ -374,6 +404,7 @@ int remote_tier_open(struct remote_tier **out, const struct remote_tier_config *
 		tier_log(rt, LOG_WARNING, "remote %s: %u of %u slots are served; "
 			 "keys of the others are misses", c->url,
 			 redis_cluster_mapped_slots(rt->rc), RC_SLOTS);
+	heap_for_values(rt->page_bytes);
 	rt->cx = disk_codec_ctx_new(rt->page_bytes);
 	if (!rt->cx) {
 		redis_cluster_close(rt->rc);

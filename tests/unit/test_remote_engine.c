@@ -195,8 +195,20 @@ static void test_b_onloads_a_pages_byte_for_byte(void **state)
 	/* Now local: no remote round. */
 	hit = b_lookup(g_b, tokens, false);
 	assert_int_equal(hit.npages, NTOK / PT);
-	/* And the onloaded pages are ordinary idle pages: evictable. */
+	/* And the onloaded pages are ordinary idle pages: evictable, and
+	 * not written back to the store they came from. */
 	assert_int_equal(share_evictable(g_b), NTOK / PT);
+	remote_tier_stats(g_rt, &st);
+	while (share_evictable(g_b))
+		share_evict_oldest(g_b);
+	CHECK(g_b);
+	remote_tier_flush(g_rt);
+	{
+		struct remote_tier_stats after;
+
+		remote_tier_stats(g_rt, &after);
+		assert_int_equal(after.put_pages, st.put_pages);
+	}
 	engine_destroy(g_b);
 	g_b = NULL;
 }
