@@ -72,6 +72,12 @@ struct history {
 	uint64_t onload_fence;   /* onload copy maybe in flight, or 0 (above) */
 	uint64_t onload_first;   /* its first flush's fence (ns_h2d: history_landed) */
 	uint64_t tick;           /* engine tick when it last went on an LRU */
+	/* Brought back from the remote tier (remote_user.c): while wgen,
+	 * start and len are still these, the store has it as it is, and
+	 * eviction does not write it again. */
+	bool in_store;
+	uint32_t store_wgen;
+	uint64_t store_start, store_len;
 	struct hnode hnode;      /* user_table */
 	struct list_head lru_link; /* on lru[h->lru], or self-linked */
 };

@@ -95,6 +95,12 @@ void engine_remote_user_out(struct engine *eng, struct history *h)
 	/* Unpinned: no onload in flight, no reserved pages past len. */
 	if (!enabled(eng) || !n || h->pins)
 		return;
+	/* As it came from the store (no write since, no trim): the store has
+	 * it. Not writing it again also keeps a newer snapshot another node
+	 * wrote meanwhile. */
+	if (h->in_store && h->store_wgen == h->wgen && h->store_start == h->start &&
+	    h->store_len == h->len)
+		return;
 	pages = malloc(n * sizeof(*pages));
 	if (!pages)
 		return; /* dropped, as without a remote tier */
@@ -177,6 +183,7 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 {
 	uint32_t got = remote_fetch_pages(f);
 	struct ruser_rec rec;
+	struct history *h;
 	const void **src;
 	int ret;
 
@@ -204,6 +211,11 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 	free(src);
 	if (ret)
 		return ret;
+	h = user_table_find(&eng->users, user);
+	h->in_store = true;
+	h->store_wgen = h->wgen;
+	h->store_start = h->start;
+	h->store_len = h->len;
 	remote_tier_count_user(eng->remote, RU_FETCHED);
 	return 1;
 }

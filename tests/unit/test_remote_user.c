@@ -221,9 +221,26 @@ static void test_b_gets_a_history_byte_for_byte(void **state)
 	assert_int_equal(sb.bad_values - sb0.bad_values, 0);
 	/* Two rounds: the record, then its six pages. */
 	assert_int_equal(sb.fetch_pages - sb0.fetch_pages, 1 + NTOK / PT + 1);
-	/* B goes on from there as with any history of its own. */
+	/* Dropped again unchanged: the store has it, nothing is written. */
+	reclaim(g_b, g_rtb, 11);
+	remote_tier_stats(g_rtb, &sb);
+	assert_int_equal(sb.user_puts - sb0.user_puts, 0);
+	assert_int_equal(sb.put_pages - sb0.put_pages, 0);
+	L = prep_held(g_b, 11, NTOK, 0, &held);
+	assert_true(held);
+	assert_int_equal(L.len, NTOK);
+	release_ok(g_b, L.id);
+	/* B goes on from there as with any history of its own, and what it
+	 * wrote is written when the history is dropped. */
 	put(g_b, 11, NTOK, 3);
 	verify(g_b, 11, 0, NTOK + 3);
+	reclaim(g_b, g_rtb, 11);
+	remote_tier_stats(g_rtb, &sb);
+	assert_int_equal(sb.user_puts - sb0.user_puts, 1);
+	L = prep_held(g_a, 11, NTOK + 3, 0, &held);
+	assert_int_equal(L.len, NTOK + 3);
+	release_ok(g_a, L.id);
+	verify(g_a, 11, 0, NTOK + 3);
 	CHECK(g_a);
 	CHECK(g_b);
 }
