@@ -30,6 +30,7 @@
 #include "disk_tier.h"
 #include "log.h"
 #include "kvpool_engine.h"
+#include "remote_engine.h"
 #include "remote_tier.h"
 #include "tenant.h"
 
@@ -137,9 +138,28 @@ static void disk_flush_set(struct tenants *ts, struct tenant *t, struct shard_se
 			 "stopping", t->name, n);
 }
 
+/* With remote_user_histories a clean stop also writes the histories to
+ * the store (daemon/remote/remote_user.c), so another node serves their
+ * users next (failover, a node drained); before the disk tier's flush,
+ * which drops them. */
+static void remote_flush_set(struct tenants *ts, struct tenant *t,
+			     struct shard_set *s)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; ts->remote && s && i < s->n; i++) {
+		n += engine_remote_user_flush_all(shard_lock(s, i));
+		shard_unlock(s, i);
+	}
+	if (n)
+		log_info("tenant %s: %d histories queued for the remote tier before "
+			 "stopping", t->name, n);
+}
+
 static void tenant_fini(struct tenants *ts, struct tenant *t)
 {
 	for (uint32_t p = 0; t->pools && p < ts->npools; p++) {
+		remote_flush_set(ts, t, t->pools[p].set);
 		disk_flush_set(ts, t, t->pools[p].set);
 		shard_set_destroy(t->pools[p].set);
 	}

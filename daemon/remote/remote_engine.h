@@ -102,6 +102,11 @@ void engine_remote_user_out(struct engine *eng, struct history *h);
 int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 			      struct errbuf *e);
 void engine_remote_user_del(struct engine *eng, uint64_t user);
+/* A clean stop (remote_user_histories): every unpinned history of the
+ * engine written to the store (the host tier first for pages only on a
+ * GPU; waiting for queue room when it runs out), so that another node
+ * serves its users next. Histories queued. */
+int engine_remote_user_flush_all(struct engine *eng);
 /* At engine_destroy: what the engine holds of the remote tier goes. */
 void engine_remote_user_detach(struct engine *eng);
 

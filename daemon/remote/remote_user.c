@@ -84,26 +84,30 @@ static bool enabled(const struct engine *eng)
 	return eng->remote && remote_tier_user_histories(eng->remote);
 }
 
-void engine_remote_user_out(struct engine *eng, struct history *h)
+/* h's pages, then its record, queued: 1; 0 nothing to write (off, empty,
+ * pinned, the store has it as it is); -ENOSPC the queue is full; -EAGAIN
+ * a page only in a GPU's memory; -ENOMEM. */
+static int user_out(struct engine *eng, struct history *h)
 {
 	uint32_t n = (uint32_t)pages_for(eng, h->len);
 	struct ruser_rec rec;
 	struct remote_key k;
 	void **pages;
 	uint32_t i;
+	int ret = -EAGAIN;
 
 	/* Unpinned: no onload in flight, no reserved pages past len. */
 	if (!enabled(eng) || !n || h->pins)
-		return;
+		return 0;
 	/* As it came from the store (no write since, no trim): the store has
 	 * it. Not writing it again also keeps a newer snapshot another node
 	 * wrote meanwhile. */
 	if (h->in_store && h->store_wgen == h->wgen && h->store_start == h->start &&
 	    h->store_len == h->len)
-		return;
+		return 0;
 	pages = malloc(n * sizeof(*pages));
 	if (!pages)
-		return; /* dropped, as without a remote tier */
+		return -ENOMEM; /* dropped, as without a remote tier */
 	/*
 	 * The pages where the CPU reads them: host frames (what the host LRU
 	 * drops is there), or device frames on shm. A page only in a GPU's
@@ -122,14 +126,64 @@ void engine_remote_user_out(struct engine *eng, struct history *h)
 	 * if any, now names pages partly overwritten, and is a miss. */
 	for (i = 0; i < n; i++) {
 		user_key(eng, h->user, rec.write_id, i, &k);
-		if (remote_tier_put(eng->remote, &k, pages[i]))
+		if ((ret = remote_tier_put(eng->remote, &k, pages[i])))
 			goto out;
 	}
 	user_key(eng, h->user, 0, REMOTE_PAGE_REC, &k);
-	if (!remote_tier_put_rec(eng->remote, &k, &rec, sizeof(rec)))
+	ret = remote_tier_put_rec(eng->remote, &k, &rec, sizeof(rec));
+	if (!ret) {
 		remote_tier_count_user(eng->remote, RU_PUT);
+		ret = 1;
+	}
 out:
 	free(pages);
+	return ret;
+}
+
+void engine_remote_user_out(struct engine *eng, struct history *h)
+{
+	user_out(eng, h); /* failed: dropped as without a remote tier */
+}
+
+static int collect_cb(struct history *h, void *arg)
+{
+	uint64_t **p = arg;
+
+	*(*p)++ = h->user;
+	return 0;
+}
+
+int engine_remote_user_flush_all(struct engine *eng)
+{
+	uint64_t n = user_table_count(&eng->users), *ids, *end;
+	int written = 0;
+
+	if (!enabled(eng) || !n || !(ids = malloc(n * sizeof(*ids))))
+		return 0;
+	end = ids;
+	user_table_foreach(&eng->users, collect_cb, &end);
+	/* By id, looked up each time: a demotion below may drop others (to
+	 * the store, through the hook). */
+	for (uint64_t *u = ids; u < end; u++) {
+		struct history *h = user_table_find(&eng->users, *u);
+		int ret;
+
+		if (!h || h->pins)
+			continue;
+		ret = user_out(eng, h);
+		if (ret == -EAGAIN) { /* pages only on the GPU: the host's first */
+			demote_or_drop(eng, h);
+			h = user_table_find(&eng->users, *u);
+			ret = h ? user_out(eng, h) : 0;
+		}
+		if (ret == -ENOSPC) { /* the queue full: let the thread drain it */
+			remote_tier_flush(eng->remote);
+			ret = user_out(eng, h);
+		}
+		written += ret > 0;
+	}
+	free(ids);
+	return written;
 }
 
 void engine_remote_user_del(struct engine *eng, uint64_t user)

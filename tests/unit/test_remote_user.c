@@ -28,12 +28,15 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "clock.h"
 #include "disk_record.h"
 #include "disk_tier.h"
 #include "engine_helpers.h"
+#include "engine_internal.h"
 #include "redis_cluster.h"
 #include "redis_local.h"
+#include "remote_engine.h"
 #include "remote_tier.h"
 #include "remote_value.h"
 #include "shard.h"
@@ -478,6 +481,91 @@ static void test_shard_short_of_host_room_keeps_the_fetch(void **state)
 	shard_set_destroy(set);
 }
 
+/* A clean stop (kvpoold's): every history A holds is written to the store,
+ * wherever it is (device, host), and B serves those users next; one that
+ * came from the store unchanged is not written again. */
+static void test_flush_all_hands_users_over(void **state)
+{
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	bool held;
+
+	(void)state;
+	g_a = engine_on(g_rta);
+	g_b = engine_on(g_rtb);
+	compute_and_reclaim(g_a, g_rta, 71, NTOK);
+	L = prep_held(g_a, 71, NTOK, 0, &held); /* back from the store */
+	release_ok(g_a, L.id);
+	put(g_a, 72, 0, NTOK);               /* on the device tier */
+	put(g_a, 73, 0, 2 * PT);
+	assert_true(engine_evict(g_a, 73, KVP_SEL_DEVICE, &e) > 0); /* host only */
+	remote_tier_stats(g_rta, &s0);
+	assert_int_equal(engine_remote_user_flush_all(g_a), 2);
+	remote_tier_flush(g_rta);
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.user_puts - s0.user_puts, 2);
+	engine_destroy(g_a);
+	g_a = NULL;
+	for (uint64_t u = 71; u <= 73; u++) {
+		uint32_t n = u == 73 ? 2 * PT : NTOK;
+
+		L = prep_held(g_b, u, n, 0, &held);
+		assert_true(held);
+		assert_int_equal(L.len, n);
+		release_ok(g_b, L.id);
+		verify(g_b, u, 0, n);
+	}
+}
+
+/* The shm backend with its device tier marked not host-visible: what the
+ * cuda backend's is (reached through its read and copy only). */
+static struct backend_ops g_opaque;
+
+static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
+			struct tier_mem *out, struct errbuf *e)
+{
+	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
+
+	if (!ret && tier == KVP_TIER_DEVICE)
+		out->host_visible = false;
+	return ret;
+}
+
+/* On a device tier the CPU cannot read (a GPU's), eviction's write skips a
+ * history with pages only there, and a clean stop demotes it to the host
+ * tier first: then it goes to the store as any other. */
+static void test_flush_all_of_gpu_pages_goes_through_the_host(void **state)
+{
+	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
+				     .disk_tenant = TENANT, .remote = g_rta };
+	struct remote_tier_stats s0, s;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	bool held;
+
+	(void)state;
+	g_opaque = backend_shm;
+	g_opaque.tier_alloc = opaque_alloc;
+	cfg.backend = &g_opaque;
+	test_layout(&cfg.layout);
+	if (engine_create(&g_a, &cfg, &e))
+		fail_msg("engine_create: %s", e.msg);
+	g_b = engine_on(g_rtb);
+	put(g_a, 75, 0, NTOK);
+	remote_tier_stats(g_rta, &s0);
+	engine_remote_user_out(g_a, engine_find_history(g_a, 75));
+	remote_tier_stats(g_rta, &s);
+	assert_int_equal(s.put_pages, s0.put_pages); /* device-only: skipped */
+	assert_int_equal(engine_remote_user_flush_all(g_a), 1);
+	remote_tier_flush(g_rta);
+	assert_int_equal(info_of(g_a, 75).pages_host, NTOK / PT + 1);
+	L = prep_held(g_b, 75, NTOK, 0, &held);
+	assert_int_equal(L.len, NTOK);
+	release_ok(g_b, L.id);
+	verify(g_b, 75, 0, NTOK);
+}
+
 /* A new user costs B one round (the price of the setting), then is a new
  * history; counted as a miss. */
 static void test_new_user_is_one_round_then_a_miss(void **state)
@@ -683,6 +771,10 @@ int main(void)
 		cmocka_unit_test_teardown(test_own_history_back_right_after_eviction,
 					  teardown_engines),
 		cmocka_unit_test(test_a_record_written_makes_its_fetch_stale),
+		cmocka_unit_test_teardown(test_flush_all_hands_users_over,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_flush_all_of_gpu_pages_goes_through_the_host,
+					  teardown_engines),
 		cmocka_unit_test_teardown(test_shard_short_of_host_room_keeps_the_fetch,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_disk_tier_first_and_disk_evict_deletes,
