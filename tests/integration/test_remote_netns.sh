@@ -16,7 +16,8 @@
 # 2c, between 2 and 3 (remote_user_histories = yes on both): A's client commits
 # a user's history, other users' push it out of A's device and host tiers
 # (written behind to the store); B's client prepares the same user and
-# reads the same bytes, from the store.
+# reads the same bytes, from the store. 2d: A stops cleanly with a user's
+# history in memory, and B serves that user (failover).
 # Everything it starts stops by itself (trap). Needs root for ip netns;
 # exits 77 with the reason where it cannot make namespaces or has no
 # redis-server / redis-cli.
@@ -106,12 +107,14 @@ done
 url=redis-cluster://$ipa:7000,$ipb:7000,$ipc:7000
 
 # kvpoold in A and in B: a device tier of 64 pages of 16 KiB.
+declare -A kpid
 start_kvpoold() { # NS NAME
 	ip netns exec $1 "$kvpoold" -f --socket="$dir/$2.sock" --device_mem=1M --host_mem=1M \
 		--remote="$url" --remote_timeout_ms=300 --remote_user_histories=yes \
 		--metrics=127.0.0.1:0 \
 		>"$dir/$2.log" 2>&1 &
 	pids+=($!)
+	kpid[$2]=$!
 	timeout 5 bash -c "until grep -q 'metrics: serving' '$dir/$2.log'; do sleep 0.05; done" ||
 		fail "kvpoold $2 did not start: $(tail -3 "$dir/$2.log")"
 }
@@ -191,6 +194,23 @@ out=$(timeout 10 "$client" "$dir/B.sock" hget 33 $((U + 100000)) 0) ||
 echo "B new user: $out"
 miss=$(metric $b B kvpool_remote_user_missed_total)
 [ "${miss:-0}" -eq 1 ] || fail "B counted ${miss:-0} store misses of users, want 1"
+
+# 2d. Failover: A's client commits user W's history and A stops cleanly
+#     (SIGTERM): its histories go to the store; B serves W with A's bytes.
+#     Then A starts again (empty) for step 3.
+W=7500
+timeout 10 "$client" "$dir/A.sock" hput 44 $W $N 0 || fail "A's history of user $W"
+kill -TERM "${kpid[A]}"
+( sleep 10; kill -9 "${kpid[A]}" 2>/dev/null ) &
+killer=$!
+wait "${kpid[A]}"
+kill "$killer" 2>/dev/null
+grep -q 'histories queued for the remote tier before stopping' "$dir/A.log" ||
+	fail "A did not queue its histories for the store on a clean stop: $(tail -3 "$dir/A.log")"
+out=$(timeout 10 "$client" "$dir/B.sock" hget 44 $W $N) ||
+	fail "B's read of user $W after A stopped: $out"
+echo "B user $W after A stopped: $out"
+start_kvpoold $a A
 
 # 3. C's store node dies; B asks for prompt 2.
 kill -9 "${rpid[2]}"
