@@ -716,8 +716,19 @@ void remote_tier_count_user(struct remote_tier *rt, enum remote_user_stat what)
 	case RU_MISSED: rt->st.user_missed++; break;
 	case RU_TORN: rt->st.user_torn++; break;
 	case RU_DEL: rt->st.user_dels++; break;
+	case RU_DROPPED: rt->st.user_dropped++; break;
 	}
 	pthread_mutex_unlock(&rt->mu);
+}
+
+uint64_t remote_tier_queue_room(struct remote_tier *rt)
+{
+	uint64_t room;
+
+	pthread_mutex_lock(&rt->mu);
+	room = rt->queue_cap > rt->queued_bytes ? rt->queue_cap - rt->queued_bytes : 0;
+	pthread_mutex_unlock(&rt->mu);
+	return room;
 }
 
 bool remote_tier_put_pending(struct remote_tier *rt, const struct remote_key *k)

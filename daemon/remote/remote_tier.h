@@ -165,7 +165,9 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 	X(user_torn, COUNTER, "", "remote_user_torn", \
 	  "Histories the store had only in part, or of mixed snapshots: misses.") \
 	X(user_dels, COUNTER, "", "remote_user_dels", \
-	  "Explicit evictions of a user that queued a DEL of its history.")
+	  "Explicit evictions of a user that queued a DEL of its history.") \
+	X(user_dropped, COUNTER, "", "remote_user_dropped", \
+	  "User histories not queued: no room in the write-behind queue for all of one.")
 
 struct remote_tier_stats {
 #define REMOTE_FIELD_(name, kind, unit, metric, help) uint64_t name;
@@ -196,8 +198,11 @@ bool remote_tier_node_stats(struct remote_tier *rt, uint32_t i,
 			    struct rc_node_stats *out);
 
 /* The user history counters above (remote_user.c): enum remote_user_stat. */
-enum remote_user_stat { RU_PUT, RU_FETCHED, RU_MISSED, RU_TORN, RU_DEL };
+enum remote_user_stat { RU_PUT, RU_FETCHED, RU_MISSED, RU_TORN, RU_DEL, RU_DROPPED };
 void remote_tier_count_user(struct remote_tier *rt, enum remote_user_stat what);
+
+/* Bytes the write-behind queue can take now (a hint: others may queue). */
+uint64_t remote_tier_queue_room(struct remote_tier *rt);
 
 /* Whether a put or DEL of k is queued or being written (a reader of k
  * waits for it: the store does not have it yet). */

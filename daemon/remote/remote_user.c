@@ -117,6 +117,14 @@ static int user_out(struct engine *eng, struct history *h)
 	for (i = 0; i < n; i++)
 		if (!(pages[i] = history_page_cpu(eng, h, i)))
 			goto out;
+	/* All of it or nothing: a history cut short by a full queue would
+	 * only overwrite (tear) the snapshot the store has. */
+	if (remote_tier_queue_room(eng->remote) <
+	    (uint64_t)n * eng->layout.page_bytes + sizeof(rec)) {
+		remote_tier_count_user(eng->remote, RU_DROPPED);
+		ret = -ENOSPC;
+		goto out;
+	}
 	rec = (struct ruser_rec){ .magic = RUSER_MAGIC, .user = h->user,
 				  .write_id = next_write_id(), .start = h->start,
 				  .len = h->len, .npages = n, .page_tokens = eng->P };

@@ -49,7 +49,7 @@ static struct redis_local g_redis;
 static struct remote_tier *g_rta, *g_rtb; /* A's and B's, histories on */
 static struct engine *g_a, *g_b;
 
-static struct remote_tier *tier_open(bool user_histories)
+static struct remote_tier *tier_open_q(bool user_histories, uint32_t queue_pages)
 {
 	struct remote_tier_config c = { .timeout_ms = 300,
 					.user_histories = user_histories };
@@ -57,10 +57,16 @@ static struct remote_tier *tier_open(bool user_histories)
 	struct errbuf e;
 
 	test_layout(&c.layout);
+	c.queue_bytes = queue_pages * c.layout.page_bytes;
 	c.url = g_redis.url;
 	if (remote_tier_open(&rt, &c, &e))
 		fail_msg("remote_tier_open: %s", e.msg);
 	return rt;
+}
+
+static struct remote_tier *tier_open(bool user_histories)
+{
+	return tier_open_q(user_histories, 0);
 }
 
 static int setup(void **state)
@@ -619,6 +625,31 @@ static void test_setting_off_writes_nothing(void **state)
 	remote_tier_close(rt);
 }
 
+/* A history longer than the write-behind queue has room for is not
+ * queued at all (counted): part of it would only tear what the store has. */
+static void test_history_past_the_queue_is_not_queued(void **state)
+{
+	struct remote_tier *rt = tier_open_q(true, 4);
+	struct remote_tier_stats s;
+	long long keys0;
+
+	(void)state;
+	keys0 = store_keys();
+	g_a = engine_on(rt);
+	compute_and_reclaim(g_a, rt, 81, NTOK); /* six pages and a record */
+	remote_tier_stats(rt, &s);
+	assert_int_equal(s.user_dropped, 1);
+	assert_int_equal(s.user_puts, 0);
+	assert_int_equal(s.put_pages, 0);
+	assert_int_equal(store_keys(), keys0);
+	compute_and_reclaim(g_a, rt, 82, 3 * PT); /* three: they fit */
+	remote_tier_stats(rt, &s);
+	assert_int_equal(s.user_puts, 1);
+	engine_destroy(g_a);
+	g_a = NULL;
+	remote_tier_close(rt);
+}
+
 /* One page's value replaced by that page of an older snapshot (another
  * write id): B's prepare is a miss, counted, and no byte of it served. */
 static void test_torn_snapshot_is_a_miss(void **state)
@@ -782,6 +813,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_new_user_is_one_round_then_a_miss,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_setting_off_writes_nothing,
+					  teardown_engines),
+		cmocka_unit_test_teardown(test_history_past_the_queue_is_not_queued,
 					  teardown_engines),
 		cmocka_unit_test_teardown(test_torn_snapshot_is_a_miss,
 					  teardown_engines),
