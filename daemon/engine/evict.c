@@ -592,8 +592,9 @@ int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
 		return ret;
 	/* Remote tier hook: the user's copies thrown away (all, or the disk
 	 * copy) go from the store too, else a later prepare would bring them
-	 * back. Not when the eviction is refused (leased). */
-	if ((sel == KVP_SEL_ALL || sel == KVP_SEL_DISK) && !(h && h->pins))
+	 * back. Not when the eviction is refused (leased, no disk tier). */
+	if ((sel == KVP_SEL_ALL || (sel == KVP_SEL_DISK && eng->disk)) &&
+	    !(h && h->pins))
 		engine_remote_user_del(eng, user);
 	/* Disk tier hook: its selections, and `all` of a user only there. */
 	if ((sel & ~(uint32_t)KVP_SEL_ALL) || (!h && sel == KVP_SEL_ALL && eng->disk))
