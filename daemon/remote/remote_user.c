@@ -12,9 +12,10 @@
  * a history written again overwrites its keys in place. The record's key
  * has write id 0 (a reader knows only the user); the record names the
  * write id, and its pages are fetched under that: a page of another
- * snapshot (a writer elsewhere, a write cut short) fails its check and the
- * history is a miss, never mixed bytes. Last writer wins across nodes:
- * meant for sticky routing and failover, not two nodes serving one user.
+ * snapshot (a writer elsewhere, a write a store node failed) fails its
+ * check and the history is a miss, never mixed bytes. Last writer wins
+ * across nodes: meant for sticky routing and failover, not two nodes
+ * serving one user at once.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -121,7 +122,6 @@ static int user_out(struct engine *eng, struct history *h)
 	 * only overwrite (tear) the snapshot the store has. */
 	if (remote_tier_queue_room(eng->remote) <
 	    (uint64_t)n * eng->layout.page_bytes + sizeof(rec)) {
-		remote_tier_count_user(eng->remote, RU_DROPPED);
 		ret = -ENOSPC;
 		goto out;
 	}
@@ -150,7 +150,9 @@ out:
 
 void engine_remote_user_out(struct engine *eng, struct history *h)
 {
-	user_out(eng, h); /* failed: dropped as without a remote tier */
+	/* Failed: dropped as without a remote tier; no room: counted. */
+	if (user_out(eng, h) == -ENOSPC)
+		remote_tier_count_user(eng->remote, RU_DROPPED);
 }
 
 static int collect_cb(struct history *h, void *arg)
@@ -188,6 +190,8 @@ int engine_remote_user_flush_all(struct engine *eng)
 			remote_tier_flush(eng->remote);
 			ret = user_out(eng, h);
 		}
+		if (ret == -ENOSPC) /* longer than the whole queue */
+			remote_tier_count_user(eng->remote, RU_DROPPED);
 		written += ret > 0;
 	}
 	free(ids);
