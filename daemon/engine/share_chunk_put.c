@@ -122,6 +122,7 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 	INIT_LIST_HEAD(&p->c->sib);
 	INIT_LIST_HEAD(&p->c->name_link);
 	INIT_LIST_HEAD(&p->c->lru);
+	INIT_LIST_HEAD(&p->c->pub);
 	return 0;
 }
 

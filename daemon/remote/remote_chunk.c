@@ -31,7 +31,7 @@ static void chunk_key(const struct engine *eng, const uint8_t id[32], uint32_t p
 	remote_key_of(eng, DISK_KIND_CHUNK, id, page, k);
 }
 
-void remote_chunk_put(struct engine *eng, const struct chunk *c,
+bool remote_chunk_put(struct engine *eng, const struct chunk *c,
 		      const void *const *pages, const void *rec, uint64_t rec_len)
 {
 	uint64_t pb = eng->layout.page_bytes;
@@ -39,17 +39,18 @@ void remote_chunk_put(struct engine *eng, const struct chunk *c,
 
 	if (!eng->remote ||
 	    !remote_tier_has_room(eng->remote, c->npages * pb + 2 * rec_len))
-		return; /* dropped whole, counted there; it can be recomputed */
+		return false; /* dropped whole, counted there; it can be recomputed */
 	for (uint32_t i = 0; i < c->npages; i++) {
 		chunk_key(eng, c->name->id.b, i, &k);
 		if (remote_tier_put(eng->remote, &k, pages[i]))
-			return; /* another engine filled the queue meanwhile */
+			return false; /* another engine filled the queue meanwhile */
 	}
 	/* Found by its name and by its root entry's id. */
 	chunk_key(eng, c->name->id.b, REMOTE_PAGE_REC, &k);
-	remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	if (remote_tier_put_rec(eng->remote, &k, rec, rec_len))
+		return false;
 	chunk_key(eng, c->id.b, REMOTE_PAGE_REC, &k);
-	remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	return !remote_tier_put_rec(eng->remote, &k, rec, rec_len);
 }
 
 /* remote_expand_fn: a chunk's record names its data pages under its name

@@ -8,7 +8,9 @@
 # 1. A computes a prompt's pages, and other prompts push them out of its
 #    device tier: they are written behind to the store.
 # 2. B's lookup of the same tokens reports them cached (one batched round
-#    onloads them), B's bytes equal A's, only the last token to compute.
+#    onloads them), B's bytes equal A's, only the last token to compute;
+#    the same for a sealed chunk (B's register finds it sealed), and for a
+#    prompt A still holds (published ahead of eviction by A's reclaimer).
 # 3. C's store node is killed; B looks up a second prompt A stored: the
 #    pages before the first one on C come back, the rest are misses
 #    (recomputed), every byte served is A's, no hang (bounded here), and
@@ -162,6 +164,18 @@ out=$(timeout 10 "$client" "$dir/B.sock" chunk-get 33 90000 $NC 1) ||
 onl=$(metric $b B kvpool_remote_onloaded_pages_total)
 [ $((onl - onl0)) -eq 7 ] || fail "B onloaded $((onl - onl0)) chunk pages, want 7"
 echo "B chunk: found sealed, A's bytes, 7 pages from the store"
+
+# 2c. Ahead of eviction: a prompt A computes and keeps (nothing pushes it
+#     out) reaches the store by A's reclaimer tick; B finds it cached.
+w0=$(metric $a A kvpool_remote_written_pages_total)
+timeout 30 "$client" "$dir/A.sock" prefill 44 70000 $N 0 || fail "A's prefill of prompt 3"
+timeout 10 bash -c "until [ \$(( \$(ip netns exec $a curl -sf http://127.0.0.1:$(sed -n \
+	's,.*metrics: serving http://127\.0\.0\.1:\([0-9]*\)/metrics.*,\1,p' "$dir/A.log")/metrics |
+	awk '\$1 == \"kvpool_remote_written_pages_total\" { print \$2 }') - $w0 )) -ge 8 ]; do sleep 0.05; done" ||
+	fail "A did not publish prompt 3 ahead of eviction"
+out=$(timeout 10 "$client" "$dir/B.sock" lookup 44 70000 $N 8) ||
+	fail "B's lookup of prompt 3, which A still holds: $out"
+echo "B prompt 3 (A still holds it): $out"
 
 # 3. C's store node dies; B asks for prompt 2.
 kill -9 "${rpid[2]}"
