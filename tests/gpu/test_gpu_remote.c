@@ -235,19 +235,28 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	free(want);
 }
 
-static void test_b_gets_a_device_pages_through_the_store(void **state)
+/* A's pages to the store (at eviction, or published ahead of it through
+ * host frames, then evicted): the store gets each page once, B's bytes
+ * are A's. */
+static void through_the_store(uint32_t tok0, bool publish)
 {
 	struct remote_tier_stats st0, st;
 
-	(void)state;
 	if (!g_rt)
 		skip(); /* no redis-server here */
 	remote_tier_stats(g_rt, &st0);
-	a_then_b(NULL, g_rt, 4000, false);
+	a_then_b(NULL, g_rt, tok0, publish);
 	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.put_pages - st0.put_pages, NTOK / P);
 	assert_int_equal(st.written_pages - st0.written_pages, NTOK / P);
 	assert_int_equal(st.onloaded_pages - st0.onloaded_pages, NTOK / P);
 	assert_int_equal(st.bad_values, 0);
+}
+
+static void test_b_gets_a_device_pages_through_the_store(void **state)
+{
+	(void)state;
+	through_the_store(4000, false);
 }
 
 /* A fills a chunk on the device and seals it; eviction sends it down to
@@ -325,20 +334,10 @@ static void test_b_gets_a_device_pages_through_the_disk(void **state)
 	a_then_b(g_dt, NULL, 9000, false);
 }
 
-/* Published ahead of eviction through host frames, then evicted: the
- * store has each page once, B's bytes are A's. */
 static void test_b_gets_a_device_pages_published_ahead(void **state)
 {
-	struct remote_tier_stats st0, st;
-
 	(void)state;
-	if (!g_rt)
-		skip(); /* no redis-server here */
-	remote_tier_stats(g_rt, &st0);
-	a_then_b(NULL, g_rt, 6000, true);
-	remote_tier_stats(g_rt, &st);
-	assert_int_equal(st.put_pages - st0.put_pages, NTOK / P);
-	assert_int_equal(st.onloaded_pages - st0.onloaded_pages, NTOK / P);
+	through_the_store(6000, true);
 }
 
 int main(void)
