@@ -458,7 +458,7 @@ static int root_from_rec(struct engine *eng, const struct chunk_rec *r,
 	/* From the store: it has it. From disk: to the store ahead of
 	 * eviction, as a chunk sealed here. */
 	c->in_store = f->src == SHARE_FETCH_REMOTE;
-	if (eng->remote && !c->in_store)
+	if (remote_chunk_type_kept(eng, c->type) && !c->in_store)
 		list_add_tail(&c->pub, &s->pub_chunks);
 	return 0;
 }
@@ -526,7 +526,7 @@ uint32_t share_disk_chunk_clear(struct engine *eng, uint32_t type)
  * record), nid its name id. 0, -ENOENT, -EINPROGRESS.
  */
 static int chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
-		       bool wait, struct share_fetch *f, uint8_t nid[32])
+		       uint32_t type, bool wait, struct share_fetch *f, uint8_t nid[32])
 {
 	struct disk_key k;
 	int ret = -ENOENT;
@@ -537,12 +537,12 @@ static int chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
 		memcpy(nid, k.hash, 32);
 	}
 	if (ret == -ENOENT)
-		ret = remote_chunk_fetch(eng, id, wait, f, nid);
+		ret = remote_chunk_fetch(eng, id, type, wait, f, nid);
 	return ret;
 }
 
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
-			     bool wait, struct errbuf *e)
+			     uint32_t type, bool wait, struct errbuf *e)
 {
 	const struct chunk_rec *r;
 	struct chunk_name *n, *fresh = NULL;
@@ -551,7 +551,7 @@ int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 	char sid[17];
 	int ret;
 
-	ret = chunk_fetch(eng, id, wait, &f, nid);
+	ret = chunk_fetch(eng, id, type, wait, &f, nid);
 	chunk_id_short(id, sid);
 	if (ret == -EINPROGRESS)
 		return errbuf_set(e, ret, "chunk %s: being read back from the %s "

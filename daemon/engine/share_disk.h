@@ -133,7 +133,7 @@ bool share_disk_prefix_wait(struct engine *eng);
  * when the device tier or the chunk limits cannot take it now.
  */
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
-			     bool wait, struct errbuf *e);
+			     uint32_t type, bool wait, struct errbuf *e);
 
 /* A deletion reaches the disk tier too (else a later acquire would bring
  * the chunk back): the chunk id (name or root entry) dropped there: 1, or 0

@@ -60,14 +60,18 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
  * round for the record, one for the pages it names (remote_tier_fetch_rec).
  * Each is a no-op without a remote tier.
  */
-/* Queued whole (pages, then records), or false: not (no room). */
+/* Whether chunks of type are kept in the remote tier (there is one, and
+ * remote_chunk_types has the type; 0, a type not known yet: yes). */
+bool remote_chunk_type_kept(const struct engine *eng, uint32_t type);
+/* Queued whole (pages, then records), or false: not (no room, or a type
+ * not kept there). */
 bool remote_chunk_put(struct engine *eng, const struct chunk *c,
 		      const void *const *pages, const void *rec, uint64_t rec_len);
-/* The chunk id from the store into f (pages, then the record), nid its
- * name id: 0, -ENOENT, -EINPROGRESS (without wait: the ring worker holds
- * the entry and retries). */
+/* The chunk id (of type, 0: not known) from the store into f (pages, then
+ * the record), nid its name id: 0, -ENOENT, -EINPROGRESS (without wait: the
+ * ring worker holds the entry and retries). */
 int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
-			     bool wait, struct share_fetch *f, uint8_t nid[32]);
+		       uint32_t type, bool wait, struct share_fetch *f, uint8_t nid[32]);
 const void *remote_chunk_fetch_page(const struct share_fetch *f, uint32_t i);
 void remote_chunk_fetch_end(struct engine *eng, const struct share_fetch *f,
 			    bool taken);
