@@ -158,6 +158,7 @@ struct engine {
 	bool disk_into;          /* disk reads go straight into host frames */
 	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
 	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
+	uint32_t remote_chunk_skip; /* engine_config's */
 	/* A user's history fetched from it that the shard had no host room
 	 * for: kept for the retry with every shard (remote_user.c). */
 	struct remote_fetch *remote_held;
