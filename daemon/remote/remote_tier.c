@@ -522,7 +522,10 @@ static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t
 	list_add_tail(&p->link, &rt->puts);
 	if (k->page == REMOTE_PAGE_REC) {
 		rt->queued_recs++;
-		fetches_stale(rt, k);
+		/* A history's record names a snapshot; a chunk's is the same
+		 * whoever writes it (content-addressed): nothing goes stale. */
+		if (k->kind == DISK_KIND_USER)
+			fetches_stale(rt, k);
 	}
 	pthread_cond_signal(&rt->wake);
 	pthread_mutex_unlock(&rt->mu);

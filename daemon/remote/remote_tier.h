@@ -82,10 +82,10 @@ bool remote_tier_has_room(struct remote_tier *rt, uint64_t bytes);
 int remote_tier_put_rec(struct remote_tier *rt, const struct remote_key *k,
 			const void *rec, uint64_t len);
 /* Queue a DEL of k (behind the puts queued before it: same key, same
- * node, in order). -ENOSPC: the queue is full. A record's put or DEL makes
- * any fetch of it stale: one done is freed, one queued or out is freed
- * when done; neither is handed out (a reader waits for the write with
- * remote_tier_put_pending, then asks again). */
+ * node, in order). -ENOSPC: the queue is full. A user history's record
+ * put or DELed makes any fetch of it stale: one done is freed, one queued
+ * or out is freed when done; neither is handed out (a reader waits for
+ * the write with remote_tier_put_pending, then asks again). */
 int remote_tier_del(struct remote_tier *rt, const struct remote_key *k);
 
 /*
