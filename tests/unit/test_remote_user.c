@@ -49,7 +49,8 @@ static struct redis_local g_redis;
 static struct remote_tier *g_rta, *g_rtb; /* A's and B's, histories on */
 static struct engine *g_a, *g_b;
 
-static struct remote_tier *tier_open_q(bool user_histories, uint32_t queue_pages)
+/* A remote tier over the test's cluster; queue_pages 0: the default queue. */
+static struct remote_tier *tier_open(bool user_histories, uint32_t queue_pages)
 {
 	struct remote_tier_config c = { .timeout_ms = 300,
 					.user_histories = user_histories };
@@ -64,11 +65,6 @@ static struct remote_tier *tier_open_q(bool user_histories, uint32_t queue_pages
 	return rt;
 }
 
-static struct remote_tier *tier_open(bool user_histories)
-{
-	return tier_open_q(user_histories, 0);
-}
-
 static int setup(void **state)
 {
 	int ret = redis_local_start(&g_redis, 3);
@@ -78,8 +74,8 @@ static int setup(void **state)
 		exit(77);
 	if (ret)
 		return ret;
-	g_rta = tier_open(true);
-	g_rtb = tier_open(true);
+	g_rta = tier_open(true, 0);
+	g_rtb = tier_open(true, 0);
 	return 0;
 }
 
@@ -92,10 +88,13 @@ static int teardown_all(void **state)
 	return 0;
 }
 
-static struct engine *engine_on(struct remote_tier *rt)
+/* An engine over rt, with a disk tier (or NULL) on a backend (NULL: shm). */
+static struct engine *engine_with(struct remote_tier *rt, struct disk_tier *dt,
+				  const struct backend_ops *be)
 {
 	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
-				     .disk_tenant = TENANT, .remote = rt };
+				     .disk_tenant = TENANT, .remote = rt, .disk = dt,
+				     .backend = be };
 	struct engine *eng = NULL;
 	struct errbuf e;
 
@@ -103,6 +102,11 @@ static struct engine *engine_on(struct remote_tier *rt)
 	if (engine_create(&eng, &cfg, &e))
 		fail_msg("engine_create: %s", e.msg);
 	return eng;
+}
+
+static struct engine *engine_on(struct remote_tier *rt)
+{
+	return engine_with(rt, NULL, NULL);
 }
 
 /* The engines of a test, destroyed even when it fails. */
@@ -361,8 +365,6 @@ static void test_a_record_written_makes_its_fetch_stale(void **state)
 static void test_disk_tier_first_and_disk_evict_deletes(void **state)
 {
 	struct disk_tier_config dc = { .size = 8u << 20 };
-	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
-				     .disk_tenant = TENANT, .remote = g_rta };
 	struct remote_tier_stats s0, s;
 	struct disk_tier *dt = NULL;
 	struct engine_lease L;
@@ -378,10 +380,7 @@ static void test_disk_tier_first_and_disk_evict_deletes(void **state)
 	assert_int_equal(disk_codec_parse("none", &dc.codec, msg, sizeof(msg)), 0);
 	if (disk_tier_open(&dt, &dc, &e))
 		fail_msg("disk_tier_open: %s", e.msg);
-	cfg.disk = dt;
-	test_layout(&cfg.layout);
-	if (engine_create(&g_a, &cfg, &e))
-		fail_msg("engine_create: %s", e.msg);
+	g_a = engine_with(g_rta, dt, NULL);
 	remote_tier_stats(g_rta, &s0);
 	compute_and_reclaim(g_a, g_rta, 15, NTOK);
 	disk_tier_flush(dt);
@@ -543,20 +542,14 @@ static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
  * tier first: then it goes to the store as any other. */
 static void test_flush_all_of_gpu_pages_goes_through_the_host(void **state)
 {
-	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
-				     .disk_tenant = TENANT, .remote = g_rta };
 	struct remote_tier_stats s0, s;
 	struct engine_lease L;
-	struct errbuf e = { "" };
 	bool held;
 
 	(void)state;
 	g_opaque = backend_shm;
 	g_opaque.tier_alloc = opaque_alloc;
-	cfg.backend = &g_opaque;
-	test_layout(&cfg.layout);
-	if (engine_create(&g_a, &cfg, &e))
-		fail_msg("engine_create: %s", e.msg);
+	g_a = engine_with(g_rta, NULL, &g_opaque);
 	g_b = engine_on(g_rtb);
 	put(g_a, 75, 0, NTOK);
 	remote_tier_stats(g_rta, &s0);
@@ -601,7 +594,7 @@ static void test_new_user_is_one_round_then_a_miss(void **state)
  * user not in memory asks the store nothing. */
 static void test_setting_off_writes_nothing(void **state)
 {
-	struct remote_tier *rt = tier_open(false);
+	struct remote_tier *rt = tier_open(false, 0);
 	struct remote_tier_stats s;
 	struct engine_lease L;
 	long long keys0;
@@ -629,7 +622,7 @@ static void test_setting_off_writes_nothing(void **state)
  * queued at all (counted): part of it would only tear what the store has. */
 static void test_history_past_the_queue_is_not_queued(void **state)
 {
-	struct remote_tier *rt = tier_open_q(true, 4);
+	struct remote_tier *rt = tier_open(true, 4);
 	struct remote_tier_stats s;
 	long long keys0;
 
