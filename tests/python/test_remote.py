@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: MIT
+"""The remote tier on a real model across two daemons: kvpoold A and B on
+one 3-node Redis Cluster (loopback), the TinyDecoder (fp32, CPU) on each.
+What A computed and evicted is fetched by B through the store and B's greedy
+tokens equal one full prefill's (the reference, as test_llm.py compares)
+and A's, with less prefill on B:
+
+- chunks: A registers a system prompt and documents (sealed roots) and
+  generates; other chunks push them out of A's device tier (written behind);
+  B's registrations find every one sealed (nothing prefilled), onloaded
+  from the store, and B's generation prefills only the links (contexts and
+  query under the system prompt: links are not stored);
+- prefix cache: A computes a prompt over a kvpool sequence, other prompts
+  evict its pages; B's prefix lookup reports its full pages cached, B
+  computes only the tail and decodes the reference's tokens;
+- a store node SIGKILLed before B asks: B recomputes what it cannot fetch,
+  its tokens are still the reference's, in bounded time.
+
+Skips (with the reason) without redis-server / redis-cli or without the
+remote tier in kvpoold (built without hiredis)."""
+from __future__ import annotations
+
+import time
+from typing import Iterator, List
+
+import pytest
+
+import kvpool
+from conftest import Daemon
+from kvpool.llm import ChunkedLLM, ChunkType
+from remote_fixtures import (RedisCluster, drain, fill_prefix_cache, metrics,
+                             remote_daemon, seq_generate)
+from test_llm import expect_same
+from tinymodels import tiny_llm_parts
+
+GREEDY = {"temperature": 0, "max_tokens": 16, "ignore_eos": True}
+
+# A system prompt of 13 full pages and some: the KV B should not compute.
+SYSTEM = "You are a helpful AI assistant specialized in Python and its tools. " * 3
+DOCS = ["Python is a high-level programming language with dynamic typing.",
+        "Django is a web framework; it follows the model-template-view pattern!",
+        "Decorators wrap a function: @decorator before def applies it."]
+QUERY = "What are Python decorators?"
+ONLOADED = "kvpool_remote_onloaded_pages_total"
+WRITTEN = "kvpool_remote_written_pages_total"
+
+
+@pytest.fixture
+def cluster() -> Iterator[RedisCluster]:
+    c = RedisCluster(3)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def nodes(cluster):
+    """Daemons A (a 1 MiB device tier: 128 pages of 8 KiB, so eviction
+    comes soon) and B, on the cluster."""
+    a = remote_daemon(cluster, device_mem="1M", host_mem="1M")
+    try:
+        b = remote_daemon(cluster, device_mem="4M", host_mem="1M")
+    except BaseException:
+        a.stop()
+        raise
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def toks(tok, *texts: str) -> List[int]:
+    out: List[int] = []
+    for t in texts:
+        out += tok.encode(t)
+    return out
+
+
+def register_all(llm: ChunkedLLM):
+    s = llm.register_chunk(SYSTEM, ChunkType.SYSTEM_PROMPT, {"name": "py"})
+    c = [llm.register_chunk(d, ChunkType.CONTEXT, {"doc": i}) for i, d in enumerate(DOCS)]
+    q = llm.register_chunk(QUERY, ChunkType.QUERY)
+    return s, c, q
+
+
+def push_out_chunks(llm: ChunkedLLM) -> None:
+    """Evict every chunk of the daemon: with the tenant's max_chunks at 1, a
+    new name evicts every other name first (kvp_chunk_limits), each sealed
+    root written behind to the store."""
+    llm.client.chunk_limits(max_chunks=1)
+    llm.register_chunk("a filler document that pushes the others out", ChunkType.CONTEXT)
+    llm.client.chunk_limits(max_chunks=1000)
+    left = [r["id"] for r in llm.client.chunk_list()]
+    assert len(left) == 1, f"{len(left)} chunks left on the daemon, want the filler only"
+
+
+# ------------------------------------------------------------------ chunks
+def test_chunks_computed_on_a_served_on_b(cluster, nodes):
+    a, b = nodes
+    model, adapter, tok = tiny_llm_parts()
+    prompt = toks(tok, SYSTEM, DOCS[0], DOCS[2], QUERY)
+    ref = model.greedy(prompt, GREEDY["max_tokens"])
+    root_tokens = len(toks(tok, SYSTEM, *DOCS, QUERY))
+    root_pages = sum(-(-len(tok.encode(t)) // 16) for t in (SYSTEM, *DOCS, QUERY))  # 28
+
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=a.sock) as la:
+        s, c, q = register_all(la)
+        assert la.counters["roots_created"] == 5
+        assert la.counters["prefill_tokens"] == root_tokens
+        out_a = la.generate_from_chunks(s, [c[0], c[2]], q, GREEDY)
+        assert out_a["token_ids"] == ref, "A's own generation is not the reference's"
+        prefill_a = la.counters["prefill_tokens"]
+        la.release_generations()
+        push_out_chunks(la)
+    ma = drain(a)
+    assert ma[WRITTEN] >= root_pages, f"A wrote {ma[WRITTEN]:.0f} pages to the store"
+    assert cluster.dbsize() > 0
+
+    onl0 = metrics(b)[ONLOADED]
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
+        s2, c2, q2 = register_all(lb)
+        assert (s2, c2, q2) == (s, c, q)
+        # Found sealed in the store: nothing prefilled on B for the roots.
+        assert lb.counters["roots_created"] == 0 and lb.counters["root_hits"] == 5
+        assert lb.counters["prefill_tokens"] == 0
+        onl = metrics(b)[ONLOADED] - onl0
+        assert onl == root_pages, f"B onloaded {onl:.0f} pages from the store, " \
+            f"want {root_pages}"
+        row = lb.get_chunk(s)
+        assert row["content"] == SYSTEM and row["metadata"] == {"name": "py"}
+        out_b = lb.generate_from_chunks(s, [c[0], c[2]], q, GREEDY)
+        expect_same(model, prompt, out_b["token_ids"], "B over A's chunks")
+        assert out_b["token_ids"] == out_a["token_ids"]
+        # B prefilled the links only (contexts and query under the system
+        # prompt: links are not in the store); A prefilled those and the roots.
+        links = len(toks(tok, DOCS[0], DOCS[2], QUERY))
+        assert lb.counters["prefill_tokens"] == links
+        assert prefill_a == root_tokens + links
+
+
+# ------------------------------------------------------------------ prefix cache
+def test_prefix_pages_computed_on_a_continued_on_b(cluster, nodes):
+    a, b = nodes
+    model, _, tok = tiny_llm_parts()
+    prompt = toks(tok, SYSTEM, DOCS[1], QUERY)   # 19 full pages and 10 tokens
+    full = len(prompt) // 16 * 16
+    steps = 12
+    ref = model.greedy(prompt, steps)
+    with kvpool.connect(a.sock, "A") as ca:
+        got = seq_generate(ca, model, 1, prompt, steps)
+        assert got["cached"] == 0 and got["tokens"] == ref
+        assert ca.prefix_lookup(prompt)["tokens"] == full
+        fill_prefix_cache(ca, 100, 10, 250, base=7)   # 150 pages through 128
+    # (A's own lookup now would fetch the prompt back from the store.)
+    ma = drain(a)
+    assert ma['kvpool_prefix_evicted_pages_total{tenant="default",pool="0"}'] >= full // 16
+    assert ma[WRITTEN] >= full // 16, f"A wrote {ma[WRITTEN]:.0f} pages to the store"
+
+    m0 = metrics(b)
+    with kvpool.connect(b.sock, "B") as cb:
+        hit = cb.prefix_lookup(prompt)
+        assert hit["tokens"] == full, f"B: {hit['tokens']} tokens cached, want {full}"
+        got = seq_generate(cb, model, 1, prompt, steps)
+    onl = metrics(b)[ONLOADED] - m0[ONLOADED]
+    assert onl == full // 16, f"B onloaded {onl:.0f} pages, want {full // 16}"
+    assert got["cached"] == full and got["computed"] == len(prompt) - full
+    expect_same(model, prompt, got["tokens"], "B over A's prefix pages")
+
+
+# ------------------------------------------------------------------ a store node lost
+def test_store_node_killed_b_recomputes(cluster, nodes):
+    a, b = nodes
+    model, adapter, tok = tiny_llm_parts()
+    prompt = toks(tok, SYSTEM, DOCS[0], DOCS[1], DOCS[2], QUERY) * 2  # 64 full pages
+    full = len(prompt) // 16 * 16
+    steps = 8
+    ref = model.greedy(prompt, steps)
+    cprompt = toks(tok, SYSTEM, DOCS[1], QUERY)
+    cref = model.greedy(cprompt, GREEDY["max_tokens"])
+    with kvpool.connect(a.sock, "A") as ca:
+        assert seq_generate(ca, model, 1, prompt, steps)["tokens"] == ref
+        fill_prefix_cache(ca, 100, 10, 250, base=11)
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=a.sock) as la:
+        s, c, q = register_all(la)
+        la.release_generations()
+        push_out_chunks(la)
+    drain(a)
+
+    cluster.kill(1)   # one store node of three: a third of the slots
+    t0 = time.monotonic()
+    with kvpool.connect(b.sock, "B") as cb:
+        got = seq_generate(cb, model, 1, prompt, steps)
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
+        s2, c2, q2 = register_all(lb)
+        out = lb.generate_from_chunks(s2, [c2[1]], q2, GREEDY)
+    took = time.monotonic() - t0
+    # 64 pages spread over three nodes: all of the run before the first
+    # page on the dead node came back (maybe none), the rest was computed.
+    assert got["cached"] < full, "B found every page with a store node down"
+    assert got["cached"] % 16 == 0
+    expect_same(model, prompt, got["tokens"], "B with a store node down")
+    expect_same(model, cprompt, out["token_ids"], "B's chunks with a store node down")
+    # Some of the five roots had pages on the dead node: B computed those.
+    assert lb.counters["roots_created"] + lb.counters["root_hits"] == 5
+    assert took < 15, f"B took {took:.1f} s with a store node down"
+    m = metrics(b)
+    dead = f"127.0.0.1:{cluster.ports[1]}"
+    assert m[f'kvpool_remote_node_up{{node="{dead}"}}'] == 0
+    assert m[f'kvpool_remote_node_errors_total{{node="{dead}"}}'] >= 1
+    with kvpool.connect(b.sock, "B2") as cb:   # B still serves
+        cb.prefix_lookup(prompt)
