@@ -116,6 +116,26 @@ class RedisCluster:
                 n += int(_cli(p, "dbsize").strip() or 0)
         return n
 
+    def flushall(self) -> None:
+        for i, p in enumerate(self.ports):
+            if self.procs[i] is not None:
+                _cli(p, "flushall")
+
+    def keys(self, i: int) -> List[str]:
+        """Every key on node i (redis-cli --scan)."""
+        return _cli(self.ports[i], "--scan", timeout=10).split()
+
+    def chunk_nodes(self) -> Dict[str, set]:
+        """Chunk name id (hex) -> the nodes holding a key of it (its pages
+        kvp1:c:<layout>:<tenant>:<name id>:<page> and its record ':r')."""
+        out: Dict[str, set] = {}
+        for i in range(len(self.ports)):
+            for k in self.keys(i):
+                f = k.split(":")
+                if len(f) == 6 and f[1] == "c":
+                    out.setdefault(f[4], set()).add(i)
+        return out
+
     def kill(self, i: int) -> None:
         """SIGKILL node i (a store machine lost)."""
         pr = self.procs[i]
