@@ -1,178 +1,41 @@
 # SPDX-License-Identifier: MIT
-"""What tests/python/test_remote.py needs besides conftest's Daemon: a
-throwaway Redis Cluster on loopback (as tools/common/redis_local.c starts
-one for the C tests, formed with ``redis-cli --cluster create``), a daemon's
-/metrics read through the port its log names, and the TinyDecoder run over
-a kvpool sequence (seq_alloc / seq_extend: the prefix cache's path)."""
+"""What tests/python/test_remote.py needs besides conftest's Daemon: the
+Redis Cluster of tools/redis_cluster.py (a skip where redis-server or
+redis-cli is missing), daemons on it, a daemon's /metrics, and the
+TinyDecoder run over a kvpool sequence (seq_alloc / seq_extend: the prefix
+cache's path)."""
 from __future__ import annotations
 
-import os
 import random
-import re
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.request
-from typing import Callable, Dict, List, Optional
+import sys
+from typing import Dict, List
 
 import pytest
 import torch
 
-from conftest import Daemon, _pdeathsig
+from conftest import SRC, Daemon
+
+sys.path.insert(0, str(SRC / "tools"))
+import redis_cluster  # noqa: E402
+from redis_cluster import RedisMissing  # noqa: E402
 
 
-def _port_free(p: int) -> bool:
-    """p and p + 10000 (the cluster bus) free on loopback now."""
-    for q in (p, p + 10000):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", q))
-            except OSError:
-                return False
-    return True
-
-
-def _cli(port: int, *args: str, timeout: float = 5) -> str:
-    r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
-                       capture_output=True, text=True, timeout=timeout, check=False)
-    return r.stdout
-
-
-class RedisCluster:
-    """n redis-server --cluster-enabled nodes on loopback, all masters,
-    formed by redis-cli --cluster create; stop() kills them and removes
-    their directory."""
+class RedisCluster(redis_cluster.RedisCluster):
+    """tools/redis_cluster.py's, skipping the test where Redis is missing."""
 
     def __init__(self, n: int = 3) -> None:
-        for tool in ("redis-server", "redis-cli"):
-            if shutil.which(tool) is None:
-                pytest.skip(f"{tool} is not installed: apt-get install redis-server "
-                            "redis-tools (scripts/deps.sh) to run the remote tier's "
-                            "Python tests")
-        self.dir = tempfile.mkdtemp(prefix="kvpool-redis-py-")
-        self.procs: List[Optional[subprocess.Popen]] = []
-        rng = random.Random(os.getpid() ^ time.monotonic_ns())
-        p = 20000 + rng.randrange(20000)
-        self.ports: List[int] = []
-        while len(self.ports) < n:
-            if _port_free(p):
-                self.ports.append(p)
-            p += 1
         try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _start(self) -> None:
-        for p in self.ports:
-            self.procs.append(subprocess.Popen(
-                ["redis-server", "--port", str(p), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes",
-                 "--cluster-config-file", f"{self.dir}/nodes-{p}.conf",
-                 "--dir", self.dir, "--save", "", "--appendonly", "no",
-                 "--logfile", f"{self.dir}/redis-{p}.log", "--protected-mode", "no"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, preexec_fn=_pdeathsig))
-        self._wait(lambda p: _cli(p, "ping").strip() == "PONG", "answer PING")
-        r = subprocess.run(["redis-cli", "--cluster", "create",
-                            *[f"127.0.0.1:{p}" for p in self.ports],
-                            "--cluster-replicas", "0", "--cluster-yes"],
-                           capture_output=True, text=True, timeout=30, check=False)
-        if r.returncode != 0:
-            raise RuntimeError(f"redis-cli --cluster create exited {r.returncode}:\n"
-                               f"{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
-        self._wait(lambda p: "cluster_state:ok" in _cli(p, "cluster", "info"),
-                   "reach cluster_state:ok")
-
-    def _wait(self, pred: Callable[[int], bool], what: str, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(pred(p) for p in self.ports):
-            for i, pr in enumerate(self.procs):
-                if pr is not None and pr.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {self.ports[i]} exited "
-                                       f"{pr.returncode}: see {self.dir}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Redis Cluster nodes did not {what} within "
-                                   f"{timeout:.0f} s (logs in {self.dir})")
-            time.sleep(0.05)
-
-    @property
-    def url(self) -> str:
-        return "redis-cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
-
-    def daemon_args(self, timeout_ms: int = 2000) -> List[str]:
-        return [f"--remote={self.url}", f"--remote_timeout_ms={timeout_ms}",
-                "--metrics=127.0.0.1:0"]
-
-    def dbsize(self) -> int:
-        """Keys in the store (every live node's)."""
-        n = 0
-        for i, p in enumerate(self.ports):
-            if self.procs[i] is not None:
-                n += int(_cli(p, "dbsize").strip() or 0)
-        return n
-
-    def flushall(self) -> None:
-        for i, p in enumerate(self.ports):
-            if self.procs[i] is not None:
-                _cli(p, "flushall")
-
-    def keys(self, i: int) -> List[str]:
-        """Every key on node i (redis-cli --scan)."""
-        return _cli(self.ports[i], "--scan", timeout=10).split()
-
-    def chunk_nodes(self) -> Dict[str, set]:
-        """Chunk name id (hex) -> the nodes holding a key of it (its pages
-        kvp1:c:<layout>:<tenant>:<name id>:<page> and its record ':r')."""
-        out: Dict[str, set] = {}
-        for i in range(len(self.ports)):
-            for k in self.keys(i):
-                f = k.split(":")
-                if len(f) == 6 and f[1] == "c":
-                    out.setdefault(f[4], set()).add(i)
-        return out
-
-    def kill(self, i: int) -> None:
-        """SIGKILL node i (a store machine lost)."""
-        pr = self.procs[i]
-        if pr is not None:
-            pr.send_signal(signal.SIGKILL)
-            pr.wait()
-            self.procs[i] = None
-
-    def stop(self) -> None:
-        for i in range(len(self.procs)):
-            self.kill(i)
-        shutil.rmtree(self.dir, ignore_errors=True)
+            super().__init__(n)
+        except RedisMissing as e:
+            pytest.skip(f"{e}: the remote tier's Python tests need them")
 
 
 def metrics(d: Daemon) -> Dict[str, float]:
-    """A daemon's /metrics (started with --metrics=127.0.0.1:0): series ->
-    value, the port read from its log."""
-    deadline = time.monotonic() + 5
-    port = None
-    while port is None:
-        m = re.search(r"metrics: serving http://127\.0\.0\.1:(\d+)/metrics",
-                      open(d.log).read())
-        if m:
-            port = int(m.group(1))
-        elif time.monotonic() > deadline:
-            raise AssertionError(f"no 'metrics: serving' line in {d.log}: "
-                                 + open(d.log).read()[-1500:])
-        else:
-            time.sleep(0.05)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out: Dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            k, _, v = line.rpartition(" ")
-            out[k] = float(v)
-    return out
+    return redis_cluster.metrics(d.log)
+
+
+def drain(d: Daemon, timeout: float = 10) -> Dict[str, float]:
+    return redis_cluster.drain(d.log, timeout)
 
 
 def remote_daemon(cluster: RedisCluster, **kw) -> Daemon:
@@ -184,21 +47,6 @@ def remote_daemon(cluster: RedisCluster, **kw) -> Daemon:
         if "hiredis" in str(e) or "remote tier" in str(e):
             pytest.skip(f"kvpoold has no remote tier: {e}")
         raise
-
-
-def drain(d: Daemon, timeout: float = 10) -> Dict[str, float]:
-    """Wait until d's write-behind queue is empty and the pages it queued
-    are written (or failed); returns its metrics then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        m = metrics(d)
-        if m.get("kvpool_remote_queued_bytes", 1) == 0:
-            return m
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the remote queue of {d.sock} did not drain in "
-                                 f"{timeout:.0f} s: {m.get('kvpool_remote_queued_bytes')} "
-                                 "bytes still queued")
-        time.sleep(0.05)
 
 
 def seq_generate(client, model, seq: int, prompt: List[int], steps: int) -> Dict[str, int]:
