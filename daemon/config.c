@@ -647,6 +647,9 @@ static int config_defaults(struct config *c)
 		.max_pending_per_uid = 64,
 		.hello_timeout_ms = 5000,
 		.remote_timeout_ms = 500,
+		/* Queries are unique per request: each would cost a store
+		 * round at registration and a write nobody reads. */
+		.remote_chunk_types = 1u << KVP_CHUNK_SYSTEM | 1u << KVP_CHUNK_CONTEXT,
 		.log_level = LOG_INFO,
 		.chunk_memory_ratio = 1.0,
 		.chunk_content_max = 1u << 20,

@@ -101,6 +101,7 @@ struct config {
 	bool remote_user_histories;
 	char *remote_compress;
 	uint64_t remote_queue;    /* bytes; 0: 64 MiB */
+	uint32_t remote_chunk_types; /* 1 << enum kvp_chunk_type of each kept there */
 	char *metrics;            /* "ADDR:PORT" of /metrics; NULL: none */
 	struct sockaddr_storage metrics_addr; /* parsed from it */
 	struct tenant_config *tenants;

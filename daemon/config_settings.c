@@ -455,6 +455,38 @@ static int set_remote_compress(struct config *c, struct tenant_config *t,
 	return ret ? ret : set_str(&c->remote_compress, v);
 }
 
+static int set_remote_chunk_types(struct config *c, struct tenant_config *t,
+				  const char *v, char *err, size_t len)
+{
+	uint32_t mask = 0;
+	char *dup = strdup(v), *save = NULL;
+
+	if (!dup) {
+		snprintf(err, len, "out of memory");
+		return -1;
+	}
+	for (char *w = strtok_r(dup, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		int type = kvp_chunk_type_parse(w);
+
+		if (!strcmp(w, "all")) {
+			mask |= 1u << KVP_CHUNK_SYSTEM | 1u << KVP_CHUNK_CONTEXT |
+				1u << KVP_CHUNK_QUERY;
+		} else if (!strcmp(w, "none")) {
+			mask |= 0;
+		} else if (type < 0) {
+			snprintf(err, len, "unknown chunk type '%s' (system, context, "
+				 "query, all or none, comma separated)", w);
+			free(dup);
+			return -1;
+		} else {
+			mask |= 1u << type;
+		}
+	}
+	free(dup);
+	c->remote_chunk_types = mask;
+	return 0;
+}
+
 static int set_log_level(struct config *c, struct tenant_config *t,
 			 const char *v, char *err, size_t len)
 {
@@ -541,6 +573,9 @@ const struct setting settings[] = {
 	  "past it they are dropped)" },
 	{ "remote_compress", G, set_remote_compress, "none|zstd[:LEVEL]",
 	  "how pages are stored in the remote tier (default none)" },
+	{ "remote_chunk_types", G, set_remote_chunk_types, "TYPE[,TYPE...]",
+	  "the chunk types kept in the remote tier: system, context, query, all or none "
+	  "(default system,context)" },
 	{ "log", G, set_log, "TARGET",
 	  "stderr, syslog or a file (default stderr in foreground, else syslog)" },
 	{ "log_level", G, set_log_level, "LEVEL",

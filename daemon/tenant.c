@@ -191,6 +191,8 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		sc.ec.disk_tenant = disk_tenant_key(name);
 		sc.ec.disk_pool = p;
 		sc.ec.remote = ts->remote;
+		sc.ec.remote_chunk_skip = ~cfg->remote_chunk_types &
+			(1u << KVP_CHUNK_SYSTEM | 1u << KVP_CHUNK_CONTEXT | 1u << KVP_CHUNK_QUERY);
 		ret = shard_set_create(&tp->set, &sc, e);
 		if (ret) {
 			if (!plain) {

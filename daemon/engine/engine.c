@@ -99,6 +99,7 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	eng->disk_tenant = cfg->disk_tenant;
 	eng->disk_pool = cfg->disk_pool;
 	eng->remote = cfg->remote; /* remote tier hooks (daemon/remote/remote_engine.c) */
+	eng->remote_chunk_skip = cfg->remote_chunk_skip;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		if (eng->set) {
 			ret = frames_init_shared(&eng->frames[t], &eng->set->pool[t],

@@ -152,6 +152,7 @@ struct engine {
 	bool disk_into;          /* disk reads go straight into host frames */
 	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
 	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
+	uint32_t remote_chunk_skip; /* engine_config's */
 };
 
 struct share;

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "mix64.h"
 #include "engine_internal.h"
+#include "remote_engine.h"
 #include "shard.h"
 
 /* Pages one reclaim round copies at most: the oldest histories', planned
@@ -234,17 +235,65 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 	}
 }
 
+/* With a remote tier, every RECLAIM_PUBLISH_MS the reclaimer queues for
+ * the store what it lacks (remote_publish.c), PUBLISH_BATCH pages per hold
+ * of the lock of shard 0 (the shared world's), PUBLISH_ROUNDS of them. */
+#define RECLAIM_PUBLISH_MS 20
+#define PUBLISH_BATCH 16u
+#define PUBLISH_ROUNDS 8
+
+static void reclaim_publish(struct shard_set *s)
+{
+	bool more = true;
+
+	for (int i = 0; i < PUBLISH_ROUNDS && more; i++) {
+		uint32_t n = remote_publish(shard_lock(s, 0), PUBLISH_BATCH, &more);
+
+		shard_unlock(s, 0);
+		if (!n)
+			break; /* the queue is full: the next tick */
+	}
+}
+
+/* Woken, stopping, or (with a remote tier) a publishing tick gone by. */
+static void reclaimer_wait(struct reclaimer *rc, bool tick)
+{
+	struct timespec ts;
+
+	if (!tick) {
+		pthread_cond_wait(&rc->cond, &rc->lock);
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += RECLAIM_PUBLISH_MS * 1000000l;
+	ts.tv_sec += ts.tv_nsec / 1000000000l;
+	ts.tv_nsec %= 1000000000l;
+	pthread_cond_timedwait(&rc->cond, &rc->lock, &ts);
+}
+
 static void *reclaimer_main(void *arg)
 {
 	struct shard_set *s = arg;
 	struct reclaimer *rc = &s->rc;
+	bool publish = s->v[0].eng->remote != NULL;
+	uint64_t published_ns = 0;
 
 	pthread_mutex_lock(&rc->lock);
 	for (;;) {
-		while (!__atomic_load_n(&rc->wake, __ATOMIC_RELAXED) && !rc->stop)
-			pthread_cond_wait(&rc->cond, &rc->lock);
+		if (!__atomic_load_n(&rc->wake, __ATOMIC_RELAXED) && !rc->stop)
+			reclaimer_wait(rc, publish);
 		if (rc->stop)
 			break;
+		/* A publishing tick, also between passes when woken all the
+		 * time. */
+		if (publish && mono_ns() - published_ns >= RECLAIM_PUBLISH_MS * 1000000ull) {
+			pthread_mutex_unlock(&rc->lock);
+			reclaim_publish(s);
+			published_ns = mono_ns();
+			pthread_mutex_lock(&rc->lock);
+		}
+		if (!__atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
+			continue;
 		rc->runs++;
 		/* Woken: a release may have made something evictable. */
 		__atomic_store_n(&rc->dry, false, __ATOMIC_RELAXED);

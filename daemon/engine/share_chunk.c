@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -63,6 +64,7 @@ int chunk_table_init(struct share *s, uint32_t nframes)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&s->chunk_lru);
 	INIT_LIST_HEAD(&s->dead);
+	INIT_LIST_HEAD(&s->pub_chunks);
 	s->cfg_memory_ratio = s->memory_ratio = 1.0;
 	s->content_max = 1u << 20;
 	return name_table_init(s, nframes);
@@ -173,6 +175,7 @@ static void name_unlink(struct engine *eng, struct chunk *c)
  * last holder lets go. */
 static uint32_t chunk_kill_one(struct engine *eng, struct chunk *c)
 {
+	list_del(&c->pub);
 	chunk_lru_remove(eng, c);
 	chunk_table_remove(eng->share, c);
 	child_unlink(eng, c);
@@ -240,9 +243,12 @@ void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed)
 	c->fill_lease = 0;
 	c->filler = 0;
 	c->fill_pin = NULL;
-	if (sealed)
+	if (sealed) {
 		c->state = KVP_CHUNK_READY;
-	else
+		/* A root is immutable now: to the store ahead of eviction. */
+		if (remote_chunk_type_kept(eng, c->type) && !c->parent && !c->in_store)
+			list_add_tail(&c->pub, &eng->share->pub_chunks);
+	} else
 		chunk_kill_tree(eng, c, &n); /* its fill lease still holds it */
 	if (pin)
 		chunk_unhold(eng, pin);

@@ -100,31 +100,33 @@ static int pages_in(struct engine *eng, const struct share_fetch *f,
 
 /* ------------------------------------------------------------ prefix pages */
 
-void share_demote_pc(struct engine *eng, const struct pc_entry *pe)
+bool share_pc_down(struct engine *eng, struct pc_entry *pe, bool disk, bool remote)
 {
 	uint32_t bounce = FRAME_NONE; /* set by share_pages_out when it bounces */
 	struct disk_key k;
 	void *page = NULL;
 	bool bounced = false;
 
-	/* A page the remote tier gave us is not written back: the store has
-	 * it (a page it lost since is written again by whoever computes it). */
-	bool to_remote = eng->remote && !pe->in_store;
-
-	if (!eng->disk && !to_remote)
-		return;
+	disk = disk && eng->disk;
+	/* Once queued for the store, or onloaded from it, never again: the
+	 * store has it (a page it lost since is written again by whoever
+	 * computes it next). */
+	remote = remote && eng->remote && !pe->in_store;
+	if (!disk && !remote)
+		return false;
 	/* One device -> host copy on a GPU feeds both tiers. */
 	if (!share_pages_out(eng, &pe->frame, 1, &page, &bounce, &bounced))
-		return; /* no host frame for the copy: dropped as before */
-	if (eng->disk) {
+		return false; /* no host frame for the copy: dropped as before */
+	if (disk) {
 		k = share_disk_key(eng, DISK_KIND_PREFIX, pe->hash);
 		/* -ENOSPC (no staging room): dropped as before, counted there. */
 		disk_tier_put(eng->disk, &k, 0, eng->P, 1, &page);
 	}
-	if (to_remote)
-		remote_prefix_put(eng, pe->hash, page);
+	if (remote)
+		pe->in_store = !remote_prefix_put(eng, pe->hash, page);
 	if (bounced)
 		share_bounce_free(eng, &bounce, 1);
+	return remote && pe->in_store;
 }
 
 /*
@@ -316,7 +318,7 @@ static void chunk_rec_fill(const struct chunk *c, void *page)
 		memcpy(p + n->content_len, n->meta, r.meta_len);
 }
 
-void share_demote_chunk(struct engine *eng, const struct chunk *c)
+bool share_chunk_down(struct engine *eng, struct chunk *c, bool disk, bool remote)
 {
 	uint64_t pb = eng->layout.page_bytes;
 	uint32_t n = c->npages, *bounce = NULL;
@@ -324,10 +326,12 @@ void share_demote_chunk(struct engine *eng, const struct chunk *c)
 	struct disk_key k;
 	bool bounced = false, out = false;
 
+	disk = disk && eng->disk;
+	remote = remote && eng->remote && !c->in_store; /* as a prefix page */
 	/* Roots that are sealed and whose name fits one record. */
-	if ((!eng->disk && !eng->remote) || c->dead || c->parent || !c->name ||
+	if ((!disk && !remote) || c->dead || c->parent || !c->name ||
 	    c->state != KVP_CHUNK_READY || chunk_rec_bytes(c->name) > pb)
-		return;
+		return false;
 	pages = malloc((n + 1) * sizeof(*pages));
 	bounce = calloc(n + 1, sizeof(*bounce)); /* zeroed: gcc 13 -O3 cannot see bounce_alloc fill it */
 	rec = calloc(1, pb);
@@ -338,20 +342,22 @@ void share_demote_chunk(struct engine *eng, const struct chunk *c)
 		goto done;
 	chunk_rec_fill(c, rec);
 	pages[n] = rec;
-	if (eng->disk) {
+	if (disk) {
 		k = share_disk_key(eng, DISK_KIND_CHUNK, c->name->id.b);
 		k.user = chunk_alias(&c->id, c->type); /* found by its entry id too */
 		disk_tier_put(eng->disk, &k, 0, c->tokens, n + 1, pages);
 	}
 	/* The same bytes (one bounce on a GPU) to the remote tier, if any. */
-	remote_chunk_put(eng, c, (const void *const *)pages, rec,
-			       chunk_rec_bytes(c->name));
+	if (remote)
+		c->in_store = remote_chunk_put(eng, c, (const void *const *)pages,
+					       rec, chunk_rec_bytes(c->name));
 done:
 	if (out && bounced)
 		share_bounce_free(eng, bounce, n);
 	free(pages);
 	free(bounce);
 	free(rec);
+	return remote && c->in_store;
 }
 
 /* The name record of f (its last page) checked: NULL when damaged. */
@@ -429,6 +435,7 @@ static int root_from_rec(struct engine *eng, const struct chunk_rec *r,
 	INIT_LIST_HEAD(&c->children);
 	INIT_LIST_HEAD(&c->sib);
 	INIT_LIST_HEAD(&c->lru);
+	INIT_LIST_HEAD(&c->pub);
 	memcpy(c->id.b, r->entry_id, 32);
 	c->type = r->type;
 	c->state = KVP_CHUNK_READY;
@@ -448,6 +455,11 @@ static int root_from_rec(struct engine *eng, const struct chunk_rec *r,
 	list_add(&c->name_link, &n->entries);
 	n->nentries++;
 	chunk_lru_update(eng, c);
+	/* From the store: it has it. From disk: to the store ahead of
+	 * eviction, as a chunk sealed here. */
+	c->in_store = f->src == SHARE_FETCH_REMOTE;
+	if (remote_chunk_type_kept(eng, c->type) && !c->in_store)
+		list_add_tail(&c->pub, &s->pub_chunks);
 	return 0;
 }
 
@@ -514,7 +526,7 @@ uint32_t share_disk_chunk_clear(struct engine *eng, uint32_t type)
  * record), nid its name id. 0, -ENOENT, -EINPROGRESS.
  */
 static int chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
-		       bool wait, struct share_fetch *f, uint8_t nid[32])
+		       uint32_t type, bool wait, struct share_fetch *f, uint8_t nid[32])
 {
 	struct disk_key k;
 	int ret = -ENOENT;
@@ -525,12 +537,12 @@ static int chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
 		memcpy(nid, k.hash, 32);
 	}
 	if (ret == -ENOENT)
-		ret = remote_chunk_fetch(eng, id, wait, f, nid);
+		ret = remote_chunk_fetch(eng, id, type, wait, f, nid);
 	return ret;
 }
 
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
-			     bool wait, struct errbuf *e)
+			     uint32_t type, bool wait, struct errbuf *e)
 {
 	const struct chunk_rec *r;
 	struct chunk_name *n, *fresh = NULL;
@@ -539,7 +551,7 @@ int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 	char sid[17];
 	int ret;
 
-	ret = chunk_fetch(eng, id, wait, &f, nid);
+	ret = chunk_fetch(eng, id, type, wait, &f, nid);
 	chunk_id_short(id, sid);
 	if (ret == -EINPROGRESS)
 		return errbuf_set(e, ret, "chunk %s: being read back from the %s "

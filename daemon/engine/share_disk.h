@@ -84,11 +84,24 @@ void share_fetch_take(struct engine *eng, const struct share_fetch *f);
  * sent is freed. */
 void share_fetch_leave(struct engine *eng, const struct share_fetch *f);
 
-/* Eviction hooks (share_prefix.c, share_chunk.c): put what is about to be
- * dropped on the disk tier and in the remote tier, where there are such
- * and they take it; on a GPU one device -> host copy feeds both. */
-void share_demote_pc(struct engine *eng, const struct pc_entry *pe);
-void share_demote_chunk(struct engine *eng, const struct chunk *c);
+/*
+ * A prefix page's / a sealed root chunk's bytes down to the disk tier (disk)
+ * and to the remote tier (remote: unless in_store already), where there
+ * are such and they take them; on a GPU one device -> host copy feeds
+ * both. Returns whether it is queued for the store now (in_store set).
+ * Eviction (share_prefix.c, share_chunk.c) sends to both what it is about
+ * to drop (share_demote_*); remote_publish() to the store alone ahead of it.
+ */
+bool share_pc_down(struct engine *eng, struct pc_entry *pe, bool disk, bool remote);
+bool share_chunk_down(struct engine *eng, struct chunk *c, bool disk, bool remote);
+static inline void share_demote_pc(struct engine *eng, struct pc_entry *pe)
+{
+	share_pc_down(eng, pe, true, true);
+}
+static inline void share_demote_chunk(struct engine *eng, struct chunk *c)
+{
+	share_chunk_down(eng, c, true, true);
+}
 
 
 /*
@@ -120,7 +133,7 @@ bool share_disk_prefix_wait(struct engine *eng);
  * when the device tier or the chunk limits cannot take it now.
  */
 int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
-			     bool wait, struct errbuf *e);
+			     uint32_t type, bool wait, struct errbuf *e);
 
 /* A deletion reaches the disk tier too (else a later acquire would bring
  * the chunk back): the chunk id (name or root entry) dropped there: 1, or 0

@@ -50,8 +50,10 @@ struct pc_entry {
 	struct hnode hnode;      /* share.pcs, while published */
 	struct list_head link;   /* pc LRU (idle leaves) or the free list */
 	bool on_lru;
-	bool in_store;           /* onloaded from the remote tier: it has it */
+	bool in_store;           /* queued for the remote tier, or onloaded
+				  * from it: not written again */
 	uint64_t tick;
+	struct list_head pub;    /* on share.pub_pcs until queued for the store */
 };
 
 /* ------------------------------------------------------------ chunks */
@@ -84,6 +86,8 @@ struct chunk {
 	struct list_head name_link; /* on name->entries */
 	struct hnode hnode;      /* share.chunks */
 	struct list_head lru;    /* chunk LRU, or the dead list */
+	struct list_head pub;    /* on share.pub_chunks until queued for the store */
+	bool in_store;           /* queued for the remote tier, or from it */
 };
 
 /* A name record: what was registered, shared by its entries. */
@@ -187,6 +191,11 @@ struct share {
 	uint64_t cfg_max_chunks, max_chunks;
 	double cfg_memory_ratio, memory_ratio;
 	uint64_t content_max;    /* bytes of content a name may have */
+
+	/* What the remote tier does not have yet, oldest first: published
+	 * prefix pages and sealed root chunks, queued ahead of eviction by
+	 * remote_publish() (remote_engine.h). Empty without a remote tier. */
+	struct list_head pub_pcs, pub_chunks;
 
 	/* The last prefix walk that waited for the disk tier (share_disk.c):
 	 * the tier's progress then, and when. */

@@ -92,6 +92,7 @@ int pc_init(struct share *s, uint32_t nframes)
 		nb = 1u << 31;
 	INIT_LIST_HEAD(&s->pc_lru);
 	INIT_LIST_HEAD(&s->pc_free_list);
+	INIT_LIST_HEAD(&s->pub_pcs);
 	s->pc = calloc(nframes ? nframes : 1, sizeof(*s->pc));
 	if (!s->pc || hashtab_init_fixed(&s->pcs, nb))
 		return -ENOMEM;
@@ -137,6 +138,9 @@ void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 	pe->nchildren = 0;
 	pe->on_lru = false;
 	pe->in_store = false;
+	INIT_LIST_HEAD(&pe->pub);
+	if (eng->remote) /* immutable now: to the store ahead of eviction */
+		list_add_tail(&pe->pub, &s->pub_pcs);
 	hashtab_insert(&s->pcs, &pe->hnode, hashtab_hash_digest(hash));
 	s->sp[frame].pc = e;
 	if (parent != PC_NONE)
@@ -216,6 +220,7 @@ void pc_evict_head(struct engine *eng)
 	uint32_t e = (uint32_t)(pe - s->pc), parent = pe->parent;
 
 	share_demote_pc(eng, pe); /* to the disk and remote tiers, if any */
+	list_del(&pe->pub);
 	lru_unlink(s, e);
 	hashtab_remove(&s->pcs, &pe->hnode);
 	s->sp[pe->frame].pc = PC_NONE;

@@ -31,25 +31,31 @@ static void chunk_key(const struct engine *eng, const uint8_t id[32], uint32_t p
 	remote_key_of(eng, DISK_KIND_CHUNK, id, page, k);
 }
 
-void remote_chunk_put(struct engine *eng, const struct chunk *c,
+bool remote_chunk_type_kept(const struct engine *eng, uint32_t type)
+{
+	return eng->remote && (type >= 32 || !(eng->remote_chunk_skip & 1u << type));
+}
+
+bool remote_chunk_put(struct engine *eng, const struct chunk *c,
 		      const void *const *pages, const void *rec, uint64_t rec_len)
 {
 	uint64_t pb = eng->layout.page_bytes;
 	struct remote_key k;
 
-	if (!eng->remote ||
+	if (!remote_chunk_type_kept(eng, c->type) ||
 	    !remote_tier_has_room(eng->remote, c->npages * pb + 2 * rec_len))
-		return; /* dropped whole, counted there; it can be recomputed */
+		return false; /* dropped whole, counted there; it can be recomputed */
 	for (uint32_t i = 0; i < c->npages; i++) {
 		chunk_key(eng, c->name->id.b, i, &k);
 		if (remote_tier_put(eng->remote, &k, pages[i]))
-			return; /* another engine filled the queue meanwhile */
+			return false; /* another engine filled the queue meanwhile */
 	}
 	/* Found by its name and by its root entry's id. */
 	chunk_key(eng, c->name->id.b, REMOTE_PAGE_REC, &k);
-	remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	if (remote_tier_put_rec(eng->remote, &k, rec, rec_len))
+		return false;
 	chunk_key(eng, c->id.b, REMOTE_PAGE_REC, &k);
-	remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	return !remote_tier_put_rec(eng->remote, &k, rec, rec_len);
 }
 
 /* remote_expand_fn: a chunk's record names its data pages under its name
@@ -69,13 +75,13 @@ static uint32_t chunk_expand(const struct remote_key *key, const void *val,
 }
 
 int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
-		       bool wait, struct share_fetch *f, uint8_t nid[32])
+		       uint32_t type, bool wait, struct share_fetch *f, uint8_t nid[32])
 {
 	struct remote_fetch *rf;
 	struct remote_key k;
 	int ret;
 
-	if (!eng->remote)
+	if (!remote_chunk_type_kept(eng, type))
 		return -ENOENT;
 	chunk_key(eng, id->b, REMOTE_PAGE_REC, &k);
 	f->src = SHARE_FETCH_REMOTE;

@@ -29,15 +29,15 @@ static void prefix_key(const struct engine *eng, const uint8_t hash[32],
 	remote_key_of(eng, DISK_KIND_PREFIX, hash, 0, k);
 }
 
-void remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *page)
+int remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *page)
 {
 	struct remote_key k;
 
 	if (!eng->remote)
-		return;
+		return -ENOENT;
 	prefix_key(eng, hash, &k);
 	/* -ENOSPC (queue full): dropped and counted there; it can be recomputed. */
-	remote_tier_put(eng->remote, &k, page);
+	return remote_tier_put(eng->remote, &k, page);
 }
 
 /* The keys of pages [hit, hit + m) of tokens' chain. */
@@ -119,6 +119,7 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 		pc_adopt(eng, frame[k], hash, parent);
 		parent = s->sp[frame[k]].pc;
 		s->pc[parent].in_store = true; /* not written back on eviction */
+		list_del(&s->pc[parent].pub);
 		k++;
 		done++;
 	}

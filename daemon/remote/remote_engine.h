@@ -38,7 +38,8 @@ struct share_fetch;
 void remote_key_of(const struct engine *eng, uint8_t kind, const uint8_t hash[32],
 		   uint32_t page, struct remote_key *k);
 
-void remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *page);
+/* 0, or -ENOSPC: the write-behind queue is full (dropped, counted). */
+int remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *page);
 
 /*
  * The remote tier's part of a prefix lookup: *hit pages of tokens' chain
@@ -59,16 +60,29 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
  * round for the record, one for the pages it names (remote_tier_fetch_rec).
  * Each is a no-op without a remote tier.
  */
-void remote_chunk_put(struct engine *eng, const struct chunk *c,
-			    const void *const *pages, const void *rec, uint64_t rec_len);
-/* The chunk id from the store into f (pages, then the record), nid its
- * name id: 0, -ENOENT, -EINPROGRESS (without wait: the ring worker holds
- * the entry and retries). */
+/* Whether chunks of type are kept in the remote tier (there is one, and
+ * remote_chunk_types has the type; 0, a type not known yet: yes). */
+bool remote_chunk_type_kept(const struct engine *eng, uint32_t type);
+/* Queued whole (pages, then records), or false: not (no room, or a type
+ * not kept there). */
+bool remote_chunk_put(struct engine *eng, const struct chunk *c,
+		      const void *const *pages, const void *rec, uint64_t rec_len);
+/* The chunk id (of type, 0: not known) from the store into f (pages, then
+ * the record), nid its name id: 0, -ENOENT, -EINPROGRESS (without wait: the
+ * ring worker holds the entry and retries). */
 int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
-			     bool wait, struct share_fetch *f, uint8_t nid[32]);
+		       uint32_t type, bool wait, struct share_fetch *f, uint8_t nid[32]);
 const void *remote_chunk_fetch_page(const struct share_fetch *f, uint32_t i);
 void remote_chunk_fetch_end(struct engine *eng, const struct share_fetch *f,
 			    bool taken);
+/*
+ * Ahead of eviction (remote_publish.c): queue for the store up to
+ * max_pages pages of the prefix pages and sealed root chunks it lacks,
+ * oldest first, while the write-behind queue (and on a GPU the host tier's
+ * free frames) has room. Engine lock held. Returns pages queued; *more:
+ * something is left for the next call.
+ */
+uint32_t remote_publish(struct engine *eng, uint32_t max_pages, bool *more);
 /* A deletion: DELs of what this node knows of the chunk id in the store. */
 void remote_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
 

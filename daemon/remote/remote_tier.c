@@ -493,6 +493,16 @@ static int put_item(struct remote_tier *rt, const struct remote_key *k, uint64_t
 	return 0;
 }
 
+uint64_t remote_tier_free_bytes(struct remote_tier *rt)
+{
+	uint64_t free;
+
+	pthread_mutex_lock(&rt->mu);
+	free = rt->queue_cap > rt->queued_bytes ? rt->queue_cap - rt->queued_bytes : 0;
+	pthread_mutex_unlock(&rt->mu);
+	return free;
+}
+
 bool remote_tier_has_room(struct remote_tier *rt, uint64_t bytes)
 {
 	bool room;

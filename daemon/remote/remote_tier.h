@@ -71,6 +71,8 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
 			 int (*fill)(void *arg, void *dst), void *arg);
 
+/* Bytes the write-behind queue can take now. */
+uint64_t remote_tier_free_bytes(struct remote_tier *rt);
 /* Whether the write-behind queue has room for bytes now (a chunk queued
  * whole or not at all: the put can still find it full, another engine
  * having queued meanwhile). false counts one drop. */

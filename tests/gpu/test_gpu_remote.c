@@ -40,6 +40,7 @@
 #include "engine_share.h"
 #include "gpu_test_util.h"
 #include "redis_local.h"
+#include "remote_engine.h"
 #include "remote_tier.h"
 #include "share.h"
 
@@ -164,7 +165,8 @@ static int teardown(void **state)
 /* A computes tok's pages on the device, lets them go and evicts them into
  * the tier below (dt or rt); B (the same tiers) looks them up, and its
  * device pages must hold A's bytes. */
-static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0)
+static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0,
+		     bool publish)
 {
 	uint32_t tok[NTOK];
 	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
@@ -200,6 +202,12 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	assert_int_equal(engine_commit(fa.eng, a.id, NTOK, &e), 0);
 	engine_release_owner(fa.eng, 3);
 	assert_int_equal(share_evictable(fa.eng), NTOK / P);
+	if (publish) { /* ahead of eviction (the reclaimer's tick in kvpoold) */
+		bool more;
+
+		assert_int_equal(remote_publish(fa.eng, 64, &more), NTOK / P);
+		assert_false(more);
+	}
 	while (share_evictable(fa.eng))
 		share_evict_oldest(fa.eng);
 	if (rt)
@@ -227,19 +235,28 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	free(want);
 }
 
-static void test_b_gets_a_device_pages_through_the_store(void **state)
+/* A's pages to the store (at eviction, or published ahead of it through
+ * host frames, then evicted): the store gets each page once, B's bytes
+ * are A's. */
+static void through_the_store(uint32_t tok0, bool publish)
 {
 	struct remote_tier_stats st0, st;
 
-	(void)state;
 	if (!g_rt)
 		skip(); /* no redis-server here */
 	remote_tier_stats(g_rt, &st0);
-	a_then_b(NULL, g_rt, 4000);
+	a_then_b(NULL, g_rt, tok0, publish);
 	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.put_pages - st0.put_pages, NTOK / P);
 	assert_int_equal(st.written_pages - st0.written_pages, NTOK / P);
 	assert_int_equal(st.onloaded_pages - st0.onloaded_pages, NTOK / P);
 	assert_int_equal(st.bad_values, 0);
+}
+
+static void test_b_gets_a_device_pages_through_the_store(void **state)
+{
+	(void)state;
+	through_the_store(4000, false);
 }
 
 /* A fills a chunk on the device and seals it; eviction sends it down to
@@ -314,7 +331,13 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 static void test_b_gets_a_device_pages_through_the_disk(void **state)
 {
 	(void)state;
-	a_then_b(g_dt, NULL, 9000);
+	a_then_b(g_dt, NULL, 9000, false);
+}
+
+static void test_b_gets_a_device_pages_published_ahead(void **state)
+{
+	(void)state;
+	through_the_store(6000, true);
 }
 
 int main(void)
@@ -323,6 +346,7 @@ int main(void)
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_store),
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_disk),
 		cmocka_unit_test(test_b_gets_a_device_chunk_through_the_store),
+		cmocka_unit_test(test_b_gets_a_device_pages_published_ahead),
 	};
 	char err[KVP_ERRLEN];
 

@@ -8,7 +8,9 @@
 # 1. A computes a prompt's pages, and other prompts push them out of its
 #    device tier: they are written behind to the store.
 # 2. B's lookup of the same tokens reports them cached (one batched round
-#    onloads them), B's bytes equal A's, only the last token to compute.
+#    onloads them), B's bytes equal A's, only the last token to compute;
+#    the same for a sealed chunk (B's register finds it sealed), and for a
+#    prompt A still holds (published ahead of eviction by A's reclaimer).
 # 3. C's store node is killed; B looks up a second prompt A stored: the
 #    pages before the first one on C come back, the rest are misses
 #    (recomputed), every byte served is A's, no hang (bounded here), and
@@ -119,6 +121,20 @@ metrics() { # NS NAME
 metric() { # NS NAME SERIES
 	metrics $1 $2 | awk -v s="$3" '$1 == s { print $2 }'
 }
+wait_for() { # SECONDS COMMAND...: until it succeeds; false past SECONDS
+	local end=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		[ $SECONDS -lt $end ] || return 1
+		sleep 0.05
+	done
+}
+queue_empty() { # NS NAME: its write-behind queue is drained
+	[ "$(metric $1 $2 kvpool_remote_queued_bytes)" = 0 ]
+}
+written_since() { # W0 N: A wrote at least N pages since it had written W0
+	[ $(( $(metric $a A kvpool_remote_written_pages_total) - $1 )) -ge $2 ]
+}
 start_kvpoold $a A
 start_kvpoold $b B
 
@@ -129,10 +145,7 @@ timeout 30 "$client" "$dir/A.sock" prefill 11 1000 $N 2000 ||
 	fail "A's prefill of prompt 1"
 timeout 30 "$client" "$dir/A.sock" prefill 22 50000 $N2 2000 ||
 	fail "A's prefill of prompt 2"
-timeout 10 bash -c "until [ \"\$(ip netns exec $a curl -sf http://127.0.0.1:$(sed -n \
-	's,.*metrics: serving http://127\.0\.0\.1:\([0-9]*\)/metrics.*,\1,p' "$dir/A.log")/metrics |
-	awk '\$1 == \"kvpool_remote_queued_bytes\" { print \$2 }')\" = 0 ]; do sleep 0.1; done" ||
-	fail "A's write-behind queue did not drain"
+wait_for 10 queue_empty $a A || fail "A's write-behind queue did not drain"
 written=$(metric $a A kvpool_remote_written_pages_total)
 [ "${written:-0}" -ge 16 ] || fail "A wrote ${written:-0} pages to the store, want >= 16"
 echo "A: $written pages written behind"
@@ -152,16 +165,22 @@ onl=$(metric $b B kvpool_remote_onloaded_pages_total)
 NC=100 # 7 pages
 timeout 30 "$client" "$dir/A.sock" chunk-put 33 90000 $NC 2000 ||
 	fail "A's chunk"
-timeout 10 bash -c "until [ \"\$(ip netns exec $a curl -sf http://127.0.0.1:$(sed -n \
-	's,.*metrics: serving http://127\.0\.0\.1:\([0-9]*\)/metrics.*,\1,p' "$dir/A.log")/metrics |
-	awk '\$1 == \"kvpool_remote_queued_bytes\" { print \$2 }')\" = 0 ]; do sleep 0.1; done" ||
-	fail "A's write-behind queue did not drain after the chunk"
+wait_for 10 queue_empty $a A || fail "A's write-behind queue did not drain after the chunk"
 onl0=$(metric $b B kvpool_remote_onloaded_pages_total)
 out=$(timeout 10 "$client" "$dir/B.sock" chunk-get 33 90000 $NC 1) ||
 	fail "B's register of A's chunk: $out"
 onl=$(metric $b B kvpool_remote_onloaded_pages_total)
 [ $((onl - onl0)) -eq 7 ] || fail "B onloaded $((onl - onl0)) chunk pages, want 7"
 echo "B chunk: found sealed, A's bytes, 7 pages from the store"
+
+# 2c. Ahead of eviction: a prompt A computes and keeps (nothing pushes it
+#     out) reaches the store by A's reclaimer tick; B finds it cached.
+w0=$(metric $a A kvpool_remote_written_pages_total)
+timeout 30 "$client" "$dir/A.sock" prefill 44 70000 $N 0 || fail "A's prefill of prompt 3"
+wait_for 10 written_since $w0 8 || fail "A did not publish prompt 3 ahead of eviction"
+out=$(timeout 10 "$client" "$dir/B.sock" lookup 44 70000 $N 8) ||
+	fail "B's lookup of prompt 3, which A still holds: $out"
+echo "B prompt 3 (A still holds it): $out"
 
 # 3. C's store node dies; B asks for prompt 2.
 kill -9 "${rpid[2]}"

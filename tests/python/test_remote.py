@@ -129,7 +129,10 @@ def test_chunks_computed_on_a_served_on_b(cluster, nodes):
     prompt = toks(tok, SYSTEM, DOCS[0], DOCS[2], QUERY)
     ref = model.greedy(prompt, GREEDY["max_tokens"])
     root_tokens = len(toks(tok, SYSTEM, *DOCS, QUERY))
-    root_pages = sum(-(-len(tok.encode(t)) // 16) for t in (SYSTEM, *DOCS, QUERY))  # 28
+    # What the store keeps: system prompts and contexts (remote_chunk_types'
+    # default; a query is unique to its request).
+    stored_pages = sum(-(-len(tok.encode(t)) // 16) for t in (SYSTEM, *DOCS))  # 26
+    qlen = len(tok.encode(QUERY))
 
     with ChunkedLLM(model=adapter, tokenizer=tok, socket=a.sock) as la:
         s, c, q = register_all(la)
@@ -141,29 +144,57 @@ def test_chunks_computed_on_a_served_on_b(cluster, nodes):
         la.release_generations()
         push_out_chunks(la)
     ma = drain(a)
-    assert ma[WRITTEN] >= root_pages, f"A wrote {ma[WRITTEN]:.0f} pages to the store"
+    assert ma[WRITTEN] >= stored_pages, f"A wrote {ma[WRITTEN]:.0f} pages to the store"
     assert cluster.dbsize() > 0
 
     onl0 = metrics(b)[ONLOADED]
     with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
         s2, c2, q2 = register_all(lb)
         assert (s2, c2, q2) == (s, c, q)
-        # Found sealed in the store: nothing prefilled on B for the roots.
-        assert lb.counters["roots_created"] == 0 and lb.counters["root_hits"] == 5
-        assert lb.counters["prefill_tokens"] == 0
+        # Found sealed in the store: nothing prefilled on B for the system
+        # prompt and the documents; the query was not stored.
+        assert lb.counters["root_hits"] == 4 and lb.counters["roots_created"] == 1
+        assert lb.counters["prefill_tokens"] == qlen
         onl = metrics(b)[ONLOADED] - onl0
-        assert onl == root_pages, f"B onloaded {onl:.0f} pages from the store, " \
-            f"want {root_pages}"
+        assert onl == stored_pages, f"B onloaded {onl:.0f} pages from the store, " \
+            f"want {stored_pages}"
         row = lb.get_chunk(s)
         assert row["content"] == SYSTEM and row["metadata"] == {"name": "py"}
         out_b = lb.generate_from_chunks(s, [c[0], c[2]], q, GREEDY)
         expect_same(model, prompt, out_b["token_ids"], "B over A's chunks")
         assert out_b["token_ids"] == out_a["token_ids"]
-        # B prefilled the links only (contexts and query under the system
-        # prompt: links are not in the store); A prefilled those and the roots.
+        # B prefilled the query and the links only (contexts and query under
+        # the system prompt: links are not in the store); A prefilled those
+        # and every root.
         links = len(toks(tok, DOCS[0], DOCS[2], QUERY))
-        assert lb.counters["prefill_tokens"] == links
+        assert lb.counters["prefill_tokens"] == qlen + links
         assert prefill_a == root_tokens + links
+
+
+def test_chunks_a_still_holds_reach_b(cluster, nodes):
+    """Published ahead of eviction: A keeps its chunks, its reclaimer queues
+    them for the store anyway, and B gets them from there."""
+    a, b = nodes
+    model, adapter, tok = tiny_llm_parts()
+    prompt = toks(tok, SYSTEM, DOCS[1], QUERY)
+    stored_pages = sum(-(-len(tok.encode(t)) // 16) for t in (SYSTEM, *DOCS))
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=a.sock) as la:
+        s, c, q = register_all(la)
+        out_a = la.generate_from_chunks(s, [c[1]], q, GREEDY)
+        deadline = time.monotonic() + 10
+        while metrics(a)[WRITTEN] < stored_pages or metrics(a)["kvpool_remote_queued_bytes"]:
+            assert time.monotonic() < deadline, \
+                f"A wrote {metrics(a)[WRITTEN]:.0f} pages ahead of eviction, want {stored_pages}"
+            time.sleep(0.05)
+        assert len(la.client.chunk_list()) == 5   # A still holds every chunk
+        onl0 = metrics(b)[ONLOADED]
+        with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
+            assert register_all(lb) == (s, c, q)
+            assert lb.counters["root_hits"] == 4 and lb.counters["roots_created"] == 1
+            assert metrics(b)[ONLOADED] - onl0 == stored_pages
+            out_b = lb.generate_from_chunks(s, [c[1]], q, GREEDY)
+    assert out_b["token_ids"] == out_a["token_ids"]
+    expect_same(model, prompt, out_b["token_ids"], "B over chunks A still holds")
 
 
 # ------------------------------------------------------------------ prefix cache
@@ -196,7 +227,7 @@ def test_prefix_pages_computed_on_a_continued_on_b(cluster, nodes):
 
 
 # ------------------------------------------------------------------ a store node lost
-QUERIES = ["Why?", "And Django?", "How so?", "Is it fast?"]   # one page each
+NOTES = ["Why?", "And Django?", "How so?", "Is it fast?"]   # contexts of one page
 
 
 def test_store_node_killed_b_recomputes(own_cluster, own_nodes):
@@ -214,7 +245,7 @@ def test_store_node_killed_b_recomputes(own_cluster, own_nodes):
         fill_prefix_cache(ca, 100, 10, 250, base=11)
     with ChunkedLLM(model=adapter, tokenizer=tok, socket=a.sock) as la:
         s, c, q = register_all(la)
-        extra = [la.register_chunk(x, ChunkType.QUERY) for x in QUERIES]
+        extra = [la.register_chunk(x, ChunkType.CONTEXT) for x in NOTES]
         push_out_chunks(la)
     drain(a)
 
@@ -222,24 +253,27 @@ def test_store_node_killed_b_recomputes(own_cluster, own_nodes):
     # must find the latter sealed and recompute the former.
     where = cluster.chunk_nodes()
     names = [s, *c, q, *extra]
-    assert all(n in where for n in names), "a chunk of A is not in the store"
-    dead = next((i for i in range(3) if any(i in where[n] for n in names) and
-                 any(i not in where[n] for n in names)), 1)
-    lost = {n for n in names if dead in where[n]}
+    assert q not in where, "a query chunk is in the store"
+    assert all(n in where for n in names if n != q), "a chunk of A is not in the store"
+    where[q] = set()
+    stored = [n for n in names if n != q]
+    dead = next((i for i in range(3) if any(i in where[n] for n in stored) and
+                 any(i not in where[n] for n in stored)), 1)
+    lost = {n for n in names if dead in where[n]} | {q}   # and q: never stored
     cluster.kill(dead)
     t0 = time.monotonic()
     with kvpool.connect(b.sock, "B") as cb:
         got = seq_generate(cb, model, 1, prompt, steps)
     with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
         texts = [(SYSTEM, ChunkType.SYSTEM_PROMPT), *[(d, ChunkType.CONTEXT) for d in DOCS],
-                 (QUERY, ChunkType.QUERY), *[(x, ChunkType.QUERY) for x in QUERIES]]
+                 (QUERY, ChunkType.QUERY), *[(x, ChunkType.CONTEXT) for x in NOTES]]
         for n, (text, ct) in zip(names, texts):
             before = lb.counters["roots_created"]
             assert lb.register_chunk(text, ct) == n
             created = lb.counters["roots_created"] > before
             assert created == (n in lost), \
-                (f"chunk {n[:16]} with {'a' if n in lost else 'no'} key on the dead node: "
-                 f"B {'computed' if created else 'found'} it")
+                (f"chunk {n[:16]} with {'a' if n in lost else 'no'} key on the dead node "
+                 f"(or a query): B {'computed' if created else 'found'} it")
         out = lb.generate_from_chunks(s, [c[1]], q, GREEDY)
     took = time.monotonic() - t0
     # 54 pages spread over three nodes: B got the run before the first page

@@ -182,6 +182,32 @@ static void errors_name_their_line(void **state)
 		     "the remote tier are not built yet");
 }
 
+/* remote_chunk_types: a list of type names (all, none); a wrong name says
+ * which and what is accepted. */
+static void remote_chunk_types_list(void **state)
+{
+	struct config c;
+	char msg[1024];
+
+	assert_int_equal(read_string("remote_chunk_types = query,system\n", &c, msg,
+				     sizeof(msg)), 0);
+	assert_int_equal(c.remote_chunk_types,
+			 1u << KVP_CHUNK_SYSTEM | 1u << KVP_CHUNK_QUERY);
+	config_free(&c);
+	assert_int_equal(read_string("remote_chunk_types = none\n", &c, msg,
+				     sizeof(msg)), 0);
+	assert_int_equal(c.remote_chunk_types, 0);
+	config_free(&c);
+	assert_int_equal(read_string("remote_chunk_types = all\n", &c, msg,
+				     sizeof(msg)), 0);
+	assert_int_equal(c.remote_chunk_types, 1u << KVP_CHUNK_SYSTEM |
+			 1u << KVP_CHUNK_CONTEXT | 1u << KVP_CHUNK_QUERY);
+	config_free(&c);
+	expect_error("remote_chunk_types = system,docs\n",
+		     PATH ":1: remote_chunk_types = 'system,docs': unknown chunk type "
+		     "'docs' (system, context, query, all or none");
+}
+
 /* Comments ('#' or ';' first, '#' after a blank), quotes, blanks, a line
  * of 8 KB, a section title with blanks around its name. */
 static void format_as_kvpool_conf_5_says(void **state)
@@ -217,6 +243,7 @@ int main(void)
 		cmocka_unit_test(error_where_the_file_would_end_is_a_startup_error),
 		cmocka_unit_test(errors_name_their_line),
 		cmocka_unit_test(format_as_kvpool_conf_5_says),
+		cmocka_unit_test(remote_chunk_types_list),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

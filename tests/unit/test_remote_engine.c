@@ -85,11 +85,13 @@ static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
 }
 
 static bool g_opaque_on; /* engines made now have an opaque device tier */
+static uint32_t g_skip;   /* engine_config.remote_chunk_skip of engines made now */
 
 static struct engine *engine_with_remote(void)
 {
 	struct engine_config cfg = { .device_frames = 32, .host_frames = 16,
-				     .disk_tenant = 7, .remote = g_rt };
+				     .disk_tenant = 7, .remote = g_rt,
+				     .remote_chunk_skip = g_skip };
 	struct engine *eng = NULL;
 	struct errbuf e;
 
@@ -636,6 +638,108 @@ static void test_seq_create_over_a_chunk_in_the_store(void **state)
 	g_b = NULL;
 }
 
+/* Ahead of eviction: what A computed (a prompt's pages, a sealed chunk)
+ * and keeps is queued for the store by remote_publish (the reclaimer's
+ * tick in kvpoold), a bounded batch at a time; B gets it while A still
+ * holds it; A's eviction later writes nothing again. */
+static void test_published_ahead_of_eviction(void **state)
+{
+	struct engine *a = engine_with_remote();
+	struct remote_tier_stats st0, st;
+	struct kvp_chunk_id id;
+	struct engine_lease L;
+	struct errbuf e = { "" };
+	uint32_t tokens[NTOK], toks[CTOK], n = 0, rounds = 0;
+	struct share_prefix_hit hit;
+	bool more = true;
+
+	(void)state;
+	tokens_seq(tokens, NTOK, 11000);
+	tokens_seq(toks, CTOK, 12000);
+	seq_put_retry(a, 1, tokens, NTOK, KEY);
+	seq_free_ok(a, 1, OWNER);
+	chunk_put(a, toks, CTOK, KVP_CHUNK_CONTEXT, META, OWNER, NOW, KEY, false, &id);
+	remote_tier_stats(g_rt, &st0);
+	/* Two pages a call: a batch is bounded; a chunk goes whole. */
+	while (more) {
+		uint32_t got = remote_publish(a, 2, &more);
+
+		assert_true(got <= 4); /* a chunk of 4 pages goes alone */
+		n += got;
+		assert_true(++rounds < 10);
+	}
+	assert_int_equal(n, NTOK / PT + 4);
+	assert_int_equal(remote_publish(a, 2, &more), 0);
+	assert_false(more);
+	remote_tier_flush(g_rt);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.written_pages - st0.written_pages, NTOK / PT + 4 + 2);
+	CHECK(a);
+	/* B, while A still has them all. */
+	g_b = engine_with_remote();
+	hit = b_lookup(g_b, tokens, true);
+	assert_int_equal(hit.npages, NTOK / PT);
+	expect_frames_bytes(g_b, hit.frames, 0, (NTOK / PT) * PT, KEY, 0);
+	assert_int_equal(acquire_held(g_b, &id, &L, &e), 0);
+	assert_int_equal(engine_release(g_b, L.id, NULL), 0);
+	expect_chunk_bytes(g_b, &id, KEY, CTOK);
+	CHECK(g_b);
+	engine_destroy(g_b);
+	g_b = NULL;
+	/* A's eviction: nothing is written twice. */
+	remote_tier_stats(g_rt, &st0);
+	while (share_evictable(a))
+		share_evict_oldest(a);
+	remote_tier_flush(g_rt);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.put_pages, st0.put_pages);
+	CHECK(a);
+	engine_destroy(a);
+}
+
+/* A chunk type not kept in the store (remote_chunk_types without it, as
+ * kvpoold's default leaves out queries): its registration asks no round,
+ * it is neither published nor written at eviction; a kept type on the same
+ * engine still is. */
+static void test_chunk_type_not_kept_costs_no_round(void **state)
+{
+	struct remote_tier_stats st0, st;
+	struct share_chunk_reg r;
+	struct errbuf e = { "" };
+	struct kvp_chunk_id ctx;
+	uint32_t qt[CTOK], ct[CTOK];
+	struct engine *a;
+	bool more;
+
+	(void)state;
+	g_skip = 1u << KVP_CHUNK_QUERY;
+	a = engine_with_remote();
+	g_skip = 0;
+	tokens_seq(qt, CTOK, 13000);
+	tokens_seq(ct, CTOK, 14000);
+	remote_tier_stats(g_rt, &st0);
+	/* No store round: created at once. */
+	assert_int_equal(share_chunk_register(a, qt, CTOK, KVP_CHUNK_QUERY, NULL, OWNER,
+					      NOW, &r, &e), 0);
+	assert_true(r.created);
+	assert_int_equal(share_chunk_seal(a, r.lease.id, OWNER, &e), 0);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.fetches, st0.fetches);
+	chunk_put(a, ct, CTOK, KVP_CHUNK_CONTEXT, NULL, OWNER, NOW, KEY, false, &ctx);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.fetches, st0.fetches + 1); /* the context's */
+	/* Published: the context alone. */
+	assert_int_equal(remote_publish(a, 64, &more), 4);
+	assert_false(more);
+	while (share_evictable(a))
+		share_evict_oldest(a);
+	remote_tier_flush(g_rt);
+	remote_tier_stats(g_rt, &st);
+	assert_int_equal(st.put_pages - st0.put_pages, 4 + 2);
+	CHECK(a);
+	engine_destroy(a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -649,6 +753,8 @@ int main(void)
 		cmocka_unit_test(test_chunk_partial_or_damaged_is_a_miss),
 		cmocka_unit_test(test_chunk_delete_reaches_the_store),
 		cmocka_unit_test(test_seq_create_over_a_chunk_in_the_store),
+		cmocka_unit_test(test_published_ahead_of_eviction),
+		cmocka_unit_test(test_chunk_type_not_kept_costs_no_round),
 		/* Last: it kills a node for good. */
 		cmocka_unit_test(test_killed_store_node_is_a_miss_in_bounded_time),
 	};

@@ -79,6 +79,9 @@ struct engine_config {
 	/* The remote tier (daemon/remote/remote_tier.h), NULL: none; its keys
 	 * use disk_tenant. */
 	struct remote_tier *remote;
+	/* 1 << enum kvp_chunk_type of the chunk types NOT kept there (neither
+	 * written nor asked for at registration); 0: every type is. */
+	uint32_t remote_chunk_skip;
 };
 
 /* Create a pool; -EINVAL / -ENOMEM with a message in e. */
