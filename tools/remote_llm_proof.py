@@ -217,6 +217,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     # Roots and links (about twice the prompt) and the decode, with room.
     dev = f"{max(16, 3 * kv_bytes // 2 ** 20 + 64)}M"
     queue = f"{max(64, 2 * kv_bytes // 2 ** 20 + 16)}M"   # every root evicted at once
+    host = args.host_mem or f"{max(256, 2 * kv_bytes // 2 ** 20 + 16)}M"
     backend = "cuda" if m.cuda else "shm"
     g = m.g
     ids = {"system": rand_ids(g, args.system, m.vocab),
@@ -237,7 +238,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     nodes: List[Node] = []
     try:
         for name in ("A", "B"):
-            nodes.append(Node(name, kvpoold, m.layout, backend, dev, args.host_mem, remote))
+            nodes.append(Node(name, kvpoold, m.layout, backend, dev, host, remote))
         a, b = nodes
         log(f"A and B on {url}: {total} prompt tokens, {kv_bytes / 2 ** 20:.1f} MiB of KV")
         # Warm-up on A (kernels, allocator): a chunk of its own, evicted too.
@@ -299,9 +300,9 @@ def main() -> int:
     ap.add_argument("--remote", help="redis-cluster://host:port,... (default: three "
                     "redis-server nodes on loopback, started here)")
     ap.add_argument("--remote-timeout-ms", dest="remote_timeout_ms", type=int, default=2000)
-    ap.add_argument("--host-mem", dest="host_mem", default="256M",
+    ap.add_argument("--host-mem", dest="host_mem",
                     help="each daemon's host tier (on cuda the remote tier's pages go "
-                    "through it)")
+                    "through it; default twice the prompt's KV, at least 256M)")
     ap.add_argument("--system", type=int, default=512, help="system prompt tokens")
     ap.add_argument("--docs", type=int, default=4)
     ap.add_argument("--doc-tokens", dest="doc_tokens", type=int, default=256)
