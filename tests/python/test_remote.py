@@ -28,7 +28,7 @@ import pytest
 
 import kvpool
 from conftest import Daemon
-from kvpool.llm import ChunkedLLM, ChunkType
+from kvpool.llm import ChunkedLLM, ChunkNotFoundError, ChunkType
 from remote_fixtures import (RedisCluster, drain, fill_prefix_cache, metrics,
                              remote_daemon, seq_generate)
 from test_llm import expect_same
@@ -195,6 +195,55 @@ def test_chunks_a_still_holds_reach_b(cluster, nodes):
             out_b = lb.generate_from_chunks(s, [c[1]], q, GREEDY)
     assert out_b["token_ids"] == out_a["token_ids"]
     expect_same(model, prompt, out_b["token_ids"], "B over chunks A still holds")
+
+
+def a_chunks_in_store(a: Daemon, model, adapter, tok):
+    """A registers the chunks and evicts them (written behind); returns
+    (system name, its root entry id, context names, query name)."""
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=a.sock) as la:
+        s, c, q = register_all(la)
+        root = la.client.chunk_get(s)["root"]
+        push_out_chunks(la)
+    drain(a)
+    return s, root, c, q
+
+
+def test_chunk_ids_acquired_on_b(cluster, nodes):
+    """B never registers: an acquire by A's root entry id (or by name), and a
+    sequence over a chunk, bring it from the store; B's model continues from
+    A's system prompt with only the new tokens prefilled."""
+    a, b = nodes
+    model, adapter, tok = tiny_llm_parts()
+    s, root, c, _ = a_chunks_in_store(a, model, adapter, tok)
+    n = len(tok.encode(SYSTEM))
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
+        with pytest.raises(kvpool.NotFoundError):
+            lb.client.chunk_entry(root)   # chunk_get / chunk_entry: this node only
+        with lb.client.chunk_acquire(root) as r:   # from the store
+            assert r.len == n
+        assert lb.client.chunk_entry(root)["tokens"] == n
+        with lb.client.seq_create(5, [kvpool.src_chunk(c[1])], 3) as vs:
+            assert vs.len == len(tok.encode(DOCS[1]))
+        lb.client.seq_free(5)
+        q = tok.encode(QUERY)
+        out = lb.infer_from_blocks([root], n, q, GREEDY)
+        assert lb.counters["prefill_tokens"] == len(q)
+        expect_same(model, tok.encode(SYSTEM) + q, out["token_ids"], "B after A's root")
+
+
+@pytest.mark.xfail(strict=True, raises=ChunkNotFoundError, reason="kvpool.llm.ChunkedLLM resolves a chunk id with "
+                   "chunk_get (and infer_from_blocks an entry id with chunk_entry) before "
+                   "acquiring it; both ask only this node's memory, not the store, so B "
+                   "cannot use A's chunk ids without registering the texts first")
+def test_generate_from_a_chunk_ids_on_b(cluster, nodes):
+    a, b = nodes
+    model, adapter, tok = tiny_llm_parts()
+    s, root, c, _ = a_chunks_in_store(a, model, adapter, tok)
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
+        q = lb.register_chunk(QUERY, ChunkType.QUERY)   # queries are not stored
+        out = lb.generate_from_chunks(s, [c[0]], q, GREEDY)
+    expect_same(model, toks(tok, SYSTEM, DOCS[0], QUERY), out["token_ids"],
+                "B from A's chunk ids")
 
 
 # ------------------------------------------------------------------ prefix cache
