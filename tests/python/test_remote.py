@@ -21,13 +21,17 @@ remote tier in kvpoold (built without hiredis)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import time
 from typing import Iterator, List, Tuple
 
 import pytest
 
 import kvpool
-from conftest import Daemon
+from conftest import SRC, Daemon
 from kvpool.llm import ChunkedLLM, ChunkNotFoundError, ChunkType
 from remote_fixtures import (RedisCluster, drain, fill_prefix_cache, metrics,
                              remote_daemon, seq_generate)
@@ -338,3 +342,28 @@ def test_store_node_killed_b_recomputes(own_cluster, own_nodes):
     assert m[f'kvpool_remote_node_errors_total{{node="{node}"}}'] >= 1
     with kvpool.connect(b.sock, "B2") as cb:   # B still serves
         assert cb.prefix_lookup(prompt)["tokens"] >= got["cached"]
+
+
+# ------------------------------------------------------------------ the GPU proof's dry run
+def test_remote_llm_proof_tiny(cluster, tmp_path):
+    """tools/remote_llm_proof.py (the lead runs it with a Llama on the GPU)
+    with the TinyDecoder at a small size, on this module's cluster."""
+    out = tmp_path / "proof.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""),
+                                                    str(SRC / "examples" / "python")] if p)
+    r = subprocess.run([sys.executable, str(SRC / "tools" / "remote_llm_proof.py"),
+                        "--model", "tiny", "--remote", cluster.url, "--system", "64",
+                        "--docs", "2", "--doc-tokens", "48", "--query", "8",
+                        "--max-tokens", "6", "--json", str(out)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    if r.returncode == 77:
+        pytest.skip(r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, f"remote_llm_proof exited {r.returncode}:\n{r.stderr[-3000:]}"
+    res = json.loads(out.read_text())
+    assert res["identical_A_B"] and res["identical_reference"]
+    assert res["A"]["root_prefill_tokens"] == 64 + 2 * 48
+    assert res["B"]["root_prefill_tokens"] == 0 and res["B"]["roots_found"] == 3
+    assert res["B"]["remote_onloaded_pages"] == 64 // 16 + 2 * 48 // 16
+    assert res["prefill_tokens_saved_on_B"] == 160
+
