@@ -318,26 +318,36 @@ static void chunk_rec_fill(const struct chunk *c, void *page)
 		memcpy(p + n->content_len, n->meta, r.meta_len);
 }
 
-bool share_chunk_down(struct engine *eng, struct chunk *c, bool disk, bool remote)
+uint32_t share_chunk_down(struct engine *eng, struct chunk *c, bool disk,
+			  uint32_t remote_max)
 {
 	uint64_t pb = eng->layout.page_bytes;
-	uint32_t n = c->npages, *bounce = NULL;
+	uint32_t n = c->npages, from = 0, m = 0, queued = 0, *bounce = NULL;
 	void **pages = NULL, *rec = NULL;
 	struct disk_key k;
-	bool bounced = false, out = false;
+	bool bounced = false, out = false, remote;
 
 	disk = disk && eng->disk;
-	remote = remote && eng->remote && !c->in_store; /* as a prefix page */
+	/* Once all queued, or from the store: never again (as a prefix page). */
+	remote = remote_max && remote_chunk_type_kept(eng, c->type) && !c->in_store;
 	/* Roots that are sealed and whose name fits one record. */
 	if ((!disk && !remote) || c->dead || c->parent || !c->name ||
 	    c->state != KVP_CHUNK_READY || chunk_rec_bytes(c->name) > pb)
-		return false;
+		return 0;
+	if (remote) /* the store's piece: from what it lacks on */
+		m = c->npages - c->pub_next < remote_max ? c->npages - c->pub_next
+							 : remote_max;
+	if (!disk) { /* only the store's piece leaves the device */
+		from = c->pub_next;
+		n = m;
+	}
 	pages = malloc((n + 1) * sizeof(*pages));
 	bounce = calloc(n + 1, sizeof(*bounce)); /* zeroed: gcc 13 -O3 cannot see bounce_alloc fill it */
 	rec = calloc(1, pb);
 	if (!pages || !bounce || !rec)
 		goto done;
-	out = share_pages_out(eng, c->frames, n, pages, bounce, &bounced);
+	/* None: the store lacks only the records. */
+	out = !n || share_pages_out(eng, c->frames + from, n, pages, bounce, &bounced);
 	if (!out)
 		goto done;
 	chunk_rec_fill(c, rec);
@@ -349,15 +359,16 @@ bool share_chunk_down(struct engine *eng, struct chunk *c, bool disk, bool remot
 	}
 	/* The same bytes (one bounce on a GPU) to the remote tier, if any. */
 	if (remote)
-		c->in_store = remote_chunk_put(eng, c, (const void *const *)pages,
-					       rec, chunk_rec_bytes(c->name));
+		queued = remote_chunk_put(eng, c, (const void *const *)pages +
+					  (disk ? c->pub_next : 0), m, rec,
+					  chunk_rec_bytes(c->name));
 done:
 	if (out && bounced)
 		share_bounce_free(eng, bounce, n);
 	free(pages);
 	free(bounce);
 	free(rec);
-	return remote && c->in_store;
+	return queued;
 }
 
 /* The name record of f (its last page) checked: NULL when damaged. */

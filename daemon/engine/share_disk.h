@@ -86,21 +86,26 @@ void share_fetch_leave(struct engine *eng, const struct share_fetch *f);
 
 /*
  * A prefix page's / a sealed root chunk's bytes down to the disk tier (disk)
- * and to the remote tier (remote: unless in_store already), where there
- * are such and they take them; on a GPU one device -> host copy feeds
- * both. Returns whether it is queued for the store now (in_store set).
+ * and to the remote tier (unless in_store already), where there are such
+ * and they take them; on a GPU one device -> host copy feeds both.
+ * share_pc_down returns whether the page is queued for the store now
+ * (in_store set). share_chunk_down queues at most remote_max of the pages
+ * the store lacks (from pub_next on; 0: none) and, once the last is, the
+ * records (in_store set); it returns the pages it queued: remote_publish()
+ * sends a long chunk a piece per hold of the lock.
  * Eviction (share_prefix.c, share_chunk.c) sends to both what it is about
  * to drop (share_demote_*); remote_publish() to the store alone ahead of it.
  */
 bool share_pc_down(struct engine *eng, struct pc_entry *pe, bool disk, bool remote);
-bool share_chunk_down(struct engine *eng, struct chunk *c, bool disk, bool remote);
+uint32_t share_chunk_down(struct engine *eng, struct chunk *c, bool disk,
+			  uint32_t remote_max);
 static inline void share_demote_pc(struct engine *eng, struct pc_entry *pe)
 {
 	share_pc_down(eng, pe, true, true);
 }
 static inline void share_demote_chunk(struct engine *eng, struct chunk *c)
 {
-	share_chunk_down(eng, c, true, true);
+	share_chunk_down(eng, c, true, UINT32_MAX);
 }
 
 

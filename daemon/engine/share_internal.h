@@ -87,7 +87,8 @@ struct chunk {
 	struct hnode hnode;      /* share.chunks */
 	struct list_head lru;    /* chunk LRU, or the dead list */
 	struct list_head pub;    /* on share.pub_chunks until queued for the store */
-	bool in_store;           /* queued for the remote tier, or from it */
+	uint32_t pub_next;       /* its pages queued for the store so far */
+	bool in_store;           /* all queued (pages, records), or from the store */
 };
 
 /* A name record: what was registered, shared by its entries. */

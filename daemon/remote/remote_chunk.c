@@ -4,12 +4,13 @@
  * says how they are keyed; share_disk.c rebuilds a chunk from what comes
  * back, as it does from the disk tier).
  *
- * Put: at eviction (share_demote_chunk, under the engine's lock), the
- * chunk's pages are queued first and its records last, and only when the
- * queue has room for all of it: a record is never queued for pages that
- * were not. Pages and records go to different nodes, so a reader may still
- * find a record before its pages land: its fetch comes back short, which
- * is a miss (share_disk.c's record check wants every page).
+ * Put: ahead of eviction a piece at a time (remote_publish.c), or at
+ * eviction the rest (share_demote_chunk), under the engine's lock: the
+ * chunk's pages first (c->pub_next counts them), its records only once
+ * every page is queued: a record is never queued for pages that were not.
+ * Pages and records go to different nodes, so a reader may still find a
+ * record before its pages land: its fetch comes back short, which is a
+ * miss (share_disk.c's record check wants every page).
  *
  * Fetch: one remote_tier_fetch_rec() names the chunk's record; the remote
  * thread gets it, learns from it how many pages follow and under which
@@ -36,26 +37,32 @@ bool remote_chunk_type_kept(const struct engine *eng, uint32_t type)
 	return eng->remote && (type >= 32 || !(eng->remote_chunk_skip & 1u << type));
 }
 
-bool remote_chunk_put(struct engine *eng, const struct chunk *c,
-		      const void *const *pages, const void *rec, uint64_t rec_len)
+uint32_t remote_chunk_put(struct engine *eng, struct chunk *c,
+			  const void *const *pages, uint32_t m, const void *rec,
+			  uint64_t rec_len)
 {
 	uint64_t pb = eng->layout.page_bytes;
 	struct remote_key k;
+	uint32_t done = 0;
 
-	if (!remote_chunk_type_kept(eng, c->type) ||
-	    !remote_tier_has_room(eng->remote, c->npages * pb + 2 * rec_len))
-		return false; /* dropped whole, counted there; it can be recomputed */
-	for (uint32_t i = 0; i < c->npages; i++) {
-		chunk_key(eng, c->name->id.b, i, &k);
-		if (remote_tier_put(eng->remote, &k, pages[i]))
-			return false; /* another engine filled the queue meanwhile */
+	if (!remote_chunk_type_kept(eng, c->type) || c->in_store ||
+	    !remote_tier_has_room(eng->remote, m * pb + 2 * rec_len))
+		return 0; /* dropped, counted there; it can be recomputed */
+	for (; done < m; done++, c->pub_next++) {
+		chunk_key(eng, c->name->id.b, c->pub_next, &k);
+		if (remote_tier_put(eng->remote, &k, pages[done]))
+			return done; /* another engine filled the queue meanwhile */
 	}
-	/* Found by its name and by its root entry's id. */
+	if (c->pub_next < c->npages)
+		return done;
+	/* Every page queued: the records, found by its name and by its root
+	 * entry's id. */
 	chunk_key(eng, c->name->id.b, REMOTE_PAGE_REC, &k);
 	if (remote_tier_put_rec(eng->remote, &k, rec, rec_len))
-		return false;
+		return done;
 	chunk_key(eng, c->id.b, REMOTE_PAGE_REC, &k);
-	return !remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	c->in_store = !remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	return done;
 }
 
 /* remote_expand_fn: a chunk's record names its data pages under its name

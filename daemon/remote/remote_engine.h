@@ -63,10 +63,12 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 /* Whether chunks of type are kept in the remote tier (there is one, and
  * remote_chunk_types has the type; 0, a type not known yet: yes). */
 bool remote_chunk_type_kept(const struct engine *eng, uint32_t type);
-/* Queued whole (pages, then records), or false: not (no room, or a type
- * not kept there). */
-bool remote_chunk_put(struct engine *eng, const struct chunk *c,
-		      const void *const *pages, const void *rec, uint64_t rec_len);
+/* Queue pages[0, m) as c's pages pub_next.. (pub_next advances) and, once
+ * every page is, its records (in_store set). Returns pages queued: fewer
+ * when the queue is full (counted), 0 for a type not kept there. */
+uint32_t remote_chunk_put(struct engine *eng, struct chunk *c,
+			  const void *const *pages, uint32_t m, const void *rec,
+			  uint64_t rec_len);
 /* The chunk id (of type, 0: not known) from the store into f (pages, then
  * the record), nid its name id: 0, -ENOENT, -EINPROGRESS (without wait: the
  * ring worker holds the entry and retries). */

@@ -57,12 +57,21 @@ uint32_t remote_publish(struct engine *eng, uint32_t max_pages, bool *more)
 	}
 	while (done < max_pages &&
 	       (c = list_first_entry_or_null(&s->pub_chunks, struct chunk, pub))) {
-		/* Whole or not at all; one larger than a batch goes alone. */
-		if ((done && done + c->npages > max_pages) || !room_for(eng, c->npages))
+		/* A piece of what it lacks (its records once no page is
+		 * left: a call for none); it stays first until complete. */
+		uint32_t want = c->npages - c->pub_next, got;
+
+		if (want > max_pages - done)
+			want = max_pages - done;
+		if (!room_for(eng, want))
 			break;
-		list_del(&c->pub);
-		if (share_chunk_down(eng, c, false, true))
-			done += c->npages;
+		got = share_chunk_down(eng, c, false, want ? want : 1);
+		done += got;
+		if (c->in_store || (!got && want)) {
+			list_del(&c->pub); /* done, or failing: eviction writes it */
+			continue;
+		}
+		break; /* the batch ended inside it, or its records wait for room */
 	}
 	*more = !list_empty(&s->pub_pcs) || !list_empty(&s->pub_chunks);
 	return done;
