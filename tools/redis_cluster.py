@@ -134,10 +134,24 @@ class RedisCluster:
         kvp1:c:<layout>:<tenant>:<name id>:<page> and its record ':r')."""
         out: Dict[str, set] = {}
         for i in range(len(self.ports)):
+            if self.procs[i] is None:
+                continue
             for k in self.keys(i):
                 f = k.split(":")
                 if len(f) == 6 and f[1] == "c":
                     out.setdefault(f[4], set()).add(i)
+        return out
+
+    def chunk_records(self) -> set:
+        """Ids with a chunk record (':r') in the store: chunk name ids and
+        root entry ids. A chunk's record goes with its last pages."""
+        out = set()
+        for i in range(len(self.ports)):
+            if self.procs[i] is not None:
+                for k in self.keys(i):
+                    f = k.split(":")
+                    if len(f) == 6 and f[1] == "c" and f[5] == "r":
+                        out.add(f[4])
         return out
 
     def kill(self, i: int) -> None:
