@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -209,6 +209,18 @@ def evict_all(llm: Any) -> None:
     llm.client.chunk_limits(max_chunks=100000)
 
 
+def workload(m: Model, args: argparse.Namespace) -> Tuple[Dict[str, Any], List[int]]:
+    """The texts (token ids in decimal: IdTokenizer) of the system prompt,
+    the documents and the query, and the whole prompt's ids."""
+    g = m.g
+    ids = {"system": rand_ids(g, args.system, m.vocab),
+           "docs": [rand_ids(g, args.doc_tokens, m.vocab) for _ in range(args.docs)],
+           "query": rand_ids(g, args.query, m.vocab)}
+    texts = {"system": text(ids["system"]), "docs": [text(x) for x in ids["docs"]],
+             "query": text(ids["query"])}
+    return texts, ids["system"] + [t for x in ids["docs"] for t in x] + ids["query"]
+
+
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     m = Model(args)
     determinism(True)
@@ -219,13 +231,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     queue = f"{max(64, 2 * kv_bytes // 2 ** 20 + 16)}M"   # every root evicted at once
     host = args.host_mem or f"{max(256, 2 * kv_bytes // 2 ** 20 + 16)}M"
     backend = "cuda" if m.cuda else "shm"
-    g = m.g
-    ids = {"system": rand_ids(g, args.system, m.vocab),
-           "docs": [rand_ids(g, args.doc_tokens, m.vocab) for _ in range(args.docs)],
-           "query": rand_ids(g, args.query, m.vocab)}
-    texts = {"system": text(ids["system"]), "docs": [text(x) for x in ids["docs"]],
-             "query": text(ids["query"])}
-    prompt = ids["system"] + [t for x in ids["docs"] for t in x] + ids["query"]
+    texts, prompt = workload(m, args)
     sp = {"temperature": 0, "max_tokens": args.max_tokens, "ignore_eos": True}
 
     cluster = None
@@ -244,7 +250,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         # Warm-up on A (kernels, allocator): a chunk of its own, evicted too.
         from kvpool.llm import ChunkedLLM, ChunkType
         with ChunkedLLM(model=m.adapter, tokenizer=IdTokenizer(), socket=a.sock) as w:
-            w.register_chunk(text(rand_ids(g, min(args.system, 512), m.vocab)),
+            w.register_chunk(text(rand_ids(m.g, min(args.system, 512), m.vocab)),
                              ChunkType.SYSTEM_PROMPT)
         ra = side(m, a, texts, sp)
         evict_all(ra["_llm"])
