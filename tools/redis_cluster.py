@@ -154,6 +154,13 @@ class RedisCluster:
                         out.add(f[4])
         return out
 
+    def pause(self, i: int) -> None:
+        """SIGSTOP node i (a store machine hung: connections open, no
+        replies); kill() ends it."""
+        pr = self.procs[i]
+        if pr is not None:
+            pr.send_signal(signal.SIGSTOP)
+
     def kill(self, i: int) -> None:
         """SIGKILL node i (a store machine lost)."""
         pr = self.procs[i]
