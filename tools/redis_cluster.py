@@ -41,35 +41,50 @@ def _port_free(p: int) -> bool:
 
 
 def _cli(port: int, *args: str, timeout: float = 5) -> str:
-    r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
-                       capture_output=True, text=True, timeout=timeout, check=False)
+    """redis-cli's output ("" when it did not answer in time)."""
+    try:
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+                           capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return ""
     return r.stdout
 
 
 class RedisCluster:
     """n redis-server --cluster-enabled nodes on loopback, all masters,
     formed by redis-cli --cluster create; stop() kills them and removes
-    their directory."""
+    their directory. Ports (and their cluster bus ports, + 10000) are taken
+    below the kernel's ephemeral range, where no connection's local port
+    lands; a node that still finds its port taken (another test's cluster
+    started between the check and the bind) makes a new attempt on others."""
+
+    ATTEMPTS = 3
 
     def __init__(self, n: int = 3) -> None:
         for tool in ("redis-server", "redis-cli"):
             if shutil.which(tool) is None:
                 raise RedisMissing(f"{tool} is not installed: apt-get install "
                                    "redis-server redis-tools (scripts/deps.sh)")
-        self.dir = tempfile.mkdtemp(prefix="kvpool-redis-py-")
-        self.procs: List[Optional[subprocess.Popen]] = []
         rng = random.Random(os.getpid() ^ time.monotonic_ns())
-        p = 20000 + rng.randrange(20000)
-        self.ports: List[int] = []
-        while len(self.ports) < n:
-            if _port_free(p):
-                self.ports.append(p)
-            p += 1
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(self.ATTEMPTS):
+            self.dir = tempfile.mkdtemp(prefix="kvpool-redis-py-")
+            self.procs: List[Optional[subprocess.Popen]] = []
+            p = 10000 + rng.randrange(12000)   # buses below 32768
+            self.ports: List[int] = []
+            while len(self.ports) < n:
+                if _port_free(p):
+                    self.ports.append(p)
+                p += 1
+            try:
+                self._start()
+                return
+            except RuntimeError:
+                self.stop()
+                if attempt == self.ATTEMPTS - 1:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
 
     def _start(self) -> None:
         for p in self.ports:
@@ -98,11 +113,19 @@ class RedisCluster:
             for i, pr in enumerate(self.procs):
                 if pr is not None and pr.poll() is not None:
                     raise RuntimeError(f"redis-server on port {self.ports[i]} exited "
-                                       f"{pr.returncode}: see {self.dir}")
+                                       f"{pr.returncode}: {self._log(self.ports[i])}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the Redis Cluster nodes did not {what} within "
-                                   f"{timeout:.0f} s (logs in {self.dir})")
+                                   f"{timeout:.0f} s: " +
+                                   " | ".join(self._log(p) for p in self.ports))
             time.sleep(0.05)
+
+    def _log(self, port: int) -> str:
+        try:
+            with open(f"{self.dir}/redis-{port}.log") as f:
+                return " / ".join(f.read().strip().splitlines()[-3:])
+        except OSError:
+            return "(no log)"
 
     @property
     def url(self) -> str:
