@@ -198,8 +198,14 @@ int op_chunk_get(struct op *o)
 				  o->out_len);
 	if ((ret = op_input_id(o, &id)))
 		return ret;
-	ret = share_chunk_info(op_lock_own(o), &id, &info, o->e);
-	op_unlock_own(o);
+	do { /* another node's chunk: from the tiers below first */
+		struct engine *eng = op_lock_own(o);
+
+		ret = share_chunk_from_below(eng, &id, o->e);
+		if (!ret)
+			ret = share_chunk_info(eng, &id, &info, o->e);
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	if (ret)
 		return ret;
 	memcpy(o->out, &info, sizeof(info));
@@ -305,8 +311,14 @@ int op_chunk_entry(struct op *o)
 				  o->out_len);
 	if ((ret = op_input_id(o, &id)))
 		return ret;
-	ret = share_chunk_entry(op_lock_own(o), &id, &info, o->e);
-	op_unlock_own(o);
+	do { /* as op_chunk_get */
+		struct engine *eng = op_lock_own(o);
+
+		ret = share_chunk_from_below(eng, &id, o->e);
+		if (!ret)
+			ret = share_chunk_entry(eng, &id, &info, o->e);
+		op_unlock_own(o);
+	} while (ret == -EINPROGRESS && !op_disk_defer(o));
 	if (ret)
 		return ret;
 	memcpy(o->out, &info, sizeof(info));

@@ -514,6 +514,21 @@ static bool chunk_key_of(struct engine *eng, const struct kvp_chunk_id *id,
 	return disk_tier_find_alias(eng->disk, &a, k->hash);
 }
 
+int share_chunk_from_below(struct engine *eng, const struct kvp_chunk_id *id,
+			   struct errbuf *e)
+{
+	int ret;
+
+	if ((!eng->disk && !eng->remote) || name_find(eng, id) || chunk_find(eng, id))
+		return 0;
+	ret = share_disk_chunk_restore(eng, id, 0, false, e);
+	if (ret == -ENOENT) {
+		e->msg[0] = '\0';
+		return 0; /* the lookup says what is not there */
+	}
+	return ret;
+}
+
 int share_disk_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id)
 {
 	struct disk_key k;

@@ -193,6 +193,15 @@ int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 			uint32_t owner, uint64_t now_ns, struct engine_lease *out,
 			struct errbuf *e);
+/*
+ * A chunk id (a name, or an entry) this pool does not hold: its root
+ * brought back from the disk tier or the remote tier, as an acquire does,
+ * so that a get or an entry row of a chunk another node computed answers.
+ * 0 (held now, or nowhere: the lookup says -ENOENT), -EINPROGRESS (being
+ * read: retry, the ring worker holding the entry), -ENOMEM (no room).
+ */
+int share_chunk_from_below(struct engine *eng, const struct kvp_chunk_id *id,
+			   struct errbuf *e);
 /* A name's row; id: the name or one of its entries. */
 int share_chunk_info(struct engine *eng, const struct kvp_chunk_id *id,
 		     struct kvp_chunk_info *out, struct errbuf *e);
