@@ -12,9 +12,9 @@ and A's, with less prefill on B:
   prefills only the query and the links (contexts and query under the
   system prompt: links and queries are not stored); the same with chunks A
   still holds (published ahead of eviction);
-- chunk ids: B acquires A's root by its entry id, makes a sequence over a
-  chunk, and continues after A's system prompt; ChunkedLLM on ids B never
-  registered is an xfail (chunk_get and chunk_entry are node-local);
+- chunk ids: B, never registering them, continues after A's system prompt
+  given its root entry id (infer_from_blocks), makes a sequence over a
+  chunk, and generates from A's chunk ids: the store gives them back;
 - prefix cache: A computes a prompt over a kvpool sequence, other prompts
   evict its pages; B's prefix lookup reports its full pages cached, B
   computes only the tail and decodes the reference's tokens;
@@ -41,7 +41,7 @@ import pytest
 
 import kvpool
 from conftest import SRC, Daemon
-from kvpool.llm import ChunkedLLM, ChunkNotFoundError, ChunkType
+from kvpool.llm import ChunkedLLM, ChunkType
 from remote_fixtures import (RedisCluster, drain, fill_prefix_cache, metrics,
                              remote_daemon, seq_generate)
 from test_llm import expect_same
@@ -61,7 +61,7 @@ WRITTEN = "kvpool_remote_written_pages_total"
 
 @pytest.fixture(scope="module", autouse=True)
 def _collect() -> Iterator[None]:
-    """After the module, collect the cycles its tests leave (the xfail's
+    """After the module, collect the cycles its tests leave (a failure's
     traceback holds a ChunkedLLM whose views keep its daemon's memory
     mapped): test_zero_copy counts this process's mappings."""
     yield
@@ -235,40 +235,41 @@ def a_chunks_in_store(a: Daemon, model, adapter, tok):
     return s, root, c, q
 
 
-def test_chunk_ids_acquired_on_b(cluster, nodes):
-    """B never registers: an acquire by A's root entry id (or by name), and a
-    sequence over a chunk, bring it from the store; B's model continues from
-    A's system prompt with only the new tokens prefilled."""
+def test_chunk_ids_on_b(cluster, nodes):
+    """B never registers: A's root entry id, given to infer_from_blocks,
+    comes from the store (chunk_entry and the acquire bring it back), and so
+    does a sequence over a chunk by name; B's model continues after A's
+    system prompt with only the new tokens prefilled."""
     a, b = nodes
     model, adapter, tok = tiny_llm_parts()
     s, root, c, _ = a_chunks_in_store(a, model, adapter, tok)
     n = len(tok.encode(SYSTEM))
     with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
-        with pytest.raises(kvpool.NotFoundError):
-            lb.client.chunk_entry(root)   # chunk_get / chunk_entry: this node only
-        with lb.client.chunk_acquire(root) as r:   # from the store
-            assert r.len == n
-        assert lb.client.chunk_entry(root)["tokens"] == n
-        with lb.client.seq_create(5, [kvpool.src_chunk(c[1])], 3) as vs:
-            assert vs.len == len(tok.encode(DOCS[1]))
-        lb.client.seq_free(5)
         q = tok.encode(QUERY)
         out = lb.infer_from_blocks([root], n, q, GREEDY)
         assert lb.counters["prefill_tokens"] == len(q)
         expect_same(model, tok.encode(SYSTEM) + q, out["token_ids"], "B after A's root")
+        with lb.client.seq_create(5, [kvpool.src_chunk(c[1])], 3) as vs:
+            assert vs.len == len(tok.encode(DOCS[1]))
+        lb.client.seq_free(5)
+        assert lb.get_chunk(c[1])["content"] == DOCS[1]
 
 
-@pytest.mark.xfail(strict=True, raises=ChunkNotFoundError, reason="kvpool.llm.ChunkedLLM resolves a chunk id with "
-                   "chunk_get (and infer_from_blocks an entry id with chunk_entry) before "
-                   "acquiring it; both ask only this node's memory, not the store, so B "
-                   "cannot use A's chunk ids without registering the texts first")
 def test_generate_from_a_chunk_ids_on_b(cluster, nodes):
+    """B generates from A's chunk ids (only the query registered on B: a
+    query is not stored); the system prompt's and the document's roots come
+    from the store, B prefills the query and the links."""
     a, b = nodes
     model, adapter, tok = tiny_llm_parts()
     s, root, c, _ = a_chunks_in_store(a, model, adapter, tok)
+    onl0 = metrics(b)[ONLOADED]
     with ChunkedLLM(model=adapter, tokenizer=tok, socket=b.sock) as lb:
         q = lb.register_chunk(QUERY, ChunkType.QUERY)   # queries are not stored
         out = lb.generate_from_chunks(s, [c[0]], q, GREEDY)
+        qlen = len(tok.encode(QUERY))
+        assert lb.counters["prefill_tokens"] == qlen + len(toks(tok, DOCS[0], QUERY))
+    pages = sum(-(-len(tok.encode(t)) // 16) for t in (SYSTEM, DOCS[0]))
+    assert metrics(b)[ONLOADED] - onl0 == pages
     expect_same(model, toks(tok, SYSTEM, DOCS[0], QUERY), out["token_ids"],
                 "B from A's chunk ids")
 
