@@ -288,6 +288,12 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "identical_A_B": ra["tokens"] == rb["tokens"],
         "identical_reference": None if ref is None else rb["tokens"] == ref,
         "prefill_tokens_saved_on_B": ra["root_prefill_tokens"] - rb["root_prefill_tokens"],
+        # Everything each side prefilled, links included (a document's KV
+        # after the system prompt is a link, computed on both sides).
+        "prefill_tokens_total_A_B": [sum(r[k] for k in ("root_prefill_tokens",
+                                                        "query_prefill_tokens",
+                                                        "link_prefill_tokens"))
+                                     for r in (ra, rb)],
         "root_s_A_prefill_vs_B_fetch": [ra["register_s"], rb["register_s"]],
     }
     if m.cuda:

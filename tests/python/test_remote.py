@@ -399,4 +399,7 @@ def test_remote_llm_proof_tiny(cluster, tmp_path):
     assert res["B"]["root_prefill_tokens"] == 0 and res["B"]["roots_found"] == 3
     assert res["B"]["remote_onloaded_pages"] == 64 // 16 + 2 * 48 // 16
     assert res["prefill_tokens_saved_on_B"] == 160
+    # A: the roots, the query and the links (documents and query after the
+    # system prompt); B: the query and the links.
+    assert res["prefill_tokens_total_A_B"] == [160 + 8 + 2 * 48 + 8, 8 + 2 * 48 + 8]
 
