@@ -23,7 +23,8 @@ model drives both through kvpool.llm.ChunkedLLM (one object per daemon):
 
 Reported: prefill tokens and seconds of the roots on A vs what B spent
 getting them from the store (system prompt and documents), B's onloaded pages and the tier's fetch time,
-each side's generation. Exit 0 only when the tokens are identical and B
+each side's generation (--reps: B's side on that many fresh Bs, the
+fastest reported). Exit 0 only when the tokens are identical and B
 prefilled neither the system prompt nor a document; the times are recorded, not asserted.
 
 --model tiny: examples/python/tinymodels.py's TinyDecoder, fp32, on the CPU
@@ -43,6 +44,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -111,6 +113,7 @@ class Node:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- models
@@ -260,18 +263,29 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         ra["_llm"].close()
         log(f"A: {ra['root_prefill_tokens']} root tokens prefilled in {ra['register_s']} s; "
             f"{ma['kvpool_remote_written_pages_total']:.0f} pages written behind")
-        rb = side(m, b, texts, sp)
-        rb["_llm"].close()
-        log(f"B: {rb['root_prefill_tokens']} root tokens prefilled, "
-            f"{rb['remote_onloaded_pages']:.0f} pages from the store in {rb['register_s']} s")
+        # B's side --reps times, each on a fresh B (the first finds nothing
+        # but the store; a B that holds the chunks would not ask it).
+        reps: List[Dict[str, Any]] = []
+        for i in range(args.reps):
+            if i:
+                b.stop()
+                b = Node("B", kvpoold, m.layout, backend, dev, host, remote)
+                nodes.append(b)
+            rb = side(m, b, texts, sp)
+            rb["_llm"].close()
+            del rb["_llm"]
+            reps.append(rb)
+            log(f"B: {rb['root_prefill_tokens']} root tokens prefilled, "
+                f"{rb['remote_onloaded_pages']:.0f} pages from the store in "
+                f"{rb['register_s']} s")
+        rb = min(reps, key=lambda r: r["register_s"])
         ref = m.reference(prompt, args.max_tokens)
     finally:
         for n in nodes:
             n.stop()
         if cluster:
             cluster.stop()
-    for r in (ra, rb):
-        del r["_llm"]
+    del ra["_llm"]
     res: Dict[str, Any] = {
         "what": "node B generates from chunks node A computed, fetched through the "
                 "remote tier (a Redis Cluster), vs A computing them",
@@ -295,6 +309,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
                                                         "link_prefill_tokens"))
                                      for r in (ra, rb)],
         "root_s_A_prefill_vs_B_fetch": [ra["register_s"], rb["register_s"]],
+        "B_register_s_reps": [r["register_s"] for r in reps],
+        "identical_A_B_every_rep": all(r["tokens"] == ra["tokens"] for r in reps),
     }
     if m.cuda:
         import torch
@@ -320,6 +336,8 @@ def main() -> int:
     ap.add_argument("--doc-tokens", dest="doc_tokens", type=int, default=256)
     ap.add_argument("--query", type=int, default=32)
     ap.add_argument("--max-tokens", dest="max_tokens", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=1,
+                    help="B's side this many times, each on a fresh B (B: the fastest)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     try:
@@ -338,7 +356,7 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)
-    ok = res["identical_A_B"] and res["identical_reference"] is not False and \
+    ok = res["identical_A_B_every_rep"] and res["identical_reference"] is not False and \
         res["B"]["root_prefill_tokens"] == 0 and res["B"]["roots_created"] == 0
     if not ok:
         print("remote_llm_proof: FAILED: B's tokens differ or B prefilled roots",
