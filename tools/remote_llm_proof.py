@@ -26,6 +26,8 @@ getting them from the store (system prompt and documents), B's onloaded pages an
 each side's generation (--reps: B's side on that many fresh Bs, the
 fastest reported). Exit 0 only when the tokens are identical and B
 prefilled neither the system prompt nor a document; the times are recorded, not asserted.
+Exit 77 (skip) without redis-server or redis-cli, or with a kvpoold built without the
+remote tier.
 
 --model tiny: examples/python/tinymodels.py's TinyDecoder, fp32, on the CPU
 (--backend shm): the dry run anywhere. --model llama: LlamaForCausalLM from a
