@@ -734,16 +734,6 @@ void remote_tier_count_user(struct remote_tier *rt, enum remote_user_stat what)
 	pthread_mutex_unlock(&rt->mu);
 }
 
-uint64_t remote_tier_queue_room(struct remote_tier *rt)
-{
-	uint64_t room;
-
-	pthread_mutex_lock(&rt->mu);
-	room = rt->queue_cap > rt->queued_bytes ? rt->queue_cap - rt->queued_bytes : 0;
-	pthread_mutex_unlock(&rt->mu);
-	return room;
-}
-
 bool remote_tier_put_pending(struct remote_tier *rt, const struct remote_key *k)
 {
 	struct put_item *p;

@@ -71,7 +71,7 @@ int remote_tier_put(struct remote_tier *rt, const struct remote_key *k,
 int remote_tier_put_fill(struct remote_tier *rt, const struct remote_key *k,
 			 int (*fill)(void *arg, void *dst), void *arg);
 
-/* Bytes the write-behind queue can take now. */
+/* Bytes the write-behind queue can take now (a hint: others may queue). */
 uint64_t remote_tier_free_bytes(struct remote_tier *rt);
 /* Whether the write-behind queue has room for bytes now (a chunk queued
  * whole or not at all: the put can still find it full, another engine
@@ -202,9 +202,6 @@ bool remote_tier_node_stats(struct remote_tier *rt, uint32_t i,
 /* The user history counters above (remote_user.c): enum remote_user_stat. */
 enum remote_user_stat { RU_PUT, RU_FETCHED, RU_MISSED, RU_TORN, RU_DEL, RU_DROPPED };
 void remote_tier_count_user(struct remote_tier *rt, enum remote_user_stat what);
-
-/* Bytes the write-behind queue can take now (a hint: others may queue). */
-uint64_t remote_tier_queue_room(struct remote_tier *rt);
 
 /* Whether a put or DEL of k is queued or being written (a reader of k
  * waits for it: the store does not have it yet). */

@@ -120,7 +120,7 @@ static int user_out(struct engine *eng, struct history *h)
 			goto out;
 	/* All of it or nothing: a history cut short by a full queue would
 	 * only overwrite (tear) the snapshot the store has. */
-	if (remote_tier_queue_room(eng->remote) <
+	if (remote_tier_free_bytes(eng->remote) <
 	    (uint64_t)n * eng->layout.page_bytes + sizeof(rec)) {
 		ret = -ENOSPC;
 		goto out;
