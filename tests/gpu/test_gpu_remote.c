@@ -15,7 +15,10 @@
  *    frames; the bytes read back from B's device tier are A's;
  *  - the same for a sealed chunk, evicted from A with both tiers (one
  *    device -> host copy feeds both) and acquired by name on B, which has
- *    the store only.
+ *    the store only;
+ *  - a user history (remote_user_histories): A's pages written on the GPU,
+ *    demoted to the host tier and dropped from it by the reclaimer (written
+ *    behind to the store), prepared on B: B's device pages hold A's bytes.
  *
  * Exits 77 (skip) with a message where no CUDA device; the remote case
  * skips itself where there is no redis-server.
@@ -115,7 +118,7 @@ static void token_io(struct engine *eng, uint32_t frame, uint32_t slot,
 
 static int setup(void **state)
 {
-	struct remote_tier_config c = { .timeout_ms = 2000 };
+	struct remote_tier_config c = { .timeout_ms = 2000, .user_histories = true };
 	struct disk_tier_config dc = { .size = 16u << 20 };
 	struct errbuf e = { .msg = "" };
 	char msg[128] = "";
@@ -328,6 +331,70 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 	free(want);
 }
 
+/* A user's history through the store on the GPU. */
+static void test_b_gets_a_user_history_through_the_store(void **state)
+{
+	const uint64_t user = 4242;
+	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
+	struct errbuf e = { .msg = "" };
+	struct engine_lease a, b;
+	struct fx fa, fb;
+	int ret, rounds = 0;
+
+	(void)state;
+	if (!g_rt)
+		skip(); /* no redis-server here */
+	assert_non_null(row);
+	assert_non_null(want);
+	assert_non_null(s);
+	fx_open(&fa, NULL, g_rt);
+	while ((ret = engine_prepare_flags(fa.eng, user, 0, NTOK, 3,
+					   ENGINE_PREPARE_DISK_DEFER, &a, &e)) == -EINPROGRESS) {
+		usleep(1000); /* the store asked for a user nobody has: a miss */
+		assert_true(++rounds < 5000);
+	}
+	assert_int_equal(ret, 0);
+	assert_int_equal(a.len, 0);
+	assert_int_equal(engine_lease_slots(fa.eng, a.id, 0, NTOK, s, &e), 0);
+	for (uint32_t i = 0; i < NTOK; i++) {
+		token_bytes(i, row);
+		token_io(fa.eng, s[i].frame, s[i].slot, row, true);
+	}
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	assert_int_equal(engine_commit(fa.eng, a.id, NTOK, &e), 0);
+	assert_int_equal(engine_release(fa.eng, a.id, NULL), 0);
+	/* The reclaimer's way: device -> host tier, then dropped from it. */
+	assert_true(engine_evict(fa.eng, user, KVP_SEL_DEVICE, &e) > 0);
+	assert_true(engine_reclaim_host(fa.eng, UINT32_MAX) > 0);
+	remote_tier_flush(g_rt);
+	fx_close(&fa);
+
+	fx_open(&fb, NULL, g_rt);
+	rounds = 0;
+	while ((ret = engine_prepare_flags(fb.eng, user, NTOK, 0, 3,
+					   ENGINE_PREPARE_DISK_DEFER, &b, &e)) == -EINPROGRESS) {
+		usleep(1000);
+		assert_true(++rounds < 5000);
+	}
+	if (ret)
+		fail_msg("B's prepare of A's user: %d %s", ret, e.msg);
+	assert_true(rounds > 0); /* it was asked of the store */
+	assert_int_equal(b.len, NTOK);
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess); /* the onload */
+	for (uint32_t i = 0; i < NTOK; i++) {
+		token_io(fb.eng, b.frames[i / P], i % P, row, false);
+		token_bytes(i, want);
+		if (memcmp(row, want, L.token_bytes))
+			fail_msg("B's token %" PRIu32 " of the user differs from A's", i);
+	}
+	assert_int_equal(engine_release(fb.eng, b.id, NULL), 0);
+	fx_close(&fb);
+	free(s);
+	free(row);
+	free(want);
+}
+
 static void test_b_gets_a_device_pages_through_the_disk(void **state)
 {
 	(void)state;
@@ -347,6 +414,7 @@ int main(void)
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_disk),
 		cmocka_unit_test(test_b_gets_a_device_chunk_through_the_store),
 		cmocka_unit_test(test_b_gets_a_device_pages_published_ahead),
+		cmocka_unit_test(test_b_gets_a_user_history_through_the_store),
 	};
 	char err[KVP_ERRLEN];
 
