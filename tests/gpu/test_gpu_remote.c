@@ -116,6 +116,25 @@ static void token_io(struct engine *eng, uint32_t frame, uint32_t slot,
 		}
 }
 
+/* Tokens [0, n) in eng's device frames (frames[t / P], slot t % P) are
+ * A's (token_bytes); what names the case in a failure. */
+static void expect_tokens(struct engine *eng, const uint32_t *frames, uint32_t n,
+			  const char *what)
+{
+	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+
+	assert_non_null(row);
+	assert_non_null(want);
+	for (uint32_t i = 0; i < n; i++) {
+		token_io(eng, frames[i / P], i % P, row, false);
+		token_bytes(i, want);
+		if (memcmp(row, want, L.token_bytes))
+			fail_msg("B's token %" PRIu32 " of %s differs from A's", i, what);
+	}
+	free(row);
+	free(want);
+}
+
 static int setup(void **state)
 {
 	struct remote_tier_config c = { .timeout_ms = 2000, .user_histories = true };
@@ -172,7 +191,7 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 		     bool publish)
 {
 	uint32_t tok[NTOK];
-	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+	unsigned char *row = malloc(L.token_bytes);
 	struct errbuf e = { .msg = "" };
 	struct engine_lease a;
 	struct share_prefix_hit hit;
@@ -181,7 +200,6 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	int ret, rounds = 0;
 
 	assert_non_null(row);
-	assert_non_null(want);
 	assert_non_null(s);
 	for (uint32_t i = 0; i < NTOK; i++)
 		tok[i] = tok0 + i * 3u;
@@ -226,16 +244,10 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	}
 	assert_int_equal(ret, 0);
 	assert_int_equal(hit.npages, NTOK / P);
-	for (uint32_t i = 0; i < hit.npages * P; i++) {
-		token_io(fb.eng, hit.frames[i / P], i % P, row, false);
-		token_bytes(i, want);
-		if (memcmp(row, want, L.token_bytes))
-			fail_msg("B's token %" PRIu32 " differs from A's", i);
-	}
+	expect_tokens(fb.eng, hit.frames, hit.npages * P, "the prompt");
 	fx_close(&fb);
 	free(s);
 	free(row);
-	free(want);
 }
 
 /* A's pages to the store (at eviction, or published ahead of it through
@@ -267,7 +279,7 @@ static void test_b_gets_a_device_pages_through_the_store(void **state)
 static void test_b_gets_a_device_chunk_through_the_store(void **state)
 {
 	uint32_t tok[NTOK];
-	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+	unsigned char *row = malloc(L.token_bytes);
 	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
 	struct remote_tier_stats st0, st;
 	struct errbuf e = { .msg = "" };
@@ -280,7 +292,6 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 	if (!g_rt)
 		skip(); /* no redis-server here */
 	assert_non_null(row);
-	assert_non_null(want);
 	assert_non_null(s);
 	for (uint32_t i = 0; i < NTOK; i++)
 		tok[i] = 20000 + i * 5u;
@@ -318,24 +329,18 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 	if (ret)
 		fail_msg("B's acquire of A's chunk: %d %s", ret, e.msg);
 	assert_int_equal(b.len, NTOK);
-	for (uint32_t i = 0; i < NTOK; i++) { /* a read lease: its page table */
-		token_io(fb.eng, b.frames[i / P], i % P, row, false);
-		token_bytes(i, want);
-		if (memcmp(row, want, L.token_bytes))
-			fail_msg("B's chunk token %" PRIu32 " differs from A's", i);
-	}
+	expect_tokens(fb.eng, b.frames, NTOK, "the chunk"); /* its page table */
 	assert_int_equal(engine_release(fb.eng, b.id, NULL), 0);
 	fx_close(&fb);
 	free(s);
 	free(row);
-	free(want);
 }
 
 /* A user's history through the store on the GPU. */
 static void test_b_gets_a_user_history_through_the_store(void **state)
 {
 	const uint64_t user = 4242;
-	unsigned char *row = malloc(L.token_bytes), *want = malloc(L.token_bytes);
+	unsigned char *row = malloc(L.token_bytes);
 	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
 	struct errbuf e = { .msg = "" };
 	struct engine_lease a, b;
@@ -346,7 +351,6 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 	if (!g_rt)
 		skip(); /* no redis-server here */
 	assert_non_null(row);
-	assert_non_null(want);
 	assert_non_null(s);
 	fx_open(&fa, NULL, g_rt);
 	while ((ret = engine_prepare_flags(fa.eng, user, 0, NTOK, 3,
@@ -382,17 +386,11 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 	assert_true(rounds > 0); /* it was asked of the store */
 	assert_int_equal(b.len, NTOK);
 	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess); /* the onload */
-	for (uint32_t i = 0; i < NTOK; i++) {
-		token_io(fb.eng, b.frames[i / P], i % P, row, false);
-		token_bytes(i, want);
-		if (memcmp(row, want, L.token_bytes))
-			fail_msg("B's token %" PRIu32 " of the user differs from A's", i);
-	}
+	expect_tokens(fb.eng, b.frames, NTOK, "the user");
 	assert_int_equal(engine_release(fb.eng, b.id, NULL), 0);
 	fx_close(&fb);
 	free(s);
 	free(row);
-	free(want);
 }
 
 static void test_b_gets_a_device_pages_through_the_disk(void **state)

@@ -300,3 +300,22 @@ void assert_msg_has(const struct errbuf *e, const char *want)
 	if (!strstr(e->msg, want))
 		fail_msg("message \"%s\" lacks \"%s\"", e->msg, want);
 }
+
+static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
+			struct tier_mem *out, struct errbuf *e)
+{
+	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
+
+	if (!ret && tier == KVP_TIER_DEVICE)
+		out->host_visible = false;
+	return ret;
+}
+
+const struct backend_ops *shm_opaque_backend(void)
+{
+	static struct backend_ops be;
+
+	be = backend_shm;
+	be.tier_alloc = opaque_alloc;
+	return &be;
+}

@@ -46,6 +46,9 @@ struct engine *mk_engine_cfg(struct engine_config *cfg);
 /* The same on another backend (NULL: shm). */
 struct engine *mk_engine_on(uint32_t dev, uint32_t host, uint64_t max_tokens,
 			    const struct backend_ops *be, void *be_ctx);
+/* The shm backend with its device tier marked not host-visible: what the
+ * cuda backend's is (reached through the backend's read and copy only). */
+const struct backend_ops *shm_opaque_backend(void);
 
 /* Deterministic K/V bytes of tokens [pos, pos+n) of user: never all-zero. */
 void pattern(const struct kvp_layout *l, uint64_t user, uint64_t pos,

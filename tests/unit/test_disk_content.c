@@ -40,17 +40,6 @@
 
 static char g_dir[64];
 static struct disk_tier *g_disk;
-static struct backend_ops g_be;
-
-static int shm_device_opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
-				   struct tier_mem *out, struct errbuf *e)
-{
-	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
-
-	if (!ret && tier == KVP_TIER_DEVICE)
-		out->host_visible = false;
-	return ret;
-}
 
 static void disk_open(void)
 {
@@ -68,13 +57,10 @@ static struct engine *engine_on_disk(bool device_visible)
 {
 	struct engine_config cfg;
 
-	g_be = backend_shm;
-	if (!device_visible)
-		g_be.tier_alloc = shm_device_opaque_alloc;
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.device_frames = DEV;
 	cfg.host_frames = 32;
-	cfg.backend = &g_be;
+	cfg.backend = device_visible ? &backend_shm : shm_opaque_backend();
 	cfg.disk = g_disk;
 	return mk_engine_cfg(&cfg);
 }

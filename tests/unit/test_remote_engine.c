@@ -70,20 +70,6 @@ static int teardown_all(void **state)
 	return 0;
 }
 
-/* The shm backend with its device tier marked not host-visible: what the
- * cuda backend's is (reached through read and copy only). */
-static struct backend_ops g_opaque;
-
-static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
-			struct tier_mem *out, struct errbuf *e)
-{
-	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
-
-	if (!ret && tier == KVP_TIER_DEVICE)
-		out->host_visible = false;
-	return ret;
-}
-
 static bool g_opaque_on; /* engines made now have an opaque device tier */
 static uint32_t g_skip;   /* engine_config.remote_chunk_skip of engines made now */
 
@@ -96,11 +82,8 @@ static struct engine *engine_with_remote(void)
 	struct errbuf e;
 
 	test_layout(&cfg.layout);
-	if (g_opaque_on) {
-		g_opaque = backend_shm;
-		g_opaque.tier_alloc = opaque_alloc;
-		cfg.backend = &g_opaque;
-	}
+	if (g_opaque_on)
+		cfg.backend = shm_opaque_backend();
 	if (engine_create(&eng, &cfg, &e))
 		fail_msg("engine_create: %s", e.msg);
 	return eng;

@@ -523,20 +523,6 @@ static void test_flush_all_hands_users_over(void **state)
 	}
 }
 
-/* The shm backend with its device tier marked not host-visible: what the
- * cuda backend's is (reached through its read and copy only). */
-static struct backend_ops g_opaque;
-
-static int opaque_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
-			struct tier_mem *out, struct errbuf *e)
-{
-	int ret = backend_shm.tier_alloc(ctx, tier, bytes, out, e);
-
-	if (!ret && tier == KVP_TIER_DEVICE)
-		out->host_visible = false;
-	return ret;
-}
-
 /* On a device tier the CPU cannot read (a GPU's), eviction's write skips a
  * history with pages only there, and a clean stop demotes it to the host
  * tier first: then it goes to the store as any other. */
@@ -547,9 +533,7 @@ static void test_flush_all_of_gpu_pages_goes_through_the_host(void **state)
 	bool held;
 
 	(void)state;
-	g_opaque = backend_shm;
-	g_opaque.tier_alloc = opaque_alloc;
-	g_a = engine_with(g_rta, NULL, &g_opaque);
+	g_a = engine_with(g_rta, NULL, shm_opaque_backend());
 	g_b = engine_on(g_rtb);
 	put(g_a, 75, 0, NTOK);
 	remote_tier_stats(g_rta, &s0);
