@@ -250,6 +250,7 @@ static int b_timers(const struct kvb_daemon *d, double v[3])
 	static const char *const names[3] = { "kvpool_remote_fetch_seconds_total",
 					      "kvpool_remote_fetch_wait_seconds_total",
 					      "kvpool_remote_onload_seconds_total" };
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
 	struct sockaddr_in a = { .sin_family = AF_INET };
 	char line[512], *body = NULL;
 	size_t cap = 0, n = 0;
@@ -267,7 +268,7 @@ static int b_timers(const struct kvb_daemon *d, double v[3])
 	a.sin_port = htons((uint16_t)port);
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
-	    write(fd, "GET /metrics HTTP/1.0\r\n\r\n", 26) != 26) {
+	    write(fd, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1) {
 		close(fd);
 		return -1;
 	}
@@ -358,10 +359,10 @@ static int run(const struct opts *o, struct result *r, char *err, size_t len)
 	for (uint64_t k = 0; !ret && k < o->rounds; k++) {
 		double s = 0, v0[3], v1[3];
 		uint64_t cached = 0;
-		int have = b_timers(&b, v0);
+		bool split = !b_timers(&b, v0); /* B's timers around the lookup */
 
 		ret = fetch(cb, k, n, &s, &cached, err, len);
-		have = have || b_timers(&b, v1);
+		split = split && !b_timers(&b, v1);
 		if (!ret && cached != o->tokens) {
 			snprintf(err, len, "B: prompt %" PRIu64 ": %" PRIu64 " of %" PRIu64
 				 " tokens came back from the store (write-behind "
@@ -372,7 +373,7 @@ static int run(const struct opts *o, struct result *r, char *err, size_t len)
 			r->fetch_s_all[k] = s;
 			if (!k || s < r->fetch_s) {
 				r->fetch_s = s;
-				if (!have) {
+				if (split) {
 					r->split_fetch_s = v1[0] - v0[0];
 					r->split_wait_s = v1[1] - v0[1];
 					r->split_onload_s = v1[2] - v0[2];
