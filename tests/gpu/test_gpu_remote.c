@@ -116,6 +116,26 @@ static void token_io(struct engine *eng, uint32_t frame, uint32_t slot,
 		}
 }
 
+/* A's tokens [0, n) (token_bytes) written into the new tokens of write
+ * lease lease on eng's device tier, as a client kernel would, landed. */
+static void write_tokens(struct engine *eng, uint64_t lease, uint32_t n)
+{
+	unsigned char *row = malloc(L.token_bytes);
+	struct kvp_slot *s = calloc(n, sizeof(*s));
+	struct errbuf e = { .msg = "" };
+
+	assert_non_null(row);
+	assert_non_null(s);
+	assert_int_equal(engine_lease_slots(eng, lease, 0, n, s, &e), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		token_bytes(i, row);
+		token_io(eng, s[i].frame, s[i].slot, row, true);
+	}
+	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	free(s);
+	free(row);
+}
+
 /* Tokens [0, n) in eng's device frames (frames[t / P], slot t % P) are
  * A's (token_bytes); what names the case in a failure. */
 static void expect_tokens(struct engine *eng, const uint32_t *frames, uint32_t n,
@@ -191,16 +211,12 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 		     bool publish)
 {
 	uint32_t tok[NTOK];
-	unsigned char *row = malloc(L.token_bytes);
 	struct errbuf e = { .msg = "" };
 	struct engine_lease a;
 	struct share_prefix_hit hit;
-	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
 	struct fx fa, fb;
 	int ret, rounds = 0;
 
-	assert_non_null(row);
-	assert_non_null(s);
 	for (uint32_t i = 0; i < NTOK; i++)
 		tok[i] = tok0 + i * 3u;
 
@@ -214,12 +230,7 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	assert_int_equal(ret, 0);
 	assert_int_equal(a.len, 0); /* nobody computed it before */
 	rounds = 0;
-	assert_int_equal(engine_lease_slots(fa.eng, a.id, 0, NTOK, s, &e), 0);
-	for (uint32_t i = 0; i < NTOK; i++) {
-		token_bytes(i, row);
-		token_io(fa.eng, s[i].frame, s[i].slot, row, true);
-	}
-	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	write_tokens(fa.eng, a.id, NTOK);
 	assert_int_equal(engine_commit(fa.eng, a.id, NTOK, &e), 0);
 	engine_release_owner(fa.eng, 3);
 	assert_int_equal(share_evictable(fa.eng), NTOK / P);
@@ -246,8 +257,6 @@ static void a_then_b(struct disk_tier *dt, struct remote_tier *rt, uint32_t tok0
 	assert_int_equal(hit.npages, NTOK / P);
 	expect_tokens(fb.eng, hit.frames, hit.npages * P, "the prompt");
 	fx_close(&fb);
-	free(s);
-	free(row);
 }
 
 /* A's pages to the store (at eviction, or published ahead of it through
@@ -279,8 +288,6 @@ static void test_b_gets_a_device_pages_through_the_store(void **state)
 static void test_b_gets_a_device_chunk_through_the_store(void **state)
 {
 	uint32_t tok[NTOK];
-	unsigned char *row = malloc(L.token_bytes);
-	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
 	struct remote_tier_stats st0, st;
 	struct errbuf e = { .msg = "" };
 	struct share_chunk_reg r;
@@ -291,8 +298,6 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 	(void)state;
 	if (!g_rt)
 		skip(); /* no redis-server here */
-	assert_non_null(row);
-	assert_non_null(s);
 	for (uint32_t i = 0; i < NTOK; i++)
 		tok[i] = 20000 + i * 5u;
 	remote_tier_stats(g_rt, &st0);
@@ -304,12 +309,7 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 	}
 	assert_int_equal(ret, 0);
 	assert_true(r.created); /* nobody had it */
-	assert_int_equal(engine_lease_slots(fa.eng, r.lease.id, 0, NTOK, s, &e), 0);
-	for (uint32_t i = 0; i < NTOK; i++) {
-		token_bytes(i, row);
-		token_io(fa.eng, s[i].frame, s[i].slot, row, true);
-	}
-	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	write_tokens(fa.eng, r.lease.id, NTOK);
 	assert_int_equal(share_chunk_seal(fa.eng, r.lease.id, 3, &e), 0);
 	while (share_evictable(fa.eng))
 		share_evict_oldest(fa.eng);
@@ -332,16 +332,12 @@ static void test_b_gets_a_device_chunk_through_the_store(void **state)
 	expect_tokens(fb.eng, b.frames, NTOK, "the chunk"); /* its page table */
 	assert_int_equal(engine_release(fb.eng, b.id, NULL), 0);
 	fx_close(&fb);
-	free(s);
-	free(row);
 }
 
 /* A user's history through the store on the GPU. */
 static void test_b_gets_a_user_history_through_the_store(void **state)
 {
 	const uint64_t user = 4242;
-	unsigned char *row = malloc(L.token_bytes);
-	struct kvp_slot *s = calloc(NTOK, sizeof(*s));
 	struct errbuf e = { .msg = "" };
 	struct engine_lease a, b;
 	struct fx fa, fb;
@@ -350,8 +346,6 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 	(void)state;
 	if (!g_rt)
 		skip(); /* no redis-server here */
-	assert_non_null(row);
-	assert_non_null(s);
 	fx_open(&fa, NULL, g_rt);
 	while ((ret = engine_prepare_flags(fa.eng, user, 0, NTOK, 3,
 					   ENGINE_PREPARE_DISK_DEFER, &a, &e)) == -EINPROGRESS) {
@@ -360,12 +354,7 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 	}
 	assert_int_equal(ret, 0);
 	assert_int_equal(a.len, 0);
-	assert_int_equal(engine_lease_slots(fa.eng, a.id, 0, NTOK, s, &e), 0);
-	for (uint32_t i = 0; i < NTOK; i++) {
-		token_bytes(i, row);
-		token_io(fa.eng, s[i].frame, s[i].slot, row, true);
-	}
-	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+	write_tokens(fa.eng, a.id, NTOK);
 	assert_int_equal(engine_commit(fa.eng, a.id, NTOK, &e), 0);
 	assert_int_equal(engine_release(fa.eng, a.id, NULL), 0);
 	/* The reclaimer's way: device -> host tier, then dropped from it. */
@@ -389,8 +378,6 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 	expect_tokens(fb.eng, b.frames, NTOK, "the user");
 	assert_int_equal(engine_release(fb.eng, b.id, NULL), 0);
 	fx_close(&fb);
-	free(s);
-	free(row);
 }
 
 static void test_b_gets_a_device_pages_through_the_disk(void **state)
