@@ -405,8 +405,11 @@ static int op_prepare(struct op *o)
 		.onloaded_pages = l.onloaded_pages,
 	};
 	memcpy(o->out, &po, sizeof(po));
-	/* The engine's page table is valid until its next call: copy it now. */
-	memcpy(o->out + sizeof(po), l.frames, (size_t)l.npages * sizeof(int32_t));
+	/* The engine's page table is valid until its next call: copy it now.
+	 * An empty one may be NULL (no view grown yet): nothing to copy. */
+	if (l.npages)
+		memcpy(o->out + sizeof(po), l.frames,
+		       (size_t)l.npages * sizeof(int32_t));
 	o->cqe->out_bytes = (uint32_t)bytes;
 	o->cqe->val0 = l.id;
 	o->cqe->val1 = l.npages;

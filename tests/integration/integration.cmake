@@ -72,6 +72,8 @@ if(TARGET kvpoold AND TARGET kvpool)
   # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
   # written), seq_free under a lease, and a randomized lease model.
   kvpool_integration_test(test_stale_lease 120)
+  # An empty page table as a fresh daemon's first answer (issue 25, item 11).
+  kvpool_integration_test(test_empty_first_ops 60)
   # Hardening: a flood of hello-less connections on a daemon with 64 fds
   # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
   kvpool_integration_test(test_dos 90)
