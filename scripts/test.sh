@@ -178,6 +178,22 @@ cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
+echo "== ASan + UBSan: kvbench prefix (chunk limits under pressure, through a private kvpoold)"
+# Every workload of kvbench prefix on pools smaller than its working set:
+# registrations that evict under max_chunks / chunk_memory_ratio, in-process
+# and in the sanitizer kvpoold (issue 25: a use after free there took down
+# every tenant). A smaller trace than the default, the same code paths.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	build-asan/kvbench prefix --json --conversations 40 --rag-requests 400 \
+	--library 2000 --agent-requests 200 --compose-samples 500 \
+	--kvpoold build-asan/kvpoold >/dev/null
+
+echo "== Release build: unit tests (what -O3 does to padding and aliasing)"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON \
+	-DKVPOOL_CUDA=OFF
+cmake --build build-release -j"$jobs"
+ctest --test-dir build-release --output-on-failure -j"$jobs" -L unit
+
 echo "== install check"
 install_check build
 echo "all tests passed"
