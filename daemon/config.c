@@ -27,20 +27,37 @@
 #include "config.h"
 #include "config_settings.h"
 #include "kvpool_engine.h" /* RECLAIM_AUTO */
+#include "log.h"
 #include "proto.h"
 
 /* ------------------------------------------------------------ messages */
 
+/* The last error config_load() reported: a reload (which runs with
+ * standard error perhaps /dev/null) logs it and hands it to kvctl. */
+static char last_error[640];
+
+const char *config_last_error(void)
+{
+	return last_error;
+}
+
+/*
+ * An error in the settings, on standard error; under journald with its
+ * priority first ("<3>", err), so `journalctl -p warning` shows why a
+ * start failed.
+ */
 __attribute__((format(printf, 2, 3)))
 static int usage_err(const char *where, const char *fmt, ...)
 {
+	int n = snprintf(last_error, sizeof(last_error), "%s: ", where);
 	va_list ap;
 
-	fprintf(stderr, "kvpoold: %s: ", where);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	if (n > 0 && (size_t)n < sizeof(last_error))
+		vsnprintf(last_error + n, sizeof(last_error) - (size_t)n, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "%skvpoold: %s\n", log_stderr_is_journal() ? "<3>" : "",
+		last_error);
 	return EXIT_USAGE;
 }
 

