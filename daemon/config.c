@@ -646,6 +646,33 @@ static int config_check(struct config *c)
 	return ret ? ret : check_admins(c);
 }
 
+/*
+ * Pools are memory taken on first touch: a device_mem larger than the
+ * machine starts fine and dies (SIGBUS, the OOM killer) once the pages are
+ * used. Said at start, as a warning (an operator may mean to add memory).
+ */
+void config_warn_memory(const struct config *c)
+{
+	bool dev_in_ram = !c->backend || strcmp(c->backend, "cuda");
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t ram, want = c->host_mem + (dev_in_ram ? c->device_mem : 0);
+
+	if (pages <= 0 || psz <= 0)
+		return;
+	ram = (uint64_t)pages * (uint64_t)psz;
+	for (uint32_t i = 0; i < c->ntenants; i++)
+		want += c->tenants[i].host_mem +
+			(dev_in_ram ? c->tenants[i].device_mem : 0);
+	if (want > ram)
+		log_warn("the pools take %.1f GiB of memory (%s over every tenant) "
+			 "and this machine has %.1f GiB: their pages are taken when "
+			 "first used, so kvpoold or its clients will be killed once "
+			 "they fill; lower %shost_mem", (double)want / (1u << 30),
+			 dev_in_ram ? "device_mem + host_mem: on the shm backend the "
+			 "device tier is memory too," : "host_mem",
+			 (double)ram / (1u << 30), dev_in_ram ? "device_mem or " : "");
+}
+
 static int config_defaults(struct config *c)
 {
 	const char *env = getenv("KVPOOL_SOCKET");

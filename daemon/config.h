@@ -118,6 +118,8 @@ int config_load(struct config *cfg, int argc, char **argv);
 /* The message of config_load's last error ("" before any): what a reload
  * logs and answers, since its standard error may go nowhere. */
 const char *config_last_error(void);
+/* A warning in the log when the pools could not fit this machine's memory. */
+void config_warn_memory(const struct config *c);
 /*
  * Apply the kvpool.conf lines read from f to cfg (config_load's --config
  * step; path names the file in messages). Returns 0, or EXIT_USAGE after

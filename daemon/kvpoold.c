@@ -421,6 +421,7 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	log_set_level((int)cfg.log_level);
+	config_warn_memory(&cfg);
 	reload_init(argc, argv);
 	/* Blocked before any thread exists, so every thread inherits it and
 	 * only the signalfd sees these. */

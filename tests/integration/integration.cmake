@@ -131,6 +131,17 @@ if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# What a new operator hits, in their words: device_mem past the machine's
+# memory, offload --tier disk without a disk tier, backend=cuda without a
+# driver (issue 26).
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_operator_messages
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_operator_messages.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
+  set_tests_properties(test_operator_messages PROPERTIES LABELS integration
+    TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvctl top under tmux (send-keys, capture-pane) and stats --watch.
 if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
   add_test(NAME test_kvctl_top
