@@ -131,6 +131,15 @@ if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# The README's quick tour and kvctl lines, run as written.
+if(TARGET kvpoold AND TARGET kvctl AND TARGET kvbench)
+  add_test(NAME test_readme
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_readme.sh ${PROJECT_SOURCE_DIR}
+            ${PROJECT_BINARY_DIR})
+  set_tests_properties(test_readme PROPERTIES LABELS integration TIMEOUT 400
+    RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # What a new operator hits, in their words: device_mem past the machine's
 # memory, offload --tier disk without a disk tier, backend=cuda without a
 # driver (issue 26).
