@@ -10,7 +10,7 @@
 #     exist); kvctl top and --watch are interactive and only parsed (--help).
 # Usage: test_readme.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
-src=$1 build=$2
+src=$(cd "$1" && pwd) build=$(cd "$2" && pwd)
 readme=$src/README.md
 tmp=$(mktemp -d /tmp/kvpool-readme.XXXXXX)
 pid=
