@@ -135,11 +135,36 @@ install_check() {
 	(cd "$prefix" && unset LD_LIBRARY_PATH &&
 	 PYTHONPATH=$prefix/lib/python3/dist-packages "$py" -c \
 		'import kvpool; assert kvpool.library_version() > 0')
-	KVPOOL_PREFIX=$prefix "$py" -m pip install -q --no-build-isolation --no-index \
-		--target "$prefix/pip" ./python
+	# pip as the README says: Debian's Python is externally managed (PEP
+	# 668), so into a venv that sees Debian's torch and numpy.
+	"$py" -m venv --system-site-packages "$prefix/venv"
+	KVPOOL_PREFIX=$prefix "$prefix/venv/bin/pip" install -q --no-build-isolation \
+		--no-index ./python
 	rm -rf python/build python/kvpool.egg-info
-	(cd "$prefix" && PYTHONPATH=$prefix/pip "$py" -c \
-		'import kvpool; assert kvpool.library_version() > 0')
+	(cd "$prefix" && "$prefix/venv/bin/python" -c \
+		'import kvpool, kvpool.tiny; assert kvpool.library_version() > 0')
+	# python3 -m kvpool.chat --tiny from the installed tree against the
+	# installed kvpoold, with the layout its --help names: a chunk
+	# registered and a generation.
+	(
+		unset LD_LIBRARY_PATH
+		sock=$prefix/run/chat.sock
+		lay=$(cd "$prefix" && PYTHONPATH=$prefix/lib/python3/dist-packages "$py" -c \
+			'from kvpool.chat import TINY_LAYOUT; print(TINY_LAYOUT)')
+		"$prefix/bin/kvpoold" --socket="$sock" --backend=shm --foreground \
+			--device_mem=4M --host_mem=4M --layout="$lay" >"$prefix/kvpoold-chat.log" 2>&1 &
+		pid=$!
+		trap 'kill "$pid" 2>/dev/null || true' EXIT
+		for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+		out=$(cd "$prefix" && printf '/register system You are terse.\n/generate hi\n/quit\n' |
+		      PYTHONPATH=$prefix/lib/python3/dist-packages timeout 120 "$py" -m kvpool.chat \
+			--tiny --socket="$sock" --max-tokens=4 2>&1) || {
+			echo "install check: python3 -m kvpool.chat --tiny failed: $out" >&2; exit 1; }
+		case $out in
+		*error*|*Traceback*)
+			echo "install check: kvpool.chat --tiny: $out" >&2; exit 1 ;;
+		esac
+	)
 	# The installed units name the installed kvpoold and pass systemd's checks.
 	grep -qx "ExecStart=$prefix/bin/kvpoold .*" "$prefix/lib/systemd/system/kvpoold.service" || {
 		echo "install check: kvpoold.service does not run $prefix/bin/kvpoold" >&2; return 1; }

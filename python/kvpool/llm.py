@@ -43,7 +43,7 @@ cannot point attention at pages it does not hold.
 
 The model side is a :class:`ModelAdapter` (see its doc);
 ``kvpool.hf_llm.HFAdapter`` wraps transformers causal LMs, and
-``examples/python/tinymodels.py`` has a plain-torch one.
+``kvpool.tiny`` has a plain-torch one.
 """
 from __future__ import annotations
 
