@@ -45,8 +45,10 @@ install_check() {
 		"$prefix/bin/kvbench" --version >/dev/null
 		sock=$prefix/run/kvpoold.sock
 		mkdir -p "$prefix/run"
-		"$prefix/bin/kvpoold" --socket="$sock" --backend=shm --foreground \
-			--device_mem=4M --host_mem=4M >"$prefix/kvpoold.log" 2>&1 &
+		# The installed kvpool.conf, as the service reads it.
+		"$prefix/bin/kvpoold" --config="$prefix/etc/kvpool.conf" --socket="$sock" \
+			--backend=shm --foreground --device_mem=4M --host_mem=4M \
+			>"$prefix/kvpoold.log" 2>&1 &
 		pid=$!
 		trap 'kill "$pid" 2>/dev/null || true' EXIT
 		for i in $(seq 100); do
@@ -168,8 +170,15 @@ install_check() {
 	# The installed units name the installed kvpoold and pass systemd's checks.
 	grep -qx "ExecStart=$prefix/bin/kvpoold .*" "$prefix/lib/systemd/system/kvpoold.service" || {
 		echo "install check: kvpoold.service does not run $prefix/bin/kvpoold" >&2; return 1; }
+	# ... and the installed kvpool.conf, which the unit names.
+	[ -f "$prefix/etc/kvpool.conf" ] &&
+	grep -qx "Environment=KVPOOLD_OPTS=--config=$prefix/etc/kvpool.conf" \
+		"$prefix/lib/systemd/system/kvpoold.service" || {
+		echo "install check: no $prefix/etc/kvpool.conf named by kvpoold.service" >&2
+		return 1; }
+	# Documentation= is checked too (man: or file: paths that exist).
 	warn=$(cd "$prefix/lib/systemd/system" &&
-	       systemd-analyze verify --man=no kvpoold.service kvpoold.socket 2>&1) || true
+	       systemd-analyze verify kvpoold.service kvpoold.socket 2>&1) || true
 	[ -z "$warn" ] || { echo "install check: systemd-analyze verify: $warn" >&2; return 1; }
 	if command -v man >/dev/null; then
 		for page in "$prefix"/share/man/man?/*; do
