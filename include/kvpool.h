@@ -536,6 +536,42 @@ struct kvp_latency {
 int kvp_latency(struct kvp_client *c, struct kvp_latency *out);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
+
+/*
+ * What kvpoold serves, as an operator asks before anything else (kvctl
+ * stats prints it first, like Redis' INFO server): its version, how long it
+ * has run, the backend and the layout every client must match, and which
+ * tiers below the host tier it has. Filled whole; the reserved words are
+ * 0 and later fields take them, so the size never changes.
+ */
+enum kvp_server_flag {
+	KVP_SERVER_DISK = 1 << 0,   /* a disk tier (disk_dir) */
+	KVP_SERVER_REMOTE = 1 << 1, /* a remote tier (--remote) */
+	KVP_SERVER_ADMIN = 1 << 2,  /* the asking client is an admin: the
+				     * paths and the store's address are filled */
+};
+struct kvp_server_info {
+	uint32_t version;           /* kvpoold's, as kvp_version(): major * 1000 + minor */
+	uint32_t proto;             /* its wire protocol version */
+	uint32_t pid;
+	uint32_t flags;             /* enum kvp_server_flag */
+	uint64_t started_ns;        /* CLOCK_REALTIME when it started */
+	uint64_t uptime_ns;
+	uint32_t workers;           /* ring worker threads */
+	uint32_t shards;            /* shards per (tenant, pool) */
+	uint32_t pools;             /* device pools (one per GPU; 1 on shm) */
+	uint32_t tenants;
+	uint64_t disk_size;         /* the disk tier's size, bytes (0: none) */
+	uint32_t remote_nodes;      /* store nodes kvpoold knows */
+	uint32_t remote_nodes_up;   /* of them, answering now */
+	char backend[16];           /* "shm" or "cuda" */
+	char layout[128];           /* what kvp_layout_format() writes */
+	char disk_compress[16];     /* "none", "zstd:3", ... ("" without a disk tier) */
+	char disk_dir[256];         /* admins only ("" for others, or none) */
+	char remote[256];           /* the --remote URL: admins only */
+	uint64_t reserved[16];
+};
+int kvp_server_info(struct kvp_client *c, struct kvp_server_info *out);
 /*
  * List users, max rows at a time from cursor (start with 0); *next is the
  * cursor for the next call, 0 when the list is done. Admins see every

@@ -233,6 +233,14 @@ int kvp_reload(struct kvp_client *c)
 }
 
 KVP_PUBLIC
+int kvp_server_info(struct kvp_client *c, struct kvp_server_info *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_SERVER_INFO };
+
+	return call_fixed(c, &sqe, out, sizeof(*out), "server info");
+}
+
+KVP_PUBLIC
 int kvp_latency(struct kvp_client *c, struct kvp_latency *out)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_LATENCY };

@@ -281,6 +281,7 @@ enum kvp_opcode {
 	 * answers -EINVAL, as for any opcode it does not know. */
 	KVP_OP_RELOAD = 31,
 	KVP_OP_LATENCY = 32,       /* admin; out: struct kvp_latency */
+	KVP_OP_SERVER_INFO = 33,   /* out: struct kvp_server_info */
 	KVP_OP_MAX,
 };
 

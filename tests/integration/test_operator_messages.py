@@ -7,6 +7,9 @@
  2. kvctl offload --tier disk on a kvpoold without a disk tier: the message
     names the command the operator typed (offload --tier disk) and the fix
     (--disk_dir), never a raw tier bitmask or "evict";
+ 4. kvctl stats says what the daemon serves first (version, pid, uptime,
+    backend, the layout every client must match, the disk and remote
+    tiers), as text and in --json's "server" object;
  3. backend=cuda on a machine without an NVIDIA driver (skipped where a
     driver is loaded, or where kvpoold was built without CUDA): "no NVIDIA
     driver", and backend=shm as the way out, not the CUDA runtime's
@@ -88,6 +91,40 @@ def case_offload_disk(tmp):
           "2: kvctl offload --tier disk without a disk tier said %r" % r.stderr)
 
 
+def case_stats_server(tmp):
+    import json
+    disk = os.path.join(tmp, "disk")
+    os.mkdir(disk)
+    layout = "layers=2,kv_heads=2,head_dim=8,dtype=fp32,page_tokens=16"
+    p, sock, _ = start(tmp, "--device_mem=4M", "--host_mem=4M", "--disk_dir=" + disk,
+                       "--disk_size=64M", "--workers=2", layout=layout)
+    try:
+        time.sleep(1.1)
+        txt = subprocess.run([KVCTL, "--socket", sock, "stats"], capture_output=True,
+                             text=True, timeout=20)
+        js = subprocess.run([KVCTL, "--socket", sock, "stats", "--json"],
+                            capture_output=True, text=True, timeout=20)
+    finally:
+        stop(p)
+    check(txt.returncode == 0 and js.returncode == 0, "4: kvctl stats failed: %r %r"
+          % (txt.stderr, js.stderr))
+    lines = txt.stdout.splitlines()
+    check(lines and lines[0].startswith("kvpoold ") and ("pid %d" % p.pid) in lines[0]
+          and "up 1s" in lines[0], "4: the first line of kvctl stats: %r" % lines[:1])
+    for want in ("backend   shm, 1 pool, 2 workers", "layout    " + layout,
+                 "disk      %s, 64.0 MiB, none" % disk, "remote    none"):
+        check(want in txt.stdout, "4: kvctl stats lacks %r:\n%s" % (want, txt.stdout))
+    try:
+        srv = json.loads(js.stdout)["server"]
+    except (ValueError, KeyError) as e:
+        check(False, "4: kvctl stats --json has no server object: %s %r" % (e, js.stdout[:300]))
+        return
+    check(srv.get("layout") == layout and srv.get("backend") == "shm" and
+          srv.get("pid") == p.pid and srv.get("uptime_s", -1) >= 1 and
+          srv.get("disk", {}).get("dir") == disk and srv.get("remote", 0) is None,
+          "4: kvctl stats --json server: %r" % srv)
+
+
 def case_no_driver():
     if os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi"):
         print("3: skipped: an NVIDIA driver is loaded here")
@@ -109,7 +146,7 @@ def case_no_driver():
 
 
 def main():
-    for case in (case_memory, case_offload_disk):
+    for case in (case_memory, case_offload_disk, case_stats_server):
         tmp = tempfile.mkdtemp(prefix="kvpool-msg-")
         try:
             case(tmp)
