@@ -15,7 +15,9 @@ How it is exact. A chunk's KV depends on every token before it, so the KV
 lives in kvpoold as *entries*: a *root* (a chunk prefilled at position 0,
 made by ``register_chunk``) or a *link* (a chunk prefilled after a parent
 entry, at the positions that follow it). The seed's ``chunk_id`` is the
-chunk's *name* (SHA-256 of its content); ``generate_from_chunks(system,
+chunk's *name* (SHA-256 of its content; the KV is found by the tokens,
+so a text that another tokenizer registered with other tokens gets a chunk
+named by its own tokens: see ``register_chunk``); ``generate_from_chunks(system,
 contexts, query)`` walks the chain system root -> context 1 under it ->
 context 2 under that -> ... -> query, asks the daemon for each link
 (``chunk_link``: a hit when any process computed it before) and prefills
@@ -541,10 +543,15 @@ class ChunkedLLM:
         """Register a chunk and prefill its KV now (as a prompt of its own,
         at position 0). content: text (tokenized with the tokenizer) or token
         ids. metadata: a JSON-serialisable dict (list_chunks filters on it).
-        Returns the chunk_id: SHA-256 of the content. The same content again
-        (in any process attached to the daemon) is a hit: nothing computed.
-        A chunk registered with other tokens or another type under the same
-        id raises IncompatibleChunksError."""
+        Returns the chunk_id: SHA-256 of the content. The text is tokenized
+        first and the KV found by the tokens: the same tokens again (in any
+        process attached to the daemon) are a hit, nothing computed. When
+        the text's name already holds other tokens (a process with another
+        tokenizer registered it), these tokens get a chunk of their own,
+        named by the SHA-256 of the tokens (as for token-id content) and kept
+        without the text: each tokenizer gets the KV of its own tokens. The
+        same content registered as another type raises
+        IncompatibleChunksError."""
         return self._register(content, chunk_type, metadata)[0]
 
     def _register(self, content: Any, chunk_type: Union[ChunkType, str],
