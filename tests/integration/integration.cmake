@@ -72,6 +72,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
   # written), seq_free under a lease, and a randomized lease model.
   kvpool_integration_test(test_stale_lease 120)
+  # A prepare's gap / overlap / trimmed-head range as data (issue 25 item
+  # 10): kvp_last_error_info, kvp_completion_error_info.
+  kvpool_integration_test(test_error_info 60)
   # Hardening: a flood of hello-less connections on a daemon with 64 fds
   # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
   kvpool_integration_test(test_dos 90)
