@@ -54,7 +54,8 @@ int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...)
 void kvpc_cqe_error_info(const struct kvp_cqe *cqe, struct kvp_error_info *out)
 {
 	*out = (struct kvp_error_info){ 0 };
-	out->kind = kvp_cqe_detail_get(cqe, &out->first, &out->last);
+	if (cqe->res < 0) /* a success's val0 / val1 are the opcode's */
+		out->kind = kvp_cqe_detail_get(cqe, &out->first, &out->last);
 }
 
 int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...)

@@ -222,7 +222,7 @@ void kvpc_lease_table_free(struct kvp_client *c);
 /* client.c: the client's last error. kvpc_err() returns code. */
 __attribute__((format(printf, 3, 4)))
 int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...);
-/* A failed cqe's detail (proto.h: val0, val1 on failure), decoded. */
+/* A cqe's failure detail (proto.h FAILURE DETAIL), all zero unless it failed. */
 void kvpc_cqe_error_info(const struct kvp_cqe *cqe, struct kvp_error_info *out);
 /* Mark the client broken (daemon gone, ring corrupt): every later call
  * fails with code and this message. Returns code. */
