@@ -9,6 +9,7 @@ in another process than the registrant's; memory back on delete; seed 001's
 list/get/filter rows; errors; seed 000's infer_from_blocks and its stream."""
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import os
@@ -530,8 +531,9 @@ def _tokenizer_child(kd, tmp_path, tokenizer, chunks):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("meta", [None, {"who": "either"}], ids=["plain", "metadata"])
-def test_same_text_other_tokenizer_gets_its_own_kv(kd, llm, tmp_path, meta):
+@pytest.mark.parametrize("meta, merge_first", [(None, False), ({"who": "either"}, True)],
+                         ids=["plain-bytes-first", "metadata-merge-first"])
+def test_same_text_other_tokenizer_gets_its_own_kv(kd, llm, tmp_path, meta, merge_first):
     tag = "m" if meta else "p"
     texts = [(f"The system {tag}: the other tokenizer merges the pairs.", "system_prompt"),
              (f"Context {tag}: the theme of the theatre is there.", "context"),
@@ -540,10 +542,17 @@ def test_same_text_other_tokenizer_gets_its_own_kv(kd, llm, tmp_path, meta):
     merge = MergeTokenizer()
     for t, _ in texts:
         assert len(merge.encode(t)) < len(llm.tokenizer.encode(t))
-    # the byte tokenizer's process first, then the merging one; then the
-    # byte tokenizer again (this process) after the merging one registered
-    a = _tokenizer_child(kd, tmp_path, "bytes", chunks)
-    b = _tokenizer_child(kd, tmp_path, "merge", chunks)
+    # one tokenizer's process, then the other's (the second finds the
+    # text's name holding the first one's tokens); then the byte tokenizer
+    # again (this process)
+    if merge_first:
+        b = _tokenizer_child(kd, tmp_path, "merge", chunks)
+        a = _tokenizer_child(kd, tmp_path, "bytes", chunks)
+    else:
+        a = _tokenizer_child(kd, tmp_path, "bytes", chunks)
+        b = _tokenizer_child(kd, tmp_path, "merge", chunks)
+    first = b if merge_first else a
+    assert first["ids"] == [hashlib.sha256(t.encode()).hexdigest() for t, _ in texts]
     for got, tok in ((a, llm.tokenizer), (b, merge)):
         prompt = [x for t, _ in texts for x in tok.encode(t)]
         assert got["prompt"] == prompt
