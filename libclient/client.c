@@ -606,6 +606,9 @@ const char *kvp_last_error(const struct kvp_client *c)
 	return c ? c->err : "no client (kvp_connect failed?)";
 }
 
+_Static_assert(sizeof(struct kvp_error_info) == KVP_ERROR_INFO_SIZE_VER0,
+	       "kvp_error_info 0.2 layout");
+
 KVP_PUBLIC
 int kvp_last_error_info_sz(const struct kvp_client *c, struct kvp_error_info *out,
 			   size_t size)
