@@ -753,7 +753,7 @@ static void op_fail(struct op *o, int ret)
 	size_t n = strlen(msg) + 1;
 
 	o->cqe->res = ret;
-	o->cqe->val0 = o->cqe->val1 = 0;
+	kvp_cqe_detail_put(o->cqe, o->e->kind, o->e->first, o->e->last);
 	if (!o->out_len) {
 		o->cqe->out_bytes = 0;
 		return;

@@ -74,6 +74,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_stale_lease 120)
   # An empty page table as a fresh daemon's first answer (issue 25, item 11).
   kvpool_integration_test(test_empty_first_ops 60)
+  # A prepare's gap / overlap / trimmed-head range as data (issue 25 item
+  # 10): kvp_last_error_info, kvp_completion_error_info.
+  kvpool_integration_test(test_error_info 60)
   # Hardening: a flood of hello-less connections on a daemon with 64 fds
   # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
   kvpool_integration_test(test_dos 90)
