@@ -310,6 +310,8 @@ class ChunkedLLM:
         if model is None:
             raise ValueError("ChunkedLLM needs a model: model=ModelAdapter or transformers "
                              "model, or model_path=a local model directory")
+        # First: close() takes it, and a failed __init__ below calls close().
+        self._lock = threading.RLock()
         self.adapter = self._adapt(model)
         self.tokenizer = tokenizer if tokenizer is not None \
             else getattr(self.adapter, "tokenizer", None)
@@ -328,10 +330,14 @@ class ChunkedLLM:
         have = (L["layers"], L["kv_heads"], L["head_dim"])
         if want != have:
             self.close()
+            dt = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+                getattr(a, "dtype", None), L.get("dtype") or "bf16")
             raise IncompatibleChunksError(
                 f"the pool's layout has layers={have[0]}, kv_heads={have[1]}, "
-                f"head_dim={have[2]}; the model needs {want[0]}, {want[1]}, {want[2]}: "
-                "start kvpoold with --layout matching the model")
+                f"head_dim={have[2]}; the model needs layers={want[0]}, "
+                f"kv_heads={want[1]}, head_dim={want[2]}: start kvpoold with "
+                f"--layout=layers={want[0]},kv_heads={want[1]},head_dim={want[2]},"
+                f"dtype={dt},page_tokens={L['page_tokens']}")
         self.device = client.device
         self._caches = client.kv_caches()
         try:
@@ -347,7 +353,6 @@ class ChunkedLLM:
         self._seqs: Dict[int, _Seq] = {}
         self._seq_next = (random.getrandbits(40) << 20) | 1
         self._active: List[List[Block]] = []   # the last generation's rows
-        self._lock = threading.RLock()
         self.counters: Dict[str, int] = dict.fromkeys(
             ("forwards", "prefill_tokens", "recompute_tokens", "decode_tokens",
              "roots_created", "root_hits", "links_created", "link_hits", "generations"), 0)

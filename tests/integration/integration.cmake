@@ -134,6 +134,15 @@ if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# socket_group reaches the socket through the directories kvpoold made.
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_socket_group
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_socket_group.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
+  set_tests_properties(test_socket_group PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # The README's quick tour and kvctl lines, run as written.
 if(TARGET kvpoold AND TARGET kvctl AND TARGET kvbench)
   add_test(NAME test_readme

@@ -593,3 +593,20 @@ def test_a_name_recreated_with_other_tokens_is_not_taken_from_the_cache(kd, llm,
     shifted = [x + 1 for x in text.encode("utf-8")]
     expect_same(llm.model, llm.tokenizer.encode("Recreated system prompt.") + shifted,
                 out["token_ids"], "the name's tokens now")
+
+
+def test_layout_mismatch_names_the_layout_to_start_kvpoold_with():
+    """A pool whose layout is not the model's: IncompatibleChunksError naming
+    a --layout to start kvpoold with (not an AttributeError from close()
+    running before the object had its lock), and the client made for it is
+    closed (issue 26, item 3)."""
+    d = Daemon(layout="layers=2,kv_heads=2,head_dim=8,dtype=fp32,page_tokens=16")
+    try:
+        _, adapter, tok = tiny_llm_parts()
+        with pytest.raises(IncompatibleChunksError) as ei:
+            ChunkedLLM(model=adapter, tokenizer=tok, socket=d.sock)
+        msg = str(ei.value)
+        assert "--layout=layers=2,kv_heads=2,head_dim=16,dtype=fp32,page_tokens=16" in msg, msg
+        assert "head_dim=8" in msg, msg
+    finally:
+        d.stop()
