@@ -138,6 +138,26 @@ void disk_store_close(struct disk_store *st)
 	free(st);
 }
 
+int64_t disk_store_read_at(struct disk_store *st, uint64_t off, void *buf,
+			   uint64_t len)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(st->fd, (char *)buf + done, len - done,
+				  (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break; /* the file's end */
+		done += (uint64_t)n;
+	}
+	return (int64_t)done;
+}
+
 uint32_t disk_store_slots(const struct disk_store *st)
 {
 	return st->nslots;

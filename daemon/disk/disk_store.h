@@ -101,6 +101,15 @@ void disk_store_drain(struct disk_store *st);
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n);
 
+/*
+ * Read len bytes at off (both multiples of DISK_ALIGN, buf DISK_ALIGN
+ * aligned) synchronously, outside the ring: the scan's look at a record
+ * longer than a slot. Returns the bytes read (short at the file's end) or
+ * -errno.
+ */
+int64_t disk_store_read_at(struct disk_store *st, uint64_t off, void *buf,
+			   uint64_t len);
+
 /* Tests: the next `n` writes after `after` more fail with err. */
 void disk_store_inject(struct disk_store *st, uint32_t after, uint32_t n,
 		       int err);

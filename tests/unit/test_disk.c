@@ -5,7 +5,8 @@
  * incompressible pages stored as is), the io_uring store's slots, and the
  * tier itself: a history put, written, read back byte for byte; a warm
  * restart that rebuilds histories from the file; a damaged page in the
- * middle keeping only the prefix; another layout's records skipped; a full
+ * middle keeping only the prefix; a flipped layout field counted as damage,
+ * not another model; another layout's intact records skipped; a full
  * disk dropping the oldest; a failed write (ENOSPC) dropping that history
  * and nothing else; a tenant's quota; missing and unwritable directories;
  * slots moved in two parts and the fixed-buffer table; reads straight into
@@ -668,11 +669,59 @@ static void test_damage_after_the_scan_cuts_at_read_back(void **state)
 	disk_tier_close(dt);
 }
 
+/* Flip one bit of the layout field of slot s's record. */
+static void flip_layout_bit(const struct kvp_layout *l, uint32_t s, uint32_t bit)
+{
+	off_t off = (off_t)(s * disk_slot_bytes(l->page_bytes) +
+			    offsetof(struct disk_rec_hdr, layout_id) + bit / 8);
+	char path[128];
+	uint8_t b;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= (uint8_t)(1u << (bit % 8));
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+/* A record whose layout field was hit is damaged, not another model's
+ * (issue 25, item 9): the checksum decides before the layout is read. */
+static void test_damaged_layout_field_counts_as_damaged(void **state)
+{
+	struct kvp_layout l = layout(64);
+	struct disk_tier *dt = open_tier(&l, 64, "none");
+	struct disk_tier_stats s;
+	struct disk_key k = { .tenant = 7, .user = 23 };
+	uint64_t start, len;
+	uint32_t np;
+
+	(void)state;
+	put_user(dt, &l, 23, 6, 0); /* slots 0..5, fresh file */
+	disk_tier_flush(dt);
+	disk_tier_close(dt);
+	flip_layout_bit(&l, 2, 0);
+	flip_layout_bit(&l, 3, 37);
+	flip_layout_bit(&l, 4, 63);
+
+	dt = open_tier(&l, 64, "none");
+	disk_tier_stats(dt, 7, &s);
+	assert_int_equal(s.bad_records, 3);
+	assert_int_equal(s.other_records, 0);
+	assert_true(disk_tier_info(dt, &k, &start, &len, &np));
+	assert_int_equal(np, 2);
+	assert_int_equal(get_user(dt, &l, 23, true), 2);
+	disk_tier_close(dt);
+}
+
 static void test_another_layouts_records_are_skipped(void **state)
 {
 	struct kvp_layout a = layout(64), b = layout(32);
 	struct disk_tier *dt = open_tier(&a, 64, "none");
 	struct disk_key k = { .tenant = 7, .user = 31 };
+	struct disk_tier_stats s;
 	uint64_t start, len;
 	uint32_t np;
 
@@ -682,6 +731,11 @@ static void test_another_layouts_records_are_skipped(void **state)
 	disk_tier_close(dt);
 	dt = open_tier(&b, 64, "none");
 	assert_false(disk_tier_info(dt, &k, &start, &len, &np));
+	/* a's record in slot 0 is whole (its payload longer than b's slot):
+	 * another layout's, and what b's slots cut out of it with it. */
+	disk_tier_stats(dt, 7, &s);
+	assert_true(s.other_records >= 1);
+	assert_int_equal(s.bad_records, 0);
 	disk_tier_close(dt);
 	/* The old layout's records are still whole: they come back. */
 	dt = open_tier(&a, 64, "none");
@@ -865,6 +919,7 @@ int main(void)
 		T(test_warm_restart_rebuilds_histories),
 		T(test_damaged_middle_page_keeps_the_prefix),
 		T(test_damage_after_the_scan_cuts_at_read_back),
+		T(test_damaged_layout_field_counts_as_damaged),
 		T(test_another_layouts_records_are_skipped),
 		T(test_full_disk_drops_the_oldest),
 		T(test_failed_write_drops_that_history_only),
