@@ -10,7 +10,8 @@
  * disk dropping the oldest; a failed write (ENOSPC) dropping that history
  * and nothing else; a tenant's quota; missing and unwritable directories;
  * slots moved in two parts and the fixed-buffer table; reads straight into
- * a caller's frames (disk_tier_get_into), held against drops.
+ * a caller's frames (disk_tier_get_into), held against drops; a restart
+ * waiting for a dead daemon's lock on the file, refused by a live one's.
  * (Past 800 lines: one group over one temporary directory and one set of
  * page helpers; splitting it would copy those.)
  */
@@ -25,7 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -47,6 +52,14 @@ static struct kvp_layout layout(uint32_t dim)
 }
 
 static char g_dir[64];
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 static int setup_dir(void **state)
 {
@@ -295,6 +308,72 @@ static void test_store_slots_round_trip_and_injected_enospc(void **state)
 	}
 	disk_store_close(st);
 	free(buf);
+}
+
+/* A child holds an flock on path (the file, or its directory) for ms,
+ * after saying so on the pipe. */
+static pid_t hold_flock(const char *path, unsigned ms)
+{
+	int p[2];
+	pid_t pid;
+	char b;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+		if (fd < 0 || flock(fd, LOCK_EX))
+			_exit(1);
+		if (write(p[1], "L", 1) != 1)
+			_exit(1);
+		usleep(ms * 1000);
+		_exit(0);
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &b, 1), 1);
+	close(p[0]);
+	return pid;
+}
+
+/* The file still locked by a dead daemon's I/O (issue 25, item 8): its
+ * io_uring's requests hold the file a moment after the process is gone.
+ * The directory is free, so the holder is dead: the open waits for it.
+ * A live daemon holds the directory: refused at once, its pid named. */
+static void test_store_waits_for_a_dead_daemons_file_lock(void **state)
+{
+	struct disk_store *st;
+	struct errbuf e = { { 0 } };
+	char path[128], pid[32];
+	uint64_t t0;
+	pid_t h;
+	int fd;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
+	fd = open(path, O_RDWR | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	h = hold_flock(path, 300);
+	t0 = now_ms();
+	if (disk_store_open(&st, path, 8 * 8192, 8192, &e))
+		fail_msg("disk_store_open with the file's lock held by a dying "
+			 "holder: %s", e.msg);
+	assert_true(now_ms() - t0 >= 200);
+	assert_true(disk_store_lock_wait_ms(st) >= 200);
+	disk_store_close(st);
+	waitpid(h, NULL, 0);
+
+	h = hold_flock(g_dir, 2000);
+	t0 = now_ms();
+	assert_int_equal(disk_store_open(&st, path, 8 * 8192, 8192, &e), -EBUSY);
+	assert_true(now_ms() - t0 < 1000);
+	snprintf(pid, sizeof(pid), "pid %d", (int)h);
+	assert_non_null(strstr(e.msg, "in use by another kvpoold"));
+	assert_non_null(strstr(e.msg, pid));
+	kill(h, SIGKILL);
+	waitpid(h, NULL, 0);
 }
 
 /*
@@ -909,6 +988,7 @@ int main(void)
 		cmocka_unit_test(test_shuffle_round_trip),
 		cmocka_unit_test(test_zstd_round_trip_and_incompressible_stored_as_is),
 		T(test_store_slots_round_trip_and_injected_enospc),
+		T(test_store_waits_for_a_dead_daemons_file_lock),
 		T(test_put_then_get_reads_back_every_byte),
 		T(test_get_before_the_write_serves_the_staging_copy),
 		T(test_gets_behind_the_writes_come_back_whole),
