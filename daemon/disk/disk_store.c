@@ -187,12 +187,16 @@ static int lock_file(struct disk_store *st, const char *path, struct errbuf *e)
 		usleep(LOCK_POLL_US);
 	}
 	pid = flock_holder(st->fd);
-	return errbuf_set(e, -EBUSY, "%s: still locked after %" PRIu64 " ms by %s%d, "
-			  "which holds no lock on its disk_dir: a kvpoold older "
-			  "than this one, or a dead one's I/O that does not end; "
-			  "stop that process or give each daemon its own disk_dir",
-			  path, waited, pid > 0 ? "pid " : "an unknown process ",
-			  pid > 0 ? pid : 0);
+	if (pid > 0)
+		return errbuf_set(e, -EBUSY, "%s: still locked after %" PRIu64 " ms "
+				  "(by pid %d) with no kvpoold holding its disk_dir: a "
+				  "kvpoold older than this one, or a dead one's I/O that "
+				  "does not end; stop that process or give each daemon "
+				  "its own disk_dir", path, waited, pid);
+	return errbuf_set(e, -EBUSY, "%s: still locked after %" PRIu64 " ms with no "
+			  "kvpoold holding its disk_dir: a kvpoold older than this "
+			  "one, or a dead one's I/O that does not end; stop that "
+			  "process or give each daemon its own disk_dir", path, waited);
 }
 
 int disk_store_open(struct disk_store **out, const char *path, uint64_t size,

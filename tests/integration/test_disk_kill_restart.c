@@ -72,17 +72,26 @@ static int writer_main(void *arg)
 		}
 }
 
-/* The log of d's last run holds s. */
-static int log_has(const struct h_daemon *d, const char *s)
+/* The line of the log of d's last run that holds s, or NULL. */
+static const char *log_line(const struct h_daemon *d, const char *s)
 {
-	static char buf[1 << 16];
+	static char line[1024];
 	FILE *f = fopen(d->log, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	const char *found = NULL;
 
+	while (f && !found && fgets(line, sizeof(line), f))
+		if (strstr(line, s)) {
+			line[strcspn(line, "\n")] = '\0';
+			found = line;
+		}
 	if (f)
 		fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, s) != NULL;
+	return found;
+}
+
+static int log_has(const struct h_daemon *d, const char *s)
+{
+	return log_line(d, s) != NULL;
 }
 
 /* A second daemon on the same disk_dir, while d serves: refused. */
@@ -152,8 +161,10 @@ int main(int argc, char **argv)
 			       "of the last one did not serve", r);
 			bad = 1;
 		} else {
-			h_log("round %d: restarted in %" PRIu64 " ms", r,
-			      h_now_ms() - t);
+			const char *l = log_line(&d, "waited");
+
+			h_log("round %d: restarted in %" PRIu64 " ms%s%s", r,
+			      h_now_ms() - t, l ? "; " : "", l ? strstr(l, "disk") : "");
 		}
 		if (h_wait(w, 10000) != 0)
 			bad = 1;
