@@ -83,6 +83,12 @@ struct config {
 	uint32_t max_pending;
 	uint32_t max_pending_per_uid;
 	uint32_t hello_timeout_ms;
+	/* Attached clients: at most max_clients_per_uid of one uid and
+	 * max_clients_per_tenant of one tenant (0: a share of the descriptor
+	 * limit, tenant_client_caps()), so that none can take every
+	 * descriptor (listener.c, attach). */
+	uint32_t max_clients_per_uid;
+	uint32_t max_clients_per_tenant;
 	bool foreground;
 	char *pidfile;
 	char *log;                /* NULL: stderr in foreground, else syslog */

@@ -434,6 +434,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	raise_fd_limit();
+	tenant_client_caps_log(&cfg, "");
 
 	server_init(&s, &cfg);
 	ret = start(&s, &cfg, &sigs);

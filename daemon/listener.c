@@ -16,10 +16,12 @@
  * connection costs before its hello is bounded (issue 11): one descriptor
  * each (the pidfd comes at attach), at most max_pending of them and
  * max_pending_per_uid from one uid, each closed hello_timeout_ms after its
- * accept. Accepting goes back to the event loop after ACCEPT_BATCH
- * connections, and when descriptors run out (EMFILE) it sheds the newest
- * pending connection, or with none, stops accepting for ACCEPT_PAUSE_MS:
- * never a loop that only a quiet attacker would end.
+ * accept. Attached ones are capped per uid and per tenant at the hello
+ * (max_clients_per_uid, max_clients_per_tenant: tenant_attach_check), so
+ * none can hold every descriptor. Accepting goes back to the event loop
+ * after ACCEPT_BATCH connections, and when descriptors run out (EMFILE) it
+ * sheds the newest pending connection, or with none, stops accepting for
+ * ACCEPT_PAUSE_MS: never a loop that only a quiet attacker would end.
  *
  * A uds request is read here and run by the client's worker (worker.c), in
  * the order of the client's ring.
@@ -631,6 +633,13 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	if (s->next_id == UINT32_MAX) {
 		refuse(s, c, -EMFILE, "kvpoold has handed out every client id; "
 		       "restart it");
+		return;
+	}
+	/* One uid or tenant must not hold every descriptor (issue 25). */
+	ret = tenant_attach_check(&s->tenants, s->cfg, c->uid, c->adm.tenant,
+				  w.msg, sizeof(w.msg));
+	if (ret) {
+		refuse(s, c, ret, w.msg);
 		return;
 	}
 	c->id = ++s->next_id;

@@ -216,6 +216,12 @@ static int reload_apply(struct server *s)
 	id_swap(&o->allow_uids, &n.allow_uids, "allow_uids", NULL);
 	id_swap(&o->allow_gids, &n.allow_gids, "allow_gids", NULL);
 	id_swap(&o->admin_uids, &n.admin_uids, "admin_uids", NULL);
+	if (o->max_clients_per_uid != n.max_clients_per_uid ||
+	    o->max_clients_per_tenant != n.max_clients_per_tenant) {
+		o->max_clients_per_uid = n.max_clients_per_uid;
+		o->max_clients_per_tenant = n.max_clients_per_tenant;
+		tenant_client_caps_log(o, "reload: ");
+	}
 	if (o->log_level != n.log_level) {
 		o->log_level = n.log_level;
 		log_set_level(n.log_level);

@@ -52,6 +52,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   add_test(NAME disk_restart_content COMMAND test_disk_restart_content ${_it_args})
   set_tests_properties(disk_restart_content PROPERTIES LABELS integration
     TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+  # kill -9 of kvpoold mid disk I/O, restarted at once, ten times: every
+  # restart serves; a second daemon on a live one's disk_dir is refused.
+  kvpool_integration_test(test_disk_kill_restart 120)
   kvpool_integration_test(test_kill_clients 120)
   kvpool_integration_test(test_ring_fuzz 120)
   kvpool_integration_test(test_tier_pressure 120)

@@ -5,8 +5,9 @@
 A kvpoold on a kvpool.conf; the file is rewritten and kvpoold told:
  1. SIGHUP: max_chunks and chunk_memory_ratio reach the engine (the Python
     client's chunk_limits() reads the configured limits back), allow_uids
-    lets uid 65534 in (refused before), log_level=debug is logged, and
-    device_mem, which sizes the pool, is refused with a line naming it;
+    lets uid 65534 in (refused before), log_level=debug is logged,
+    max_clients_per_uid takes effect (logged), and device_mem, which sizes
+    the pool, is refused with a line naming it;
  2. kvctl reload as an admin does the same; as uid 65534 it is refused
     naming admin_uids;
  3. a file that no longer parses changes nothing: the log (a file, log =
@@ -123,7 +124,8 @@ def main():
 
         # 1. SIGHUP
         conf(cfg, sock, max_chunks="20", chunk_memory_ratio="0.25",
-             allow_uids="0,65534", log_level="debug", device_mem="8M")
+             allow_uids="0,65534", log_level="debug", device_mem="8M",
+             max_clients_per_uid="7")
         p.send_signal(signal.SIGHUP)
         wait_log(log, "reload: done")
         text = open(log).read()
@@ -131,6 +133,7 @@ def main():
                      "chunk_memory_ratio 0.25",
                      "reload: allow_uids: 0 -> 0,65534",
                      "reload: log_level debug",
+                     "reload: attached clients: at most 7 per uid",
                      "warning: reload: refused key device_mem: it changed",
                      "reload: done, 1 key refused"):
             if want not in text:
@@ -144,7 +147,7 @@ def main():
 
         # 2. kvctl reload: an admin's works, uid 65534's is refused.
         conf(cfg, sock, max_chunks="30", chunk_memory_ratio="0.25",
-             allow_uids="0,65534", log_level="debug")
+             allow_uids="0,65534", log_level="debug", max_clients_per_uid="7")
         r = kvctl(sock, "reload")
         if r.returncode != 0 or "reload: done" not in r.stdout:
             fail("kvctl reload as root: %d %s %s" % (r.returncode, r.stdout, r.stderr), log)
