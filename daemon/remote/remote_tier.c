@@ -396,6 +396,10 @@ int remote_tier_open(struct remote_tier **out, const struct remote_tier_config *
 		free(rt);
 		return ret;
 	}
+	/* Nothing longer is ever stored (a record is at most a page; a
+	 * compressed page is shorter): a node that says a reply is longer is
+	 * refused at its header. */
+	redis_cluster_limit_values(rt->rc, remote_value_max(rt->page_bytes));
 	if (!redis_cluster_mapped_slots(rt->rc))
 		tier_log(rt, LOG_WARNING, "remote %s: no seed answered CLUSTER SLOTS "
 			 "yet; pages are misses until one does (is the cluster up "

@@ -12,10 +12,11 @@
  *  - a 4 GiB bulk, then bytes streamed as fast as the socket takes them;
  *  - an array of 2147483647 elements, then 100k of them.
  *
- * Each batch must end within the timeout (and some slack), the test's peak
- * RSS must not grow past 100 MB, the hostile node's keys come back RC_DOWN
- * and the node is marked down and counted (a timeout or a bad reply),
- * while the good node's keys still hit, in the same batch.
+ * Each batch must end within the timeout (and some slack; a reply past the
+ * limits at once), the test's peak RSS must not grow past 100 MB, the
+ * hostile node's keys come back RC_DOWN and the node is marked down and
+ * counted (a timeout or a bad reply), while the good node's keys still
+ * hit, in the same batch; the next batch does not wait on the node.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -239,9 +240,11 @@ static void on_value(void *arg, uint32_t i, char **val, size_t len)
 	(*hits)++;
 }
 
-/* One batch against the attack: bounded in time and memory, the hostile
- * node's keys down, the good node's hit, the hostile node marked down. */
-static void run_attack(enum attack a)
+/* One batch against the attack (limit: the longest value, 0: the
+ * default): bounded in time and memory, the hostile node's keys down, the
+ * good node's hit, the hostile node marked down and counted once: a
+ * timeout, or a bad reply (then at once, not at the timeout). */
+static void run_attack(enum attack a, uint64_t limit, bool timeout)
 {
 	static char keys[NKEYS][32];
 	static struct rc_item it[NKEYS];
@@ -256,6 +259,8 @@ static void run_attack(enum attack a)
 	snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d", g_node[1].port);
 	assert_int_equal(redis_cluster_open(&rc, url, TIMEOUT_MS, &e), 0);
 	assert_int_equal(redis_cluster_mapped_slots(rc), RC_SLOTS);
+	if (limit)
+		redis_cluster_limit_values(rc, limit);
 	for (int i = 0; i < NKEYS; i++) {
 		snprintf(keys[i], sizeof(keys[i]), "hostile-key-%d", i);
 		it[i] = (struct rc_item){ .key = keys[i], .klen = strlen(keys[i]) };
@@ -270,6 +275,9 @@ static void run_attack(enum attack a)
 	if (peak_rss() - rss0 > (100ull << 20))
 		fail_msg("attack %d grew the client by %" PRIu64 " MB", a,
 			 (peak_rss() - rss0) >> 20);
+	if (!timeout && ms >= TIMEOUT_MS)
+		fail_msg("attack %d: a reply past the limits refused after %" PRIu64
+			 " ms, not at its header", a, ms);
 	for (int i = 0; i < NKEYS; i++) {
 		bool hostile = redis_cluster_slot(keys[i], strlen(keys[i])) < 8192;
 
@@ -282,10 +290,15 @@ static void run_attack(enum attack a)
 	/* The hostile node is down for a while: the next batch does not wait. */
 	for (uint32_t k = 0; k < redis_cluster_nodes(rc); k++) {
 		redis_cluster_node_stats(rc, k, &st);
-		if (atoi(strrchr(st.addr, ':') + 1) == g_node[0].port)
+		if (atoi(strrchr(st.addr, ':') + 1) == g_node[0].port) {
 			assert_false(st.up);
-		else
+			assert_int_equal(st.timeouts, timeout);
+			assert_int_equal(st.bad_replies, !timeout);
+			assert_int_equal(st.errors, down);
+		} else {
 			assert_true(st.up);
+			assert_int_equal(st.timeouts + st.bad_replies + st.errors, 0);
+		}
 	}
 	t0 = mono_ns();
 	got = redis_cluster_get(rc, it, NKEYS, on_value, &hits);
@@ -297,31 +310,38 @@ static void run_attack(enum attack a)
 static void test_trickled_value_ends_at_the_timeout(void **state)
 {
 	(void)state;
-	run_attack(A_TRICKLE_VALUE);
+	run_attack(A_TRICKLE_VALUE, 0, true);
 }
 
 static void test_trickled_64k_value_ends_at_the_timeout(void **state)
 {
 	(void)state;
-	run_attack(A_TRICKLE_64K);
+	run_attack(A_TRICKLE_64K, 0, true);
+}
+
+/* The same node where the longest valid value is 16 KiB: refused at once. */
+static void test_64k_value_past_the_limit_is_refused_at_its_header(void **state)
+{
+	(void)state;
+	run_attack(A_TRICKLE_64K, 16384, false);
 }
 
 static void test_trickled_header_ends_at_the_timeout(void **state)
 {
 	(void)state;
-	run_attack(A_TRICKLE_HEADER);
+	run_attack(A_TRICKLE_HEADER, 0, true);
 }
 
 static void test_4gib_bulk_is_refused_at_its_header(void **state)
 {
 	(void)state;
-	run_attack(A_HUGE_BULK);
+	run_attack(A_HUGE_BULK, 0, false);
 }
 
 static void test_2g_element_array_is_refused_at_its_header(void **state)
 {
 	(void)state;
-	run_attack(A_HUGE_ARRAY);
+	run_attack(A_HUGE_ARRAY, 0, false);
 }
 
 int main(void)
@@ -329,6 +349,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_trickled_value_ends_at_the_timeout, nodes_stop),
 		cmocka_unit_test_teardown(test_trickled_64k_value_ends_at_the_timeout, nodes_stop),
+		cmocka_unit_test_teardown(test_64k_value_past_the_limit_is_refused_at_its_header,
+					  nodes_stop),
 		cmocka_unit_test_teardown(test_trickled_header_ends_at_the_timeout, nodes_stop),
 		cmocka_unit_test_teardown(test_4gib_bulk_is_refused_at_its_header, nodes_stop),
 		cmocka_unit_test_teardown(test_2g_element_array_is_refused_at_its_header, nodes_stop),
