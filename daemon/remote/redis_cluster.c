@@ -356,11 +356,12 @@ static redisReply *node_command(struct rc_node *n, const struct rc_limits *lim,
 				uint64_t deadline, const char *cmd)
 {
 	struct pollfd p;
-	redisReply *r;
+	redisReply *r = NULL;
 	size_t off = 0;
 	int err = 0;
 
-	if (!node_conn(n, deadline))
+	/* Past the deadline a node is not asked: no answer is not its fault. */
+	if (!ms_left(deadline) || !node_conn(n, deadline))
 		return NULL;
 	if (redisAppendCommand(n->c, cmd) != REDIS_OK) {
 		node_fail(n, -ENOMEM);
@@ -809,7 +810,9 @@ static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
 		rc->target[i] = rc->slot[redis_cluster_slot(b->it[i].key, b->it[i].klen)];
 		rc->ask[i] = 0;
 	}
-	for (int round = 0; round < RC_MAX_ROUNDS; round++) {
+	/* A redirect round starts only while the deadline leaves time: a
+	 * node asked past it could not answer in time, through no fault. */
+	for (int round = 0; round < RC_MAX_ROUNDS && ms_left(deadline); round++) {
 		struct rc_io io[RC_MAX_NODES];
 		uint32_t off[RC_MAX_NODES + 1];
 		uint64_t t0 = mono_ns();

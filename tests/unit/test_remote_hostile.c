@@ -10,7 +10,9 @@
  *  - "$65536" then a trickle (issue 25's node);
  *  - a header line that trickles in, one digit every 100 ms;
  *  - a 4 GiB bulk, then bytes streamed as fast as the socket takes them;
- *  - an array of 2147483647 elements, then 100k of them.
+ *  - an array of 2147483647 elements, then 100k of them;
+ *  - that array as its CLUSTER SLOTS answer (the second node then gives
+ *    the map).
  *
  * Each batch must end within the timeout (and some slack; a reply past the
  * limits at once), the test's peak RSS must not grow past 100 MB, the
@@ -51,6 +53,7 @@ enum attack {
 	A_TRICKLE_HEADER, /* "$", then one digit each 100 ms */
 	A_HUGE_BULK,      /* "$4294967296\r\n", then bytes as fast as they go */
 	A_HUGE_ARRAY,     /* "*2147483647\r\n", then 100k ":1\r\n" */
+	A_SLOTS,          /* the map itself: CLUSTER SLOTS gets A_HUGE_ARRAY */
 };
 
 struct fake {
@@ -125,6 +128,7 @@ static void attack(int fd, enum attack a)
 			;
 		break;
 	case A_HUGE_ARRAY:
+	case A_SLOTS:
 		if (!put(fd, "*2147483647\r\n", 13))
 			break;
 		for (int i = 0; i < 100000 && put(fd, ":1\r\n", 4); i++)
@@ -165,6 +169,10 @@ static void node_serve(int lfd, bool hostile, enum attack a)
 
 			buf[n] = '\0';
 			if (memmem(buf, (size_t)n, "SLOTS", 5)) {
+				if (hostile && a == A_SLOTS) {
+					attack(fd, a);
+					break;
+				}
 				answer_slots(fd);
 				continue;
 			}
@@ -344,6 +352,37 @@ static void test_2g_element_array_is_refused_at_its_header(void **state)
 	run_attack(A_HUGE_ARRAY, 0, false);
 }
 
+/* A seed that answers CLUSTER SLOTS with a 2G-element array: refused at
+ * its header, counted, and the map read from the next seed at once. */
+static void test_hostile_map_is_refused_and_the_next_seed_read(void **state)
+{
+	struct redis_cluster *rc;
+	struct rc_node_stats st;
+	struct errbuf e;
+	char url[96];
+	uint64_t t0, rss0;
+
+	(void)state;
+	nodes_start(A_SLOTS);
+	snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d,127.0.0.1:%d",
+		 g_node[0].port, g_node[1].port);
+	rss0 = peak_rss();
+	t0 = mono_ns();
+	assert_int_equal(redis_cluster_open(&rc, url, TIMEOUT_MS, &e), 0);
+	assert_true(mono_ns() - t0 < TIMEOUT_MS * 1000000ull);
+	assert_true(peak_rss() - rss0 < (100ull << 20));
+	assert_int_equal(redis_cluster_mapped_slots(rc), RC_SLOTS);
+	redis_cluster_node_stats(rc, 0, &st);
+	assert_int_equal(atoi(strrchr(st.addr, ':') + 1), g_node[0].port);
+	assert_false(st.up);
+	assert_int_equal(st.bad_replies, 1);
+	assert_int_equal(st.timeouts, 0);
+	redis_cluster_node_stats(rc, 1, &st);
+	assert_true(st.up);
+	assert_int_equal(st.bad_replies + st.timeouts, 0);
+	redis_cluster_close(rc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -354,6 +393,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_trickled_header_ends_at_the_timeout, nodes_stop),
 		cmocka_unit_test_teardown(test_4gib_bulk_is_refused_at_its_header, nodes_stop),
 		cmocka_unit_test_teardown(test_2g_element_array_is_refused_at_its_header, nodes_stop),
+		cmocka_unit_test_teardown(test_hostile_map_is_refused_and_the_next_seed_read,
+					  nodes_stop),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
