@@ -249,11 +249,28 @@ static void puts_run(struct remote_tier *rt, struct put_item **p, uint32_t n)
 	pthread_mutex_unlock(&rt->mu);
 }
 
+/* The nodes' figures for /metrics; a node newly timed out or refused for
+ * its reply is logged (at most once a second each: it is down that long). */
 static void nodes_snapshot(struct remote_tier *rt)
 {
+	uint32_t was = rt->st.nodes;
+
 	rt->st.nodes = redis_cluster_nodes(rt->rc);
-	for (uint32_t i = 0; i < rt->st.nodes; i++)
-		redis_cluster_node_stats(rt->rc, i, &rt->nodes[i]);
+	for (uint32_t i = 0; i < rt->st.nodes; i++) {
+		struct rc_node_stats st;
+
+		redis_cluster_node_stats(rt->rc, i, &st);
+		if (i < was && st.timeouts > rt->nodes[i].timeouts)
+			tier_log(rt, LOG_WARNING, "store node %s did not answer a batch whole "
+				 "within remote_timeout_ms: its pages are misses, and it is "
+				 "not asked for a second", st.addr);
+		if (i < was && st.bad_replies > rt->nodes[i].bad_replies)
+			tier_log(rt, LOG_WARNING, "store node %s sent a reply past the "
+				 "limits (a value longer than %" PRIu64 " bytes, an array, or "
+				 "not RESP): refused at its header, the node not asked for "
+				 "a second", st.addr, remote_value_max(rt->page_bytes));
+		rt->nodes[i] = st;
+	}
 }
 
 static void expire_fetches(struct remote_tier *rt)

@@ -11,7 +11,8 @@ a prompt nobody cached asks the store for its pages. Each must:
  - return within the timeout and some slack, the pages misses;
  - leave kvpoold's peak RSS less than 100 MB above where it was;
  - have the node counted (kvpool_remote_node_timeouts_total or
-   kvpool_remote_node_bad_replies_total) and marked down;
+   kvpool_remote_node_bad_replies_total), marked down and named in a
+   warning of the log;
  - and the daemon goes on serving: the next prepare does not wait on it.
 """
 from __future__ import annotations
@@ -161,6 +162,13 @@ def test_hostile_store_node_holds_nothing(attack):
             assert m[f"kvpool_remote_node_{want}_total" + node_label] == 1, m
             other = "bad_replies" if want == "timeouts" else "timeouts"
             assert m[f"kvpool_remote_node_{other}_total" + node_label] == 0
+            # The log says which node and why.
+            said = "did not answer a batch whole" if want == "timeouts" else "sent a reply past the limits"
+            deadline = time.monotonic() + 5
+            while f"store node 127.0.0.1:{node.port} {said}" not in open(d.log).read():
+                assert time.monotonic() < deadline, \
+                    f"{attack}: no warning in the log: {open(d.log).read()[-1500:]}"
+                time.sleep(0.05)
             # It goes on serving: the node is down, not waited on.
             dt = prepare_seconds(c, 2, 5000)
             assert dt < 0.25, f"{attack}: the next prepare waited {dt:.2f} s"
