@@ -17,7 +17,9 @@
  *                            prefix lookup: -EINPROGRESS the first time
  *                            (the run is queued; the ring worker holds the
  *                            entry and retries), -EINPROGRESS while the
- *                            thread's ONE batched round of GETs is out,
+ *                            thread's batched round of GETs is out (a
+ *                            long run: 16 MiB batches, each after the
+ *                            last came back whole),
  *                            then 0: the run's leading pages that came back
  *                            and checked are in memory for the engine to
  *                            onload (remote_fetch_page), released with
