@@ -747,7 +747,7 @@ static void round_io(struct redis_cluster *rc, struct batch *b, struct rc_io *io
 
 	for (;;) {
 		uint32_t np = 0;
-		int ms, ready;
+		int ms, ready, perr;
 
 		for (uint32_t k = 0; k < rc->nnodes; k++) {
 			struct rc_node *n = &rc->nodes[k];
@@ -775,9 +775,10 @@ static void round_io(struct redis_cluster *rc, struct batch *b, struct rc_io *io
 		ready = poll(p, np, ms);
 		if (ready < 0 && errno == EINTR)
 			continue;
+		perr = ready < 0 ? -errno : 0; /* before a close below sets errno */
 		for (uint32_t x = 0; x < np; x++) {
 			struct rc_node *n = &rc->nodes[who[x]];
-			int err = ready < 0 ? -errno : 0;
+			int err = perr;
 
 			if (!err && !p[x].revents)
 				err = ms ? 0 : -ETIMEDOUT; /* past the deadline, and silent */
