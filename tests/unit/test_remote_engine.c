@@ -326,6 +326,61 @@ static void test_full_queue_drops_and_counts(void **state)
 	free(page);
 }
 
+/* A run of 40 pages of 1 MiB goes to the store in batches of 16 MiB (each
+ * with the whole remote_timeout_ms, as a batch must be answered whole
+ * within it): more rounds than the three of a single batch, every page
+ * back byte for byte. */
+static void test_long_run_goes_in_16mib_batches(void **state)
+{
+	enum { N = 40 };
+	struct remote_tier_config c = { .timeout_ms = 2000, .queue_bytes = 64ull << 20 };
+	struct remote_key keys[N];
+	struct remote_fetch *f;
+	struct remote_tier *rt;
+	struct rc_node_stats st;
+	struct remote_tier_stats ts;
+	struct errbuf e;
+	uint64_t rounds0 = 0, rounds = 0;
+	char err[128];
+	uint8_t *page;
+
+	(void)state;
+	assert_int_equal(kvp_layout_init(&c.layout, 8, 8, 128, KVP_DTYPE_BF16, 32, err,
+					 sizeof(err)), 0);
+	assert_int_equal(c.layout.page_bytes, 1 << 20);
+	c.url = g_redis.url;
+	assert_int_equal(remote_tier_open(&rt, &c, &e), 0);
+	page = malloc(c.layout.page_bytes);
+	assert_non_null(page);
+	for (int i = 0; i < N; i++) {
+		keys[i] = (struct remote_key){ .kind = DISK_KIND_PREFIX, .tenant = 11,
+					       .layout_id = disk_layout_id(&c.layout) };
+		keys[i].hash[0] = (uint8_t)i;
+		keys[i].hash[1] = 0x16;
+		memset(page, i + 1, c.layout.page_bytes);
+		assert_int_equal(remote_tier_put(rt, &keys[i], page), 0);
+	}
+	remote_tier_flush(rt);
+	remote_tier_stats(rt, &ts);
+	assert_int_equal(ts.written_pages, N);
+	for (uint32_t k = 0; remote_tier_node_stats(rt, k, &st); k++)
+		rounds0 += st.rounds;
+	assert_int_equal(remote_tier_fetch(rt, keys, N, &f), -EINPROGRESS);
+	remote_tier_wait(rt, &keys[0]);
+	assert_int_equal(remote_tier_fetch(rt, keys, N, &f), 0);
+	assert_int_equal(remote_fetch_pages(f), N);
+	for (int i = 0; i < N; i++) {
+		memset(page, i + 1, c.layout.page_bytes);
+		assert_memory_equal(remote_fetch_page(f, (uint32_t)i), page, c.layout.page_bytes);
+	}
+	remote_fetch_done(rt, f, 0);
+	for (uint32_t k = 0; remote_tier_node_stats(rt, k, &st); k++)
+		rounds += st.rounds;
+	assert_true(rounds - rounds0 > 3);
+	remote_tier_close(rt);
+	free(page);
+}
+
 static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
 {
 	uint32_t tokens[NTOK];
@@ -745,6 +800,7 @@ int main(void)
 		cmocka_unit_test(test_b_onloads_a_pages_byte_for_byte),
 		cmocka_unit_test(test_damaged_value_stops_the_run_and_is_counted),
 		cmocka_unit_test(test_seq_alloc_starts_from_the_store),
+		cmocka_unit_test(test_long_run_goes_in_16mib_batches),
 		cmocka_unit_test(test_opaque_device_tier_round_trips),
 		cmocka_unit_test(test_full_queue_drops_and_counts),
 		cmocka_unit_test(test_chunk_from_the_store_by_id_name_and_register),
