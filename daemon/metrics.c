@@ -358,6 +358,7 @@ int metrics_write(struct server *s, FILE *f)
 		return -ENOMEM;
 	}
 	write_daemon(s, f);
+	metrics_write_process(s, f);
 	write_tiers(s, f, st);
 	write_pools(s, f, st);
 	write_remote(s, f);

@@ -90,6 +90,9 @@ void metrics_close(struct server *s);
  * Returns 0 or -errno.
  */
 int metrics_write(struct server *s, FILE *f);
+/* The process_* families (metrics_process.c): CPU, memory, descriptors,
+ * start time, as Prometheus' client libraries name them. */
+void metrics_write_process(const struct server *s, FILE *f);
 
 /* The latency histograms summed over the workers (KVP_OP_LATENCY). */
 struct kvp_latency;
