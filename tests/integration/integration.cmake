@@ -72,6 +72,10 @@ if(TARGET kvpoold AND TARGET kvpool)
   # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
   # written), seq_free under a lease, and a randomized lease model.
   kvpool_integration_test(test_stale_lease 120)
+  # A client inherited across fork(): every call in the child -ECHILD, the
+  # rings untouched, the parent's lease and bytes intact; a child holding
+  # the socket does not keep a closed client's attach alive.
+  kvpool_integration_test(test_fork_client 60)
   # Hardening: a flood of hello-less connections on a daemon with 64 fds
   # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
   kvpool_integration_test(test_dos 90)
