@@ -179,3 +179,23 @@ def test_a_forked_child_cannot_use_the_parents_client(client, user):
 
 def client_sock() -> str:
     return os.environ["KVPOOL_SOCKET"]
+
+
+def test_hstu_appends_go_through_the_library(daemon, user):
+    """kvpool.hstu's append_kvcache writes through each user's lease
+    (kvp_append_layer_async): with the lease gone from the library it
+    raises StaleLeaseError and the pool's bytes stay as they were."""
+    import kvpool.hstu
+    u = 900000 + user
+    with kvpool.hstu.KVCacheManager(socket=daemon.sock) as mgr:
+        mgr.prepare_kv_cache([u], [0], [10])
+        meta = mgr.get_cache_metadata([u])
+        k = torch.randn(10, 2, 16)
+        mgr.append_kvcache(0, k, -k, meta)                   # a good lease: fine
+        lease = mgr._leases[u]
+        kvpool.Client.release(mgr.client, lease.id)          # the library forgets it
+        before = mgr.client.tier().clone()
+        with pytest.raises(kvpool.StaleLeaseError):
+            mgr.append_kvcache(1, k, -k, meta)
+        assert torch.equal(mgr.client.tier(), before)
+        mgr._leases.pop(u)
