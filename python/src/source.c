@@ -239,6 +239,32 @@ static void *torch_stream(PyObject *torch, int dev)
 	return p;
 }
 
+/* Whether tensor t has 1-byte elements (fp8 bits, uint8). */
+static int one_byte(PyObject *base, PyObject *t)
+{
+	PyObject *e = PyObject_CallMethod(base, "element_size", "O", t);
+	long v = e ? PyLong_AsLong(e) : -1;
+
+	Py_XDECREF(e);
+	PyErr_Clear();
+	return v == 1;
+}
+
+/* torch's DLPack export of t (torch._C._to_dlpack, else the public one). */
+static PyObject *to_dlpack(PyObject *torch, PyObject *torch_C, PyObject *t)
+{
+	PyObject *utils, *cap;
+
+	if (PyObject_HasAttrString(torch_C, "_to_dlpack"))
+		return PyObject_CallMethod(torch_C, "_to_dlpack", "O", t);
+	utils = PyImport_ImportModule("torch.utils.dlpack");
+	if (!utils)
+		return NULL;
+	cap = PyObject_CallMethod(utils, "to_dlpack", "O", t);
+	Py_DECREF(utils);
+	return cap;
+}
+
 static int src_from_torch(struct kv_src *s, PyObject *torch, PyObject *o,
 			  const char *what)
 {
@@ -252,7 +278,16 @@ static int src_from_torch(struct kv_src *s, PyObject *torch, PyObject *o,
 	/* detach(): DLPack refuses a tensor that requires grad; the bytes
 	 * are the same. Whatever it returns is what is measured below. */
 	t = PyObject_CallMethod(base, "detach", "O", o);
-	cap = t ? PyObject_CallMethod(torch_C, "_to_dlpack", "O", t) : NULL;
+	if (t && one_byte(base, t)) {
+		/* fp8 bits: DLPack has no float8 in older torch; the bytes as
+		 * uint8 are the same bytes. */
+		PyObject *u8 = PyObject_GetAttrString(torch, "uint8"), *tv;
+
+		tv = u8 ? PyObject_CallMethod(base, "view", "OO", t, u8) : NULL;
+		Py_XDECREF(u8);
+		Py_SETREF(t, tv);
+	}
+	cap = t ? to_dlpack(torch, torch_C, t) : NULL;
 	if (!cap && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
 		/* torch's own check (e.g. sizes past the storage). */
 		PyObject *et, *ev, *tb;
@@ -427,9 +462,14 @@ int64_t src_rows(KvpClient *c, const struct kv_src *s, const char *what,
 		return (int64_t)(s->nbytes / row_bytes);
 	}
 	if (s->dtype != L->dtype) {
+		static const char *const codes[] = { "int", "uint", "float", "complex",
+						     "bfloat" };
+
 		PyErr_Format(PyExc_TypeError,
-			     "%s: dtype (DLPack code %u, %u bits), the pool holds %s", what,
-			     s->dl_code, s->dl_bits, kvp_dtype_name(L->dtype));
+			     "%s: elements of %s%u, the pool holds %s: convert first "
+			     "(.to(the pool's dtype))", what,
+			     s->dl_code < 5 ? codes[s->dl_code] : "code ", s->dl_bits,
+			     kvp_dtype_name(L->dtype));
 		return -1;
 	}
 	if (s->ndim != ninner + 1)

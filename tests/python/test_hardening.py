@@ -76,6 +76,40 @@ def test_a_tensor_is_read_only_within_its_storage(client, user):
         assert _tier_bytes(client) == before
 
 
+class Liar(torch.Tensor):
+    """A tensor subclass that lies about where and how big it is."""
+
+    def data_ptr(self) -> int:
+        return 8
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([16, *SHAPE])
+
+
+def test_a_tensor_subclass_cannot_lie(client, user):
+    real = torch.randn(1, *SHAPE)
+    liar = real.clone().as_subclass(Liar)
+    with client.prepare(user, 0, 16) as lease:
+        lease.append(liar)                       # torch's own view: 1 token, its real bytes
+        with pytest.raises(IndexError):
+            lease.append(liar, first=16)         # 1 token past the 16 reserved
+        lease.commit(1)
+    with client.prepare(user, 1, 0) as lease:
+        k, v = lease.gather(0, 1)
+    assert torch.equal(k, real[:, 0, 0]) and torch.equal(v, real[:, 0, 1])
+
+
+def test_a_tensor_that_requires_grad_is_read(client, user):
+    kv = torch.randn(2, *SHAPE, requires_grad=True)
+    with client.prepare(user, 0, 2) as lease:
+        lease.append(kv)
+        lease.commit()
+    with client.prepare(user, 2, 0) as lease:
+        k, _ = lease.gather(1, 2)
+    assert torch.equal(k, kv.detach()[:, 1, 0])
+
+
 def test_tensors_capsules_and_buffers_are_taken(client, user):
     kv = torch.randn(6, *SHAPE)
     with client.prepare(user, 0, 6) as lease:
