@@ -102,11 +102,11 @@ static int inherited(const struct kvp_client *c)
 int kvpc_inherited(struct kvp_client *c)
 {
 	return kvpc_err(c, -ECHILD,
-			"this kvpool client (id %" PRIu32 ") was connected by process "
-			"%d and inherited across fork() by process %d: it stays the "
-			"parent's (its rings and leases are not this process's); "
-			"kvp_connect() a client of this process's own, and "
-			"kvp_close() the inherited one (that only unmaps it here)",
+			"kvpool client %" PRIu32 " was connected by pid %d and "
+			"inherited across fork() by pid %d; it stays the parent's "
+			"(its rings and leases): kvp_connect() a client of this "
+			"process's own (kvp_close() of the inherited one only "
+			"unmaps it)",
 			c->client_id, (int)c->pid, (int)getpid());
 }
 
