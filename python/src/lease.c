@@ -325,17 +325,30 @@ static PyObject *lease_append_layer(KvpLease *s, PyObject *args, PyObject *kw)
 	return res;
 }
 
-/* _check_write(first, n): whether tokens [first, first + n) are writable
- * now, as the library would see it (nothing is written). */
+/*
+ * _check_write(first, n): raise unless tokens [first, first + n) are
+ * writable now, as the library sees it: an append of 0 tokens at first runs
+ * every lease check of kvp_append (open, this client's, not committed) and
+ * writes nothing. For writers that cannot go through the library (a CUDA
+ * graph replaying captured slots): check before each replay.
+ */
 static PyObject *lease_check_write(KvpLease *s, PyObject *args)
 {
 	struct int_arg first = INT_ARG("first", UINT32_MAX);
 	struct int_arg n = INT_ARG("n", UINT32_MAX);
+	KvpClient *c = s->client;
+	int ret;
 
 	if (!PyArg_ParseTuple(args, "O&O&:_check_write", int_conv, &first, int_conv, &n))
 		return NULL;
-	if (lease_check_live(s, "append") ||
-	    lease_check_range(s, first.v, n.v))
+	if (lease_check_live(s, "append") || lease_check_range(s, first.v, n.v) ||
+	    client_enter(c))
+		return NULL;
+	CALL(ret, kvp_append(c->c, &s->l, (uint32_t)first.v, 0, NULL));
+	if (ret < 0)
+		kvp_raise_client(c, ret);
+	client_leave(c);
+	if (ret < 0)
 		return NULL;
 	Py_RETURN_NONE;
 }

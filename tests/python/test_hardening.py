@@ -234,3 +234,16 @@ def test_hstu_appends_go_through_the_library(daemon, user):
             mgr.append_kvcache(1, k, -k, meta)
         assert torch.equal(mgr.client.tier(), before)
         mgr._leases.pop(u)
+
+
+def test_check_write_asks_the_library(client, user):
+    """Lease._check_write (for writers that cannot go through the library,
+    such as a CUDA graph replaying captured slots) runs the library's lease
+    checks: a lease the library no longer holds fails it."""
+    lease = client.prepare(user, 0, 4)
+    lease._check_write(0, 4)
+    with pytest.raises(IndexError):
+        lease._check_write(2, 3)
+    kvpool.Client.release(client, lease.id)
+    with pytest.raises(kvpool.StaleLeaseError):
+        lease._check_write(0, 1)
