@@ -400,8 +400,9 @@ int src_get(PyObject *o, const char *what, struct kv_src *s)
 	if (PyObject_CheckBuffer(o) && !PyUnicode_Check(o))
 		return src_from_buffer(s, o, what);
 	if (PyObject_HasAttrString(o, "__dlpack__")) {
-		/* stream=1: the CUDA legacy default stream, the one a
-		 * synchronous copy is ordered after. */
+		/* No stream: a CUDA producer orders its work before the
+		 * legacy default stream, where kvp_append's synchronous
+		 * copy of a non-torch device source runs. */
 		cap = PyObject_CallMethod(o, "__dlpack__", NULL);
 		if (!cap)
 			return -1;
