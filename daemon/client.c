@@ -69,6 +69,7 @@ void client_register(struct server *s, struct client *c)
 	__atomic_add_fetch(&r->live, 1, __ATOMIC_RELAXED);
 	if (c->tenant)
 		__atomic_add_fetch(&c->tenant->clients, 1, __ATOMIC_RELAXED);
+	tenant_uid_count(&s->tenants, c->uid, 1); /* max_clients_per_uid */
 }
 
 static void registry_unlink(struct server *s, struct client *c)
@@ -89,6 +90,7 @@ static void registry_unlink(struct server *s, struct client *c)
 	__atomic_sub_fetch(&r->live, 1, __ATOMIC_RELAXED);
 	if (c->tenant)
 		__atomic_sub_fetch(&c->tenant->clients, 1, __ATOMIC_RELAXED);
+	tenant_uid_count(&s->tenants, c->uid, -1);
 }
 
 static void unwatch(struct server *s, struct client *c)

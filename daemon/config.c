@@ -27,20 +27,37 @@
 #include "config.h"
 #include "config_settings.h"
 #include "kvpool_engine.h" /* RECLAIM_AUTO */
+#include "log.h"
 #include "proto.h"
 
 /* ------------------------------------------------------------ messages */
 
+/* The last error config_load() reported: a reload (which runs with
+ * standard error perhaps /dev/null) logs it and hands it to kvctl. */
+static char last_error[640];
+
+const char *config_last_error(void)
+{
+	return last_error;
+}
+
+/*
+ * An error in the settings, on standard error; under journald with its
+ * priority first ("<3>", err), so `journalctl -p warning` shows why a
+ * start failed.
+ */
 __attribute__((format(printf, 2, 3)))
 static int usage_err(const char *where, const char *fmt, ...)
 {
+	int n = snprintf(last_error, sizeof(last_error), "%s: ", where);
 	va_list ap;
 
-	fprintf(stderr, "kvpoold: %s: ", where);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	if (n > 0 && (size_t)n < sizeof(last_error))
+		vsnprintf(last_error + n, sizeof(last_error) - (size_t)n, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "%skvpoold: %s\n", log_stderr_is_journal() ? "<3>" : "",
+		last_error);
 	return EXIT_USAGE;
 }
 
@@ -627,6 +644,33 @@ static int config_check(struct config *c)
 	for (uint32_t i = 0; !ret && i < c->ntenants; i++)
 		ret = check_tenant(c, i);
 	return ret ? ret : check_admins(c);
+}
+
+/*
+ * Pools are memory taken on first touch: a device_mem larger than the
+ * machine starts fine and dies (SIGBUS, the OOM killer) once the pages are
+ * used. Said at start, as a warning (an operator may mean to add memory).
+ */
+void config_warn_memory(const struct config *c)
+{
+	bool dev_in_ram = !c->backend || strcmp(c->backend, "cuda");
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t ram, want = c->host_mem + (dev_in_ram ? c->device_mem : 0);
+
+	if (pages <= 0 || psz <= 0)
+		return;
+	ram = (uint64_t)pages * (uint64_t)psz;
+	for (uint32_t i = 0; i < c->ntenants; i++)
+		want += c->tenants[i].host_mem +
+			(dev_in_ram ? c->tenants[i].device_mem : 0);
+	if (want > ram)
+		log_warn("the pools take %.1f GiB of memory (%s over every tenant) "
+			 "and this machine has %.1f GiB: their pages are taken when "
+			 "first used, so kvpoold or its clients will be killed once "
+			 "they fill; lower %shost_mem", (double)want / (1u << 30),
+			 dev_in_ram ? "device_mem + host_mem: on the shm backend the "
+			 "device tier is memory too," : "host_mem",
+			 (double)ram / (1u << 30), dev_in_ram ? "device_mem or " : "");
 }
 
 static int config_defaults(struct config *c)

@@ -83,6 +83,12 @@ struct config {
 	uint32_t max_pending;
 	uint32_t max_pending_per_uid;
 	uint32_t hello_timeout_ms;
+	/* Attached clients: at most max_clients_per_uid of one uid and
+	 * max_clients_per_tenant of one tenant (0: a share of the descriptor
+	 * limit, tenant_client_caps()), so that none can take every
+	 * descriptor (listener.c, attach). */
+	uint32_t max_clients_per_uid;
+	uint32_t max_clients_per_tenant;
 	bool foreground;
 	char *pidfile;
 	char *log;                /* NULL: stderr in foreground, else syslog */
@@ -115,6 +121,11 @@ struct config {
  */
 #define CONFIG_EXIT_OK (-1)
 int config_load(struct config *cfg, int argc, char **argv);
+/* The message of config_load's last error ("" before any): what a reload
+ * logs and answers, since its standard error may go nowhere. */
+const char *config_last_error(void);
+/* A warning in the log when the pools could not fit this machine's memory. */
+void config_warn_memory(const struct config *c);
 /*
  * Apply the kvpool.conf lines read from f to cfg (config_load's --config
  * step; path names the file in messages). Returns 0, or EXIT_USAGE after

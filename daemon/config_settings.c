@@ -323,6 +323,18 @@ static int set_hello_timeout_ms(struct config *c, struct tenant_config *t,
 	return set_u32(&c->hello_timeout_ms, v, 10, 3600000, err, len);
 }
 
+static int set_max_clients_per_uid(struct config *c, struct tenant_config *t,
+				   const char *v, char *err, size_t len)
+{
+	return set_u32(&c->max_clients_per_uid, v, 0, 1000000, err, len);
+}
+
+static int set_max_clients_per_tenant(struct config *c, struct tenant_config *t,
+				      const char *v, char *err, size_t len)
+{
+	return set_u32(&c->max_clients_per_tenant, v, 0, 1000000, err, len);
+}
+
 static int set_sq_entries(struct config *c, struct tenant_config *t,
 			  const char *v, char *err, size_t len)
 {
@@ -544,6 +556,12 @@ const struct setting settings[] = {
 	  "connections waiting for their hello, from one uid (default 64)" },
 	{ "hello_timeout_ms", G, set_hello_timeout_ms, "MS",
 	  "close a connection that sent no hello after this long (default 5000)" },
+	{ "max_clients_per_uid", G, set_max_clients_per_uid, "N",
+	  "attached clients of one uid, at most (default 0: a quarter of the clients "
+	  "the descriptor limit allows; SIGHUP re-reads it)" },
+	{ "max_clients_per_tenant", G, set_max_clients_per_tenant, "N",
+	  "attached clients of one tenant, at most (default 0: half of the clients "
+	  "the descriptor limit allows; SIGHUP re-reads it)" },
 	{ "foreground", G | B, set_foreground, "BOOL", "stay in the foreground (default no: daemonize)" },
 	{ "pidfile", G, set_pidfile, "PATH", "write the daemon's pid here (default none)" },
 	{ "disk_dir", G, set_disk_dir, "PATH",

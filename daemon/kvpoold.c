@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "clock.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -200,6 +201,7 @@ static int server_events(struct server *s, const sigset_t *sigs, struct errbuf *
 static void server_init(struct server *s, const struct config *cfg)
 {
 	*s = (struct server){ .cfg = cfg, .epfd = -1, .sigfd = -1, .retire_fd = -1,
+			      .started_real_ns = real_ns(), .started_mono_ns = mono_ns(),
 			      .lis = { .fd = -1, .lock_fd = -1, .spare_fd = -1 } };
 	pthread_mutex_init(&s->reg.lock, NULL);
 	pthread_mutex_init(&s->retire_lock, NULL);
@@ -421,6 +423,7 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	log_set_level((int)cfg.log_level);
+	config_warn_memory(&cfg);
 	reload_init(argc, argv);
 	/* Blocked before any thread exists, so every thread inherits it and
 	 * only the signalfd sees these. */
@@ -431,6 +434,7 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGHUP);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	raise_fd_limit();
+	tenant_client_caps_log(&cfg, "");
 
 	server_init(&s, &cfg);
 	ret = start(&s, &cfg, &sigs);

@@ -48,21 +48,26 @@ install(FILES etc/kvpool.conf DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)
 install(FILES etc/grafana/kvpool-dashboard.json DESTINATION ${CMAKE_INSTALL_DOCDIR}/grafana)
 
 # systemd units (kvpoold(8), SYSTEMD), under PREFIX/lib/systemd/system
-# whatever the libdir, as systemd looks there. ExecStart names the
-# installed kvpoold: the build tree's copy (test_systemd) names the
-# configured prefix, the installed one is made at install time, so
-# `cmake --install --prefix P` gets P/bin/kvpoold. The sysusers.d entry
-# makes the kvpool user and group.
-set(KVPOOL_BINDIR ${CMAKE_INSTALL_FULL_BINDIR})
-configure_file(etc/systemd/kvpoold.service.in
-  ${CMAKE_CURRENT_BINARY_DIR}/systemd/kvpoold.service @ONLY)
-configure_file(etc/systemd/kvpoold.socket
-  ${CMAKE_CURRENT_BINARY_DIR}/systemd/kvpoold.socket COPYONLY)
+# whatever the libdir, as systemd looks there; made by kvpool_units.cmake
+# for the configured prefix (the build tree's copy, test_systemd) and again
+# at install time for the prefix installed to, with kvpool.conf put where
+# the service looks for it. The sysusers.d entry makes the kvpool user and
+# group.
+set(UNIT_PREFIX ${CMAKE_INSTALL_PREFIX})
+set(UNIT_BINDIR ${CMAKE_INSTALL_BINDIR})
+set(UNIT_SRC ${CMAKE_CURRENT_SOURCE_DIR})
+set(UNIT_OUT ${CMAKE_CURRENT_BINARY_DIR}/systemd)
+set(UNIT_CONF OFF)
+include(${CMAKE_CURRENT_SOURCE_DIR}/daemon/kvpool_units.cmake)
 install(CODE "
-  set(KVPOOL_BINDIR \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}\")
-  configure_file(\"${CMAKE_CURRENT_SOURCE_DIR}/etc/systemd/kvpoold.service.in\"
-    \"${CMAKE_CURRENT_BINARY_DIR}/systemd-install/kvpoold.service\" @ONLY)")
+  set(UNIT_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+  set(UNIT_BINDIR \"${CMAKE_INSTALL_BINDIR}\")
+  set(UNIT_SRC \"${CMAKE_CURRENT_SOURCE_DIR}\")
+  set(UNIT_OUT \"${CMAKE_CURRENT_BINARY_DIR}/systemd-install\")
+  set(UNIT_CONF ON)
+  include(\"${CMAKE_CURRENT_SOURCE_DIR}/daemon/kvpool_units.cmake\")")
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/systemd-install/kvpoold.service
-  etc/systemd/kvpoold.socket DESTINATION lib/systemd/system)
+  ${CMAKE_CURRENT_BINARY_DIR}/systemd-install/kvpoold.socket
+  DESTINATION lib/systemd/system)
 install(FILES etc/systemd/kvpool.sysusers DESTINATION lib/sysusers.d
   RENAME kvpool.conf)

@@ -16,10 +16,12 @@
  * connection costs before its hello is bounded (issue 11): one descriptor
  * each (the pidfd comes at attach), at most max_pending of them and
  * max_pending_per_uid from one uid, each closed hello_timeout_ms after its
- * accept. Accepting goes back to the event loop after ACCEPT_BATCH
- * connections, and when descriptors run out (EMFILE) it sheds the newest
- * pending connection, or with none, stops accepting for ACCEPT_PAUSE_MS:
- * never a loop that only a quiet attacker would end.
+ * accept. Attached ones are capped per uid and per tenant at the hello
+ * (max_clients_per_uid, max_clients_per_tenant: tenant_attach_check), so
+ * none can hold every descriptor. Accepting goes back to the event loop
+ * after ACCEPT_BATCH connections, and when descriptors run out (EMFILE) it
+ * sheds the newest pending connection, or with none, stops accepting for
+ * ACCEPT_PAUSE_MS: never a loop that only a quiet attacker would end.
  *
  * A uds request is read here and run by the client's worker (worker.c), in
  * the order of the client's ring.
@@ -57,7 +59,34 @@
 
 /* ------------------------------------------------------------ startup */
 
-static int mkdir_parents(const char *path, struct errbuf *e)
+/*
+ * The directories above path that do not exist, made 0755 (a path is no
+ * secret); the socket's own directory, when made here, is shaped like the
+ * socket: its group socket_group's (when set), 0750, and traversable by
+ * others too when socket_mode lets others connect. A directory that is
+ * there already is left as its owner made it.
+ */
+static int mkdir_one(const char *dir, mode_t mode, int64_t gid, struct errbuf *e)
+{
+	if (mkdir(dir, mode) < 0) {
+		if (errno == EEXIST)
+			return 0;
+		return errbuf_set(e, -errno, "socket directory %s: cannot create: %s",
+				  dir, strerror(errno));
+	}
+	/* chmod: the umask took bits from mkdir's mode. */
+	if (chmod(dir, mode) < 0 ||
+	    (gid >= 0 && chown(dir, (uid_t)-1, (gid_t)gid) < 0))
+		return errbuf_set(e, -errno, "socket directory %s: cannot set its "
+				  "group %" PRId64 " and mode %04o: %s", dir, gid,
+				  (unsigned)mode, strerror(errno));
+	log_info("created socket directory %s (mode %04o%s)", dir, (unsigned)mode,
+		 gid >= 0 ? ", group socket_group" : "");
+	return 0;
+}
+
+static int mkdir_parents(const char *path, mode_t mode, int64_t gid,
+			 struct errbuf *e)
 {
 	char *copy = strdup(path), *dir;
 	struct stat st;
@@ -68,12 +97,9 @@ static int mkdir_parents(const char *path, struct errbuf *e)
 	dir = dirname(copy);
 	if (stat(dir, &st) == 0)
 		goto out;
-	ret = mkdir_parents(dir, e);
-	if (!ret && mkdir(dir, 0750) < 0 && errno != EEXIST)
-		ret = errbuf_set(e, -errno, "socket directory %s: cannot create: %s",
-				 dir, strerror(errno));
-	else if (!ret)
-		log_info("created socket directory %s (mode 0750)", dir);
+	ret = mkdir_parents(dir, 0755, -1, e);
+	if (!ret)
+		ret = mkdir_one(dir, mode, gid, e);
 out:
 	free(copy);
 	return ret;
@@ -190,7 +216,9 @@ int listener_open(struct listener *l, const struct config *cfg,
 	}
 	if (ret != -ENOENT)
 		return ret;
-	ret = mkdir_parents(cfg->socket, e);
+	ret = mkdir_parents(cfg->socket,
+			    0750 | ((cfg->socket_mode & 0006) ? 0005 : 0),
+			    cfg->socket_gid, e);
 	ret = ret ? ret : take_lock(l, cfg->socket, e);
 	ret = ret ? ret : probe_existing(cfg->socket, e);
 	ret = ret ? ret : bind_listen(l, cfg, e);
@@ -605,6 +633,13 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	if (s->next_id == UINT32_MAX) {
 		refuse(s, c, -EMFILE, "kvpoold has handed out every client id; "
 		       "restart it");
+		return;
+	}
+	/* One uid or tenant must not hold every descriptor (issue 25). */
+	ret = tenant_attach_check(&s->tenants, s->cfg, c->uid, c->adm.tenant,
+				  w.msg, sizeof(w.msg));
+	if (ret) {
+		refuse(s, c, ret, w.msg);
 		return;
 	}
 	c->id = ++s->next_id;

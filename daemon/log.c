@@ -129,6 +129,11 @@ bool log_to_stderr(void)
 	return sink == SINK_STDERR;
 }
 
+bool log_stderr_is_journal(void)
+{
+	return stderr_is_journal();
+}
+
 bool log_to_journal(void)
 {
 	return sink == SINK_STDERR && journal;

@@ -32,6 +32,9 @@ const char *log_level_name(int prio);
 /* True while stderr is systemd's journal (JOURNAL_STREAM): lines carry
  * syslog priority prefixes ("<3>error: ...") and no time or pid. */
 bool log_to_journal(void);
+/* Whether standard error is the journal's stream now, before or whatever
+ * log_open() chose: errors written there straight start with "<3>". */
+bool log_stderr_is_journal(void);
 
 /* One line, never rate-limited (start-up, shutdown, the limiter's own). */
 __attribute__((format(printf, 2, 3)))

@@ -26,8 +26,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "metrics.h"
 #include "ops_internal.h"
+#include "redis_cluster.h"
+#include "reload.h"
+#include "remote_tier.h"
 
 #define PREPARE_MAX_NEW (1u << 20)
 
@@ -54,6 +58,7 @@ static int op_evict_tenant(struct op *o);
 static int op_stats(struct op *o);
 static int op_reload(struct op *o);
 static int op_latency(struct op *o);
+static int op_server_info(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_NOP] = { "nop", op_nop, 0, 0, NULL },
@@ -92,6 +97,7 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_CHUNK_LIMITS] = { "chunk_limits", op_chunk_limits, 0, SHARE, NULL },
 	[KVP_OP_RELOAD] = { "reload", op_reload, 0, NEED_ADMIN, "reloading the settings" },
 	[KVP_OP_LATENCY] = { "latency", op_latency, 0, NEED_ADMIN, "the daemon's latencies" },
+	[KVP_OP_SERVER_INFO] = { "server_info", op_server_info, 0, 0, NULL },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -405,8 +411,11 @@ static int op_prepare(struct op *o)
 		.onloaded_pages = l.onloaded_pages,
 	};
 	memcpy(o->out, &po, sizeof(po));
-	/* The engine's page table is valid until its next call: copy it now. */
-	memcpy(o->out + sizeof(po), l.frames, (size_t)l.npages * sizeof(int32_t));
+	/* The engine's page table is valid until its next call: copy it now.
+	 * An empty one may be NULL (no view grown yet): nothing to copy. */
+	if (l.npages)
+		memcpy(o->out + sizeof(po), l.frames,
+		       (size_t)l.npages * sizeof(int32_t));
 	o->cqe->out_bytes = (uint32_t)bytes;
 	o->cqe->val0 = l.id;
 	o->cqe->val1 = l.npages;
@@ -654,13 +663,72 @@ static int op_stats(struct op *o)
 /*
  * The settings belong to the main thread (reload.c): ask it the way an
  * operator does, with SIGHUP, which every thread blocks and its signalfd
- * reads. What was applied and refused goes to the log.
+ * reads, and wait for its verdict, so kvctl reload fails naming a bad key
+ * or a refused one instead of leaving the reason to a log. An admin-only
+ * operation: the wait holds this worker, for a config file's read.
  */
 static int op_reload(struct op *o)
 {
-	if (kill(getpid(), SIGHUP) < 0)
-		return errbuf_set(o->e, -errno, "reload: cannot signal kvpoold: %s",
-				  strerror(errno));
+	char msg[KVP_ERRLEN - 16];
+	int ret = reload_request(10000, msg, sizeof(msg));
+
+	if (ret)
+		return errbuf_set(o->e, ret, "reload: %s", msg);
+	return 0;
+}
+
+/*
+ * What kvpoold serves (kvp_server_info). Anyone attached may ask: the
+ * layout and backend are what every client must match anyway; the disk
+ * directory and the store's address only an admin gets.
+ */
+static int op_server_info(struct op *o)
+{
+	const struct server *s = o->s;
+	const struct config *cfg = s->cfg;
+	const struct tenants *ts = &s->tenants;
+	struct kvp_server_info si = {
+		.version = KVP_VERSION_MAJOR * 1000 + KVP_VERSION_MINOR,
+		.proto = KVP_PROTO_VERSION,
+		.pid = (uint32_t)getpid(),
+		.flags = o->c->admin ? KVP_SERVER_ADMIN : 0,
+		.started_ns = s->started_real_ns,
+		.uptime_ns = mono_ns() - s->started_mono_ns,
+		.workers = s->nworkers,
+		.shards = ts->n && ts->npools ? ts->v[0].pools[0].set->n : 0,
+		.pools = ts->npools,
+		.tenants = ts->n,
+	};
+
+	if (o->out_len < sizeof(si))
+		return errbuf_set(o->e, -EMSGSIZE, "server info: the result needs "
+				  "out_len >= %zu bytes; out_len is %" PRIu32,
+				  sizeof(si), o->out_len);
+	snprintf(si.backend, sizeof(si.backend), "%s", ts->backend ? ts->backend : "");
+	kvp_layout_format(&cfg->layout, si.layout, sizeof(si.layout));
+	if (ts->disk) {
+		si.flags |= KVP_SERVER_DISK;
+		si.disk_size = cfg->disk_size;
+		snprintf(si.disk_compress, sizeof(si.disk_compress), "%s",
+			 cfg->disk_compress ? cfg->disk_compress : "none");
+		if (o->c->admin)
+			snprintf(si.disk_dir, sizeof(si.disk_dir), "%s", cfg->disk_dir);
+	}
+	if (ts->remote) {
+		struct remote_tier_stats st;
+		struct rc_node_stats ns;
+
+		si.flags |= KVP_SERVER_REMOTE;
+		remote_tier_stats(ts->remote, &st);
+		for (uint32_t k = 0; k < st.nodes; k++)
+			if (remote_tier_node_stats(ts->remote, k, &ns)) {
+				si.remote_nodes++;
+				si.remote_nodes_up += ns.up;
+			}
+		if (o->c->admin)
+			snprintf(si.remote, sizeof(si.remote), "%s", cfg->remote);
+	}
+	out_put(o, &si, sizeof(si));
 	return 0;
 }
 
@@ -685,7 +753,7 @@ static void op_fail(struct op *o, int ret)
 	size_t n = strlen(msg) + 1;
 
 	o->cqe->res = ret;
-	o->cqe->val0 = o->cqe->val1 = 0;
+	kvp_cqe_detail_put(o->cqe, o->e->kind, o->e->first, o->e->last);
 	if (!o->out_len) {
 		o->cqe->out_bytes = 0;
 		return;

@@ -172,8 +172,9 @@ int op_put_lease(struct op *o, size_t off, const struct engine_lease *l)
 	if (ret)
 		return ret;
 	memcpy(o->out + off, &po, sizeof(po));
-	memcpy(o->out + off + sizeof(po), l->frames,
-	       (size_t)l->npages * sizeof(int32_t));
+	if (l->npages) /* an empty table may be NULL (no view grown yet) */
+		memcpy(o->out + off + sizeof(po), l->frames,
+		       (size_t)l->npages * sizeof(int32_t));
 	o->cqe->out_bytes = (uint32_t)(off + sizeof(po) +
 				       (size_t)l->npages * sizeof(int32_t));
 	o->cqe->val0 = l->id;
@@ -242,7 +243,9 @@ int op_prefix_lookup(struct op *o)
 					      .npages = hit.npages };
 		if (!ret && hit.npages <= room) {
 			memcpy(o->out, &po, sizeof(po));
-			memcpy(o->out + sizeof(po), hit.frames, (size_t)hit.npages * 4);
+			if (hit.npages) /* none found: frames may be NULL */
+				memcpy(o->out + sizeof(po), hit.frames,
+				       (size_t)hit.npages * 4);
 		}
 		op_unlock_own(o);
 	} while (ret == -EINPROGRESS && !op_disk_defer(o));

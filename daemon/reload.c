@@ -9,9 +9,16 @@
  * this thread) or, if its value differs, refused with a line naming it.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "config.h"
 #include "kvpool_engine.h"
 #include "log.h"
 #include "reload.h"
@@ -19,6 +26,22 @@
 
 static int saved_argc;
 static char **saved_argv;
+
+/*
+ * The outcome of the last reload, for kvctl reload (reload_request): a
+ * worker asks with SIGHUP like an operator and waits for the count of
+ * finished reloads to pass the one it saw. Written by the main thread
+ * under the lock; the message is what the log said, since the log may be
+ * a file the operator is not reading or standard error may be /dev/null.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+	uint64_t gen;            /* reloads finished */
+	int result;              /* reload_run()'s */
+	char msg[768];
+	size_t len;
+} last = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, "", 0 };
 
 void reload_init(int argc, char **argv)
 {
@@ -38,6 +61,12 @@ static bool ids_differ(const struct id_list *a, const struct id_list *b)
 
 static int refuse(const char *key, const char *tenant)
 {
+	/* Named in the answer too: "device_mem, [tenant a] host_mem". */
+	if (last.len < sizeof(last.msg))
+		last.len += (size_t)snprintf(last.msg + last.len,
+					     sizeof(last.msg) - last.len, "%s%s%s%s%s",
+					     last.len ? ", " : "", tenant ? "[tenant " : "",
+					     tenant ? tenant : "", tenant ? "] " : "", key);
 	log_warn("reload: refused key %s%s%s%s: it changed, but it sizes memory or "
 		 "was used to start and cannot change while running; restart "
 		 "kvpoold to apply it", tenant ? "[tenant " : "", tenant ? tenant : "",
@@ -166,7 +195,7 @@ static int apply_tenants(struct server *s, struct config *o, struct config *n)
 	return r;
 }
 
-int reload_run(struct server *s)
+static int reload_apply(struct server *s)
 {
 	/* main() owns the config and only this thread changes it; workers
 	 * read none of what is written here. */
@@ -176,9 +205,9 @@ int reload_run(struct server *s)
 	log_reopen();
 	if (config_load(&n, saved_argc, saved_argv)) {
 		config_free(&n);
-		log_err("reload: the settings could not be read (the error is on "
-			"standard error, or run kvpoold with the same flags by hand); "
-			"the running ones stay");
+		snprintf(last.msg, sizeof(last.msg), "the settings could not be "
+			 "read: %s; the running ones stay", config_last_error());
+		log_err("reload: %s", last.msg);
 		return -1;
 	}
 	r = refused_globals(o, &n);
@@ -187,6 +216,12 @@ int reload_run(struct server *s)
 	id_swap(&o->allow_uids, &n.allow_uids, "allow_uids", NULL);
 	id_swap(&o->allow_gids, &n.allow_gids, "allow_gids", NULL);
 	id_swap(&o->admin_uids, &n.admin_uids, "admin_uids", NULL);
+	if (o->max_clients_per_uid != n.max_clients_per_uid ||
+	    o->max_clients_per_tenant != n.max_clients_per_tenant) {
+		o->max_clients_per_uid = n.max_clients_per_uid;
+		o->max_clients_per_tenant = n.max_clients_per_tenant;
+		tenant_client_caps_log(o, "reload: ");
+	}
 	if (o->log_level != n.log_level) {
 		o->log_level = n.log_level;
 		log_set_level(n.log_level);
@@ -195,4 +230,62 @@ int reload_run(struct server *s)
 	config_free(&n);
 	log_info("reload: done, %d key%s refused", r, r == 1 ? "" : "s");
 	return r;
+}
+
+int reload_run(struct server *s)
+{
+	int r;
+
+	pthread_mutex_lock(&last.lock);
+	last.msg[0] = '\0';
+	last.len = 0;
+	r = reload_apply(s);
+	last.result = r;
+	last.gen++;
+	pthread_cond_broadcast(&last.done);
+	pthread_mutex_unlock(&last.lock);
+	return r;
+}
+
+int reload_request(int timeout_ms, char *msg, size_t len)
+{
+	struct timespec dl;
+	uint64_t seen;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&last.lock);
+	seen = last.gen;
+	if (kill(getpid(), SIGHUP) < 0) {
+		ret = -errno;
+		snprintf(msg, len, "cannot signal kvpoold: %s", strerror(errno));
+		goto out;
+	}
+	while (last.gen == seen && !ret)
+		ret = -pthread_cond_timedwait(&last.done, &last.lock, &dl);
+	if (ret) {
+		snprintf(msg, len, "kvpoold did not finish the reload within %d ms; "
+			 "its log says how it went", timeout_ms);
+		ret = -ETIMEDOUT;
+	} else if (last.result < 0) {
+		snprintf(msg, len, "%s", last.msg);
+		ret = -EINVAL;
+	} else if (last.result > 0) {
+		snprintf(msg, len, "applied the rest, but refused %s: %s sized memory "
+			 "or started kvpoold and cannot change while it runs; restart "
+			 "kvpoold to apply %s", last.msg, last.result == 1 ? "it" : "they",
+			 last.result == 1 ? "it" : "them");
+		ret = -EBUSY;
+	} else {
+		snprintf(msg, len, "done: every setting applied");
+	}
+out:
+	pthread_mutex_unlock(&last.lock);
+	return ret;
 }

@@ -23,4 +23,13 @@ void reload_init(int argc, char **argv);
  * read (the running ones stay, the log says why). */
 int reload_run(struct server *s);
 
+/*
+ * Any thread (kvctl reload's worker): SIGHUP, then wait up to timeout_ms
+ * for a reload that starts after it to finish. 0 when every setting was
+ * applied; -EINVAL when the settings could not be read (msg: why, the
+ * config's own message); -EBUSY when keys were refused (msg names them);
+ * -ETIMEDOUT. msg gets a line for the caller either way.
+ */
+int reload_request(int timeout_ms, char *msg, size_t len);
+
 #endif /* KVPOOLD_RELOAD_H */

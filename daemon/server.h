@@ -60,6 +60,8 @@ struct listener {
 
 struct server {
 	const struct config *cfg;
+	uint64_t started_real_ns;   /* CLOCK_REALTIME at start (server info) */
+	uint64_t started_mono_ns;   /* CLOCK_MONOTONIC then: the uptime */
 	struct tenants tenants;
 	struct registry reg;
 	struct worker *workers;

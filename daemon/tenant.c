@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #if KVPOOL_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -372,6 +373,7 @@ void tenants_destroy(struct tenants *ts)
 	for (uint32_t i = 0; i < ts->n; i++)
 		tenant_fini(ts, &ts->v[i]);
 	free(ts->v);
+	free(ts->uids);
 	pools_close(ts);
 	disk_tier_close(ts->disk); /* after the engines: none puts pages now */
 	remote_tier_close(ts->remote);
@@ -428,5 +430,159 @@ void tenant_admit(const struct tenants *ts, const struct config *cfg,
 			 "kvpoold at %s but belongs to no tenant; ask the operator "
 			 "to add it to a [tenant] section (uids=/gids=)", uid,
 			 cfg->socket);
+	}
+}
+
+/* ------------------------------------------------------------ client caps */
+
+#define FDS_PER_CLIENT 2u   /* an attached client's socket and pidfd */
+#define FDS_OWN 64u         /* the daemon's own: listener, epoll, logs, disk */
+#define FDS_PER_POOL 4u     /* a tenant's tier memfds in one pool, and more */
+
+/* Clients the descriptor limit leaves room for, next to the daemon's own
+ * descriptors and its tenants' tiers. */
+static uint32_t clients_room(const struct config *cfg, uint64_t *limit)
+{
+	uint64_t own = FDS_OWN + (uint64_t)FDS_PER_POOL * cfg->ndevices *
+			       (cfg->ntenants ? cfg->ntenants : 1);
+	struct rlimit rl;
+	uint64_t n;
+
+	n = getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ?
+	    1u << 20 : (uint64_t)rl.rlim_cur;
+	*limit = n;
+	/* What a tiny limit leaves: half of it, never nothing. */
+	n = n > 2 * own ? n - own : n / 2;
+	n /= FDS_PER_CLIENT;
+	return n > UINT32_MAX ? UINT32_MAX : (n ? (uint32_t)n : 1);
+}
+
+void tenant_client_caps(const struct config *cfg, uint32_t *per_uid,
+			uint32_t *per_tenant)
+{
+	uint64_t limit;
+	uint32_t room = clients_room(cfg, &limit);
+
+	*per_uid = cfg->max_clients_per_uid ? cfg->max_clients_per_uid :
+		   (room / 4 ? room / 4 : 1);
+	*per_tenant = cfg->max_clients_per_tenant ? cfg->max_clients_per_tenant :
+		      (room / 2 ? room / 2 : 1);
+}
+
+void tenant_client_caps_log(const struct config *cfg, const char *prefix)
+{
+	uint32_t per_uid, per_tenant, room;
+	uint64_t limit;
+
+	room = clients_room(cfg, &limit);
+	tenant_client_caps(cfg, &per_uid, &per_tenant);
+	log_info("%sattached clients: at most %" PRIu32 " per uid (max_clients_per_uid"
+		 "%s) and %" PRIu32 " per tenant (max_clients_per_tenant%s); the "
+		 "descriptor limit %" PRIu64 " has room for about %" PRIu32,
+		 prefix, per_uid, cfg->max_clients_per_uid ? "" : ", by default",
+		 per_tenant, cfg->max_clients_per_tenant ? "" : ", by default",
+		 limit, room);
+}
+
+static uint32_t uid_home(const struct tenants *ts, uint32_t uid)
+{
+	return (uid * 2654435761u) & (ts->uids_cap - 1);
+}
+
+/* uid's entry, or the free one where it would go. cap > 0. */
+static uint32_t uid_slot(const struct tenants *ts, uint32_t uid)
+{
+	uint32_t i = uid_home(ts, uid);
+
+	while (ts->uids[i].n && ts->uids[i].uid != uid)
+		i = (i + 1) & (ts->uids_cap - 1);
+	return i;
+}
+
+static uint32_t uid_clients(const struct tenants *ts, uint32_t uid)
+{
+	return ts->uids_cap ? ts->uids[uid_slot(ts, uid)].n : 0;
+}
+
+/* Room for one more uid, the table at most half full. */
+static int uids_reserve(struct tenants *ts)
+{
+	uint32_t cap = ts->uids_cap ? 2 * ts->uids_cap : 16, old = ts->uids_cap;
+	struct uid_clients *v = ts->uids;
+
+	if (2 * (ts->uids_used + 1) <= ts->uids_cap)
+		return 0;
+	ts->uids = calloc(cap, sizeof(*ts->uids));
+	if (!ts->uids) {
+		ts->uids = v;
+		return -ENOMEM;
+	}
+	ts->uids_cap = cap;
+	for (uint32_t i = 0; i < old; i++)
+		if (v[i].n)
+			ts->uids[uid_slot(ts, v[i].uid)] = v[i];
+	free(v);
+	return 0;
+}
+
+int tenant_attach_check(struct tenants *ts, const struct config *cfg,
+			uint32_t uid, const struct tenant *t, char *msg,
+			size_t len)
+{
+	uint32_t per_uid, per_tenant, n;
+
+	tenant_client_caps(cfg, &per_uid, &per_tenant);
+	n = uid_clients(ts, uid);
+	if (n >= per_uid) {
+		snprintf(msg, len, "uid %" PRIu32 " has %" PRIu32 " clients attached, "
+			 "the most one uid may (max_clients_per_uid=%" PRIu32 "); close "
+			 "some, or ask the operator to raise max_clients_per_uid",
+			 uid, n, per_uid);
+		return -EUSERS;
+	}
+	n = t ? __atomic_load_n(&t->clients, __ATOMIC_RELAXED) : 0;
+	if (t && n >= per_tenant) {
+		snprintf(msg, len, "tenant %s has %" PRIu32 " clients attached, the "
+			 "most one tenant may (max_clients_per_tenant=%" PRIu32 "); "
+			 "close some, or ask the operator to raise "
+			 "max_clients_per_tenant", t->name, n, per_tenant);
+		return -EUSERS;
+	}
+	if (uids_reserve(ts)) {
+		snprintf(msg, len, "kvpoold is out of memory counting uid %" PRIu32
+			 "'s clients; try again", uid);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void tenant_uid_count(struct tenants *ts, uint32_t uid, int delta)
+{
+	uint32_t mask = ts->uids_cap - 1, i, j;
+
+	if (!ts->uids_cap)
+		return; /* nothing counted: a +1 checks first */
+	i = uid_slot(ts, uid);
+	if (delta > 0) {
+		if (!ts->uids[i].n) {
+			ts->uids[i].uid = uid;
+			ts->uids_used++;
+		}
+		ts->uids[i].n++;
+		return;
+	}
+	if (!ts->uids[i].n || --ts->uids[i].n)
+		return;
+	/* The entry is free: shift back the ones probed past it, so no
+	 * lookup stops short at the hole. */
+	ts->uids_used--;
+	for (j = (i + 1) & mask; ts->uids[j].n; j = (j + 1) & mask) {
+		uint32_t k = uid_home(ts, ts->uids[j].uid);
+
+		if (i <= j ? (k <= i || k > j) : (k <= i && k > j)) {
+			ts->uids[i] = ts->uids[j];
+			ts->uids[j].n = 0;
+			i = j;
+		}
 	}
 }

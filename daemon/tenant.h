@@ -42,6 +42,12 @@ struct pool_dev {
 	void *be_ctx;               /* backend_cuda_open()'s; NULL on shm */
 };
 
+/* Attached clients of one uid: an entry of an open-addressing table. */
+struct uid_clients {
+	uint32_t uid;
+	uint32_t n;                 /* 0: the entry is free */
+};
+
 struct tenants {
 	struct tenant *v;
 	uint32_t n;
@@ -52,6 +58,10 @@ struct tenants {
 	uint32_t npools;            /* cfg->ndevices */
 	struct disk_tier *disk;     /* NULL: no disk_dir */
 	struct remote_tier *remote; /* NULL: no remote */
+	/* Attached clients per uid (main thread only): for
+	 * max_clients_per_uid. cap is a power of two, at most half used. */
+	struct uid_clients *uids;
+	uint32_t uids_cap, uids_used;
 };
 
 /* Resolve the backend, open one backend context per device, then one engine
@@ -79,5 +89,31 @@ struct admission {
 void tenant_admit(const struct tenants *ts, const struct config *cfg,
 		  uint32_t uid, const uint32_t *gids, uint32_t ngids,
 		  struct admission *out);
+
+/*
+ * Attached clients per uid and per tenant (issue 25, item 12). Every
+ * attached client holds descriptors (its socket and pidfd), and kvpoold has
+ * RLIMIT_NOFILE of them: one uid or one tenant attaching clients without
+ * end would lock everyone else out. max_clients_per_uid and
+ * max_clients_per_tenant bound them; left 0 they are a quarter and a half
+ * of the clients the descriptor limit leaves room for (kvpoold raised its
+ * soft limit to the hard one at start), so no single uid or tenant takes
+ * them all. Admin-only clients count for their uid.
+ */
+void tenant_client_caps(const struct config *cfg, uint32_t *per_uid,
+			uint32_t *per_tenant);
+/* One line saying the caps in force and where they come from. */
+void tenant_client_caps_log(const struct config *cfg, const char *prefix);
+/*
+ * Main thread, at attach: whether one more client of uid (and of tenant t,
+ * NULL for an admin-only client) fits. 0, or -EUSERS with msg naming the
+ * cap, its setting and what to do (-ENOMEM: no room to count it).
+ */
+int tenant_attach_check(struct tenants *ts, const struct config *cfg,
+			uint32_t uid, const struct tenant *t, char *msg,
+			size_t len);
+/* Main thread: a client of uid registered (+1) or gone (-1). A +1 must
+ * follow a tenant_attach_check() that said yes. */
+void tenant_uid_count(struct tenants *ts, uint32_t uid, int delta);
 
 #endif /* KVPOOLD_TENANT_H */

@@ -17,7 +17,7 @@
  *
  * GROWING STRUCTS. The structs the library writes as rows or results
  * (kvp_user_info, kvp_client_info, kvp_chunk_info, kvp_chunk_entry_info,
- * kvp_completion) grow by fields added at their end, and the caller tells
+ * kvp_completion, kvp_error_info) grow by fields added at their end, and the caller tells
  * the library how big its copy is, as Linux's sched_getattr(2), openat2(2)
  * and clone3(2) do with their size arguments:
  *  - each such call has a _sz form taking the caller's sizeof (the array's
@@ -362,6 +362,51 @@ void kvp_close(struct kvp_client *c);
 
 /* The message of the client's last failed call ("" after a success). */
 const char *kvp_last_error(const struct kvp_client *c);
+
+/*
+ * What an error is about, as data: a program acts on these fields, never on
+ * the message's words (which may change from one release to the next).
+ * kind NONE: the errno says all there is (most errors). The ranges come
+ * from kvpoold in the completion (proto.h, struct kvp_cqe); a library error
+ * (a bad argument, a dead connection) has kind NONE.
+ */
+enum kvp_error_kind {
+	KVP_ERROR_NONE = 0,
+	/* -EINVAL from a prepare: start_pos is past the cached end; tokens
+	 * first .. last (both inclusive) are missing, first being the cached
+	 * end, where the input should start (seed 002's "missing tokens from
+	 * first to last (both inclusive)"). */
+	KVP_ERROR_GAP = 1,
+	/* -EINVAL from a prepare: the input's tokens first .. last (both
+	 * inclusive) are cached already (seed 002's "overlapping tokens");
+	 * first is start_pos. */
+	KVP_ERROR_OVERLAP = 2,
+	/* -EINVAL from a prepare: the input starts at first, before the first
+	 * cached token last + 1 (max_tokens_per_user trimmed the head): its
+	 * tokens first .. last can never be cached again; the history goes on
+	 * from its cached end (kvp_info: start + len). */
+	KVP_ERROR_TRIMMED = 3,
+};
+
+/* A growing struct (GROWING STRUCTS above). */
+struct kvp_error_info {
+	uint32_t kind;           /* enum kvp_error_kind */
+	uint32_t rsv;            /* 0 */
+	uint64_t first;          /* token positions, both inclusive; 0 for NONE */
+	uint64_t last;
+};
+#define KVP_ERROR_INFO_SIZE_VER0 24
+
+/*
+ * The kvp_error_info of the client's last failed call (as kvp_last_error()
+ * is its message: read it after a call returned -errno, before the next
+ * call). Returns 0, or -EINVAL for a NULL out or a size below
+ * KVP_ERROR_INFO_SIZE_VER0.
+ */
+int kvp_last_error_info_sz(const struct kvp_client *c, struct kvp_error_info *out,
+			   size_t size);
+#define kvp_last_error_info(c, out) \
+	kvp_last_error_info_sz((c), (out), KVP_ROW_SIZE_(out, struct kvp_error_info))
 const struct kvp_layout *kvp_client_layout(const struct kvp_client *c);
 /* The device tier as mapped in this process: a host pointer on the shm
  * backend, a CUDA device pointer (valid on kvp_cuda_device()) on cuda. */
@@ -536,6 +581,42 @@ struct kvp_latency {
 int kvp_latency(struct kvp_client *c, struct kvp_latency *out);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
+
+/*
+ * What kvpoold serves, as an operator asks before anything else (kvctl
+ * stats prints it first, like Redis' INFO server): its version, how long it
+ * has run, the backend and the layout every client must match, and which
+ * tiers below the host tier it has. Filled whole; the reserved words are
+ * 0 and later fields take them, so the size never changes.
+ */
+enum kvp_server_flag {
+	KVP_SERVER_DISK = 1 << 0,   /* a disk tier (disk_dir) */
+	KVP_SERVER_REMOTE = 1 << 1, /* a remote tier (--remote) */
+	KVP_SERVER_ADMIN = 1 << 2,  /* the asking client is an admin: the
+				     * paths and the store's address are filled */
+};
+struct kvp_server_info {
+	uint32_t version;           /* kvpoold's, as kvp_version(): major * 1000 + minor */
+	uint32_t proto;             /* its wire protocol version */
+	uint32_t pid;
+	uint32_t flags;             /* enum kvp_server_flag */
+	uint64_t started_ns;        /* CLOCK_REALTIME when it started */
+	uint64_t uptime_ns;
+	uint32_t workers;           /* ring worker threads */
+	uint32_t shards;            /* shards per (tenant, pool) */
+	uint32_t pools;             /* device pools (one per GPU; 1 on shm) */
+	uint32_t tenants;
+	uint64_t disk_size;         /* the disk tier's size, bytes (0: none) */
+	uint32_t remote_nodes;      /* store nodes kvpoold knows */
+	uint32_t remote_nodes_up;   /* of them, answering now */
+	char backend[16];           /* "shm" or "cuda" */
+	char layout[128];           /* what kvp_layout_format() writes */
+	char disk_compress[16];     /* "none", "zstd:3", ... ("" without a disk tier) */
+	char disk_dir[256];         /* admins only ("" for others, or none) */
+	char remote[256];           /* the --remote URL: admins only */
+	uint64_t reserved[16];
+};
+int kvp_server_info(struct kvp_client *c, struct kvp_server_info *out);
 /*
  * List users, max rows at a time from cursor (start with 0); *next is the
  * cursor for the next call, 0 when the list is done. Admins see every
@@ -615,6 +696,18 @@ int kvp_reap_sz(struct kvp_client *c, struct kvp_completion *out, size_t size,
 #define kvp_reap(c, out, max, min_complete) \
 	kvp_reap_sz((c), (out), KVP_ROW_SIZE_(out, struct kvp_completion), \
 		    (max), (min_complete))
+/*
+ * The kvp_error_info (kvp_last_error_info() above) of a failed completion
+ * kvp_reap() returned, while its error message is valid (until the next
+ * kvp_queue_*() call). -EINVAL when cq->error is not such a message, for a
+ * NULL out or a size below KVP_ERROR_INFO_SIZE_VER0.
+ */
+int kvp_completion_error_info_sz(const struct kvp_client *c,
+				 const struct kvp_completion *cq,
+				 struct kvp_error_info *out, size_t size);
+#define kvp_completion_error_info(c, cq, out) \
+	kvp_completion_error_info_sz((c), (cq), (out), \
+				     KVP_ROW_SIZE_(out, struct kvp_error_info))
 
 /* ------------------------------------------------------------------------ */
 /* Sharing: prefix cache, chunks, sequences, compositions (DESIGN.md,        */

@@ -341,6 +341,7 @@ static int reap_one(struct kvp_client *c, const struct kvp_cqe *cqe,
 	out->op = async_op(s->op);
 	out->res = cqe->res;
 	msg = (char *)kvpc_slot_out(c, (uint32_t)idx, &len);
+	kvpc_cqe_error_info(cqe, &s->err); /* all zero unless it failed */
 	if (cqe->res < 0) {
 		out->error = kvpc_cqe_message(c, (uint32_t)idx, cqe);
 	} else if (s->op == KVP_OP_INFO) {
@@ -365,8 +366,33 @@ static int reap_one(struct kvp_client *c, const struct kvp_cqe *cqe,
 		memset(&out->info, 0, sizeof(out->info));
 		out->res = ret;
 		out->error = msg;
+		memset(&s->err, 0, sizeof(s->err)); /* the library's: no detail */
 	}
 	kvpc_slot_put(c, (uint32_t)idx);
+	return 0;
+}
+
+KVP_PUBLIC
+int kvp_completion_error_info_sz(const struct kvp_client *c,
+				 const struct kvp_completion *cq,
+				 struct kvp_error_info *out, size_t size)
+{
+	uintptr_t at, base;
+	size_t idx;
+
+	if (!c || !cq || !cq->error || !out || size < KVP_ERROR_INFO_SIZE_VER0 ||
+	    size % 8 || size > UINT32_MAX)
+		return -EINVAL;
+	/* A failed completion's message is its slot's result range
+	 * (reap_one), whose slot keeps the detail until it is taken again. */
+	at = (uintptr_t)cq->error;
+	base = (uintptr_t)c->arena;
+	if (at < base || (at - base) % c->slice_bytes)
+		return -EINVAL;
+	idx = (at - base) / c->slice_bytes;
+	if (idx >= c->sq_entries)
+		return -EINVAL;
+	kvpc_rows_put(out, size, &c->slots[idx].err, sizeof(*out), 1);
 	return 0;
 }
 

@@ -8,7 +8,8 @@
  * completions would come back in between.
  *
  * On failure the daemon's message (from the CQE's result range) becomes the
- * client's last error.
+ * client's last error, and the CQE's failure detail (proto.h) its
+ * kvp_last_error_info().
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -49,8 +50,11 @@ int kvpc_call(struct kvp_client *c, struct kvp_sqe *sqe,
 		return ret;
 	kvpc_slot_put(c, *idx);
 	kvpc_cq_release(c);
-	if (cqe->res < 0)
-		return kvpc_err(c, cqe->res, "%s", kvpc_cqe_message(c, *idx, cqe));
+	if (cqe->res < 0) {
+		ret = kvpc_err(c, cqe->res, "%s", kvpc_cqe_message(c, *idx, cqe));
+		kvpc_cqe_error_info(cqe, &c->errinfo);
+		return ret;
+	}
 	c->err[0] = '\0';
 	return cqe->res;
 }
@@ -230,6 +234,14 @@ int kvp_reload(struct kvp_client *c)
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELOAD };
 
 	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
+int kvp_server_info(struct kvp_client *c, struct kvp_server_info *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_SERVER_INFO };
+
+	return call_fixed(c, &sqe, out, sizeof(*out), "server info");
 }
 
 KVP_PUBLIC

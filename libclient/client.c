@@ -63,7 +63,15 @@ int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(c->err, sizeof(c->err), fmt, ap);
 	va_end(ap);
+	memset(&c->errinfo, 0, sizeof(c->errinfo)); /* the library's own: none */
 	return code;
+}
+
+void kvpc_cqe_error_info(const struct kvp_cqe *cqe, struct kvp_error_info *out)
+{
+	*out = (struct kvp_error_info){ 0 };
+	if (cqe->res < 0) /* a success's val0 / val1 are the opcode's */
+		out->kind = kvp_cqe_detail_get(cqe, &out->first, &out->last);
 }
 
 int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...)
@@ -74,6 +82,7 @@ int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...)
 	vsnprintf(c->dead_msg, sizeof(c->dead_msg), fmt, ap);
 	va_end(ap);
 	memcpy(c->err, c->dead_msg, sizeof(c->err));
+	memset(&c->errinfo, 0, sizeof(c->errinfo));
 	c->dead = code;
 	return code;
 }
@@ -119,6 +128,7 @@ int kvpc_check_dead(struct kvp_client *c)
 	if (!c->dead)
 		return 0;
 	memcpy(c->err, c->dead_msg, sizeof(c->err));
+	memset(&c->errinfo, 0, sizeof(c->errinfo));
 	return c->dead;
 }
 
@@ -661,6 +671,22 @@ KVP_PUBLIC
 const char *kvp_last_error(const struct kvp_client *c)
 {
 	return c ? c->err : "no client (kvp_connect failed?)";
+}
+
+_Static_assert(sizeof(struct kvp_error_info) == KVP_ERROR_INFO_SIZE_VER0,
+	       "kvp_error_info 0.2 layout");
+
+KVP_PUBLIC
+int kvp_last_error_info_sz(const struct kvp_client *c, struct kvp_error_info *out,
+			   size_t size)
+{
+	static const struct kvp_error_info none;
+
+	/* No message on a bad argument: it would replace the one asked about. */
+	if (!out || size < KVP_ERROR_INFO_SIZE_VER0 || size % 8 || size > UINT32_MAX)
+		return -EINVAL;
+	kvpc_rows_put(out, size, c ? &c->errinfo : &none, sizeof(*out), 1);
+	return 0;
 }
 
 KVP_PUBLIC

@@ -90,6 +90,8 @@ struct kvpc_slot {
 	uint8_t op;         /* enum kvp_opcode */
 	uint8_t busy;
 	uint8_t sync;       /* result range is the sync range */
+	struct kvp_error_info err; /* a failed completion's detail, reaped
+				    * (kvp_completion_error_info) */
 };
 
 struct kvp_client {
@@ -153,6 +155,9 @@ struct kvp_client {
 	int dead;                     /* sticky: -ECONNRESET, -EPROTO; 0 = fine */
 	char dead_msg[KVP_ERRLEN];
 	char err[KVP_ERRLEN];         /* kvp_last_error() */
+	struct kvp_error_info errinfo; /* kvp_last_error_info(): kvpoold's
+				       * detail of the last failure (calls.c),
+				       * zeroed by every library error */
 };
 
 /*
@@ -222,6 +227,8 @@ void kvpc_lease_table_free(struct kvp_client *c);
 /* client.c: the client's last error. kvpc_err() returns code. */
 __attribute__((format(printf, 3, 4)))
 int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...);
+/* A cqe's failure detail (proto.h FAILURE DETAIL), all zero unless it failed. */
+void kvpc_cqe_error_info(const struct kvp_cqe *cqe, struct kvp_error_info *out);
 /* Mark the client broken (daemon gone, ring corrupt): every later call
  * fails with code and this message. Returns code. */
 __attribute__((format(printf, 3, 4)))

@@ -281,6 +281,7 @@ enum kvp_opcode {
 	 * answers -EINVAL, as for any opcode it does not know. */
 	KVP_OP_RELOAD = 31,
 	KVP_OP_LATENCY = 32,       /* admin; out: struct kvp_latency */
+	KVP_OP_SERVER_INFO = 33,   /* out: struct kvp_server_info */
 	KVP_OP_MAX,
 };
 
@@ -307,17 +308,55 @@ struct kvp_sqe {
 	uint64_t rsv1;         /* must be zero */
 };
 
+/*
+ * FAILURE DETAIL. On failure (res < 0) val0 and val1 are 0, or carry what
+ * the error is about (kvpool.h, struct kvp_error_info) so that a client
+ * chooses what to do from data, never from the message's words:
+ *     kind  = (val0 >> 63) | (val1 >> 63) << 1     enum kvp_error_kind
+ *     first = val0 & KVP_CQE_POS_MASK              token positions, both
+ *     last  = val1 & KVP_CQE_POS_MASK              inclusive
+ * History positions stay below 2^63 (the engine's POS_LIMIT), which leaves
+ * bit 63 of each word for the kind's two bits; a range past 2^63 (a
+ * start_pos no prepare accepts anyway) is sent without detail. Kind 0 is
+ * "no detail": what every other error, and a kvpoold before this, sends,
+ * so a client reads both alike. Only failures use this; a success's val0
+ * and val1 are the opcode's.
+ */
+#define KVP_CQE_POS_MASK ((UINT64_C(1) << 63) - 1)
+
 struct kvp_cqe {
 	uint64_t tag;
 	int32_t res;           /* >= 0 success (op-specific), -errno on failure */
 	uint32_t out_bytes;    /* bytes written at out_off: the result, or on
 			        * failure the NUL-terminated error message */
-	uint64_t val0;
+	uint64_t val0;         /* on failure: FAILURE DETAIL above */
 	uint64_t val1;
 };
 
 _Static_assert(sizeof(struct kvp_sqe) == 64, "sqe is one cache line");
 _Static_assert(sizeof(struct kvp_cqe) == 32, "cqe is half a cache line");
+
+/* A failure's detail into val0 / val1 (FAILURE DETAIL above). */
+static inline void kvp_cqe_detail_put(struct kvp_cqe *cqe, uint32_t kind,
+				      uint64_t first, uint64_t last)
+{
+	if (kind > 3 || first > KVP_CQE_POS_MASK || last > KVP_CQE_POS_MASK)
+		kind = 0;
+	cqe->val0 = kind ? first | (uint64_t)(kind & 1) << 63 : 0;
+	cqe->val1 = kind ? last | (uint64_t)(kind >> 1) << 63 : 0;
+}
+
+/* And back: the kind (0: none), first and last. */
+static inline uint32_t kvp_cqe_detail_get(const struct kvp_cqe *cqe,
+					  uint64_t *first, uint64_t *last)
+{
+	uint32_t kind = (uint32_t)(cqe->val0 >> 63) |
+			(uint32_t)(cqe->val1 >> 63) << 1;
+
+	*first = kind ? cqe->val0 & KVP_CQE_POS_MASK : 0;
+	*last = kind ? cqe->val1 & KVP_CQE_POS_MASK : 0;
+	return kind;
+}
 
 /* PREPARE result at out_off; frames[npages] follow (device frame indices,
  * the lease's CSR indices with indptr [0, npages]). */

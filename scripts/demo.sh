@@ -31,7 +31,7 @@ for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 
 echo "== 4 pipeline processes replay the first day of a 200-user trace (batches of 8)"
 "$bin/kvbench" replay --socket "$sock" --layout "$layout" --systems kvpool \
-	--users 200 --first-days 1 --pipelines 4 "$@"
+	--users 200 --first-days 1 --pipelines 4 --no-targets "$@"
 
 echo
 echo "== kvctl stats"

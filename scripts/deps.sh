@@ -5,7 +5,8 @@
 set -euo pipefail
 
 # python3-*: the Python package (python/), its tests (ctest -L python) and
-# test.sh's offline `pip install ./python` check.
+# test.sh's offline `pip install ./python` check (python3-venv: into a venv
+# with Debian's torch, as Debian's own Python is externally managed, PEP 668).
 # liburing-dev, libzstd-dev, libxxhash-dev: the disk tier (daemon/disk/):
 # io_uring I/O, per-page zstd, the records' xxhash64 checksums.
 # libjansson-dev: chunk metadata is a JSON object (kvpoold checks and matches it).
@@ -24,7 +25,7 @@ set -euo pipefail
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
       libjansson-dev libinih-dev libmicrohttpd-dev prometheus curl
       libsystemd-dev systemd tmux abigail-tools libhiredis-dev redis-server redis-tools iproute2 gnuplot-nox
-      python3-dev python3-numpy python3-torch python3-pytest python3-pip)
+      python3-dev python3-numpy python3-torch python3-pytest python3-pip python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

@@ -45,8 +45,10 @@ install_check() {
 		"$prefix/bin/kvbench" --version >/dev/null
 		sock=$prefix/run/kvpoold.sock
 		mkdir -p "$prefix/run"
-		"$prefix/bin/kvpoold" --socket="$sock" --backend=shm --foreground \
-			--device_mem=4M --host_mem=4M >"$prefix/kvpoold.log" 2>&1 &
+		# The installed kvpool.conf, as the service reads it.
+		"$prefix/bin/kvpoold" --config="$prefix/etc/kvpool.conf" --socket="$sock" \
+			--backend=shm --foreground --device_mem=4M --host_mem=4M \
+			>"$prefix/kvpoold.log" 2>&1 &
 		pid=$!
 		trap 'kill "$pid" 2>/dev/null || true' EXIT
 		for i in $(seq 100); do
@@ -135,21 +137,64 @@ install_check() {
 	(cd "$prefix" && unset LD_LIBRARY_PATH &&
 	 PYTHONPATH=$prefix/lib/python3/dist-packages "$py" -c \
 		'import kvpool; assert kvpool.library_version() > 0')
-	KVPOOL_PREFIX=$prefix "$py" -m pip install -q --no-build-isolation --no-index \
-		--target "$prefix/pip" ./python
+	# pip as the README says: Debian's Python is externally managed (PEP
+	# 668), so into a venv that sees Debian's torch and numpy.
+	"$py" -m venv --system-site-packages "$prefix/venv"
+	KVPOOL_PREFIX=$prefix "$prefix/venv/bin/pip" install -q --no-build-isolation \
+		--no-index ./python
 	rm -rf python/build python/kvpool.egg-info
-	(cd "$prefix" && PYTHONPATH=$prefix/pip "$py" -c \
-		'import kvpool; assert kvpool.library_version() > 0')
+	(cd "$prefix" && "$prefix/venv/bin/python" -c \
+		'import kvpool, kvpool.tiny; assert kvpool.library_version() > 0')
+	# python3 -m kvpool.chat --tiny from the installed tree against the
+	# installed kvpoold, with the layout its --help names: a chunk
+	# registered and a generation.
+	(
+		unset LD_LIBRARY_PATH
+		sock=$prefix/run/chat.sock
+		lay=$(cd "$prefix" && PYTHONPATH=$prefix/lib/python3/dist-packages "$py" -c \
+			'from kvpool.chat import TINY_LAYOUT; print(TINY_LAYOUT)')
+		"$prefix/bin/kvpoold" --socket="$sock" --backend=shm --foreground \
+			--device_mem=4M --host_mem=4M --layout="$lay" >"$prefix/kvpoold-chat.log" 2>&1 &
+		pid=$!
+		trap 'kill "$pid" 2>/dev/null || true' EXIT
+		for i in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+		out=$(cd "$prefix" && printf '/register system You are terse.\n/generate hi\n/quit\n' |
+		      PYTHONPATH=$prefix/lib/python3/dist-packages timeout 120 "$py" -m kvpool.chat \
+			--tiny --socket="$sock" --max-tokens=4 2>&1) || {
+			echo "install check: python3 -m kvpool.chat --tiny failed: $out" >&2; exit 1; }
+		case $out in
+		*error*|*Traceback*)
+			echo "install check: kvpool.chat --tiny: $out" >&2; exit 1 ;;
+		esac
+	)
 	# The installed units name the installed kvpoold and pass systemd's checks.
 	grep -qx "ExecStart=$prefix/bin/kvpoold .*" "$prefix/lib/systemd/system/kvpoold.service" || {
 		echo "install check: kvpoold.service does not run $prefix/bin/kvpoold" >&2; return 1; }
+	# ... and the installed kvpool.conf, which the unit names.
+	[ -f "$prefix/etc/kvpool.conf" ] &&
+	grep -qx "Environment=KVPOOLD_OPTS=--config=$prefix/etc/kvpool.conf" \
+		"$prefix/lib/systemd/system/kvpoold.service" || {
+		echo "install check: no $prefix/etc/kvpool.conf named by kvpoold.service" >&2
+		return 1; }
+	# Documentation= is checked too (man: or file: paths that exist).
 	warn=$(cd "$prefix/lib/systemd/system" &&
-	       systemd-analyze verify --man=no kvpoold.service kvpoold.socket 2>&1) || true
+	       systemd-analyze verify kvpoold.service kvpoold.socket 2>&1) || true
 	[ -z "$warn" ] || { echo "install check: systemd-analyze verify: $warn" >&2; return 1; }
 	if command -v man >/dev/null; then
 		for page in "$prefix"/share/man/man?/*; do
+			# A call's own name (.so kvpool.3) is read by name below.
+			grep -q '^\.so ' "$page" && continue
 			warn=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || true
 			[ -z "$warn" ] || { echo "install check: $page: $warn" >&2; return 1; }
+		done
+		# man kvp_prepare (any call of kvpool.h) finds kvpool(3).
+		for page in kvp_prepare kvp_server_info kvp_connect; do
+			f=$(MANPATH=$prefix/share/man man -w "$page" 2>&1) &&
+			[ "$f" = "$prefix/share/man/man3/kvpool.3" ] || {
+				echo "install check: man $page: $f" >&2; return 1; }
+			warn=$(MANWIDTH=80 MANPATH=$prefix/share/man man --warnings "$page" 2>&1 \
+			       >/dev/null) || true
+			[ -z "$warn" ] || { echo "install check: man $page: $warn" >&2; return 1; }
 		done
 	else
 		echo "install check: no man(1) here; man pages not rendered"
@@ -177,6 +222,22 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVPOOL_SANITIZE=ON \
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== ASan + UBSan: kvbench prefix (chunk limits under pressure, through a private kvpoold)"
+# Every workload of kvbench prefix on pools smaller than its working set:
+# registrations that evict under max_chunks / chunk_memory_ratio, in-process
+# and in the sanitizer kvpoold (issue 25: a use after free there took down
+# every tenant). A smaller trace than the default, the same code paths.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	build-asan/kvbench prefix --json --conversations 40 --rag-requests 400 \
+	--library 2000 --agent-requests 200 --compose-samples 500 \
+	--kvpoold build-asan/kvpoold >/dev/null
+
+echo "== Release build: unit tests (what -O3 does to padding and aliasing)"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON \
+	-DKVPOOL_CUDA=OFF
+cmake --build build-release -j"$jobs"
+ctest --test-dir build-release --output-on-failure -j"$jobs" -L unit
 
 echo "== install check"
 install_check build

@@ -479,10 +479,11 @@ int engine_disk_evict(struct engine *eng, uint64_t user, uint32_t sel,
 	int ret;
 
 	if (!eng->disk) /* a selection this pool cannot have */
-		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": evict: tier "
-				  "selection %#" PRIx32 " names the disk tier and "
-				  "kvpoold has none; start it with --disk_dir and "
-				  "--disk_size", user, sel);
+		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": %s: kvpoold has "
+				  "no disk tier; start it with --disk_dir and "
+				  "--disk_size (kvpool.conf(5))", user,
+				  sel == KVP_SEL_TO_DISK ? "offload --tier disk" :
+				  "evict --tier disk");
 	if (sel == KVP_SEL_DISK) {
 		ret = disk_tier_drop(eng->disk, &k);
 		return ret < 0 ? errbuf_set(e, ret, "user %" PRIu64 ": nothing on "

@@ -93,4 +93,18 @@ void disk_record_seal(struct disk_rec_hdr *h, const void *payload);
 int disk_record_check(const struct disk_rec_hdr *h, const void *payload,
 		      uint64_t slot_bytes);
 
+/*
+ * disk_record_check for a record whose payload is not at hand: h's own
+ * lengths bound it (a slot of disk_slot_bytes(h->raw_len), whatever the
+ * reader's layout), and read(arg, off, buf, n) brings payload bytes
+ * [off, off + n) in pieces of at most buf_bytes, returning how many came.
+ * How the scan tells another layout's intact record from a damaged one of
+ * its own: the checksum covers the layout field. Returns 0 or -EBADMSG.
+ */
+typedef int64_t (*disk_record_read_fn)(void *arg, uint64_t off, void *buf,
+				       uint64_t n);
+int disk_record_check_read(const struct disk_rec_hdr *h,
+			   disk_record_read_fn read, void *arg, void *buf,
+			   uint64_t buf_bytes);
+
 #endif /* KVPOOL_DISK_RECORD_H */

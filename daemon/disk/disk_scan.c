@@ -11,7 +11,9 @@
  * page 0 is gone. Prefix pages and chunks (kind and hash in the key) come
  * back the same way but whole or not at all: a chunk without one of its
  * pages or its name record is skipped. Damaged records and other layouts'
- * records are skipped, with one warning each saying how many.
+ * records are skipped, with one warning each saying how many; a record is
+ * another layout's only when its checksum (which covers the layout field)
+ * holds, so a bit flip there counts as damage, not as another model.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -115,10 +117,53 @@ static int build(struct disk_tier *dt, struct scan_rec *r, uint32_t n,
 	return 0;
 }
 
+#define OTHER_BUF_BYTES (1u << 20) /* pieces of another layout's payload */
+
+/* What the scan has found so far. */
+struct scan_acc {
+	struct scan_rec *r;
+	uint32_t nr;
+	uint64_t bad, other;
+	void *buf;               /* OTHER_BUF_BYTES, DISK_ALIGN aligned; lazy */
+};
+
+struct other_read {
+	struct disk_tier *dt;
+	uint64_t payload_off;    /* in the file */
+};
+
+static int64_t other_read(void *arg, uint64_t off, void *buf, uint64_t n)
+{
+	struct other_read *o = arg;
+
+	return disk_store_read_at(o->dt->st, o->payload_off + off, buf, n);
+}
+
+/*
+ * A record at slot whose header names another layout, and which did not
+ * check as one of our slot's size: intact (0) if its checksum holds over
+ * its own length, read from the file; else damaged (-EBADMSG). A bit flip
+ * in the layout field lands here and fails: the checksum covers the field,
+ * so damage is never taken for another model.
+ */
+static int other_intact(struct disk_tier *dt, struct scan_acc *a, uint32_t slot,
+			const struct disk_rec_hdr *h)
+{
+	struct other_read o = {
+		.dt = dt,
+		.payload_off = (uint64_t)slot * dt->slot_bytes + DISK_PAYLOAD_OFF,
+	};
+
+	if (!a->buf && posix_memalign(&a->buf, DISK_ALIGN, OTHER_BUF_BYTES))
+		a->buf = NULL;
+	if (!a->buf)
+		return -ENOMEM;
+	return disk_record_check_read(h, other_read, &o, a->buf, OTHER_BUF_BYTES);
+}
+
 /* Read slots [first, first+n) into staging and sort what they hold. */
 static void scan_batch(struct disk_tier *dt, uint32_t first, uint32_t n,
-		       struct disk_io *io, struct scan_rec *r, uint32_t *nr,
-		       uint64_t *bad, uint64_t *other)
+		       struct disk_io *io, struct scan_acc *a)
 {
 	for (uint32_t i = 0; i < n; i++)
 		io[i] = (struct disk_io){ .slot = first + i,
@@ -127,33 +172,41 @@ static void scan_batch(struct disk_tier *dt, uint32_t first, uint32_t n,
 	for (uint32_t i = 0; i < n; i++) {
 		const char *s = io[i].buf;
 		const struct disk_rec_hdr *h = (const void *)s;
-		int c = io[i].res ? -EIO :
-			disk_record_check(h, s + DISK_PAYLOAD_OFF, dt->slot_bytes);
+		struct scan_rec *r = &a->r[a->nr];
+		int c;
 
+		if (io[i].res) {
+			a->bad++; /* unreadable: never served */
+			continue;
+		}
+		c = disk_record_check(h, s + DISK_PAYLOAD_OFF, dt->slot_bytes);
 		if (c == 1)
 			continue;
+		/* Another layout's record has slots of another size: check it
+		 * at its own length before believing its layout field. */
 		if (c < 0 && h->magic == DISK_MAGIC && h->layout_id != dt->layout_id)
-			c = 0; /* another layout's: its slots are another size */
+			c = other_intact(dt, a, first + i, h);
 		if (c < 0) {
-			(*bad)++;
+			a->bad++;
 			continue;
 		}
 		if (h->layout_id != dt->layout_id || h->raw_len != dt->page_bytes) {
-			(*other)++;
+			a->other++;
 			continue;
 		}
 		if (h->kind != DISK_KIND_USER && h->kind != DISK_KIND_CHUNK &&
 		    h->kind != DISK_KIND_PREFIX) {
-			(*bad)++; /* checks, yet of no kind: never served */
+			a->bad++; /* checks, yet of no kind: never served */
 			continue;
 		}
-		r[*nr] = (struct scan_rec){
+		*r = (struct scan_rec){
 			.tenant = h->tenant, .user = h->id, .snap = h->snap,
 			.start = h->start, .len = h->len, .pool = h->pool,
 			.page = h->page, .npages = h->npages, .slot = first + i,
 			.kind = h->kind == DISK_KIND_USER ? 0 : h->kind,
 		};
-		memcpy(r[(*nr)++].hash, h->hash, sizeof(h->hash));
+		memcpy(r->hash, h->hash, sizeof(h->hash));
+		a->nr++;
 		if (h->snap >= dt->next_snap)
 			dt->next_snap = h->snap + 1;
 	}
@@ -161,14 +214,14 @@ static void scan_batch(struct disk_tier *dt, uint32_t first, uint32_t n,
 
 int disk_scan(struct disk_tier *dt, struct errbuf *e)
 {
-	uint32_t nslots = disk_store_slots(dt->st), nr = 0;
-	uint64_t bad = 0, other = 0, kept = 0;
-	struct scan_rec *r = malloc((size_t)nslots * sizeof(*r));
+	uint32_t nslots = disk_store_slots(dt->st);
+	uint64_t kept = 0;
+	struct scan_acc a = { .r = malloc((size_t)nslots * sizeof(*a.r)) };
 	bool *used = calloc(nslots, sizeof(*used));
 	struct disk_io *io = malloc(dt->nstage * sizeof(*io));
 	int ret = 0;
 
-	if (!r || !used || !io) {
+	if (!a.r || !used || !io) {
 		ret = errbuf_set(e, -ENOMEM, "disk tier: out of memory scanning %"
 				 PRIu32 " slots", nslots);
 		goto out;
@@ -176,10 +229,10 @@ int disk_scan(struct disk_tier *dt, struct errbuf *e)
 	for (uint32_t s = 0; s < nslots; s += dt->nstage) {
 		uint32_t n = nslots - s < dt->nstage ? nslots - s : dt->nstage;
 
-		scan_batch(dt, s, n, io, r, &nr, &bad, &other);
+		scan_batch(dt, s, n, io, &a);
 	}
-	qsort(r, nr, sizeof(*r), rec_cmp);
-	ret = build(dt, r, nr, used, &kept);
+	qsort(a.r, a.nr, sizeof(*a.r), rec_cmp);
+	ret = build(dt, a.r, a.nr, used, &kept);
 	if (ret) {
 		errbuf_set(e, ret, "disk tier: out of memory rebuilding the index");
 		goto out;
@@ -188,25 +241,28 @@ int disk_scan(struct disk_tier *dt, struct errbuf *e)
 		if (!used[s])
 			dt->free_slots[dt->nfree++] = s;
 	/* A file of another layout is misaligned with ours: what looks
-	 * damaged in it is the other layout's too. */
-	if (other) {
-		other += bad;
-		bad = 0;
+	 * damaged in it is the other layout's too. Only an intact record of
+	 * another layout says so (other_intact): damage alone never does. */
+	if (a.other) {
+		a.other += a.bad;
+		a.bad = 0;
 	}
-	dt->bad_records = bad;
-	if (bad)
+	dt->bad_records = a.bad;
+	dt->other_records = a.other;
+	if (a.bad)
 		disk_logf(dt, LOG_WARNING, "disk tier: %" PRIu64 " damaged or torn "
-			  "records skipped (never served)", bad);
-	if (other)
+			  "records skipped (never served)", a.bad);
+	if (a.other)
 		disk_logf(dt, LOG_WARNING, "disk tier: %" PRIu64 " records of another "
 			  "layout skipped (disk_dir was used with another model; "
 			  "their slots are reused)",
-			  other);
+			  a.other);
 	if (kept)
 		disk_logf(dt, LOG_INFO, "disk tier: warm restart: %" PRIu64 " pages "
 			  "of %" PRIu64 " slots kept", kept, (uint64_t)nslots);
 out:
-	free(r);
+	free(a.r);
+	free(a.buf);
 	free(used);
 	free(io);
 	return ret;

@@ -42,11 +42,16 @@ struct disk_io {
 /*
  * Open (creating if needed) path with room for size bytes of slots, kept
  * when it exists (a warm restart reads it). Errors name the path and what
- * to do: -ENOSPC (preallocation), -EACCES / -ENOENT / others from open.
+ * to do: -ENOSPC (preallocation), -EACCES / -ENOENT / others from open,
+ * -EBUSY when another live kvpoold holds the directory (its pid named).
+ * A dead daemon's I/O still holding the file is waited for (at most 5 s):
+ * a supervisor may restart kvpoold at once after a kill -9.
  */
 int disk_store_open(struct disk_store **out, const char *path, uint64_t size,
 		    uint64_t slot_bytes, struct errbuf *e);
 void disk_store_close(struct disk_store *st);
+/* How long the open waited for a dead daemon's I/O to let go of the file. */
+uint32_t disk_store_lock_wait_ms(const struct disk_store *st);
 
 uint32_t disk_store_slots(const struct disk_store *st);
 uint64_t disk_store_slot_bytes(const struct disk_store *st);
@@ -100,6 +105,15 @@ void disk_store_drain(struct disk_store *st);
 /* Write the first DISK_ALIGN bytes of each slot of v (buf: that many). */
 uint32_t disk_store_write_heads(struct disk_store *st, struct disk_io *v,
 				uint32_t n);
+
+/*
+ * Read len bytes at off (both multiples of DISK_ALIGN, buf DISK_ALIGN
+ * aligned) synchronously, outside the ring: the scan's look at a record
+ * longer than a slot. Returns the bytes read (short at the file's end) or
+ * -errno.
+ */
+int64_t disk_store_read_at(struct disk_store *st, uint64_t off, void *buf,
+			   uint64_t len);
 
 /* Tests: the next `n` writes after `after` more fail with err. */
 void disk_store_inject(struct disk_store *st, uint32_t after, uint32_t n,

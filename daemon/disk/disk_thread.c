@@ -711,6 +711,10 @@ int disk_tier_open(struct disk_tier **out, const struct disk_tier_config *c,
 		return ret;
 	}
 	dt->running = true;
+	if (disk_store_lock_wait_ms(dt->st))
+		disk_logf(dt, LOG_INFO, "disk tier: waited %" PRIu32 " ms for the I/O "
+			  "of the last kvpoold (dead) to let go of %s",
+			  disk_store_lock_wait_ms(dt->st), path);
 	if (!disk_store_direct(dt->st))
 		disk_logf(dt, LOG_INFO, "disk tier: %s refuses O_DIRECT (tmpfs?): "
 			  "buffered I/O, pages pass through the page cache", path);

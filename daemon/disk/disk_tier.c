@@ -786,6 +786,7 @@ void disk_tier_stats(struct disk_tier *dt, uint64_t tenant,
 		.bytes_raw = u->bytes_raw, .bytes_stored = u->bytes_stored,
 		.write_ns = dt->write_ns, .read_ns = dt->read_ns,
 		.codec_ns = dt->codec_ns, .bad_records = dt->bad_records,
+		.other_records = dt->other_records,
 		.into_pages = dt->into_pages, .hblk_free = dt->nhblk_free,
 		.direct = disk_store_direct(dt->st),
 	};

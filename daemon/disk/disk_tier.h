@@ -172,7 +172,9 @@ struct disk_tier_stats {
 	uint64_t bytes_raw, bytes_stored; /* written: ratio raw / stored */
 	uint64_t write_ns, read_ns;     /* in the disk thread */
 	uint64_t codec_ns;
-	uint64_t bad_records;           /* skipped by the scan */
+	uint64_t bad_records;           /* skipped by the scan: damaged */
+	uint64_t other_records;         /* skipped by the scan: intact, of
+					 * another layout */
 	uint64_t into_pages;            /* read straight into callers' frames */
 	uint64_t hblk_free;             /* header blocks free (tests) */
 	bool direct;

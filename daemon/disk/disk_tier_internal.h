@@ -101,6 +101,7 @@ struct disk_tier {
 	struct disk_use use[DISK_TENANTS_MAX];
 	uint32_t nuse;
 	uint64_t write_ns, read_ns, codec_ns, bad_records, into_pages;
+	uint64_t other_records;     /* the scan's: another layout's */
 	uint64_t progress;       /* disk_tier_progress() */
 	/* Demotions refused for want of room (disk_tier_put): one log line a
 	 * second at most, with the count of those not logged. */

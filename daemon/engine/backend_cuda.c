@@ -182,6 +182,21 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 
 	*out = NULL;
 	err = cudaGetDeviceCount(&n);
+	if (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice) {
+		int drv = 0;
+
+		/* The runtime's words ("driver version is insufficient") say
+		 * the same when there is no driver at all: say which. */
+		cudaDriverGetVersion(&drv);
+		return errbuf_set(e, -ENODEV, "backend cuda: %s (this kvpoold "
+				  "was built with CUDA %d.%d); install or update the "
+				  "NVIDIA driver (nvidia-smi must list the GPU), or "
+				  "run with backend=shm", !drv ? "no NVIDIA driver is "
+				  "loaded on this machine" : err == cudaErrorNoDevice ?
+				  "the NVIDIA driver sees no GPU" : "the NVIDIA driver "
+				  "is older than this build needs", CUDART_VERSION / 1000,
+				  CUDART_VERSION % 1000 / 10);
+	}
 	if (err != cudaSuccess)
 		return errbuf_set(e, -ENODEV, "cuda device %d: no usable CUDA driver "
 				  "or device: %s; use backend=shm", device,

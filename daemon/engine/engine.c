@@ -382,34 +382,40 @@ static int seq_check_continuity(const struct history *h, uint64_t user,
 	if (!h || !h->len)
 		return 0; /* nothing cached: a history may start anywhere */
 	end = h->start + h->len;
-	if (start_pos > end)
-		return errbuf_set(e, -EINVAL, "The input sequence has missing tokens "
-				  "from %" PRIu64 " to %" PRIu64 " (both inclusive). "
-				  "For user %" PRIu64 " the cache holds tokens [%" PRIu64
-				  ", %" PRIu64 "): send the input from position %" PRIu64
-				  " (or evict the user to start a new history)",
-				  end, start_pos - 1, user, h->start, end, end);
+	if (start_pos > end) {
+		errbuf_set(e, -EINVAL, "The input sequence has missing tokens "
+			   "from %" PRIu64 " to %" PRIu64 " (both inclusive). "
+			   "For user %" PRIu64 " the cache holds tokens [%" PRIu64
+			   ", %" PRIu64 "): send the input from position %" PRIu64
+			   " (or evict the user to start a new history)",
+			   end, start_pos - 1, user, h->start, end, end);
+		return errbuf_range(e, -EINVAL, KVP_ERROR_GAP, end, start_pos - 1);
+	}
 	if (start_pos == end)
 		return 0;
-	if (start_pos < h->start)
-		return errbuf_set(e, -EINVAL, "The input sequence starts at token %"
-				  PRIu64 ", before the first cached token %" PRIu64
-				  " (tokens before it were trimmed). For user %" PRIu64
-				  " the cache holds tokens [%" PRIu64 ", %" PRIu64 ") "
-				  "(max_tokens_per_user trims its head): remove the "
-				  "input's tokens before %"
-				  PRIu64 " and send from position %" PRIu64, start_pos,
-				  h->start, user, h->start, end, end, end);
+	if (start_pos < h->start) {
+		errbuf_set(e, -EINVAL, "The input sequence starts at token %"
+			   PRIu64 ", before the first cached token %" PRIu64
+			   " (tokens before it were trimmed). For user %" PRIu64
+			   " the cache holds tokens [%" PRIu64 ", %" PRIu64 ") "
+			   "(max_tokens_per_user trims its head): remove the "
+			   "input's tokens before %"
+			   PRIu64 " and send from position %" PRIu64, start_pos,
+			   h->start, user, h->start, end, end, end);
+		return errbuf_range(e, -EINVAL, KVP_ERROR_TRIMMED, start_pos,
+				    h->start - 1);
+	}
 	/* The overlap is the part of the input the cache holds (a read-only
 	 * prepare names everything cached from start_pos on). */
 	last = end - 1;
 	if (n_new && start_pos + n_new - 1 < last)
 		last = start_pos + n_new - 1;
-	return errbuf_set(e, -EINVAL, "The input sequence has overlapping tokens "
-			  "from %" PRIu64 " to %" PRIu64 " (both inclusive). For "
-			  "user %" PRIu64 " the cache holds tokens [%" PRIu64 ", %"
-			  PRIu64 "): remove them and send from position %" PRIu64,
-			  start_pos, last, user, h->start, end, end);
+	errbuf_set(e, -EINVAL, "The input sequence has overlapping tokens "
+		   "from %" PRIu64 " to %" PRIu64 " (both inclusive). For "
+		   "user %" PRIu64 " the cache holds tokens [%" PRIu64 ", %"
+		   PRIu64 "): remove them and send from position %" PRIu64,
+		   start_pos, last, user, h->start, end, end);
+	return errbuf_range(e, -EINVAL, KVP_ERROR_OVERLAP, start_pos, last);
 }
 
 int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,

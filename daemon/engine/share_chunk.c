@@ -167,7 +167,7 @@ static void name_unlink(struct engine *eng, struct chunk *c)
 
 	list_del(&c->name_link);
 	c->name = NULL;
-	if (!--n->nentries)
+	if (!--n->nentries && !n->held)
 		name_free(eng, n);
 }
 

@@ -78,7 +78,7 @@ static struct chunk_name *name_freeable(struct engine *eng)
 	struct chunk *c;
 
 	hashtab_for_each_safe(&s->names, n, hnode) {
-		bool busy = false;
+		bool busy = n->held;
 
 		list_for_each_entry(c, &n->entries, name_link)
 			busy |= c->mark == s->mark;

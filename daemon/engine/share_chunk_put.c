@@ -142,8 +142,12 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 	struct lease *l;
 	uint64_t lid;
 
+	/* The room may be made by evicting the name's own last entry
+	 * (another parent's link, say): held, the name outlives it. */
+	name->held = true;
 	chunk_limits_make_room(eng, p->pages, new_name);
 	evict_for_device(eng, (uint32_t)p->pages);
+	name->held = false;
 	c->id = *id;
 	c->type = name->type;
 	c->state = KVP_CHUNK_FILLING;

@@ -106,6 +106,11 @@ struct chunk_name {
 	uint64_t hits;
 	struct list_head entries; /* through chunk.name_link, newest first */
 	uint32_t nentries;
+	/* A registration under way holds the name while it makes room:
+	 * the eviction it starts may take the name's last entry, which
+	 * would free it (name_unlink); a held name stays, and is no
+	 * candidate for max_chunks eviction (name_freeable). */
+	bool held;
 	struct hnode hnode;      /* share.names */
 };
 /* ------------------------------------------------------------ sequences */

@@ -32,7 +32,7 @@ from .errors import (AlreadyError, BusyError, ClientClosedError, ConnectError,
                      ContinuityError, GapError, InvalidArgumentError, KvpoolError,
                      NotFoundError, NotReadyError, OverlapError, PermissionDeniedError,
                      PoolFullError, ProtocolError, StaleLeaseError, TooBigError,
-                     UnsupportedError)
+                     TrimmedError, UnsupportedError)
 from . import _kvpool
 from ._kvpool import (DEFAULT_SOCKET, SEL_ALL, SEL_DEVICE, SEL_HOST, Completion,
                       UserInfo, View, layout_parse)
@@ -45,7 +45,7 @@ __all__ = [
     "connect", "Client", "Lease", "View", "Composition", "UserInfo", "Completion",
     "as_tensor", "torch_dtype", "src_user", "src_chunk", "src_seq", "layout_parse",
     "library_version", "DEFAULT_SOCKET", "SEL_DEVICE", "SEL_HOST", "SEL_ALL",
-    "errors", "KvpoolError", "ContinuityError", "GapError", "OverlapError",
+    "errors", "KvpoolError", "ContinuityError", "GapError", "OverlapError", "TrimmedError",
     "InvalidArgumentError", "PoolFullError", "TooBigError", "NotFoundError", "StaleLeaseError",
     "BusyError", "NotReadyError", "AlreadyError", "PermissionDeniedError",
     "ConnectError", "ProtocolError", "UnsupportedError", "ClientClosedError",

@@ -20,35 +20,27 @@
     TEXT                                  (no slash) the same as /generate TEXT
 
 Model: ``--model DIR`` (a local transformers model and its tokenizer) or
-``--tiny`` (the plain-torch TinyDecoder of examples/python/tinymodels.py on a
-byte-level tokenizer: for tests; kvpoold's layout must be layers=2,
-kv_heads=2, head_dim=16, fp32). ``--socket`` (default $KVPOOL_SOCKET),
+``--tiny`` (the plain-torch TinyDecoder of :mod:`kvpool.tiny` on a byte-level
+tokenizer, random weights: to try the commands; kvpoold's layout must be
+``layers=2,kv_heads=2,head_dim=16,dtype=fp32,page_tokens=16``). ``--socket`` (default $KVPOOL_SOCKET),
 ``--max-tokens``, ``--temperature`` (0: greedy), ``--seed``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, List, Optional, TextIO
 
 HELP = __doc__.split("\n\n")[1]
+# What kvpoold must serve for --tiny (kvpool.tiny's geometry); kept here so
+# --help needs no torch.
+TINY_LAYOUT = "layers=2,kv_heads=2,head_dim=16,dtype=fp32,page_tokens=16"
 
 
 def _tiny() -> Any:
-    try:
-        import tinymodels  # noqa: PLC0415
-    except ImportError:
-        src = os.environ.get("KVPOOL_SOURCE_DIR")
-        here = os.path.dirname(os.path.abspath(__file__))
-        for d in ([os.path.join(src, "examples", "python")] if src else []) + \
-                [os.path.join(here, "..", "..", "examples", "python")]:
-            if os.path.exists(os.path.join(d, "tinymodels.py")):
-                sys.path.insert(0, d)
-                break
-        import tinymodels  # noqa: PLC0415
-    _, adapter, tok = tinymodels.tiny_llm_parts()
+    from kvpool import tiny  # noqa: PLC0415 - torch only when asked
+    _, adapter, tok = tiny.tiny_llm_parts()
     return adapter, tok
 
 
@@ -170,7 +162,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", help="a local transformers model directory")
     g.add_argument("--tiny", action="store_true",
-                   help="the plain-torch test model on a byte tokenizer")
+                   help="the plain-torch test model on a byte tokenizer; kvpoold "
+                   "must serve --layout=" + TINY_LAYOUT)
     ap.add_argument("--socket", default=None, help="kvpoold's socket ($KVPOOL_SOCKET)")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0)

@@ -12,7 +12,9 @@ continuity errors ``ValueError``)::
     KvpoolError (OSError)
     ├── ContinuityError (ValueError)   start_pos does not continue the history
     │   ├── GapError                   "... missing tokens from A to B (both inclusive)."
-    │   └── OverlapError               "... overlapping tokens from A to B (both inclusive)."
+    │   ├── OverlapError               "... overlapping tokens from A to B (both inclusive)."
+    │   └── TrimmedError               starts before the first cached token (also
+    │                                  an InvalidArgumentError)
     ├── InvalidArgumentError (ValueError)   -EINVAL otherwise
     ├── PoolFullError (MemoryError)    -ENOMEM: everything pinned, nothing changed
     ├── TooBigError (ValueError)       -E2BIG: more than a setting allows (chunk content)
@@ -26,6 +28,13 @@ continuity errors ``ValueError``)::
     ├── ProtocolError                  -EPROTO: the daemon and library disagree
     ├── UnsupportedError               -EOPNOTSUPP / -ENODEV
     └── ClientClosedError              the Client was closed
+
+The class comes from data, never from the message's words: the errno, where
+the error was raised (connecting or not), and kvpoold's detail of the error
+(kvpool.h ``struct kvp_error_info``: the completion carries its kind and the
+token range, proto.h FAILURE DETAIL). ``first`` and ``last`` of a
+ContinuityError are that range. The message is for people; its wording may
+change.
 """
 from __future__ import annotations
 
@@ -34,12 +43,15 @@ import re
 from typing import Dict, Optional, Tuple, Type
 
 __all__ = [
-    "KvpoolError", "ContinuityError", "GapError", "OverlapError",
+    "KvpoolError", "ContinuityError", "GapError", "OverlapError", "TrimmedError",
     "InvalidArgumentError", "PoolFullError", "TooBigError", "NotFoundError", "StaleLeaseError",
     "BusyError", "NotReadyError", "AlreadyError", "PermissionDeniedError",
     "ConnectError", "ProtocolError", "UnsupportedError", "ClientClosedError",
-    "from_code",
+    "from_code", "ERROR_NONE", "ERROR_GAP", "ERROR_OVERLAP", "ERROR_TRIMMED",
 ]
+
+# enum kvp_error_kind (kvpool.h): what kvpoold says an error is about.
+ERROR_NONE, ERROR_GAP, ERROR_OVERLAP, ERROR_TRIMMED = 0, 1, 2, 3
 
 
 class KvpoolError(OSError):
@@ -61,20 +73,23 @@ class KvpoolError(OSError):
 class ContinuityError(KvpoolError, ValueError):
     """prepare(): start_pos does not continue the cached history.
 
-    ``first`` and ``last`` are the token positions named (both inclusive);
-    ``cached`` is ``(start, end)`` of what the cache holds when the message
-    says so, else None. Nothing was changed."""
+    ``first`` and ``last`` are the token positions the error is about (both
+    inclusive), from kvpoold's detail of the error (-1 when raised without
+    one). ``cached`` (``(start, end)`` of what the cache holds) and
+    ``user`` are read from the message for people's convenience, None when
+    it does not say; nothing chooses a class or a range by them. Nothing
+    was changed."""
 
-    kind = ""
+    kind = ERROR_NONE
 
     default_errno = _errno.EINVAL
 
-    def __init__(self, code: "int | str" = _errno.EINVAL, message: str = "") -> None:
+    def __init__(self, code: "int | str" = _errno.EINVAL, message: str = "",
+                 first: int = -1, last: int = -1) -> None:
         super().__init__(code, message)
-        message = self.message
-        self.first, self.last = _parse_range(message, self.kind) or (-1, -1)
-        self.cached = _parse_cached(message)
-        self.user = _parse_user(message)
+        self.first, self.last = int(first), int(last)
+        self.cached = _parse_cached(self.message)
+        self.user = _parse_user(self.message)
 
     @property
     def range(self) -> Tuple[int, int]:
@@ -84,22 +99,31 @@ class ContinuityError(KvpoolError, ValueError):
 
 class GapError(ContinuityError):
     """start_pos is past the end of the cached history: tokens ``first`` to
-    ``last`` (both inclusive) are missing. Send the history from the cached
-    end (``cached[1]``)."""
+    ``last`` (both inclusive) are missing; ``first`` is the cached end, where
+    the input should start."""
 
-    kind = "missing"
+    kind = ERROR_GAP
 
 
 class OverlapError(ContinuityError):
-    """start_pos is inside the cached history: tokens ``first`` to ``last``
-    (both inclusive) are cached already. Remove them and send from the cached
-    end."""
+    """start_pos is inside the cached history: tokens ``first`` (start_pos)
+    to ``last`` (both inclusive) are cached already. Remove them and send
+    from the cached end."""
 
-    kind = "overlapping"
+    kind = ERROR_OVERLAP
 
 
 class InvalidArgumentError(KvpoolError, ValueError):
     """-EINVAL: an argument the daemon or the library rejected."""
+
+
+class TrimmedError(ContinuityError, InvalidArgumentError):
+    """start_pos is before the first cached token (max_tokens_per_user
+    trimmed the history's head): the input's tokens ``first`` (start_pos)
+    to ``last`` can never be cached again; the history goes on from its
+    cached end (``Client.info(user)``: start + len)."""
+
+    kind = ERROR_TRIMMED
 
 
 class PoolFullError(KvpoolError, MemoryError):
@@ -189,18 +213,21 @@ _BY_ERRNO: Dict[int, Type[KvpoolError]] = {
     _errno.EINVAL: InvalidArgumentError,
 }
 
-# Seed 002's sentence, in whatever context kvpool puts around it.
-_RANGE = re.compile(r"(missing|overlapping) tokens from (\d+) to (\d+) \(both inclusive\)",
-                    re.IGNORECASE)
+# What kvpoold says an error is about -> the class (errno EINVAL).
+_BY_KIND: Dict[int, Type[ContinuityError]] = {
+    ERROR_GAP: GapError,
+    ERROR_OVERLAP: OverlapError,
+    ERROR_TRIMMED: TrimmedError,
+}
+
+# Connecting: these errnos mean no daemon to talk to (kvp_connect's -ENOENT
+# is "no socket at the path"; elsewhere -ENOENT is a missing chunk or lease).
+_CONNECT_ERRNOS = frozenset({_errno.ENOENT, _errno.ECONNREFUSED, _errno.ECONNRESET,
+                             _errno.EPIPE, _errno.ENOTCONN, _errno.ESHUTDOWN})
+
+# For people only (ContinuityError.cached / .user): never picks a class.
 _CACHED = re.compile(r"cache holds (?:tokens )?\[(\d+), (\d+)\)")
 _USER = re.compile(r"\buser (\d+)")
-
-
-def _parse_range(message: str, kind: str) -> Optional[Tuple[int, int]]:
-    m = _RANGE.search(message)
-    if not m or (kind and m.group(1).lower() != kind):
-        return None
-    return int(m.group(2)), int(m.group(3))
 
 
 def _parse_cached(message: str) -> Optional[Tuple[int, int]]:
@@ -213,18 +240,19 @@ def _parse_user(message: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def from_code(code: int, message: str, connecting: bool = False) -> KvpoolError:
+def from_code(code: int, message: str, connecting: bool = False, kind: int = ERROR_NONE,
+              first: int = 0, last: int = 0) -> KvpoolError:
     """The exception for errno ``code`` (positive) and ``message``.
 
-    Continuity errors are recognised by seed 002's sentence ("The input
-    sequence has missing/overlapping tokens from A to B (both inclusive)").
+    The class is chosen from data only: ``connecting`` (the error is
+    kvp_connect's), ``kind``, ``first`` and ``last`` (kvpoold's detail of
+    the error, kvpool.h ``struct kvp_error_info``: a gap, an overlap or a
+    trimmed head, with its token range), then the errno. The message's
+    words are never looked at.
     """
-    if code == _errno.EINVAL:
-        m = _RANGE.search(message)
-        if m:
-            cls: Type[KvpoolError] = GapError if m.group(1).lower() == "missing" \
-                else OverlapError
-            return cls(code, message)
-    if code == _errno.ENOENT and ("no kvpoold" in message or "connect" in message):
+    cls = _BY_KIND.get(int(kind)) if code == _errno.EINVAL else None
+    if cls is not None:
+        return cls(code, message, first, last)
+    if connecting and code in _CONNECT_ERRNOS:
         return ConnectError(code, message)
     return _BY_ERRNO.get(code, KvpoolError)(code, message)

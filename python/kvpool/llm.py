@@ -15,7 +15,9 @@ How it is exact. A chunk's KV depends on every token before it, so the KV
 lives in kvpoold as *entries*: a *root* (a chunk prefilled at position 0,
 made by ``register_chunk``) or a *link* (a chunk prefilled after a parent
 entry, at the positions that follow it). The seed's ``chunk_id`` is the
-chunk's *name* (SHA-256 of its content); ``generate_from_chunks(system,
+chunk's *name* (SHA-256 of its content; the KV is found by the tokens,
+so a text that another tokenizer registered with other tokens gets a chunk
+named by its own tokens: see ``register_chunk``); ``generate_from_chunks(system,
 contexts, query)`` walks the chain system root -> context 1 under it ->
 context 2 under that -> ... -> query, asks the daemon for each link
 (``chunk_link``: a hit when any process computed it before) and prefills
@@ -43,7 +45,7 @@ cannot point attention at pages it does not hold.
 
 The model side is a :class:`ModelAdapter` (see its doc);
 ``kvpool.hf_llm.HFAdapter`` wraps transformers causal LMs, and
-``examples/python/tinymodels.py`` has a plain-torch one.
+``kvpool.tiny`` has a plain-torch one.
 """
 from __future__ import annotations
 
@@ -308,6 +310,8 @@ class ChunkedLLM:
         if model is None:
             raise ValueError("ChunkedLLM needs a model: model=ModelAdapter or transformers "
                              "model, or model_path=a local model directory")
+        # First: close() takes it, and a failed __init__ below calls close().
+        self._lock = threading.RLock()
         self.adapter = self._adapt(model)
         self.tokenizer = tokenizer if tokenizer is not None \
             else getattr(self.adapter, "tokenizer", None)
@@ -326,10 +330,14 @@ class ChunkedLLM:
         have = (L["layers"], L["kv_heads"], L["head_dim"])
         if want != have:
             self.close()
+            dt = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(
+                getattr(a, "dtype", None), L.get("dtype") or "bf16")
             raise IncompatibleChunksError(
                 f"the pool's layout has layers={have[0]}, kv_heads={have[1]}, "
-                f"head_dim={have[2]}; the model needs {want[0]}, {want[1]}, {want[2]}: "
-                "start kvpoold with --layout matching the model")
+                f"head_dim={have[2]}; the model needs layers={want[0]}, "
+                f"kv_heads={want[1]}, head_dim={want[2]}: start kvpoold with "
+                f"--layout=layers={want[0]},kv_heads={want[1]},head_dim={want[2]},"
+                f"dtype={dt},page_tokens={L['page_tokens']}")
         self.device = client.device
         self._caches = client.kv_caches()
         try:
@@ -340,11 +348,11 @@ class ChunkedLLM:
         self.eos_token_id: Optional[int] = getattr(self.tokenizer, "eos_token_id", None)
         if self.eos_token_id is None:
             self.eos_token_id = getattr(self.adapter, "eos_token_id", None)
-        self._names: Dict[str, Tuple[ChunkType, List[int]]] = {}
+        # name -> (type, tokens, root entry id, created_ns): see _name()
+        self._names: Dict[str, Tuple[ChunkType, List[int], Optional[str], int]] = {}
         self._seqs: Dict[int, _Seq] = {}
         self._seq_next = (random.getrandbits(40) << 20) | 1
         self._active: List[List[Block]] = []   # the last generation's rows
-        self._lock = threading.RLock()
         self.counters: Dict[str, int] = dict.fromkeys(
             ("forwards", "prefill_tokens", "recompute_tokens", "decode_tokens",
              "roots_created", "root_hits", "links_created", "link_hits", "generations"), 0)
@@ -450,16 +458,28 @@ class ChunkedLLM:
         return chunk_id.lower()
 
     def _name(self, chunk_id: str) -> Tuple[ChunkType, List[int]]:
-        """(type, tokens) of a name (cached: a name is content-addressed)."""
+        """(type, tokens) of a name, as the daemon holds it now.
+
+        A name is the hash of a text, and the same text may have been
+        registered with other tokens since this process last looked (deleted,
+        then registered by a process with another tokenizer): the tokens kept
+        here are used only while the name's root entry -- whose id the daemon
+        derives from the tokens -- or its record (created_ns and token count)
+        is the one they were read with; otherwise they are read again."""
         cid = self._check_id(chunk_id)
+        with self._errs(cid):
+            info = self.client.chunk_get(cid)
+        ct = ChunkType.from_daemon(info["type"])
+        root, made = info.get("root") or None, int(info.get("created_ns", 0))
         got = self._names.get(cid)
-        if got is None:
+        if got is not None and len(got[1]) == int(info["tokens"]) and \
+                ((root is not None and root == got[2]) or (made and made == got[3])):
+            toks = got[1]
+        else:
             with self._errs(cid):
-                info = self.client.chunk_get(cid)
                 toks = list(self.client.chunk_tokens(cid))
-            got = (ChunkType.from_daemon(info["type"]), toks)
-            self._names[cid] = got
-        return got
+        self._names[cid] = (ct, toks, root, made)
+        return ct, toks
 
     # ------------------------------------------------------------ forward
     def _forward(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Plan) -> torch.Tensor:
@@ -528,42 +548,20 @@ class ChunkedLLM:
         """Register a chunk and prefill its KV now (as a prompt of its own,
         at position 0). content: text (tokenized with the tokenizer) or token
         ids. metadata: a JSON-serialisable dict (list_chunks filters on it).
-        Returns the chunk_id: SHA-256 of the content. The same content again
-        (in any process attached to the daemon) is a hit: nothing computed.
-        A chunk registered with other tokens or another type under the same
-        id raises IncompatibleChunksError."""
+        Returns the chunk_id: SHA-256 of the content. The text is tokenized
+        first and the KV found by the tokens: the same tokens again (in any
+        process attached to the daemon) are a hit, nothing computed. When
+        the text's name already holds other tokens (a process with another
+        tokenizer registered it), these tokens get a chunk of their own,
+        named by the SHA-256 of the tokens (as for token-id content) and kept
+        without the text: each tokenizer gets the KV of its own tokens. The
+        same content registered as another type raises
+        IncompatibleChunksError."""
         return self._register(content, chunk_type, metadata)[0]
-
-    def _known(self, content: Any, ct: ChunkType) -> Optional[str]:
-        """The name of text content the daemon holds, ready, as a root of
-        type ct: a register that would be a hit, found without tokenizing the
-        text or sending it (a 32k-token context is milliseconds of both).
-        None where a full register is needed (unknown, another type, no root
-        entry, still filling)."""
-        if not isinstance(content, str):
-            return None
-        name = hashlib.sha256(content.encode("utf-8")).hexdigest()
-        try:
-            info = self.client.chunk_get(name)
-        except _errors.NotFoundError:
-            return None
-        if info.get("type") != ct.daemon or not info.get("root") or info.get("state") != "ready":
-            return None
-        try:   # a read of its root: the daemon counts the access, as for a register hit
-            self.client.chunk_acquire(name).release()
-        except _errors.KvpoolError:
-            return None
-        return name
 
     def _register(self, content: Any, chunk_type: Union[ChunkType, str],
                   metadata: Optional[Dict[str, Any]] = None) -> Tuple[str, bool]:
         ct = ChunkType.of(chunk_type)
-        if metadata is None:
-            with self._lock:
-                name = self._known(content, ct)
-            if name is not None:
-                self.counters["root_hits"] += 1
-                return name, False
         tokens, data = self._tokens_of(content)
         if not tokens:
             raise ValueError("register_chunk: the content has no tokens")
@@ -571,15 +569,39 @@ class ChunkedLLM:
             raise TypeError("metadata: a dict")
         meta = json.dumps(dict(metadata), sort_keys=True) if metadata else None
         with self._lock, self._errs():
-            reg = self.client.chunk_register(tokens, ct.daemon, meta=meta, content=data)
+            reg = self._put(tokens, ct, meta, data)
             if reg["created"]:
                 self.counters["roots_created"] += 1
                 self._fill(reg, tokens, [])
             else:
                 self.counters["root_hits"] += 1
         name = reg["name"]
-        self._names[name] = (ct, tokens)
+        self._names[name] = (ct, tokens, reg["id"], 0)
         return name, bool(reg["created"])
+
+    def _put(self, tokens: List[int], ct: ChunkType, meta: Optional[str],
+             data: Optional[bytes]) -> Dict[str, Any]:
+        """Register a root by its tokens. The daemon finds the entry by the
+        tokens (its id is their hash with the layout and the tenant's salt)
+        and names it by the text; when the text's name already holds other
+        tokens -- a process with another tokenizer registered the same text
+        -- these tokens are registered under a name of their own, the hash
+        of the tokens (no content kept with it), so this process gets the KV
+        of its own tokens and the other keeps its own."""
+        try:
+            return self.client.chunk_register(tokens, ct.daemon, meta=meta, content=data)
+        except _errors.InvalidArgumentError:
+            if data is None or not self._other_tokens(hashlib.sha256(data).hexdigest(),
+                                                      tokens):
+                raise
+        return self.client.chunk_register(tokens, ct.daemon, meta=meta, content=None)
+
+    def _other_tokens(self, name: str, tokens: List[int]) -> bool:
+        """Whether name is registered with tokens other than these."""
+        try:
+            return list(self.client.chunk_tokens(name)) != list(tokens)
+        except _errors.NotFoundError:
+            return False
 
     def _row(self, d: Dict[str, Any]) -> Dict[str, Any]:
         preview = d.get("preview") or ""
@@ -718,6 +740,8 @@ class ChunkedLLM:
             if not root:
                 raise ChunkNotFoundError(sid, f"system chunk {sid} has no KV (its root entry "
                                          "was evicted): register it again")
+            if self._names[sid][2] != root:   # registered anew since _name() read it
+                stoks = self._name(sid)[1]
             chain.append(dict(name=sid, entry=root, start=0, tokens=len(stoks), ids=stoks,
                               created=False))
             for cid, toks in named[1:]:
@@ -738,6 +762,17 @@ class ChunkedLLM:
                         f"link {reg['id'][:16]} of chunk {cid[:16]} starts at {reg['start']}, "
                         f"the chain has {want_start} tokens before it", cid)
                 last_logits = None
+                if reg["created"] or int(reg["tokens"]) != len(toks):
+                    # The tokens the entry is filled with (or stands for) are
+                    # the name's now: read again unless its record is the
+                    # one they came from (_name), since the name may have
+                    # been registered anew with other tokens meanwhile.
+                    try:
+                        toks = self._name(cid)[1]
+                    except BaseException:
+                        if reg["created"] and reg.get("lease") is not None:
+                            reg["lease"].release()
+                        raise
                 if reg["created"]:
                     self.counters["links_created"] += 1
                     while len(reads) < len(chain):

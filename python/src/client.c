@@ -185,7 +185,7 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS
 	Py_XDECREF(sock_b);
 	if (ret) {
-		kvp_raise(ret, err);
+		kvp_raise_connect(ret, err);
 		return -1;
 	}
 	self->lock = PyThread_allocate_lock();

@@ -129,6 +129,11 @@ extern PyTypeObject KvpView_Type;
  * hierarchy lives in Python, with its docs). Returns NULL.
  */
 PyObject *kvp_raise(int ret, const char *msg);
+/* kvp_raise with kvpoold's detail of the error (kind, range), or NULL. */
+PyObject *kvp_raise_info(int ret, const char *msg,
+			 const struct kvp_error_info *info);
+/* kvp_raise for kvp_connect()'s failure (-ENOENT there: no daemon). */
+PyObject *kvp_raise_connect(int ret, const char *msg);
 /* kvp_raise with the client's last error. */
 PyObject *kvp_raise_client(KvpClient *self, int ret);
 /* Exception classes the C code raises directly. */

@@ -16,17 +16,27 @@
 
 PyObject *ClientClosedError;
 PyObject *StaleLeaseError;
-static PyObject *from_code; /* kvpool.errors.from_code(errno, message) */
+static PyObject *from_code; /* kvpool.errors.from_code(errno, message, ...) */
 
 /* ------------------------------------------------------------ errors */
 
-PyObject *kvp_raise(int ret, const char *msg)
+/* from_code(errno, message, connecting, kind, first, last): the class
+ * comes from the errno, where it was raised and kvpoold's detail, never
+ * from the message's words. */
+static PyObject *raise_from(int ret, const char *msg,
+			    const struct kvp_error_info *info, int connecting)
 {
+	static const struct kvp_error_info none;
 	PyObject *exc;
 
 	if (!msg || !*msg)
 		msg = strerror(ret < 0 ? -ret : ret);
-	exc = PyObject_CallFunction(from_code, "is", ret < 0 ? -ret : ret, msg);
+	if (!info)
+		info = &none;
+	exc = PyObject_CallFunction(from_code, "isiIKK", ret < 0 ? -ret : ret, msg,
+				    connecting, (unsigned)info->kind,
+				    (unsigned long long)info->first,
+				    (unsigned long long)info->last);
 	if (!exc)
 		return NULL;
 	PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -34,13 +44,32 @@ PyObject *kvp_raise(int ret, const char *msg)
 	return NULL;
 }
 
+PyObject *kvp_raise(int ret, const char *msg)
+{
+	return raise_from(ret, msg, NULL, 0);
+}
+
+PyObject *kvp_raise_info(int ret, const char *msg,
+			 const struct kvp_error_info *info)
+{
+	return raise_from(ret, msg, info, 0);
+}
+
+PyObject *kvp_raise_connect(int ret, const char *msg)
+{
+	return raise_from(ret, msg, NULL, 1);
+}
+
 PyObject *kvp_raise_client(KvpClient *self, int ret)
 {
 	/* The message is copied before anything else can call the library. */
 	char msg[KVP_ERRLEN];
+	struct kvp_error_info info = { 0 };
 
 	snprintf(msg, sizeof(msg), "%s", self->c ? kvp_last_error(self->c) : "");
-	return kvp_raise(ret, msg);
+	if (self->c)
+		kvp_last_error_info(self->c, &info);
+	return kvp_raise_info(ret, msg, &info);
 }
 
 /* ------------------------------------------------------------ tokens */

@@ -48,11 +48,13 @@ static const char *op_name(uint32_t op)
 }
 
 /* The exception object for a failed completion, without raising it. */
-static PyObject *error_object(int res, const char *msg)
+static PyObject *error_object(KvpClient *self, const struct kvp_completion *k)
 {
+	struct kvp_error_info info = { 0 };
 	PyObject *et, *ev, *tb;
 
-	kvp_raise(res, msg);
+	kvp_completion_error_info(self->c, k, &info);
+	kvp_raise_info(k->res, k->error, &info);
 	PyErr_Fetch(&et, &ev, &tb);
 	PyErr_NormalizeException(&et, &ev, &tb);
 	Py_XDECREF(et);
@@ -219,7 +221,7 @@ static PyObject *q_reap(KvpClient *self, PyObject *args, PyObject *kw)
 		Py_INCREF(Py_None);
 		if (k->res < 0) {
 			Py_DECREF(err);
-			err = error_object(k->res, k->error);
+			err = error_object(self, k);
 		} else if (k->op == KVP_ASYNC_INFO) {
 			Py_DECREF(info);
 			info = user_info_to_object(&k->info);

@@ -52,6 +52,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   add_test(NAME disk_restart_content COMMAND test_disk_restart_content ${_it_args})
   set_tests_properties(disk_restart_content PROPERTIES LABELS integration
     TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+  # kill -9 of kvpoold mid disk I/O, restarted at once, ten times: every
+  # restart serves; a second daemon on a live one's disk_dir is refused.
+  kvpool_integration_test(test_disk_kill_restart 120)
   kvpool_integration_test(test_kill_clients 120)
   kvpool_integration_test(test_ring_fuzz 120)
   kvpool_integration_test(test_tier_pressure 120)
@@ -76,6 +79,11 @@ if(TARGET kvpoold AND TARGET kvpool)
   # rings untouched, the parent's lease and bytes intact; a child holding
   # the socket does not keep a closed client's attach alive.
   kvpool_integration_test(test_fork_client 60)
+  # An empty page table as a fresh daemon's first answer (issue 25, item 11).
+  kvpool_integration_test(test_empty_first_ops 60)
+  # A prepare's gap / overlap / trimmed-head range as data (issue 25 item
+  # 10): kvp_last_error_info, kvp_completion_error_info.
+  kvpool_integration_test(test_error_info 60)
   # Hardening: a flood of hello-less connections on a daemon with 64 fds
   # (caps, hello timeout, EMFILE shedding, bounded log and CPU, SIGTERM).
   kvpool_integration_test(test_dos 90)
@@ -131,6 +139,35 @@ if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
             $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl> ${PROJECT_BINARY_DIR}/python)
   set_tests_properties(test_reload PROPERTIES LABELS integration TIMEOUT 90
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
+# socket_group reaches the socket through the directories kvpoold made.
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_socket_group
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_socket_group.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
+  set_tests_properties(test_socket_group PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
+# The README's quick tour and kvctl lines, run as written.
+if(TARGET kvpoold AND TARGET kvctl AND TARGET kvbench)
+  add_test(NAME test_readme
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_readme.sh ${PROJECT_SOURCE_DIR}
+            ${PROJECT_BINARY_DIR})
+  set_tests_properties(test_readme PROPERTIES LABELS integration TIMEOUT 400
+    RESOURCE_LOCK kvpoold_integration)
+endif()
+
+# What a new operator hits, in their words: device_mem past the machine's
+# memory, offload --tier disk without a disk tier, backend=cuda without a
+# driver (issue 26).
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_operator_messages
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_operator_messages.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
+  set_tests_properties(test_operator_messages PROPERTIES LABELS integration
+    TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
 # kvctl top under tmux (send-keys, capture-pane) and stats --watch.

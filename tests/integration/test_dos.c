@@ -17,6 +17,12 @@
  * Twice: with the default pending caps (which stop the flood before the
  * descriptors run out), and with caps above the descriptor limit, where the
  * daemon hits EMFILE and must shed pending connections instead.
+ *
+ * Then the caps on attached clients (issue 25, item 12): one uid or one
+ * tenant attaching all the clients it can is refused past
+ * max_clients_per_uid / max_clients_per_tenant with a message naming the
+ * setting, while another tenant still attaches; with the defaults at 256
+ * descriptors too.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -129,22 +135,29 @@ static int attacker_main(void *arg)
 
 /* ------------------------------------------------------------ the daemon */
 
-/* A wrapper that starts kvpoold with FD_SOFT/FD_HARD descriptors. */
-static int write_wrapper(const struct h_daemon *d, const char *daemon,
-			 char *path, size_t len)
+/* A wrapper that starts kvpoold with soft / hard descriptors. */
+static int write_wrapper_n(const struct h_daemon *d, const char *daemon,
+			   char *path, size_t len, int soft, int hard)
 {
 	FILE *f;
 
-	snprintf(path, len, "%s/kvpoold-64fds.sh", d->dir);
+	snprintf(path, len, "%s/kvpoold-%dfds.sh", d->dir, hard);
 	f = fopen(path, "w");
 	if (!f) {
 		h_fail("%s: %s", path, strerror(errno));
 		return -1;
 	}
 	fprintf(f, "#!/bin/sh\nulimit -S -n %d && ulimit -H -n %d || exit 126\n"
-		"exec '%s' \"$@\"\n", FD_SOFT, FD_HARD, daemon);
+		"exec '%s' \"$@\"\n", soft, hard, daemon);
 	fclose(f);
 	return chmod(path, 0755);
+}
+
+/* The wrapper of the flood runs: FD_SOFT / FD_HARD descriptors. */
+static int write_wrapper(const struct h_daemon *d, const char *daemon,
+			 char *path, size_t len)
+{
+	return write_wrapper_n(d, daemon, path, len, FD_SOFT, FD_HARD);
 }
 
 /* The daemon's soft RLIMIT_NOFILE from /proc, or -1. */
@@ -394,6 +407,229 @@ static int per_uid_cap(void)
 	return bad ? -1 : 0;
 }
 
+/* ------------------------------------------------------------ attached */
+
+#define UID_A1 1001 /* tenant a */
+#define UID_A2 1003 /* tenant a too */
+#define UID_B 1002  /* tenant b */
+
+/* One uid's clients: n must attach, then one more must be refused with a
+ * message holding expect (none: no more is tried); held until 'E'. */
+struct holder {
+	uid_t uid;
+	int n;
+	const char *expect;
+	struct h_chan ch;
+	pid_t pid;
+};
+
+static int holder_main(void *arg)
+{
+	struct holder *h = arg;
+	struct kvp_connect_opts o = { .socket = g_sock, .name = "holder" };
+	static struct kvp_client *cs[512];
+	char err[KVP_ERRLEN], name[32];
+	int n = 0, rc = H_PASS;
+
+	snprintf(name, sizeof(name), "uid-%u", (unsigned)h->uid);
+	h_set_name(name);
+	h_chan_child_side(&h->ch);
+	while (n < h->n && n < 512) {
+		if (kvp_connect(&cs[n], &o, err, sizeof(err))) {
+			if (h->expect && h->n >= 512)
+				break; /* "as many as it may": the cap came */
+			h_fail("client %d of %d cannot attach: %s", n + 1, h->n, err);
+			rc = H_FAIL;
+			goto out;
+		}
+		n++;
+	}
+	if (h->expect && h->n >= 512 && n == h->n) {
+		h_fail("%d clients of one uid attached: no cap stopped them", n);
+		rc = H_FAIL;
+		goto out;
+	}
+	if (h->expect && h->n < 512) {
+		if (!kvp_connect(&cs[n], &o, err, sizeof(err))) {
+			h_fail("client %d attached past the cap (%d)", n + 1, h->n);
+			n++;
+			rc = H_FAIL;
+			goto out;
+		}
+	}
+	if (h->expect && (!strstr(err, h->expect) || !strstr(err, "raise"))) {
+		h_fail("refused with \"%s\": it should name %s and what to do",
+		       err, h->expect);
+		rc = H_FAIL;
+		goto out;
+	}
+	if (h->expect)
+		h_log("%d clients attached, the next refused: %s", n, err);
+	else
+		h_log("%d clients attached", n);
+out:
+	/* Held until the test is done with them, failed or not: the others
+	 * are tried against what this uid holds. */
+	if (h_chan_say(h->ch.to_parent[1], rc == H_PASS ? 'R' : 'X') ||
+	    h_chan_wait(h->ch.to_child[0], 60000) != 'E')
+		rc = H_FAIL;
+	while (n > 0)
+		kvp_close(cs[--n]);
+	return rc;
+}
+
+/* Start h: 0 once its clients are attached (and the extra one refused),
+ * -1 when that failed (it holds what it got until holder_end), 1 when it
+ * cannot become its uid (gone). */
+static int holder_start(struct holder *h)
+{
+	int said;
+
+	if (h_chan_open(&h->ch))
+		return -1;
+	h->pid = h_fork_as(h->uid, h->uid, holder_main, h);
+	if (h->pid < 0)
+		return -1;
+	h_chan_parent_side(&h->ch);
+	said = h_chan_wait(h->ch.to_parent[0], 30000);
+	if (said == 'R' || said == 'X')
+		return said == 'R' ? 0 : -1;
+	if (h_wait(h->pid, 5000) == H_SKIP) {
+		h->pid = 0;
+		return 1;
+	}
+	h->pid = 0;
+	return -1;
+}
+
+/* Let h's clients go and reap it; 0 when it passed. */
+static int holder_end(struct holder *h)
+{
+	int rc;
+
+	if (!h->pid)
+		return -1;
+	h_chan_say(h->ch.to_child[1], 'E');
+	close(h->ch.to_child[1]);
+	rc = h_wait(h->pid, 10000);
+	close(h->ch.to_parent[0]);
+	return rc == 0 ? 0 : -1;
+}
+
+/*
+ * Attached clients are capped per uid and per tenant (issue 25, item 12):
+ * uid 1001 (tenant a) attaches max_clients_per_uid and is refused the next
+ * one; uid 1003 (tenant a too) is refused once the tenant holds
+ * max_clients_per_tenant; while they hold theirs, tenant b (uid 1002) and
+ * an admin still attach; once 1001 lets go, it attaches again.
+ */
+static int client_caps(void)
+{
+	static const char *const flags[] = {
+		"--tenant=a:uids=1001,1003:device_mem=1M:host_mem=1M",
+		"--tenant=b:uids=1002:device_mem=1M:host_mem=1M",
+		"--max_clients_per_uid=3", "--max_clients_per_tenant=5",
+		"--socket_mode=0666", NULL };
+	struct holder a1 = { .uid = UID_A1, .n = 3, .expect = "max_clients_per_uid" };
+	struct holder a2 = { .uid = UID_A2, .n = 2, .expect = "max_clients_per_tenant" };
+	struct holder b = { .uid = UID_B, .n = 3 };
+	struct holder again = { .uid = UID_A1, .n = 1 };
+	struct kvp_client *c;
+	struct h_daemon d;
+	char err[KVP_ERRLEN];
+	int bad = 0, rc;
+
+	h_log("max_clients_per_uid and max_clients_per_tenant");
+	if (geteuid() != 0) {
+		h_log("skipped: needs root to setuid() client processes");
+		return 0;
+	}
+	if (h_daemon_dir(&d, 1) || h_daemon_startv(&d, 10000, flags))
+		return -1;
+	g_sock = d.sock;
+	rc = holder_start(&a1);
+	if (rc > 0) {
+		h_log("skipped: cannot setuid(%d)", UID_A1);
+		h_daemon_stop(&d, STOP_MS);
+		h_daemon_cleanup(&d);
+		return 0;
+	}
+	bad |= rc != 0;
+	bad |= holder_start(&a2) != 0;
+	bad |= holder_start(&b) != 0;
+	if (h_connect(&c, d.sock, "admin", 5000, err, sizeof(err))) {
+		h_fail("an admin cannot attach while tenant a holds its clients: %s",
+		       err);
+		bad = 1;
+	} else {
+		kvp_close(c);
+	}
+	bad |= holder_end(&a1) != 0;
+	h_sleep_ms(200); /* the daemon sees a1's clients go */
+	bad |= holder_start(&again) != 0;
+	bad |= holder_end(&again) != 0;
+	bad |= holder_end(&a2) != 0;
+	bad |= holder_end(&b) != 0;
+	if (h_daemon_stop(&d, STOP_MS))
+		bad = 1;
+	if (bad)
+		dump_log_tail(&d, 60);
+	h_daemon_cleanup(&d);
+	return bad ? -1 : 0;
+}
+
+/*
+ * The issue's attack with the caps left at their defaults: a daemon with 256
+ * descriptors, one uid attaching as many clients as it may (it tries 512)
+ * is stopped by max_clients_per_uid long before the descriptors run out,
+ * and another tenant still attaches and works while it holds them.
+ */
+static int default_caps(void)
+{
+	static const char *const flags[] = {
+		"--tenant=a:uids=1001:device_mem=1M:host_mem=1M",
+		"--tenant=b:uids=1002:device_mem=1M:host_mem=1M",
+		"--socket_mode=0666", NULL };
+	struct holder a = { .uid = UID_A1, .n = 512, .expect = "max_clients_per_uid" };
+	struct holder b = { .uid = UID_B, .n = 8 };
+	const char *real = h_daemon_path;
+	struct h_daemon d;
+	char wrapper[256];
+	int bad = 0, rc;
+
+	h_log("default client caps at 256 descriptors");
+	if (geteuid() != 0) {
+		h_log("skipped: needs root to setuid() client processes");
+		return 0;
+	}
+	if (h_daemon_dir(&d, 1) ||
+	    write_wrapper_n(&d, real, wrapper, sizeof(wrapper), 128, 256))
+		return -1;
+	h_daemon_path = wrapper;
+	rc = h_daemon_startv(&d, 10000, flags);
+	h_daemon_path = real;
+	if (rc)
+		return -1;
+	g_sock = d.sock;
+	rc = holder_start(&a);
+	if (rc > 0) {
+		h_log("skipped: cannot setuid(%d)", UID_A1);
+		h_daemon_stop(&d, STOP_MS);
+		h_daemon_cleanup(&d);
+		return 0;
+	}
+	bad |= rc != 0;
+	bad |= holder_start(&b) != 0;
+	bad |= holder_end(&b) != 0;
+	bad |= holder_end(&a) != 0;
+	if (h_daemon_stop(&d, STOP_MS))
+		bad = 1;
+	if (bad)
+		dump_log_tail(&d, 60);
+	h_daemon_cleanup(&d);
+	return bad ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const caps[] = { "--hello_timeout_ms=1000", NULL };
@@ -405,5 +641,7 @@ int main(int argc, char **argv)
 	fail = run("pending caps below the fd limit", caps, 1000) != 0;
 	fail |= run("caps above the fd limit (EMFILE)", emfile, 1000) != 0;
 	fail |= per_uid_cap() != 0;
+	fail |= client_caps() != 0;
+	fail |= default_caps() != 0;
 	return fail ? H_FAIL : H_PASS;
 }

@@ -5,13 +5,19 @@
 A kvpoold on a kvpool.conf; the file is rewritten and kvpoold told:
  1. SIGHUP: max_chunks and chunk_memory_ratio reach the engine (the Python
     client's chunk_limits() reads the configured limits back), allow_uids
-    lets uid 65534 in (refused before), log_level=debug is logged, and
-    device_mem, which sizes the pool, is refused with a line naming it;
+    lets uid 65534 in (refused before), log_level=debug is logged,
+    max_clients_per_uid takes effect (logged), and device_mem, which sizes
+    the pool, is refused with a line naming it;
  2. kvctl reload as an admin does the same; as uid 65534 it is refused
     naming admin_uids;
- 3. a file that no longer parses changes nothing: the log says so and
-    kvpoold keeps serving;
- 4. SIGTERM still exits 0.
+ 3. a file that no longer parses changes nothing: the log (a file, log =
+    FILE, not standard error) names the bad key and kvpoold keeps serving;
+    kvctl reload of that file exits 1 naming it too, and a refused key
+    (device_mem) makes kvctl reload exit 1 naming the key;
+ 4. SIGTERM still exits 0;
+ 5. under journald (JOURNAL_STREAM naming standard error) a fatal start-up
+    error carries its syslog priority ("<3>"), so `journalctl -p warning`
+    shows it.
 
 Usage: test_reload.py KVPOOLD KVCTL PYTHON_BUILD_DIR.
 Exit 77 (skip) when not root (uid 65534 needs setpriv as root).
@@ -38,7 +44,8 @@ def fail(msg, log=None):
 def conf(path, sock, **kv):
     base = dict(socket=sock, backend="shm", device_mem="4M", host_mem="4M",
                 layout=LAYOUT, socket_mode="0666", allow_uids="0",
-                max_chunks="10", chunk_memory_ratio="0.5", log_level="info")
+                max_chunks="10", chunk_memory_ratio="0.5", log_level="info",
+                log=os.path.join(os.path.dirname(path), "log"))
     base.update(kv)
     with open(path, "w") as f:
         f.write("# test_reload\n")
@@ -78,17 +85,35 @@ def limits(sock):
         c.close()
 
 
+def journald_priority(tmp):
+    """5. A start-up error with standard error being the journal's stream
+    (JOURNAL_STREAM = its device:inode, as systemd sets it) starts with its
+    priority, <3> (err)."""
+    path = os.path.join(tmp, "journal")
+    with open(path, "w") as f:
+        st = os.fstat(f.fileno())
+        env = dict(os.environ, JOURNAL_STREAM="%d:%d" % (st.st_dev, st.st_ino))
+        rc = subprocess.run([KVPOOLD, "--foreground", "--no_such_flag=1"],
+                            stdout=f, stderr=f, env=env, timeout=20).returncode
+    text = open(path).read()
+    if rc == 0 or not text.startswith("<3>") or "no_such_flag" not in text:
+        fail("a start-up error under journald: exit %d, %r (want non-zero, "
+             "\"<3>\" first, naming no_such_flag)" % (rc, text))
+
+
 def main():
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         print("SKIP: needs root and setpriv (a client as uid 65534)")
         sys.exit(77)
     tmp = tempfile.mkdtemp(prefix="kvpool-reload-")
     os.chmod(tmp, 0o755)
-    sock, cfg, log = (os.path.join(tmp, n) for n in ("s.sock", "kvpool.conf", "log"))
+    sock, cfg, log, err = (os.path.join(tmp, n)
+                           for n in ("s.sock", "kvpool.conf", "log", "stderr"))
     conf(cfg, sock)
-    with open(log, "w") as lf:
+    open(log, "w").close()
+    with open(err, "w") as ef:
         p = subprocess.Popen([KVPOOLD, "--config=" + cfg, "--foreground"],
-                             stdout=lf, stderr=lf)
+                             stdout=ef, stderr=ef)
     try:
         wait_log(log, "info: serving ")
         before = limits(sock)
@@ -99,7 +124,8 @@ def main():
 
         # 1. SIGHUP
         conf(cfg, sock, max_chunks="20", chunk_memory_ratio="0.25",
-             allow_uids="0,65534", log_level="debug", device_mem="8M")
+             allow_uids="0,65534", log_level="debug", device_mem="8M",
+             max_clients_per_uid="7")
         p.send_signal(signal.SIGHUP)
         wait_log(log, "reload: done")
         text = open(log).read()
@@ -107,6 +133,7 @@ def main():
                      "chunk_memory_ratio 0.25",
                      "reload: allow_uids: 0 -> 0,65534",
                      "reload: log_level debug",
+                     "reload: attached clients: at most 7 per uid",
                      "warning: reload: refused key device_mem: it changed",
                      "reload: done, 1 key refused"):
             if want not in text:
@@ -120,9 +147,9 @@ def main():
 
         # 2. kvctl reload: an admin's works, uid 65534's is refused.
         conf(cfg, sock, max_chunks="30", chunk_memory_ratio="0.25",
-             allow_uids="0,65534", log_level="debug")
+             allow_uids="0,65534", log_level="debug", max_clients_per_uid="7")
         r = kvctl(sock, "reload")
-        if r.returncode != 0 or "reload requested" not in r.stdout:
+        if r.returncode != 0 or "reload: done" not in r.stdout:
             fail("kvctl reload as root: %d %s %s" % (r.returncode, r.stdout, r.stderr), log)
         wait_log(log, "reload: done", 2)
         if "max_chunks 30" not in open(log).read():
@@ -139,15 +166,28 @@ def main():
             f.write("no_such_key = 1\n")
         p.send_signal(signal.SIGHUP)
         wait_log(log, "reload: the settings could not be read")
+        if "no_such_key" not in open(log).read():
+            fail("the log file does not name the bad key of a failed reload", log)
         if kvctl(sock, "stats").returncode != 0:
             fail("kvpoold stopped serving after a bad reload", log)
         if limits(sock) not in (None, (30, 0.25)):
             fail("a bad reload changed the chunk limits", log)
+        r = kvctl(sock, "reload")
+        if r.returncode != 1 or "no_such_key" not in r.stderr:
+            fail("kvctl reload of a broken file: exit %d, %r (want 1 naming "
+                 "no_such_key)" % (r.returncode, r.stderr), log)
+        conf(cfg, sock, max_chunks="30", chunk_memory_ratio="0.25",
+             allow_uids="0,65534", log_level="debug", device_mem="16M")
+        r = kvctl(sock, "reload")
+        if r.returncode != 1 or "device_mem" not in r.stderr:
+            fail("kvctl reload of a changed device_mem: exit %d, %r (want 1 "
+                 "naming device_mem)" % (r.returncode, r.stderr), log)
 
         # 4.
         p.send_signal(signal.SIGTERM)
         if p.wait(timeout=20) != 0:
             fail("kvpoold did not exit 0 after the reloads", log)
+        journald_priority(tmp)
         print("PASS (%s)" % ("chunk limits checked through the Python client"
                              if after else "no Python package: limits checked in the log"))
     finally:

@@ -105,8 +105,11 @@ def test_error_classes_by_errno():
     assert isinstance(f(errno.EPERM, "admin only"), kvpool.PermissionDeniedError)
     assert type(f(errno.EALREADY, "committed")) is kvpool.AlreadyError
     assert type(f(errno.EINVAL, "bad")) is kvpool.InvalidArgumentError
+    # the class and range come from kvpoold's detail (test_errors.py); the
+    # cache's range is read from the message for people
     e = f(errno.EINVAL, "The input sequence has overlapping tokens from 5 to 9 "
-                        "(both inclusive). For user 3 the cache holds tokens [0, 10)")
+                        "(both inclusive). For user 3 the cache holds tokens [0, 10)",
+          kind=kvpool.errors.ERROR_OVERLAP, first=5, last=9)
     assert type(e) is kvpool.OverlapError and e.range == (5, 9) and e.cached == (0, 10)
     assert str(e).startswith("The input sequence has overlapping tokens")
 

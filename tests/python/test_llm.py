@@ -9,6 +9,8 @@ in another process than the registrant's; memory back on delete; seed 001's
 list/get/filter rows; errors; seed 000's infer_from_blocks and its stream."""
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import re
@@ -470,3 +472,141 @@ def test_a_failing_forward_keeps_nothing(kd, llm):
     assert llm.client.stats()["device"]["frames_used"] == used
     out = llm.generate_from_chunks(s, [], q, dict(GREEDY, max_tokens=5))
     expect_same(llm.model, toks(llm, SYSTEM, QUERIES[0]), out["token_ids"], "after a failure")
+
+
+# ------------------------------------------------------------------ tokens, not text
+# Issue 25 item 7: a chunk's KV is found by its tokens (and parent, layout,
+# tenant), never by its text alone. Two processes whose tokenizers give the
+# same text other tokens each get the KV of their own tokens.
+TOKENIZER_CHILD = textwrap.dedent("""
+    import json, sys
+    from typing import List
+    from kvpool.llm import ChunkedLLM
+    from tinymodels import ByteTokenizer, tiny_llm_parts
+    exec(sys.argv[2])  # MergeTokenizer's source
+    model, adapter, tok = tiny_llm_parts()
+    cmd = json.loads(sys.argv[1])
+    tok = MergeTokenizer() if cmd["tokenizer"] == "merge" else ByteTokenizer()
+    llm = ChunkedLLM(model=adapter, tokenizer=tok)
+    ids = [llm.register_chunk(t, k, m) for t, k, m in cmd["chunks"]]
+    o = llm.generate_from_chunks(ids[0], ids[1:-1], ids[-1], cmd["sp"])
+    print(json.dumps({"ids": ids, "token_ids": o["token_ids"],
+                      "chunk_tokens": [llm.get_chunk(i)["token_ids"] for i in ids],
+                      "prompt": [t for x, _, _ in cmd["chunks"] for t in tok.encode(x)]}))
+    llm.close()
+""")
+
+
+class MergeTokenizer:
+    """Another tokenizer over the byte vocabulary: "th" is one token (1) and
+    "e " another (2), so a text gets fewer tokens than ByteTokenizer gives."""
+
+    eos_token_id = 257
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> List[int]:
+        b = text.encode("utf-8")
+        out, i = [], 0
+        while i < len(b):
+            pair = b[i:i + 2]
+            if pair in (b"th", b"e "):
+                out.append(1 if pair == b"th" else 2)
+                i += 2
+            else:
+                out.append(b[i])
+                i += 1
+        return out
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        m = {1: b"th", 2: b"e "}
+        return b"".join(m.get(int(i), bytes([int(i)])) for i in ids
+                        if 0 <= int(i) < 256).decode("utf-8", "replace")
+
+
+def _tokenizer_child(kd, tmp_path, tokenizer, chunks):
+    script = tmp_path / "tok_child.py"
+    script.write_text(TOKENIZER_CHILD)
+    cmd = {"tokenizer": tokenizer, "chunks": chunks, "sp": GREEDY}
+    r = run_py(str(script), json.dumps(cmd), inspect.getsource(MergeTokenizer),
+               env=kd.env(), timeout=120)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("meta, merge_first", [(None, False), ({"who": "either"}, True)],
+                         ids=["plain-bytes-first", "metadata-merge-first"])
+def test_same_text_other_tokenizer_gets_its_own_kv(kd, llm, tmp_path, meta, merge_first):
+    tag = "m" if meta else "p"
+    texts = [(f"The system {tag}: the other tokenizer merges the pairs.", "system_prompt"),
+             (f"Context {tag}: the theme of the theatre is there.", "context"),
+             (f"What is {tag} the", "query")]
+    chunks = [(t, k, meta) for t, k in texts]
+    merge = MergeTokenizer()
+    for t, _ in texts:
+        assert len(merge.encode(t)) < len(llm.tokenizer.encode(t))
+    # one tokenizer's process, then the other's (the second finds the
+    # text's name holding the first one's tokens); then the byte tokenizer
+    # again (this process)
+    if merge_first:
+        b = _tokenizer_child(kd, tmp_path, "merge", chunks)
+        a = _tokenizer_child(kd, tmp_path, "bytes", chunks)
+    else:
+        a = _tokenizer_child(kd, tmp_path, "bytes", chunks)
+        b = _tokenizer_child(kd, tmp_path, "merge", chunks)
+    first = b if merge_first else a
+    assert first["ids"] == [hashlib.sha256(t.encode()).hexdigest() for t, _ in texts]
+    for got, tok in ((a, llm.tokenizer), (b, merge)):
+        prompt = [x for t, _ in texts for x in tok.encode(t)]
+        assert got["prompt"] == prompt
+        assert got["chunk_tokens"] == [tok.encode(t) for t, _ in texts]
+        expect_same(llm.model, prompt, got["token_ids"], type(tok).__name__)
+    assert a["token_ids"] != b["token_ids"]   # other tokens, other outputs (checked)
+    ids = [llm.register_chunk(t, k, meta) for t, k in texts]
+    assert ids == a["ids"]
+    assert [llm.get_chunk(i)["token_ids"] for i in ids] == [llm.tokenizer.encode(t)
+                                                           for t, _ in texts]
+    out = llm.generate_from_chunks(ids[0], ids[1:-1], ids[-1], GREEDY)
+    assert out["token_ids"] == a["token_ids"]
+    # and a second merging process finds the first one's chunks: nothing new
+    again = _tokenizer_child(kd, tmp_path, "merge", chunks)
+    assert again["ids"] == b["ids"] and again["token_ids"] == b["token_ids"]
+
+
+def test_a_name_recreated_with_other_tokens_is_not_taken_from_the_cache(kd, llm, tmp_path):
+    """This process knows a text's name and tokens; another process deletes
+    it and registers the same text with its own tokenizer under the same
+    name. Generating here must use the name's tokens now, not the ones this
+    process remembered (same count, other ids: the link is filled right)."""
+    s = llm.register_chunk("Recreated system prompt.", "system_prompt")
+    text = "abcdefgh"             # no merge pair: both tokenizers agree on its length
+    q = llm.register_chunk(text, "query")
+    llm.generate_from_chunks(s, [], q, GREEDY)   # caches q's tokens here
+
+    class Shift(MergeTokenizer):
+        def encode(self, t, add_special_tokens=False):
+            return [x + 1 for x in t.encode("utf-8")]
+    other = ChunkedLLM(model=llm.adapter, tokenizer=Shift(), socket=kd.sock)
+    try:
+        other.delete_chunk(q)
+        assert other.register_chunk(text, "query") == q
+    finally:
+        other.close()
+    out = llm.generate_from_chunks(s, [], q, GREEDY)
+    shifted = [x + 1 for x in text.encode("utf-8")]
+    expect_same(llm.model, llm.tokenizer.encode("Recreated system prompt.") + shifted,
+                out["token_ids"], "the name's tokens now")
+
+
+def test_layout_mismatch_names_the_layout_to_start_kvpoold_with():
+    """A pool whose layout is not the model's: IncompatibleChunksError naming
+    a --layout to start kvpoold with (not an AttributeError from close()
+    running before the object had its lock), and the client made for it is
+    closed (issue 26, item 3)."""
+    d = Daemon(layout="layers=2,kv_heads=2,head_dim=8,dtype=fp32,page_tokens=16")
+    try:
+        _, adapter, tok = tiny_llm_parts()
+        with pytest.raises(IncompatibleChunksError) as ei:
+            ChunkedLLM(model=adapter, tokenizer=tok, socket=d.sock)
+        msg = str(ei.value)
+        assert "--layout=layers=2,kv_heads=2,head_dim=16,dtype=fp32,page_tokens=16" in msg, msg
+        assert "head_dim=8" in msg, msg
+    finally:
+        d.stop()

@@ -93,6 +93,10 @@ static void test_prepare_gap_reports_missing_range(void **state)
 
 	assert_int_equal(prep_err(eng, 0, 20, 10, &e), -EINVAL);
 	assert_msg_has(&e, "missing tokens from 10 to 19 (both inclusive)");
+	/* and as data, for the completion (proto.h FAILURE DETAIL) */
+	assert_int_equal(e.kind, KVP_ERROR_GAP);
+	assert_int_equal(e.first, 10);
+	assert_int_equal(e.last, 19);
 	struct kvp_stats sa = stats_of(eng);
 	assert_int_equal(sa.tier[KVP_TIER_DEVICE].frames_used,
 			 before.stats.tier[KVP_TIER_DEVICE].frames_used);
@@ -123,6 +127,9 @@ static void test_prepare_overlap_reports_overlapping_range(void **state)
 
 	assert_int_equal(prep_err(eng, 0, 5, 20, &e), -EINVAL);
 	assert_msg_has(&e, "overlapping tokens from 5 to 9 (both inclusive)");
+	assert_int_equal(e.kind, KVP_ERROR_OVERLAP);
+	assert_int_equal(e.first, 5);
+	assert_int_equal(e.last, 9);
 	assert_unchanged(eng, &before);
 
 	assert_int_equal(prep_err(eng, 0, 0, 20, &e), -EINVAL);

@@ -53,7 +53,9 @@ static void capture_expect(struct capture *c, const char *want)
 static void capture_expect_prefix(struct capture *c, const char *want)
 {
 	assert_int_equal(fclose(c->f), 0);
-	assert_true(strncmp(c->buf, want, strlen(want)) == 0);
+	if (strncmp(c->buf, want, strlen(want)) != 0)
+		fail_msg("output starts otherwise\n--- got:\n%s\n--- want:\n%s",
+			 c->buf, want);
 	free(c->buf);
 }
 
@@ -326,7 +328,7 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 
 	/* One tenant's own client: the scope is that tenant. */
 	s.tenants = 1;
-	render_stats(capture_open(&c), true, &s, false, DEMO_NOW);
+	render_stats(capture_open(&c), true, &s, NULL, false, DEMO_NOW);
 	capture_expect(&c,
 		       "{\n"
 		       "  \"scope\": \"tenant\",\n"
@@ -400,11 +402,11 @@ static void stats_json_has_tiers_gauges_and_every_counter(void **state)
 		       "  \"prefix_hit_rate\": 0.2500,\n"
 		       "  \"chunk_hit_rate\": 0.7500\n"
 		       "}\n");
-	render_stats(capture_open(&c), true, &s, true, DEMO_NOW);
+	render_stats(capture_open(&c), true, &s, NULL, true, DEMO_NOW);
 	capture_expect_prefix(&c, want_all);
 	/* Sums over several tenants are all tenants' (a tenantless admin). */
 	s.tenants = 2;
-	render_stats(capture_open(&c), true, &s, false, DEMO_NOW);
+	render_stats(capture_open(&c), true, &s, NULL, false, DEMO_NOW);
 	capture_expect_prefix(&c, want_all);
 }
 
@@ -461,9 +463,9 @@ static void stats_every_field_in_table_json_and_man_page(void **state)
 
 		memcpy((char *)&s + fields[i].off, &v, sizeof(v));
 	}
-	render_stats(capture_open(&table), false, &s, false, DEMO_NOW);
+	render_stats(capture_open(&table), false, &s, NULL, false, DEMO_NOW);
 	fclose(table.f);
-	render_stats(capture_open(&json), true, &s, false, DEMO_NOW);
+	render_stats(capture_open(&json), true, &s, NULL, false, DEMO_NOW);
 	fclose(json.f);
 	for (size_t i = 0; i < (sizeof(fields) / sizeof(fields[0])); i++) {
 		char line[96], member[96];
@@ -484,12 +486,80 @@ static void stats_every_field_in_table_json_and_man_page(void **state)
 	free(json.buf);
 }
 
+/* What the daemon serves comes first (issue 26: no layout, version,
+ * uptime, backend, disk or remote status in kvctl stats): an admin's view
+ * with a disk and a remote tier, as text and as JSON. */
+static void stats_show_what_the_daemon_serves(void **state)
+{
+	struct kvp_stats s = demo_stats();
+	struct kvp_server_info si = {
+		.version = 1, .proto = 10, .pid = 4242,
+		.flags = KVP_SERVER_DISK | KVP_SERVER_REMOTE | KVP_SERVER_ADMIN,
+		.started_ns = DEMO_NOW - 3723 * SEC, .uptime_ns = 3723 * SEC,
+		.workers = 4, .shards = 4, .pools = 1, .tenants = 2,
+		.disk_size = 64ull << 30, .remote_nodes = 3, .remote_nodes_up = 2,
+		.backend = "shm",
+		.layout = "layers=8,kv_heads=4,head_dim=256,dtype=bf16,page_tokens=32",
+		.disk_compress = "zstd:3", .disk_dir = "/var/lib/kvpool/disk",
+		.remote = "redis-cluster://10.0.0.1:7000",
+	};
+	struct capture c;
+
+	(void)state;
+	render_stats(capture_open(&c), false, &s, &si, true, DEMO_NOW);
+	capture_expect_prefix(&c,
+		"kvpoold 0.1 (protocol 10), pid 4242, up 1h 2m\n"
+		"backend   shm, 1 pool, 4 workers, 4 shards, 2 tenants\n"
+		"layout    layers=8,kv_heads=4,head_dim=256,dtype=bf16,page_tokens=32\n"
+		"disk      /var/lib/kvpool/disk, 64.0 GiB, zstd:3\n"
+		"remote    redis-cluster://10.0.0.1:7000, 2 of 3 nodes up\n"
+		"\n"
+		"scope: all tenants\n");
+	render_stats(capture_open(&c), true, &s, &si, true, DEMO_NOW);
+	capture_expect_prefix(&c,
+		"{\n"
+		"  \"server\": {\n"
+		"    \"version\": \"0.1\",\n"
+		"    \"protocol\": 10,\n"
+		"    \"pid\": 4242,\n"
+		"    \"uptime_s\": 3723,\n"
+		"    \"started_ns\": 1794996277000000000,\n"
+		"    \"backend\": \"shm\",\n"
+		"    \"pools\": 1,\n"
+		"    \"workers\": 4,\n"
+		"    \"shards\": 4,\n"
+		"    \"tenants\": 2,\n"
+		"    \"layout\": \"layers=8,kv_heads=4,head_dim=256,dtype=bf16,page_tokens=32\",\n"
+		"    \"disk\": {\n"
+		"      \"dir\": \"/var/lib/kvpool/disk\",\n"
+		"      \"size\": 68719476736,\n"
+		"      \"compress\": \"zstd:3\"\n"
+		"    },\n"
+		"    \"remote\": {\n"
+		"      \"url\": \"redis-cluster://10.0.0.1:7000\",\n"
+		"      \"nodes\": 3,\n"
+		"      \"nodes_up\": 2\n"
+		"    }\n"
+		"  },\n"
+		"  \"scope\": \"all_tenants\",\n");
+	/* Not an admin, no tiers below the host: no paths, "none". */
+	si.flags = 0;
+	render_stats(capture_open(&c), false, &s, &si, true, DEMO_NOW);
+	capture_expect_prefix(&c,
+		"kvpoold 0.1 (protocol 10), pid 4242, up 1h 2m\n"
+		"backend   shm, 1 pool, 4 workers, 4 shards, 2 tenants\n"
+		"layout    layers=8,kv_heads=4,head_dim=256,dtype=bf16,page_tokens=32\n"
+		"disk      none\n"
+		"remote    none\n"
+		"\n");
+}
+
 static void stats_table_shows_sizes_and_percent_used(void **state)
 {
 	struct kvp_stats s = demo_stats();
 	struct capture c;
 
-	render_stats(capture_open(&c), false, &s, true, DEMO_NOW);
+	render_stats(capture_open(&c), false, &s, NULL, true, DEMO_NOW);
 	capture_expect(&c,
 		       "scope: all tenants\n"
 		       "\n"
@@ -995,6 +1065,7 @@ int main(void)
 		cmocka_unit_test(text_sanitize_keeps_printable_ascii_only),
 		cmocka_unit_test(table_sizes_columns_to_widest_cell),
 		cmocka_unit_test(stats_json_has_tiers_gauges_and_every_counter),
+		cmocka_unit_test(stats_show_what_the_daemon_serves),
 		cmocka_unit_test(stats_table_shows_sizes_and_percent_used),
 		cmocka_unit_test(stats_every_field_in_table_json_and_man_page),
 		cmocka_unit_test(users_json_lists_every_field),

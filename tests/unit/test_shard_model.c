@@ -3255,6 +3255,22 @@ static struct engine_user_info info_at(struct side *d, uint64_t user)
 	return in;
 }
 
+/* Field by field: a struct returned by value need not keep its padding
+ * bytes (a Release build's copies leave garbage there), so memcmp lies. */
+static void assert_same_info(const struct engine_user_info *a,
+			     const struct engine_user_info *b)
+{
+	assert_int_equal(a->start, b->start);
+	assert_int_equal(a->len, b->len);
+	assert_int_equal(a->pages, b->pages);
+	assert_int_equal(a->pages_device, b->pages_device);
+	assert_int_equal(a->pages_host, b->pages_host);
+	assert_int_equal(a->leases, b->leases);
+	assert_int_equal(a->pages_disk, b->pages_disk);
+	assert_int_equal(a->tokens_disk, b->tokens_disk);
+	assert_int_equal(a->exists, b->exists);
+}
+
 /*
  * One shard's users fill the device tier; a user of another shard that
  * has no frame and nothing to evict is told -EAGAIN (nothing changed), and
@@ -3367,8 +3383,8 @@ static void test_all_pinned_prepare_fails_changing_nothing(void **state)
 		assert_false(info_at(&d[x], c).exists);
 		assert_false(info_at(&d[x], a2[1]).exists);
 		struct engine_user_info na = info_at(&d[x], a), nb = info_at(&d[x], b);
-		assert_memory_equal(&na, &ia[x], sizeof(na));
-		assert_memory_equal(&nb, &ib[x], sizeof(nb));
+		assert_same_info(&na, &ia[x]);
+		assert_same_info(&nb, &ib[x]);
 		expect_user(&d[x], a, 16);
 		expect_user(&d[x], b, 16);
 	}

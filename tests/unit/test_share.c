@@ -1359,6 +1359,43 @@ static int compose(struct engine *eng, const struct kvp_compose_req *reqs,
 	return rc;
 }
 
+/*
+ * The room a registration makes may evict the last entry of the very name
+ * it registers under (issue 25, item 1): name X lives only in a link entry
+ * under P, the LRU's oldest leaf; registering X's root on a full tier
+ * evicts that entry. The name must survive (kept by the registration),
+ * the new root read back its bytes, and the tables stay consistent.
+ */
+static void test_chunk_register_evicting_its_names_last_entry_keeps_the_name(void **state)
+{
+	struct engine *eng = mk_engine(8, 0, 0);
+	struct kvp_chunk_id p, x, root;
+	struct tlease lx, fill;
+	uint32_t T[PT];
+
+	(void)state;
+	p = chunk_make(eng, 100, PT, KVP_CHUNK_SYSTEM, NULL, 1, NULL);
+	x = link_make(eng, 200, PT, KVP_CHUNK_CONTEXT, &p, &lx);
+	(void)x;
+	chunk_make(eng, 300, 2 * PT, KVP_CHUNK_CONTEXT, NULL, 5 * SEC, NULL);
+	chunk_make(eng, 400, 2 * PT, KVP_CHUNK_CONTEXT, NULL, 6 * SEC, NULL);
+	chunk_make(eng, 500, 2 * PT, KVP_CHUNK_CONTEXT, NULL, 7 * SEC, NULL);
+	assert_int_equal(dev_used(eng), 8);
+
+	/* X's root again: one page, the tier full, X's link the oldest leaf. */
+	tokens_seq(T, PT, 200);
+	fill = chunk_put(eng, T, PT, KVP_CHUNK_CONTEXT, NULL, OWNER, 10 * SEC,
+			 777, false, &root);
+	(void)fill;
+	CHECK(eng);
+	struct kvp_chunk_info ci = chunk_info_ok(eng, &root);
+	assert_int_equal(ci.tokens, PT);
+	assert_int_equal(ci.type, KVP_CHUNK_CONTEXT);
+	expect_chunk_bytes(eng, &root, 777, PT);
+	assert_true(stats_of(eng).chunk_evicted >= 1);
+	drop_engine();
+}
+
 /* One request, system + 2 contexts + query: 4 levels, one group each. */
 static void test_compose_one_request_gives_one_csr_per_level(void **state)
 {
@@ -1611,6 +1648,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_vseq_copy_on_write_keeps_both_sides_bytes, teardown),
 		cmocka_unit_test_teardown(test_vseq_from_seq_shares_refcounted_pages, teardown),
 		cmocka_unit_test_teardown(test_vseq_from_deduped_seq_keeps_prefix_parents_held, teardown),
+		cmocka_unit_test_teardown(test_chunk_register_evicting_its_names_last_entry_keeps_the_name, teardown),
 		cmocka_unit_test_teardown(test_compose_one_request_gives_one_csr_per_level, teardown),
 		cmocka_unit_test_teardown(test_compose_batch_groups_systems_and_pads_contexts, teardown),
 		cmocka_unit_test_teardown(test_compose_errors_name_the_chunk_and_hold_nothing, teardown),

@@ -790,6 +790,8 @@ static void usage(FILE *f)
 "Output:\n"
 "  --md FILE          also write a markdown summary to FILE\n"
 "  --plot-dir DIR     also write hitrate.dat and cdf.dat (gnuplot input) to DIR\n"
+"  --no-targets       leave out the Targets section (they are set for the GPU\n"
+"                     machine's 16 cores; scripts/demo.sh runs anywhere)\n"
 KVB_USAGE_END_OPTS
 "\n"
 "A progress bar goes to stderr when it is a terminal. Counts take k, M or G\n"
@@ -802,7 +804,7 @@ enum {
 	OPT_TRACE = 256, OPT_HSTU, OPT_FIRST_DAYS,
 	OPT_REQUESTS, OPT_PIPELINES, OPT_BATCH, OPT_DEVICE_FRAC, OPT_HOST_FRAC,
 	OPT_DEVICE_PAGES, OPT_HOST_PAGES, OPT_LAYOUT, OPT_SYSTEMS, OPT_REDIS,
-	OPT_REDIS_SERVER, OPT_MD, OPT_PLOT_DIR, OPT_BACKEND,
+	OPT_REDIS_SERVER, OPT_MD, OPT_PLOT_DIR, OPT_BACKEND, OPT_NO_TARGETS,
 };
 
 static const struct option long_opts[] = {
@@ -823,6 +825,7 @@ static const struct option long_opts[] = {
 	{ "redis-server", required_argument, NULL, OPT_REDIS_SERVER },
 	{ "md", required_argument, NULL, OPT_MD },
 	{ "plot-dir", required_argument, NULL, OPT_PLOT_DIR },
+	{ "no-targets", no_argument, NULL, OPT_NO_TARGETS },
 	{ "backend", required_argument, NULL, OPT_BACKEND },
 	{ "workers", required_argument, NULL, KVB_OPT_WORKERS },
 	KVB_DAEMON_LONG_OPTS,
@@ -926,6 +929,9 @@ static int one_opt(void *ctx, int c, const char *arg)
 		return -1;
 	case OPT_PLOT_DIR:
 		o->plot_dir = arg;
+		return -1;
+	case OPT_NO_TARGETS:
+		o->no_targets = true;
 		return -1;
 	default:
 		return kvb_daemon_opt(SUB, c, arg, &o->d);

@@ -135,6 +135,7 @@ struct ropts {
 	/* output */
 	const char *md_path;
 	const char *plot_dir;
+	bool no_targets;          /* --no-targets: a demo, not a measurement */
 	bool json;
 	bool progress;            /* stderr is a terminal */
 };

@@ -517,6 +517,8 @@ static void report(FILE *f, const struct rrun *r, bool md)
 			rsys_name[k]);
 	}
 	report_gpu(f, r, md);
+	if (r->o.no_targets)
+		return;
 	fprintf(f, "%sTargets%s\n", h, md ? "\n" : "");
 	if (tg.have_p99)
 		fprintf(f, "%sprepare p99 (no onload) %.1f us <= %.0f us: %s\n", md ? "- " : "  ",

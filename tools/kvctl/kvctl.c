@@ -65,7 +65,7 @@ static const struct opt_spec {
 	[OPT_USER] = { "user", 0, "ID", "the user id (decimal, 0 to 2^64-1)" },
 	[OPT_ALL] = { "all", 0, NULL, "every unleased user: of every tenant for an "
 				      "admin (offload: admin only), else of your tenant" },
-	[OPT_TIER] = { "tier", 0, "TIER", "device, host or all (default: all)" },
+	[OPT_TIER] = { "tier", 0, "TIER", "device, host, disk or all (default: all)" },
 	[OPT_CHUNK] = { "chunk", 0, "ID", "a chunk id: 64 hex digits or a unique prefix" },
 	[OPT_TYPE] = { "type", 0, "TYPE", "chunk type: system, context or query (default: all)" },
 	[OPT_FILTER] = { "filter", 0, "JSON|K=V,...",
@@ -172,18 +172,23 @@ static const struct kvctl_cmd *find_cmd(const char *name)
 
 /* ---------------------------------------------------------------- help */
 
-static void print_opt(FILE *f, enum opt_id o)
+static void print_opt(FILE *f, const struct kvctl_cmd *cmd, enum opt_id o)
 {
 	const struct opt_spec *s = &opt_specs[o];
+	const char *help = s->help;
 	char lhs[56];
 
+	/* offload's tiers are where the copy goes, not what is dropped. */
+	if (o == OPT_TIER && cmd && !strcmp(cmd->name, "offload"))
+		help = "host (default: a copy stays on the device) or disk (written "
+		       "there, memory freed)";
 	if (s->short_name)
 		snprintf(lhs, sizeof(lhs), "-%c, --%s%s%s", s->short_name, s->name,
 			 s->arg ? " " : "", s->arg ? s->arg : "");
 	else
 		snprintf(lhs, sizeof(lhs), "    --%s%s%s", s->name,
 			 s->arg ? " " : "", s->arg ? s->arg : "");
-	fprintf(f, "  %-22s %s\n", lhs, s->help);
+	fprintf(f, "  %-22s %s\n", lhs, help);
 }
 
 static void print_footer(FILE *f)
@@ -209,7 +214,7 @@ static void print_help(FILE *f)
 	fprintf(f, "\nOptions:\n");
 	for (int o = 0; o < NOPTS; o++)
 		if (GLOBAL_OPTS & BIT(o))
-			print_opt(f, (enum opt_id)o);
+			print_opt(f, NULL, (enum opt_id)o);
 	print_footer(f);
 	fprintf(f, "Run 'kvctl <command> --help' for a command's options; see kvctl(1).\n");
 }
@@ -222,10 +227,10 @@ static void print_cmd_help(FILE *f, const struct kvctl_cmd *cmd)
 	fprintf(f, "\nOptions:\n");
 	for (int o = 0; o < NOPTS; o++)
 		if (cmd->opts & BIT(o))
-			print_opt(f, (enum opt_id)o);
+			print_opt(f, cmd, (enum opt_id)o);
 	for (int o = 0; o < NOPTS; o++)
 		if (GLOBAL_OPTS & BIT(o))
-			print_opt(f, (enum opt_id)o);
+			print_opt(f, cmd, (enum opt_id)o);
 	print_footer(f);
 }
 

@@ -99,8 +99,9 @@ void table_print(FILE *f, const struct table_col *cols, size_t ncols,
 
 /* Each writes one JSON object when json is set, else the human form.
  * now_ns (CLOCK_REALTIME) is what ages are counted from. */
+/* si (NULL: a kvpoold too old to say) comes first: what the daemon serves. */
 void render_stats(FILE *f, bool json, const struct kvp_stats *s,
-		  bool all_tenants, uint64_t now_ns);
+		  const struct kvp_server_info *si, bool all_tenants, uint64_t now_ns);
 void render_user(FILE *f, bool json, const struct kvp_user_info *u);
 /* with_tenant: add the TENANT column (admins see every tenant's users);
  * truncated: --limit stopped the listing while the daemon had more. */

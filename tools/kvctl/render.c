@@ -76,12 +76,17 @@ static const char *tier_name(size_t t)
 	return n ? n : "?";
 }
 
-static void stats_json(FILE *f, const struct kvp_stats *s, bool all_tenants,
+static void server_json(struct json *j, const struct kvp_server_info *si);
+
+static void stats_json(FILE *f, const struct kvp_stats *s,
+		       const struct kvp_server_info *si, bool all_tenants,
 		       uint64_t now_ns)
 {
 	struct json j;
 
 	json_begin(&j, f);
+	if (si)
+		server_json(&j, si);
 	json_str(&j, "scope", all_tenants ? "all_tenants" : "tenant");
 	json_obj_begin(&j, "tiers");
 	for (size_t t = 0; t < KVP_TIERS; t++) {
@@ -152,8 +157,114 @@ static void stat_line(FILE *f, const struct kvp_stats *s, const struct stat_fiel
 	}
 }
 
-void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenants,
-		  uint64_t now_ns)
+/* ---------------------------------------------------------------- server */
+
+/* A daemon's fixed-size string, terminated and printable whatever it sent. */
+#define SERVER_STR(dst, field) text_sanitize((dst), sizeof(dst), (field), sizeof(field))
+
+/* "45s", "5m 3s", "1h 2m", "3d 4h". */
+static void fmt_uptime(char *buf, size_t len, uint64_t ns)
+{
+	uint64_t t = ns / 1000000000ull;
+
+	if (t < 60)
+		snprintf(buf, len, "%llus", (unsigned long long)t);
+	else if (t < 3600)
+		snprintf(buf, len, "%llum %llus", (unsigned long long)(t / 60),
+			 (unsigned long long)(t % 60));
+	else if (t < 86400)
+		snprintf(buf, len, "%lluh %llum", (unsigned long long)(t / 3600),
+			 (unsigned long long)(t % 3600 / 60));
+	else
+		snprintf(buf, len, "%llud %lluh", (unsigned long long)(t / 86400),
+			 (unsigned long long)(t % 86400 / 3600));
+}
+
+/* What kvpoold serves, before the figures (Redis' INFO server). */
+static void server_text(FILE *f, const struct kvp_server_info *si)
+{
+	char up[32], size[32], be[sizeof(si->backend)], lay[sizeof(si->layout)],
+	     dir[sizeof(si->disk_dir)], zc[sizeof(si->disk_compress)],
+	     url[sizeof(si->remote)];
+
+	fmt_uptime(up, sizeof(up), si->uptime_ns);
+	SERVER_STR(be, si->backend);
+	SERVER_STR(lay, si->layout);
+	fprintf(f, "kvpoold %u.%u (protocol %u), pid %u, up %s\n", si->version / 1000,
+		si->version % 1000, si->proto, si->pid, up);
+	fprintf(f, "%-9s %s, %u pool%s, %u worker%s, %u shard%s, %u tenant%s\n", "backend",
+		be, si->pools, si->pools == 1 ? "" : "s", si->workers,
+		si->workers == 1 ? "" : "s", si->shards, si->shards == 1 ? "" : "s",
+		si->tenants, si->tenants == 1 ? "" : "s");
+	fprintf(f, "%-9s %s\n", "layout", lay);
+	if (si->flags & KVP_SERVER_DISK) {
+		SERVER_STR(dir, si->disk_dir);
+		SERVER_STR(zc, si->disk_compress);
+		fmt_bytes(size, sizeof(size), si->disk_size);
+		fprintf(f, "%-9s %s%s%s, %s\n", "disk", si->disk_dir[0] ? dir : "",
+			si->disk_dir[0] ? ", " : "", size, zc);
+	} else {
+		fprintf(f, "%-9s none\n", "disk");
+	}
+	if (si->flags & KVP_SERVER_REMOTE) {
+		SERVER_STR(url, si->remote);
+		fprintf(f, "%-9s %s%s%u of %u nodes up\n", "remote", si->remote[0] ? url : "",
+			si->remote[0] ? ", " : "", si->remote_nodes_up, si->remote_nodes);
+	} else {
+		fprintf(f, "%-9s none\n", "remote");
+	}
+	fputc('\n', f);
+}
+
+static void server_json(struct json *j, const struct kvp_server_info *si)
+{
+	char v[32], be[sizeof(si->backend)], lay[sizeof(si->layout)],
+	     dir[sizeof(si->disk_dir)], zc[sizeof(si->disk_compress)],
+	     url[sizeof(si->remote)];
+
+	snprintf(v, sizeof(v), "%u.%u", si->version / 1000, si->version % 1000);
+	SERVER_STR(be, si->backend);
+	SERVER_STR(lay, si->layout);
+	json_obj_begin(j, "server");
+	json_str(j, "version", v);
+	json_u64(j, "protocol", si->proto);
+	json_u64(j, "pid", si->pid);
+	json_u64(j, "uptime_s", si->uptime_ns / 1000000000ull);
+	json_u64(j, "started_ns", si->started_ns);
+	json_str(j, "backend", be);
+	json_u64(j, "pools", si->pools);
+	json_u64(j, "workers", si->workers);
+	json_u64(j, "shards", si->shards);
+	json_u64(j, "tenants", si->tenants);
+	json_str(j, "layout", lay);
+	if (si->flags & KVP_SERVER_DISK) {
+		SERVER_STR(dir, si->disk_dir);
+		SERVER_STR(zc, si->disk_compress);
+		json_obj_begin(j, "disk");
+		if (si->flags & KVP_SERVER_ADMIN)
+			json_str(j, "dir", dir);
+		json_u64(j, "size", si->disk_size);
+		json_str(j, "compress", zc);
+		json_obj_end(j);
+	} else {
+		json_null(j, "disk");
+	}
+	if (si->flags & KVP_SERVER_REMOTE) {
+		SERVER_STR(url, si->remote);
+		json_obj_begin(j, "remote");
+		if (si->flags & KVP_SERVER_ADMIN)
+			json_str(j, "url", url);
+		json_u64(j, "nodes", si->remote_nodes);
+		json_u64(j, "nodes_up", si->remote_nodes_up);
+		json_obj_end(j);
+	} else {
+		json_null(j, "remote");
+	}
+	json_obj_end(j);
+}
+
+void render_stats(FILE *f, bool json, const struct kvp_stats *s,
+		  const struct kvp_server_info *si, bool all_tenants, uint64_t now_ns)
 {
 	char buf[32];
 
@@ -161,9 +272,11 @@ void render_stats(FILE *f, bool json, const struct kvp_stats *s, bool all_tenant
 	 * daemon answered for several (an admin with no tenant of its own). */
 	all_tenants = all_tenants || s->tenants > 1;
 	if (json) {
-		stats_json(f, s, all_tenants, now_ns);
+		stats_json(f, s, si, all_tenants, now_ns);
 		return;
 	}
+	if (si)
+		server_text(f, si);
 	fprintf(f, "scope: %s\n\n", all_tenants ? "all tenants" : "this client's tenant");
 	table_print(f, tier_cols, NELEM(tier_cols), KVP_TIERS, tier_cell, (void *)s);
 	fputc('\n', f);
