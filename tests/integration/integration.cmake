@@ -75,6 +75,10 @@ if(TARGET kvpoold AND TARGET kvpool)
   # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
   # written), seq_free under a lease, and a randomized lease model.
   kvpool_integration_test(test_stale_lease 120)
+  # A client inherited across fork(): every call in the child -ECHILD, the
+  # rings untouched, the parent's lease and bytes intact; a child holding
+  # the socket does not keep a closed client's attach alive.
+  kvpool_integration_test(test_fork_client 60)
   # An empty page table as a fresh daemon's first answer (issue 25, item 11).
   kvpool_integration_test(test_empty_first_ops 60)
   # A prepare's gap / overlap / trimmed-head range as data (issue 25 item
