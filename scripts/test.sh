@@ -239,6 +239,15 @@ cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON \
 cmake --build build-release -j"$jobs"
 ctest --test-dir build-release --output-on-failure -j"$jobs" -L unit
 
+echo "== the README's first command: scripts/demo.sh (its Release build is the one above)"
+bash scripts/demo.sh >"${TMPDIR:-/tmp}/kvpool-demo.$$.log" 2>&1 || {
+	echo "scripts/demo.sh failed:" >&2
+	tail -n 40 "${TMPDIR:-/tmp}/kvpool-demo.$$.log" >&2
+	exit 1
+}
+grep -q "kvpoold exited cleanly" "${TMPDIR:-/tmp}/kvpool-demo.$$.log"
+rm -f "${TMPDIR:-/tmp}/kvpool-demo.$$.log"
+
 echo "== install check"
 install_check build
 echo "all tests passed"

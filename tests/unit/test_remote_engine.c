@@ -96,7 +96,7 @@ static void seq_put_retry(struct engine *eng, uint64_t seq, const uint32_t *toke
 			  uint32_t n, uint64_t key)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc, rounds = 0;
 
@@ -467,7 +467,7 @@ static void a_chunk_to_store(const uint32_t *toks, uint64_t key, struct kvp_chun
 	struct engine *a = engine_with_remote();
 	struct remote_tier_stats st0, st;
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	remote_tier_stats(g_rt, &st0);
 	chunk_put(a, toks, CTOK, KVP_CHUNK_CONTEXT, META, OWNER, NOW, key, false, id);
@@ -509,7 +509,7 @@ static void chunk_across_engines(uint32_t base)
 	struct kvp_chunk_info info;
 	struct share_chunk_reg r;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct remote_tier_stats st0, st;
 	uint32_t toks[CTOK];
 	struct engine *b;
@@ -588,7 +588,7 @@ static void test_chunk_partial_or_damaged_is_a_miss(void **state)
 	struct kvp_chunk_id id, name, nobody;
 	struct remote_tier_stats st0, st;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	struct remote_key k;
 	char key[REMOTE_KEY_MAX];
@@ -629,7 +629,7 @@ static void test_chunk_delete_reaches_the_store(void **state)
 {
 	struct kvp_chunk_id id, name;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	struct engine *c;
 
@@ -667,7 +667,7 @@ static void test_seq_create_over_a_chunk_in_the_store(void **state)
 	struct kvp_seq_src src = { .kind = KVP_SRC_CHUNK };
 	struct kvp_chunk_id name;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	int rc, rounds = 0;
 
@@ -701,7 +701,7 @@ static void test_published_ahead_of_eviction(void **state)
 	struct remote_tier_stats st0, st;
 	struct kvp_chunk_id id;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t tokens[NTOK], toks[CTOK], n = 0, rounds = 0;
 	struct share_prefix_hit hit;
 	bool more = true;
@@ -759,7 +759,7 @@ static void test_chunk_type_not_kept_costs_no_round(void **state)
 {
 	struct remote_tier_stats st0, st;
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_chunk_id ctx;
 	uint32_t qt[CTOK], ct[CTOK];
 	struct engine *a;
