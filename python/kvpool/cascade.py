@@ -530,6 +530,7 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     s = torch.matmul(q.float(), kk.transpose(-1, -2)) * (scale if scale is not None
                                                           else D ** -0.5)
     T = kk.shape[1]
-    mask = torch.arange(T)[None, :] > (torch.arange(n)[:, None] + past)
+    mask = torch.arange(T, device=q.device)[None, :] > \
+        (torch.arange(n, device=q.device)[:, None] + past)
     s = s.masked_fill(mask, _NEG_INF).softmax(-1)
     return torch.matmul(s, vv).transpose(0, 1).to(q.dtype)

@@ -53,7 +53,6 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
     raise ImportError("kvpool.hf_llm needs HuggingFace transformers >= 5 with "
                       f"AttentionInterface and AttentionMaskInterface: {_e}") from _e
 
-from .cascade import _is_lease_store
 from .llm import ModelAdapter
 
 __all__ = ["HFAdapter", "ATTN_NAME"]
@@ -286,7 +285,7 @@ class HFAdapter(ModelAdapter):
         positions = positions.to(self.device)
         # A plan that stores through leases (kvpool.llm's) runs eagerly: a
         # captured graph would replay a raw write that no lease checks.
-        if self.cuda_graphs and plan.rows == 1 and not _is_lease_store(plan.store):
+        if self.cuda_graphs and plan.rows == 1 and getattr(plan, "leases", None) is None:
             key = _graph_key(plan, tokens)
             g = self._graphs.get(key)
             if g is not None:
