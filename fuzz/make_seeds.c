@@ -193,6 +193,14 @@ static void ring_histories(void)
 	q = ring_add(&r, KVP_OP_PREPARE, 4096, NULL, 0);
 	q->user = 1, q->n = UINT32_MAX;
 	ring_put(&r, "edges");
+
+	/* Found by fuzz_ring (issue 25, item 11): a read lease on an empty
+	 * user, the first page-table operation of a fresh daemon, copied 0
+	 * bytes from the engine's NULL view. */
+	ring_init(&r, 0);
+	q = ring_add(&r, KVP_OP_PREPARE, 4096, NULL, 0);
+	q->user = 1;
+	ring_put(&r, "regress_prepare_empty_user");
 }
 
 static void ring_sharing(void)
@@ -521,6 +529,10 @@ static void cluster_seeds(void)
 		 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n:70000\r\n");
 	/* A bulk that claims 2 GiB and stops. */
 	put_text("fuzz_cluster_reply", "huge_bulk", MAP1 "$2147483647\r\nabc");
+	/* Found by fuzz_cluster_reply (issue 25, item 2): an array header
+	 * that claims 412,710,923 elements; hiredis 0.14 allocates them all
+	 * (3.3 GB) before a byte of them arrives. */
+	put_text("fuzz_cluster_reply", "regress_huge_array", "*412710923\r\n");
 	/* Replies of the wrong type where a map or a value belongs. */
 	put_text("fuzz_cluster_reply", "wrong_types",
 		 "*1\r\n*3\r\n$1\r\n0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n"
