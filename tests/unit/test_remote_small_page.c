@@ -97,7 +97,7 @@ static void test_chunk_record_longer_than_a_page_is_a_miss(void **state)
 	struct disk_codec none = { .id = DISK_CODEC_NONE };
 	struct kvp_chunk_id id;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine *eng = NULL;
 	uint8_t *val = malloc(remote_value_max(g_layout.page_bytes));
 	size_t len;
