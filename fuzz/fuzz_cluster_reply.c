@@ -9,9 +9,10 @@
  * No network: this program defines redisConnectWithTimeout(), so the
  * cluster client's dials (seeds, the nodes a map or a redirect names) get
  * a loopback TCP connection whose peer has already written the next
- * segment of the input and shut its side down: every read ends, with the
- * node's bytes or EOF. Segments are separated by "\n#node\n"; the first
- * answers the first seed. LLVMFuzzerInitialize checks a valid map lands,
+ * segment of the input: a node that stops short is waited for until the
+ * batch's deadline (TIMEOUT_MS), as a silent one is. A segment that starts
+ * with "#fin\n" also closes its side after its bytes (EOF). Segments are
+ * separated by "\n#node\n"; the first answers the first seed. LLVMFuzzerInitialize checks a valid map lands,
  * so a cluster client that stops dialling through redisConnectWithTimeout
  * fails here loudly instead of fuzzing nothing. FUZZ_TRACE=1 prints the
  * map's size and each item's status (what a reproducer did).
@@ -31,6 +32,8 @@
 #include "redis_cluster.h"
 
 #define SEP "\n#node\n"
+#define FIN "#fin\n"
+#define TIMEOUT_MS 5 /* what a node that stops short costs a round */
 #define MAX_CONNS 256
 #define NKEYS 16
 
@@ -74,16 +77,24 @@ redisContext *redisConnectWithTimeout(const char *ip, int port, const struct tim
 	if (sfd < 0)
 		abort();
 	peers[npeers++] = sfd;
-	if (next_segment(&seg, &len)) {
-		for (size_t off = 0; off < len;) {
-			ssize_t n = write(sfd, seg + off, len - off);
+	/* No segment left: a node that closes at once. */
+	bool fin = !next_segment(&seg, &len);
 
-			if (n <= 0)
-				abort();
-			off += (size_t)n;
-		}
+	/* "#fin\n" first: it closes its side after its bytes. */
+	if (len >= strlen(FIN) && !memcmp(seg, FIN, strlen(FIN))) {
+		fin = true;
+		seg += strlen(FIN);
+		len -= strlen(FIN);
 	}
-	shutdown(sfd, SHUT_WR);
+	for (size_t off = 0; off < len;) {
+		ssize_t n = write(sfd, seg + off, len - off);
+
+		if (n <= 0)
+			abort();
+		off += (size_t)n;
+	}
+	if (fin)
+		shutdown(sfd, SHUT_WR);
 	return redisConnectFd(cfd);
 }
 
@@ -116,7 +127,7 @@ static void run(const uint8_t *data, size_t size, uint32_t *mapped)
 	in_off = 0;
 	npeers = 0;
 	if (redis_cluster_open(&rc, "redis-cluster://127.0.0.1:7000,127.0.0.1:7001",
-			       50, &e)) {
+			       TIMEOUT_MS, &e)) {
 		fprintf(stderr, "fuzz_cluster_reply: %s\n", e.msg);
 		abort();
 	}
@@ -155,6 +166,12 @@ static void run(const uint8_t *data, size_t size, uint32_t *mapped)
 
 		redis_cluster_node_stats(rc, i, &st);
 		fuzz_assert(memchr(st.addr, '\0', sizeof(st.addr)));
+		if (trace)
+			fprintf(stderr, "fuzz_cluster_reply: node %s: %s, %llu errors, "
+				"%llu timeouts, %llu bad replies\n", st.addr,
+				st.up ? "up" : "down", (unsigned long long)st.errors,
+				(unsigned long long)st.timeouts,
+				(unsigned long long)st.bad_replies);
 	}
 	redis_cluster_close(rc);
 	for (uint32_t i = 0; i < npeers; i++)

@@ -521,6 +521,10 @@ static void cluster_seeds(void)
 		cat(one, i % 4 ? "$2\r\nv%d\r\n" : "$-1\r\n", i % 10);
 	cat(one, "+OK\r\n+OK\r\n+OK\r\n+OK\r\n:0\r\n:16\r\n");
 	put("fuzz_cluster_reply", "one_node", one, strlen(one));
+	/* The same node, closing its side after its answers. */
+	memmove(one + 5, one, strlen(one) + 1);
+	memcpy(one, "#fin\n", 5);
+	put("fuzz_cluster_reply", "one_node_closes", one, strlen(one));
 	put_text("fuzz_cluster_reply", "no_cluster",
 		 "-ERR This instance has cluster support disabled\r\n");
 	put_text("fuzz_cluster_reply", "slots_out_of_range",
