@@ -516,8 +516,8 @@ static bool pow2(uint32_t x)
 #define RINGS_MAX_BYTES (64ull << 20) /* a client's rings, all lanes */
 
 /* Validate the hello; fill the ring geometry with defaults applied. */
-static int hello_check(const struct config *cfg, const struct kvp_hello *h,
-		       ssize_t len, uint32_t geo[3], struct errbuf *e)
+int hello_check(const struct config *cfg, const struct kvp_hello *h,
+		ssize_t len, uint32_t geo[3], struct errbuf *e)
 {
 	uint32_t sq = h->sq_entries ? h->sq_entries : cfg->sq_entries, cq, arena;
 	uint64_t rings;

@@ -7,6 +7,8 @@
 #ifndef KVPOOLD_LISTENER_H
 #define KVPOOLD_LISTENER_H
 
+#include <sys/types.h>
+
 #include "kvpool_engine.h"
 #include "server.h"
 
@@ -35,6 +37,15 @@ void listener_readable(struct server *s, struct client *c);
  * until the next one is due, or -1 when none is: the loop's epoll timeout.
  */
 int listener_tick(struct server *s, uint64_t now_ms);
+
+/*
+ * Validate a hello datagram of len bytes (len: its real size, longer than
+ * h when it was truncated): 0 and the ring geometry (sq, cq entries, arena
+ * bytes) with the defaults applied in geo, or -errno with what is wrong in
+ * e. Pure: fuzz/fuzz_hello.c drives it.
+ */
+int hello_check(const struct config *cfg, const struct kvp_hello *h,
+		ssize_t len, uint32_t geo[3], struct errbuf *e);
 
 /* Send a uds reply: cqe, then cqe->out_bytes of out, in one message,
  * without blocking. 0 or -errno (-EAGAIN: the client does not read). */

@@ -22,9 +22,12 @@ set -euo pipefail
 # start clusters of it; redis-tools: redis-cli and redis-benchmark (remote_netns
 # forms its cluster with redis-cli, kvbench remote's raw baseline);
 # iproute2: remote_netns builds its three network namespaces with ip netns/veth.
+# clang-14, libclang-rt-14-dev: scripts/fuzz.sh builds the fuzz targets (fuzz/)
+# with clang and links libFuzzer (libclang_rt.fuzzer) and the sanitizers from it.
 pkgs=(gcc make cmake pkg-config liburing-dev libzstd-dev libxxhash-dev libcmocka-dev libssl-dev
       libjansson-dev libinih-dev libmicrohttpd-dev prometheus curl
       libsystemd-dev systemd tmux abigail-tools libhiredis-dev redis-server redis-tools iproute2 gnuplot-nox
+      clang-14 libclang-rt-14-dev
       python3-dev python3-numpy python3-torch python3-pytest python3-pip python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -818,6 +818,9 @@ static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
 		uint32_t off[RC_MAX_NODES + 1];
 		uint64_t t0 = mono_ns();
 
+		/* A redirect read this round can add a node (round_io walks
+		 * every node): idle until the next round, not garbage. */
+		memset(io, 0, sizeof(io));
 		b->redirected = 0;
 		round_lists(rc, n, off);
 		/* Every node's pipeline goes out and every node's replies come

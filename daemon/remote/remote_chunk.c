@@ -73,6 +73,8 @@ static uint32_t chunk_expand(const struct remote_key *key, const void *val,
 	struct chunk_rec r;
 
 	(void)key;
+	if (page_bytes < sizeof(r))
+		return 0; /* no record of ours fits such a page */
 	memcpy(&r, val, sizeof(r));
 	if (r.magic != CHUNK_REC_MAGIC || !r.npages || !r.ntokens ||
 	    sizeof(r) + (uint64_t)r.ntokens * 4 + r.content_len + r.meta_len > page_bytes)
@@ -88,7 +90,10 @@ int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
 	struct remote_key k;
 	int ret;
 
-	if (!remote_chunk_type_kept(eng, type))
+	/* A record longer than a page is never written (share_disk.c): what
+	 * the store holds under its key then is not ours to read. */
+	if (!remote_chunk_type_kept(eng, type) ||
+	    eng->layout.page_bytes < sizeof(struct chunk_rec))
 		return -ENOENT;
 	chunk_key(eng, id->b, REMOTE_PAGE_REC, &k);
 	f->src = SHARE_FETCH_REMOTE;
