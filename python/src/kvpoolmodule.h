@@ -155,6 +155,7 @@ PyObject *user_info_to_dict(const struct kvp_user_info *in);
 /* Methods defined in share.c and queue.c, part of Client's method table. */
 extern PyMethodDef client_share_methods[];
 extern PyMethodDef client_queue_methods[];
+extern PyMethodDef client_seq_methods[]; /* seq_info.c */
 
 int share_module_init(PyObject *m);
 int queue_module_init(PyObject *m);
