@@ -18,7 +18,9 @@
  *   4. a kvpoold with prefix_caching = no in kvpool.conf: the same prompt
  *      twice is computed twice (cached 0, lookups find nothing); after the
  *      file says yes and kvp_reload(), the third finds the pages; the file's
- *      max_seqs = 1 refuses a second request until the reload raises it.
+ *      max_seqs = 1 refuses a second request until the reload raises it;
+ *   5. bad values (--max_seqs=-1, --prefix_caching=maybe, max_seq_tokens
+ *      past 2^40 in a tenant section): kvpoold exits 2 naming the key.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -286,11 +288,59 @@ static int part_two(void)
 	return h_daemon_finish(&d, g_bad, h_now_ms());
 }
 
+/* kvpoold refuses extra: exit 2, its message naming want. */
+static void refused(const char *want, const char *const *extra)
+{
+	struct h_daemon d;
+	char buf[4096] = "";
+	pid_t pid;
+	FILE *f;
+	int rc;
+
+	if (h_daemon_dir(&d, 0)) {
+		g_bad++;
+		return;
+	}
+	pid = h_daemon_spawn(&d, extra);
+	rc = pid > 0 ? h_wait(pid, 5000) : -1;
+	f = fopen(d.log, "r");
+	if (f) {
+		buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+		fclose(f);
+	}
+	CHECK(rc == 2 && strstr(buf, want), "%s: exit %d, said: %s", extra[0], rc, buf);
+	h_daemon_cleanup(&d);
+}
+
+static int part_three(void)
+{
+	char conf[256], flag[300];
+	struct h_daemon d;
+	FILE *f;
+
+	refused("max_seqs", (const char *[]){ "--max_seqs=-1", NULL });
+	refused("prefix_caching", (const char *[]){ "--prefix_caching=maybe", NULL });
+	if (h_daemon_dir(&d, 0))
+		return 1;
+	snprintf(conf, sizeof(conf), "%s/bad.conf", d.dir);
+	snprintf(flag, sizeof(flag), "--config=%s", conf);
+	f = fopen(conf, "w");
+	if (f) {
+		fprintf(f, "[tenant t]\nuids = 0\nmax_seq_tokens = 2000000000000\n");
+		fclose(f);
+	}
+	refused("max_seq_tokens", (const char *[]){ flag, NULL });
+	h_daemon_cleanup(&d);
+	return g_bad;
+}
+
 int main(int argc, char **argv)
 {
 	h_init(argc, argv, "test_seq_info");
 	h_token_ids(T, N + 32, 1000);
 	if (part_one())
 		return H_FAIL;
-	return part_two() ? H_FAIL : H_PASS;
+	if (part_two())
+		return H_FAIL;
+	return part_three() ? H_FAIL : H_PASS;
 }
