@@ -15,6 +15,10 @@
  *      naming its setting, and nothing is made; an unknown sequence is
  *      -ENOENT;
  *   3. kvpoold's log has seed 004's line for both requests (log_level=debug);
+ *      on the ring, SEQ_INFO and SEQ_TOKENS windows at any offset (past the
+ *      end: the row alone, no ids), a result range too small for the row,
+ *      input given, an unknown sequence: answered or refused, never more
+ *      than asked;
  *   4. a kvpoold with prefix_caching = no in kvpool.conf: the same prompt
  *      twice is computed twice (cached 0, lookups find nothing); after the
  *      file says yes and kvp_reload(), the third finds the pages; the file's
@@ -149,6 +153,58 @@ static void limits(struct kvp_client *c)
 	      st0.seqs, st1.seqs);
 }
 
+static struct kvp_cqe raw1(struct h_raw *r, uint8_t op, uint64_t seq,
+			   uint64_t at, uint32_t out_len, uint32_t in_len)
+{
+	struct kvp_sqe e = { .opcode = op, .tag = 1, .arg = seq, .user = at,
+			     .out_len = out_len, .in_len = in_len };
+	struct kvp_cqe cqe = { .res = -ETIMEDOUT };
+
+	if (h_raw_call(r, &e, &cqe, 1, 5000))
+		cqe.res = -ETIMEDOUT;
+	return cqe;
+}
+
+static void ring(const char *sock, const int32_t frames[3])
+{
+	const size_t row = sizeof(struct kvp_seq_info);
+	struct kvp_seq_info si;
+	char err[KVP_ERRLEN];
+	struct kvp_cqe q;
+	struct h_raw r;
+	int32_t f;
+
+	if (h_raw_attach(&r, sock, 0, 0, err, sizeof(err))) {
+		CHECK(0, "raw attach: %s", err);
+		return;
+	}
+	q = raw1(&r, KVP_OP_SEQ_INFO, 1, 0, 16, 0);
+	CHECK(q.res == -EMSGSIZE, "SEQ_INFO into 16 bytes: %d", q.res);
+	q = raw1(&r, KVP_OP_SEQ_INFO, 1, UINT64_MAX, 4096, 0);
+	memcpy(&si, r.arena, row);
+	CHECK(q.res == 0 && q.out_bytes == row && q.val0 == 3 && si.npages == 3 &&
+	      si.computed == 35, "SEQ_INFO from page 2^64-1: %d, %" PRIu32 " bytes",
+	      q.res, q.out_bytes);
+	q = raw1(&r, KVP_OP_SEQ_INFO, 1, 1, (uint32_t)row + 6, 0);
+	memcpy(&f, r.arena + row, 4);
+	CHECK(q.res == 0 && q.out_bytes == row + 4 && f == frames[1],
+	      "SEQ_INFO from page 1, room for one and a half: %d, %" PRIu32
+	      " bytes, frame %d", q.res, q.out_bytes, f);
+	q = raw1(&r, KVP_OP_SEQ_TOKENS, 1, 30, 4096, 0);
+	CHECK(q.res == 5 && q.out_bytes == 20 && q.val0 == 35 &&
+	      !memcmp(r.arena, T + 30, 20), "SEQ_TOKENS from 30: %d", q.res);
+	q = raw1(&r, KVP_OP_SEQ_TOKENS, 1, 1ull << 62, 4096, 0);
+	CHECK(q.res == 0 && q.out_bytes == 0 && q.val0 == 35,
+	      "SEQ_TOKENS from 2^62: %d", q.res);
+	q = raw1(&r, KVP_OP_SEQ_TOKENS, 1, 0, 7, 0);
+	CHECK(q.res == 1 && q.out_bytes == 4, "SEQ_TOKENS into 7 bytes: %d", q.res);
+	q = raw1(&r, KVP_OP_SEQ_INFO, 1, 0, 4096, 8);
+	CHECK(q.res < 0, "SEQ_INFO with an input: %d", q.res);
+	q = raw1(&r, KVP_OP_SEQ_TOKENS, 12345, 0, 4096, 0);
+	CHECK(q.res == -ENOENT, "SEQ_TOKENS of an unknown sequence: %d", q.res);
+	h_raw_detach(&r);
+}
+
 /* The daemon's log holds line (it is written before the call returns). */
 static bool log_has(const struct h_daemon *d, const char *line)
 {
@@ -198,6 +254,7 @@ static int part_one(void)
 	rc = pid > 0 ? h_wait(pid, 20000) : -1;
 	CHECK(rc == 0, "the reader process: %d", rc);
 	limits(c);
+	ring(d.sock, sh.frames);
 	CHECK(log_has(&d, "kv_cache request=1 prompt_tokens=40 cached_tokens=0 "
 		      "new_tokens=40 blocks=3"), "no kv_cache line for request 1");
 	CHECK(log_has(&d, "kv_cache request=2 prompt_tokens=40 cached_tokens=32 "
