@@ -17,7 +17,7 @@
  *
  * GROWING STRUCTS. The structs the library writes as rows or results
  * (kvp_user_info, kvp_client_info, kvp_chunk_info, kvp_chunk_entry_info,
- * kvp_completion, kvp_error_info) grow by fields added at their end, and the caller tells
+ * kvp_completion, kvp_error_info, kvp_seq_info) grow by fields added at their end, and the caller tells
  * the library how big its copy is, as Linux's sched_getattr(2), openat2(2)
  * and clone3(2) do with their size arguments:
  *  - each such call has a _sz form taking the caller's sizeof (the array's
