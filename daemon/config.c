@@ -70,6 +70,7 @@ static void print_help(void)
 	       "  -f                    same as --foreground\n"
 	       "  --tenant=NAME[:uids=L][:gids=L][:device_mem=S][:host_mem=S][:max_tokens_per_user=N]\n"
 	       "              [:max_chunks=N][:chunk_memory_ratio=R][:hash_salt=SECRET]\n"
+	       "              [:prefix_caching=BOOL][:max_seq_tokens=N][:max_seqs=N]\n"
 	       "                        define a tenant (replaces a file tenant of that name)\n"
 	       "  -h, --help            this text\n"
 	       "  -V, --version         the version\n\nSettings (--KEY=VALUE, or KEY = VALUE in the file):\n");
@@ -525,6 +526,12 @@ static int check_tenant(struct config *c, uint32_t ti)
 		t->max_chunks = c->max_chunks;
 	if (!t->has_chunk_memory_ratio)
 		t->chunk_memory_ratio = c->chunk_memory_ratio;
+	if (!t->has_prefix_caching)
+		t->seq.no_caching = c->seq.no_caching;
+	if (!t->has_max_seq_tokens)
+		t->seq.max_seq_tokens = c->seq.max_seq_tokens;
+	if (!t->has_max_seqs)
+		t->seq.max_seqs = c->seq.max_seqs;
 	ret = check_mem(c, who, "device_mem", t->device_mem, 1, INT32_MAX);
 	if (!ret)
 		ret = check_mem(c, who, "host_mem", t->host_mem, 0, UINT32_MAX - 1);

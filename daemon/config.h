@@ -35,6 +35,14 @@ struct id_list {
 	bool set;        /* given explicitly (replaces the default) */
 };
 
+/* Sequences (kvpool.h kvp_seq_info; seed 004's EnableCaching, MaxSeqLen,
+ * MaxNumRequests): all zero is the default, caching on and no limit. */
+struct seq_settings {
+	bool no_caching;          /* prefix_caching = no */
+	uint64_t max_seq_tokens;  /* tokens of one sequence (0: no limit) */
+	uint64_t max_seqs;        /* sequences at once in a pool (0: no limit) */
+};
+
 struct tenant_config {
 	char name[TENANT_NAME_MAX + 1];
 	struct id_list uids, gids;
@@ -47,6 +55,8 @@ struct tenant_config {
 	uint64_t max_chunks;
 	double chunk_memory_ratio;
 	bool has_max_chunks, has_chunk_memory_ratio;
+	struct seq_settings seq;
+	bool has_prefix_caching, has_max_seq_tokens, has_max_seqs;
 	/* The secret the tenant's prefix and chunk hashes are salted with
 	 * (tenant.c derives the engine's salt from it); "" by default. */
 	char hash_salt[HASH_SALT_MAX + 1];
@@ -69,6 +79,7 @@ struct config {
 	uint64_t max_tokens_per_user;
 	uint64_t max_chunks;      /* default of the tenants' (0: unlimited) */
 	double chunk_memory_ratio; /* default of the tenants' (1.0) */
+	struct seq_settings seq;  /* default of the tenants' */
 	uint64_t chunk_content_max; /* bytes of content a chunk name keeps */
 	struct id_list allow_uids, allow_gids, admin_uids;
 	uint32_t spin_us;

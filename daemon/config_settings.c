@@ -214,6 +214,41 @@ static int set_chunk_content_max(struct config *c, struct tenant_config *t,
 	return 0;
 }
 
+static int set_prefix_caching(struct config *c, struct tenant_config *t,
+			      const char *v, char *err, size_t len)
+{
+	bool on;
+
+	if (parse_bool(v, &on, err, len))
+		return -EINVAL;
+	(t ? &t->seq : &c->seq)->no_caching = !on;
+	if (t)
+		t->has_prefix_caching = true;
+	return 0;
+}
+
+static int set_max_seq_tokens(struct config *c, struct tenant_config *t,
+			      const char *v, char *err, size_t len)
+{
+	int ret = parse_uint(v, 0, 1ull << 40, &(t ? &t->seq : &c->seq)->max_seq_tokens,
+			     err, len);
+
+	if (!ret && t)
+		t->has_max_seq_tokens = true;
+	return ret;
+}
+
+static int set_max_seqs(struct config *c, struct tenant_config *t,
+			const char *v, char *err, size_t len)
+{
+	int ret = parse_uint(v, 0, UINT32_MAX, &(t ? &t->seq : &c->seq)->max_seqs,
+			     err, len);
+
+	if (!ret && t)
+		t->has_max_seqs = true;
+	return ret;
+}
+
 /* Any bytes but NUL (the file's line ends it, a --tenant flag's ':'). Never
  * echoed back in messages: it is a secret. */
 static int set_hash_salt(struct config *c, struct tenant_config *t,
@@ -538,6 +573,12 @@ const struct setting settings[] = {
 	  "most of the device tier chunks may take, in (0, 1] (default 1)" },
 	{ "chunk_content_max", G, set_chunk_content_max, "SIZE",
 	  "content bytes a chunk may keep (default 1M)" },
+	{ "prefix_caching", G | T | B, set_prefix_caching, "BOOL",
+	  "sequences find and publish pages in the prefix cache (default yes)" },
+	{ "max_seq_tokens", G | T, set_max_seq_tokens, "N",
+	  "tokens one sequence may hold (default 0 = unlimited)" },
+	{ "max_seqs", G | T, set_max_seqs, "N",
+	  "sequences a tenant may have at once in each pool (default 0 = unlimited)" },
 	{ "hash_salt", T | S, set_hash_salt, "SECRET",
 	  "salt of the tenant's prefix and chunk hashes (default empty)" },
 	{ "spin_us", G, set_spin_us, "US", "how long an idle worker polls before it sleeps (default 50)" },

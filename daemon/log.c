@@ -154,6 +154,11 @@ void log_set_level(int prio)
 	__atomic_store_n(&max_prio, prio, __ATOMIC_RELAXED);
 }
 
+bool log_enabled(int prio)
+{
+	return prio <= __atomic_load_n(&max_prio, __ATOMIC_RELAXED);
+}
+
 const char *log_level_name(int prio)
 {
 	return prio_name(prio);

@@ -94,5 +94,14 @@ void log_set_clock(uint64_t (*now_ms)(void));
 #define log_err(...)   log_limited(LOG_ERR, __VA_ARGS__)
 #define log_warn(...)  log_limited(LOG_WARNING, __VA_ARGS__)
 #define log_info(...)  log_limited(LOG_INFO, __VA_ARGS__)
+/* True when lines of prio are written (log_level): a debug line's site
+ * costs nothing, not even the limiter's lock, below it. */
+bool log_enabled(int prio);
+/* Per-request lines (log_level=debug): rate-limited per site like the
+ * others, looked at only when debug lines are written. */
+#define log_debug(...) do {						\
+		if (log_enabled(LOG_DEBUG))				\
+			log_limited(LOG_DEBUG, __VA_ARGS__);		\
+	} while (0)
 
 #endif /* KVPOOLD_LOG_H */

@@ -98,6 +98,8 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_RELOAD] = { "reload", op_reload, 0, NEED_ADMIN, "reloading the settings" },
 	[KVP_OP_LATENCY] = { "latency", op_latency, 0, NEED_ADMIN, "the daemon's latencies" },
 	[KVP_OP_SERVER_INFO] = { "server_info", op_server_info, 0, 0, NULL },
+	[KVP_OP_SEQ_INFO] = { "seq_info", op_seq_info, 0, NEED_TENANT, NULL },
+	[KVP_OP_SEQ_TOKENS] = { "seq_tokens", op_seq_tokens, 0, NEED_TENANT, NULL },
 };
 
 /* ------------------------------------------------------------ helpers */

@@ -113,6 +113,8 @@ int op_seq_alloc(struct op *o);
 int op_seq_create(struct op *o);
 int op_seq_extend(struct op *o);
 int op_seq_free(struct op *o);
+int op_seq_info(struct op *o);
+int op_seq_tokens(struct op *o);
 int op_chunk_register(struct op *o);
 int op_chunk_seal(struct op *o);
 int op_chunk_acquire(struct op *o);

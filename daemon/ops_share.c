@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "log.h"
 #include "ops_internal.h"
 #include "kvpool_engine.h"
 
@@ -283,6 +284,14 @@ int op_seq_alloc(struct op *o)
 			share_seq_discard(eng, q->arg, o->c->id);
 		op_unlock_own(o);
 	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	/* Seed 004's line, with the client it came from (log_level=debug).
+	 * The seed writes it only with caching on; a hit is 0 without. */
+	if (!ret)
+		log_debug("kv_cache request=%" PRIu64 " prompt_tokens=%" PRIu32
+			  " cached_tokens=%" PRIu64 " new_tokens=%" PRIu32
+			  " blocks=%" PRIu32 " client=%" PRIu32 " pid=%" PRIu32,
+			  q->arg, q->n, l.len, l.n_new, l.npages, o->c->id,
+			  o->c->pid);
 	return ret;
 }
 
@@ -369,6 +378,65 @@ int op_seq_free(struct op *o)
 
 	op_unlock_own(o);
 	return ret;
+}
+
+/*
+ * A sequence's state: the row, then its page table from page sqe.user on,
+ * as much as fits (the library asks again for the rest).
+ */
+int op_seq_info(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct share_seq_state st;
+	uint64_t n = 0;
+	int ret;
+
+	if (o->out_len < sizeof(st.info))
+		return errbuf_set(o->e, -EMSGSIZE, "%s: the result needs out_len >= "
+				  "%zu bytes; out_len is %" PRIu32, o->name,
+				  sizeof(st.info), o->out_len);
+	ret = share_seq_info(op_lock_own(o), q->arg, &st, o->e);
+	if (!ret) {
+		if (q->user < st.info.npages)
+			n = st.info.npages - q->user;
+		if (n > (o->out_len - sizeof(st.info)) / sizeof(int32_t))
+			n = (o->out_len - sizeof(st.info)) / sizeof(int32_t);
+		memcpy(o->out, &st.info, sizeof(st.info));
+		if (n)
+			memcpy(o->out + sizeof(st.info), st.frames + q->user,
+			       (size_t)n * sizeof(int32_t));
+	}
+	op_unlock_own(o);
+	if (ret)
+		return ret;
+	o->cqe->out_bytes = (uint32_t)(sizeof(st.info) + n * sizeof(int32_t));
+	o->cqe->val0 = st.info.npages;
+	return 0;
+}
+
+/* Its token ids from sqe.user on, as many as fit. */
+int op_seq_tokens(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct share_seq_state st;
+	uint64_t n = 0;
+	int ret;
+
+	ret = share_seq_info(op_lock_own(o), q->arg, &st, o->e);
+	if (!ret) {
+		if (q->user < st.info.ntoken_ids)
+			n = st.info.ntoken_ids - q->user;
+		if (n > o->out_len / sizeof(uint32_t))
+			n = o->out_len / sizeof(uint32_t);
+		if (n)
+			memcpy(o->out, st.tokens + q->user, (size_t)n * sizeof(uint32_t));
+	}
+	op_unlock_own(o);
+	if (ret)
+		return ret;
+	o->cqe->out_bytes = (uint32_t)(n * sizeof(uint32_t));
+	o->cqe->val0 = st.info.ntoken_ids;
+	return (int)n;
 }
 
 /* ------------------------------------------------------------ compositions */

@@ -125,6 +125,31 @@ static void tenant_quotas(struct server *s, struct tenant *t, uint64_t max_token
 	}
 }
 
+/* A tenant's sequence settings (prefix_caching, max_seq_tokens, max_seqs)
+ * into every engine of its pools when they changed; the log says so. */
+static void tenant_seq_settings(struct server *s, struct tenant *t,
+				struct seq_settings *o, const struct seq_settings *n)
+{
+	if (o->no_caching == n->no_caching && o->max_seq_tokens == n->max_seq_tokens &&
+	    o->max_seqs == n->max_seqs)
+		return;
+	for (uint32_t p = 0; p < s->tenants.npools; p++) {
+		struct shard_set *set = t->pools[p].set;
+
+		for (uint32_t i = 0; i < set->n; i++) {
+			struct engine *eng = shard_lock(set, i);
+
+			share_seq_configure(eng, !n->no_caching, n->max_seq_tokens,
+					    n->max_seqs);
+			shard_unlock(set, i);
+		}
+	}
+	log_info("reload: tenant %s: prefix_caching %s, max_seq_tokens %" PRIu64
+		 ", max_seqs %" PRIu64, t->name, n->no_caching ? "no" : "yes",
+		 n->max_seq_tokens, n->max_seqs);
+	*o = *n;
+}
+
 static void id_swap(struct id_list *a, struct id_list *b, const char *key,
 		    const char *tenant)
 {
@@ -162,6 +187,7 @@ static int apply_tenants(struct server *s, struct config *o, struct config *n)
 		o->max_tokens_per_user = n->max_tokens_per_user;
 		o->max_chunks = n->max_chunks;
 		o->chunk_memory_ratio = n->chunk_memory_ratio;
+		tenant_seq_settings(s, &s->tenants.v[0], &o->seq, &n->seq);
 		return 0;
 	}
 	for (uint32_t i = 0; i < o->ntenants; i++) {
@@ -191,6 +217,7 @@ static int apply_tenants(struct server *s, struct config *o, struct config *n)
 			ot->max_chunks = nt->max_chunks;
 			ot->chunk_memory_ratio = nt->chunk_memory_ratio;
 		}
+		tenant_seq_settings(s, &s->tenants.v[i], &ot->seq, &nt->seq);
 	}
 	return r;
 }

@@ -173,7 +173,7 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		       uint64_t device_mem, uint64_t host_mem,
 		       uint64_t max_tokens, const char *hash_salt,
 		       uint64_t max_chunks, double chunk_ratio,
-		       struct errbuf *e)
+		       const struct seq_settings *seq, struct errbuf *e)
 {
 	uint8_t salt[SHARE_SALT_BYTES];
 	struct shard_set_config sc = {
@@ -231,6 +231,8 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 			share_set_salt(tp->set->v[i].eng, salt);
 			share_chunk_configure(tp->set->v[i].eng, max_chunks,
 					      chunk_ratio, cfg->chunk_content_max);
+			share_seq_configure(tp->set->v[i].eng, !seq->no_caching,
+					    seq->max_seq_tokens, seq->max_seqs);
 		}
 		if (plain)
 			log_info("tenant %s: device tier %" PRIu32 " pages, host tier %"
@@ -350,7 +352,8 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 			t->uids = t->gids = &none;
 			ret = tenant_init(ts, t, 0, "default", cfg, cfg->device_mem,
 					  cfg->host_mem, cfg->max_tokens_per_user, "",
-					  cfg->max_chunks, cfg->chunk_memory_ratio, e);
+					  cfg->max_chunks, cfg->chunk_memory_ratio,
+					  &cfg->seq, e);
 		} else {
 			const struct tenant_config *tc = &cfg->tenants[i];
 
@@ -358,7 +361,8 @@ int tenants_create(struct tenants *ts, const struct config *cfg,
 			t->gids = &tc->gids;
 			ret = tenant_init(ts, t, i, tc->name, cfg, tc->device_mem,
 					  tc->host_mem, tc->max_tokens, tc->hash_salt,
-					  tc->max_chunks, tc->chunk_memory_ratio, e);
+					  tc->max_chunks, tc->chunk_memory_ratio,
+					  &tc->seq, e);
 		}
 		if (!ret)
 			ts->n++;

@@ -17,7 +17,7 @@
  *
  * GROWING STRUCTS. The structs the library writes as rows or results
  * (kvp_user_info, kvp_client_info, kvp_chunk_info, kvp_chunk_entry_info,
- * kvp_completion, kvp_error_info) grow by fields added at their end, and the caller tells
+ * kvp_completion, kvp_error_info, kvp_seq_info) grow by fields added at their end, and the caller tells
  * the library how big its copy is, as Linux's sched_getattr(2), openat2(2)
  * and clone3(2) do with their size arguments:
  *  - each such call has a _sz form taking the caller's sizeof (the array's
@@ -809,6 +809,56 @@ int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
  * in the prefix cache when published). -EBUSY while its write lease is held
  * (committed or not): kvp_release() it first. */
 int kvp_seq_free(struct kvp_client *c, uint64_t seq);
+
+/*
+ * A sequence's state (seed 004's GetRequest / NumComputedTokens /
+ * GetComputedBlocks). Any client of the tenant may read any of its
+ * sequences. A growing struct (GROWING STRUCTS above).
+ */
+enum kvp_seq_flag {
+	KVP_SEQ_TOKEN_IDS = 1 << 0, /* kvpoold has its token ids (kvp_seq_tokens):
+				     * made by kvp_seq_alloc and extended with
+				     * ids; such a sequence publishes its pages */
+	KVP_SEQ_CACHING = 1 << 1,   /* the tenant's prefix_caching is on */
+};
+struct kvp_seq_info {
+	uint64_t seq;
+	uint64_t tokens;         /* computed + n_new: the tokens it has room for */
+	uint64_t computed;       /* committed tokens (NumComputedTokens) */
+	uint64_t cached;         /* of them, not computed by it: kvp_seq_alloc's
+				  * prefix hit (the lease's len), or
+				  * kvp_seq_create's source tokens */
+	uint64_t write_lease;    /* its open write lease, 0: none */
+	uint32_t n_new;          /* reserved by that lease, not committed */
+	uint32_t npages;         /* page table entries (kvp_seq_pages) */
+	uint32_t computed_pages; /* leading pages full of committed tokens:
+				  * computed / page_tokens (GetComputedBlocks) */
+	uint32_t published;      /* leading pages in the prefix cache */
+	uint32_t borrowed;       /* pages read from a history's or a chunk's */
+	uint32_t owner;          /* the client id that made it (and may change it) */
+	uint32_t flags;          /* enum kvp_seq_flag */
+	uint32_t ntoken_ids;     /* token ids kvpoold holds: tokens with
+				  * KVP_SEQ_TOKEN_IDS, else 0 */
+};
+#define KVP_SEQ_INFO_SIZE_VER0 72
+
+/* -ENOENT: no such sequence (freed, or its client detached). */
+int kvp_seq_info_sz(struct kvp_client *c, uint64_t seq,
+		    struct kvp_seq_info *out, size_t size);
+#define kvp_seq_info(c, seq, out) \
+	kvp_seq_info_sz((c), (seq), (out), KVP_ROW_SIZE_(out, struct kvp_seq_info))
+/*
+ * Its page table (device frames, FlashInfer's kv_indices) into
+ * frames[0, max); returns npages (more than max: only max were written).
+ * Pages [0, computed_pages) hold committed tokens only; a page past them
+ * is the one the write lease writes into.
+ */
+int kvp_seq_pages(struct kvp_client *c, uint64_t seq, int32_t *frames,
+		  uint32_t max);
+/* Its token ids into buf[0, cap); *n gets ntoken_ids (more than cap: only
+ * cap were written). Returns how many were written. */
+int kvp_seq_tokens(struct kvp_client *c, uint64_t seq, uint32_t *buf,
+		   uint32_t cap, uint32_t *n);
 
 /*
  * Chunks (seed 001). A chunk's KV depends on every token before it and on

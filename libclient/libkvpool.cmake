@@ -17,6 +17,7 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/rows.c
   libclient/lease.c
   libclient/share.c
+  libclient/seq_info.c
   libclient/chunk.c
   libclient/append.c
   libclient/cuda.c

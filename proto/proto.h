@@ -282,6 +282,13 @@ enum kvp_opcode {
 	KVP_OP_RELOAD = 31,
 	KVP_OP_LATENCY = 32,       /* admin; out: struct kvp_latency */
 	KVP_OP_SERVER_INFO = 33,   /* out: struct kvp_server_info */
+	/* A sequence's state (seed 004's GetRequest): arg seq, user the first
+	 * page wanted -> out: struct kvp_seq_info, then int32 frames from that
+	 * page on, as many as fit; val0 npages. */
+	KVP_OP_SEQ_INFO = 34,
+	/* arg seq, user the first token wanted -> out: uint32 ids from there,
+	 * as many as fit; res how many, val0 its ntoken_ids. */
+	KVP_OP_SEQ_TOKENS = 35,
 	KVP_OP_MAX,
 };
 

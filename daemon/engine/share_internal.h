@@ -146,6 +146,8 @@ struct seq {
 	uint32_t *tokens;
 	uint64_t tokens_cap;
 	uint32_t published;      /* leading pages published (or found) */
+	uint64_t cached;         /* tokens it did not compute: seq_alloc's
+				  * prefix hit, seq_create's source tokens */
 	/* Pages found published by someone else when this one committed the
 	 * same tokens: it keeps its own copy (clients hold its page table)
 	 * and holds theirs, so the chain it publishes after them has held
@@ -210,6 +212,10 @@ struct share {
 
 	struct seq_table seqs;
 	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
+	/* The tenant's settings (share_seq_configure): 0 is the default,
+	 * caching on and no limit. */
+	bool no_caching;
+	uint64_t max_seq_tokens, max_seqs;
 
 	/* scratch for results (compose arrays, hit lists) */
 	int32_t *scratch;
@@ -355,6 +361,10 @@ void seq_cow(struct engine *eng, struct seq *q);
 void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
 		   uint64_t hit, struct engine_lease *out);
 int seq_exists(uint64_t id, struct errbuf *e);
+/* -E2BIG past max_seq_tokens, -ENOSPC at max_seqs (when adding one):
+ * both name the setting. */
+int seq_check_limits(struct engine *eng, uint64_t id, uint64_t tokens,
+		     bool adding, struct errbuf *e);
 /* -E2BIG / -ENOMEM unless need device frames can be had with unavailable
  * more about to be pinned. */
 int seq_plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,

@@ -269,6 +269,8 @@ static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 	*out = (struct share_prefix_hit){ 0 };
 	if (!wait && share_disk_prefix_wait(eng))
 		return -EINPROGRESS; /* nothing read since the last try */
+	if (eng->share->no_caching)
+		full = 0; /* prefix_caching off: nothing is found */
 	if (full && !engine_view_reserve(eng, full, NULL)) {
 		hit = pc_match(eng, tokens, full, eng->view, &idle);
 		if (share_disk_prefix_more(eng, tokens, full, eng->view, &hit,

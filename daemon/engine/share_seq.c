@@ -197,6 +197,34 @@ int seq_exists(uint64_t id, struct errbuf *e)
 			  "free it first or pick another id", id);
 }
 
+void share_seq_configure(struct engine *eng, bool caching, uint64_t max_tokens,
+			 uint64_t max_seqs)
+{
+	eng->share->no_caching = !caching;
+	eng->share->max_seq_tokens = max_tokens;
+	eng->share->max_seqs = max_seqs;
+}
+
+/* Seed 004's MaxSeqLen and MaxNumRequests, per tenant and pool. */
+int seq_check_limits(struct engine *eng, uint64_t id, uint64_t tokens,
+		     bool adding, struct errbuf *e)
+{
+	const struct share *s = eng->share;
+
+	if (s->max_seq_tokens && tokens > s->max_seq_tokens)
+		return errbuf_set(e, -E2BIG, "sequence %" PRIu64 ": %" PRIu64
+				  " tokens but max_seq_tokens is %" PRIu64 "; use "
+				  "fewer tokens or raise max_seq_tokens (kvpool.conf)",
+				  id, tokens, s->max_seq_tokens);
+	if (adding && s->max_seqs && s->seqs.ht.count >= s->max_seqs)
+		return errbuf_set(e, -ENOSPC, "sequence %" PRIu64 ": the tenant "
+				  "has %" PRIu64 " sequences in this pool and max_seqs "
+				  "is %" PRIu64 "; free one (kvp_seq_free) or raise "
+				  "max_seqs (kvpool.conf)", id,
+				  (uint64_t)s->seqs.ht.count, s->max_seqs);
+	return 0;
+}
+
 int seq_plan_frames(struct engine *eng, uint64_t id, uint64_t pages_total,
 		    uint64_t need, uint64_t unavailable, struct errbuf *e)
 {
@@ -228,6 +256,8 @@ static void seq_publish(struct engine *eng, struct seq *q)
 	struct share *s = eng->share;
 	uint32_t full = (uint32_t)(q->len / eng->P);
 
+	if (s->no_caching)
+		return; /* prefix_caching off: a later commit with it on catches up */
 	while (q->hashable && q->published < full) {
 		uint32_t i = q->published, parent = PC_NONE, e;
 		const uint8_t *prev = zero;
@@ -298,8 +328,12 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 				  "given", id);
 	if (seq_find(eng, id))
 		return seq_exists(id, e);
+	ret = seq_check_limits(eng, id, n, true, e);
+	if (ret)
+		return ret;
 	pages = pages_for(eng, n);
-	full = n / eng->P; /* every full page may hit, the last one too */
+	/* Every full page may hit, the last one too; none without caching. */
+	full = s->no_caching ? 0 : n / eng->P;
 	ret = seq_plan_frames(eng, id, pages, 0, 0, e);
 	if (ret)
 		return ret;
@@ -372,6 +406,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	q->hashable = true;
 	q->published = hit - whole;
 	q->len = cached;
+	q->cached = cached;
 	q->n_new = n - cached;
 	seq_table_insert(&s->seqs, q);
 	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
@@ -424,6 +459,9 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 				  "it first", id, q->write_lease);
 	if (q->len + n_new >= (1ull << 40))
 		return errbuf_set(e, -EINVAL, "sequence %" PRIu64 ": too long", id);
+	ret = seq_check_limits(eng, id, q->len + n_new, false, e);
+	if (ret)
+		return ret;
 	cow = seq_needs_cow(eng, q);
 	pages = pages_for(eng, q->len + n_new);
 	need = pages - q->npages + cow;
@@ -534,6 +572,44 @@ void seq_table_fini(struct engine *eng)
 	hashtab_for_each_safe(&t->ht, q, hnode)
 		seq_destroy(eng, q);
 	hashtab_fini(&t->ht);
+}
+
+int share_seq_info(struct engine *eng, uint64_t id,
+		   struct share_seq_state *out, struct errbuf *e)
+{
+	struct seq *q = seq_find(eng, id);
+	struct kvp_seq_info *in = &out->info;
+	int ret;
+
+	if (!q)
+		return errbuf_set(e, -ENOENT, "sequence %" PRIu64 " does not exist "
+				  "(never made, freed, or its client detached)", id);
+	ret = engine_view_reserve(eng, q->npages, e);
+	if (ret)
+		return ret;
+	*in = (struct kvp_seq_info){
+		.seq = q->id,
+		.tokens = q->len + q->n_new,
+		.computed = q->len,
+		.cached = q->cached,
+		.write_lease = q->write_lease && lease_lookup(eng, q->write_lease) ?
+			       q->write_lease : 0,
+		.n_new = q->n_new,
+		.npages = q->npages,
+		.computed_pages = (uint32_t)(q->len / eng->P),
+		.published = q->published,
+		.owner = q->owner,
+		.flags = (q->hashable ? KVP_SEQ_TOKEN_IDS : 0) |
+			 (eng->share->no_caching ? 0 : KVP_SEQ_CACHING),
+		.ntoken_ids = q->hashable ? (uint32_t)(q->len + q->n_new) : 0,
+	};
+	for (uint32_t i = 0; i < q->npages; i++) {
+		eng->view[i] = q->pages[i].frame;
+		in->borrowed += q->pages[i].kind == SP_BORROWED;
+	}
+	out->frames = eng->view;
+	out->tokens = q->hashable ? q->tokens : NULL;
+	return 0;
 }
 
 int share_seq_read_tokens(struct engine *eng, uint64_t id, uint64_t pos,

@@ -283,6 +283,9 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	if (ret)
 		return ret;
 	total = cp.total;
+	ret = seq_check_limits(eng, id, total + n_new, true, e);
+	if (ret)
+		return ret;
 	cow = n_new && total % eng->P;
 	pages = pages_for(eng, total + n_new);
 	need = cp.onload + (pages - pages_for(eng, total)) + cow;
@@ -308,6 +311,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	evict_for_device(eng, (uint32_t)need);
 	create_list_pages(eng, q, cp.src, nsrc);
 	q->len = total;
+	q->cached = total;
 	if (cow)
 		seq_cow(eng, q);
 	while (q->npages < pages)

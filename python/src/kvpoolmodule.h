@@ -197,6 +197,7 @@ int64_t src_rows(KvpClient *c, const struct kv_src *s, const char *what,
 /* Methods defined in share.c and queue.c, part of Client's method table. */
 extern PyMethodDef client_share_methods[];
 extern PyMethodDef client_queue_methods[];
+extern PyMethodDef client_seq_methods[]; /* seq_info.c */
 
 int share_module_init(PyObject *m);
 int queue_module_init(PyObject *m);

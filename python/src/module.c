@@ -368,23 +368,24 @@ static struct PyModuleDef kvpool_module = {
 	NULL, NULL, NULL, NULL,
 };
 
-/* Client's method table is its own plus share.c's and queue.c's. */
+/* Client's method table is its own plus share.c's, queue.c's and seq_info.c's. */
 extern PyMethodDef client_methods[];
 
 static PyMethodDef *concat_methods(void)
 {
 	PyMethodDef *parts[] = { client_methods, client_share_methods,
-				 client_queue_methods };
+				 client_queue_methods, client_seq_methods };
+	const size_t nparts = sizeof(parts) / sizeof(parts[0]);
 	size_t n = 0, k = 0;
 	PyMethodDef *all;
 
-	for (size_t p = 0; p < 3; p++)
+	for (size_t p = 0; p < nparts; p++)
 		for (PyMethodDef *d = parts[p]; d->ml_name; d++)
 			n++;
 	all = PyMem_Calloc(n + 1, sizeof(*all));
 	if (!all)
 		return NULL;
-	for (size_t p = 0; p < 3; p++)
+	for (size_t p = 0; p < nparts; p++)
 		for (PyMethodDef *d = parts[p]; d->ml_name; d++)
 			all[k++] = *d;
 	return all;
@@ -451,6 +452,8 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	    PyModule_AddIntConstant(m, "SEL_DEVICE", KVP_SEL_DEVICE) ||
 	    PyModule_AddIntConstant(m, "SEL_HOST", KVP_SEL_HOST) ||
 	    PyModule_AddIntConstant(m, "SEL_ALL", KVP_SEL_ALL) ||
+	    PyModule_AddIntConstant(m, "SEQ_TOKEN_IDS", KVP_SEQ_TOKEN_IDS) ||
+	    PyModule_AddIntConstant(m, "SEQ_CACHING", KVP_SEQ_CACHING) ||
 	    PyModule_AddIntConstant(m, "ERRLEN", KVP_ERRLEN) ||
 	    share_module_init(m) || queue_module_init(m)) {
 		Py_DECREF(m);

@@ -68,6 +68,10 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_lane_deferral 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_sharing 120)
   kvpool_integration_test(test_share_errors 60)
+  # Seed 004's request manager: a sequence read back from another process,
+  # max_seq_tokens and max_seqs, the kv_cache log line, prefix_caching off
+  # and on again by reload.
+  kvpool_integration_test(test_seq_info 60)
   # Chunk entries under names across processes: links per parent, hits in a
   # second process, grouping, cascading deletes, limits, content, JSON
   # filters, a link filler killed mid-fill.

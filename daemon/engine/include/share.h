@@ -133,6 +133,32 @@ int share_seq_free(struct engine *eng, uint64_t seq, uint32_t owner,
  * for undoing a create whose result could not be sent. No-op when unknown. */
 void share_seq_discard(struct engine *eng, uint64_t seq, uint32_t owner);
 
+/*
+ * The tenant's sequence settings (kvpool.conf prefix_caching, max_seq_tokens,
+ * max_seqs; tenant.c and reload.c). caching false: seq_alloc and prefix
+ * lookups find nothing and commits publish nothing (seed 004's
+ * EnableCaching); pages already published stay until evicted. max_tokens:
+ * tokens one sequence may hold (committed and reserved), max_seqs:
+ * sequences alive at once in this pool; 0 means no limit. A limit lowered
+ * below what exists ends nothing: the next alloc, create or extend past it
+ * fails.
+ */
+void share_seq_configure(struct engine *eng, bool caching, uint64_t max_tokens,
+			 uint64_t max_seqs);
+
+/* What share_seq_info() reads: the public row and the page table and token
+ * ids, in engine memory valid until the next call. */
+struct share_seq_state {
+	struct kvp_seq_info info;
+	const uint32_t *frames;  /* [info.npages] */
+	const uint32_t *tokens;  /* [info.ntoken_ids] */
+};
+
+/* A sequence's state (kvp_seq_info): any client of the tenant may read it.
+ * -ENOENT unknown; -ENOMEM no room for the page table copy. */
+int share_seq_info(struct engine *eng, uint64_t seq,
+		   struct share_seq_state *out, struct errbuf *e);
+
 /* For tests: read committed tokens [pos, pos+n) of seq (format as
  * engine_read_tokens). */
 int share_seq_read_tokens(struct engine *eng, uint64_t seq, uint64_t pos,
