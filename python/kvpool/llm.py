@@ -39,9 +39,17 @@ generation that uses the pair.
 
 Blocks (seed 000): :meth:`ChunkedLLM.get_all_active_blocks` returns
 :class:`Block` handles -- chunk entries (daemon ids) and the sequences of
-this object's generations -- never frame numbers; their page tables are
-asked of the daemon (a read lease) or are the sequence's own, so a caller
-cannot point attention at pages it does not hold.
+this object's generations -- never frame numbers; chunk ids are blocks too
+(``kvpool.vseq.ContextManager`` gives a chain of them with no generation
+first). :meth:`ChunkedLLM.infer_from_blocks` runs a
+:class:`kvpool.vseq.VirtualSequence` over them: their page tables come from
+the daemon (``seq_create``, which takes a reference on every page), so a
+caller cannot point attention at pages it does not hold; see kvpool.vseq
+for how blocks that do not chain or end mid-page are made exact.
+
+The standard API (``generate(prompt=..., sampling_params=...)``) generates
+after a prompt as it is, registering nothing. ``enable_deduplication=False``
+and ``model_path=`` loaders: see :class:`ChunkedLLM`.
 
 The model side is a :class:`ModelAdapter` (see its doc);
 ``kvpool.hf_llm.HFAdapter`` wraps transformers causal LMs, and
@@ -54,7 +62,6 @@ import datetime as _dt
 import hashlib
 import errno as _errno
 import json
-import os
 import random
 import threading
 from dataclasses import dataclass, field
@@ -64,8 +71,10 @@ from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequ
 
 import torch
 
+from . import chunk_copy as _chunk_copy
 from . import errors as _errors
 from .cascade import Level, Plan
+from .loaders import load_model, register_model_loader
 
 __all__ = ["ChunkType", "ModelAdapter", "ChunkedLLM", "Block", "SamplingParams",
            "ChunkNotFoundError", "IncompatibleChunksError", "OutOfMemoryError",
@@ -285,63 +294,6 @@ def _is_hex_id(s: Any) -> bool:
         return False
 
 
-# enable_deduplication=False: a registration's own copy (see ChunkedLLM).
-_COPY_SHIFT = 24
-_TOKEN_MASK = (1 << _COPY_SHIFT) - 1
-_COPY_TAG = b"\0kvpool-copy "
-_COPY_META = "kvpool_copy"
-
-
-def _copy_tokens(tokens: Sequence[int], nonce: bytes) -> List[int]:
-    """The token ids of a copy: the first len(nonce) carry its bytes in bits
-    24-31 (the first byte is never 0, so they always differ from the ids)."""
-    return [t | (nonce[i] << _COPY_SHIFT) if i < len(nonce) else t
-            for i, t in enumerate(tokens)]
-
-
-def _strip_copy(content: bytes) -> bytes:
-    i = content.rfind(_COPY_TAG)
-    return content[:i] if i >= 0 and len(content) - i == len(_COPY_TAG) + 16 else content
-
-
-_LOADERS: List[Callable[[str], Any]] = []
-
-
-def register_model_loader(fn: Callable[[str], Any]) -> Callable[[str], Any]:
-    """Add a model loader for ``ChunkedLLM(model_path=...)`` (usable as a
-    decorator). ``fn(path)`` returns None when the directory is not one it
-    loads, else ``(model, tokenizer)`` (or just the model). Loaders are tried
-    newest first, before transformers."""
-    _LOADERS.insert(0, fn)
-    return fn
-
-
-def load_model(path: str, loader: Optional[Callable[[str], Any]] = None) -> Tuple[Any, Any]:
-    """(model, tokenizer) of a local model directory: ``loader(path)`` when
-    given, else the first registered loader that takes it, else
-    transformers' AutoModelForCausalLM and AutoTokenizer."""
-    if not os.path.isdir(path):
-        raise ValueError(f"model_path {path!r}: not a local directory (kvpool loads "
-                         "local models only)")
-    for fn in ([loader] if loader is not None else list(_LOADERS)):
-        got = fn(path)
-        if got is None and loader is None:
-            continue
-        if got is None:
-            raise ValueError(f"model_path {path!r}: the loader {loader!r} returned nothing")
-        return (got[0], got[1]) if isinstance(got, tuple) else (got, None)
-    try:
-        import transformers  # noqa: PLC0415
-    except ImportError as e:
-        raise ImportError(f"model_path {path!r}: no registered loader takes it and "
-                          f"HuggingFace transformers is not importable ({e}); install "
-                          "transformers, pass loader=, or kvpool.llm.register_model_loader"
-                          "()") from e
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path)
-    return model, tok
-
-
 class ChunkedLLM:
     """Seed 001's ChunkedLLM over kvpool (see the module doc).
 
@@ -360,10 +312,10 @@ class ChunkedLLM:
     random nonce) instead of SHA-256(content), and its token ids are stored
     with the nonce in bits 24-31 (so the daemon, which keys KV by the
     tokens, makes it an entry of its own; the model sees the ids masked
-    back, so only models whose token ids are below 2**24 can do this). It
-    costs what deduplication saves: a prefill and the pages of the KV
-    again at every registration, links under it made again, nothing shared
-    with other registrations or processes.
+    back, so only models whose token ids are below 2**24 can do this; see
+    kvpool.chunk_copy). It costs what deduplication saves: a prefill and
+    the pages of the KV again at every registration, links under it made
+    again, nothing shared with other registrations or processes.
     model: a :class:`ModelAdapter`, or a transformers model (wrapped with
     ``kvpool.hf_llm.HFAdapter``). tokenizer: anything with ``encode`` and
     ``decode`` (``encode(text, add_special_tokens=False)`` is tried first).
@@ -499,8 +451,8 @@ class ChunkedLLM:
         """A chunk's token ids as the model takes them: a copy's
         (enable_deduplication=False) carry a nonce in bits 24-31."""
         ids = [int(t) for t in ids]
-        if int(getattr(self.adapter, "vocab_size", 0) or 0) <= _TOKEN_MASK + 1:
-            ids = [t & _TOKEN_MASK for t in ids]
+        if int(getattr(self.adapter, "vocab_size", 0) or 0) <= _chunk_copy.TOKEN_MASK + 1:
+            ids = [t & _chunk_copy.TOKEN_MASK for t in ids]
         return ids
 
     def _tokens_of(self, content: Any) -> Tuple[List[int], Optional[bytes]]:
@@ -645,7 +597,7 @@ class ChunkedLLM:
             raise TypeError("metadata: a dict")
         meta = json.dumps(dict(metadata), sort_keys=True) if metadata else None
         if not self.enable_deduplication:
-            return self._register_copy(tokens, ct, metadata, data)
+            return _chunk_copy.register(self, tokens, ct, metadata, data)
         with self._lock, self._errs():
             reg = self._put(tokens, ct, meta, data)
             if reg["created"]:
@@ -656,33 +608,6 @@ class ChunkedLLM:
         name = reg["name"]
         self._names[name] = (ct, tokens, reg["id"], 0)
         return name, bool(reg["created"])
-
-    def _register_copy(self, tokens: List[int], ct: ChunkType,
-                       metadata: Optional[Mapping[str, Any]], data: Optional[bytes]
-                       ) -> Tuple[str, bool]:
-        """enable_deduplication=False: a new chunk for every registration
-        (its own name and entry, prefilled now; see the class doc)."""
-        if max(tokens) > _TOKEN_MASK:
-            raise ValueError(f"enable_deduplication=False stores a nonce in bits "
-                             f"{_COPY_SHIFT}-31 of the token ids; this content has token "
-                             f"id {max(tokens)} >= 2**{_COPY_SHIFT}")
-        for _ in range(32):     # a nonce another copy has (1-token chunks: 255 of them)
-            nonce = bytes([random.randrange(1, 256)]) + os.urandom(7)
-            meta = dict(metadata or {}, **{_COPY_META: nonce.hex()})
-            content = None if data is None else data + _COPY_TAG + nonce.hex().encode()
-            with self._lock, self._errs():
-                reg = self.client.chunk_register(_copy_tokens(tokens, nonce), ct.daemon,
-                                                 meta=json.dumps(meta, sort_keys=True),
-                                                 content=content)
-                if not reg["created"]:
-                    continue
-                self.counters["roots_created"] += 1
-                self._fill(reg, tokens, [])
-            self._names[reg["name"]] = (ct, tokens, reg["id"], 0)
-            return reg["name"], True
-        raise OutOfMemoryError(f"enable_deduplication=False: no unused nonce for a "
-                               f"{len(tokens)}-token chunk after 32 tries (every copy of "
-                               "a short chunk needs its own): delete some copies")
 
     def _put(self, tokens: List[int], ct: ChunkType, meta: Optional[str],
              data: Optional[bytes]) -> Dict[str, Any]:
@@ -713,11 +638,11 @@ class ChunkedLLM:
             meta = json.loads(d.get("meta") or "{}")
         except ValueError:
             meta = {"_raw": d.get("meta")}
-        copy = isinstance(meta, dict) and _COPY_META in meta
+        copy = isinstance(meta, dict) and _chunk_copy.META in meta
         if copy:
-            meta = {k: v for k, v in meta.items() if k != _COPY_META}
+            meta = {k: v for k, v in meta.items() if k != _chunk_copy.META}
         preview = (d.get("preview") or "").split("\0")[0]
-        clen = int(d.get("content_len", 0)) - (len(_COPY_TAG) + 16 if copy else 0)
+        clen = int(d.get("content_len", 0)) - (_chunk_copy.TAG_LEN if copy else 0)
         if clen > len(preview.encode("utf-8")):
             preview += "..."
         created = int(d.get("created_ns", 0))
@@ -756,11 +681,11 @@ class ChunkedLLM:
             toks = self._model_tokens(self.client.chunk_tokens(cid))
         row = self._row(d)
         try:        # registered with enable_deduplication=False
-            row["copy"] = _COPY_META in json.loads(d.get("meta") or "{}")
+            row["copy"] = _chunk_copy.META in json.loads(d.get("meta") or "{}")
         except (ValueError, TypeError):
             row["copy"] = False
         if row["copy"]:
-            content = _strip_copy(content)
+            content = _chunk_copy.strip(content)
         row.update(content=content.decode("utf-8", "replace"), token_ids=toks,
                    state=d.get("state"), entries=d.get("entries"), pages=d.get("pages"),
                    bytes=d.get("bytes"), holders=d.get("holders"), root=d.get("root"))

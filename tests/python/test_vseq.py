@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-import kvpool
+import kvpool.loaders
 from conftest import Daemon
 from kvpool.llm import (Block, ChunkedLLM, ChunkNotFoundError, ChunkType,
                         register_model_loader)
@@ -183,6 +183,27 @@ def test_deduplication_off(kd, llm):
         assert nd.get_chunk(b)["content"] == SYS53
 
 
+def test_deduplication_off_nonce_collision(kd, llm, monkeypatch):
+    """A one-token chunk's copies differ by one byte of the ids: a nonce
+    that another copy's ids have is a hit on that copy, which must change
+    nothing of it (no metadata merged); another nonce is tried."""
+    import kvpool.chunk_copy as cc
+    model, adapter, tok = tiny_llm_parts()
+    firsts = iter([7, 7, 9])                      # the second registration collides once
+    monkeypatch.setattr(cc.random, "randrange", lambda a, b: next(firsts))
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=kd.sock,
+                    enable_deduplication=False) as nd:
+        x = nd.register_chunk("y", ChunkType.CONTEXT, {"who": "first"})
+        y = nd.register_chunk("y", ChunkType.CONTEXT, {"who": "second"})
+        assert x != y and nd.counters["roots_created"] == 2
+        assert nd.get_chunk(x)["metadata"] == {"who": "first"}
+        assert nd.get_chunk(y)["metadata"] == {"who": "second"}
+        assert nd.get_chunk(x)["token_ids"] == nd.get_chunk(y)["token_ids"] == [ord("y")]
+        assert list(firsts) == []                 # three nonces drawn: one collided
+        with pytest.raises(ValueError, match="bits 24-31"):
+            nd.register_chunk([1 << 24], ChunkType.CONTEXT)
+
+
 # ------------------------------------------------------------------ loaders
 def test_model_path_loaders(kd, tmp_path):
     model, adapter, tok = tiny_llm_parts()
@@ -210,5 +231,5 @@ def test_model_path_loaders(kd, tmp_path):
             with pytest.raises(ImportError, match="register_model_loader"):
                 ChunkedLLM(model_path=str(tmp_path / "other"), socket=kd.sock)
     finally:
-        kvpool.llm._LOADERS.remove(mine)
+        kvpool.loaders.unregister_model_loader(mine)
     assert seen[-1].endswith("other")

@@ -119,10 +119,11 @@ def load_tiny_model(path: str) -> Optional[Tuple[Any, Any]]:
 
 @pytest.fixture
 def tiny_loader() -> Iterator[Any]:
-    import kvpool.llm
-    kvpool.llm.register_model_loader(load_tiny_model)
+    from kvpool.llm import register_model_loader
+    register_model_loader(load_tiny_model)
     yield load_tiny_model
-    kvpool.llm._LOADERS.remove(load_tiny_model)
+    import kvpool.loaders
+    kvpool.loaders.unregister_model_loader(load_tiny_model)
 
 
 def run_seed(code: str, ns: Dict[str, Any]) -> Dict[str, Any]:
