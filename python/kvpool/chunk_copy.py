@@ -19,7 +19,8 @@ copy therefore differs in both, by a random 8-byte nonce:
 
 A chunk of fewer than 8 tokens has fewer nonce bytes in its ids (a 1-token
 chunk 255 values): a nonce whose ids another copy has is a hit on that copy
-(its access count goes up) and another nonce is tried.
+(its access count goes up) and another nonce is tried; such a copy gets its
+metadata by a second registration (a hit on itself: access_count 1).
 """
 from __future__ import annotations
 
@@ -59,18 +60,22 @@ def register(llm: Any, tokens: List[int], ct: Any, metadata: Optional[Mapping[st
         nonce = bytes([random.randrange(1, 256)]) + os.urandom(7)
         meta = json.dumps(dict(metadata or {}, **{META: nonce.hex()}), sort_keys=True)
         content = None if data is None else data + TAG + nonce.hex().encode()
+        # 8 tokens or more carry the whole nonce: ids no other copy has. A
+        # shorter chunk's may be another copy's, and a hit merges the
+        # metadata given: it registers without, then adds it (a hit on its
+        # own entry, counted as one access).
+        short = len(tokens) < len(nonce)
         with llm._lock, llm._errs():
-            # No metadata yet: a nonce another copy has is a hit on it, which
-            # would merge metadata into it.
             reg = llm.client.chunk_register(tokens_of(tokens, nonce), ct.daemon,
-                                            meta=None, content=content)
+                                            meta=None if short else meta, content=content)
             if not reg["created"]:
                 continue
             llm.counters["roots_created"] += 1
             llm._fill(reg, tokens, [])
-            try:        # a hit on its own entry: the metadata merged into it
-                llm.client.chunk_register(tokens_of(tokens, nonce), ct.daemon, meta=meta,
-                                          content=content)
+            try:
+                if short:
+                    llm.client.chunk_register(tokens_of(tokens, nonce), ct.daemon,
+                                              meta=meta, content=content)
             except BaseException:
                 llm.client.chunk_delete(reg["name"])
                 raise

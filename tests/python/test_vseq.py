@@ -166,6 +166,8 @@ def test_deduplication_off(kd, llm):
         plain = llm.register_chunk(SYS53, ChunkType.SYSTEM_PROMPT)   # deduplicated
         assert len({a, b, plain}) == 3
         assert llm.counters["roots_created"] == 1                   # not a hit on a copy
+        assert [r["access_count"] for r in nd.list_chunks() if r["chunk_id"] in (a, b)] \
+            == [0, 0]                                               # no hit on a copy
         ga, gb = nd.get_chunk(a), nd.get_chunk(b)
         assert ga["root"] != gb["root"] and ga["pages"] == gb["pages"] == 4
         assert ga["content"] == gb["content"] == SYS53

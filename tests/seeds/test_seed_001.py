@@ -15,7 +15,6 @@ Names the seed uses without defining them (``documents``,
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pytest
