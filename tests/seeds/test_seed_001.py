@@ -15,6 +15,7 @@ Names the seed uses without defining them (``documents``,
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,19 @@ system_chunks = llm.list_chunks(chunk_type=ChunkType.SYSTEM_PROMPT)
 
 # List with metadata filter
 python_chunks = llm.list_chunks(metadata_filter={"source": "python_docs"})
+'''
+
+ROWS = '''
+[{
+    "chunk_id": "a7b9c2d4e6...",
+    "chunk_type": "system_prompt",
+    "content_preview": "You are a helpful...",
+    "token_count": 25,
+    "metadata": {"name": "python_expert"},
+    "created_at": "2024-01-01T00:00:00Z",
+    "last_accessed": "2024-01-01T00:01:00Z",
+    "access_count": 5
+}]
 '''
 
 GET = '''
@@ -307,6 +321,10 @@ def test_chunk_management(seed_ns, capsys):
     assert [r["chunk_id"] for r in ns["system_chunks"]] == [ns["system_id"]]
     assert [r["chunk_id"] for r in ns["python_chunks"]] == [ns["doc_id"]]
     row = ns["system_chunks"][0]
+    shown = eval(ROWS)[0]                      # the seed's example row: the same fields
+    assert set(row) == set(shown)
+    assert all(type(row[k]) is type(v) for k, v in shown.items())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row["created_at"])
     assert row["chunk_type"] == "system_prompt"
     assert row["token_count"] == len(b"You are a helpful AI assistant specialized in Python.")
     assert row["metadata"] == {"name": "python_expert", "version": "1.0"}
