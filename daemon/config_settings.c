@@ -573,7 +573,8 @@ const struct setting settings[] = {
 	{ "remote", G, set_remote, "URL",
 	  "the remote tier: redis-cluster://HOST:PORT[,HOST:PORT...] (default none)" },
 	{ "remote_timeout_ms", G, set_remote_timeout_ms, "MS",
-	  "each connect, send and receive to the remote tier (default 500)" },
+	  "the deadline of a batch of requests to the remote tier, start to last reply "
+	  "(default 500)" },
 	{ "remote_user_histories", G | B, set_remote_user_histories, "BOOL",
 	  "user histories go to the remote tier too: written when eviction drops them, "
 	  "asked for by a prepare of a user with none in memory or on disk (one store "

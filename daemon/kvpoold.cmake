@@ -21,6 +21,7 @@ add_executable(kvpoold
   daemon/park.c
   daemon/metrics.c
   daemon/metrics_ops.c
+  daemon/metrics_process.c
   daemon/sd_service.c
   daemon/reload.c)
 target_include_directories(kvpoold PRIVATE

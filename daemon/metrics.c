@@ -14,15 +14,29 @@
  * libmicrohttpd rather than a few lines of HTTP by hand: the endpoint faces
  * whatever connects to it, and an HTTP parser is exactly the code that
  * should come from a library that is fuzzed and maintained for that.
+ *
+ * What libmicrohttpd does not bound, this file does (see the last part):
+ * its connection timeout is an idle timeout, so a peer sending a byte of
+ * a header every few seconds held a connection for good, and sixteen of
+ * them kept every scrape out. Here a request must arrive whole within
+ * HTTP_REQUEST_NS of its connection (or of the last reply on it), a reply
+ * be taken within HTTP_REPLY_NS, at most HTTP_READING connections may be
+ * sending a request at once (the oldest are closed for a new one) and at
+ * most HTTP_PER_PEER come from one address: a scrape always gets a
+ * connection and is answered within milliseconds.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
+#include "clock.h"
 #include "kvpool_engine.h"
 #include "log.h"
 #include "metrics.h"
@@ -30,6 +44,10 @@
 #include "redis_cluster.h"
 #include "remote_tier.h"
 #include "server.h"
+#include "list.h" /* after server.h: its container_of is the one */
+
+struct metrics_http;
+static uint64_t metrics_http_slow_closed(struct metrics_http *h);
 
 /* ------------------------------------------------------------ writing */
 
@@ -202,6 +220,13 @@ static void write_daemon(struct server *s, FILE *f)
 	fprintf(f, "kvpool_tenants %" PRIu32 "\n", ts->n);
 	family(f, "kvpool_workers", "gauge", "Worker threads polling the rings.");
 	fprintf(f, "kvpool_workers %" PRIu32 "\n", s->nworkers);
+	if (s->http) {
+		family(f, "kvpool_metrics_slow_closed_total", "counter",
+		       "/metrics connections closed for sending a request too slowly "
+		       "(or taking a reply too slowly), or as the oldest of too many.");
+		fprintf(f, "kvpool_metrics_slow_closed_total %" PRIu64 "\n",
+			metrics_http_slow_closed(s->http));
+	}
 }
 
 /* The remote tier's figures (REMOTE_TIER_FIELDS), then each store node's
@@ -333,6 +358,7 @@ int metrics_write(struct server *s, FILE *f)
 		return -ENOMEM;
 	}
 	write_daemon(s, f);
+	metrics_write_process(s, f);
 	write_tiers(s, f, st);
 	write_pools(s, f, st);
 	write_remote(s, f);
@@ -413,6 +439,139 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
 	return ret;
 }
 
+/* ------------------------------------------------------------ connections */
+
+#define HTTP_CONNS 64          /* libmicrohttpd's limit on connections */
+#define HTTP_PER_PEER 4        /* from one address */
+#define HTTP_READING 16        /* sending a request at once */
+#define HTTP_REQUEST_NS (3ull * 1000000000)  /* to send a whole request */
+#define HTTP_REPLY_NS (10ull * 1000000000)   /* to take a reply */
+#define HTTP_IDLE_S 10u        /* libmicrohttpd's own: no byte either way */
+#define HTTP_TICK_MS 250       /* how often the deadlines are looked at */
+
+/* One connection, from libmicrohttpd's start notice to its close notice. */
+struct http_conn {
+	struct list_head link;   /* oldest first */
+	int fd;
+	uint64_t since;          /* accepted, or its last reply taken */
+	bool busy;               /* its request is whole: being answered */
+	bool closing;            /* shut down; libmicrohttpd closes it next */
+};
+
+/*
+ * The server: libmicrohttpd in its external epoll mode on a thread of
+ * ours, so that between two MHD_run() the thread can close connections
+ * that are past their deadline (shutdown() on a descriptor libmicrohttpd
+ * cannot be closing at that moment; it sees the end and closes it). Every
+ * callback runs on that thread: nothing here is shared but stop and the
+ * counter a scrape reads (written and read on the thread too).
+ */
+struct metrics_http {
+	struct MHD_Daemon *d;
+	pthread_t th;
+	int stop;
+	struct list_head conns;
+	uint64_t slow_closed;
+};
+
+static uint64_t metrics_http_slow_closed(struct metrics_http *h)
+{
+	return __atomic_load_n(&h->slow_closed, __ATOMIC_RELAXED);
+}
+
+static void on_connection(void *arg, struct MHD_Connection *conn, void **ctx,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct metrics_http *h = arg;
+	struct http_conn *c = *ctx;
+	const union MHD_ConnectionInfo *i;
+
+	if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (c) {
+			list_del(&c->link);
+			free(c);
+		}
+		*ctx = NULL;
+		return;
+	}
+	i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!i)
+		return;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		shutdown(i->connect_fd, SHUT_RDWR); /* one we could not bound */
+		return;
+	}
+	c->fd = i->connect_fd;
+	c->since = mono_ns();
+	list_add_tail(&c->link, &h->conns);
+	*ctx = c;
+}
+
+/* The connection's request is whole (busy) or its reply taken (not). */
+static void conn_busy(struct MHD_Connection *conn, bool busy)
+{
+	const union MHD_ConnectionInfo *i =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *c = i ? i->socket_context : NULL;
+
+	if (!c)
+		return;
+	c->busy = busy;
+	c->since = mono_ns();
+}
+
+static void on_completed(void *arg, struct MHD_Connection *conn, void **req_ctx,
+			 enum MHD_RequestTerminationCode why)
+{
+	(void)arg, (void)req_ctx, (void)why;
+	conn_busy(conn, false);
+}
+
+/* Close what is past its deadline, then the oldest of those still
+ * sending a request while more than HTTP_READING do. */
+static void http_sweep(struct metrics_http *h)
+{
+	uint64_t now = mono_ns();
+	uint32_t reading = 0;
+	struct http_conn *c;
+
+	list_for_each_entry(c, &h->conns, link)
+		reading += !c->busy && !c->closing;
+	list_for_each_entry(c, &h->conns, link) {
+		uint64_t limit = c->busy ? HTTP_REPLY_NS : HTTP_REQUEST_NS;
+
+		if (c->closing ||
+		    (now - c->since <= limit && (c->busy || reading <= HTTP_READING)))
+			continue;
+		shutdown(c->fd, SHUT_RDWR);
+		c->closing = true;
+		reading -= !c->busy;
+		__atomic_store_n(&h->slow_closed, h->slow_closed + 1, __ATOMIC_RELAXED);
+	}
+}
+
+static void *http_thread(void *arg)
+{
+	struct metrics_http *h = arg;
+	const union MHD_DaemonInfo *i = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+	struct pollfd p = { .fd = i ? i->epoll_fd : -1, .events = POLLIN };
+
+	while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+		MHD_UNSIGNED_LONG_LONG ms;
+		int wait = HTTP_TICK_MS;
+
+		if (MHD_get_timeout(h->d, &ms) == MHD_YES && ms < (unsigned)wait)
+			wait = (int)ms;
+		poll(&p, 1, wait);
+		MHD_run(h->d);
+		http_sweep(h);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ serving */
+
 #define TEXT "text/plain; charset=utf-8"
 
 static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
@@ -427,6 +586,7 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 	size_t len = 0;
 	FILE *f;
 
+	conn_busy(conn, true);
 	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, bad_method,
 			     sizeof(bad_method) - 1, false, TEXT);
@@ -456,29 +616,52 @@ int metrics_open(struct server *s, struct errbuf *e)
 	return 0;
 }
 
+static void http_free(struct metrics_http *h)
+{
+	if (h->d)
+		MHD_stop_daemon(h->d); /* its close notices free the connections */
+	free(h);
+}
+
 int metrics_serve(struct server *s, struct errbuf *e)
 {
 	const struct config *cfg = s->cfg;
 	const union MHD_DaemonInfo *info;
-	struct MHD_Daemon *d;
+	struct metrics_http *h;
+	int ret;
 
 	if (!cfg->metrics)
 		return 0;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return errbuf_set(e, -ENOMEM, "metrics: out of memory");
+	INIT_LIST_HEAD(&h->conns);
 	/* One thread answers every scrape in turn: a scrape is a few
 	 * milliseconds, and scrapers come every few seconds. */
-	d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0,
-			     NULL, NULL, on_request, s,
-			     MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)&cfg->metrics_addr,
-			     MHD_OPTION_CONNECTION_LIMIT, (unsigned)16,
-			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-			     MHD_OPTION_END);
-	if (!d)
+	h->d = MHD_start_daemon(MHD_USE_EPOLL, 0, NULL, NULL, on_request, s,
+				MHD_OPTION_SOCK_ADDR,
+				(const struct sockaddr *)&cfg->metrics_addr,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_CONNS,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)HTTP_PER_PEER,
+				MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_S,
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+				MHD_OPTION_END);
+	if (!h->d) {
+		http_free(h);
 		return errbuf_set(e, -EADDRNOTAVAIL, "metrics = %s: cannot listen there "
 				  "(address in use or not this host's?); pick another "
 				  "ADDR:PORT or leave --metrics out", cfg->metrics);
-	s->http = d;
+	}
 	/* The port it bound: the one asked for, or the kernel's pick for 0. */
-	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+	info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+	ret = -pthread_create(&h->th, NULL, http_thread, h);
+	if (ret) {
+		http_free(h);
+		return errbuf_set(e, ret, "metrics: cannot start its thread: %s",
+				  strerror(-ret));
+	}
+	s->http = h;
 	log_info("metrics: serving http://%.*s:%u/metrics",
 		 (int)(strrchr(cfg->metrics, ':') - cfg->metrics), cfg->metrics,
 		 info ? (unsigned)info->port : 0);
@@ -487,8 +670,13 @@ int metrics_serve(struct server *s, struct errbuf *e)
 
 void metrics_close(struct server *s)
 {
-	if (s->http)
-		MHD_stop_daemon(s->http);
+	struct metrics_http *h = s->http;
+
+	if (h) {
+		__atomic_store_n(&h->stop, 1, __ATOMIC_RELEASE);
+		pthread_join(h->th, NULL);
+		http_free(h);
+	}
 	s->http = NULL;
 	free(s->opm);
 	s->opm = NULL;

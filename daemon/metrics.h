@@ -5,8 +5,9 @@
  * Two halves. Recording (metrics_ops.c) is on the data path: each worker
  * thread owns one struct op_metrics and is its only writer, so an operation
  * costs two clock reads and a few stores to a line no other thread writes;
- * nothing is shared, nothing is locked. Serving (metrics.c) runs on
- * libmicrohttpd's thread: a scrape sums every worker's counters (relaxed
+ * nothing is shared, nothing is locked. Serving (metrics.c) runs on a
+ * thread of its own that drives libmicrohttpd and closes slow
+ * connections: a scrape sums every worker's counters (relaxed
  * loads: a scrape may see one worker a few operations later than another,
  * which a monitoring system cannot tell from scrape timing anyway), reads
  * each tenant's pools as `kvctl stats` does (shard_set_stats, each shard's
@@ -89,6 +90,9 @@ void metrics_close(struct server *s);
  * Returns 0 or -errno.
  */
 int metrics_write(struct server *s, FILE *f);
+/* The process_* families (metrics_process.c): CPU, memory, descriptors,
+ * start time, as Prometheus' client libraries name them. */
+void metrics_write_process(const struct server *s, FILE *f);
 
 /* The latency histograms summed over the workers (KVP_OP_LATENCY). */
 struct kvp_latency;

@@ -69,7 +69,7 @@ struct server {
 	/* --metrics (metrics.h): one counter block per worker, the server */
 	struct op_metrics *opm;
 	uint32_t nopm;
-	struct MHD_Daemon *http;
+	struct metrics_http *http;
 
 	/* main thread only */
 	int epfd;

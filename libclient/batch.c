@@ -262,9 +262,10 @@ int kvp_queue_release(struct kvp_client *c, uint64_t lease, uint64_t tag)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
 	struct kvpc_lease *r = NULL;
-	int ret = kvpc_cuda_wait_lease(c, lease);
+	int ret;
 
-	if (ret || (ret = queue_async(c, &sqe, tag)))
+	if ((ret = kvpc_check_dead(c)) || (ret = kvpc_cuda_wait_lease(c, lease)) ||
+	    (ret = queue_async(c, &sqe, tag)))
 		return ret;
 	if ((r = kvpc_lease_find(c, lease)) && r->state != KVPC_LEASE_RELEASING) {
 		r->state_before = r->state;

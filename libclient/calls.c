@@ -161,9 +161,9 @@ KVP_PUBLIC
 int kvp_release(struct kvp_client *c, uint64_t lease)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_RELEASE, .arg = lease };
-	int ret = kvpc_cuda_wait_lease(c, lease);
+	int ret;
 
-	if (ret)
+	if ((ret = kvpc_check_dead(c)) || (ret = kvpc_cuda_wait_lease(c, lease)))
 		return ret;
 	ret = call_res(c, &sqe);
 	if (kvpc_lease_ended(ret))

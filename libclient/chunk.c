@@ -200,7 +200,7 @@ int kvp_chunk_put(struct kvp_client *c, const struct kvp_chunk_root *r,
 	in = kvpc_input(c, &sqe, sizeof(h) + (uint64_t)r->n * 4 + h.meta_len +
 			r->content_len, "chunk_put");
 	if (!in)
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	memcpy(in, &h, sizeof(h));
 	in += sizeof(h);
 	if (r->n)
@@ -286,7 +286,7 @@ int kvp_chunk_link(struct kvp_client *c, const struct kvp_chunk_id *name,
 		uint32_t idx = 0;
 
 		if (!in)
-			return -E2BIG;
+			return kvpc_input_fail(c);
 		memcpy(in, &h, sizeof(h));
 		ret = kvpc_call(c, &sqe, &cqe, &idx);
 		if (ret >= 0)
@@ -302,6 +302,8 @@ int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg)
 	char hex[65];
 	int ret;
 
+	if ((ret = kvpc_check_dead(c)))
+		return ret;
 	if (!reg)
 		return kvpc_null_arg(c, "chunk_seal", "the registration");
 	if (!reg->created) {
@@ -542,7 +544,7 @@ int kvp_chunk_list_sz(struct kvp_client *c, uint32_t type, const char *filter,
 	if (after)
 		h.after = *after;
 	if (!(in = kvpc_input(c, &sqe, sizeof(h) + flen, "chunk_list")))
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	memcpy(in, &h, sizeof(h));
 	if (flen)
 		memcpy(in + sizeof(h), f, flen);
@@ -612,7 +614,7 @@ int kvp_chunk_limits(struct kvp_client *c, int64_t max_chunks,
 	int ret;
 
 	if (!in)
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	memcpy(in, &h, sizeof(h));
 	ret = kvpc_call(c, &sqe, &cqe, &idx);
 	if (ret < 0)

@@ -16,12 +16,28 @@
  * backend (welcome.cuda_device >= 0) it is a cuMemCreate allocation that
  * cuda.c imports and maps into the GPU's address space, on the device of
  * this process whose UUID is welcome.cuda_uuid.
+ *
+ * INHERITED CLIENTS. A client belongs to the process that attached it. A
+ * child made by fork() has a copy of the struct, the same rings and arena
+ * (MAP_SHARED: the parent's very memory), the same device tier and a copy
+ * of the socket; were it to submit or reap, the parent's ring indices would
+ * no longer match the rings, its leases could be committed behind its back
+ * and its next call would fail blaming the daemon. So the attach records
+ * the pid and a fork generation (kvpc_fork_gen, bumped by a pthread_atfork
+ * child handler: a load and a compare per call, no system call), and in any
+ * other process every call fails with -ECHILD before it touches the rings,
+ * the arena, the device tier or a lease. kvp_close() there only unmaps and
+ * closes the child's copies: no shutdown of the socket, no CUDA call, so the
+ * parent goes on as before. The owner's kvp_close() shuts the socket down
+ * first, so that a child still holding a copy of it does not keep the
+ * attach (and its leases) alive.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +87,44 @@ int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...)
 	return code;
 }
 
+/* ------------------------------------------------------------ fork */
+
+uint32_t kvpc_fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+	__atomic_add_fetch(&kvpc_fork_gen, 1, __ATOMIC_RELAXED);
+}
+
+static void fork_hook(void)
+{
+	pthread_atfork(NULL, NULL, fork_child);
+}
+
+static int inherited(const struct kvp_client *c)
+{
+	return __atomic_load_n(&kvpc_fork_gen, __ATOMIC_RELAXED) != c->fork_gen ||
+	       getpid() != c->pid;
+}
+
+int kvpc_inherited(struct kvp_client *c)
+{
+	return kvpc_err(c, -ECHILD,
+			"kvpool client %" PRIu32 " was connected by pid %d and "
+			"inherited across fork() by pid %d; it stays the parent's "
+			"(its rings and leases): kvp_connect() a client of this "
+			"process's own (kvp_close() of the inherited one only "
+			"unmaps it)",
+			c->client_id, (int)c->pid, (int)getpid());
+}
+
 int kvpc_check_dead(struct kvp_client *c)
 {
+	int ret = kvpc_check_fork(c);
+
+	if (ret)
+		return ret;
 	if (!c->dead)
 		return 0;
 	memcpy(c->err, c->dead_msg, sizeof(c->err));
@@ -557,6 +609,9 @@ int kvp_connect(struct kvp_client **out, const struct kvp_connect_opts *opts,
 	c->sock = -1;
 	c->device_fd = -1;
 	c->cuda_device = -1;
+	pthread_once(&fork_once, fork_hook);
+	c->pid = getpid();
+	c->fork_gen = __atomic_load_n(&kvpc_fork_gen, __ATOMIC_RELAXED);
 
 	ret = attach(c, opts, fds, &nfds);
 	for (uint32_t i = 0; i < nfds; i++)
@@ -576,20 +631,32 @@ int kvp_connect(struct kvp_client **out, const struct kvp_connect_opts *opts,
 KVP_PUBLIC
 void kvp_close(struct kvp_client *c)
 {
+	int child;
+
 	if (!c)
 		return;
+	/* A child closing what it inherited unmaps its own copies and closes
+	 * its own descriptor: the attach, the rings and the GPU mapping stay
+	 * the parent's (INHERITED CLIENTS). Its cuda state is left, not freed
+	 * through a CUDA context that fork() did not carry over. */
+	child = inherited(c);
 	/* The daemon sees the hang-up and releases every lease we hold; on a
 	 * GPU every append must have landed before (cuda.c waits). */
-	if (c->cuda)
+	if (c->cuda && !child)
 		kvpc_cuda_detach(c);
-	else if (c->device)
+	else if (c->device && !c->cuda)
 		munmap(c->device, c->device_bytes);
 	if (c->shm)
 		munmap(c->shm, c->shm_bytes);
 	if (c->device_fd >= 0)
 		close(c->device_fd);
-	if (c->sock >= 0)
+	if (c->sock >= 0) {
+		/* A child may hold a copy of the socket: the hang-up must
+		 * reach the daemon now, not when the last copy goes. */
+		if (!child)
+			shutdown(c->sock, SHUT_RDWR);
 		close(c->sock);
+	}
 	free(c->lanes);
 	free(c->slots);
 	free(c->free_slots);

@@ -46,6 +46,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/un.h>
 
 #include "kvpool.h"
@@ -146,6 +147,10 @@ struct kvp_client {
 	struct kvp_slot *scratch;
 	uint32_t scratch_cap;
 
+	/* ---- fork (client.c, INHERITED CLIENTS) */
+	pid_t pid;                    /* the process that attached */
+	uint32_t fork_gen;            /* kvpc_fork_gen when it attached */
+
 	/* ---- errors */
 	int dead;                     /* sticky: -ECONNRESET, -EPROTO; 0 = fine */
 	char dead_msg[KVP_ERRLEN];
@@ -228,8 +233,22 @@ void kvpc_cqe_error_info(const struct kvp_cqe *cqe, struct kvp_error_info *out);
  * fails with code and this message. Returns code. */
 __attribute__((format(printf, 3, 4)))
 int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...);
-/* Fail with the sticky error if the client is broken; else 0. */
+/* Fail with the sticky error if the client is broken, or with -ECHILD if
+ * this process inherited it across fork(); else 0. */
 int kvpc_check_dead(struct kvp_client *c);
+/* Bumped in every child fork() makes (client.c, INHERITED CLIENTS). */
+extern uint32_t kvpc_fork_gen;
+/* -ECHILD with the message that says what to do (client.c). */
+int kvpc_inherited(struct kvp_client *c);
+/* 0 in the process that attached c; -ECHILD in a child that inherited it.
+ * Every call checks this before it touches the rings, the arena, the
+ * device tier or a lease. */
+static inline int kvpc_check_fork(struct kvp_client *c)
+{
+	if (__atomic_load_n(&kvpc_fork_gen, __ATOMIC_RELAXED) == c->fork_gen)
+		return 0;
+	return kvpc_inherited(c);
+}
 /* -ECONNRESET (and the client broken) if the daemon hung up; else 0. */
 int kvpc_check_hangup(struct kvp_client *c);
 
@@ -326,9 +345,14 @@ int kvpc_decode_lease_at(struct kvp_client *c, const unsigned char *src,
  * error set (the daemon's message). */
 /* share.c: helpers of the sharing calls (share.c, chunk.c). */
 /* Room for bytes of input at the start of the sync range, named in sqe;
- * NULL (last error set, -E2BIG) when it does not fit. */
+ * NULL (last error set) when it does not fit (-E2BIG) or the client was
+ * inherited across fork() (-ECHILD): kvpc_input_fail() says which. */
 unsigned char *kvpc_input(struct kvp_client *c, struct kvp_sqe *sqe,
 			  uint64_t bytes, const char *what);
+static inline int kvpc_input_fail(struct kvp_client *c)
+{
+	return kvpc_check_fork(c) ? -ECHILD : -E2BIG;
+}
 int kvpc_null_arg(struct kvp_client *c, const char *what, const char *arg);
 /* A lease result at offset off of slot idx's output. */
 int kvpc_decode_lease_off(struct kvp_client *c, uint32_t idx,

@@ -33,6 +33,9 @@
 unsigned char *kvpc_input(struct kvp_client *c, struct kvp_sqe *sqe,
 			    uint64_t bytes, const char *what)
 {
+	/* The arena is the parent's memory in a forked child. */
+	if (kvpc_check_fork(c))
+		return NULL;
 	if (bytes > c->sync_bytes) {
 		kvpc_err(c, -E2BIG, "%s: the input is %" PRIu64 " bytes but the "
 			 "arena's sync range holds %" PRIu32 "; connect with a larger "
@@ -109,7 +112,7 @@ int kvpc_put_id(struct kvp_client *c, struct kvp_sqe *sqe,
 		return kvpc_null_arg(c, what, "the chunk id");
 	in = kvpc_input(c, sqe, sizeof(*id), what);
 	if (!in)
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	memcpy(in, id, sizeof(*id));
 	return 0;
 }
@@ -133,7 +136,7 @@ int kvp_prefix_lookup(struct kvp_client *c, const uint32_t *tokens, uint32_t n,
 	if ((ret = check_ids(c, tokens, n, "prefix_lookup")))
 		return ret;
 	if (!(in = kvpc_input(c, &sqe, (uint64_t)n * 4, "prefix_lookup")))
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	if (n)
 		memcpy(in, tokens, (size_t)n * 4);
 	ret = kvpc_call(c, &sqe, &cqe, &idx);
@@ -173,7 +176,7 @@ int kvp_seq_alloc(struct kvp_client *c, uint64_t seq, const uint32_t *tokens,
 	if ((ret = check_ids(c, tokens, n, "seq_alloc")))
 		return ret;
 	if (!(in = kvpc_input(c, &sqe, (uint64_t)n * 4, "seq_alloc")))
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	if (n)
 		memcpy(in, tokens, (size_t)n * 4);
 	ret = kvpc_call_lease(c, &sqe, UINT32_MAX, seq, out);
@@ -207,7 +210,7 @@ int kvp_seq_create_sz(struct kvp_client *c, uint64_t seq,
 	in = kvpc_input(c, &sqe, sizeof(h) + (uint64_t)nsrc * sizeof(*src), "seq_create");
 	if (!in) {
 		free(tmp);
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	}
 	memcpy(in, &h, sizeof(h));
 	if (nsrc)
@@ -229,7 +232,7 @@ int kvp_seq_extend(struct kvp_client *c, uint64_t seq, uint32_t n_new,
 		return kvpc_null_arg(c, "seq_extend", "the lease pointer");
 	if (tokens && n_new) {
 		if (!(in = kvpc_input(c, &sqe, (uint64_t)n_new * 4, "seq_extend")))
-			return -E2BIG;
+			return kvpc_input_fail(c);
 		memcpy(in, tokens, (size_t)n_new * 4);
 	}
 	ret = kvpc_call_lease(c, &sqe, n_new, seq, out);
@@ -283,7 +286,7 @@ static int put_compose(struct kvp_client *c, struct kvp_sqe *sqe,
 	bytes = sizeof(h) + (uint64_t)nreq * sizeof(struct kvp_compose_req_in) +
 		nctx * sizeof(struct kvp_chunk_id);
 	if (!(in = kvpc_input(c, sqe, bytes, what)))
-		return -E2BIG;
+		return kvpc_input_fail(c);
 	memcpy(in, &h, sizeof(h));
 	ctx = in + sizeof(h) + (size_t)nreq * sizeof(struct kvp_compose_req_in);
 	for (uint32_t i = 0; i < nreq; i++) {

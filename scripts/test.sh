@@ -182,8 +182,19 @@ install_check() {
 	[ -z "$warn" ] || { echo "install check: systemd-analyze verify: $warn" >&2; return 1; }
 	if command -v man >/dev/null; then
 		for page in "$prefix"/share/man/man?/*; do
+			# A call's own name (.so kvpool.3) is read by name below.
+			grep -q '^\.so ' "$page" && continue
 			warn=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || true
 			[ -z "$warn" ] || { echo "install check: $page: $warn" >&2; return 1; }
+		done
+		# man kvp_prepare (any call of kvpool.h) finds kvpool(3).
+		for page in kvp_prepare kvp_server_info kvp_connect; do
+			f=$(MANPATH=$prefix/share/man man -w "$page" 2>&1) &&
+			[ "$f" = "$prefix/share/man/man3/kvpool.3" ] || {
+				echo "install check: man $page: $f" >&2; return 1; }
+			warn=$(MANWIDTH=80 MANPATH=$prefix/share/man man --warnings "$page" 2>&1 \
+			       >/dev/null) || true
+			[ -z "$warn" ] || { echo "install check: man $page: $warn" >&2; return 1; }
 		done
 	else
 		echo "install check: no man(1) here; man pages not rendered"
@@ -227,6 +238,15 @@ cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON \
 	-DKVPOOL_CUDA=OFF
 cmake --build build-release -j"$jobs"
 ctest --test-dir build-release --output-on-failure -j"$jobs" -L unit
+
+echo "== the README's first command: scripts/demo.sh (its Release build is the one above)"
+bash scripts/demo.sh >"${TMPDIR:-/tmp}/kvpool-demo.$$.log" 2>&1 || {
+	echo "scripts/demo.sh failed:" >&2
+	tail -n 40 "${TMPDIR:-/tmp}/kvpool-demo.$$.log" >&2
+	exit 1
+}
+grep -q "kvpoold exited cleanly" "${TMPDIR:-/tmp}/kvpool-demo.$$.log"
+rm -f "${TMPDIR:-/tmp}/kvpool-demo.$$.log"
 
 echo "== install check"
 install_check build

@@ -10,10 +10,13 @@
 #define _GNU_SOURCE /* memrchr */
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include "clock.h"
@@ -22,11 +25,49 @@
 #define RC_NO_NODE 0xffffu
 #define RC_RETRY_NS 1000000000ull /* a failed node or map: once a second */
 #define RC_MAX_ROUNDS 3           /* the first round and two redirects */
+#define RC_IO_CHUNK 65536         /* bytes read from a node at once */
+#define RC_LINE_MAX 4096          /* a header, status or error line */
+#define RC_MAX_DEPTH 8            /* arrays in arrays (CLUSTER SLOTS: 3) */
+/* A CLUSTER SLOTS reply: a map cut into every one of the 16384 slots,
+ * with replicas, stays well inside these. */
+#define RC_MAP_BYTES (8u << 20)
+#define RC_MAP_ITEMS (1u << 19)
+
+/* What one reply may be, checked as its bytes arrive. */
+struct rc_limits {
+	uint64_t bulk;     /* longest bulk string */
+	uint64_t bytes;    /* most bytes of one reply */
+	uint32_t elements; /* most elements of one array; 0: no arrays */
+	uint32_t items;    /* most items of one reply, nested ones counted */
+};
+
+static const struct rc_limits map_limits = {
+	.bulk = RC_LINE_MAX, .bytes = RC_MAP_BYTES,
+	.elements = RC_SLOTS, .items = RC_MAP_ITEMS,
+};
+
+/*
+ * Where a node's reply stream stands, scanned as it arrives and before
+ * hiredis sees it: hiredis 0.14's reader buffers a bulk of any length
+ * until it is whole and callocs an array's element pointers from its
+ * header (no maxbulk or maxelements to set), so a length past the limits
+ * is refused here, at its header, and its bytes never buffered.
+ */
+struct rc_scan {
+	uint64_t skip;           /* bytes of a bulk (and its CRLF) still to come */
+	uint64_t bytes;          /* of the reply so far */
+	uint32_t items;          /* of the reply so far */
+	uint32_t line;           /* bytes of the header line so far */
+	char head[24];           /* its first bytes: a type and a length */
+	uint32_t depth;          /* arrays open */
+	int64_t left[RC_MAX_DEPTH]; /* items each still owes */
+};
 
 struct rc_node {
 	char host[48];
 	int port;
 	redisContext *c;
+	struct rc_scan scan;
 	uint64_t retry_at;       /* mono_ns before which it is not dialled */
 	struct rc_node_stats st;
 };
@@ -35,7 +76,8 @@ struct redis_cluster {
 	struct rc_node nodes[RC_MAX_NODES];
 	uint32_t nnodes;
 	uint16_t slot[RC_SLOTS]; /* node of each slot, or RC_NO_NODE */
-	struct timeval tv;
+	uint64_t timeout_ns;     /* a batch's deadline from its start */
+	struct rc_limits values; /* replies of a batch (GET, SET, DEL, ASKING) */
 	bool map_stale;          /* a MOVED said the map changed */
 	uint64_t map_retry_at;
 	/* Per-batch scratch, grown as batches grow. */
@@ -120,30 +162,228 @@ static int node_find_or_add(struct redis_cluster *rc, const char *host, int port
 	return (int)rc->nnodes++;
 }
 
-static void node_fail(struct rc_node *n)
+/* The node failed: closed (its replies are out of step with the
+ * requests), not dialled again for a second. A round it did not finish in
+ * time, or a reply it broke the limits with, is counted as such. */
+static void node_fail(struct rc_node *n, int why)
 {
 	if (n->c)
 		redisFree(n->c);
 	n->c = NULL;
 	n->st.up = false;
+	n->st.timeouts += why == -ETIMEDOUT;
+	n->st.bad_replies += why == -EMSGSIZE || why == -EPROTO;
 	n->retry_at = mono_ns() + RC_RETRY_NS;
 }
 
-/* The node's connection, dialled now if it is not failed lately; NULL: down. */
-static redisContext *node_conn(struct redis_cluster *rc, struct rc_node *n)
+/* ms until deadline, rounded up; 0 once it is past. */
+static int ms_left(uint64_t deadline)
 {
+	uint64_t now = mono_ns();
+
+	return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+}
+
+/* The node's connection, dialled now if it is not failed lately and the
+ * deadline leaves time to; NULL: down. */
+static redisContext *node_conn(struct rc_node *n, uint64_t deadline)
+{
+	int ms = ms_left(deadline);
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = ms % 1000 * 1000 };
+
 	if (n->c)
 		return n->c;
-	if (mono_ns() < n->retry_at)
+	if (mono_ns() < n->retry_at || !ms)
 		return NULL;
-	n->c = redisConnectWithTimeout(n->host, n->port, rc->tv);
-	if (!n->c || n->c->err || redisSetTimeout(n->c, rc->tv) != REDIS_OK) {
-		node_fail(n);
+	n->c = redisConnectWithTimeout(n->host, n->port, tv);
+	if (!n->c || n->c->err) {
+		node_fail(n, -ECONNREFUSED);
 		return NULL;
 	}
 	redisEnableKeepAlive(n->c);
+	memset(&n->scan, 0, sizeof(n->scan));
 	n->st.up = true;
 	return n->c;
+}
+
+/* ------------------------------------------------------------ replies */
+
+/* An item of the reply ended: close the arrays it completes; the reply
+ * ends with the last. */
+static void scan_item_done(struct rc_scan *s)
+{
+	while (s->depth && --s->left[s->depth - 1] == 0)
+		s->depth--;
+	if (!s->depth) {
+		s->bytes = 0;
+		s->items = 0;
+	}
+}
+
+/* A header line ended (its first bytes in s->head): 0, -EMSGSIZE past a
+ * limit, -EPROTO not RESP2. */
+static int scan_line(struct rc_scan *s, const struct rc_limits *lim)
+{
+	char type = s->head[0], *end;
+	long long v;
+
+	if (++s->items > lim->items)
+		return -EMSGSIZE;
+	if (type == '+' || type == '-' || type == ':') {
+		scan_item_done(s);
+		return 0;
+	}
+	if ((type != '$' && type != '*') || s->line >= sizeof(s->head))
+		return -EPROTO;
+	errno = 0;
+	v = strtoll(s->head + 1, &end, 10);
+	if (errno || end == s->head + 1 || strcmp(end, "\r") || v < -1)
+		return -EPROTO;
+	if (v == -1 || (type == '*' && v == 0)) {
+		scan_item_done(s); /* a nil, an empty array */
+		return 0;
+	}
+	if (type == '$') {
+		if ((uint64_t)v > lim->bulk)
+			return -EMSGSIZE;
+		s->skip = (uint64_t)v + 2;
+		return 0;
+	}
+	if ((uint64_t)v > lim->elements)
+		return -EMSGSIZE;
+	if (s->depth == RC_MAX_DEPTH)
+		return -EPROTO;
+	s->left[s->depth++] = v;
+	return 0;
+}
+
+/* n bytes a node sent, before hiredis buffers them: 0, or -EMSGSIZE /
+ * -EPROTO as soon as a header says the reply breaks lim. */
+static int scan_feed(struct rc_scan *s, const struct rc_limits *lim, const char *p, size_t n)
+{
+	size_t i = 0;
+	int ret;
+
+	while (i < n) {
+		if (s->skip) {
+			size_t k = s->skip < n - i ? (size_t)s->skip : n - i;
+
+			s->skip -= k;
+			s->bytes += k;
+			i += k;
+			if (s->bytes > lim->bytes)
+				return -EMSGSIZE;
+			if (!s->skip)
+				scan_item_done(s);
+			continue;
+		}
+		if (++s->bytes > lim->bytes)
+			return -EMSGSIZE;
+		if (p[i] != '\n') {
+			if (s->line < sizeof(s->head) - 1)
+				s->head[s->line] = p[i];
+			if (++s->line > RC_LINE_MAX)
+				return -EMSGSIZE;
+			i++;
+			continue;
+		}
+		i++;
+		s->head[s->line < sizeof(s->head) - 1 ? s->line : sizeof(s->head) - 1] = '\0';
+		ret = s->line ? scan_line(s, lim) : -EPROTO;
+		s->line = 0;
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Write what the node's pipeline has left, as much as the socket takes
+ * now: 0 or -errno. */
+static int node_write(struct rc_node *n, size_t *off)
+{
+	size_t len = sdslen(n->c->obuf);
+	ssize_t w;
+
+	if (*off == len)
+		return 0;
+	w = send(n->c->fd, n->c->obuf + *off, len - *off, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (w < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	*off += (size_t)w;
+	if (*off == len) {
+		sdsclear(n->c->obuf);
+		*off = 0;
+	}
+	return 0;
+}
+
+static bool node_writing(const struct rc_node *n)
+{
+	return sdslen(n->c->obuf) > 0;
+}
+
+/* Read what the node sent, scanned against lim, into its reader: 0 or
+ * -errno (-ECONNRESET: it closed; -EMSGSIZE, -EPROTO: scan_feed's). */
+static int node_read(struct rc_node *n, const struct rc_limits *lim)
+{
+	char buf[RC_IO_CHUNK];
+	ssize_t r = recv(n->c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+	int ret;
+
+	if (r < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (!r)
+		return -ECONNRESET;
+	ret = scan_feed(&n->scan, lim, buf, (size_t)r);
+	if (ret)
+		return ret;
+	return redisReaderFeed(n->c->reader, buf, (size_t)r) == REDIS_OK ? 0 : -ENOMEM;
+}
+
+/* The next reply the node's reader holds, or NULL (*err: 0, wait for
+ * more; -EPROTO: hiredis could not parse it). */
+static redisReply *node_reply(struct rc_node *n, int *err)
+{
+	void *r = NULL;
+
+	*err = redisReaderGetReply(n->c->reader, &r) == REDIS_OK ? 0 : -EPROTO;
+	return r;
+}
+
+/* One command on node n and its reply, all by deadline, within lim; NULL:
+ * n failed (closed and counted). */
+static redisReply *node_command(struct rc_node *n, const struct rc_limits *lim,
+				uint64_t deadline, const char *cmd)
+{
+	struct pollfd p;
+	redisReply *r = NULL;
+	size_t off = 0;
+	int err = 0;
+
+	/* Past the deadline a node is not asked: no answer is not its fault. */
+	if (!ms_left(deadline) || !node_conn(n, deadline))
+		return NULL;
+	if (redisAppendCommand(n->c, cmd) != REDIS_OK) {
+		node_fail(n, -ENOMEM);
+		return NULL;
+	}
+	while (!err && !(r = node_reply(n, &err)) && !err) {
+		p = (struct pollfd){ .fd = n->c->fd,
+				     .events = POLLIN | (node_writing(n) ? POLLOUT : 0) };
+		err = poll(&p, 1, ms_left(deadline));
+		if (err < 0)
+			err = errno == EINTR ? 0 : -errno;
+		else if (!err)
+			err = -ETIMEDOUT;
+		else if (!(err = p.revents & POLLOUT ? node_write(n, &off) : 0) &&
+			 p.revents & (POLLIN | POLLHUP | POLLERR))
+			err = node_read(n, lim);
+	}
+	if (err) {
+		node_fail(n, err);
+		return NULL;
+	}
+	return r;
 }
 
 /* ------------------------------------------------------------ the map */
@@ -181,8 +421,9 @@ static int map_read(struct redis_cluster *rc, const redisReply *r, const struct 
 	return 0;
 }
 
-/* Read the map from the first node that answers; false: none did. */
-static bool map_refresh(struct redis_cluster *rc)
+/* Read the map from the first node that answers by deadline; false: none
+ * did. */
+static bool map_refresh(struct redis_cluster *rc, uint64_t deadline)
 {
 	uint64_t now = mono_ns();
 
@@ -190,17 +431,11 @@ static bool map_refresh(struct redis_cluster *rc)
 		return false;
 	for (uint32_t i = 0; i < rc->nnodes; i++) {
 		struct rc_node *n = &rc->nodes[i];
-		redisContext *c = node_conn(rc, n);
-		redisReply *r;
+		redisReply *r = node_command(n, &map_limits, deadline, "CLUSTER SLOTS");
 		int ret;
 
-		if (!c)
+		if (!r)
 			continue;
-		r = redisCommand(c, "CLUSTER SLOTS");
-		if (!r) {
-			node_fail(n);
-			continue;
-		}
 		ret = map_read(rc, r, n);
 		freeReplyObject(r);
 		if (!ret) {
@@ -266,8 +501,8 @@ int redis_cluster_open(struct redis_cluster **out, const char *url,
 	rc = calloc(1, sizeof(*rc));
 	if (!rc)
 		return errbuf_set(e, -ENOMEM, "remote: out of memory");
-	rc->tv.tv_sec = timeout_ms / 1000;
-	rc->tv.tv_usec = (timeout_ms % 1000) * 1000;
+	rc->timeout_ns = (uint64_t)timeout_ms * 1000000;
+	redis_cluster_limit_values(rc, RC_VALUE_MAX);
 	for (uint32_t s = 0; s < RC_SLOTS; s++)
 		rc->slot[s] = RC_NO_NODE;
 	for (p = url + strlen(RC_URL_SCHEME);; p++) {
@@ -282,9 +517,17 @@ int redis_cluster_open(struct redis_cluster **out, const char *url,
 			break;
 		p = end;
 	}
-	map_refresh(rc); /* none answering yet is not an error: misses */
+	/* None answering yet is not an error: misses. */
+	map_refresh(rc, mono_ns() + rc->timeout_ns);
 	*out = rc;
 	return 0;
+}
+
+void redis_cluster_limit_values(struct redis_cluster *rc, uint64_t max)
+{
+	/* A value, or a status or error line: one item, no arrays. */
+	rc->values = (struct rc_limits){ .bulk = max, .bytes = max + RC_LINE_MAX + 64,
+					 .elements = 0, .items = 1 };
 }
 
 void redis_cluster_close(struct redis_cluster *rc)
@@ -408,35 +651,45 @@ static void round_lists(struct redis_cluster *rc, uint32_t n, uint32_t *off)
 	off[rc->nnodes] = m;
 }
 
-/* The rest of node k's items failed: close it (its replies are out of step
- * with the requests), they are misses. */
+/* One node's part of a round. */
+struct rc_io {
+	const uint32_t *list;    /* its items */
+	uint32_t m, j;           /* how many; replies taken */
+	size_t off;              /* pipeline bytes written */
+	bool busy;               /* sending, or replies owed */
+};
+
+/* The rest of node k's items failed (why: node_fail's): close it, they
+ * are misses. */
 static void node_items_down(struct redis_cluster *rc, uint32_t k, struct batch *b,
-			    const uint32_t *list, uint32_t from, uint32_t m)
+			    struct rc_io *io, int why)
 {
 	struct rc_node *n = &rc->nodes[k];
 
-	node_fail(n);
-	for (uint32_t j = from; j < m; j++) {
-		b->it[list[j]].status = RC_DOWN;
-		rc->target[list[j]] = RC_NO_NODE;
+	if (n->c)
+		node_fail(n, why); /* not one that was down already: its retry stands */
+	for (uint32_t j = io->j; j < io->m; j++) {
+		b->it[io->list[j]].status = RC_DOWN;
+		rc->target[io->list[j]] = RC_NO_NODE;
 		n->st.errors++;
 		n->st.misses += !b->set;
 	}
+	io->busy = false;
 }
 
-/* Send node k's items in one pipeline, written out whole; false: down. */
-static bool node_send(struct redis_cluster *rc, uint32_t k, struct batch *b,
-		      const uint32_t *list, uint32_t m)
+/* Queue node k's items as one pipeline (written by round_io); false: down. */
+static bool node_queue(struct redis_cluster *rc, uint32_t k, struct batch *b,
+		       struct rc_io *io, uint64_t deadline)
 {
 	struct rc_node *n = &rc->nodes[k];
-	redisContext *c = node_conn(rc, n);
-	int done = 0;
+	redisContext *c = node_conn(n, deadline);
 
-	for (uint32_t x = 0; c && x < m; x++) {
-		const struct rc_item *it = &b->it[list[x]];
+	io->busy = true;
+	for (uint32_t x = 0; c && x < io->m; x++) {
+		const struct rc_item *it = &b->it[io->list[x]];
 		int ret = REDIS_OK;
 
-		if (rc->ask[list[x]])
+		if (rc->ask[io->list[x]])
 			ret = redisAppendCommand(c, "ASKING");
 		if (ret == REDIS_OK)
 			ret = !b->set ? redisAppendCommand(c, "GET %b", it->key, it->klen)
@@ -450,45 +703,102 @@ static bool node_send(struct redis_cluster *rc, uint32_t k, struct batch *b,
 		else
 			n->st.gets++;
 	}
-	while (c && !done)
-		if (redisBufferWrite(c, &done) != REDIS_OK)
-			c = NULL;
 	if (!c)
-		node_items_down(rc, k, b, list, 0, m);
+		node_items_down(rc, k, b, io, -ENOMEM);
 	return c != NULL;
 }
 
-/* Read node k's m replies (its items in rc->list). */
-static void node_recv(struct redis_cluster *rc, uint32_t k, struct batch *b,
-		      const uint32_t *list, uint32_t m, uint64_t t0)
+/* Take the replies node k's reader holds; 0, or -EPROTO. */
+static int node_take(struct redis_cluster *rc, uint32_t k, struct batch *b,
+		     struct rc_io *io)
 {
 	struct rc_node *n = &rc->nodes[k];
-	redisContext *c = n->c;
-	uint32_t j = 0;
+	redisReply *r;
+	int err = 0;
 
-	for (; j < m; j++) {
-		uint32_t i = list[j];
-		redisReply *r = NULL;
+	while (io->j < io->m && (r = node_reply(n, &err))) {
+		uint32_t i = io->list[io->j];
 
 		if (rc->ask[i]) {
-			if (redisGetReply(c, (void **)&r) != REDIS_OK)
-				break;
-			freeReplyObject(r);
-			rc->ask[i] = 0;
+			rc->ask[i] = 0; /* ASKING's +OK: the item's reply is next */
+		} else {
+			reply_one(rc, n, b, i, r);
+			io->j++;
 		}
-		if (redisGetReply(c, (void **)&r) != REDIS_OK)
-			break;
-		reply_one(rc, n, b, i, r);
 		freeReplyObject(r);
 	}
-	n->st.rounds++;
-	n->st.latency_ns += mono_ns() - t0;
-	if (j < m)
-		node_items_down(rc, k, b, list, j, m);
+	return err;
+}
+
+/*
+ * Write every node's pipeline and read its replies, all nodes at once,
+ * until each has answered every item or deadline has passed. Past the
+ * deadline a node gets only what it has sent already (bounded: a reply is
+ * at most rc->values); one that has not answered whole is down, as is one
+ * whose reply breaks the limits: a node trickling a byte at a time or
+ * claiming a 4 GiB value holds a round no longer than the timeout and
+ * costs no more memory than a valid value.
+ */
+static void round_io(struct redis_cluster *rc, struct batch *b, struct rc_io *io,
+		     uint64_t t0, uint64_t deadline)
+{
+	struct pollfd p[RC_MAX_NODES];
+	uint32_t who[RC_MAX_NODES];
+
+	for (;;) {
+		uint32_t np = 0;
+		int ms, ready, perr;
+
+		for (uint32_t k = 0; k < rc->nnodes; k++) {
+			struct rc_node *n = &rc->nodes[k];
+			int err;
+
+			if (!io[k].busy)
+				continue;
+			err = node_take(rc, k, b, &io[k]);
+			if (err) {
+				node_items_down(rc, k, b, &io[k], err);
+			} else if (io[k].j == io[k].m && !node_writing(n)) {
+				io[k].busy = false;
+			} else {
+				p[np] = (struct pollfd){ .fd = n->c->fd, .events = POLLIN |
+					(node_writing(n) ? POLLOUT : 0) };
+				who[np++] = k;
+				continue;
+			}
+			n->st.rounds++;
+			n->st.latency_ns += mono_ns() - t0;
+		}
+		if (!np)
+			return;
+		ms = ms_left(deadline);
+		ready = poll(p, np, ms);
+		if (ready < 0 && errno == EINTR)
+			continue;
+		perr = ready < 0 ? -errno : 0; /* before a close below sets errno */
+		for (uint32_t x = 0; x < np; x++) {
+			struct rc_node *n = &rc->nodes[who[x]];
+			int err = perr;
+
+			if (!err && !p[x].revents)
+				err = ms ? 0 : -ETIMEDOUT; /* past the deadline, and silent */
+			if (!err && p[x].revents & POLLOUT)
+				err = node_write(n, &io[who[x]].off);
+			if (!err && p[x].revents & (POLLIN | POLLHUP | POLLERR))
+				err = node_read(n, &rc->values);
+			if (err) {
+				node_items_down(rc, who[x], b, &io[who[x]], err);
+				n->st.rounds++;
+				n->st.latency_ns += mono_ns() - t0;
+			}
+		}
+	}
 }
 
 static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
 {
+	/* One deadline for the whole batch: the map, every round. */
+	uint64_t deadline = mono_ns() + rc->timeout_ns;
 	uint32_t done = 0;
 
 	for (uint32_t i = 0; i < n; i++)
@@ -496,28 +806,29 @@ static uint32_t batch_run(struct redis_cluster *rc, struct batch *b, uint32_t n)
 	if (!n || scratch(rc, n))
 		return 0;
 	if (rc->map_stale || !redis_cluster_mapped_slots(rc))
-		map_refresh(rc);
+		map_refresh(rc, deadline);
 	for (uint32_t i = 0; i < n; i++) {
 		rc->target[i] = rc->slot[redis_cluster_slot(b->it[i].key, b->it[i].klen)];
 		rc->ask[i] = 0;
 	}
-	for (int round = 0; round < RC_MAX_ROUNDS; round++) {
-		bool sent[RC_MAX_NODES] = { false };
+	/* A redirect round starts only while the deadline leaves time: a
+	 * node asked past it could not answer in time, through no fault. */
+	for (int round = 0; round < RC_MAX_ROUNDS && ms_left(deadline); round++) {
+		struct rc_io io[RC_MAX_NODES];
 		uint32_t off[RC_MAX_NODES + 1];
 		uint64_t t0 = mono_ns();
 
 		b->redirected = 0;
 		round_lists(rc, n, off);
-		/* Every node's pipeline goes out before any reply is read, so
-		 * the nodes work at once: a round costs the slowest node, not
-		 * the sum. (Replies wait in the sockets and the servers' output
-		 * buffers meanwhile.) */
-		for (uint32_t k = 0; k < rc->nnodes; k++)
-			sent[k] = off[k + 1] > off[k] &&
-				  node_send(rc, k, b, rc->list + off[k], off[k + 1] - off[k]);
-		for (uint32_t k = 0; k < rc->nnodes; k++)
-			if (sent[k])
-				node_recv(rc, k, b, rc->list + off[k], off[k + 1] - off[k], t0);
+		/* Every node's pipeline goes out and every node's replies come
+		 * in at once: a round costs the slowest node, not the sum. */
+		for (uint32_t k = 0; k < rc->nnodes; k++) {
+			io[k] = (struct rc_io){ .list = rc->list + off[k],
+						.m = off[k + 1] - off[k] };
+			if (io[k].m)
+				node_queue(rc, k, b, &io[k], deadline);
+		}
+		round_io(rc, b, io, t0, deadline);
 		if (!b->redirected)
 			break;
 	}
@@ -545,12 +856,12 @@ uint32_t redis_cluster_set(struct redis_cluster *rc, struct rc_item *it, uint32_
 
 int64_t redis_cluster_dbsize(struct redis_cluster *rc)
 {
+	uint64_t deadline = mono_ns() + rc->timeout_ns;
 	int64_t sum = 0;
 
 	if (rc->map_stale || !redis_cluster_mapped_slots(rc))
-		map_refresh(rc);
+		map_refresh(rc, deadline);
 	for (uint32_t k = 0; k < rc->nnodes; k++) {
-		redisContext *c;
 		redisReply *r;
 		bool routed = false;
 
@@ -558,7 +869,8 @@ int64_t redis_cluster_dbsize(struct redis_cluster *rc)
 			routed = rc->slot[s] == k;
 		if (!routed)
 			continue;
-		if (!(c = node_conn(rc, &rc->nodes[k])) || !(r = redisCommand(c, "DBSIZE")))
+		r = node_command(&rc->nodes[k], &rc->values, deadline, "DBSIZE");
+		if (!r)
 			return -1;
 		sum += r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
 		freeReplyObject(r);

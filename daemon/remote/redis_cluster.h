@@ -10,11 +10,17 @@
  * a MOVED (the map changed: fix the slot, refresh the map next batch) or an
  * ASK (a slot being migrated: ASKING, then the command, on that node once).
  *
- * Failure is a miss, never a hang: every connect, send and receive has the
- * timeout given at open (SO_SNDTIMEO/SO_RCVTIMEO through hiredis); a node
- * that fails is closed, its items in the batch come back RC_DOWN, and it
- * is not tried again for a second (then reconnected on demand). Nothing
- * here retries a failed node within a batch.
+ * Failure is a miss, never a hang: a batch (the map when it is read, every
+ * round) has one deadline, the timeout given at open from its start, and
+ * every node's replies must be whole by then, however their bytes
+ * trickle. Every reply is checked as its bytes arrive, before they are
+ * buffered: a bulk longer than the largest valid value
+ * (redis_cluster_limit_values), an array where none belongs, a header that
+ * is not RESP, and the node is refused at that header. A node that fails,
+ * times out or breaks a limit is closed, its items in the batch come back
+ * RC_DOWN, it is counted (rc_node_stats: timeouts, bad_replies) and not
+ * tried again for a second (then reconnected on demand). Nothing here
+ * retries a failed node within a batch.
  *
  * Not thread-safe: one thread (the daemon's remote thread, a test, kvbench)
  * owns a struct redis_cluster.
@@ -31,6 +37,9 @@
 #define RC_SLOTS 16384u
 #define RC_MAX_NODES 64u
 #define RC_URL_SCHEME "redis-cluster://"
+/* The longest value a batch takes unless told (Redis's own
+ * proto-max-bulk-len default). */
+#define RC_VALUE_MAX (512ull << 20)
 
 struct redis_cluster;
 
@@ -58,6 +67,8 @@ struct rc_node_stats {
 	uint64_t bytes_in, bytes_out; /* values read, values written */
 	uint64_t rounds;        /* pipelined rounds sent to the node */
 	uint64_t latency_ns;    /* summed over rounds: first send to last reply */
+	uint64_t timeouts;      /* batches it had not answered whole by the deadline */
+	uint64_t bad_replies;   /* replies past the limits, or not RESP: refused */
 };
 
 /*
@@ -76,6 +87,10 @@ int redis_cluster_check_url(const char *url, struct errbuf *e);
 int redis_cluster_open(struct redis_cluster **out, const char *url,
 		       uint32_t timeout_ms, struct errbuf *e);
 void redis_cluster_close(struct redis_cluster *rc);
+
+/* The longest value a GET may bring back (RC_VALUE_MAX until set): a
+ * reply that says it is longer is refused at its header, the node down. */
+void redis_cluster_limit_values(struct redis_cluster *rc, uint64_t max);
 
 /*
  * GET every item, pipelined: one round per node holding some of them (and

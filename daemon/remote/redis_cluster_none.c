@@ -33,6 +33,11 @@ void redis_cluster_close(struct redis_cluster *rc)
 	(void)rc;
 }
 
+void redis_cluster_limit_values(struct redis_cluster *rc, uint64_t max)
+{
+	(void)rc, (void)max;
+}
+
 uint32_t redis_cluster_get(struct redis_cluster *rc, struct rc_item *it, uint32_t n,
 			   void (*on_value)(void *, uint32_t, char **, size_t),
 			   void *arg)

@@ -21,6 +21,7 @@
 #include "remote_value.h"
 
 #define PUT_BATCH 32                  /* pages per pipelined SET batch */
+#define BATCH_BYTES (16ull << 20)     /* values in one batch to the store, at most */
 #define KEEP_FREED_BYTES (512ull << 20) /* heap glibc keeps for the next fetch */
 #define FETCH_KEEP_NS 10000000000ull  /* a fetch nobody took: freed after 10 s */
 
@@ -141,10 +142,25 @@ static void on_value(void *arg, uint32_t j, char **val, size_t len)
 	x->bad += page != NULL; /* damaged, another key's or layout's: dropped */
 }
 
-/* One batched round of GETs for keys [from, f->n). */
-static void fetch_round(struct remote_tier *rt, struct remote_fetch *f, uint32_t from)
+/*
+ * Pages in one batch to the store: BATCH_BYTES of the longest values, at
+ * least one. A batch has remote_timeout_ms as a whole (redis_cluster.h),
+ * so a long run goes as several, each short enough for a healthy node
+ * over a slow link; a node that holds one past its deadline is down, and
+ * the next batches do not wait on it.
+ */
+static uint32_t batch_pages(const struct remote_tier *rt)
 {
-	uint32_t n = f->n - from, hits = 0;
+	uint64_t k = BATCH_BYTES / remote_value_max(rt->page_bytes);
+
+	return k ? (uint32_t)(k < PUT_BATCH * 64 ? k : PUT_BATCH * 64) : 1;
+}
+
+/* One batch of GETs for keys [from, to). */
+static void fetch_batch(struct remote_tier *rt, struct remote_fetch *f, uint32_t from,
+			uint32_t to)
+{
+	uint32_t n = to - from, hits = 0;
 	struct fetch_ctx x = { .rt = rt, .f = f, .base = from };
 	struct rc_item *it = calloc(n, sizeof(*it));
 	char (*keys)[REMOTE_KEY_MAX] = malloc((size_t)n * REMOTE_KEY_MAX);
@@ -168,6 +184,16 @@ static void fetch_round(struct remote_tier *rt, struct remote_fetch *f, uint32_t
 		tier_log(rt, LOG_WARNING, "remote: %" PRIu64 " fetched pages failed "
 			 "their checksum or named another page; dropped (recomputed)",
 			 x.bad);
+}
+
+/* Keys [from, f->n) in batches of batch_pages(), until one leaves a gap:
+ * only the leading pages of a run are used. */
+static void fetch_round(struct remote_tier *rt, struct remote_fetch *f, uint32_t from)
+{
+	uint32_t k = batch_pages(rt);
+
+	for (uint32_t s = from; s < f->n && f->got >= s; s += k)
+		fetch_batch(rt, f, s, f->n - s > k ? s + k : f->n);
 }
 
 /* The keys of the pages record f->pages[0] names, after it: false when it
@@ -239,8 +265,8 @@ static void puts_run(struct remote_tier *rt, struct put_item **p, uint32_t n)
 							 p[i]->page, p[i]->len, vals[m]);
 		m++;
 	}
-	if (m)
-		ok = redis_cluster_set(rt->rc, it, m);
+	for (uint32_t s = 0, k = batch_pages(rt); s < m; s += k)
+		ok += redis_cluster_set(rt->rc, it + s, m - s > k ? k : m - s);
 	for (uint32_t i = 0; i < m; i++)
 		free(vals[i]);
 	pthread_mutex_lock(&rt->mu);
@@ -249,11 +275,28 @@ static void puts_run(struct remote_tier *rt, struct put_item **p, uint32_t n)
 	pthread_mutex_unlock(&rt->mu);
 }
 
+/* The nodes' figures for /metrics; a node newly timed out or refused for
+ * its reply is logged (at most once a second each: it is down that long). */
 static void nodes_snapshot(struct remote_tier *rt)
 {
+	uint32_t was = rt->st.nodes;
+
 	rt->st.nodes = redis_cluster_nodes(rt->rc);
-	for (uint32_t i = 0; i < rt->st.nodes; i++)
-		redis_cluster_node_stats(rt->rc, i, &rt->nodes[i]);
+	for (uint32_t i = 0; i < rt->st.nodes; i++) {
+		struct rc_node_stats st;
+
+		redis_cluster_node_stats(rt->rc, i, &st);
+		if (i < was && st.timeouts > rt->nodes[i].timeouts)
+			tier_log(rt, LOG_WARNING, "store node %s did not answer a batch whole "
+				 "within remote_timeout_ms: its pages are misses, and it is "
+				 "not asked for a second", st.addr);
+		if (i < was && st.bad_replies > rt->nodes[i].bad_replies)
+			tier_log(rt, LOG_WARNING, "store node %s sent a reply past the "
+				 "limits (a value longer than %" PRIu64 " bytes, an array, or "
+				 "not RESP): refused at its header, the node not asked for "
+				 "a second", st.addr, remote_value_max(rt->page_bytes));
+		rt->nodes[i] = st;
+	}
 }
 
 static void expire_fetches(struct remote_tier *rt)
@@ -396,6 +439,10 @@ int remote_tier_open(struct remote_tier **out, const struct remote_tier_config *
 		free(rt);
 		return ret;
 	}
+	/* Nothing longer is ever stored (a record is at most a page; a
+	 * compressed page is shorter): a node that says a reply is longer is
+	 * refused at its header. */
+	redis_cluster_limit_values(rt->rc, remote_value_max(rt->page_bytes));
 	if (!redis_cluster_mapped_slots(rt->rc))
 		tier_log(rt, LOG_WARNING, "remote %s: no seed answered CLUSTER SLOTS "
 			 "yet; pages are misses until one does (is the cluster up "

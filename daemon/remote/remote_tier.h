@@ -17,7 +17,9 @@
  *                            prefix lookup: -EINPROGRESS the first time
  *                            (the run is queued; the ring worker holds the
  *                            entry and retries), -EINPROGRESS while the
- *                            thread's ONE batched round of GETs is out,
+ *                            thread's batched round of GETs is out (a
+ *                            long run: 16 MiB batches, each after the
+ *                            last came back whole),
  *                            then 0: the run's leading pages that came back
  *                            and checked are in memory for the engine to
  *                            onload (remote_fetch_page), released with
@@ -43,7 +45,7 @@ struct remote_key;
 
 struct remote_tier_config {
 	const char *url;          /* redis-cluster://host:port,... */
-	uint32_t timeout_ms;      /* per connect, send and receive */
+	uint32_t timeout_ms;      /* a batch's deadline (redis_cluster.h) */
 	struct kvp_layout layout;
 	const char *codec;        /* disk_codec_parse(): "none", "zstd[:L]" */
 	uint64_t queue_bytes;     /* write-behind queue; 0: 64 MiB */
@@ -191,7 +193,12 @@ struct remote_tier_stats {
 	X(bytes_out, COUNTER, "bytes", "remote_node_written", "Value bytes it stored.") \
 	X(rounds, COUNTER, "", "remote_node_rounds", "Pipelined rounds sent to it.") \
 	X(latency_ns, COUNTER, "ns", "remote_node_round", \
-	  "Time of those rounds, first send to last reply: / rounds is the mean.")
+	  "Time of those rounds, first send to last reply: / rounds is the mean.") \
+	X(timeouts, COUNTER, "", "remote_node_timeouts", \
+	  "Batches it had not answered whole within remote_timeout_ms: marked down.") \
+	X(bad_replies, COUNTER, "", "remote_node_bad_replies", \
+	  "Replies refused at their header (longer than the largest valid value, " \
+	  "an array where none belongs, not RESP): marked down.")
 void remote_tier_stats(struct remote_tier *rt, struct remote_tier_stats *out);
 
 /* Per node (i < stats.nodes): the client's figures as of its last batch. */

@@ -127,54 +127,39 @@ class Lease(_kvpool.Lease):
     def append(self, kv: Any, first: int = 0) -> None:
         """Write K and V of new tokens ``[first, first + n)``, all layers, from
         ``kv`` of shape ``[n, layers, 2, kv_heads, head_dim]`` in the pool's
-        dtype (a torch tensor on the pool's device, or any buffer such as a
-        numpy array). On the cuda backend the copy runs on the current torch
-        stream (kvp_append_async); commit() waits for it."""
-        if hasattr(kv, "data_ptr") and hasattr(kv, "is_contiguous"):
-            c = self.client
-            self._check_tensor(kv, (c.layout["layers"], 2, c.layout["kv_heads"],
-                                    c.layout["head_dim"]))
-            n = kv.shape[0]
-            self._append_ptr(first, n, kv.data_ptr(), n * c.layout["token_bytes"],
-                             _stream_of(kv))
-        else:
-            _kvpool.Lease.append(self, kv, first)
+        dtype: a torch tensor where the pool is (cpu on shm, the pool's GPU on
+        cuda), a DLPack capsule or ``__dlpack__`` object, or a buffer (numpy
+        array, bytes) of whole tokens. Anything else is a TypeError. A
+        tensor is read only within its storage (its claimed shape is checked
+        against what is allocated). On the cuda backend a torch tensor is
+        copied on the current torch stream (kvp_append_async); commit()
+        waits for it. The lease checks are the library's: a released,
+        committed or foreign lease raises StaleLeaseError and writes nothing."""
+        _kvpool.Lease.append(self, kv, first)
 
     def append_layers(self, k: Sequence[Any], v: Sequence[Any], first: int = 0) -> None:
         """Write new tokens ``[first, first + n)`` from per-layer tensors:
         ``k[layer]`` and ``v[layer]`` of shape ``[n, kv_heads, head_dim]``
         (kvp_append_layers_async; current torch stream on cuda)."""
-        c = self.client
-        L = c.layout
-        if len(k) != L["layers"] or len(v) != L["layers"]:
-            raise ValueError(f"append_layers: {L['layers']} layers of K and of V")
-        shape = (L["kv_heads"], L["head_dim"])
-        n = k[0].shape[0]
-        for t in list(k) + list(v):
-            self._check_tensor(t, shape)
-            if t.shape[0] != n:
-                raise ValueError("append_layers: every layer's K and V hold the same tokens")
-        self._append_layers_ptr(first, n, [t.data_ptr() for t in k],
-                                [t.data_ptr() for t in v], _stream_of(k[0]))
+        _kvpool.Lease.append_layers(self, list(k), list(v), first)
 
     def append_layer(self, layer: int, k: "torch.Tensor", v: "torch.Tensor",
                      first: int = 0) -> None:
         """Write one layer's K and V (``[n, kv_heads, head_dim]``) of new tokens
         ``[first, first + n)`` into the pages (kvp_append_layer_async: the
         library's lease checks and commit ordering, on the current torch
-        stream on cuda) -- the HSTU model's per-layer append. K and V are
-        converted to the pool's dtype and made contiguous when they are not."""
-        c = self.client
-        want = torch_dtype(c.layout["dtype"])
-        k = k.to(want).contiguous()
-        v = v.to(want).contiguous()
-        shape = (c.layout["kv_heads"], c.layout["head_dim"])
-        self._check_tensor(k, shape)
-        self._check_tensor(v, shape)
-        if k.shape[0] != v.shape[0]:
-            raise ValueError(f"append_layer: {k.shape[0]} tokens of K, {v.shape[0]} of V")
-        self._append_layer_ptr(layer, first, k.shape[0], k.data_ptr(), v.data_ptr(),
-                               _stream_of(k))
+        stream on cuda) -- the HSTU model's per-layer append. Torch K and V
+        are converted to the pool's dtype and made contiguous when they are
+        not."""
+        if _is_tensor(k) and _is_tensor(v):
+            want = torch_dtype(self.client.layout["dtype"])
+            try:
+                k = k.detach().to(want).contiguous()
+                v = v.detach().to(want).contiguous()
+            except RuntimeError as e:   # torch's own checks (sizes past the storage)
+                raise ValueError(f"append_layer: torch cannot use this tensor ({e}); "
+                                 "nothing was written") from e
+        _kvpool.Lease.append_layer(self, layer, k, v, first)
 
     def commit(self, n: Optional[int] = None) -> int:
         """Make the first ``n`` new tokens (default: all) part of the history
@@ -185,26 +170,11 @@ class Lease(_kvpool.Lease):
             _sync_device(self.client.cuda_device)
         return _kvpool.Lease.commit(self, n)
 
-    def _check_tensor(self, t: Any, inner: Tuple[int, ...]) -> None:
-        c = self.client
-        want = torch_dtype(c.layout["dtype"])
-        if tuple(t.shape[1:]) != tuple(inner):
-            raise ValueError(f"append: shape {tuple(t.shape)}, expected [n, {', '.join(map(str, inner))}]")
-        if t.dtype != want:
-            raise TypeError(f"append: dtype {t.dtype}, the pool holds {want}")
-        if not t.is_contiguous():
-            raise ValueError("append: the tensor must be contiguous (.contiguous())")
-        on_cuda = t.device.type == "cuda"
-        if on_cuda != (c.cuda_device >= 0):
-            where = f"cuda:{c.cuda_device}" if c.cuda_device >= 0 else "cpu"
-            raise ValueError(f"append: the tensor is on {t.device}, the pool on {where}")
 
-
-def _stream_of(t: Any) -> int:
-    if getattr(t, "is_cuda", False):
-        torch = _torch()
-        return torch.cuda.current_stream(t.device).cuda_stream
-    return 0
+def _is_tensor(t: Any) -> bool:
+    import sys
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(t, torch.Tensor)
 
 
 def _sync_device(device: int) -> None:

@@ -12,7 +12,15 @@ One :class:`Plan` describes one model forward over ``rows`` batch rows of
   stacked, not the keys repeated.
 * **destination slots** (optional): where the new tokens' K/V go in the pool
   (the fill lease of a chunk entry, a sequence's write lease); ``attend``
-  writes them for its layer before it computes.
+  writes them for its layer before it computes. Given as leases
+  (``store=[(lease, first), ...]``, one per row) the writes go through
+  libkvpool (``Lease.append_layer``: kvp_append_layer_async), so the
+  library's lease checks cover them: a lease that is no longer this
+  client's writes nothing and raises :class:`kvpool.StaleLeaseError`. Given
+  as raw ``(frames, slots)`` tensors they are written with torch indexing
+  and checked by nothing: that form is for memory the caller owns outright
+  (plain tensors, a CUDA graph replaying a plan whose leases were checked
+  when it was made), never for pool pages a lease is supposed to guard.
 * :meth:`Plan.attend` ``(layer, q [B, Hq, n, D], k [B, Hkv, n, D], v)`` ->
   ``[B, n, Hq, D]``: attention of the new tokens over every past level
   (non-causal: all of a level's tokens precede the new ones) and over the new
@@ -328,9 +336,13 @@ class Plan:
     or a callable ``layer -> tensor``; each ``[frames, 2, page_tokens,
     kv_heads, head_dim]``. rows, n: the batch rows and new tokens per row of
     the forward. levels: past :class:`Level` s (any order: the merge is
-    symmetric). store: None, or ``(frames, slots)`` int tensors ``[rows,
-    n]``: the pool slot of each new token's K/V (``Plan.slots_of`` builds it
-    from leases). scale: the softmax scale (default ``head_dim ** -0.5``).
+    symmetric). store: None; or one ``(lease, first)`` per row: row b's new
+    tokens are the lease's new tokens ``first .. first + n - 1``, written
+    through libkvpool (the lease checks apply; :attr:`store` then holds
+    their ``(frames, slots)`` too, for readers); or raw ``(frames, slots)``
+    int tensors ``[rows, n]`` (``Plan.slots_of``), written with torch
+    indexing and checked by nothing (memory the caller owns; see the module
+    doc). scale: the softmax scale (default ``head_dim ** -0.5``).
     max_score_elems: the largest score tensor to materialise (tiles beyond).
     """
 
@@ -350,6 +362,16 @@ class Plan:
         self._prep = [lv.prepared(self.rows, self.device) for lv in self.levels]
         self._prep = [p for p in self._prep if not p.empty]
         self.store = None
+        self.leases: Optional[List[Tuple[Any, int]]] = None
+        if store is not None and _is_lease_store(store):
+            self.leases = [(lease, int(first)) for lease, first in store]
+            if len(self.leases) != self.rows:
+                raise ValueError(f"Plan: store of {len(self.leases)} leases, the forward "
+                                 f"has {self.rows} rows")
+            store = Plan.slots_of([(lease.kv_indices(), lease.len + first, self.n)
+                                   for lease, first in self.leases],
+                                  self.leases[0][0].client.layout["page_tokens"]
+                                  if self.leases else 1)
         if store is not None:
             frames, slots = store
             frames = _i64(frames, self.device).reshape(-1)
@@ -400,6 +422,10 @@ class Plan:
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the new tokens' K, V (``[rows, Hkv, n, D]``) of ``layer``
         into the plan's pool slots (``attend`` does it first)."""
+        if self.leases is not None:     # through libkvpool: the lease checks apply
+            for b, (lease, first) in enumerate(self.leases):
+                lease.append_layer(layer, k[b].transpose(0, 1), v[b].transpose(0, 1), first)
+            return
         if self.store is None:
             return
         cache = self.cache(layer)
@@ -481,6 +507,15 @@ class Plan:
         if p.identity:
             return o[0], lse[0]
         return o[p.row_group, p.row_pos], lse[p.row_group, p.row_pos]
+
+
+def _is_lease_store(store: Any) -> bool:
+    """store=[(lease, first), ...] rather than (frames, slots) tensors."""
+    if torch.is_tensor(store) or not isinstance(store, (list, tuple)) or not store:
+        return isinstance(store, (list, tuple)) and not store
+    first = store[0]
+    return isinstance(first, (list, tuple)) and len(first) == 2 and \
+        hasattr(first[0], "append_layer")
 
 
 def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

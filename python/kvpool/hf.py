@@ -16,9 +16,13 @@ The cache is a ``transformers.Cache`` (transformers >= 5) of one
 KV geometry: ``layers`` = num_hidden_layers, ``kv_heads`` =
 num_key_value_heads, ``head_dim``, and its dtype the model's (bf16 for a bf16
 model): K/V are stored bit for bit, never converted. On the cuda backend the
-pages are GPU memory mapped in this process and written with torch ops on the
-current stream; on the shm backend they are host memory (CPU models).
-
+pages are GPU memory mapped in this process, written on the current torch
+stream; on the shm backend they are host memory (CPU models). Every write into
+the pages goes through libkvpool (:meth:`kvpool.Lease.append` /
+``append_layer``: kvp_append*), so the library's lease checks cover the
+cache: a lease that is no longer this client's writes nothing and raises
+:class:`kvpool.StaleLeaseError`. Reads (loading a cached history,
+``mirror=False``'s gathers) index the mapped pages directly.
 Where the bytes go (measured by tools/hf_proof.py on an H100, see
 bench/results/hf-cache-2026-11-25.md):
 
@@ -31,9 +35,9 @@ bench/results/hf-cache-2026-11-25.md):
   keeps no second copy and gathers every layer's K/V from the pages at every
   step (slower).
 * ``write="through"`` (default): at the end of every forward (the last
-  layer's update) one ``index_copy_`` writes the step's K and V of every
-  layer into their page slots in the device tier (decode: from a view of the
-  mirror, no staging). A lease reserves ``reserve`` tokens at a time
+  layer's update) one append (kvp_append) writes the step's K and V of every
+  layer into their page slots in the device tier, from a contiguous copy of
+  the step's slice of the mirror. A lease reserves ``reserve`` tokens at a time
   (``prepare(user, start+len, reserve)``); it is committed and released when
   full and at :meth:`KVPoolCache.flush`. ``reserve=1`` commits every step.
 * ``write="behind"``: a prefill is written at once, decode tokens every
@@ -211,7 +215,6 @@ class KVPoolCache(_Cache):
         self._committed = [0] * B                  # tokens in the kvpool history
         self._leases: List[Any] = [None] * B       # write="through": the open lease
         self._lease_base = [0] * B                 # its first token
-        self._lease_idx: List[Optional[torch.Tensor]] = [None] * B   # [n_new, layers, 2] rows
         self._hist_idx: List[Optional[torch.Tensor]] = [None] * B    # mirror=False: [cap, layers, 2]
         self._closed = False
         if load:
@@ -247,7 +250,7 @@ class KVPoolCache(_Cache):
             for b, lease in enumerate(self._leases):
                 if lease is not None and not self.client.closed:
                     lease.release()
-                self._leases[b] = self._lease_idx[b] = self._hist_idx[b] = None
+                self._leases[b] = self._hist_idx[b] = None
             for layer in self.layers:
                 layer.keys = layer.values = layer._kb = layer._vb = None
             self._buf = self._rows = None
@@ -425,13 +428,10 @@ class KVPoolCache(_Cache):
             vb[:, :, t0:t1].copy_(v)
             layer.keys = kb[:, :, :t1]
             layer.values = vb[:, :, :t1]
-        else:   # straight into the pages, then read back from them
-            rows = self._rows
+        else:   # straight into the pages (through the library), then read back
             for b in range(len(self.users)):
-                w = t0 - self._lease_base[b]
-                idx = self._lease_idx[b][w:w + n, l]             # [n, 2]: K row, V row
-                rows.index_copy_(0, idx[:, 0], k[b].transpose(0, 1))
-                rows.index_copy_(0, idx[:, 1], v[b].transpose(0, 1))
+                self._leases[b].append_layer(l, k[b].transpose(0, 1), v[b].transpose(0, 1),
+                                             first=t0 - self._lease_base[b])
             layer.keys, layer.values = self._gather(l, t1)
         layer._len = t1
         if l == self.num_layers - 1:
@@ -467,28 +467,25 @@ class KVPoolCache(_Cache):
                 self._end_lease(b)
             lease = self.client.prepare(u, t0, max(n, self.reserve))
             self._leases[b], self._lease_base[b] = lease, t0
-            self._lease_idx[b] = self._rows_of(lease, lease.len, lease.n_new)
-            if not self.mirror:
-                self._hist_append(b, self._lease_idx[b], t0)
+            if not self.mirror:   # where attention reads them back from
+                self._hist_append(b, self._rows_of(lease, lease.len, lease.n_new), t0)
 
     def _end_step(self, t0: int, n: int) -> None:
         """The last layer is done with tokens [t0, t0 + n)."""
         if self.write == "through":
             for b, lease in enumerate(self._leases):
-                if self.mirror:   # every layer's K and V of the step, one copy
-                    w = t0 - self._lease_base[b]
-                    idx = self._lease_idx[b][w:w + n]            # [n, layers, 2]
-                    if n == 1:
-                        src = self._buf[:, :, b, :, t0]          # [layers, 2, H, D]: a view
-                    else:
-                        src = self._buf[:, :, b, :, t0:t0 + n].permute(3, 0, 1, 2, 4)
-                    self._rows.index_copy_(0, idx.reshape(-1),
-                                           src.reshape(-1, self.kv_heads, self.head_dim))
+                if self.mirror:   # every layer's K and V of the step, one append
+                    lease.append(self._step_kv(b, t0, n), first=t0 - self._lease_base[b])
                 if self._len - self._lease_base[b] >= lease.n_new:
                     self._end_lease(b)
         elif n > 1 or self._len - min(self._committed) >= self.flush_every:
             for b in range(len(self.users)):    # a prefill is written at once
                 self._write_behind(b)
+
+    def _step_kv(self, b: int, t0: int, n: int) -> torch.Tensor:
+        """Row b's tokens [t0, t0 + n) of the mirror as kvp_append reads
+        them: [n, layers, 2, kv_heads, head_dim], contiguous (a copy)."""
+        return self._buf[:, :, b, :, t0:t0 + n].permute(3, 0, 1, 2, 4).contiguous()
 
     def _end_lease(self, b: int) -> int:
         lease = self._leases[b]
@@ -501,7 +498,7 @@ class KVPoolCache(_Cache):
                 self._committed[b] = self._lease_base[b] + n
         finally:
             lease.release()
-            self._leases[b] = self._lease_idx[b] = None
+            self._leases[b] = None
         return n
 
     def _write_behind(self, b: int) -> int:
@@ -510,10 +507,7 @@ class KVPoolCache(_Cache):
         if n <= 0:
             return 0
         with self.client.prepare(self.users[b], c0, n) as lease:
-            idx = self._rows_of(lease, lease.len, n)                      # [n, layers, 2]
-            src = self._buf[:, :, b, :, c0:c0 + n].permute(3, 0, 1, 2, 4)  # [n, layers, 2, H, D]
-            self._rows.index_copy_(0, idx.view(-1),
-                                   src.reshape(-1, self.kv_heads, self.head_dim))
+            lease.append(self._step_kv(b, c0, n))
             lease.commit(n)
         self._committed[b] = c0 + n
         return n
@@ -551,8 +545,8 @@ def _rows(lease: Any, first: int, n: int, layers: int, P: int) -> torch.Tensor:
     V of one layer, [kv_heads, head_dim]) of history positions [first,
     first + n) of a lease's page table. The tier is [frames, layers, 2,
     page_tokens, kv_heads, head_dim], so the row of (frame f, layer l, kv,
-    slot s) is ((f * layers + l) * 2 + kv) * page_tokens + s. Token-major,
-    so that a step's K and V of every layer are one index_copy_."""
+    slot s) is ((f * layers + l) * 2 + kv) * page_tokens + s. Token-major:
+    [n, layers, 2], what the reads gather."""
     table = torch.frombuffer(bytearray(lease._table), dtype=torch.int32).to(torch.int64)
     pos = torch.arange(first, first + n, dtype=torch.int64)
     base = table[pos // P] * (layers * 2 * P) + pos % P                       # [n]

@@ -53,6 +53,7 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
     raise ImportError("kvpool.hf_llm needs HuggingFace transformers >= 5 with "
                       f"AttentionInterface and AttentionMaskInterface: {_e}") from _e
 
+from .cascade import _is_lease_store
 from .llm import ModelAdapter
 
 __all__ = ["HFAdapter", "ATTN_NAME"]
@@ -283,7 +284,9 @@ class HFAdapter(ModelAdapter):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
         tokens = tokens.to(self.device)
         positions = positions.to(self.device)
-        if self.cuda_graphs and plan.rows == 1:
+        # A plan that stores through leases (kvpool.llm's) runs eagerly: a
+        # captured graph would replay a raw write that no lease checks.
+        if self.cuda_graphs and plan.rows == 1 and not _is_lease_store(plan.store):
             key = _graph_key(plan, tokens)
             g = self._graphs.get(key)
             if g is not None:

@@ -235,8 +235,9 @@ class KVCacheManager:
                        kvcache_metadata: KVCacheMetadata) -> None:
         """Write one layer's K and V of the batch's new tokens (``[nnz, heads,
         head_dim]``, users in batch order, each user's tokens in order) into
-        their pages, on the current stream (the example's
-        paged_kvcache_ops.append_kvcache)."""
+        their pages through each user's lease (kvp_append_layer_async: a stale
+        lease raises StaleLeaseError and writes nothing), on the current
+        stream (the example's paged_kvcache_ops.append_kvcache)."""
         m = kvcache_metadata
         if key.shape[0] != m.new_history_nnz or value.shape[0] != m.new_history_nnz:
             raise ValueError(f"append_kvcache: {key.shape[0]} keys / {value.shape[0]} "
@@ -246,9 +247,14 @@ class KVCacheManager:
             if lease is None or lease.committed or lease.released:
                 raise KvpoolError(0, f"append_kvcache: user {u} has no open lease "
                                      "(prepare_kv_cache first)")
-        table = self._tables[layer_idx]
-        table[m.append_frames, 0, m.append_slots] = key.to(table.device, table.dtype)
-        table[m.append_frames, 1, m.append_slots] = value.to(table.device, table.dtype)
+        # Through libkvpool (kvp_append_layer_async, on the current stream
+        # on cuda): the library's lease checks cover every write.
+        at = 0
+        for u in m.user_ids:
+            lease = self._leases[u]
+            n = lease.n_new
+            lease.append_layer(layer_idx, key[at:at + n], value[at:at + n])
+            at += n
 
     # ------------------------------------------------------------ commit
     def commit_kv_cache(self, user_ids: Optional[UserIds] = None) -> None:

@@ -517,13 +517,15 @@ class ChunkedLLM:
             return self.adapter.forward(tokens.to(dev), positions.to(dev), plan).float()
 
     def _prefill(self, tokens: Sequence[int], start: int, past: List[Level],
-                 table: torch.Tensor, first: int = 0, kind: str = "prefill_tokens"
+                 lease: Any, first: int = 0, kind: str = "prefill_tokens"
                  ) -> torch.Tensor:
         """Compute tokens at positions start.. (one row) over the past levels,
-        storing their K/V at tokens first.. of the page table ``table`` (whose
-        tokens before ``first`` are earlier tokens of the same span). Long
-        spans go in pieces of prefill_chunk. Returns the last logits [vocab]."""
+        storing their K/V at tokens first.. of ``lease``'s page table (whose
+        tokens before ``first`` are earlier tokens of the same span) through
+        libkvpool, so its lease checks cover the writes. Long spans go in
+        pieces of prefill_chunk. Returns the last logits [vocab]."""
         P = self.page_tokens
+        table = lease.kv_indices()
         n = len(tokens)
         logits = None
         done = 0
@@ -532,7 +534,7 @@ class ChunkedLLM:
             levels = list(past)
             if first + done:
                 levels.append(Level.from_tables([(table, first + done, 1)], P))
-            store = Plan.slots_of([(table, first + done, m)], P)
+            store = [(lease, first + done - lease.len)]  # through libkvpool
             plan = Plan(self._caches, 1, m, levels, store=store, device=self.device)
             t = torch.tensor([list(tokens[done:done + m])], dtype=torch.int64)
             pos = torch.arange(start + done, start + done + m, dtype=torch.int64)[None]
@@ -562,7 +564,7 @@ class ChunkedLLM:
             if int(reg["tokens"]) != len(tokens):
                 raise IncompatibleChunksError(
                     f"entry {reg['id']} has {reg['tokens']} tokens, its name {len(tokens)}")
-            logits = self._prefill(tokens, int(reg["start"]), past, lease.kv_indices())
+            logits = self._prefill(tokens, int(reg["start"]), past, lease)
             self._seal(reg)
             return logits
         except BaseException:
@@ -920,16 +922,14 @@ class ChunkedLLM:
                 seqs.append(s)
             tables = [ls.kv_indices() for ls in leases]
             own = Level.from_tables([(t, cap, 1) for t in tables], P)
-            frames, slots = Plan.slots_of([(t, 0, cap) for t in tables], P,
-                                          device=self.device)
 
             def plan(n: int, written: int, extra_levels: List[Level],
                      store: bool) -> Plan:
                 lv = list(extra_levels)
                 if own is not None and written:
                     lv.append(own.with_lengths(written))
-                st = (frames[:, written:written + n], slots[:, written:written + n]) \
-                    if store else None
+                # Through libkvpool: each row's lease checks its writes.
+                st = [(ls, written) for ls in leases] if store else None
                 return Plan(self._caches, B, n, lv, store=st, device=self.device)
 
             base_t = torch.tensor(base, dtype=torch.int64)

@@ -22,11 +22,32 @@
 #include <stddef.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ locking */
 
+/* A Client inherited across fork() is the parent's: every call, view and
+ * export raises in the child (libkvpool would refuse it too, -ECHILD); the
+ * child connects its own. close() in the child only unmaps (kvp_close). */
+static int check_not_inherited(KvpClient *self)
+{
+	char msg[512];
+
+	if (__atomic_load_n(&kvp_py_fork_gen, __ATOMIC_RELAXED) == self->fork_gen)
+		return 0;
+	snprintf(msg, sizeof(msg),
+		 "this kvpool Client was connected by pid %ld and inherited across "
+		 "fork() by pid %ld; it stays the parent's (its rings and leases): "
+		 "call kvpool.connect() in the child (close() of the inherited one "
+		 "only unmaps it here)", self->pid, (long)getpid());
+	kvp_raise(-ECHILD, msg);
+	return -1;
+}
+
 int client_check_open(KvpClient *self)
 {
+	if (check_not_inherited(self))
+		return -1;
 	if (self->closed || !self->c) {
 		PyErr_SetString(ClientClosedError,
 				"this kvpool client is closed (close() or the end of its "
@@ -124,7 +145,10 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = { "socket", "name", "pool", "sq_entries",
 				  "arena_bytes", "spin_us", NULL };
 	PyObject *sock_o = Py_None, *name_o = Py_None, *sock_b = NULL;
-	unsigned int pool = 0, sq = 0, arena = 0, spin = 0;
+	struct int_arg pool = INT_ARG("pool", UINT32_MAX),
+		       sq = INT_ARG("sq_entries", UINT32_MAX),
+		       arena = INT_ARG("arena_bytes", UINT32_MAX),
+		       spin = INT_ARG("spin_us", UINT32_MAX);
 	struct kvp_connect_opts o;
 	char err[KVP_ERRLEN] = "";
 	struct kvp_client *c = NULL;
@@ -134,8 +158,9 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$IIII:Client", kwlist,
-					 &sock_o, &name_o, &pool, &sq, &arena, &spin))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$O&O&O&O&:Client", kwlist,
+					 &sock_o, &name_o, int_conv, &pool, int_conv, &sq,
+					 int_conv, &arena, int_conv, &spin))
 		return -1;
 	memset(&o, 0, sizeof(o));
 	if (sock_o != Py_None) {
@@ -150,10 +175,10 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 			return -1;
 		}
 	}
-	o.pool = pool;
-	o.sq_entries = sq;
-	o.arena_bytes = arena;
-	o.spin_us = spin;
+	o.pool = (uint32_t)pool.v;
+	o.sq_entries = (uint32_t)sq.v;
+	o.arena_bytes = (uint32_t)arena.v;
+	o.spin_us = (uint32_t)spin.v;
 
 	Py_BEGIN_ALLOW_THREADS
 	ret = kvp_connect(&c, &o, err, sizeof(err));
@@ -170,6 +195,8 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->c = c;
+	self->pid = (long)getpid();
+	self->fork_gen = __atomic_load_n(&kvp_py_fork_gen, __ATOMIC_RELAXED);
 	self->layout = *kvp_client_layout(c);
 	self->tier = kvp_device_base(c);
 	self->cuda_device = kvp_cuda_device(c);
@@ -251,11 +278,11 @@ static PyObject *client_exit_ctx(KvpClient *self, PyObject *args)
 
 static PyObject *client_info(KvpClient *self, PyObject *arg)
 {
-	unsigned long long user = PyLong_AsUnsignedLongLong(arg);
 	struct kvp_user_info in;
+	uint64_t user;
 	int ret;
 
-	if (user == (unsigned long long)-1 && PyErr_Occurred())
+	if (int_arg(arg, "info: user", UINT64_MAX, &user))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
@@ -272,8 +299,7 @@ static PyObject *client_info(KvpClient *self, PyObject *arg)
 static PyObject *client_prepare(KvpClient *self, PyObject *const *args,
 				Py_ssize_t nargs)
 {
-	unsigned long long user, start;
-	unsigned long n_new;
+	uint64_t user, start, n_new;
 	struct kvp_lease l;
 	PyObject *lease;
 	int ret;
@@ -283,19 +309,10 @@ static PyObject *client_prepare(KvpClient *self, PyObject *const *args,
 				"prepare(user, start_pos, n_new): three positional ints");
 		return NULL;
 	}
-	user = PyLong_AsUnsignedLongLong(args[0]);
-	if (user == (unsigned long long)-1 && PyErr_Occurred())
+	if (int_arg(args[0], "prepare: user", UINT64_MAX, &user) ||
+	    int_arg(args[1], "prepare: start_pos", UINT64_MAX, &start) ||
+	    int_arg(args[2], "prepare: n_new", UINT32_MAX, &n_new))
 		return NULL;
-	start = PyLong_AsUnsignedLongLong(args[1]);
-	if (start == (unsigned long long)-1 && PyErr_Occurred())
-		return NULL;
-	n_new = PyLong_AsUnsignedLong(args[2]);
-	if (n_new == (unsigned long)-1 && PyErr_Occurred())
-		return NULL;
-	if (n_new > UINT32_MAX) {
-		PyErr_SetString(PyExc_OverflowError, "n_new: more than 2^32 - 1 tokens");
-		return NULL;
-	}
 	if (client_enter(self))
 		return NULL;
 	CALL(ret, kvp_prepare(self->c, user, start, (uint32_t)n_new, &l));
@@ -315,15 +332,15 @@ static PyObject *client_prepare(KvpClient *self, PyObject *const *args,
  * own methods (lease.c); here for ids from elsewhere (reap, kvctl). */
 static PyObject *client_commit(KvpClient *self, PyObject *args)
 {
-	unsigned long long id;
-	unsigned int n;
+	struct int_arg id = INT_ARG("commit: lease_id", UINT64_MAX);
+	struct int_arg n = INT_ARG("commit: n", UINT32_MAX);
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "KI:commit", &id, &n))
+	if (!PyArg_ParseTuple(args, "O&O&:commit", int_conv, &id, int_conv, &n))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
-	CALL(ret, kvp_commit(self->c, id, n));
+	CALL(ret, kvp_commit(self->c, id.v, (uint32_t)n.v));
 	client_leave(self);
 	if (ret < 0)
 		return kvp_raise_client(self, ret);
@@ -332,10 +349,10 @@ static PyObject *client_commit(KvpClient *self, PyObject *args)
 
 static PyObject *client_release(KvpClient *self, PyObject *arg)
 {
-	unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+	uint64_t id;
 	int ret;
 
-	if (id == (unsigned long long)-1 && PyErr_Occurred())
+	if (int_arg(arg, "release: lease_id", UINT64_MAX, &id))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
@@ -350,10 +367,10 @@ static PyObject *client_release(KvpClient *self, PyObject *arg)
 
 static PyObject *client_offload(KvpClient *self, PyObject *arg)
 {
-	unsigned long long user = PyLong_AsUnsignedLongLong(arg);
+	uint64_t user;
 	int ret;
 
-	if (user == (unsigned long long)-1 && PyErr_Occurred())
+	if (int_arg(arg, "offload: user", UINT64_MAX, &user))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
@@ -401,24 +418,31 @@ static int tiers_from_object(PyObject *o, uint32_t *sel)
 		}
 		return 0;
 	}
-	*sel = (uint32_t)PyLong_AsUnsignedLong(o);
-	return PyErr_Occurred() ? -1 : 0;
+	{
+		uint64_t v;
+
+		if (int_arg(o, "tier", UINT32_MAX, &v))
+			return -1;
+		*sel = (uint32_t)v;
+	}
+	return 0;
 }
 
 static PyObject *client_evict(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "user", "tier", NULL };
-	unsigned long long user;
+	struct int_arg user = INT_ARG("evict: user", UINT64_MAX);
 	PyObject *tier = NULL;
 	uint32_t sel;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "K|O:evict", kwlist, &user, &tier) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O:evict", kwlist, int_conv, &user,
+					 &tier) ||
 	    tiers_from_object(tier, &sel))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
-	CALL(ret, kvp_evict(self->c, user, sel));
+	CALL(ret, kvp_evict(self->c, user.v, sel));
 	client_leave(self);
 	if (ret < 0)
 		return kvp_raise_client(self, ret);
@@ -688,15 +712,17 @@ static PyObject *client_clients(KvpClient *self, PyObject *unused)
 static PyObject *client_view(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "offset", "shape", "strides", "dtype", NULL };
-	unsigned long long off;
+	struct int_arg off_a = INT_ARG("_view: offset", UINT64_MAX);
+	uint64_t off;
 	PyObject *shape_o, *strides_o, *shape = NULL, *strides = NULL;
 	int dtype = -1;
 	KvpView *v;
 	uint64_t elem, last, tier_bytes;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "KOO|i:_view", kwlist, &off,
-					 &shape_o, &strides_o, &dtype))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO|i:_view", kwlist, int_conv,
+					 &off_a, &shape_o, &strides_o, &dtype))
 		return NULL;
+	off = off_a.v;
 	if (client_check_open(self))
 		return NULL;
 	if (!self->tier) {
@@ -781,15 +807,19 @@ err:
  */
 static PyObject *client_bench_info(KvpClient *self, PyObject *args)
 {
-	unsigned long long user;
+	struct int_arg user_a = INT_ARG("_bench_info: user", UINT64_MAX);
+	struct int_arg n_a = INT_ARG("_bench_info: n", 1u << 24);
+	uint64_t user;
 	unsigned int n;
 	struct kvp_user_info in;
 	PyObject *list;
 	uint64_t *ns;
 	int ret = 0;
 
-	if (!PyArg_ParseTuple(args, "KI:_bench_info", &user, &n))
+	if (!PyArg_ParseTuple(args, "O&O&:_bench_info", int_conv, &user_a, int_conv, &n_a))
 		return NULL;
+	user = user_a.v;
+	n = (unsigned int)n_a.v;
 	ns = PyMem_Malloc((n ? n : 1) * sizeof(*ns));
 	if (!ns)
 		return PyErr_NoMemory();

@@ -45,8 +45,13 @@ typedef struct {
 	 * releases them even while Views keep the mapping alive. */
 	uint64_t *live;
 	Py_ssize_t nlive, caplive;
+	long pid;                /* the process that connected */
+	unsigned int fork_gen;   /* kvp_py_fork_gen when it connected */
 	PyObject *weakrefs;
 } KvpClient;
+
+/* Bumped in every fork() child (module.c). */
+extern unsigned int kvp_py_fork_gen;
 
 extern PyTypeObject KvpClient_Type;
 
@@ -151,6 +156,43 @@ int chunk_type_from_object(PyObject *o, uint32_t *type, int allow_all);
 
 PyObject *user_info_to_object(const struct kvp_user_info *in);
 PyObject *user_info_to_dict(const struct kvp_user_info *in);
+
+/* source.c: integer arguments, range-checked (never wrapped). int_arg()
+ * raises TypeError / OverflowError naming the argument and 0..max. */
+int int_arg(PyObject *o, const char *name, uint64_t max, uint64_t *out);
+/* For PyArg's "O&": struct int_arg a = { "first", UINT32_MAX }; then a.v. */
+struct int_arg {
+	const char *name;
+	uint64_t max;
+	uint64_t v;
+};
+int int_conv(PyObject *o, void *arg);
+#define INT_ARG(nm, mx) { .name = (nm), .max = (mx), .v = 0 }
+
+/* source.c: the memory an append reads (see SOURCES there). */
+struct kv_src {
+	const void *ptr;        /* first byte */
+	uint64_t nbytes;        /* bytes there from ptr */
+	int ndim;
+	int64_t shape[VIEW_MAX_DIMS];
+	int device;             /* -1: host; else the CUDA device */
+	uint32_t dtype;         /* enum kvp_dtype (DLPack sources) */
+	uint8_t dl_code, dl_bits;
+	uint32_t itemsize;      /* buffers */
+	int is_torch, is_buffer;
+	void *stream;           /* a torch tensor on CUDA: torch's current stream */
+	Py_buffer buf;
+	int have_buf;
+	PyObject *keep;         /* the capsule that keeps ptr alive */
+};
+/* Fill s from o (torch tensor, DLPack capsule or __dlpack__, buffer); what
+ * names the call in errors. 0, or -1 with TypeError / ValueError. */
+int src_get(PyObject *o, const char *what, struct kv_src *s);
+void src_release(struct kv_src *s);
+/* Rows of row_bytes in s after checking dtype, device and the inner shape
+ * (inner[0..ninner)); -1 with an exception. */
+int64_t src_rows(KvpClient *c, const struct kv_src *s, const char *what,
+		 const int64_t *inner, int ninner, uint64_t row_bytes);
 
 /* Methods defined in share.c and queue.c, part of Client's method table. */
 extern PyMethodDef client_share_methods[];

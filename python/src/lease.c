@@ -126,12 +126,13 @@ static int lease_check_live(KvpLease *s, const char *what)
 	return client_check_open(s->client);
 }
 
-static int lease_check_range(KvpLease *s, unsigned long first, unsigned long n)
+static int lease_check_range(KvpLease *s, uint64_t first, uint64_t n)
 {
 	if (first > s->l.n_new || n > s->l.n_new - first) {
 		PyErr_Format(PyExc_IndexError,
-			     "tokens [%lu, %lu) are outside the %u new tokens of lease %llu",
-			     first, first + n, s->l.n_new, (unsigned long long)s->l.id);
+			     "tokens [%llu, %llu) are outside the %u new tokens of lease %llu",
+			     (unsigned long long)first, (unsigned long long)(first + n),
+			     s->l.n_new, (unsigned long long)s->l.id);
 		return -1;
 	}
 	return 0;
@@ -139,186 +140,215 @@ static int lease_check_range(KvpLease *s, unsigned long first, unsigned long n)
 
 /* ------------------------------------------------------------ append */
 
-/* The copy itself, checks done, the client's lock held. */
+/* The copy itself, checks done; the client's lock is taken here. kv: one
+ * [n][layers][2][heads][dim] source; else k and v, per layer (layer < 0:
+ * every layer) or of one layer. sync: the copy is done when this returns
+ * (a device source torch does not own: nothing else keeps it alive). */
 static int do_append(KvpLease *s, uint32_t first, uint32_t n, const void *kv,
-		     const void *const *k, const void *const *v, void *stream)
+		     const void *const *k, const void *const *v, int32_t layer,
+		     void *stream, int sync)
 {
 	KvpClient *c = s->client;
 	int ret;
 
+	if (client_enter(c))
+		return -1;
 	Py_BEGIN_ALLOW_THREADS
-	if (kv)
+	if (kv && sync)
+		ret = kvp_append(c->c, &s->l, first, n, kv);
+	else if (kv)
 		ret = kvp_append_async(c->c, &s->l, first, n, kv, stream);
+	else if (layer >= 0)
+		ret = kvp_append_layer_async(c->c, &s->l, (uint32_t)layer, first, n,
+					     k[0], v[0], stream);
 	else
 		ret = kvp_append_layers_async(c->c, &s->l, first, n, k, v, stream);
 	Py_END_ALLOW_THREADS
-	if (ret < 0) {
+	if (ret < 0)
 		kvp_raise_client(c, ret);
-		return -1;
-	}
-	return 0;
+	client_leave(c);
+	return ret < 0 ? -1 : 0;
 }
 
 static PyObject *lease_append(KvpLease *s, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "kv", "first", NULL };
 	const struct kvp_layout *L = &s->client->layout;
-	unsigned long first = 0;
-	Py_buffer b;
-	uint64_t n;
-	int ret;
+	const int64_t inner[] = { L->layers, 2, L->kv_heads, L->head_dim };
+	struct int_arg first = INT_ARG("first", UINT32_MAX);
+	PyObject *kv_o, *res = NULL;
+	struct kv_src src;
+	int64_t n;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|k:append", kwlist, &b, &first))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&:append", kwlist, &kv_o,
+					 int_conv, &first))
 		return NULL;
-	if (lease_check_live(s, "append"))
-		goto err;
-	if (b.len % L->token_bytes) {
-		PyErr_Format(PyExc_ValueError,
-			     "append: %zd bytes are not whole tokens of %llu bytes "
-			     "([n][layers][2][kv_heads][head_dim] of %s)", b.len,
-			     (unsigned long long)L->token_bytes, kvp_dtype_name(L->dtype));
-		goto err;
-	}
-	n = (uint64_t)b.len / L->token_bytes;
-	if (lease_check_range(s, first, (unsigned long)n) || client_enter(s->client))
-		goto err;
-	ret = do_append(s, (uint32_t)first, (uint32_t)n, b.buf, NULL, NULL, NULL);
-	client_leave(s->client);
-	PyBuffer_Release(&b);
-	if (ret)
+	if (lease_check_live(s, "append") || src_get(kv_o, "append", &src))
 		return NULL;
-	Py_RETURN_NONE;
-err:
-	PyBuffer_Release(&b);
-	return NULL;
+	n = src_rows(s->client, &src, "append", inner, 4, L->token_bytes);
+	if (n >= 0 && !lease_check_range(s, first.v, (uint64_t)n) &&
+	    !do_append(s, (uint32_t)first.v, (uint32_t)n, src.ptr, NULL, NULL, -1,
+		       src.stream, src.device >= 0 && !src.is_torch))
+		res = Py_NewRef(Py_None);
+	src_release(&src);
+	return res;
 }
 
-/* _append_ptr(first, n, ptr, nbytes, stream=0): the torch path. */
-static PyObject *lease_append_ptr(KvpLease *s, PyObject *args)
+/*
+ * The sources of count per-layer K or V objects ([n][kv_heads][head_dim]
+ * each) into src[0..count); *n their common tokens. On the cuda backend only
+ * torch tensors: the per-layer copies are asynchronous, and only torch keeps
+ * device memory alive until its stream reaches them.
+ */
+static int layer_sources(KvpLease *s, PyObject *const *objs, Py_ssize_t count,
+			 const char *what, struct kv_src *src, int64_t *n)
 {
 	const struct kvp_layout *L = &s->client->layout;
-	unsigned long first, n;
-	unsigned long long ptr, nbytes, stream = 0;
-	int ret;
+	const int64_t inner[] = { L->kv_heads, L->head_dim };
+	const uint64_t row = (uint64_t)L->kv_heads * L->head_dim * L->elem_bytes;
 
-	if (!PyArg_ParseTuple(args, "kkKK|K:_append_ptr", &first, &n, &ptr, &nbytes,
-			      &stream))
-		return NULL;
-	if (lease_check_live(s, "append") || lease_check_range(s, first, n))
-		return NULL;
-	if (nbytes != (unsigned long long)n * L->token_bytes || (!ptr && n)) {
-		PyErr_Format(PyExc_ValueError,
-			     "append: %llu bytes for %lu tokens of %llu bytes", nbytes, n,
-			     (unsigned long long)L->token_bytes);
-		return NULL;
+	for (Py_ssize_t i = 0; i < count; i++) {
+		int64_t rows;
+
+		if (src_get(objs[i], what, &src[i]))
+			return -1;
+		rows = src_rows(s->client, &src[i], what, inner, 2, row);
+		if (rows < 0)
+			return -1;
+		if (i && rows != *n) {
+			PyErr_Format(PyExc_ValueError, "%s: every K and V holds the same "
+				     "tokens (%lld, then %lld)", what, (long long)*n,
+				     (long long)rows);
+			return -1;
+		}
+		*n = rows;
+		if (src[i].device >= 0 && !src[i].is_torch) {
+			PyErr_Format(PyExc_TypeError,
+				     "%s: on the cuda backend pass torch tensors (the copy "
+				     "runs on torch's current stream); for other device "
+				     "memory use append()", what);
+			return -1;
+		}
 	}
-	if (client_enter(s->client))
-		return NULL;
-	ret = do_append(s, (uint32_t)first, (uint32_t)n, (const void *)(uintptr_t)ptr,
-			NULL, NULL, (void *)(uintptr_t)stream);
-	client_leave(s->client);
-	if (ret)
-		return NULL;
-	Py_RETURN_NONE;
+	return 0;
 }
 
-/* _append_layers_ptr(first, n, k_ptrs, v_ptrs, stream=0): per-layer
- * [n][kv_heads][head_dim] buffers, one pointer per layer each. */
-static PyObject *lease_append_layers_ptr(KvpLease *s, PyObject *args)
+/* append_layers(k, v, first=0): k[layer], v[layer] [n][kv_heads][head_dim]. */
+static PyObject *lease_append_layers(KvpLease *s, PyObject *args, PyObject *kw)
 {
+	static char *kwlist[] = { "k", "v", "first", NULL };
 	const struct kvp_layout *L = &s->client->layout;
-	unsigned long first, n;
-	unsigned long long stream = 0;
-	PyObject *ko, *vo, *kf = NULL, *vf = NULL;
-	const void **k = NULL, **v = NULL;
-	PyObject *res = NULL;
-	int ret;
+	struct int_arg first = INT_ARG("first", UINT32_MAX);
+	const Py_ssize_t count = 2 * (Py_ssize_t)L->layers;
+	PyObject *ko, *vo, *kf = NULL, *vf = NULL, *res = NULL, **objs = NULL;
+	struct kv_src *src = NULL;
+	const void **ptr = NULL;
+	int64_t n = 0;
 
-	if (!PyArg_ParseTuple(args, "kkOO|K:_append_layers_ptr", &first, &n, &ko, &vo,
-			      &stream))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O&:append_layers", kwlist, &ko,
+					 &vo, int_conv, &first))
 		return NULL;
-	if (lease_check_live(s, "append_layers") || lease_check_range(s, first, n))
+	if (lease_check_live(s, "append_layers"))
 		return NULL;
-	kf = PySequence_Fast(ko, "k pointers: a sequence of ints");
-	vf = kf ? PySequence_Fast(vo, "v pointers: a sequence of ints") : NULL;
+	kf = PySequence_Fast(ko, "append_layers: k is a sequence of per-layer tensors");
+	vf = kf ? PySequence_Fast(vo, "append_layers: v is a sequence of per-layer "
+				  "tensors") : NULL;
 	if (!vf)
 		goto out;
 	if (PySequence_Fast_GET_SIZE(kf) != L->layers ||
 	    PySequence_Fast_GET_SIZE(vf) != L->layers) {
-		PyErr_Format(PyExc_ValueError, "append_layers: %u layers of K and of V",
-			     L->layers);
+		PyErr_Format(PyExc_ValueError, "append_layers: %u layers of K and of V, "
+			     "not %zd and %zd", L->layers, PySequence_Fast_GET_SIZE(kf),
+			     PySequence_Fast_GET_SIZE(vf));
 		goto out;
 	}
-	k = PyMem_Calloc(L->layers, sizeof(*k));
-	v = PyMem_Calloc(L->layers, sizeof(*v));
-	if (!k || !v) {
+	objs = PyMem_Calloc((size_t)count, sizeof(*objs));
+	src = PyMem_Calloc((size_t)count, sizeof(*src));
+	ptr = PyMem_Calloc((size_t)count, sizeof(*ptr));
+	if (!objs || !src || !ptr) {
 		PyErr_NoMemory();
 		goto out;
 	}
 	for (uint32_t i = 0; i < L->layers; i++) {
-		k[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(kf, i));
-		v[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(vf, i));
-		if (PyErr_Occurred())
-			goto out;
-		if ((!k[i] || !v[i]) && n) {
-			PyErr_SetString(PyExc_ValueError, "append_layers: a NULL pointer");
-			goto out;
-		}
+		objs[i] = PySequence_Fast_GET_ITEM(kf, i);
+		objs[L->layers + i] = PySequence_Fast_GET_ITEM(vf, i);
 	}
-	if (client_enter(s->client))
+	if (layer_sources(s, objs, count, "append_layers", src, &n) ||
+	    lease_check_range(s, first.v, (uint64_t)n))
 		goto out;
-	ret = do_append(s, (uint32_t)first, (uint32_t)n, NULL, k, v,
-			(void *)(uintptr_t)stream);
-	client_leave(s->client);
-	if (!ret)
+	for (Py_ssize_t i = 0; i < count; i++)
+		ptr[i] = src[i].ptr;
+	if (!do_append(s, (uint32_t)first.v, (uint32_t)n, NULL, ptr, ptr + L->layers, -1,
+		       src[0].stream, 0))
 		res = Py_NewRef(Py_None);
 out:
-	PyMem_Free(k);
-	PyMem_Free(v);
+	for (Py_ssize_t i = 0; src && i < count; i++)
+		src_release(&src[i]);
+	PyMem_Free(src);
+	PyMem_Free(objs);
+	PyMem_Free(ptr);
 	Py_XDECREF(kf);
 	Py_XDECREF(vf);
 	return res;
 }
 
-/* _append_layer_ptr(layer, first, n, k_ptr, v_ptr, stream=0): one layer's
- * [n][kv_heads][head_dim] K and V (kvp_append_layer_async). */
-static PyObject *lease_append_layer_ptr(KvpLease *s, PyObject *args)
+/* append_layer(layer, k, v, first=0): one layer's K and V,
+ * [n][kv_heads][head_dim] each (kvp_append_layer_async). */
+static PyObject *lease_append_layer(KvpLease *s, PyObject *args, PyObject *kw)
 {
-	unsigned long layer, first, n;
-	unsigned long long stream = 0;
-	PyObject *ko, *vo;
-	const void *k, *v;
-	int ret;
+	static char *kwlist[] = { "layer", "k", "v", "first", NULL };
+	struct int_arg layer = INT_ARG("layer", s->client->layout.layers ?
+				       s->client->layout.layers - 1 : 0);
+	struct int_arg first = INT_ARG("first", UINT32_MAX);
+	PyObject *objs[2], *res = NULL;
+	struct kv_src src[2];
+	const void *ptr[2];
+	int64_t n = 0;
 
-	if (!PyArg_ParseTuple(args, "kkkOO|K:_append_layer_ptr", &layer, &first, &n,
-			      &ko, &vo, &stream))
+	memset(src, 0, sizeof(src));
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO|O&:append_layer", kwlist,
+					 int_conv, &layer, &objs[0], &objs[1], int_conv,
+					 &first))
 		return NULL;
-	if (lease_check_live(s, "append_layer") || lease_check_range(s, first, n))
+	if (lease_check_live(s, "append_layer"))
 		return NULL;
-	k = PyLong_AsVoidPtr(ko);
-	v = PyLong_AsVoidPtr(vo);
-	if (PyErr_Occurred())
-		return NULL;
-	if (client_enter(s->client))
-		return NULL;
-	CALL(ret, kvp_append_layer_async(s->client->c, &s->l, (uint32_t)layer,
-					 (uint32_t)first, (uint32_t)n, k, v,
-					 (void *)(uintptr_t)stream));
-	client_leave(s->client);
-	if (ret < 0)
-		return kvp_raise_client(s->client, ret);
-	Py_RETURN_NONE;
+	if (!layer_sources(s, objs, 2, "append_layer", src, &n) &&
+	    !lease_check_range(s, first.v, (uint64_t)n)) {
+		ptr[0] = src[0].ptr;
+		ptr[1] = src[1].ptr;
+		if (!do_append(s, (uint32_t)first.v, (uint32_t)n, NULL, &ptr[0], &ptr[1],
+			       (int32_t)layer.v, src[0].stream, 0))
+			res = Py_NewRef(Py_None);
+	}
+	src_release(&src[0]);
+	src_release(&src[1]);
+	return res;
 }
 
-/* _check_write(first, n): what a write through the views needs (the torch
- * per-layer path, which writes with torch ops and not through the library). */
+/*
+ * _check_write(first, n): raise unless tokens [first, first + n) are
+ * writable now, as the library sees it: an append of 0 tokens at first runs
+ * every lease check of kvp_append (open, this client's, not committed) and
+ * writes nothing. For writers that cannot go through the library (a CUDA
+ * graph replaying captured slots): check before each replay.
+ */
 static PyObject *lease_check_write(KvpLease *s, PyObject *args)
 {
-	unsigned long first, n;
+	struct int_arg first = INT_ARG("first", UINT32_MAX);
+	struct int_arg n = INT_ARG("n", UINT32_MAX);
+	KvpClient *c = s->client;
+	int ret;
 
-	if (!PyArg_ParseTuple(args, "kk:_check_write", &first, &n))
+	if (!PyArg_ParseTuple(args, "O&O&:_check_write", int_conv, &first, int_conv, &n))
 		return NULL;
-	if (lease_check_live(s, "append") || lease_check_range(s, first, n))
+	if (lease_check_live(s, "append") || lease_check_range(s, first.v, n.v) ||
+	    client_enter(c))
+		return NULL;
+	CALL(ret, kvp_append(c->c, &s->l, (uint32_t)first.v, 0, NULL));
+	if (ret < 0)
+		kvp_raise_client(c, ret);
+	client_leave(c);
+	if (ret < 0)
 		return NULL;
 	Py_RETURN_NONE;
 }
@@ -329,18 +359,13 @@ static PyObject *lease_commit(KvpLease *s, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "n", NULL };
 	PyObject *n_o = Py_None;
-	unsigned long n;
+	uint64_t n = s->l.n_new;
 	int ret;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:commit", kwlist, &n_o))
 		return NULL;
-	if (n_o == Py_None) {
-		n = s->l.n_new;
-	} else {
-		n = PyLong_AsUnsignedLong(n_o);
-		if (n == (unsigned long)-1 && PyErr_Occurred())
-			return NULL;
-	}
+	if (n_o != Py_None && int_arg(n_o, "commit: n", UINT32_MAX, &n))
+		return NULL;
 	if (s->kind == LEASE_CHUNK_FILL || s->kind == LEASE_CHUNK_READ) {
 		PyErr_SetString(PyExc_TypeError,
 				"a chunk lease is not committed: seal() a chunk you filled, "
@@ -535,18 +560,22 @@ static PyMethodDef lease_methods[] = {
 	{ "append", (PyCFunction)(void (*)(void))lease_append, METH_VARARGS | METH_KEYWORDS,
 	  "append($self, /, kv, first=0)\n--\n\n"
 	  "Write K and V of new tokens [first, first + n) into their page slots\n"
-	  "(kvp_append) from a buffer ([n][layers][2][kv_heads][head_dim] elements\n"
-	  "of the layout's dtype, e.g. a numpy array). The package's Lease.append\n"
-	  "takes torch tensors too. No round trip." },
-	{ "_append_ptr", (PyCFunction)lease_append_ptr, METH_VARARGS,
-	  "_append_ptr($self, first, n, ptr, nbytes, stream=0, /)\n--\n\n"
-	  "kvp_append_async from memory at ptr (host on shm, device on cuda)." },
-	{ "_append_layers_ptr", (PyCFunction)lease_append_layers_ptr, METH_VARARGS,
-	  "_append_layers_ptr($self, first, n, k_ptrs, v_ptrs, stream=0, /)\n--\n\n"
-	  "kvp_append_layers_async from per-layer [n][kv_heads][head_dim] buffers." },
-	{ "_append_layer_ptr", (PyCFunction)lease_append_layer_ptr, METH_VARARGS,
-	  "_append_layer_ptr($self, layer, first, n, k_ptr, v_ptr, stream=0, /)\n--\n\n"
-	  "kvp_append_layer_async from one layer's [n][kv_heads][head_dim] K and V." },
+	  "(kvp_append) from kv: a torch tensor or DLPack tensor of shape\n"
+	  "[n, layers, 2, kv_heads, head_dim] in the pool's dtype, contiguous, where\n"
+	  "the pool is (host memory on shm, the pool's GPU on cuda), or a buffer\n"
+	  "(numpy array, bytes) of n whole tokens. A tensor is read only within its\n"
+	  "storage. On cuda a torch tensor is copied on torch's current stream\n"
+	  "(commit() waits for it); other device memory synchronously." },
+	{ "append_layers", (PyCFunction)(void (*)(void))lease_append_layers,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "append_layers($self, /, k, v, first=0)\n--\n\n"
+	  "Write new tokens [first, first + n) from per-layer sources: k[layer] and\n"
+	  "v[layer] of shape [n, kv_heads, head_dim] (kvp_append_layers_async)." },
+	{ "append_layer", (PyCFunction)(void (*)(void))lease_append_layer,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "append_layer($self, /, layer, k, v, first=0)\n--\n\n"
+	  "Write one layer's K and V ([n, kv_heads, head_dim]) of new tokens\n"
+	  "[first, first + n) (kvp_append_layer_async)." },
 	{ "_check_write", (PyCFunction)lease_check_write, METH_VARARGS,
 	  "Raise unless tokens [first, first + n) are writable now." },
 	{ "commit", (PyCFunction)(void (*)(void))lease_commit, METH_VARARGS | METH_KEYWORDS,

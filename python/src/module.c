@@ -10,7 +10,9 @@
 #include "kvpoolmodule.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 PyObject *ClientClosedError;
 PyObject *StaleLeaseError;
@@ -224,7 +226,7 @@ int chunk_type_from_object(PyObject *o, uint32_t *type, int allow_all)
 
 		if (t == -1 && PyErr_Occurred())
 			return -1;
-		if (!kvp_chunk_type_name((uint32_t)t) || t < 0) {
+		if (t < 0 || t > (long)UINT32_MAX || !kvp_chunk_type_name((uint32_t)t)) {
 			PyErr_Format(PyExc_ValueError, "unknown chunk type %ld", t);
 			return -1;
 		}
@@ -389,6 +391,17 @@ static PyMethodDef *concat_methods(void)
 }
 
 /* The one exported symbol; the prototype satisfies -Wmissing-prototypes. */
+/* ------------------------------------------------------------ fork */
+
+/* Bumped in every child fork() makes: a Client made before it is the
+ * parent's (client.c, client_check_open). */
+unsigned int kvp_py_fork_gen;
+
+static void fork_child(void)
+{
+	__atomic_add_fetch(&kvp_py_fork_gen, 1, __ATOMIC_RELAXED);
+}
+
 PyMODINIT_FUNC PyInit__kvpool(void);
 
 PyMODINIT_FUNC PyInit__kvpool(void)
@@ -419,6 +432,13 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	m = PyModule_Create(&kvpool_module);
 	if (!m)
 		return NULL;
+	/* Once per process: a module is initialised once per interpreter. */
+	{
+		static int hooked;
+
+		if (!hooked && !pthread_atfork(NULL, NULL, fork_child))
+			hooked = 1;
+	}
 	Py_INCREF(&KvpClient_Type);
 	Py_INCREF(&KvpLease_Type);
 	Py_INCREF(&KvpView_Type);

@@ -76,32 +76,36 @@ static int lease_id_from_object(PyObject *o, uint64_t *id)
 		*id = ((KvpLease *)o)->l.id;
 		return 0;
 	}
-	*id = PyLong_AsUnsignedLongLong(o);
-	return PyErr_Occurred() ? -1 : 0;
+	return int_arg(o, "lease", UINT64_MAX, id);
 }
 
 static PyObject *q_info(KvpClient *self, PyObject *args)
 {
-	unsigned long long user, tag = 0;
+	struct int_arg user = INT_ARG("queue_info: user", UINT64_MAX);
+	struct int_arg tag = INT_ARG("queue_info: tag", UINT64_MAX);
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "K|K:queue_info", &user, &tag) || client_enter(self))
+	if (!PyArg_ParseTuple(args, "O&|O&:queue_info", int_conv, &user, int_conv, &tag) ||
+	    client_enter(self))
 		return NULL;
-	ret = kvp_queue_info(self->c, user, tag);
+	ret = kvp_queue_info(self->c, user.v, tag.v);
 	client_leave(self);
 	return queue_result(self, ret);
 }
 
 static PyObject *q_prepare(KvpClient *self, PyObject *args)
 {
-	unsigned long long user, start, tag = 0;
-	unsigned int n_new;
+	struct int_arg user = INT_ARG("queue_prepare: user", UINT64_MAX);
+	struct int_arg start = INT_ARG("queue_prepare: start_pos", UINT64_MAX);
+	struct int_arg n_new = INT_ARG("queue_prepare: n_new", UINT32_MAX);
+	struct int_arg tag = INT_ARG("queue_prepare: tag", UINT64_MAX);
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "KKI|K:queue_prepare", &user, &start, &n_new, &tag) ||
+	if (!PyArg_ParseTuple(args, "O&O&O&|O&:queue_prepare", int_conv, &user, int_conv,
+			      &start, int_conv, &n_new, int_conv, &tag) ||
 	    client_enter(self))
 		return NULL;
-	ret = kvp_queue_prepare(self->c, user, start, n_new, tag);
+	ret = kvp_queue_prepare(self->c, user.v, start.v, (uint32_t)n_new.v, tag.v);
 	client_leave(self);
 	return queue_result(self, ret);
 }
@@ -109,17 +113,18 @@ static PyObject *q_prepare(KvpClient *self, PyObject *args)
 static PyObject *q_commit(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "lease", "n", "release", "tag", NULL };
-	unsigned long long tag = 0;
-	unsigned int n;
+	struct int_arg n = INT_ARG("queue_commit: n", UINT32_MAX);
+	struct int_arg tag = INT_ARG("queue_commit: tag", UINT64_MAX);
 	int release = 0, ret;
 	PyObject *lease_o;
 	uint64_t id;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|pK:queue_commit", kwlist, &lease_o,
-					 &n, &release, &tag) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|pO&:queue_commit", kwlist,
+					 &lease_o, int_conv, &n, &release, int_conv,
+					 &tag) ||
 	    lease_id_from_object(lease_o, &id) || client_enter(self))
 		return NULL;
-	CALL(ret, kvp_queue_commit(self->c, id, n, release, tag));
+	CALL(ret, kvp_queue_commit(self->c, id, (uint32_t)n.v, release, tag.v));
 	client_leave(self);
 	if (ret >= 0 && PyObject_TypeCheck(lease_o, &KvpLease_Type)) {
 		/* Queued: the Lease may not be used to write any more; a
@@ -135,15 +140,15 @@ static PyObject *q_commit(KvpClient *self, PyObject *args, PyObject *kw)
 
 static PyObject *q_release(KvpClient *self, PyObject *args)
 {
-	unsigned long long tag = 0;
+	struct int_arg tag = INT_ARG("queue_release: tag", UINT64_MAX);
 	PyObject *lease_o;
 	uint64_t id;
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "O|K:queue_release", &lease_o, &tag) ||
+	if (!PyArg_ParseTuple(args, "O|O&:queue_release", &lease_o, int_conv, &tag) ||
 	    lease_id_from_object(lease_o, &id) || client_enter(self))
 		return NULL;
-	CALL(ret, kvp_queue_release(self->c, id, tag));
+	CALL(ret, kvp_queue_release(self->c, id, tag.v));
 	client_leave(self);
 	if (ret >= 0) {
 		if (PyObject_TypeCheck(lease_o, &KvpLease_Type))
@@ -171,13 +176,20 @@ static PyObject *q_submit(KvpClient *self, PyObject *unused)
 static PyObject *q_reap(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "min_complete", "max", NULL };
-	unsigned int min_complete = 1, max = REAP_MAX;
+	struct int_arg min_a = INT_ARG("reap: min_complete", UINT32_MAX);
+	struct int_arg max_a = INT_ARG("reap: max", UINT32_MAX);
+	unsigned int min_complete, max;
 	struct kvp_completion *cq;
 	PyObject *list = NULL;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|II:reap", kwlist, &min_complete, &max))
+	min_a.v = 1;
+	max_a.v = REAP_MAX;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&:reap", kwlist, int_conv, &min_a,
+					 int_conv, &max_a))
 		return NULL;
+	min_complete = (unsigned int)min_a.v;
+	max = (unsigned int)max_a.v;
 	if (max == 0 || max > REAP_MAX)
 		max = REAP_MAX;
 	if (min_complete > max)

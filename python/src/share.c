@@ -55,16 +55,18 @@ static PyObject *seq_lease(KvpClient *self, const struct kvp_lease *l, uint64_t 
 
 static PyObject *c_seq_alloc(KvpClient *self, PyObject *args)
 {
-	unsigned long long seq;
+	struct int_arg seq_a = INT_ARG("seq_alloc: seq", UINT64_MAX);
+	uint64_t seq;
 	PyObject *tok_o, *res = NULL;
 	struct kvp_lease l;
 	uint32_t *tok, n;
 	int owned, ret;
 	Py_buffer vb;
 
-	if (!PyArg_ParseTuple(args, "KO:seq_alloc", &seq, &tok_o) ||
+	if (!PyArg_ParseTuple(args, "O&O:seq_alloc", int_conv, &seq_a, &tok_o) ||
 	    tokens_from_object(tok_o, &tok, &n, &owned, &vb))
 		return NULL;
+	seq = seq_a.v;
 	if (client_enter(self))
 		goto out;
 	CALL(ret, kvp_seq_alloc(self->c, seq, tok, n, &l));
@@ -103,9 +105,11 @@ static int src_from_object(PyObject *o, struct kvp_seq_src *s)
 		kind = !strcmp(k, "user") ? KVP_SRC_USER : !strcmp(k, "chunk") ?
 		       KVP_SRC_CHUNK : !strcmp(k, "seq") ? KVP_SRC_SEQ : -1;
 	} else {
-		kind = PyLong_AsLong(kind_o);
-		if (kind == -1 && PyErr_Occurred())
+		uint64_t k;
+
+		if (int_arg(kind_o, "source kind", 16, &k))
 			return -1;
+		kind = (long)k;
 	}
 	s->kind = (uint32_t)kind;
 	switch (kind) {
@@ -113,14 +117,13 @@ static int src_from_object(PyObject *o, struct kvp_seq_src *s)
 		return chunk_id_from_object(id_o, &s->chunk);
 	case KVP_SRC_USER:
 		if (n == 3) {
-			s->tokens = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(o, 2));
-			if (PyErr_Occurred())
+			if (int_arg(PyTuple_GET_ITEM(o, 2), "source tokens", UINT64_MAX,
+				    &s->tokens))
 				return -1;
 		}
 		/* fall through */
 	case KVP_SRC_SEQ:
-		s->id = PyLong_AsUnsignedLongLong(id_o);
-		return PyErr_Occurred() ? -1 : 0;
+		return int_arg(id_o, "source id", UINT64_MAX, &s->id);
 	default:
 		PyErr_SetString(PyExc_ValueError,
 				"a source kind is 'user', 'chunk' or 'seq'");
@@ -131,17 +134,21 @@ static int src_from_object(PyObject *o, struct kvp_seq_src *s)
 static PyObject *c_seq_create(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "seq", "sources", "n_new", NULL };
-	unsigned long long seq;
-	unsigned int n_new = 0;
+	struct int_arg seq_a = INT_ARG("seq_create: seq", UINT64_MAX);
+	struct int_arg n_a = INT_ARG("seq_create: n_new", UINT32_MAX);
+	uint64_t seq;
+	uint32_t n_new;
 	PyObject *src_o, *fast, *res = NULL;
 	struct kvp_seq_src *src = NULL;
 	struct kvp_lease l;
 	Py_ssize_t nsrc;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "KO|I:seq_create", kwlist, &seq,
-					 &src_o, &n_new))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|O&:seq_create", kwlist, int_conv,
+					 &seq_a, &src_o, int_conv, &n_a))
 		return NULL;
+	seq = seq_a.v;
+	n_new = (uint32_t)n_a.v;
 	fast = PySequence_Fast(src_o, "sources: a list of source tuples");
 	if (!fast)
 		return NULL;
@@ -171,17 +178,21 @@ out:
 static PyObject *c_seq_extend(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "seq", "n_new", "tokens", NULL };
-	unsigned long long seq;
-	unsigned int n_new;
+	struct int_arg seq_a = INT_ARG("seq_extend: seq", UINT64_MAX);
+	struct int_arg n_a = INT_ARG("seq_extend: n_new", UINT32_MAX);
+	uint64_t seq;
+	uint32_t n_new;
 	PyObject *tok_o = Py_None, *res = NULL;
 	uint32_t *tok = NULL, n = 0;
 	int owned = 0, ret;
 	Py_buffer vb = { 0 };
 	struct kvp_lease l;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "KI|O:seq_extend", kwlist, &seq,
-					 &n_new, &tok_o))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|O:seq_extend", kwlist, int_conv,
+					 &seq_a, int_conv, &n_a, &tok_o))
 		return NULL;
+	seq = seq_a.v;
+	n_new = (uint32_t)n_a.v;
 	if (tok_o != Py_None) {
 		if (tokens_from_object(tok_o, &tok, &n, &owned, &vb))
 			return NULL;
@@ -206,10 +217,10 @@ out:
 
 static PyObject *c_seq_free(KvpClient *self, PyObject *arg)
 {
-	unsigned long long seq = PyLong_AsUnsignedLongLong(arg);
+	uint64_t seq;
 	int ret;
 
-	if (seq == (unsigned long long)-1 && PyErr_Occurred())
+	if (int_arg(arg, "seq_free: seq", UINT64_MAX, &seq))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
@@ -331,16 +342,16 @@ static PyObject *c_chunk_link(KvpClient *self, PyObject *args, PyObject *kw)
 	PyObject *name_o, *parent_o, *res = NULL;
 	struct kvp_chunk_id name, parent;
 	struct kvp_chunk_reg reg;
-	unsigned int wait_ms = 0;
+	struct int_arg wait_ms = INT_ARG("chunk_link: wait_ms", UINT32_MAX);
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|I:chunk_link", kwlist, &name_o,
-					 &parent_o, &wait_ms) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O&:chunk_link", kwlist, &name_o,
+					 &parent_o, int_conv, &wait_ms) ||
 	    chunk_id_from_object(name_o, &name) ||
 	    chunk_id_from_object(parent_o, &parent) || client_enter(self))
 		return NULL;
 	memset(&reg, 0, sizeof(reg));
-	CALL(ret, kvp_chunk_link(self->c, &name, &parent, wait_ms, &reg));
+	CALL(ret, kvp_chunk_link(self->c, &name, &parent, (uint32_t)wait_ms.v, &reg));
 	if (ret < 0)
 		kvp_raise_client(self, ret);
 	else
@@ -353,16 +364,16 @@ static PyObject *c_chunk_acquire(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "id", "wait_ms", NULL };
 	PyObject *id_o, *res = NULL;
-	unsigned int wait_ms = 0;
+	struct int_arg wait_ms = INT_ARG("chunk_acquire: wait_ms", UINT32_MAX);
 	struct kvp_chunk_id id;
 	struct kvp_lease l;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:chunk_acquire", kwlist, &id_o,
-					 &wait_ms) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O&:chunk_acquire", kwlist, &id_o,
+					 int_conv, &wait_ms) ||
 	    chunk_id_from_object(id_o, &id) || client_enter(self))
 		return NULL;
-	CALL(ret, kvp_chunk_acquire(self->c, &id, wait_ms, &l));
+	CALL(ret, kvp_chunk_acquire(self->c, &id, (uint32_t)wait_ms.v, &l));
 	if (ret < 0) {
 		kvp_raise_client(self, ret);
 	} else {
@@ -647,10 +658,11 @@ static PyObject *c_chunk_clear(KvpClient *self, PyObject *args, PyObject *kw)
 
 static PyObject *c_chunk_evict_unused(KvpClient *self, PyObject *arg)
 {
-	unsigned long age = PyLong_AsUnsignedLong(arg);
+	uint64_t age;
 	int ret;
 
-	if ((age == (unsigned long)-1 && PyErr_Occurred()) || client_enter(self))
+	if (int_arg(arg, "chunk_evict_unused: max_age_s", UINT32_MAX, &age) ||
+	    client_enter(self))
 		return NULL;
 	CALL(ret, kvp_chunk_evict_unused(self->c, (uint32_t)age));
 	client_leave(self);
@@ -672,14 +684,12 @@ static PyObject *c_chunk_limits(KvpClient *self, PyObject *args, PyObject *kw)
 					 &ratio_o))
 		return NULL;
 	if (max_o != Py_None) {
-		max = PyLong_AsLongLong(max_o);
-		if (max == -1 && PyErr_Occurred())
+		uint64_t m;
+
+		if (int_arg(max_o, "max_chunks (0: unlimited; None keeps it)", INT64_MAX,
+			    &m))
 			return NULL;
-		if (max < 0) {
-			PyErr_SetString(PyExc_ValueError,
-					"max_chunks: 0 (unlimited) or more; None keeps it");
-			return NULL;
-		}
+		max = (long long)m;
 	}
 	if (ratio_o != Py_None) {
 		ratio = PyFloat_AsDouble(ratio_o);
@@ -743,9 +753,11 @@ static int req_from_object(PyObject *o, struct kvp_compose_req *r,
 	if (chunk_id_from_object(sys, &r->system) || chunk_id_from_object(query, &r->query))
 		return -1;
 	if (qo && qo != Py_None) {
-		r->qo_len = (uint32_t)PyLong_AsUnsignedLong(qo);
-		if (PyErr_Occurred())
+		uint64_t q;
+
+		if (int_arg(qo, "qo_len", UINT32_MAX, &q))
 			return -1;
+		r->qo_len = (uint32_t)q;
 	}
 	if (!ctxs || ctxs == Py_None)
 		return 0;

@@ -210,3 +210,32 @@ def test_plan_checks_shapes():
                     torch.randn(2, 2, 1, D))
     with pytest.raises(ValueError):
         Level.from_csr(_csr([(pool.table(4), 4, 2)], qo_len=1), P, rows=2, qo_len=3)
+
+
+def test_a_stale_lease_writes_nothing(client, user):
+    """With ``store=[(lease, first), ...]`` a plan writes its new tokens
+    through libkvpool (Lease.append_layer: kvp_append_layer_async), so the
+    library's lease checks cover it: through a good lease the K/V land where
+    the lease says; once the lease is no longer the client's (released by id
+    behind the plan's back, as a lease the daemon ended), write() and
+    attend() raise StaleLeaseError and not one byte of the pool changes."""
+    import kvpool
+    L = client.layout
+    H, Dh, n = L["kv_heads"], L["head_dim"], 5
+    lease = client.prepare(user, 0, 2 * n)
+    plan = Plan(client.layer, 1, n, [], store=[(lease, 0)])
+    k, v = torch.randn(1, H, n, Dh), torch.randn(1, H, n, Dh)
+    plan.write(0, k, v)
+    gk, gv = lease.gather(0, n)                          # [n, H, D] from the pages
+    assert torch.equal(gk, k[0].transpose(0, 1)) and torch.equal(gv, v[0].transpose(0, 1))
+    assert plan.store is not None and plan.store[0].numel() == n    # the slots, for readers
+    kvpool.Client.release(client, lease.id)              # the library forgets the lease
+    later = Plan(client.layer, 1, n, [], store=[(lease, n)])
+    before = client.tier().clone()
+    with pytest.raises(kvpool.StaleLeaseError):
+        later.write(1, k, v)
+    with pytest.raises(kvpool.StaleLeaseError):
+        later.attend(1, torch.randn(1, 2 * H, n, Dh), k, v)
+    assert torch.equal(client.tier(), before), "a stale lease wrote into the pool"
+    with pytest.raises(ValueError, match="rows"):
+        Plan(client.layer, 2, n, [], store=[(lease, 0)])

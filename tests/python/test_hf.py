@@ -178,6 +178,29 @@ if pytest is not None:
         cache.close(flush=False)
         assert client.info(user).len == len(prompt) + 2 and client.info(user).leases == 0
 
+    @pytest.mark.parametrize("mode", [dict(), dict(mirror=False)], ids=["mirror", "no-mirror"])
+    def test_a_stale_lease_writes_nothing(hf, client, user, mode):
+        """The cache writes its pages through libkvpool (Lease.append /
+        append_layer), so the library's lease checks cover it: once its open
+        lease is no longer this client's (released by id behind the cache's
+        back, as a lease the daemon ended), the next step raises
+        StaleLeaseError and not one byte of the pool changes."""
+        import contextlib
+        import kvpool
+        model, prompt = make_model(hf._tf), PROMPTS[0]
+        cache = hf.KVPoolCache(client, user, reserve=64, **mode)
+        first = greedy(model, [prompt], cache, 2)[0]        # one open lease, room left
+        lease = cache._leases[0]
+        assert lease is not None and not lease.released
+        kvpool.Client.release(client, lease.id)             # the library forgets it
+        before = client.tier().clone()
+        with pytest.raises(kvpool.StaleLeaseError):
+            greedy(model, [prompt + first], cache, 1)
+        assert torch.equal(client.tier(), before), "a stale lease wrote into the pool"
+        with contextlib.suppress(kvpool.KvpoolError):
+            cache.close(flush=False)
+        assert client.info(user).len == 0
+
     def test_geometry_and_dtype_are_checked(hf, client, user):
         cfg = make_model(hf._tf).config
         cfg.num_key_value_heads = 4

@@ -37,7 +37,7 @@ void write_key(struct engine *eng, const struct tlease *t, uint64_t key,
 	const struct kvp_layout *l = engine_layout(eng);
 	struct kvp_slot *slots = calloc(n ? n : 1, sizeof(*slots));
 	uint8_t *buf = malloc((size_t)(n ? n : 1) * l->token_bytes);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	assert_non_null(slots);
@@ -66,7 +66,7 @@ struct tlease seq_alloc_ok(struct engine *eng, uint64_t seq,
 			   const uint32_t *tokens, uint32_t n, uint32_t owner)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc;
 
@@ -85,7 +85,7 @@ struct tlease seq_create_ok(struct engine *eng, uint64_t seq,
 			    uint32_t n_new, uint32_t owner)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc;
 
@@ -103,7 +103,7 @@ struct tlease seq_extend_ok(struct engine *eng, uint64_t seq, uint32_t n_new,
 			    const uint32_t *tokens, uint32_t owner)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc;
 
@@ -119,7 +119,7 @@ struct tlease seq_extend_ok(struct engine *eng, uint64_t seq, uint32_t n_new,
 
 void seq_free_ok(struct engine *eng, uint64_t seq, uint32_t owner)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc = share_seq_free(eng, seq, owner, &e);
 
 	if (rc)
@@ -158,7 +158,7 @@ void expect_seq_bytes(struct engine *eng, uint64_t seq, uint64_t pos,
 {
 	const struct kvp_layout *l = engine_layout(eng);
 	uint8_t *got = malloc((size_t)(n ? n : 1) * l->token_bytes);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char what[96];
 	int rc;
 
@@ -196,7 +196,7 @@ struct tlease chunk_put(struct engine *eng, const uint32_t *tokens, uint32_t n,
 			struct kvp_chunk_id *id)
 {
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc;
 
@@ -235,7 +235,7 @@ struct tlease chunk_acquire_ok(struct engine *eng, const struct kvp_chunk_id *id
 			       uint32_t owner, uint64_t now_ns)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc;
 
@@ -253,7 +253,7 @@ void expect_chunk_bytes(struct engine *eng, const struct kvp_chunk_id *id,
 {
 	const struct kvp_layout *l = engine_layout(eng);
 	uint8_t *got = malloc((size_t)(n ? n : 1) * l->token_bytes);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	assert_non_null(got);

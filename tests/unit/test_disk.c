@@ -103,7 +103,7 @@ static struct disk_tier *open_tier(const struct kvp_layout *l, uint64_t slots,
 				      .size = slots * disk_slot_bytes(l->page_bytes),
 				      .staging_bytes = 64 * disk_slot_bytes(l->page_bytes) };
 	struct disk_tier *dt = NULL;
-	struct errbuf e = { { 0 } };
+	struct errbuf e = { .msg = "" };
 	char err[128];
 
 	assert_int_equal(disk_codec_parse(codec, &c.codec, err, sizeof(err)), 0);
@@ -346,7 +346,7 @@ static void child_writes_then_waits(const char *path, int say)
 {
 	static struct disk_io io[KILL_SLOTS];
 	struct disk_store *st;
-	struct errbuf e = { { 0 } };
+	struct errbuf e = { .msg = "" };
 	char *buf;
 
 	if (disk_store_open(&st, path, KILL_SLOTS * KILL_SLOT, KILL_SLOT, &e) ||
@@ -378,7 +378,7 @@ static void test_store_opens_right_after_a_kill_with_io_in_flight(void **state)
 	snprintf(path, sizeof(path), "%s/kvpool.disk", g_dir);
 	for (int r = 0; r < 3; r++) {
 		struct disk_store *st;
-		struct errbuf e = { { 0 } };
+		struct errbuf e = { .msg = "" };
 		int p[2], ret;
 		pid_t pid;
 		char b;
@@ -413,7 +413,7 @@ static void test_store_opens_right_after_a_kill_with_io_in_flight(void **state)
 static void test_store_waits_for_a_dead_daemons_file_lock(void **state)
 {
 	struct disk_store *st;
-	struct errbuf e = { { 0 } };
+	struct errbuf e = { .msg = "" };
 	char path[128], pid[32];
 	uint64_t t0;
 	pid_t h;

@@ -44,7 +44,7 @@ static struct disk_tier *g_disk;
 static void disk_open(void)
 {
 	struct disk_tier_config dc = { .dir = g_dir, .size = 8u << 20 };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char msg[128];
 
 	test_layout(&dc.layout);
@@ -106,7 +106,7 @@ static void push_out(struct engine *eng)
 
 	hog++; /* a new one each time: the last went down the tiers */
 	put(eng, hog, 0, DEV * PT);
-	assert_true(engine_evict(eng, hog, KVP_SEL_DEVICE, &(struct errbuf){ "" }) >= 0);
+	assert_true(engine_evict(eng, hog, KVP_SEL_DEVICE, &(struct errbuf){ .msg = "" }) >= 0);
 	disk_tier_flush(g_disk);
 	CHECK(eng);
 }
@@ -194,7 +194,7 @@ static void chunk_back(struct engine *eng, const struct kvp_chunk_id *id,
 {
 	struct engine_lease L;
 	struct kvp_chunk_info info;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	while ((rc = share_chunk_acquire(eng, id, OWNER, NOW, &L, &e)) == -EINPROGRESS)
@@ -217,7 +217,7 @@ static void chunk_to_disk_and_back(bool device_visible)
 	struct engine *eng = mk_disk_engine(device_visible);
 	struct share_chunk_reg r;
 	struct kvp_chunk_id id, name;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	int rc;
 
@@ -272,7 +272,7 @@ static void chunk_deleted_on_disk_stays_deleted(void **state)
 	struct engine *eng = mk_disk_engine(true);
 	struct kvp_chunk_id id, id2;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK], toks2[CTOK];
 
 	(void)state;
@@ -330,7 +330,7 @@ static void damaged_records_are_skipped(void **state)
 	struct kvp_chunk_id id;
 	struct share_prefix_hit h;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[PROMPT], ctoks[CTOK];
 
 	(void)state;
@@ -366,7 +366,7 @@ static void seq_over_chunk_on_disk(void **state)
 {
 	struct engine *eng = mk_disk_engine(false);
 	struct kvp_seq_src src = { .kind = KVP_SRC_CHUNK };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_lease L;
 	uint32_t toks[2 * PT];
 	int rc;
@@ -393,7 +393,7 @@ static void seq_over_user_on_disk(void **state)
 {
 	struct engine *eng = mk_disk_engine(true);
 	struct kvp_seq_src src = { .kind = KVP_SRC_USER, .id = USER };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_lease L;
 	struct engine_user_info in;
 	int rc;

@@ -53,7 +53,7 @@ static struct engine *mk_disk_engine(bool device_visible)
 {
 	struct disk_tier_config dc = { .dir = g_dir, .size = 8u << 20 };
 	struct engine_config cfg;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char msg[128];
 
 	snprintf(g_dir, sizeof(g_dir), "/tmp/kvpool-test-disk-engine-XXXXXX");
@@ -92,7 +92,7 @@ static void to_disk_and_back(bool device_visible, uint64_t want_d2h)
 {
 	struct engine *eng = mk_disk_engine(device_visible);
 	const uint64_t pages = (TOKENS + PT - 1) / PT;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_stats before, after;
 	struct engine_user_info in;
 	struct engine_lease L;
@@ -147,7 +147,7 @@ static struct engine *mk_4k_engine(void)
 {
 	struct disk_tier_config dc = { .size = 8u << 20 };
 	struct engine_config cfg = { .device_frames = 32, .host_frames = 32 };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine *eng = NULL;
 	char msg[128];
 
@@ -179,7 +179,7 @@ static void history_on_disk_is_read_straight_into_host_frames(void **state)
 	struct engine *eng = mk_4k_engine();
 	struct disk_tier_stats ds;
 	struct engine_user_info in;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_lease L;
 	int rc;
 
@@ -215,7 +215,7 @@ static void abandoned_read_gives_its_frames_back(void **state)
 {
 	struct engine *eng = mk_4k_engine();
 	const uint32_t pages = (TOKENS + PT - 1) / PT;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_lease L;
 	bool abandoned;
 	int rc;

@@ -75,7 +75,7 @@ static void assert_no_conflict(void)
 
 static void demote(struct engine *eng, uint64_t user)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc = engine_evict(eng, user, KVP_SEL_DEVICE, &e);
 
 	if (rc < 0)
@@ -266,7 +266,7 @@ static void test_release_owner_of_a_dead_client_waits(void **state)
 static void test_other_users_proceed_while_an_onload_is_in_flight(void **state)
 {
 	struct engine *eng = mk(6, 8);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	(void)state;
 	host_only_user(eng, 1, 8); /* 2 pages, host only */
@@ -354,7 +354,7 @@ static void test_rolled_back_write_keeps_the_host_copy(void **state)
 
 	(void)state;
 	put(eng, 1, 0, 5);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	assert_int_equal(engine_offload(eng, 1, &e), 2);
 	struct engine_lease W = prep_ok(eng, 1, 5, 2, 1);
 	assert_int_equal(W.fence, 0); /* nothing to onload */
@@ -397,7 +397,7 @@ static void test_commit_before_landing_waits(void **state)
 static void test_offload_and_read_of_a_user_in_flight_wait(void **state)
 {
 	struct engine *eng = mk(8, 8);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	(void)state;
 	host_only_user(eng, 1, 8);

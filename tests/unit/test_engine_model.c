@@ -218,7 +218,7 @@ static void expect_tokens(struct sim *s, int u, uint64_t pos, uint32_t n,
 
 static void read_and_expect(struct sim *s, int u, uint64_t pos, uint32_t n)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc = engine_read_tokens(s->eng, s->u[u].key, pos, n, s->got, &e);
 
 	EXPECT(s, rc == 0, "engine_read_tokens(user %d, %" PRIu64 ", %" PRIu32
@@ -475,7 +475,7 @@ static void check_step(struct sim *s)
 	uint64_t demoted = 0, lost_from_device = 0;
 	uint32_t totals[KVP_TIERS] = { s->cfg->device_frames, s->cfg->host_frames };
 	struct kvp_stats st;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	rc = engine_check(s->eng, &e);
@@ -730,7 +730,7 @@ static void op_prepare(struct sim *s)
 	uint64_t end = m->start + m->len, pos = end, others = 0;
 	bool gap, overlap, busy, big, nomem;
 	struct engine_lease el;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char msg[192] = "";
 	int rc;
 
@@ -839,7 +839,7 @@ static void lease_write(struct sim *s, struct mlease *L, uint32_t upto)
 		lease_ready(s, L); /* never write into pages still landing */
 	while (L->written < upto) {
 		uint32_t n = upto - L->written;
-		struct errbuf e = { "" };
+		struct errbuf e = { .msg = "" };
 		int rc;
 
 		if (n > 1 && chance(s, 40))
@@ -870,7 +870,7 @@ static void lease_commit(struct sim *s, uint32_t i)
 	struct muser *m = &s->u[L->user];
 	uint32_t upto = chance(s, 75) ? L->n_new
 				      : L->written + rnd(s, L->n_new - L->written + 1);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t n;
 	int rc;
 
@@ -904,7 +904,7 @@ static void lease_commit(struct sim *s, uint32_t i)
 static void lease_release(struct sim *s, uint32_t i)
 {
 	struct mlease *L = &s->open[i];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	snprintf(s->op, sizeof(s->op), "release(lease %#" PRIx64 " of user %d, %s, "
@@ -927,7 +927,7 @@ static void lease_release(struct sim *s, uint32_t i)
 static void lease_misuse(struct sim *s, uint32_t i)
 {
 	struct mlease *L = &s->open[i];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc, want;
 
 	s->o.misuse++;
@@ -998,7 +998,7 @@ static void op_lease(struct sim *s)
 static void op_stale_lease(struct sim *s)
 {
 	uint64_t id = s->stale[rnd(s, s->nstale)];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (lease_find(s, id))
@@ -1049,7 +1049,7 @@ static void op_offload(struct sim *s)
 	const struct engine_user_info *pi = &s->info[u];
 	uint64_t free_host = s->st.tier[KVP_TIER_HOST].frames_free;
 	struct engine_user_info ni;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t lo, hi;
 	int rc;
 
@@ -1096,7 +1096,7 @@ static void op_offload(struct sim *s)
 static void op_offload_all(struct sim *s)
 {
 	uint64_t free_host = s->st.tier[KVP_TIER_HOST].frames_free, lo = 0, hi = 0;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	for (int u = 0; u < NUSERS; u++) {
@@ -1144,7 +1144,7 @@ static void op_evict(struct sim *s)
 	const struct engine_user_info *pi = &s->info[u];
 	uint64_t free_host = s->st.tier[KVP_TIER_HOST].frames_free, droppable = 0;
 	struct engine_user_info ni;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc, want;
 
 	snprintf(s->op, sizeof(s->op), "evict(user %d, sel %#" PRIx32 "): len %"
@@ -1288,7 +1288,7 @@ static void sim_init(struct sim *s, const struct model_cfg *cfg)
 				    .max_tokens_per_user = cfg->max_tokens,
 				    .backend = cfg->async ? &fake_async_backend : NULL,
 				    .backend_ctx = cfg->async ? &s->fake : NULL };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	size_t tokens;
 	int rc;
 

@@ -71,7 +71,7 @@ static int set_teardown(void **state)
 static struct engine *setup_pool(uint32_t free_frames)
 {
 	struct shard_set_config sc = { .shards = 1, .reclaim = RECLAIM_ON };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine *eng;
 	uint64_t u = 100;
 
@@ -115,7 +115,7 @@ static void onload_waits_for_the_reclaimer_plain_prepare_does_not(void **state)
 {
 	struct engine *eng = setup_pool(6);
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_snap before = snap_of(eng, X);
 	struct timespec ms = { 0, 1000000 };
 	int rc, tries = 0;
@@ -169,7 +169,7 @@ static void last_try_takes_the_reserve(void **state)
 {
 	struct engine *eng = setup_pool(6);
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t s0 = stalls(eng);
 	int rc;
 
@@ -192,7 +192,7 @@ static void onload_above_the_reserve_does_not_wait(void **state)
 {
 	struct engine *eng = setup_pool(7);
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t s0 = stalls(eng);
 	int rc;
 

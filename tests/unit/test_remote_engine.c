@@ -96,7 +96,7 @@ static void seq_put_retry(struct engine *eng, uint64_t seq, const uint32_t *toke
 			  uint32_t n, uint64_t key)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc, rounds = 0;
 
@@ -326,6 +326,61 @@ static void test_full_queue_drops_and_counts(void **state)
 	free(page);
 }
 
+/* A run of 40 pages of 1 MiB goes to the store in batches of 16 MiB (each
+ * with the whole remote_timeout_ms, as a batch must be answered whole
+ * within it): more rounds than the three of a single batch, every page
+ * back byte for byte. */
+static void test_long_run_goes_in_16mib_batches(void **state)
+{
+	enum { N = 40 };
+	struct remote_tier_config c = { .timeout_ms = 2000, .queue_bytes = 64ull << 20 };
+	struct remote_key keys[N];
+	struct remote_fetch *f;
+	struct remote_tier *rt;
+	struct rc_node_stats st;
+	struct remote_tier_stats ts;
+	struct errbuf e;
+	uint64_t rounds0 = 0, rounds = 0;
+	char err[128];
+	uint8_t *page;
+
+	(void)state;
+	assert_int_equal(kvp_layout_init(&c.layout, 8, 8, 128, KVP_DTYPE_BF16, 32, err,
+					 sizeof(err)), 0);
+	assert_int_equal(c.layout.page_bytes, 1 << 20);
+	c.url = g_redis.url;
+	assert_int_equal(remote_tier_open(&rt, &c, &e), 0);
+	page = malloc(c.layout.page_bytes);
+	assert_non_null(page);
+	for (int i = 0; i < N; i++) {
+		keys[i] = (struct remote_key){ .kind = DISK_KIND_PREFIX, .tenant = 11,
+					       .layout_id = disk_layout_id(&c.layout) };
+		keys[i].hash[0] = (uint8_t)i;
+		keys[i].hash[1] = 0x16;
+		memset(page, i + 1, c.layout.page_bytes);
+		assert_int_equal(remote_tier_put(rt, &keys[i], page), 0);
+	}
+	remote_tier_flush(rt);
+	remote_tier_stats(rt, &ts);
+	assert_int_equal(ts.written_pages, N);
+	for (uint32_t k = 0; remote_tier_node_stats(rt, k, &st); k++)
+		rounds0 += st.rounds;
+	assert_int_equal(remote_tier_fetch(rt, keys, N, &f), -EINPROGRESS);
+	remote_tier_wait(rt, &keys[0]);
+	assert_int_equal(remote_tier_fetch(rt, keys, N, &f), 0);
+	assert_int_equal(remote_fetch_pages(f), N);
+	for (int i = 0; i < N; i++) {
+		memset(page, i + 1, c.layout.page_bytes);
+		assert_memory_equal(remote_fetch_page(f, (uint32_t)i), page, c.layout.page_bytes);
+	}
+	remote_fetch_done(rt, f, 0);
+	for (uint32_t k = 0; remote_tier_node_stats(rt, k, &st); k++)
+		rounds += st.rounds;
+	assert_true(rounds - rounds0 > 3);
+	remote_tier_close(rt);
+	free(page);
+}
+
 static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
 {
 	uint32_t tokens[NTOK];
@@ -412,7 +467,7 @@ static void a_chunk_to_store(const uint32_t *toks, uint64_t key, struct kvp_chun
 	struct engine *a = engine_with_remote();
 	struct remote_tier_stats st0, st;
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	remote_tier_stats(g_rt, &st0);
 	chunk_put(a, toks, CTOK, KVP_CHUNK_CONTEXT, META, OWNER, NOW, key, false, id);
@@ -454,7 +509,7 @@ static void chunk_across_engines(uint32_t base)
 	struct kvp_chunk_info info;
 	struct share_chunk_reg r;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct remote_tier_stats st0, st;
 	uint32_t toks[CTOK];
 	struct engine *b;
@@ -533,7 +588,7 @@ static void test_chunk_partial_or_damaged_is_a_miss(void **state)
 	struct kvp_chunk_id id, name, nobody;
 	struct remote_tier_stats st0, st;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	struct remote_key k;
 	char key[REMOTE_KEY_MAX];
@@ -574,7 +629,7 @@ static void test_chunk_delete_reaches_the_store(void **state)
 {
 	struct kvp_chunk_id id, name;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	struct engine *c;
 
@@ -612,7 +667,7 @@ static void test_seq_create_over_a_chunk_in_the_store(void **state)
 	struct kvp_seq_src src = { .kind = KVP_SRC_CHUNK };
 	struct kvp_chunk_id name;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t toks[CTOK];
 	int rc, rounds = 0;
 
@@ -646,7 +701,7 @@ static void test_published_ahead_of_eviction(void **state)
 	struct remote_tier_stats st0, st;
 	struct kvp_chunk_id id;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t tokens[NTOK], toks[CTOK], n = 0, rounds = 0;
 	struct share_prefix_hit hit;
 	bool more = true;
@@ -704,7 +759,7 @@ static void test_chunk_type_not_kept_costs_no_round(void **state)
 {
 	struct remote_tier_stats st0, st;
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_chunk_id ctx;
 	uint32_t qt[CTOK], ct[CTOK];
 	struct engine *a;
@@ -745,6 +800,7 @@ int main(void)
 		cmocka_unit_test(test_b_onloads_a_pages_byte_for_byte),
 		cmocka_unit_test(test_damaged_value_stops_the_run_and_is_counted),
 		cmocka_unit_test(test_seq_alloc_starts_from_the_store),
+		cmocka_unit_test(test_long_run_goes_in_16mib_batches),
 		cmocka_unit_test(test_opaque_device_tier_round_trips),
 		cmocka_unit_test(test_full_queue_drops_and_counts),
 		cmocka_unit_test(test_chunk_from_the_store_by_id_name_and_register),

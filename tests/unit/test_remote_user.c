@@ -156,7 +156,7 @@ static int user_key(struct engine *eng, uint64_t user, uint32_t page, char *key)
 static void reclaim(struct engine *eng, struct remote_tier *rt, uint64_t user)
 {
 	struct engine_user_info in = info_of(eng, user);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	assert_true(in.exists);
 	assert_true(engine_evict(eng, user, KVP_SEL_DEVICE, &e) > 0);
@@ -184,7 +184,7 @@ static struct engine_lease prep_held(struct engine *eng, uint64_t user, uint64_t
 				     uint32_t n, bool *held)
 {
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t t0 = mono_ns();
 	int rc;
 
@@ -264,7 +264,7 @@ static void test_seq_create_of_a_user_in_the_store(void **state)
 {
 	struct kvp_seq_src src = { .kind = KVP_SRC_USER, .id = 13 };
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc, rounds = 0;
 
 	(void)state;
@@ -292,7 +292,7 @@ static void test_own_history_back_right_after_eviction(void **state)
 {
 	struct remote_tier_stats s0, s;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	bool held;
 
 	(void)state;
@@ -368,7 +368,7 @@ static void test_disk_tier_first_and_disk_evict_deletes(void **state)
 	struct remote_tier_stats s0, s;
 	struct disk_tier *dt = NULL;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char dir[64], path[128], msg[128];
 	bool held;
 
@@ -437,7 +437,7 @@ static void test_shard_short_of_host_room_keeps_the_fetch(void **state)
 	struct remote_tier_stats s0, s;
 	struct shard_set *set = NULL;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine *e0, *e1;
 	uint64_t u, f = 1000;
 	int rc;
@@ -493,7 +493,7 @@ static void test_flush_all_hands_users_over(void **state)
 {
 	struct remote_tier_stats s0, s;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	bool held;
 
 	(void)state;
@@ -679,7 +679,7 @@ static void test_evict_all_deletes_the_record(void **state)
 {
 	struct remote_tier_stats s0, s;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char key[REMOTE_KEY_MAX];
 	redisReply *r;
 	bool held;

@@ -590,7 +590,7 @@ static void write_lease(struct sim *s, int x, uint64_t lease, uint32_t first,
 			uint32_t n, const uint64_t *keys, const uint32_t *frames,
 			uint32_t at)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (!n)
@@ -875,7 +875,7 @@ static uint32_t token_list(struct sim *s, uint32_t *toks, uint64_t *keys)
 /* Explicit drop of a user that grew past hmax (both sides). */
 static void evict_long(struct sim *s, int u)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	bool pinned = user_pinned(s, u);
@@ -1001,7 +1001,7 @@ static void op_prepare(struct sim *s)
 	struct muser *m = &s->u[u];
 	uint32_t n_new = rnd(s, MAX_NEW + 1), owner = 1 + rnd(s, NOWNERS);
 	struct tlease t[NSIDES];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	uint64_t pos;
@@ -1049,7 +1049,7 @@ static void op_prepare(struct sim *s)
 /* Write, commit, release, or get it wrong; one history lease. */
 static void op_hist_lease(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	uint64_t keys[MAX_NEW];
@@ -1130,7 +1130,7 @@ static void op_hist_lease(struct sim *s)
 /* A released lease id must miss on both sides. */
 static void op_stale_lease(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES] = { -ENOENT, -ENOENT };
 	bool either[NSIDES] = { false, false };
 	uint32_t i, how;
@@ -1173,7 +1173,7 @@ static void offload_need(struct sim *s, int x, int u, uint32_t *lo, uint32_t *hi
 static void op_offload(struct sim *s)
 {
 	int u = pick_user(s);
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	uint32_t lo[NSIDES], hi[NSIDES];
 	int rc[NSIDES];
 
@@ -1222,7 +1222,7 @@ static void op_offload(struct sim *s)
 
 static void op_offload_all(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES];
 
 	snprintf(s->op, sizeof(s->op), "offload_all");
@@ -1258,7 +1258,7 @@ static void op_evict(struct sim *s)
 					 KVP_SEL_ALL, 0, 1u << KVP_TIERS };
 	int u = pick_user(s);
 	uint32_t sel = sels[rnd(s, sizeof(sels) / sizeof(sels[0]))];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 
@@ -1515,7 +1515,7 @@ static void op_seq_alloc(struct sim *s)
 	uint64_t keys[MAXTOK];
 	uint32_t n = token_list(s, toks, keys), pages = pages_for(n);
 	struct tlease t[NSIDES];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	uint64_t av[NSIDES];
@@ -1578,7 +1578,7 @@ static void op_seq_alloc(struct sim *s)
 /* The open write lease: write, commit (or roll back), release. */
 static void op_seq_lease(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES] = { 0, 0 };
 	bool either[NSIDES] = { false, false };
 	struct mseq *q = NULL;
@@ -1638,7 +1638,7 @@ static void op_seq_extend(struct sim *s)
 	struct mseq *q = seq_pick_live(s);
 	uint32_t n_new, toks[MAXTOK], stream = rnd(s, 4);
 	struct tlease t[NSIDES];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false }, cow[NSIDES], with_toks;
 
@@ -1737,7 +1737,7 @@ static void op_seq_extend(struct sim *s)
 static void op_seq_free(struct sim *s)
 {
 	struct mseq *q = seq_pick_live(s);
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	uint32_t owner;
@@ -2062,7 +2062,7 @@ static void op_seq_create(struct sim *s)
 	uint32_t owner = 1 + rnd(s, NOWNERS);
 	struct create_plan c;
 	struct tlease t[NSIDES];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 
@@ -2167,7 +2167,7 @@ static void op_chunk_register(struct sim *s)
 	int c = (int)rnd(s, NCONTENT), r = s->reg[c], nr = crec_new(s);
 	uint32_t toks[16], n = content_len(c), owner = 1 + rnd(s, NOWNERS);
 	struct share_chunk_reg out[NSIDES];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	char meta[32];
@@ -2243,7 +2243,7 @@ static void op_chunk_register(struct sim *s)
 static void op_chunk_fill(struct sim *s)
 {
 	uint64_t keys[16];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES] = { 0, 0 };
 	bool either[NSIDES] = { false, false };
 	int r = (int)rnd(s, NCREC);
@@ -2302,7 +2302,7 @@ static void op_chunk_acquire(struct sim *s)
 	uint32_t owner = 1 + rnd(s, NOWNERS);
 	struct kvp_chunk_id id;
 	struct tlease t[NSIDES];
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 
@@ -2345,7 +2345,7 @@ static void op_chunk_acquire(struct sim *s)
 
 static void op_read_release(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], want[NSIDES] = { 0, 0 };
 	bool either[NSIDES] = { false, false };
 
@@ -2372,7 +2372,7 @@ static void chunk_unregister(struct sim *s, int r)
 
 static void chunk_delete_one(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int c = (int)rnd(s, NCONTENT), r = s->reg[c], rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
 	struct kvp_chunk_id id;
@@ -2398,7 +2398,7 @@ static void chunk_delete_one(struct sim *s)
 
 static void chunk_clear_type(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	uint32_t type = rnd(s, 4), n = 0;
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false };
@@ -2423,7 +2423,7 @@ static void chunk_clear_type(struct sim *s)
 /* Chunks nobody held for max_age: the same on both (the same clock). */
 static void chunk_evict_unused(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	uint64_t max_age = (rnd(s, 200) * 1000 + 500) * 1000ull;
 	int rc[NSIDES], want[NSIDES];
 	bool either[NSIDES] = { false, false }, go[NCREC] = { false };
@@ -2457,7 +2457,7 @@ static void chunk_evict_unused(struct sim *s)
 
 static void chunk_list_rows(struct sim *s)
 {
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	struct kvp_chunk_info rows[NSIDES][NCONTENT];
 	uint32_t type = rnd(s, 4), n = 0;
 	int rc[NSIDES], want[NSIDES];
@@ -2511,7 +2511,7 @@ static void op_compose(struct sim *s)
 {
 	struct kvp_compose_req req;
 	struct share_composition out;
-	struct errbuf e[NSIDES] = { { "" }, { "" } };
+	struct errbuf e[NSIDES] = { { .msg = "" }, { .msg = "" } };
 	int rc[NSIDES], sys = -1, qry = -1;
 
 	for (int c = 0; c < NCONTENT; c++) {
@@ -2545,7 +2545,7 @@ static void op_compose(struct sim *s)
 
 static void sweep(struct sim *s)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t keys[MAXFR * P];
 	int rc;
 
@@ -2623,7 +2623,7 @@ static void stats_same(struct sim *s, int x, const struct kvp_stats *a,
 /* Users: what vanished where, legal or not; one side's leftovers evicted. */
 static void check_users(struct sim *s, uint64_t drops[NSIDES])
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	for (int u = 0; u < NUSERS; u++) {
 		struct muser *m = &s->u[u];
@@ -2692,7 +2692,7 @@ static void check_users(struct sim *s, uint64_t drops[NSIDES])
 /* Chunks nobody holds may go under pressure; one side's leftover deleted. */
 static void check_chunks(struct sim *s, uint64_t gone[NSIDES])
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	for (int r = 0; r < NCREC; r++) {
 		struct mchunk *k = &s->c[r];
@@ -2816,7 +2816,7 @@ static void check_side(struct sim *s, int x, const struct gauges *g,
 static void check_step(struct sim *s)
 {
 	uint64_t drops[NSIDES] = { 0, 0 }, cgone[NSIDES] = { 0, 0 };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct gauges g;
 
 	for (int x = 0; x < NSIDES; x++) {
@@ -2926,7 +2926,7 @@ static void sides_create(struct side d[NSIDES], uint32_t dev, uint32_t host,
 				    .max_tokens_per_user = max_tokens };
 	struct shard_set_config sc = { .shards = NSHARDS, .reclaim = RECLAIM_OFF };
 	uint8_t salt[SHARE_SALT_BYTES];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	layout_of(&ec.layout);
@@ -3209,7 +3209,7 @@ static uint64_t put_user(struct side *d, uint64_t user, uint32_t n, bool keep)
 	const struct kvp_layout *l = engine_layout(d->set ? d->set->v[0].eng : d->eng);
 	struct kvp_slot slots[64];
 	uint32_t buf[64 * 32];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc = sd_prepare(d, user, 0, n, 1, &t, &e);
 
@@ -3229,7 +3229,7 @@ static void expect_user(struct side *d, uint64_t user, uint32_t n)
 {
 	const struct kvp_layout *l = engine_layout(d->set ? d->set->v[0].eng : d->eng);
 	uint32_t got[64 * 32], want[64 * 32];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc = sd_read(d, user, 0, n, got, &e);
 
 	if (rc)
@@ -3240,7 +3240,7 @@ static void expect_user(struct side *d, uint64_t user, uint32_t n)
 
 static void expect_checked(struct side d[NSIDES])
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	for (int x = 0; x < NSIDES; x++)
 		if (sd_check(&d[x], &e))
@@ -3282,7 +3282,7 @@ static void test_short_shard_prepares_in_global_mode(void **state)
 	struct side *d = g_sides;
 	struct kvp_stats s0, s1;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t a[2], c;
 	struct tlease t;
 	int rc;
@@ -3344,7 +3344,7 @@ static void test_all_pinned_prepare_fails_changing_nothing(void **state)
 	struct kvp_stats before[NSIDES], after;
 	struct engine_user_info ia[NSIDES], ib[NSIDES];
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t a, b, c, a2[2], la[NSIDES];
 	struct tlease t;
 	int rc;
@@ -3413,7 +3413,7 @@ static void write_tokens(struct side *d, uint64_t lease, uint32_t first, uint32_
 	const struct kvp_layout *l = engine_layout(d->set ? d->set->v[0].eng : d->eng);
 	struct kvp_slot slots[16];
 	uint32_t buf[16 * 32];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	assert_true(n <= 16 && l->token_bytes / 4 <= 32);
 	if (sd_slots(d, lease, first, n, slots, &e))
@@ -3445,7 +3445,7 @@ static void test_extend_copies_a_published_partial_page(void **state)
 	for (int x = 0; x < NSIDES; x++) {
 		struct share_prefix_hit h;
 		struct tlease w, t;
-		struct errbuf e = { "" };
+		struct errbuf e = { .msg = "" };
 		uint32_t page;
 		int rc;
 

@@ -81,7 +81,7 @@ static struct kvp_chunk_info chunk_info_ok(struct engine *eng,
 					   const struct kvp_chunk_id *id)
 {
 	struct kvp_chunk_info ci;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	memset(&ci, 0, sizeof(ci));
@@ -94,7 +94,7 @@ static struct kvp_chunk_info chunk_info_ok(struct engine *eng,
 static bool chunk_exists(struct engine *eng, const struct kvp_chunk_id *id)
 {
 	struct kvp_chunk_info ci;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc = share_chunk_info(eng, id, &ci, &e);
 
 	if (rc != 0 && rc != -ENOENT)
@@ -107,7 +107,7 @@ static struct share_chunk_reg chunk_reg(struct engine *eng, const uint32_t *toke
 					uint32_t owner, uint64_t now, int want)
 {
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	memset(&r, 0, sizeof(r));
@@ -372,7 +372,7 @@ static void test_prefix_freed_seq_pages_stay_cached_idle(void **state)
 	expect_seq_bytes(eng, 2, 0, 10, KT, 0);
 
 	/* the wrong owner cannot free it: "-ENOENT unknown or not owner's" */
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	assert_int_equal(share_seq_free(eng, 99, OWNER, &e), -ENOENT);
 	int wrong = share_seq_free(eng, 2, OTHER, &e);
 	CHECK(eng);
@@ -430,7 +430,7 @@ static void test_prefix_eviction_takes_leaves_first(void **state)
 	chunk_reg(eng, C, 4, KVP_CHUNK_CONTEXT, NULL, OWNER, 1, -ENOMEM);
 	struct kvp_stats after = stats_of(eng);
 	assert_gauges_same(&before, &after);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_lease L;
 	assert_int_equal(share_seq_alloc(eng, 3, T, 4, OWNER, &L, &e), -ENOMEM);
 	CHECK(eng);
@@ -494,7 +494,7 @@ static void test_seq_release_rolls_back_extend_publishes(void **state)
 {
 	struct engine *eng = mk_engine(16, 0, 0);
 	uint32_t T[12];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct engine_lease L;
 
 	(void)state;
@@ -539,7 +539,7 @@ static void test_chunk_register_fill_seal_then_register_again_is_a_hit(void **st
 	struct kvp_chunk_id id, id2;
 	struct kvp_chunk_info ci;
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	(void)state;
 	tokens_seq(C, 10, 300);
@@ -645,7 +645,7 @@ static void test_chunk_acquire_filling_is_eagain_unknown_is_enoent_named(void **
 	struct engine *eng = mk_engine(16, 0, 0);
 	uint32_t C[6];
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_chunk_id unknown;
 	char hex[65];
 
@@ -699,7 +699,7 @@ static void test_chunk_acquire_filling_is_eagain_unknown_is_enoent_named(void **
 static void test_chunk_deleted_while_leased_stays_readable_until_release(void **state)
 {
 	struct engine *eng = mk_engine(16, 0, 0);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_chunk_info ci;
 	uint8_t buf[6 * 256];
 
@@ -746,7 +746,7 @@ static void test_chunk_filler_giving_up_or_dying_deletes_it(void **state)
 {
 	struct engine *eng = mk_engine(16, 0, 0);
 	uint32_t C[6];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct share_chunk_reg r;
 
 	(void)state;
@@ -779,7 +779,7 @@ static void test_chunk_list_by_type_and_metadata_with_paging(void **state)
 	struct engine *eng = mk_engine(32, 0, 0);
 	struct kvp_chunk_id ids[6];
 	struct kvp_chunk_info rows[8];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	bool more = true;
 	int n;
 
@@ -1033,7 +1033,7 @@ static void test_vseq_borrows_history_and_chunk_pages(void **state)
 	expect_seq_bytes(eng, 50, 16, 3, 0xabc, 16);
 
 	/* pinned: the history cannot be evicted */
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	assert_int_equal(engine_evict(eng, 7, KVP_SEL_ALL, &e), -EBUSY);
 	seq_free_ok(eng, 50, OTHER);
 	assert_int_equal(info_of(eng, 7).leases, 0);
@@ -1060,7 +1060,7 @@ static void test_vseq_rejects_bad_sources(void **state)
 {
 	struct engine *eng = mk_engine(16, 0, 0);
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_chunk_id unknown;
 
 	(void)state;
@@ -1288,7 +1288,7 @@ static struct kvp_chunk_id link_make(struct engine *eng, uint32_t base, uint32_t
 {
 	struct kvp_chunk_id name = chunk_make(eng, base, n, type, NULL, 1, NULL);
 	struct share_chunk_reg r;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct tlease t;
 	int rc;
 

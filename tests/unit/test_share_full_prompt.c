@@ -227,7 +227,7 @@ static void test_seq_alloc_of_a_whole_cached_prompt_without_a_frame_is_enomem(vo
 	struct engine *eng = mk_engine(3, 0, 0);
 	uint32_t T[12], f[3];
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	(void)state;
 	cache_three_pages(eng, T, f);

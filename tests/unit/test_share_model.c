@@ -258,7 +258,7 @@ static void key_words(const struct sim *s, uint64_t key, uint32_t *out)
 static void lease_write(struct sim *s, uint64_t lease, uint32_t first, uint32_t n,
 			const uint64_t *keys)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (!n)
@@ -491,7 +491,7 @@ static void op_seq_alloc(struct sim *s)
 	int hits[MAXPG];
 	bool excl[NSP] = { false };
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -577,7 +577,7 @@ static void op_seq_create(struct sim *s)
 	uint32_t toks[3];
 	bool excl_u[NUSERS] = { false };
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	char what[160] = "";
 	int rc;
 
@@ -786,7 +786,7 @@ static void op_seq_extend(struct sim *s)
 	struct mseq *q = seq_pick_live(s);
 	uint32_t n_new, toks[MAXTOK], stream = rnd(s, 4);
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	bool with_toks;
 	int rc;
 
@@ -869,7 +869,7 @@ static void op_seq_lease(struct sim *s)
 {
 	struct mseq *q = seq_pick_live(s);
 	uint64_t keys[MAXTOK];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (!q || !q->wl)
@@ -915,7 +915,7 @@ static void op_seq_lease(struct sim *s)
 static void op_seq_free(struct sim *s)
 {
 	struct mseq *q = seq_pick_live(s);
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (!q)
@@ -967,7 +967,7 @@ static void op_prepare(struct sim *s)
 	struct muser *m = &s->u[u];
 	uint32_t n_new = rnd(s, 9), owner = 1 + rnd(s, NOWNERS);
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (s->nhl == MAXHL)
@@ -1017,7 +1017,7 @@ static void op_prepare(struct sim *s)
 static void op_hist_lease(struct sim *s)
 {
 	uint64_t keys[16];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (!s->nhl)
@@ -1076,7 +1076,7 @@ static void op_chunk_register(struct sim *s)
 	uint32_t toks[16], n = content_len(c), owner = 1 + rnd(s, NOWNERS);
 	char meta[32];
 	struct share_chunk_reg out;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc, nr = crec_new(s);
 
 	if (nr < 0)
@@ -1124,7 +1124,7 @@ static void op_chunk_register(struct sim *s)
 static void op_chunk_fill(struct sim *s)
 {
 	uint64_t keys[16];
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int r = (int)rnd(s, NCREC), rc;
 
 	for (int k = 0; k < NCREC; k++, r = (r + 1) % NCREC)
@@ -1180,7 +1180,7 @@ static void op_chunk_acquire(struct sim *s)
 	uint32_t owner = 1 + rnd(s, NOWNERS);
 	struct kvp_chunk_id id;
 	struct engine_lease L;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	int rc;
 
 	if (s->nrd == MAXRD)
@@ -1212,7 +1212,7 @@ static void op_chunk_acquire(struct sim *s)
 
 static void op_read_release(struct sim *s)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	if (!s->nrd)
 		return;
@@ -1236,7 +1236,7 @@ static void chunk_unregister(struct sim *s, int r)
 
 static void op_chunk_admin(struct sim *s)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t what = rnd(s, 100);
 	int rc;
 
@@ -1350,7 +1350,7 @@ static void op_compose(struct sim *s)
 	uint32_t nreq = 1 + rnd(s, 3), cmax = 0, owner = 1 + rnd(s, NOWNERS);
 	bool preview = chance(s, 30);
 	struct share_composition out;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t tokens = 0;
 	int rc;
 
@@ -1401,7 +1401,7 @@ static void op_compose(struct sim *s)
 
 static void op_comp_release(struct sim *s)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 
 	if (!s->ncomp)
 		return;
@@ -1460,7 +1460,7 @@ static void op_release_owner(struct sim *s)
 
 static void sweep_bytes(struct sim *s)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t keys[MAXTOK];
 	int rc;
 
@@ -1557,7 +1557,7 @@ static uint32_t sync_prefix(struct sim *s)
 
 static void check_step(struct sim *s)
 {
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	struct kvp_stats st;
 	uint64_t used = 0, pub = 0, idle = 0, chunks = 0, leases = 0, seqs = 0;
 	uint64_t freed = 0, dropped = 0, chunk_gone = 0;
@@ -1735,7 +1735,7 @@ static void run_model(const struct model_cfg *cfg)
 {
 	struct sim *s = calloc(1, sizeof(*s));
 	struct engine_config ec = { .device_frames = cfg->device_frames };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint8_t salt[SHARE_SALT_BYTES];
 	int rc;
 

@@ -281,7 +281,7 @@ static int run_scenario(const struct opts *o, struct scenario *sc)
 	};
 	struct kvp_stats s0, s1;
 	struct bench b = { 0 };
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint64_t rng = o->seed, i;
 	int rc;
 
@@ -451,7 +451,7 @@ static int run_append(const struct opts *o, struct append_result *r)
 	const struct tier_mem *tier;
 	struct kvp_slot *slots = NULL, *seq = NULL;
 	struct engine *eng = NULL;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	uint32_t *perm = NULL, n, i, k;
 	uint64_t rng = o->seed ^ 0xa99e4d, rep, w, *src = NULL;
 	bool nomem = false;

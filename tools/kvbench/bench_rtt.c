@@ -255,7 +255,7 @@ static int seed(struct rtt *r)
 	struct engine_lease el;
 	struct kvp_lease lease;
 	struct kvp_user_info i;
-	struct errbuf e = { "" };
+	struct errbuf e = { .msg = "" };
 	void *kv;
 	int rc;
 
