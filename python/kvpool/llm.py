@@ -39,9 +39,17 @@ generation that uses the pair.
 
 Blocks (seed 000): :meth:`ChunkedLLM.get_all_active_blocks` returns
 :class:`Block` handles -- chunk entries (daemon ids) and the sequences of
-this object's generations -- never frame numbers; their page tables are
-asked of the daemon (a read lease) or are the sequence's own, so a caller
-cannot point attention at pages it does not hold.
+this object's generations -- never frame numbers; chunk ids are blocks too
+(``kvpool.vseq.ContextManager`` gives a chain of them with no generation
+first). :meth:`ChunkedLLM.infer_from_blocks` runs a
+:class:`kvpool.vseq.VirtualSequence` over them: their page tables come from
+the daemon (``seq_create``, which takes a reference on every page), so a
+caller cannot point attention at pages it does not hold; see kvpool.vseq
+for how blocks that do not chain or end mid-page are made exact.
+
+The standard API (``generate(prompt=..., sampling_params=...)``) generates
+after a prompt as it is, registering nothing. ``enable_deduplication=False``
+and ``model_path=`` loaders: see :class:`ChunkedLLM`.
 
 The model side is a :class:`ModelAdapter` (see its doc);
 ``kvpool.hf_llm.HFAdapter`` wraps transformers causal LMs, and
@@ -54,21 +62,23 @@ import datetime as _dt
 import hashlib
 import errno as _errno
 import json
-import os
 import random
 import threading
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import (Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 import torch
 
+from . import chunk_copy as _chunk_copy
 from . import errors as _errors
 from .cascade import Level, Plan
+from .loaders import load_model, register_model_loader
 
 __all__ = ["ChunkType", "ModelAdapter", "ChunkedLLM", "Block", "SamplingParams",
-           "ChunkNotFoundError", "IncompatibleChunksError", "OutOfMemoryError"]
+           "ChunkNotFoundError", "IncompatibleChunksError", "OutOfMemoryError",
+           "register_model_loader", "load_model"]
 
 
 # ---------------------------------------------------------------- errors
@@ -194,8 +204,11 @@ class SamplingParams:
 
     @classmethod
     def of(cls, sp: Any) -> "SamplingParams":
-        if sp is None:
-            return cls()
+        if sp is None or sp is ... or (isinstance(sp, (set, frozenset)) and sp <= {...}):
+            return cls()      # None, or the seeds' placeholder `{...}`: the defaults
+        if isinstance(sp, (set, frozenset, str, bytes, list, tuple)):
+            raise TypeError(f"sampling_params: a dict, a SamplingParams or None, not "
+                            f"{type(sp).__name__} {sp!r}")
         if isinstance(sp, SamplingParams):
             return sp
         get = (lambda k, d: sp.get(k, d)) if isinstance(sp, Mapping) \
@@ -253,6 +266,17 @@ class _Seq:
     pending: List[int]            # generated tokens with no KV yet (the last one)
     prefix: Tuple[str, ...]       # str(Block) of the blocks before it
     token_ids: List[int] = field(default_factory=list)
+    holds: List[int] = field(default_factory=list)  # daemon seqs holding its past (vseq)
+
+
+def _is_sampling(x: Any) -> bool:
+    """Whether a positional argument is sampling params (not a context)."""
+    if isinstance(x, SamplingParams) or x is ... or \
+            (isinstance(x, (set, frozenset)) and x <= {...}):
+        return True
+    if isinstance(x, Mapping):
+        return True
+    return not isinstance(x, (str, bytes, list, tuple)) and hasattr(x, "temperature")
 
 
 def _iso(ns: int) -> str:
@@ -273,12 +297,25 @@ def _is_hex_id(s: Any) -> bool:
 class ChunkedLLM:
     """Seed 001's ChunkedLLM over kvpool (see the module doc).
 
-    model_path: a local transformers model directory (loaded with
-    AutoModelForCausalLM / AutoTokenizer when transformers is importable).
+    model_path: a local model directory, loaded by ``loader(path)`` when
+    given, else by the first loader registered with
+    :func:`kvpool.llm.register_model_loader` that recognises the directory,
+    else with transformers' AutoModelForCausalLM / AutoTokenizer (see
+    :func:`load_model`).
     max_chunks, chunk_memory_ratio: this tenant's chunk limits in the daemon
     (``Client.chunk_limits``: at most the configured values; LRU eviction of
-    chunks nobody holds beyond them). enable_deduplication: chunks are
-    content-addressed in kvpool, so it is always on (False raises ValueError).
+    chunks nobody holds beyond them).
+    enable_deduplication: True (the default): chunks are content-addressed,
+    the same content registered again is the same chunk and one copy of its
+    KV, in every process. False: every ``register_chunk`` makes a chunk of
+    its own -- its id is SHA-256(content || NUL || "kvpool-copy " || a
+    random nonce) instead of SHA-256(content), and its token ids are stored
+    with the nonce in bits 24-31 (so the daemon, which keys KV by the
+    tokens, makes it an entry of its own; the model sees the ids masked
+    back, so only models whose token ids are below 2**24 can do this; see
+    kvpool.chunk_copy). It costs what deduplication saves: a prefill and
+    the pages of the KV again at every registration, links under it made
+    again, nothing shared with other registrations or processes.
     model: a :class:`ModelAdapter`, or a transformers model (wrapped with
     ``kvpool.hf_llm.HFAdapter``). tokenizer: anything with ``encode`` and
     ``decode`` (``encode(text, add_special_tokens=False)`` is tried first).
@@ -297,15 +334,11 @@ class ChunkedLLM:
                  chunk_memory_ratio: float = 0.5, enable_deduplication: bool = True, *,
                  model: Any = None, tokenizer: Any = None, client: Any = None,
                  socket: Optional[str] = None, wait_ms: int = 30000,
-                 prefill_chunk: int = 8192, keep_chain_kv: bool = False) -> None:
-        if not enable_deduplication:
-            raise ValueError(
-                "enable_deduplication=False is not supported: kvpool chunks are "
-                "content-addressed (a chunk's id is the SHA-256 of its content, its KV "
-                "entry the hash of its parent and tokens), so registering the same "
-                "content twice always gives the same chunk and one copy of its KV")
+                 prefill_chunk: int = 8192, keep_chain_kv: bool = False,
+                 loader: Optional[Callable[[str], Any]] = None) -> None:
+        self.enable_deduplication = bool(enable_deduplication)
         if model is None and model_path is not None:
-            model, tok = self._load(model_path)
+            model, tok = load_model(model_path, loader)
             tokenizer = tokenizer if tokenizer is not None else tok
         if model is None:
             raise ValueError("ChunkedLLM needs a model: model=ModelAdapter or transformers "
@@ -358,19 +391,6 @@ class ChunkedLLM:
              "roots_created", "root_hits", "links_created", "link_hits", "generations"), 0)
 
     # ------------------------------------------------------------ setup
-    @staticmethod
-    def _load(path: str) -> Tuple[Any, Any]:
-        if not os.path.isdir(path):
-            raise ValueError(f"model_path {path!r}: not a local directory (kvpool loads "
-                             "local models only)")
-        try:
-            import transformers  # noqa: PLC0415
-        except ImportError as e:
-            raise ImportError(f"model_path needs HuggingFace transformers: {e}") from e
-        tok = transformers.AutoTokenizer.from_pretrained(path)
-        model = transformers.AutoModelForCausalLM.from_pretrained(path)
-        return model, tok
-
     @staticmethod
     def _adapt(model: Any) -> Any:
         if isinstance(model, ModelAdapter):
@@ -427,6 +447,14 @@ class ChunkedLLM:
         except TypeError:
             return tok.decode(list(ids))
 
+    def _model_tokens(self, ids: Any) -> List[int]:
+        """A chunk's token ids as the model takes them: a copy's
+        (enable_deduplication=False) carry a nonce in bits 24-31."""
+        ids = [int(t) for t in ids]
+        if int(getattr(self.adapter, "vocab_size", 0) or 0) <= _chunk_copy.TOKEN_MASK + 1:
+            ids = [t & _chunk_copy.TOKEN_MASK for t in ids]
+        return ids
+
     def _tokens_of(self, content: Any) -> Tuple[List[int], Optional[bytes]]:
         if isinstance(content, str):
             return self._encode(content), content.encode("utf-8")
@@ -477,7 +505,7 @@ class ChunkedLLM:
             toks = got[1]
         else:
             with self._errs(cid):
-                toks = list(self.client.chunk_tokens(cid))
+                toks = self._model_tokens(self.client.chunk_tokens(cid))
         self._names[cid] = (ct, toks, root, made)
         return ct, toks
 
@@ -570,6 +598,8 @@ class ChunkedLLM:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise TypeError("metadata: a dict")
         meta = json.dumps(dict(metadata), sort_keys=True) if metadata else None
+        if not self.enable_deduplication:
+            return _chunk_copy.register(self, tokens, ct, metadata, data)
         with self._lock, self._errs():
             reg = self._put(tokens, ct, meta, data)
             if reg["created"]:
@@ -606,13 +636,17 @@ class ChunkedLLM:
             return False
 
     def _row(self, d: Dict[str, Any]) -> Dict[str, Any]:
-        preview = d.get("preview") or ""
-        if d.get("content_len", 0) > len(preview.encode("utf-8")):
-            preview += "..."
         try:
             meta = json.loads(d.get("meta") or "{}")
         except ValueError:
             meta = {"_raw": d.get("meta")}
+        copy = isinstance(meta, dict) and _chunk_copy.META in meta
+        if copy:
+            meta = {k: v for k, v in meta.items() if k != _chunk_copy.META}
+        preview = (d.get("preview") or "").split("\0")[0]
+        clen = int(d.get("content_len", 0)) - (_chunk_copy.TAG_LEN if copy else 0)
+        if clen > len(preview.encode("utf-8")):
+            preview += "..."
         created = int(d.get("created_ns", 0))
         last = int(d.get("last_access_ns", 0)) or created
         return {
@@ -646,8 +680,14 @@ class ChunkedLLM:
         with self._errs(cid):
             d = self.client.chunk_get(cid)
             content = self.client.chunk_content(cid)
-            toks = list(self.client.chunk_tokens(cid))
+            toks = self._model_tokens(self.client.chunk_tokens(cid))
         row = self._row(d)
+        try:        # registered with enable_deduplication=False
+            row["copy"] = _chunk_copy.META in json.loads(d.get("meta") or "{}")
+        except (ValueError, TypeError):
+            row["copy"] = False
+        if row["copy"]:
+            content = _chunk_copy.strip(content)
         row.update(content=content.decode("utf-8", "replace"), token_ids=toks,
                    state=d.get("state"), entries=d.get("entries"), pages=d.get("pages"),
                    bytes=d.get("bytes"), holders=d.get("holders"), root=d.get("root"))
@@ -816,9 +856,10 @@ class ChunkedLLM:
         return s
 
     def _free_seq(self, seq: int) -> None:
-        self._seqs.pop(seq, None)
-        with contextlib.suppress(Exception):
-            self.client.seq_free(seq)
+        s = self._seqs.pop(seq, None)
+        for h in ([seq] + (s.holds if s is not None else [])):
+            with contextlib.suppress(Exception):
+                self.client.seq_free(h)
 
     def _set_active(self, rows: List[List[Block]]) -> None:
         keep = {b.id for r in rows for b in r if b.kind == "seq"}
@@ -1000,6 +1041,7 @@ class ChunkedLLM:
         'finish_reason', 'prompt_tokens', 'completion_tokens',
         'cached_tokens', 'prefilled_tokens', 'chunk_ids'}.
         ChunkNotFoundError / IncompatibleChunksError / OutOfMemoryError."""
+        self._check_id(system_chunk_id)      # first: the seed's `generate_from_chunks(...)`
         if query_chunk_id is None:
             raise ValueError("generate_from_chunks needs a query_chunk_id (without one, use "
                              "infer_from_blocks on the system and context blocks)")
@@ -1103,13 +1145,45 @@ class ChunkedLLM:
                            memory_bytes=pv.bytes)
         return out
 
-    def generate(self, system_prompt: Any, context: Any = None, query: Any = None,
-                 sampling_params: Any = None, persist_chunks: bool = True) -> Dict[str, Any]:
-        """Register the system prompt, the contexts (a text or a list) and the
-        query, and generate from them. Returns the generate_from_chunks
-        output with 'chunk_ids': {'system', 'context': [...], 'query'}.
-        persist_chunks=False deletes the chunks this call registered (not
-        ones that were there before) once the output is made."""
+    def generate(self, prompt: Any = None, context: Any = None, query: Any = None,
+                 sampling_params: Any = None, persist_chunks: bool = True, *,
+                 system_prompt: Any = None) -> Any:
+        """Two forms.
+
+        The standard API (the seed's "before"): ``generate(prompt=text,
+        sampling_params=...)`` -- also ``generate(text)``, ``generate(text,
+        sampling_params)`` and nano-vllm's ``generate([texts], sp)`` (a list
+        in, a list out) -- generates after the prompt as it is (no chat
+        template, no chunk registered: its KV goes in a private sequence,
+        the generation's blocks). Returns the dict of infer_from_blocks
+        ({'text', 'token_ids', 'finish_reason', ...}).
+
+        The chunk form: ``generate(system_prompt=..., context=[...],
+        query=..., sampling_params=..., persist_chunks=True)`` (or the
+        system prompt first positionally with a context or a query after
+        it) registers the system prompt, the contexts (a text or a list)
+        and the query, and generates from them. Returns the
+        generate_from_chunks output with 'chunk_ids': {'system', 'context':
+        [...], 'query'}. persist_chunks=False deletes the chunks this call
+        registered (not ones that were there before) once the output is
+        made."""
+        if context is not None and query is None and sampling_params is None and \
+                _is_sampling(context):
+            context, sampling_params = None, context    # generate(prompt, sp)
+        if isinstance(prompt, (list, tuple)) and prompt and query is None and \
+                not all(isinstance(t, int) for t in prompt) and \
+                isinstance(context, (list, tuple)) and context and \
+                all(_is_sampling(c) for c in context):
+            context, sampling_params = None, context    # generate([prompts], [sps])
+        if system_prompt is None and context is None and query is None:
+            if prompt is None:
+                raise ValueError("generate: a prompt (prompt=...), or system_prompt= with "
+                                 "context= / query=")
+            return self._generate_prompts(prompt, sampling_params)
+        if system_prompt is not None and prompt is not None:
+            raise ValueError("generate: prompt= is the standard form, system_prompt= the "
+                             "chunk form: give one of them")
+        system_prompt = prompt if system_prompt is None else system_prompt
         ctx = [context] if isinstance(context, str) else list(context or [])
         made: List[str] = []
         try:
@@ -1153,6 +1227,23 @@ class ChunkedLLM:
                         self.client.chunk_delete(cid)
                     self._names.pop(cid, None)
 
+    def _generate_prompts(self, prompt: Any, sampling_params: Any) -> Any:
+        many = isinstance(prompt, (list, tuple)) and prompt and \
+            not all(isinstance(t, int) for t in prompt)
+        prompts = list(prompt) if many else [prompt]
+        sps = list(sampling_params) if isinstance(sampling_params, (list, tuple)) \
+            else [sampling_params] * len(prompts)
+        if len(sps) != len(prompts):
+            raise ValueError(f"generate: {len(sps)} sampling_params for {len(prompts)} "
+                             "prompts")
+        outs = []
+        for p, sp in zip(prompts, sps):
+            tokens, _ = self._tokens_of(p)
+            if not tokens:
+                raise ValueError("generate: the prompt has no tokens")
+            outs.append(self.infer_from_blocks([], 0, tokens, sp))
+        return outs if many else outs[0]
+
     # ------------------------------------------------------------ blocks (seed 000)
     def get_all_active_blocks(self, row: int = 0) -> Tuple[List[Block], int]:
         """The blocks of the last generation (row ``row`` of a batch): its
@@ -1179,92 +1270,19 @@ class ChunkedLLM:
         them, including earlier infer_from_blocks turns it continued)."""
         return self.get_all_active_blocks(row)
 
-    def _block_levels(self, blocks: Sequence[Any], count: int
-                      ) -> Tuple[List[Level], List[Any], List[Block], List[int]]:
-        """Levels for a chain of blocks (read leases held for the entries),
-        the normalised blocks, and tokens to feed first (a seq block's
-        pending generated token)."""
-        P = self.page_tokens
-        norm: List[Block] = []
-        for b in blocks:
-            if isinstance(b, Block):
-                norm.append(b)
-            elif _is_hex_id(b):
-                norm.append(Block("entry", b.lower(), -1, -1))
-            elif isinstance(b, str) and b.startswith(("entry:", "seq:")):
-                k, v = b.split(":", 1)
-                norm.append(Block(k, v if k == "entry" else int(v), -1, -1))
-            else:
-                raise TypeError(f"block {b!r}: a Block (get_all_active_blocks) or a chunk "
-                                "entry id; frame numbers are not blocks")
-        levels: List[Level] = []
-        reads: List[Any] = []
-        out: List[Block] = []
-        pending: List[int] = []
-        pos = 0
-        prev_entry: Optional[str] = None
-        try:
-            for i, b in enumerate(norm):
-                if pending and b.kind != "seq":
-                    raise ValueError(f"block {b}: follows a generation whose last token has "
-                                     "no KV; only the last block may be such a sequence")
-                if b.kind == "entry":
-                    eid = str(b.id).lower()
-                    with self._errs(eid):
-                        e = self.client.chunk_entry(eid)
-                    if int(e["start"]) != pos:
-                        raise IncompatibleChunksError(
-                            f"block {i} (entry {eid[:16]}) starts at position {e['start']}; "
-                            f"the blocks before it hold {pos} tokens", eid)
-                    if (e.get("parent") or None) != prev_entry:
-                        raise IncompatibleChunksError(
-                            f"block {i} (entry {eid[:16]}) was computed after "
-                            f"{(e.get('parent') or 'nothing')[:16]}, not after "
-                            f"{(prev_entry or 'nothing')[:16]}", eid)
-                    with self._errs(eid):
-                        r = self.client.chunk_acquire(eid, wait_ms=self.wait_ms)
-                    reads.append(r)
-                    levels.append(Level.from_tables([(r.kv_indices(), r.len, 1)], P))
-                    out.append(Block("entry", eid, pos, int(r.len)))
-                    pos += int(r.len)
-                    prev_entry = eid
-                elif b.kind == "seq":
-                    s = self._seqs.get(int(b.id))
-                    if s is None:
-                        raise ChunkNotFoundError(str(b), f"block {b}: no such sequence of "
-                                                 "this ChunkedLLM (freed, or another's)")
-                    # (a sequence that follows one with a pending token was made
-                    # by feeding it: the prefix check below says so)
-                    want = tuple(str(x) for x in out)
-                    if s.start != pos or s.prefix != want:
-                        raise IncompatibleChunksError(
-                            f"block {b} was generated after {len(s.prefix)} other blocks "
-                            f"({s.start} tokens); here it follows {len(out)} blocks "
-                            f"({pos} tokens)")
-                    if s.tokens:
-                        levels.append(Level.from_tables([(s.table, s.tokens, 1)], P))
-                    out.append(Block("seq", s.seq, pos, s.tokens))
-                    pos += s.tokens
-                    pending = list(s.pending)
-                    prev_entry = None
-                else:
-                    raise TypeError(f"block {b}: kind entry or seq")
-            if count != pos:
-                raise ValueError(f"existing_token_count {count}: the blocks hold {pos} tokens")
-        except BaseException:
-            for r in reads:
-                with contextlib.suppress(Exception):
-                    r.release()
-            raise
-        return levels, reads, out, pending
-
-    def infer_from_blocks(self, existing_blocks: Sequence[Any], existing_token_count: int,
-                          new_tokens: Optional[Sequence[int]] = None,
+    def infer_from_blocks(self, existing_blocks: Any = None,
+                          existing_token_count: Optional[int] = None,
+                          new_tokens: Any = None,
                           sampling_params: Any = None) -> Dict[str, Any]:
-        """Seed 000: generate after cached blocks (Block handles from
-        get_all_active_blocks / an output's 'blocks', or chunk entry ids),
-        optionally with new tokens appended (token ids, or text). Only the
-        new tokens get pages (a private sequence); with none, the last
+        """Seed 000: generate after cached blocks, optionally with new tokens
+        appended (token ids, or text). Blocks: Block handles (from
+        get_all_active_blocks, a ContextManager or an output's 'blocks'),
+        chunk entry ids or chunk ids (see :mod:`kvpool.vseq`: any order is
+        exact; what does not continue the blocks before it is linked or
+        recomputed). existing_blocks None or ``...``: this object's active
+        blocks (get_all_active_blocks). existing_token_count: the tokens the
+        blocks hold (checked; None: not checked). Only the new tokens get
+        pages (a :class:`kvpool.vseq.VirtualSequence`); with none, the last
         cached token is recomputed for the first logits. Returns {'text',
         'token_ids', 'finish_reason', 'prompt_tokens', 'blocks', ...}."""
         out = None
@@ -1274,75 +1292,30 @@ class ChunkedLLM:
         assert out is not None
         return out["result"]
 
-    def infer_from_blocks_stream(self, existing_blocks: Sequence[Any],
-                                 existing_token_count: int,
-                                 new_tokens: Optional[Sequence[int]] = None,
+    def infer_from_blocks_stream(self, existing_blocks: Any = None,
+                                 existing_token_count: Optional[int] = None,
+                                 new_tokens: Any = None,
                                  sampling_params: Any = None) -> Iterator[Dict[str, Any]]:
         """The streaming form: yields {'token' (its text), 'token_id',
         'index', 'text' (so far), 'finish_reason' (None until the last)}
         per generated token; the last dict also has 'result' (what
         infer_from_blocks returns)."""
-        sp = SamplingParams.of(sampling_params)
-        if isinstance(new_tokens, str):
-            new = self._encode(new_tokens)
-        else:
-            new = [int(t) for t in (new_tokens.reshape(-1).tolist()
-                                    if torch.is_tensor(new_tokens) else (new_tokens or []))]
-        with self._lock:
-            levels, reads, blocks, pending = self._block_levels(existing_blocks,
-                                                                int(existing_token_count))
-            try:
-                count = sum(b.tokens for b in blocks)
-                feed = pending + new
-                prefix = [tuple(str(b) for b in blocks)]
-                if feed:
-                    it = self._generate(levels, [count], sp, feed=[feed], prefix=prefix)
-                elif blocks:
-                    last = self._last_token(blocks[-1])
-                    it = self._generate(levels, [count], sp, recompute=[last], prefix=prefix)
-                else:
-                    raise ValueError("infer_from_blocks: no blocks and no new tokens")
-                ids: List[int] = []
-                text = ""
-                for step, toks, reasons in it:
-                    if toks[0] is None:
-                        continue
-                    ids.append(toks[0])
-                    full = self._decode(ids)
-                    if full.endswith("\ufffd") and reasons[0] is None:
-                        piece = ""      # an incomplete character: wait for its bytes
-                    else:
-                        k = 0
-                        while k < min(len(text), len(full)) and text[k] == full[k]:
-                            k += 1
-                        piece = full[k:]
-                        text = full
-                    d = {"token": piece, "token_id": toks[0], "index": step, "text": full,
-                         "finish_reason": reasons[0]}
-                    if reasons[0] is not None:
-                        break
-                    yield d
-                # the generator has committed the sequence (its finally ran on break)
-                it.close()
-                sq = self._gen_rows[0] if self._gen_rows else None
-                all_blocks = list(blocks)
-                if sq is not None:
-                    all_blocks.append(Block("seq", sq.seq, sq.start, sq.tokens))
-                self._set_active([all_blocks])
-                self.counters["generations"] += 1
-                res = self._result(0, count + len(feed), blocks=all_blocks,
-                                   cached_tokens=count, prefilled_tokens=len(feed))
-                d["result"] = res
-                yield d
-            finally:
-                for r in reads:
-                    with contextlib.suppress(Exception):
-                        r.release()
+        from .vseq import VirtualSequence  # noqa: PLC0415
+        if existing_blocks is None or existing_blocks is ...:
+            existing_blocks, count = self.get_all_active_blocks()
+            if existing_token_count is None or existing_token_count is ...:
+                existing_token_count = count
+        if existing_token_count is ...:
+            existing_token_count = None
+        seq = VirtualSequence(new_tokens, sampling_params, existing_blocks,
+                              existing_token_count)
+        return seq.stream(self)
 
-    def _last_token(self, b: Block) -> int:
-        if b.kind == "seq":
-            s = self._seqs[int(b.id)]
-            return s.token_ids[s.tokens - 1] if s.tokens else s.pending[-1]
-        with self._errs(str(b.id)):
-            e = self.client.chunk_entry(str(b.id))
-        return self._name(e["name"])[1][-1]
+    def infer_sequence(self, seq: Any) -> Dict[str, Any]:
+        """Run a :class:`kvpool.vseq.VirtualSequence` (allocating it first
+        when it is not yet): the result dict of infer_from_blocks."""
+        return seq.generate(self)
+
+    def infer_sequence_stream(self, seq: Any) -> Iterator[Dict[str, Any]]:
+        """The streaming form of infer_sequence."""
+        return seq.stream(self)
