@@ -233,6 +233,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	--library 2000 --agent-requests 200 --compose-samples 500 \
 	--kvpoold build-asan/kvpoold >/dev/null
 
+echo "== fuzz targets (libFuzzer, clang): every parser of outside bytes, bounded"
+# ring entries, the hello, kvpool.conf, disk records and files, store values
+# and cluster replies; their seed corpora are fuzz/corpus (README, Fuzzing).
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} bash scripts/fuzz.sh
+
 echo "== Release build: unit tests (what -O3 does to padding and aliasing)"
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DKVPOOL_WERROR=ON \
 	-DKVPOOL_CUDA=OFF
