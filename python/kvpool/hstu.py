@@ -15,7 +15,9 @@ processes). The loop::
     for layer in range(mgr.num_layers):
         ...                                             # attention over get_kvcache_table(layer)
         mgr.append_kvcache(layer, k_new, v_new, meta)   # [nnz, heads, head_dim]
-    mgr.offload_kv_cache(user_ids)                      # commits, then host copies
+    # Appended to every layer, so cached (the example's semantics): the next
+    # get_user_kvdata_info counts these tokens, in this process and others.
+    mgr.offload_kv_cache(user_ids)                      # where the example offloads
 
 Errors are seed 002's: ``GapError`` "The input sequence has missing tokens
 from 10 to 19 (both inclusive)." and ``OverlapError`` "... overlapping tokens
@@ -104,6 +106,10 @@ class KVCacheManager:
         self.device = torch.device(device) if device is not None else self.client.device
         self._tables = self.client.kv_caches()
         self._leases: Dict[int, _client.Lease] = {}
+        # The layers append_kvcache wrote for each pending lease: once every
+        # layer has its tokens they are committed (what was appended is
+        # cached, as in the example); a lease never written is no history.
+        self._written: Dict[int, set] = {}
 
     # ------------------------------------------------------------ info
     def get_user_kvdata_info(self, user_id: int) -> Tuple[int, int]:
@@ -146,8 +152,10 @@ class KVCacheManager:
         the end of user b's cached history (any position when nothing is
         cached): otherwise GapError / OverlapError with seed 002's message.
         On any error the users prepared by this call are released again and
-        the first error is raised. Pending leases from an earlier prepare of
-        the same user are committed first."""
+        the first error is raised. An earlier prepare of the same user whose
+        tokens were not appended to every layer is released first: its
+        tokens were never written, so they are not cached (appended ones
+        were committed by append_kvcache already)."""
         ids = _ids(user_ids)
         starts = _ids(user_start_pos)
         news = _ids(new_history_lengths)
@@ -156,9 +164,11 @@ class KVCacheManager:
                              "new_history_lengths differ in length")
         if len(set(ids)) != len(ids):
             raise ValueError("prepare_kv_cache: a user appears twice in the batch")
-        pending = [u for u in ids if u in self._leases]
-        if pending:
-            self.commit_kv_cache(pending)
+        for u in ids:
+            lease = self._leases.pop(u, None)
+            self._written.pop(u, None)
+            if lease is not None:
+                lease.release()
         c = self.client
         got: Dict[int, _client.Lease] = {}
         first_err: Optional[BaseException] = None
@@ -182,6 +192,8 @@ class KVCacheManager:
                 lease.release()
             raise first_err
         self._leases.update(got)
+        for u in got:
+            self._written[u] = set()
 
     # ------------------------------------------------------------ metadata
     def get_cache_metadata(self, user_ids: UserIds) -> KVCacheMetadata:
@@ -237,7 +249,10 @@ class KVCacheManager:
         head_dim]``, users in batch order, each user's tokens in order) into
         their pages through each user's lease (kvp_append_layer_async: a stale
         lease raises StaleLeaseError and writes nothing), on the current
-        stream (the example's paged_kvcache_ops.append_kvcache)."""
+        stream (the example's paged_kvcache_ops.append_kvcache). When a
+        user's tokens have been appended to every layer they are committed
+        (one queued commit per user, batched): cached, as in the example, so
+        the next get_user_kvdata_info counts them, in any process."""
         m = kvcache_metadata
         if key.shape[0] != m.new_history_nnz or value.shape[0] != m.new_history_nnz:
             raise ValueError(f"append_kvcache: {key.shape[0]} keys / {value.shape[0]} "
@@ -250,18 +265,26 @@ class KVCacheManager:
         # Through libkvpool (kvp_append_layer_async, on the current stream
         # on cuda): the library's lease checks cover every write.
         at = 0
+        done = []
         for u in m.user_ids:
             lease = self._leases[u]
             n = lease.n_new
             lease.append_layer(layer_idx, key[at:at + n], value[at:at + n])
             at += n
+            written = self._written.setdefault(u, set())
+            written.add(int(layer_idx))
+            if len(written) == self.num_layers:
+                done.append(u)
+        if done:
+            self.commit_kv_cache(done)
 
     # ------------------------------------------------------------ commit
     def commit_kv_cache(self, user_ids: Optional[UserIds] = None) -> None:
         """Make the prepared users' new tokens part of their histories and
-        unpin them (commit + release in one queued operation per user). Called
-        by offload_kv_cache and by the next prepare of a user; call it yourself
-        when you neither offload nor prepare again soon."""
+        unpin them (commit + release in one queued operation per user).
+        append_kvcache does it once a user's tokens are in every layer, and
+        offload_kv_cache before it copies; call it yourself only to commit
+        tokens you wrote another way (through the leases)."""
         ids = list(self._leases) if user_ids is None else \
             [u for u in _ids(user_ids) if u in self._leases]
         if not ids:
@@ -274,6 +297,7 @@ class KVCacheManager:
             chunk = ids[b0:b0 + _BATCH]
             for u in chunk:
                 lease = self._leases.pop(u)
+                self._written.pop(u, None)
                 c.queue_commit(lease, lease.n_new, release=True, tag=u)
             c.submit()
             n = len(chunk)
@@ -302,10 +326,12 @@ class KVCacheManager:
             for lease in self._leases.values():
                 lease.release()
             self._leases.clear()
+            self._written.clear()
             return self.client.evict_tenant()
         ids = _ids(user_ids)
         for u in ids:
             lease = self._leases.pop(u, None)
+            self._written.pop(u, None)
             if lease is not None:
                 lease.release()
         return sum(self.client.evict(u) for u in ids)
@@ -317,6 +343,7 @@ class KVCacheManager:
         for lease in self._leases.values():
             lease.release()
         self._leases.clear()
+        self._written.clear()
         self._tables = []
         if self._own:
             self.client.close()
