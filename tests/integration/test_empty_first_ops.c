@@ -52,23 +52,11 @@ static void check_daemon_fine(struct h_daemon *d, struct kvp_client *c,
 	fclose(f);
 }
 
-static void case_a_empty_prepare(void)
+static void case_a_empty_prepare(struct kvp_client *c)
 {
-	struct kvp_client *c;
 	struct kvp_lease l;
-	struct h_daemon d;
 	int rc;
 
-	if (h_daemon_up(&d, "--device_mem=64K", "--host_mem=64K", (char *)NULL)) {
-		g_bad++;
-		return;
-	}
-	c = h_connect_or_fail(d.sock, "a", 5000);
-	if (!c) {
-		g_bad++;
-		h_daemon_end(&d, 1);
-		return;
-	}
 	memset(&l, 0, sizeof(l));
 	rc = kvp_prepare(c, 7, 0, 0, &l);
 	CHECK(rc == 0, "a: prepare(7, 0, 0) on an empty user = %d: %s", rc,
@@ -79,30 +67,14 @@ static void case_a_empty_prepare(void)
 		      l.npages, (unsigned long long)l.len, l.n_new);
 		CHECK(kvp_release(c, l.id) == 0, "a: release: %s", kvp_last_error(c));
 	}
-	check_daemon_fine(&d, c, "a");
-	kvp_close(c);
-	g_bad += h_daemon_stop(&d, 5000) != 0;
-	h_daemon_end(&d, 0);
 }
 
-static void case_b_empty_seq(void)
+static void case_b_empty_seq(struct kvp_client *c)
 {
-	struct kvp_client *c;
 	struct kvp_seq_src src;
 	struct kvp_lease l;
-	struct h_daemon d;
 	int rc;
 
-	if (h_daemon_up(&d, "--device_mem=64K", "--host_mem=64K", (char *)NULL)) {
-		g_bad++;
-		return;
-	}
-	c = h_connect_or_fail(d.sock, "b", 5000);
-	if (!c) {
-		g_bad++;
-		h_daemon_end(&d, 1);
-		return;
-	}
 	memset(&src, 0, sizeof(src));
 	memset(&l, 0, sizeof(l));
 	rc = kvp_seq_create(c, 5, &src, 0, 0, &l);
@@ -113,37 +85,40 @@ static void case_b_empty_seq(void)
 		CHECK(rc == -EINVAL && kvp_last_error(c)[0],
 		      "b: seq_create of nothing = %d: %s", rc, kvp_last_error(c));
 	}
-	check_daemon_fine(&d, c, "b");
-	kvp_close(c);
-	g_bad += h_daemon_stop(&d, 5000) != 0;
-	h_daemon_end(&d, 0);
 }
 
-static void case_c_prefix_miss(void)
+static void case_c_prefix_miss(struct kvp_client *c)
 {
 	struct kvp_prefix_hit hit;
-	struct kvp_client *c;
-	struct h_daemon d;
 	uint32_t t[64];
 	int rc;
 
-	if (h_daemon_up(&d, "--device_mem=64K", "--host_mem=64K", (char *)NULL)) {
-		g_bad++;
-		return;
-	}
-	c = h_connect_or_fail(d.sock, "c", 5000);
-	if (!c) {
-		g_bad++;
-		h_daemon_end(&d, 1);
-		return;
-	}
 	h_token_ids(t, 64, 11);
 	memset(&hit, 0, sizeof(hit));
 	rc = kvp_prefix_lookup(c, t, 64, &hit);
 	CHECK(rc == 0 && hit.tokens == 0 && hit.npages == 0,
 	      "c: prefix lookup on an empty cache = %d, %u tokens, %u pages: %s",
 	      rc, (unsigned)hit.tokens, (unsigned)hit.npages, kvp_last_error(c));
-	check_daemon_fine(&d, c, "c");
+}
+
+/* One case as the first operation of a daemon of its own, then the checks. */
+static void on_fresh_daemon(void (*run)(struct kvp_client *), const char *name)
+{
+	struct kvp_client *c;
+	struct h_daemon d;
+
+	if (h_daemon_up(&d, "--device_mem=64K", "--host_mem=64K", (char *)NULL)) {
+		g_bad++;
+		return;
+	}
+	c = h_connect_or_fail(d.sock, name, 5000);
+	if (!c) {
+		g_bad++;
+		h_daemon_end(&d, 1);
+		return;
+	}
+	run(c);
+	check_daemon_fine(&d, c, name);
 	kvp_close(c);
 	g_bad += h_daemon_stop(&d, 5000) != 0;
 	h_daemon_end(&d, 0);
@@ -155,9 +130,9 @@ int main(int argc, char **argv)
 
 	h_init(argc, argv, "test_empty_first_ops");
 	t0 = h_now_ms();
-	case_a_empty_prepare();
-	case_b_empty_seq();
-	case_c_prefix_miss();
+	on_fresh_daemon(case_a_empty_prepare, "a");
+	on_fresh_daemon(case_b_empty_seq, "b");
+	on_fresh_daemon(case_c_prefix_miss, "c");
 	h_log("%s in %llu ms", g_bad ? "FAIL" : "PASS",
 	      (unsigned long long)(h_now_ms() - t0));
 	return g_bad ? H_FAIL : H_PASS;

@@ -137,6 +137,8 @@ void assert_info_same(const struct engine_user_info *a,
 	assert_int_equal(a->pages_device, b->pages_device);
 	assert_int_equal(a->pages_host, b->pages_host);
 	assert_int_equal(a->leases, b->leases);
+	assert_int_equal(a->pages_disk, b->pages_disk);
+	assert_int_equal(a->tokens_disk, b->tokens_disk);
 }
 
 void assert_stats_same(const struct kvp_stats *a, const struct kvp_stats *b)
