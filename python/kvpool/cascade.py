@@ -13,10 +13,17 @@ One :class:`Plan` describes one model forward over ``rows`` batch rows of
 * **destination slots** (optional): where the new tokens' K/V go in the pool
   (the fill lease of a chunk entry, a sequence's write lease); ``attend``
   writes them for its layer before it computes. Given as leases
-  (``store=[(lease, first), ...]``, one per row) the writes go through
-  libkvpool (``Lease.append_layer``: kvp_append_layer_async), so the
-  library's lease checks cover them: a lease that is no longer this
-  client's writes nothing and raises :class:`kvpool.StaleLeaseError`. Given
+  (``store=[(lease, first), ...]``, one per row) the library checks them
+  before the first write of the forward (``Lease._check_write``: every
+  check of kvp_append -- open, this client's, not committed, within the
+  lease's new tokens -- for exactly the slots the plan writes, nothing
+  written), so a lease that is no longer this client's writes nothing and
+  raises :class:`kvpool.StaleLeaseError`; the writes themselves are then
+  one indexed store per layer into those slots, which a CUDA graph can
+  replay (HFAdapter checks again before each replay). One check per row
+  and forward instead of a library append per row and layer: the query
+  of a cached prompt was 2-3x slower through 32 layers' appends (bench/
+  results/raw-2026-11-28-gpu3). Given
   as raw ``(frames, slots)`` tensors they are written with torch indexing
   and checked by nothing: that form is for memory the caller owns outright
   (plain tensors, a CUDA graph replaying a plan whose leases were checked
@@ -363,6 +370,7 @@ class Plan:
         self._prep = [p for p in self._prep if not p.empty]
         self.store = None
         self.leases: Optional[List[Tuple[Any, int]]] = None
+        self.checked = False            # leases checked for this forward
         if store is not None and _is_lease_store(store):
             self.leases = [(lease, int(first)) for lease, first in store]
             if len(self.leases) != self.rows:
@@ -419,13 +427,22 @@ class Plan:
         return frames, slots
 
     # ------------------------------------------------------------ attention
+    def check_writes(self) -> None:
+        """Have the library check every row's lease for the slots this plan
+        writes (``Lease._check_write(first, n)``: kvp_append's lease checks,
+        nothing written); raises StaleLeaseError and friends. ``write`` does
+        it before the forward's first write; call it again before writing
+        the same plan again (a CUDA graph replay)."""
+        for lease, first in self.leases or ():
+            lease._check_write(first, self.n)
+        self.checked = True
+
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store the new tokens' K, V (``[rows, Hkv, n, D]``) of ``layer``
-        into the plan's pool slots (``attend`` does it first)."""
-        if self.leases is not None:     # through libkvpool: the lease checks apply
-            for b, (lease, first) in enumerate(self.leases):
-                lease.append_layer(layer, k[b].transpose(0, 1), v[b].transpose(0, 1), first)
-            return
+        into the plan's pool slots (``attend`` does it first). Lease slots
+        are checked by the library first (once per forward)."""
+        if self.leases is not None and not self.checked:
+            self.check_writes()
         if self.store is None:
             return
         cache = self.cache(layer)

@@ -283,9 +283,12 @@ class HFAdapter(ModelAdapter):
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
         tokens = tokens.to(self.device)
         positions = positions.to(self.device)
-        # A plan that stores through leases (kvpool.llm's) runs eagerly: a
-        # captured graph would replay a raw write that no lease checks.
-        if self.cuda_graphs and plan.rows == 1 and getattr(plan, "leases", None) is None:
+        # A plan that stores into leases (kvpool.llm's) has the library check
+        # them first, outside any capture: a graph replays only indexed
+        # stores into slots the check just covered.
+        if getattr(plan, "leases", None) is not None:
+            plan.check_writes()
+        if self.cuda_graphs and plan.rows == 1:
             key = _graph_key(plan, tokens)
             g = self._graphs.get(key)
             if g is not None:
