@@ -338,7 +338,8 @@ static void test_a_record_written_makes_its_fetch_stale(void **state)
 	/* Done, not taken yet: then written again. */
 	memcpy(rec, "new record", 11);
 	assert_int_equal(remote_tier_put_rec(g_rta, &k, rec, sizeof(rec)), 0);
-	assert_true(remote_tier_put_pending(g_rta, &k));
+	/* Pending now, or written already: the remote thread may take it at
+	 * once (it did under ASan on a loaded machine), so not asserted. */
 	remote_tier_flush(g_rta);
 	assert_false(remote_tier_put_pending(g_rta, &k));
 	assert_int_equal(remote_tier_fetch_rec(g_rta, &k, expand_none, 8, &f), -EINPROGRESS);
