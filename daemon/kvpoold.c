@@ -324,22 +324,17 @@ static int serve(struct server *s)
 
 /* ------------------------------------------------------------ main */
 
-/*
- * CUDA does not survive fork(): a process whose parent initialised the driver
- * cannot use it. With a backend that may touch CUDA (cuda, or auto in a build
- * with CUDA) the daemon therefore detaches first and makes the pools in the
- * daemonized process, which reports a failure back through the pipe.
- */
-static bool cuda_before_fork(const struct config *cfg)
-{
-	return strcmp(cfg->backend, "shm") != 0;
-}
-
 static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 {
 	struct errbuf e = { .msg = "" };
 	char err[KVP_ERRLEN], devs[DEVICES_MAX * 6];
-	bool late = !cfg->foreground && cuda_before_fork(cfg);
+	/* The pools are made after the fork that detaches, whatever the
+	 * backend: CUDA does not survive fork(), and a fork copies only the
+	 * calling thread, so the threads the pools start (each shard set's
+	 * reclaimer, the disk and remote tiers' threads) would be gone in
+	 * the daemon and a lock one held at the fork held for ever. The
+	 * daemonized process reports a failure back through the pipe. */
+	bool late = !cfg->foreground;
 	int ret, notify = -1;
 
 	/* The socket first: a second instance should fail before it

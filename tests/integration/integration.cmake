@@ -156,6 +156,15 @@ if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# kvpoold without --foreground keeps every thread (pools made after the fork).
+if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+  add_test(NAME test_daemonize
+    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_daemonize.py
+            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
+  set_tests_properties(test_daemonize PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # socket_group reaches the socket through the directories kvpoold made.
 if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
   add_test(NAME test_socket_group

@@ -16,6 +16,8 @@ tmp=$(mktemp -d /tmp/kvpool-readme.XXXXXX)
 pid=
 cleanup() {
 	[ -n "$pid" ] && kill "$pid" 2>/dev/null
+	# The tour's daemon, when the tour stopped before its own kill.
+	[ -s "$tmp/kvp/kvpoold.pid" ] && kill "$(cat "$tmp/kvp/kvpoold.pid")" 2>/dev/null
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
