@@ -27,13 +27,29 @@ def threads(pid):
     return len(os.listdir("/proc/%d/task" % pid))
 
 
-def wait_sock(sock, proc=None):
-    deadline = time.monotonic() + 20
-    while not os.path.exists(sock):
+def wait_served(sock, proc=None):
+    """Until kvctl stats answers on sock (the workers run by then)."""
+    deadline = time.monotonic() + 30
+    while True:
+        if os.path.exists(sock) and subprocess.run(
+                [KVCTL, "--socket", sock, "stats"], capture_output=True,
+                timeout=20).returncode == 0:
+            return
         if time.monotonic() > deadline or (proc and proc.poll() is not None):
             sys.exit("FAIL: kvpoold did not serve %s" % sock)
         time.sleep(0.05)
-    time.sleep(0.3)  # threads started after the socket
+
+
+def settled_threads(pid):
+    """The thread count once it held still for half a second (a loaded
+    machine may start the last thread late)."""
+    last, same, deadline = -1, 0, time.monotonic() + 10
+    while same < 5 and time.monotonic() < deadline:
+        n = threads(pid)
+        same = same + 1 if n == last else 0
+        last = n
+        time.sleep(0.1)
+    return last
 
 
 def main():
@@ -44,17 +60,17 @@ def main():
         fsock = os.path.join(tmp, "f.sock")
         fg = subprocess.Popen([KVPOOLD, "--socket=" + fsock, "--foreground", *FLAGS],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_sock(fsock, fg)
-        want = threads(fg.pid)
+        wait_served(fsock, fg)
+        want = settled_threads(fg.pid)
         dsock = os.path.join(tmp, "d.sock")
         r = subprocess.run([KVPOOLD, "--socket=" + dsock, "--pidfile=" + pidf,
                             "--log=" + os.path.join(tmp, "d.log"), *FLAGS],
                            capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             sys.exit("FAIL: daemonized kvpoold exited %d: %s" % (r.returncode, r.stderr))
-        wait_sock(dsock)
+        wait_served(dsock)
         pid = int(open(pidf).read())
-        got = threads(pid)
+        got = settled_threads(pid)
         st = subprocess.run([KVCTL, "--socket", dsock, "stats"], capture_output=True,
                             text=True, timeout=20)
         bad = []
