@@ -126,13 +126,18 @@ endif()
 # (READY=1, STATUS=, WATCHDOG=1, STOPPING=1), journal priority prefixes,
 # systemd-socket-activate, systemd-analyze verify and security on the units.
 find_program(KVPOOL_PYTHON3 NAMES python3)
-if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
-  add_test(NAME test_systemd
-    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_systemd.py
-            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl> ${PROJECT_BINARY_DIR}/systemd)
-  set_tests_properties(test_systemd PROPERTIES LABELS integration TIMEOUT 90
-    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
-endif()
+# kvpool_python_integration_test(NAME TIMEOUT_S [EXTRA_ARGS...]): NAME.py
+# run with KVPOOLD KVCTL [EXTRA_ARGS...], skipped (77) as it decides.
+function(kvpool_python_integration_test name timeout)
+  if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
+    add_test(NAME ${name}
+      COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/${name}.py
+              $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl> ${ARGN})
+    set_tests_properties(${name} PROPERTIES LABELS integration TIMEOUT ${timeout}
+      SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+  endif()
+endfunction()
+kvpool_python_integration_test(test_systemd 90 ${PROJECT_BINARY_DIR}/systemd)
 
 # /metrics under slowloris: slow connections from one peer and from many
 # loopback addresses keep no scrape out; a slow request is closed at the
@@ -148,31 +153,13 @@ endif()
 # SIGHUP and kvctl reload re-read kvpool.conf: quotas reach the engine,
 # allow_uids the listener, device_mem is refused by name, a broken file
 # changes nothing.
-if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
-  add_test(NAME test_reload
-    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_reload.py
-            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl> ${PROJECT_BINARY_DIR}/python)
-  set_tests_properties(test_reload PROPERTIES LABELS integration TIMEOUT 90
-    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
-endif()
+kvpool_python_integration_test(test_reload 90 ${PROJECT_BINARY_DIR}/python)
 
 # kvpoold without --foreground keeps every thread (pools made after the fork).
-if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
-  add_test(NAME test_daemonize
-    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_daemonize.py
-            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
-  set_tests_properties(test_daemonize PROPERTIES LABELS integration TIMEOUT 60
-    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
-endif()
+kvpool_python_integration_test(test_daemonize 60)
 
 # socket_group reaches the socket through the directories kvpoold made.
-if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
-  add_test(NAME test_socket_group
-    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_socket_group.py
-            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
-  set_tests_properties(test_socket_group PROPERTIES LABELS integration TIMEOUT 60
-    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
-endif()
+kvpool_python_integration_test(test_socket_group 60)
 
 # The README's quick tour and kvctl lines, run as written.
 if(TARGET kvpoold AND TARGET kvctl AND TARGET kvbench)
@@ -186,13 +173,7 @@ endif()
 # What a new operator hits, in their words: device_mem past the machine's
 # memory, offload --tier disk without a disk tier, backend=cuda without a
 # driver (issue 26).
-if(TARGET kvpoold AND TARGET kvctl AND KVPOOL_PYTHON3)
-  add_test(NAME test_operator_messages
-    COMMAND ${KVPOOL_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/test_operator_messages.py
-            $<TARGET_FILE:kvpoold> $<TARGET_FILE:kvctl>)
-  set_tests_properties(test_operator_messages PROPERTIES LABELS integration
-    TIMEOUT 120 SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
-endif()
+kvpool_python_integration_test(test_operator_messages 120)
 
 # kvctl top under tmux (send-keys, capture-pane) and stats --watch.
 if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
