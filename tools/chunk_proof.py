@@ -162,11 +162,14 @@ class Counting:
         return getattr(self.inner, k)
 
 
-def make_llm(sock: str, model: Any, count: bool = True):
+def make_llm(sock: str, model: Any, count: bool = True, attention: str = "paged"):
+    """attention: "paged" (kvpool's kernel over pool pages, CUDA graphs) for
+    fp32 identity and timing; "sdpa" (gather + transformers' SDPA) for the
+    bf16 like-for-like checks, which need DynamicCache's own kernel."""
     import kvpool
     from kvpool.hf_llm import HFAdapter
     from kvpool.llm import ChunkedLLM
-    adapter = HFAdapter(model)
+    adapter = HFAdapter(model, attention=attention)
     if count:
         adapter = Counting(adapter)
     client = kvpool.connect(sock, f"chunk_proof-{os.getpid()}")
@@ -363,7 +366,8 @@ def child(spec_path: str, role: str) -> None:
     spec = json.load(open(spec_path))
     determinism(spec.get("deterministic", True))
     model = build_model(spec["config"], spec["dtype"], spec["seed"])
-    llm, adapter, client = make_llm(spec["socket"], model)
+    llm, adapter, client = make_llm(spec["socket"], model,
+                                    attention=spec.get("attention", "paged"))
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     V = spec["config"]["vocab_size"]
     if role == "register":
@@ -627,16 +631,23 @@ def main() -> int:
         res["kvpoold"] = " ".join(d.args[0:1] + d.args[2:])
         try:
             model = build_model(big, "bf16", a.seed)
-            llm, adapter, client = make_llm(d.sock, model)
-            spec = {"config": big, "dtype": "bf16", "seed": a.seed, "socket": d.sock}
+            # bf16 identity is like for like: the same SDPA kernel as
+            # DynamicCache (attention="sdpa"), in both processes
+            llm, adapter, client = make_llm(d.sock, model, attention="sdpa")
+            spec = {"config": big, "dtype": "bf16", "seed": a.seed, "socket": d.sock,
+                    "attention": "sdpa"}
             other = run_child(spec, "register", tmp)
             g = torch.Generator().manual_seed(a.seed + 2)
             r = identity_cases(llm, adapter, model, g, big["vocab_size"], N, True, other)
             res["outputs_identical"]["bf16"] = r
             log(f"bf16: {all_identical(r)}")
             res.setdefault("cascade_max_err", {})["bf16"] = cascade_errors("cuda", torch.bfloat16)
-            res["memory"] = memory_rounds(llm, adapter, client, g, big["vocab_size"],
+            # memory rounds on the fast path (paged attention, CUDA graphs)
+            llm_p, adapter_p, client_p = make_llm(d.sock, model)
+            res["memory"] = memory_rounds(llm_p, adapter_p, client_p, g, big["vocab_size"],
                                          20 if a.quick else 100)
+            client_p.close()
+            del llm_p, adapter_p
             res["frames_freed"] = res["memory"]["frames_freed"]
             res["cuda_mem_growth_bytes"] = res["memory"]["cuda_mem_growth_bytes"]
             log(f"memory: {res['memory']}")
@@ -653,7 +664,7 @@ def main() -> int:
             client.close()
             del llm, adapter, model
             torch.cuda.empty_cache()
-            spec.update(contexts=ctxs, reps=reps)
+            spec.update(contexts=ctxs, reps=reps, attention="paged")
             tt = run_child(spec, "ttft", tmp)
             res["ttft"] = tt["rows"]
             res["ttft_pid"] = tt["pid"]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -53,6 +54,7 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
     raise ImportError("kvpool.hf_llm needs HuggingFace transformers >= 5 with "
                       f"AttentionInterface and AttentionMaskInterface: {_e}") from _e
 
+from . import paged_attention as _paged
 from .llm import ModelAdapter
 
 __all__ = ["HFAdapter", "ATTN_NAME"]
@@ -77,6 +79,16 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
         raise NotImplementedError("kvpool.hf_llm: sliding-window attention layers are not "
                                   "supported (every layer must attend to the whole chain)")
     layer = module.layer_idx
+    tables = getattr(plan, "_kvpool_tables", None)
+    if tables is not None:
+        # The fast path: the new tokens' K/V go to their pool slots, then
+        # one kernel reads every level's pages where they lie (and the new
+        # tokens, causally, from theirs).
+        plan.write(layer, key, value)
+        q = query.transpose(1, 2)
+        if q.stride(-1) != 1:
+            q = q.contiguous()
+        return _paged.attend(q, plan.cache(layer), tables, scale=scaling), None
     if plan.rows != 1:
         return plan.attend(layer, query, key, value, scale=scaling), None
     plan.write(layer, key, value)
@@ -145,56 +157,56 @@ def _flat(plan: Any) -> _Flat:
     return f
 
 
-def _graph_key(plan: Any, tokens: torch.Tensor) -> Tuple[Any, ...]:
-    """What a captured forward depends on besides its inputs: the new tokens'
-    shape, every past level's pages and length, and whether it stores."""
-    lv = tuple((bytes(memoryview(l.pages[0].cpu().numpy())), int(l.lengths[0]))
-               for l in plan.levels)
-    return (tuple(tokens.shape), lv, plan.store is not None, plan.scale)
-
-
 class _Graph:
-    """One captured forward (see HFAdapter.forward). Its plan stays alive:
-    the graph reads that plan's gather indices and mask, and its
-    destination slots are static tensors refilled before each replay."""
+    """One captured forward over paged tables of one bucket (see
+    HFAdapter.forward): static input ids, positions, destination slots and
+    tables, refilled before each replay; the logits come out of a static
+    buffer (cloned on the way out)."""
 
     def __init__(self, adapter: "HFAdapter", tokens: torch.Tensor, positions: torch.Tensor,
                  plan: Any) -> None:
-        self.plan = plan
+        sp = copy.copy(plan)
+        sp.leases = None                        # checked before each replay, not inside
+        sp.checked = True
+        sp.store = (plan.store[0].clone(), plan.store[1].clone())
+        sp._kvpool_tables = plan._kvpool_tables.bucketed()
+        self.plan = sp
         self.tokens = tokens.clone()
         self.positions = positions.clone()
         self.mask2d = torch.ones_like(tokens)
-        if plan.store is not None:
-            plan.store = (plan.store[0].clone(), plan.store[1].clone())
-        _flat(plan)                               # built outside the capture
         model = adapter.model
 
         def fwd() -> torch.Tensor:
-            with _using(plan):
+            with _using(sp):
                 out = model(input_ids=self.tokens, position_ids=self.positions,
                             attention_mask=self.mask2d, use_cache=False, logits_to_keep=1)
             return out.logits[:, -1].float()
 
         # One side stream per adapter for every warm-up and capture: cuBLAS
         # keeps a workspace per stream for the life of the process, so a new
-        # stream per capture would leak one workspace each time.
+        # stream per capture would leak one workspace each time. One memory
+        # pool for all the adapter's graphs: they never run at once, and
+        # their outputs are cloned as soon as they are replayed.
+        dev = tokens.device
         if adapter._stream is None:
-            adapter._stream = torch.cuda.Stream(device=tokens.device)
+            adapter._stream = torch.cuda.Stream(device=dev)
+        if adapter._pool is None:
+            adapter._pool = torch.cuda.graph_pool_handle()
         side = adapter._stream
-        side.wait_stream(torch.cuda.current_stream(tokens.device))
+        side.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(side):
-            fwd()                                 # warm-up, as torch.cuda.graph asks
-        torch.cuda.current_stream(tokens.device).wait_stream(side)
+            fwd()                                 # warm-up (and Triton's compile)
+        torch.cuda.current_stream(dev).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, stream=side):
+        with torch.cuda.graph(self.graph, pool=adapter._pool, stream=side):
             self.out = fwd()
 
     def run(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
         self.tokens.copy_(tokens)
         self.positions.copy_(positions)
-        if plan.store is not None:
-            self.plan.store[0].copy_(plan.store[0])
-            self.plan.store[1].copy_(plan.store[1])
+        self.plan.store[0].copy_(plan.store[0])
+        self.plan.store[1].copy_(plan.store[1])
+        self.plan._kvpool_tables.copy_from(plan._kvpool_tables)
         self.graph.replay()
         return self.out.clone()
 
@@ -235,9 +247,21 @@ class HFAdapter(ModelAdapter):
     """A transformers ``*ForCausalLM`` (eval mode, any dtype/device) for
     :class:`kvpool.llm.ChunkedLLM`. The pool's layout must be the model's KV
     geometry: ``layers`` = num_hidden_layers, ``kv_heads`` =
-    num_key_value_heads, ``head_dim``, and the model's dtype."""
+    num_key_value_heads, ``head_dim``, and the model's dtype.
 
-    def __init__(self, model: Any, cuda_graphs: bool = True, max_graphs: int = 4) -> None:
+    attention: ``"paged"`` (the default) reads pool pages in place with
+    :mod:`kvpool.paged_attention`'s kernel wherever it runs (CUDA with
+    Triton) and the forward stores its tokens; ``"sdpa"`` gathers each
+    row's pages and runs transformers' SDPA over the copy -- slower, but
+    bit for bit what DynamicCache computes with the same chunk boundaries
+    (the like-for-like bf16 check). cuda_graphs: replay forwards as CUDA
+    graphs (paged path only), at most ``max_graphs`` of them."""
+
+    def __init__(self, model: Any, cuda_graphs: bool = True, max_graphs: int = 16,
+                 attention: str = "paged") -> None:
+        if attention not in ("paged", "sdpa"):
+            raise ValueError(f"HFAdapter: attention={attention!r}; use 'paged' or 'sdpa'")
+        self.attention = attention
         cfg = _text_config(model.config)
         if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) \
                 and getattr(cfg, "layer_types", None) and \
@@ -259,12 +283,13 @@ class HFAdapter(ModelAdapter):
             else eos
         self.eos_token_ids: List[int] = list(eos) if isinstance(eos, (list, tuple)) else \
             ([] if eos is None else [eos])
-        # CUDA graphs: a one-row forward over the same cached chain (the
-        # same pages, hence the same gathers, mask and shapes) with as many
-        # new tokens as before -- a query against a cached system prompt
-        # and document, again -- replays a graph captured on its second
-        # use: the model's ~10 kernel launches per layer become one replay.
-        # Only the new tokens, positions and destination slots change.
+        # CUDA graphs, keyed by bucket, never by chain: a forward's key is
+        # its rows, new tokens and each launch's groups and token capacity
+        # rounded up to a power of two (paged_attention.Tables.bucket_key).
+        # Every decode step of a generation, and every 32-token query over
+        # any chain of 4k-8k tokens, is one key: captured on its second
+        # use (no capture for a one-off), replayed after that with the
+        # tokens, positions, destination slots and tables refilled.
         self.cuda_graphs = bool(cuda_graphs) and self.device.type == "cuda"
         self.max_graphs = int(max_graphs)
         self._graphs: "collections.OrderedDict[Tuple[Any, ...], _Graph]" = collections.OrderedDict()
@@ -272,6 +297,7 @@ class HFAdapter(ModelAdapter):
         self._failed: set = set()
         self.graph_captures = self.graph_replays = self.graph_failures = 0
         self._stream: Optional[torch.cuda.Stream] = None
+        self._pool: Any = None
         _register()
         setter = getattr(model, "set_attn_implementation", None)
         if callable(setter):
@@ -288,8 +314,16 @@ class HFAdapter(ModelAdapter):
         # stores into slots the check just covered.
         if getattr(plan, "leases", None) is not None:
             plan.check_writes()
-        if self.cuda_graphs and plan.rows == 1:
-            key = _graph_key(plan, tokens)
+        if self.attention != "paged" or plan.store is None or \
+                not _paged.available(self.device):
+            return self._eager(tokens, positions, plan)
+        tables = getattr(plan, "_kvpool_tables", None)
+        if tables is None:
+            tables = plan._kvpool_tables = _paged.build_tables(
+                plan.levels, plan.rows, plan.n, int(plan.cache(0).shape[2]), plan.store,
+                self.device)
+        if self.cuda_graphs:
+            key = (tables.bucket_key(), tuple(tokens.shape), plan.scale)
             g = self._graphs.get(key)
             if g is not None:
                 self._graphs.move_to_end(key)
@@ -310,6 +344,7 @@ class HFAdapter(ModelAdapter):
         torch's allocator); forwards capture again on their second use."""
         self._graphs.clear()
         self._seen.clear()
+        self._pool = None
 
     def _eager(self, tokens: torch.Tensor, positions: torch.Tensor, plan: Any) -> torch.Tensor:
         # attention_mask given: transformers then skips its packed-sequence
