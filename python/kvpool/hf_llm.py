@@ -53,7 +53,7 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
     raise ImportError("kvpool.hf_llm needs HuggingFace transformers >= 5 with "
                       f"AttentionInterface and AttentionMaskInterface: {_e}") from _e
 
-from .llm import ModelAdapter
+from .llm.adapter import ModelAdapter
 
 __all__ = ["HFAdapter", "ATTN_NAME"]
 
