@@ -66,7 +66,7 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
                       f"AttentionInterface and AttentionMaskInterface: {_e}") from _e
 
 from . import paged_attention as _paged
-from .llm import ModelAdapter
+from .llm.adapter import ModelAdapter
 
 __all__ = ["HFAdapter", "ATTN_NAME"]
 
