@@ -333,7 +333,8 @@ if triton is not None:
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = tl.where(t[None, :] < lim[:, None], s * qk_scale, float("-inf"))
+            s = tl.where((t[None, :] < lim[:, None]) & tm[None, :], s * qk_scale,
+                         float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_use)
