@@ -90,16 +90,11 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
         raise NotImplementedError("kvpool.hf_llm: sliding-window attention layers are not "
                                   "supported (every layer must attend to the whole chain)")
     layer = module.layer_idx
-    tables = getattr(plan, "_kvpool_tables", None)
-    if tables is not None:
+    if getattr(plan, "_kvpool_tables", None) is not None:
         # The fast path: the new tokens' K/V go to their pool slots, then
         # one kernel reads every level's pages where they lie (and the new
         # tokens, causally, from theirs).
-        plan.write(layer, key, value)
-        q = query.transpose(1, 2)
-        if q.stride(-1) != 1:
-            q = q.contiguous()
-        return _paged.attend(q, plan.cache(layer), tables, scale=scaling), None
+        return _paged.attend_plan(plan, layer, query, key, value, scale=scaling), None
     if plan.rows != 1:
         return plan.attend(layer, query, key, value, scale=scaling), None
     plan.write(layer, key, value)
@@ -332,11 +327,7 @@ class HFAdapter(ModelAdapter):
         if self.attention != "paged" or plan.store is None or \
                 not _paged.available(self.device):
             return self._eager(tokens, positions, plan)
-        tables = getattr(plan, "_kvpool_tables", None)
-        if tables is None:
-            tables = plan._kvpool_tables = _paged.build_tables(
-                plan.levels, plan.rows, plan.n, int(plan.cache(0).shape[2]), plan.store,
-                self.device)
+        tables = _paged.plan_tables(plan)
         if self.cuda_graphs:
             key = (tables.bucket_key(), tuple(tokens.shape), plan.scale)
             g = self._graphs.get(key)
