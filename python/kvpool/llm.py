@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# Past ~800 lines for now: one ChunkedLLM; it becomes the llm/ package (STYLE.md).
 """kvpool.llm: seed 001's chunk API on a real model -- registration is a
 prefill, generation composes pre-computed KV through cascade attention.
 
