@@ -270,14 +270,14 @@ static void dispatch(struct server *s, struct watch *w, uint32_t events)
 		if (c->freed)
 			break; /* finalized earlier in this batch */
 		if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
-			client_hangup(s, c, "hung up");
+			listener_hangup(s, c, "hung up");
 		else
 			listener_readable(s, c);
 		break;
 	case WATCH_CLIENT_PID:
 		c = container_of(w, struct client, pid_w);
 		if (!c->freed)
-			client_hangup(s, c, "process exited");
+			listener_hangup(s, c, "process exited");
 		break;
 	}
 }
