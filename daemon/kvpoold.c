@@ -33,6 +33,7 @@
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
+#include "ops.h"
 #include "reload.h"
 #include "sd_service.h"
 #include "worker.h"
@@ -365,7 +366,7 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 	}
 	ret = server_events(s, sigs, &e);
 	if (!ret)
-		ret = metrics_open(s, &e);
+		ret = metrics_open(s, ops_name, &e);
 	if (!ret)
 		ret = workers_start(s, &e);
 	if (!ret)
