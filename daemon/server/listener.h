@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "kvpool_engine.h"
+#include "proto.h"
 #include "server.h"
 
 /*

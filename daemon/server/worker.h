@@ -16,6 +16,7 @@
 #define KVPOOLD_WORKER_H
 
 #include "kvpool_engine.h"
+#include "proto.h"
 #include "server.h"
 
 /* Start cfg->workers threads; -errno with e. */
