@@ -16,7 +16,7 @@
  * KVP_BUG(what)           aborts: a branch that cannot be reached was.
  *
  * The line goes to standard error with one write(2) and, where the process
- * has set one (kvpoold's log, daemon/log.c), to a log sink as well.
+ * has set one (kvpoold's log, daemon/server/log.c), to a log sink as well.
  */
 #ifndef KVPOOL_LIB_BUG_H
 #define KVPOOL_LIB_BUG_H

@@ -4,7 +4,7 @@
  * that trips KVP_ASSERT, KVP_BUG_ON or KVP_BUG dies by SIGABRT, and its
  * standard error names the program, this file, the line of the check, the
  * invariant in words and the condition's text; where kvpoold's log goes to
- * a file (daemon/log.c), the file gets the same line. A check that holds
+ * a file (daemon/server/log.c), the file gets the same line. A check that holds
  * does nothing: each trip_* function called with a sound state returns the
  * line of its check, which is how the parent knows the line to expect.
  */
