@@ -1,0 +1,380 @@
+# SPDX-License-Identifier: MIT
+"""An HSTU ranking model in torch whose history K/V live in kvpool pages.
+
+The architecture is the public HSTU one (Zhai et al., "Actions Speak Louder
+than Words", 2024; NVIDIA recsys-examples' examples/hstu inference layer),
+written here from that description, with random weights from a seed:
+
+per layer, on the jagged tokens of a batch (users' tokens concatenated,
+``offsets`` says where each user's begin)::
+
+    x̂          = layer_norm(x)
+    u, v, q, k = split(silu(x̂ @ W_uvqk + b))               # 4 x [n, heads * dim]
+    a[i, j]    = silu(alpha * q_i·k_j + rab_pos(p_i - p_j) + rab_time(t_i - t_j))
+                 / max_seq_len                              # pointwise, not softmax
+    o_i        = sum_j mask(i, j) * a[i, j] * v_j
+    x          = x + (layer_norm(o) * u) @ W_proj
+
+mask: the history is causal (token i sees tokens j <= i); each candidate
+sees the whole history and itself, no other candidate (the anchor's
+``num_targets`` with target_group_size 1). So a history token's K/V depend
+only on the tokens before it and can be cached; candidates are never cached.
+The division by the fixed ``max_seq_len`` (HSTU's scaling_seqlen) keeps a
+token's output independent of how many tokens follow it in the batch.
+
+Tokens of a request (WORKLOADS.md): 6 contextual tokens, then item and
+action tokens interleaved (2 per interaction), then the candidates.
+Positions are a token's index in the user's sequence; candidates all take
+position ``history_len`` and the request's time. The ranking head scores
+each candidate's final output (layer norm, then an MLP) -- one logit each.
+
+Cached forward (the seed's call order, through kvpool.hstu.KVCacheManager):
+``rank_cached`` computes only the new history tokens and the candidates;
+per layer it appends the new K/V with ``mgr.append_kvcache`` and reads the
+cached history's K/V through the page table (``kv_indices``/``kv_indptr``
+of the metadata) from ``mgr.get_kvcache_table(layer)``. ``rank`` without a
+manager recomputes everything: the same code with nothing cached, the
+reference the cached scores must equal.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+N_CONTEXT = 6          # contextual tokens at the start of a history
+ACTION_VOCAB = 256     # action_weights bitmask (8 bits)
+CONTEXT_VOCAB = 64     # per contextual feature
+
+
+@dataclass(frozen=True)
+class HSTUConfig:
+    """Model shapes. ``anchor()`` is the recsys-examples benchmark's;
+    ``cpu()`` a small one for tests and CPU runs."""
+
+    layers: int = 8
+    hidden: int = 1024
+    heads: int = 4
+    head_dim: int = 256
+    max_seq_len: int = 4096       # history tokens (contextual + items + actions)
+    candidates: int = 256
+    page_tokens: int = 32
+    item_rows: int = 65536        # item ids are hashed into this many rows
+    pos_buckets: int = 4096       # relative position bias: distances 0..buckets-1
+    time_buckets: int = 64        # relative time bias: log-spaced |dt| buckets
+    mlp_hidden: int = 512
+    seed: int = 0
+    eps: float = 1e-6
+
+    @staticmethod
+    def anchor() -> "HSTUConfig":
+        return HSTUConfig()
+
+    @staticmethod
+    def cpu() -> "HSTUConfig":
+        return HSTUConfig(layers=2, hidden=64, heads=2, head_dim=32, max_seq_len=256,
+                          candidates=16, page_tokens=8, item_rows=4096, pos_buckets=256,
+                          time_buckets=32, mlp_hidden=32)
+
+    def layout(self, dtype: str = "fp32") -> str:
+        """The kvpoold --layout holding this model's K/V."""
+        return (f"layers={self.layers},kv_heads={self.heads},head_dim={self.head_dim},"
+                f"dtype={dtype},page_tokens={self.page_tokens}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Request:
+    """One ranking request: a user's history (items, actions, times in ms,
+    the 6 contextual feature values) and the candidates to score.
+
+    ``key`` names the cached history (the user, or user and day when
+    histories do not cross days). ``history_tokens`` is 6 + 2 * items."""
+
+    key: int
+    items: Sequence[int]
+    actions: Sequence[int]
+    times_ms: Sequence[int]
+    context: Sequence[int]
+    candidates: Sequence[int]
+    now_ms: int
+
+    @property
+    def history_tokens(self) -> int:
+        return N_CONTEXT + 2 * len(self.items)
+
+
+def _time_bucket(dt_ms: torch.Tensor, buckets: int) -> torch.Tensor:
+    """|dt| in seconds, log-spaced into ``buckets`` (0 for the same second)."""
+    s = dt_ms.abs().to(torch.float64) / 1000.0
+    return torch.clamp(torch.floor(torch.log1p(s) / math.log(2.0)),
+                       0, buckets - 1).to(torch.int64)
+
+
+class HSTULayer(nn.Module):
+    """One HSTU layer: uvqk projection, pointwise SiLU attention with
+    relative position and time bias, layer norm, gate, output projection."""
+
+    def __init__(self, cfg: HSTUConfig) -> None:
+        super().__init__()
+        d, hd = cfg.hidden, cfg.heads * cfg.head_dim
+        self.cfg = cfg
+        self.norm_in = nn.LayerNorm(d, eps=cfg.eps)
+        self.uvqk = nn.Linear(d, 4 * hd, bias=True)
+        self.norm_out = nn.LayerNorm(hd, eps=cfg.eps)
+        self.proj = nn.Linear(hd, d, bias=False)
+        self.rab_pos = nn.Parameter(torch.zeros(cfg.heads, cfg.pos_buckets))
+        self.rab_time = nn.Parameter(torch.zeros(cfg.heads, cfg.time_buckets))
+        self.alpha = 1.0 / math.sqrt(cfg.head_dim)
+
+    def uvqk_split(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        c = self.cfg
+        h = F.silu(self.uvqk(self.norm_in(x)))
+        u, v, q, k = h.split(c.heads * c.head_dim, dim=-1)
+        shape = (-1, c.heads, c.head_dim)
+        return u, v.reshape(shape), q.reshape(shape), k.reshape(shape)
+
+    def bias(self, qpos: torch.Tensor, qt: torch.Tensor, kpos: torch.Tensor,
+             kt: torch.Tensor) -> torch.Tensor:
+        """rab_pos + rab_time for queries x keys: [heads, nq, nk]."""
+        c = self.cfg
+        dist = torch.clamp(qpos[:, None] - kpos[None, :], 0, c.pos_buckets - 1)
+        tb = _time_bucket(qt[:, None] - kt[None, :], c.time_buckets)
+        return self.rab_pos[:, dist] + self.rab_time[:, tb]
+
+    def attend(self, q: torch.Tensor, k_hist: torch.Tensor, v_hist: torch.Tensor,
+               q_pos: torch.Tensor, q_t: torch.Tensor, k_pos: torch.Tensor,
+               k_t: torch.Tensor, n_new: int, k_cand: torch.Tensor,
+               v_cand: torch.Tensor) -> torch.Tensor:
+        """One user's attention. q: [n_new + n_cand, H, D] (new history tokens,
+        then candidates); k_hist/v_hist: [T, H, D], the whole history (cached
+        and new); positions/times of queries and keys. Returns [nq, H*D]."""
+        c = self.cfg
+        nq, T = q.shape[0], k_hist.shape[0]
+        s = torch.einsum("qhd,khd->hqk", q, k_hist) * self.alpha
+        s = s + self.bias(q_pos, q_t, k_pos, k_t)
+        a = F.silu(s) / c.max_seq_len
+        # History queries are causal; candidates see every history token.
+        causal = k_pos[None, :] <= q_pos[:, None]
+        causal[n_new:] = True
+        a = a * causal.to(a.dtype)
+        out = torch.einsum("hqk,khd->qhd", a, v_hist)
+        if nq > n_new:
+            # Each candidate also sees itself (and no other candidate).
+            qc = q[n_new:]
+            sc = (qc * k_cand).sum(-1) * self.alpha                 # [nc, H]
+            rb = self.rab_pos[:, 0] + self.rab_time[:, 0]           # distance 0, dt 0
+            ac = F.silu(sc + rb[None, :]) / c.max_seq_len
+            out[n_new:] = out[n_new:] + ac[..., None] * v_cand
+        del T
+        return out.reshape(nq, -1)
+
+    def finish(self, x: torch.Tensor, o: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return x + self.proj(self.norm_out(o) * u)
+
+
+@dataclass
+class _Batch:
+    """The jagged batch of the new tokens: per user, new history tokens then
+    candidates (``offsets``), and each user's whole-history positions/times."""
+
+    x: torch.Tensor                 # [nnz, hidden]
+    offsets: List[int]              # [B + 1] into x
+    n_new: List[int]                # new history tokens per user
+    n_cand: List[int]
+    cached: List[int]               # history tokens already cached per user
+    pos: List[torch.Tensor]         # per user: positions of all T + candidates
+    times: List[torch.Tensor]       # per user: times of all T + candidates
+
+
+class HSTURanker(nn.Module):
+    """Embeddings, ``layers`` HSTU layers and a ranking head (see the
+    module docstring). Weights are drawn from ``cfg.seed``."""
+
+    def __init__(self, cfg: HSTUConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        g = torch.Generator().manual_seed(cfg.seed)
+        d = cfg.hidden
+        self.item_emb = nn.Embedding(cfg.item_rows, d)
+        self.action_emb = nn.Embedding(ACTION_VOCAB, d)
+        self.context_emb = nn.Embedding(N_CONTEXT * CONTEXT_VOCAB, d)
+        self.layers = nn.ModuleList(HSTULayer(cfg) for _ in range(cfg.layers))
+        self.head_norm = nn.LayerNorm(d, eps=cfg.eps)
+        self.head = nn.Sequential(nn.Linear(d, cfg.mlp_hidden), nn.SiLU(),
+                                  nn.Linear(cfg.mlp_hidden, 1))
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "norm" in name:
+                    continue   # layer norms keep weight 1, bias 0
+                if name.endswith("bias") or "rab_" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+                elif p.dim() == 2 and "emb" not in name:
+                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g))
+        self.eval()
+
+    # ------------------------------------------------------------ inputs
+    def history_embeddings(self, r: Request, first: int, n: int,
+                           device: torch.device) -> torch.Tensor:
+        """Embeddings of history tokens [first, first + n) of a request."""
+        toks: List[int] = []
+        kinds: List[int] = []      # 0 context, 1 item, 2 action
+        for t in range(first, first + n):
+            if t < N_CONTEXT:
+                toks.append(t * CONTEXT_VOCAB + int(r.context[t]) % CONTEXT_VOCAB)
+                kinds.append(0)
+            else:
+                e, is_action = divmod(t - N_CONTEXT, 2)
+                if is_action:
+                    toks.append(int(r.actions[e]) % ACTION_VOCAB)
+                    kinds.append(2)
+                else:
+                    toks.append(int(r.items[e]) % self.cfg.item_rows)
+                    kinds.append(1)
+        ids = torch.tensor(toks, dtype=torch.int64, device=device)
+        kind = torch.tensor(kinds, dtype=torch.int64, device=device)
+        out = torch.empty(n, self.cfg.hidden, device=device,
+                          dtype=self.item_emb.weight.dtype)
+        for k, table in ((0, self.context_emb), (1, self.item_emb), (2, self.action_emb)):
+            sel = kind == k
+            if bool(sel.any()):
+                out[sel] = table(ids[sel])
+        return out
+
+    def positions(self, r: Request, device: torch.device
+                  ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Positions and times (ms) of the history's tokens and the candidates."""
+        T, C = r.history_tokens, len(r.candidates)
+        t0 = int(r.times_ms[0]) if len(r.times_ms) else int(r.now_ms)
+        times = [t0] * N_CONTEXT
+        for t in r.times_ms:
+            times += [int(t), int(t)]
+        times += [int(r.now_ms)] * C
+        pos = list(range(T)) + [T] * C
+        return (torch.tensor(pos, dtype=torch.int64, device=device),
+                torch.tensor(times, dtype=torch.int64, device=device))
+
+    def _batch(self, reqs: Sequence[Request], cached: Sequence[int],
+               device: torch.device) -> _Batch:
+        xs, offsets, n_new, n_cand, pos, times = [], [0], [], [], [], []
+        for r, c in zip(reqs, cached):
+            T = r.history_tokens
+            if not 0 <= c <= T:
+                raise ValueError(f"user {r.key}: {c} tokens cached, the history has {T}")
+            new = T - c
+            xs.append(self.history_embeddings(r, c, new, device))
+            cand = torch.tensor([int(i) % self.cfg.item_rows for i in r.candidates],
+                                dtype=torch.int64, device=device)
+            xs.append(self.item_emb(cand))
+            n_new.append(new)
+            n_cand.append(len(r.candidates))
+            offsets.append(offsets[-1] + new + len(r.candidates))
+            p, t = self.positions(r, device)
+            pos.append(p)
+            times.append(t)
+        return _Batch(torch.cat(xs), offsets, n_new, n_cand, list(cached), pos, times)
+
+    # ------------------------------------------------------------ forward
+    def _forward(self, b: _Batch, mgr=None, meta=None) -> List[torch.Tensor]:
+        x = b.x
+        for li, layer in enumerate(self.layers):
+            u, v, q, k = layer.uvqk_split(x)
+            if mgr is not None:
+                # The new history tokens' K/V (candidates are not cached),
+                # users in batch order: the example's append_kvcache.
+                idx = torch.cat([torch.arange(b.offsets[i], b.offsets[i] + b.n_new[i],
+                                              device=x.device)
+                                 for i in range(len(b.n_new))])
+                mgr.append_kvcache(li, k.index_select(0, idx), v.index_select(0, idx), meta)
+                table = mgr.get_kvcache_table(li)
+            outs = []
+            for i in range(len(b.n_new)):
+                lo, new, nc, c = b.offsets[i], b.n_new[i], b.n_cand[i], b.cached[i]
+                T = c + new
+                kn, vn = k[lo:lo + new], v[lo:lo + new]
+                if c:
+                    kc, vc = _read_pages(table, meta, i, c)
+                    kh = torch.cat([kc.to(kn.dtype), kn])
+                    vh = torch.cat([vc.to(vn.dtype), vn])
+                else:
+                    kh, vh = kn, vn
+                p, t = b.pos[i], b.times[i]
+                qpos = torch.cat([p[c:T], p[T:T + nc]])
+                qt = torch.cat([t[c:T], t[T:T + nc]])
+                outs.append(layer.attend(q[lo:lo + new + nc], kh, vh, qpos, qt,
+                                         p[:T], t[:T], new,
+                                         k[lo + new:lo + new + nc],
+                                         v[lo + new:lo + new + nc]))
+            x = layer.finish(x, torch.cat(outs), u)
+        scores = []
+        for i in range(len(b.n_new)):
+            lo = b.offsets[i] + b.n_new[i]
+            cand = x[lo:lo + b.n_cand[i]]
+            scores.append(self.head(self.head_norm(cand)).squeeze(-1))
+        return scores
+
+    @torch.no_grad()
+    def rank(self, reqs: Sequence[Request], device: Optional[torch.device] = None
+             ) -> List[torch.Tensor]:
+        """Scores of every request's candidates, recomputing the whole
+        history (no cache): the reference."""
+        dev = device or self.item_emb.weight.device
+        return self._forward(self._batch(reqs, [0] * len(reqs), dev))
+
+    @torch.no_grad()
+    def rank_cached(self, mgr, reqs: Sequence[Request], offload: bool = True
+                    ) -> Tuple[List[torch.Tensor], List[int]]:
+        """Scores through a kvpool.hstu.KVCacheManager, in seed 002's call
+        order: get_batch_kvdata_info, prepare_kv_cache from the cached end
+        for the new history tokens, get_cache_metadata, per layer
+        append_kvcache + attention over the page table, offload_kv_cache
+        (the example offloads after the forward). Returns the scores and
+        the tokens each request found cached.
+
+        A cache that holds more of the history than the request sends (the
+        request's history was cut, or a later one ran first) cannot serve
+        it: that user's cache is evicted and the history recomputed (a miss)."""
+        dev = self.item_emb.weight.device
+        keys = [r.key for r in reqs]
+        if len(set(keys)) != len(keys):
+            raise ValueError("rank_cached: a user appears twice in the batch")
+        starts, lens = mgr.get_batch_kvdata_info(keys)
+        cached, begin = [], []
+        for r, s, n in zip(reqs, starts.tolist(), lens.tolist()):
+            c = n if s == 0 else 0
+            if c > r.history_tokens or (s > 0 and n):
+                # Not a prefix of this history: start over.
+                mgr.evict_kv_cache([r.key])
+                c = 0
+            cached.append(c)
+            begin.append(c)
+        news = [r.history_tokens - c for r, c in zip(reqs, cached)]
+        mgr.prepare_kv_cache(keys, begin, news)
+        meta = mgr.get_cache_metadata(keys)
+        scores = self._forward(self._batch(reqs, cached, dev), mgr, meta)
+        if offload:
+            mgr.offload_kv_cache(keys)
+        else:
+            mgr.commit_kv_cache(keys)
+        return scores, cached
+
+
+def _read_pages(table: torch.Tensor, meta, b: int, n: int
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """K and V of user b's first n page-table tokens, read through the page
+    table (kv_indices[kv_indptr[b]:kv_indptr[b+1]]) from one layer's cache
+    [frames, 2, page_tokens, heads, dim]."""
+    P = table.shape[2]
+    lo, hi = int(meta.kv_indptr[b]), int(meta.kv_indptr[b + 1])
+    pages = meta.kv_indices[lo:hi].to(device=table.device, dtype=torch.int64)
+    pos = torch.arange(n, device=table.device)
+    frames, slots = pages[pos // P], pos % P
+    return table[frames, 0, slots], table[frames, 1, slots]
