@@ -39,12 +39,15 @@ reference the cached scores must equal.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .errors import ContinuityError, PoolFullError
 
 N_CONTEXT = 6          # contextual tokens at the start of a history
 ACTION_VOCAB = 256     # action_weights bitmask (8 bits)
@@ -224,30 +227,22 @@ class HSTURanker(nn.Module):
     # ------------------------------------------------------------ inputs
     def history_embeddings(self, r: Request, first: int, n: int,
                            device: torch.device) -> torch.Tensor:
-        """Embeddings of history tokens [first, first + n) of a request."""
-        toks: List[int] = []
-        kinds: List[int] = []      # 0 context, 1 item, 2 action
-        for t in range(first, first + n):
-            if t < N_CONTEXT:
-                toks.append(t * CONTEXT_VOCAB + int(r.context[t]) % CONTEXT_VOCAB)
-                kinds.append(0)
-            else:
-                e, is_action = divmod(t - N_CONTEXT, 2)
-                if is_action:
-                    toks.append(int(r.actions[e]) % ACTION_VOCAB)
-                    kinds.append(2)
-                else:
-                    toks.append(int(r.items[e]) % self.cfg.item_rows)
-                    kinds.append(1)
-        ids = torch.tensor(toks, dtype=torch.int64, device=device)
-        kind = torch.tensor(kinds, dtype=torch.int64, device=device)
-        out = torch.empty(n, self.cfg.hidden, device=device,
-                          dtype=self.item_emb.weight.dtype)
-        for k, table in ((0, self.context_emb), (1, self.item_emb), (2, self.action_emb)):
-            sel = kind == k
-            if bool(sel.any()):
-                out[sel] = table(ids[sel])
-        return out
+        """Embeddings of history tokens [first, first + n) of a request:
+        contextual tokens, then item and action tokens interleaved."""
+        d = self.cfg.hidden
+        T = r.history_tokens
+        out = torch.empty(T, d, device=device, dtype=self.item_emb.weight.dtype)
+        ctx = torch.tensor([t * CONTEXT_VOCAB + int(r.context[t]) % CONTEXT_VOCAB
+                            for t in range(N_CONTEXT)], dtype=torch.int64, device=device)
+        out[:N_CONTEXT] = self.context_emb(ctx)
+        e0, e1 = max(0, (first - N_CONTEXT) // 2), max(0, (first + n - N_CONTEXT + 1) // 2)
+        if e1 > e0:
+            items = torch.tensor(list(r.items[e0:e1]), dtype=torch.int64, device=device)
+            acts = torch.tensor(list(r.actions[e0:e1]), dtype=torch.int64, device=device)
+            lo = N_CONTEXT + 2 * e0
+            out[lo:lo + 2 * (e1 - e0):2] = self.item_emb(items % self.cfg.item_rows)
+            out[lo + 1:lo + 2 * (e1 - e0):2] = self.action_emb(acts % ACTION_VOCAB)
+        return out[first:first + n]
 
     def positions(self, r: Request, device: torch.device
                   ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -329,9 +324,23 @@ class HSTURanker(nn.Module):
         dev = device or self.item_emb.weight.device
         return self._forward(self._batch(reqs, [0] * len(reqs), dev))
 
+    @staticmethod
+    def _cached_prefix(mgr, reqs: Sequence[Request]) -> List[int]:
+        """get_batch_kvdata_info: the tokens of each request's history that
+        are cached. A cache that is not a prefix of the history (it starts
+        past 0, or holds more than the request sends) is evicted: 0."""
+        starts, lens = mgr.get_batch_kvdata_info([r.key for r in reqs])
+        cached = []
+        for r, s, n in zip(reqs, starts.tolist(), lens.tolist()):
+            if n and (s != 0 or n > r.history_tokens):
+                mgr.evict_kv_cache([r.key])
+                n = 0
+            cached.append(n)
+        return cached
+
     @torch.no_grad()
-    def rank_cached(self, mgr, reqs: Sequence[Request], offload: bool = True
-                    ) -> Tuple[List[torch.Tensor], List[int]]:
+    def rank_cached(self, mgr, reqs: Sequence[Request], offload: bool = True,
+                    retries: int = 50) -> Tuple[List[torch.Tensor], List[int]]:
         """Scores through a kvpool.hstu.KVCacheManager, in seed 002's call
         order: get_batch_kvdata_info, prepare_kv_cache from the cached end
         for the new history tokens, get_cache_metadata, per layer
@@ -341,23 +350,27 @@ class HSTURanker(nn.Module):
 
         A cache that holds more of the history than the request sends (the
         request's history was cut, or a later one ran first) cannot serve
-        it: that user's cache is evicted and the history recomputed (a miss)."""
+        it: that user's cache is evicted and the history recomputed (a miss).
+        A prepare that fails because another process evicted a history
+        between info and prepare (ContinuityError) or pins the whole device
+        tier (PoolFullError) is retried from info, ``retries`` times."""
         dev = self.item_emb.weight.device
         keys = [r.key for r in reqs]
         if len(set(keys)) != len(keys):
             raise ValueError("rank_cached: a user appears twice in the batch")
-        starts, lens = mgr.get_batch_kvdata_info(keys)
-        cached, begin = [], []
-        for r, s, n in zip(reqs, starts.tolist(), lens.tolist()):
-            c = n if s == 0 else 0
-            if c > r.history_tokens or (s > 0 and n):
-                # Not a prefix of this history: start over.
-                mgr.evict_kv_cache([r.key])
-                c = 0
-            cached.append(c)
-            begin.append(c)
-        news = [r.history_tokens - c for r, c in zip(reqs, cached)]
-        mgr.prepare_kv_cache(keys, begin, news)
+        for attempt in range(retries + 1):
+            cached = self._cached_prefix(mgr, reqs)
+            news = [r.history_tokens - c for r, c in zip(reqs, cached)]
+            try:
+                mgr.prepare_kv_cache(keys, cached, news)
+                break
+            except (ContinuityError, PoolFullError):
+                # Another pipeline's allocation evicted a history between
+                # info and prepare, or its leases pin the tier for now:
+                # ask again (the seed's info -> prepare order).
+                if attempt == retries:
+                    raise
+                time.sleep(0.001 * (attempt + 1))
         meta = mgr.get_cache_metadata(keys)
         scores = self._forward(self._batch(reqs, cached, dev), mgr, meta)
         if offload:
