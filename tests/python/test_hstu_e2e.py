@@ -21,7 +21,8 @@ def test_replay_two_pipelines_share_histories(tmp_path) -> None:
     kvpoold = _find("kvpoold")
     env = dict(__import__("os").environ, KVPOOLD=kvpoold)
     r = subprocess.run([sys.executable, str(SRC / "tools" / "hstu_e2e.py"), "--cpu",
-                        "--pipelines", "2", "--requests", "48", "--block-reps", "2",
+                        "--pipelines", "2", "--requests", "48", "--route", "rr",
+                        "--block-reps", "2",
                         "--out", str(out)],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
