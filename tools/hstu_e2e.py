@@ -52,6 +52,17 @@ sys.path.insert(0, HERE)
 
 import hstu_trace  # noqa: E402
 
+try:
+    import kvpool  # noqa: F401
+except ImportError:
+    # Not installed: the build tree's package (cmake --build build).
+    for _p in sorted(glob.glob(os.path.join(SRC, "build*", "python"))):
+        if os.path.exists(os.path.join(_p, "kvpool", "__init__.py")):
+            sys.path.insert(0, _p)
+            os.environ["PYTHONPATH"] = os.pathsep.join(
+                x for x in (_p, os.environ.get("PYTHONPATH")) if x)
+            break
+
 SYSTEMS = ("recompute", "private", "kvpool")
 ELT = {"fp32": 4, "bf16": 2}
 # bf16: 8 mantissa bits. Cached and recomputed K/V come from matmuls over

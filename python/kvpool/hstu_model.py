@@ -159,7 +159,7 @@ class HSTULayer(nn.Module):
         then candidates); k_hist/v_hist: [T, H, D], the whole history (cached
         and new); positions/times of queries and keys. Returns [nq, H*D]."""
         c = self.cfg
-        nq, T = q.shape[0], k_hist.shape[0]
+        nq = q.shape[0]
         s = torch.einsum("qhd,khd->hqk", q, k_hist) * self.alpha
         s = s + self.bias(q_pos, q_t, k_pos, k_t)
         a = F.silu(s) / c.max_seq_len
@@ -175,7 +175,6 @@ class HSTULayer(nn.Module):
             rb = self.rab_pos[:, 0] + self.rab_time[:, 0]           # distance 0, dt 0
             ac = F.silu(sc + rb[None, :]) / c.max_seq_len
             out[n_new:] = out[n_new:] + ac[..., None] * v_cand
-        del T
         return out.reshape(nq, -1)
 
     def finish(self, x: torch.Tensor, o: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ computed reused by the other through the shared kvpoold."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -19,7 +20,7 @@ torch = pytest.importorskip("torch")
 def test_replay_two_pipelines_share_histories(tmp_path) -> None:
     out = tmp_path / "hstu.json"
     kvpoold = _find("kvpoold")
-    env = dict(__import__("os").environ, KVPOOLD=kvpoold)
+    env = dict(os.environ, KVPOOLD=kvpoold)
     r = subprocess.run([sys.executable, str(SRC / "tools" / "hstu_e2e.py"), "--cpu",
                         "--pipelines", "2", "--requests", "48", "--route", "rr",
                         "--block-reps", "2",
