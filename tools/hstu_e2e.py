@@ -140,7 +140,8 @@ class Daemon:
              "--foreground", f"--layout={layout}", f"--device_mem={device_mem}",
              f"--host_mem={host_mem}"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
+        # A cuda kvpoold pins its host tier first: tens of GiB take a while.
+        deadline = time.monotonic() + 120
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kvpoold exited {self.proc.returncode}: " + self.log())
@@ -151,7 +152,7 @@ class Daemon:
                 except kvpool.KvpoolError:
                     pass
             if time.monotonic() > deadline:
-                raise RuntimeError("kvpoold did not serve within 30 s: " + self.log())
+                raise RuntimeError("kvpoold did not serve within 120 s: " + self.log())
             time.sleep(0.02)
 
     def log(self) -> str:
