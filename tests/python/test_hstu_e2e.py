@@ -82,3 +82,25 @@ def test_cached_scores_equal_recompute_and_bad_history_is_refused() -> None:
                 model.rank_cached(mgr, [req(8, 5), req(8, 6)])
     finally:
         d.stop()
+
+
+def test_trace_port_is_kvbench_trace(tmp_path) -> None:
+    """tools/hstu_trace.py draws kvbench's trace: the same requests (date,
+    time, user, interval end) in the same order, with the same items and
+    actions, for the same seed."""
+    kvbench = _find("kvbench")
+    path = tmp_path / "t.kvtrace"
+    subprocess.run([kvbench, "trace", "--users", "30", "--days", "5", "--seed", "7",
+                    "-o", str(path)], check=True, capture_output=True, timeout=60)
+    sys.path.insert(0, str(SRC / "tools"))
+    import hstu_trace
+    tr = hstu_trace.generate(users=30, days=5, seed=7)
+    rows = [line.split() for line in path.read_text().splitlines()
+            if not line.startswith("#")]
+    assert len(rows) == len(tr.requests) > 100
+    last: dict = {}
+    for f, r in zip(rows, tr.requests):
+        assert tuple(map(int, f[:4])) == (r.date, r.ts_ms, r.user, r.end)
+        begin = last.get((r.user, r.date), 0)
+        last[(r.user, r.date)] = r.end
+        assert f[4:] == [f"{i}:{a}" for i, a in tr.day_events(r.user, r.date)[begin:r.end]]
