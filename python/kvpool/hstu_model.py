@@ -143,35 +143,21 @@ class HSTULayer(nn.Module):
         shape = (-1, c.heads, c.head_dim)
         return u, v.reshape(shape), q.reshape(shape), k.reshape(shape)
 
-    def bias(self, qpos: torch.Tensor, qt: torch.Tensor, kpos: torch.Tensor,
-             kt: torch.Tensor) -> torch.Tensor:
-        """rab_pos + rab_time for queries x keys: [heads, nq, nk]."""
-        c = self.cfg
-        dist = torch.clamp(qpos[:, None] - kpos[None, :], 0, c.pos_buckets - 1)
-        tb = _time_bucket(qt[:, None] - kt[None, :], c.time_buckets)
-        return self.rab_pos[:, dist] + self.rab_time[:, tb]
-
     def attend(self, q: torch.Tensor, k_hist: torch.Tensor, v_hist: torch.Tensor,
-               q_pos: torch.Tensor, q_t: torch.Tensor, k_pos: torch.Tensor,
-               k_t: torch.Tensor, n_new: int, k_cand: torch.Tensor,
-               v_cand: torch.Tensor) -> torch.Tensor:
+               g: "_Geometry", k_cand: torch.Tensor, v_cand: torch.Tensor) -> torch.Tensor:
         """One user's attention. q: [n_new + n_cand, H, D] (new history tokens,
         then candidates); k_hist/v_hist: [T, H, D], the whole history (cached
-        and new); positions/times of queries and keys. Returns [nq, H*D]."""
+        and new); g: the user's bias buckets and mask (the same in every
+        layer). Returns [nq, H*D]."""
         c = self.cfg
-        nq = q.shape[0]
+        nq, n_new = q.shape[0], g.n_new
         s = torch.einsum("qhd,khd->hqk", q, k_hist) * self.alpha
-        s = s + self.bias(q_pos, q_t, k_pos, k_t)
-        a = F.silu(s) / c.max_seq_len
-        # History queries are causal; candidates see every history token.
-        causal = k_pos[None, :] <= q_pos[:, None]
-        causal[n_new:] = True
-        a = a * causal.to(a.dtype)
+        s = s + self.rab_pos[:, g.dist] + self.rab_time[:, g.tbucket]
+        a = F.silu(s) / c.max_seq_len * g.mask.to(s.dtype)
         out = torch.einsum("hqk,khd->qhd", a, v_hist)
         if nq > n_new:
             # Each candidate also sees itself (and no other candidate).
-            qc = q[n_new:]
-            sc = (qc * k_cand).sum(-1) * self.alpha                 # [nc, H]
+            sc = (q[n_new:] * k_cand).sum(-1) * self.alpha          # [nc, H]
             rb = self.rab_pos[:, 0] + self.rab_time[:, 0]           # distance 0, dt 0
             ac = F.silu(sc + rb[None, :]) / c.max_seq_len
             out[n_new:] = out[n_new:] + ac[..., None] * v_cand
@@ -193,6 +179,42 @@ class _Batch:
     cached: List[int]               # history tokens already cached per user
     pos: List[torch.Tensor]         # per user: positions of all T + candidates
     times: List[torch.Tensor]       # per user: times of all T + candidates
+
+
+@dataclass
+class _Geometry:
+    """One user's attention geometry, shared by every layer: the relative
+    position and time buckets of each (query, key) pair, the mask (history
+    queries causal, candidates see the whole history), and where the cached
+    tokens lie in the pages (frames, slots)."""
+
+    n_new: int
+    dist: torch.Tensor              # [nq, T] int64
+    tbucket: torch.Tensor           # [nq, T] int64
+    mask: torch.Tensor              # [nq, T] bool
+    frames: Optional[torch.Tensor]  # [cached] int64
+    slots: Optional[torch.Tensor]
+
+
+def _geometry(cfg: HSTUConfig, b: "_Batch", i: int, meta, page_device) -> _Geometry:
+    new, nc, c = b.n_new[i], b.n_cand[i], b.cached[i]
+    T = c + new
+    p, t = b.pos[i], b.times[i]
+    qpos = torch.cat([p[c:T], p[T:T + nc]])
+    qt = torch.cat([t[c:T], t[T:T + nc]])
+    dist = torch.clamp(qpos[:, None] - p[None, :T], 0, cfg.pos_buckets - 1)
+    tb = _time_bucket(qt[:, None] - t[None, :T], cfg.time_buckets)
+    mask = p[None, :T] <= qpos[:, None]
+    mask[new:] = True
+    frames = slots = None
+    if c:
+        # Page-table positions of the cached tokens: kv_indices[kv_indptr[i]:].
+        P = cfg.page_tokens
+        lo, hi = int(meta.kv_indptr[i]), int(meta.kv_indptr[i + 1])
+        pages = meta.kv_indices[lo:hi].to(device=page_device, dtype=torch.int64)
+        pos = torch.arange(c, device=page_device)
+        frames, slots = pages[pos // P], pos % P
+    return _Geometry(new, dist, tb, mask, frames, slots)
 
 
 class HSTURanker(nn.Module):
@@ -279,6 +301,8 @@ class HSTURanker(nn.Module):
     # ------------------------------------------------------------ forward
     def _forward(self, b: _Batch, mgr=None, meta=None) -> List[torch.Tensor]:
         x = b.x
+        page_dev = mgr.get_kvcache_table(0).device if mgr is not None else x.device
+        geo = [_geometry(self.cfg, b, i, meta, page_dev) for i in range(len(b.n_new))]
         for li, layer in enumerate(self.layers):
             u, v, q, k = layer.uvqk_split(x)
             if mgr is not None:
@@ -290,21 +314,16 @@ class HSTURanker(nn.Module):
                 mgr.append_kvcache(li, k.index_select(0, idx), v.index_select(0, idx), meta)
                 table = mgr.get_kvcache_table(li)
             outs = []
-            for i in range(len(b.n_new)):
-                lo, new, nc, c = b.offsets[i], b.n_new[i], b.n_cand[i], b.cached[i]
-                T = c + new
+            for i, g in enumerate(geo):
+                lo, new, nc = b.offsets[i], b.n_new[i], b.n_cand[i]
                 kn, vn = k[lo:lo + new], v[lo:lo + new]
-                if c:
-                    kc, vc = _read_pages(table, meta, i, c)
-                    kh = torch.cat([kc.to(kn.dtype), kn])
-                    vh = torch.cat([vc.to(vn.dtype), vn])
+                if g.frames is not None:
+                    # The cached history, read through the page table.
+                    kh = torch.cat([table[g.frames, 0, g.slots].to(kn.dtype), kn])
+                    vh = torch.cat([table[g.frames, 1, g.slots].to(vn.dtype), vn])
                 else:
                     kh, vh = kn, vn
-                p, t = b.pos[i], b.times[i]
-                qpos = torch.cat([p[c:T], p[T:T + nc]])
-                qt = torch.cat([t[c:T], t[T:T + nc]])
-                outs.append(layer.attend(q[lo:lo + new + nc], kh, vh, qpos, qt,
-                                         p[:T], t[:T], new,
+                outs.append(layer.attend(q[lo:lo + new + nc], kh, vh, g,
                                          k[lo + new:lo + new + nc],
                                          v[lo + new:lo + new + nc]))
             x = layer.finish(x, torch.cat(outs), u)
@@ -378,15 +397,3 @@ class HSTURanker(nn.Module):
             mgr.commit_kv_cache(keys)
         return scores, cached
 
-
-def _read_pages(table: torch.Tensor, meta, b: int, n: int
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """K and V of user b's first n page-table tokens, read through the page
-    table (kv_indices[kv_indptr[b]:kv_indptr[b+1]]) from one layer's cache
-    [frames, 2, page_tokens, heads, dim]."""
-    P = table.shape[2]
-    lo, hi = int(meta.kv_indptr[b]), int(meta.kv_indptr[b + 1])
-    pages = meta.kv_indices[lo:hi].to(device=table.device, dtype=torch.int64)
-    pos = torch.arange(n, device=table.device)
-    frames, slots = pages[pos // P], pos % P
-    return table[frames, 0, slots], table[frames, 1, slots]
