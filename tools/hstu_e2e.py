@@ -75,7 +75,8 @@ WARM_KEY = 900_000_000_000   # the pipelines' warm-up histories (not trace keys)
 
 # ---------------------------------------------------------------- requests
 def build_requests(args, cfg) -> list:
-    """The first --requests requests of the trace as hstu_model.Request."""
+    """--requests requests of the trace (after --skip) as hstu_model.Request;
+    those whose history is longer than the model's window are left out."""
     from kvpool.hstu_model import N_CONTEXT, Request
     import torch
     if args.hstu_dir:
@@ -88,22 +89,35 @@ def build_requests(args, cfg) -> list:
     for (u, date) in sorted(tr.times):
         days.setdefault(u, []).append(date)
     out = []
-    for i, r in enumerate(tr.requests[:args.requests]):
+    seen = 0
+    over: set = set()   # histories past the window (they only grow)
+    for i, r in enumerate(tr.requests):
+        if len(out) == args.requests:
+            break
+        if (r.user if args.cross_days else (r.user, r.date)) in over:
+            continue
         if args.cross_days:
             # Every earlier day of the user, then this day up to the interval.
             ev, times = [], []
             for date in days[r.user]:
-                if date > r.date or len(ev) >= cap:
+                if date > r.date or len(ev) > cap:
                     break
                 n = r.end if date == r.date else len(tr.times[(r.user, date)])
                 ev += tr.day_events(r.user, date)[:n]
                 times += tr.times[(r.user, date)][:n]
-            ev, times = ev[:cap], times[:cap]
             key = r.user
         else:
-            ev = tr.day_events(r.user, r.date)[:min(r.end, cap)]
+            ev = tr.day_events(r.user, r.date)[:r.end]
             times = tr.times[(r.user, r.date)][:len(ev)]
             key = r.user * 1_000_000 + r.date % 1_000_000
+        # A history past the model's window is skipped, as the example's
+        # dataset skips an interval whose end is past max_seqlen.
+        if len(ev) > cap:
+            over.add(r.user if args.cross_days else (r.user, r.date))
+            continue
+        seen += 1
+        if seen <= args.skip:
+            continue
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + i)
         cands = torch.randint(0, hstu_trace.KUAIRAND_ITEMS, (cfg.candidates,),
                               generator=g).tolist()
@@ -455,6 +469,9 @@ def parse(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                     help="users the trace is drawn for (kvbench's default 1000)")
     ap.add_argument("--days", type=int, help="days of the trace")
     ap.add_argument("--hist-scale", type=float, help="history length factor (1: kvbench's)")
+    ap.add_argument("--skip", type=int, default=0,
+                    help="leave out the trace's first N requests (with --cross-days: "
+                         "start the replay where histories are long)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hstu-dir", help="read processed_*.csv of the HSTU example here")
     ap.add_argument("--batch", type=int, default=1, help="requests per forward")
@@ -552,7 +569,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         "trace": {"generator": "tools/hstu_trace.py (kvbench trace port)" if not args.hstu_dir
                   else f"HSTU CSVs in {args.hstu_dir}", "seed": args.seed,
                   "users": args.users, "days": args.days, "hist_scale": args.hist_scale,
-                  "requests": len(reqs),
+                  "requests": len(reqs), "skip": args.skip,
                   "history_tokens_mean": statistics.mean(r.history_tokens for r in reqs)},
         "rows": rows,
         "block_speedup_b1": block["speedup"] if block else None,
