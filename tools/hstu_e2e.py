@@ -16,14 +16,17 @@ are >= 60 s apart). Every pipeline ranks with seed 002's call order
 (get_batch_kvdata_info, prepare_kv_cache, per layer append_kvcache,
 offload_kv_cache). Each request's scores are compared with recompute's.
 
-The trace is tools/hstu_trace.py's port of `kvbench trace` (seeded); a
-history is the user's day (the cache key is user and date: histories do not
-cross days), cut at the model's max_seq_len tokens (the first ones), plus
-``candidates`` candidate items drawn from a stream keyed by the seed and the
-request. --hstu-dir reads the HSTU example's CSVs instead.
+The trace is tools/hstu_trace.py's port of `kvbench trace` (seeded, the same
+requests as kvbench's); a history is the user's day (the cache key is user
+and date: histories do not cross days, as in the example; --cross-days keys
+by user and lets them run on), plus ``candidates`` candidate items drawn from
+a stream keyed by the seed and the request. A request whose history is past
+the model's max_seq_len is left out, as the example's dataset leaves it out.
+--hstu-dir reads the HSTU example's CSVs instead.
 
     /usr/bin/python3 tools/hstu_e2e.py --cpu          # CPU-sized, shm backend
     python3 tools/hstu_e2e.py                         # anchor shapes, cuda backend
+    python3 tools/hstu_e2e.py --cross-days --skip 20000   # long histories (~2k tokens)
 
 Writes bench/results/hstu-e2e[-cpu]-DATE.json (see --out) and, when
 matplotlib is importable, a PNG of requests/s beside it.

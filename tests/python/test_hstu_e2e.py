@@ -104,3 +104,28 @@ def test_trace_port_is_kvbench_trace(tmp_path) -> None:
         begin = last.get((r.user, r.date), 0)
         last[(r.user, r.date)] = r.end
         assert f[4:] == [f"{i}:{a}" for i, a in tr.day_events(r.user, r.date)[begin:r.end]]
+
+
+def test_hstu_csv_layout_is_read(tmp_path) -> None:
+    """The HSTU example's processed_*.csv (WORKLOADS.md) read as a trace:
+    lists as pandas writes them (a one-element list unquoted), intervals
+    replayed in (date, interval_end_ts) order; a batch row with no sequence
+    row is refused by name."""
+    sys.path.insert(0, str(SRC / "tools"))
+    import hstu_trace
+    (tmp_path / "processed_seqs_inference.csv").write_text(
+        "user_id,date,video_id,time_ms,action_weights,play_time_ms\n"
+        '3,20220408,"[11, 12, 13]","[1000, 2000, 90000]","[1, 0, 64]","[5, 6, 7]"\n'
+        "4,20220408,[21],[1500],[2],[9]\n")
+    (tmp_path / "processed_batches.csv").write_text(
+        "user_id,date,interval_end_ts,interval_indptr\n"
+        "3,20220408,90000,3\n3,20220408,2000,2\n4,20220408,1500,1\n")
+    tr = hstu_trace.load_hstu_csv(str(tmp_path))
+    assert [(r.user, r.ts_ms, r.end) for r in tr.requests] == \
+        [(4, 1500, 1), (3, 2000, 2), (3, 90000, 3)]
+    assert tr.day_events(3, 20220408) == [(11, 1), (12, 0), (13, 64)]
+    assert tr.times[(4, 20220408)] == [1500]
+    (tmp_path / "processed_batches.csv").write_text(
+        "user_id,date,interval_end_ts,interval_indptr\n5,20220408,1,1\n")
+    with pytest.raises(ValueError, match="user 5 date 20220408 has no row"):
+        hstu_trace.load_hstu_csv(str(tmp_path))
