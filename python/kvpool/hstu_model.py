@@ -319,8 +319,9 @@ class HSTURanker(nn.Module):
                 kn, vn = k[lo:lo + new], v[lo:lo + new]
                 if g.frames is not None:
                     # The cached history, read through the page table.
-                    kh = torch.cat([table[g.frames, 0, g.slots].to(kn.dtype), kn])
-                    vh = torch.cat([table[g.frames, 1, g.slots].to(vn.dtype), vn])
+                    kc = table[g.frames, 0, g.slots].to(device=kn.device, dtype=kn.dtype)
+                    vc = table[g.frames, 1, g.slots].to(device=vn.device, dtype=vn.dtype)
+                    kh, vh = torch.cat([kc, kn]), torch.cat([vc, vn])
                 else:
                     kh, vh = kn, vn
                 outs.append(layer.attend(q[lo:lo + new + nc], kh, vh, g,
