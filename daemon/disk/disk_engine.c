@@ -359,7 +359,8 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 	while ((ret = ld ? disk_tier_poll(eng->disk, &ld->hh, &hh) :
 			   disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
 		if (flags & ENGINE_PREPARE_DISK_DEFER)
-			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": reading "
+			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_DISK),
+					  "user %" PRIu64 ": reading "
 					  "its history back from the disk tier", user);
 		if (ld)
 			disk_tier_wait_held(eng->disk, &ld->hh);
@@ -580,3 +581,25 @@ void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
 	 * snapshot, they show next time. */
 	*n += m < cap - *n ? m : cap - *n;
 }
+
+/* ------------------------------------------------------------ tier.h */
+
+static void disk_store(struct engine *eng, struct history *h)
+{
+	engine_disk_demote(eng, h); /* why not: the engine drops it anyway */
+}
+
+/* The disk tier as the engine sees it (tier.h); kvpoold.c registers it. */
+const struct tier_ops disk_tier_ops = {
+	.name = "disk",
+	.attach = engine_disk_attach,
+	.detach = engine_disk_detach,
+	.fetch = engine_disk_onload,
+	.store = disk_store,
+	.forget = engine_disk_evict,
+	.forget_all = engine_disk_evict_all,
+	.info = engine_disk_info,
+	.stats = engine_disk_stats,
+	.list = engine_disk_list,
+	.list_count = engine_disk_list_count,
+};

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "tier.h"
 
 struct history;
 
@@ -77,5 +78,8 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 /* The tenant's disk figures into out, from the engine of shard 0 of pool 0
  * only (the disk tier counts per tenant; stats add up over shards). */
 void engine_disk_stats(const struct engine *eng, struct kvp_stats *out);
+
+/* The disk tier's operations (tier.h), for engine_tier_register. */
+extern const struct tier_ops disk_tier_ops;
 
 #endif /* KVPOOL_DISK_ENGINE_H */

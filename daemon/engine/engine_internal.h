@@ -41,6 +41,7 @@
 #include "list.h"
 #include "engine.h"
 #include "frames.h"
+#include "tier.h"
 #include "user_table.h"
 
 enum lru_id {
@@ -163,6 +164,8 @@ struct engine {
 	 * for: kept for the retry with every shard (remote_user.c). */
 	struct remote_fetch *remote_held;
 	uint64_t remote_held_user, remote_held_ns;
+	/* The tiers below the host tier, as registered (tier.h); NULL: none. */
+	const struct tier_ops *tier[ENGINE_TIERS_BELOW];
 };
 
 struct share;
@@ -174,6 +177,39 @@ struct share;
  * counter every release would write.
  */
 uint64_t engine_tick(struct engine *eng);
+
+/*
+ * tier.c: the tiers below, without naming them (tier.h says who calls
+ * which, and when). tier_setup at engine_create: the registered tables,
+ * or -EINVAL for a configured tier without one. Each wrapper asks the tiers
+ * in order (disk, then remote) and answers as for a pool without them when
+ * none has the operation.
+ */
+int tier_setup(struct engine *eng, const struct engine_config *cfg,
+	       struct errbuf *e);
+void tier_attach(struct engine *eng);
+void tier_detach(struct engine *eng);
+/* Each tier in turn until one fails or the user's history is back. */
+int tier_fetch(struct engine *eng, uint64_t user, unsigned flags,
+	       struct errbuf *e);
+/* One tier's fetch alone (0 without it). */
+int tier_fetch_one(struct engine *eng, enum engine_tier t, uint64_t user,
+		   unsigned flags, struct errbuf *e);
+void tier_store(struct engine *eng, struct history *h);
+/* Tier t's forget: without the disk tier, -EINVAL (a selection this pool
+ * cannot have); without the remote tier, 0. */
+int tier_forget(struct engine *eng, enum engine_tier t, uint64_t user,
+		uint32_t sel, struct errbuf *e);
+int tier_forget_all(struct engine *eng, enum engine_tier t, uint32_t sel);
+bool tier_info(struct engine *eng, uint64_t user, struct engine_user_info *out);
+void tier_stats(const struct engine *eng, struct kvp_stats *out);
+void tier_list(struct engine *eng, uint64_t cursor, uint64_t *ids, uint64_t *n,
+	       uint64_t cap);
+uint64_t tier_list_count(struct engine *eng, uint64_t cursor);
+int tier_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
+		     uint32_t *frames, uint32_t *hit, bool defer);
+uint32_t tier_publish(struct engine *eng, uint32_t max_pages, bool *more);
+bool tier_chunk_kept(const struct engine *eng, uint32_t type);
 
 /* Device frame f handed out by eng or, in a shard set, by any shard (a
  * sequence borrows other shards' history pages): for the checks. */

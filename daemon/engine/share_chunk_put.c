@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -281,7 +280,7 @@ int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
 	char sid[17], *canon = NULL;
 	int ret = put_check(eng, r, &nid, &name, sid, e);
 
-	if (!ret && !name && (eng->disk || remote_chunk_type_kept(eng, r->type))) {
+	if (!ret && !name && (eng->disk || tier_chunk_kept(eng, r->type))) {
 		/* The name on the disk tier or in the store: back first, then
 		 * a hit (a name nobody had costs a store round, for the types
 		 * kept there). */

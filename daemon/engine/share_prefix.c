@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "bug.h"
-#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -268,7 +267,7 @@ static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 
 	*out = (struct share_prefix_hit){ 0 };
 	if (!wait && share_disk_prefix_wait(eng))
-		return -EINPROGRESS; /* nothing read since the last try */
+		return engine_wait_set(ENGINE_WAIT_DISK); /* nothing read since the last try */
 	if (eng->share->no_caching)
 		full = 0; /* prefix_caching off: nothing is found */
 	if (full && !engine_view_reserve(eng, full, NULL)) {
@@ -278,7 +277,7 @@ static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 			return -EINPROGRESS; /* counted once, when it is served */
 		/* remote tier hook, after the disk tier's: never waits on the
 		 * network (a caller that cannot retry gets the local answer) */
-		if (remote_prefix_more(eng, tokens, full, eng->view, &hit, !wait))
+		if (tier_prefix_more(eng, tokens, full, eng->view, &hit, !wait))
 			return -EINPROGRESS;
 	}
 	eng->st.prefix_lookups++;

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
 
@@ -338,7 +337,8 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	if (ret)
 		return ret;
 	if (share_disk_prefix_wait(eng)) /* nothing read since the last try */
-		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": a cached "
+		return errbuf_set(e, engine_wait_set(ENGINE_WAIT_DISK),
+				  "sequence %" PRIu64 ": a cached "
 				  "prefix is being read back from the disk tier", id);
 	hits = malloc((full ? full : 1) * sizeof(*hits));
 	if (!hits)
@@ -353,7 +353,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 				  "tier", id);
 	}
 	/* Then the remote tier's (remote_engine.h), counted idle once back. */
-	if (remote_prefix_more(eng, tokens, full, hits, &hit, true)) {
+	if (tier_prefix_more(eng, tokens, full, hits, &hit, true)) {
 		free(hits);
 		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": its "
 				  "cached prefix is being fetched from the remote "

@@ -28,6 +28,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tier.h"
+
 struct chunk;
 struct engine;
 struct errbuf;
@@ -125,5 +127,8 @@ void engine_remote_user_del(struct engine *eng, uint64_t user);
 int engine_remote_user_flush_all(struct engine *eng);
 /* At engine_destroy: what the engine holds of the remote tier goes. */
 void engine_remote_user_detach(struct engine *eng);
+
+/* The remote tier's operations (tier.h), for engine_tier_register. */
+extern const struct tier_ops remote_tier_ops;
 
 #endif /* KVPOOL_REMOTE_ENGINE_H */

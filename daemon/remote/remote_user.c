@@ -322,8 +322,8 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 		if (!remote_tier_pending(eng->remote, &rk) &&
 		    remote_tier_put_pending(eng->remote, &rk)) {
 			if (defer)
-				return errbuf_set(e, -EINPROGRESS, "user %" PRIu64
-						  ": its history is being written "
+				return errbuf_set(e, engine_wait_set(ENGINE_WAIT_REMOTE),
+						  "user %" PRIu64 ": its history is being written "
 						  "to the remote tier", user);
 			remote_tier_flush(eng->remote);
 			continue;
@@ -333,7 +333,8 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 		if (ret != -EINPROGRESS)
 			break;
 		if (defer)
-			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": asking "
+			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_REMOTE),
+					  "user %" PRIu64 ": asking "
 					  "the remote tier for its history", user);
 		remote_tier_wait(eng->remote, &rk);
 	}

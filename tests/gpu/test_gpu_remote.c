@@ -37,6 +37,7 @@
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
+#include "disk_engine.h"
 #include "backend.h"
 #include "disk_tier.h"
 #include "engine.h"
@@ -394,6 +395,8 @@ static void test_b_gets_a_device_pages_published_ahead(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_store),
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_disk),

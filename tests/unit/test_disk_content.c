@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
+#include "remote_engine.h"
 #include "backend.h"
 #include "disk_record.h"
 #include "disk_tier.h"
@@ -418,6 +420,8 @@ static void seq_over_user_on_disk(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(prefix_device_visible, teardown_all),
 		cmocka_unit_test_teardown(prefix_device_opaque, teardown_all),

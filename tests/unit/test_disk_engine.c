@@ -27,6 +27,8 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
+#include "remote_engine.h"
 #include "backend.h"
 #include "disk_tier.h"
 #include "engine_helpers.h"
@@ -261,6 +263,8 @@ static void abandoned_read_gives_its_frames_back(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(device_not_host_visible_demotes_first,
 					  teardown_all),

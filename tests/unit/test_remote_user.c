@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
 #include "backend.h"
 #include "clock.h"
 #include "disk_record.h"
@@ -772,6 +773,8 @@ static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_b_gets_a_history_byte_for_byte,
 					  teardown_engines),
