@@ -358,7 +358,7 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 		return ret;
 	while ((ret = ld ? disk_tier_poll(eng->disk, &ld->hh, &hh) :
 			   disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
-		if (flags & ENGINE_PREPARE_DISK_DEFER)
+		if (flags & ENGINE_PREPARE_DEFER)
 			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_DISK),
 					  "user %" PRIu64 ": reading "
 					  "its history back from the disk tier", user);

@@ -54,7 +54,7 @@ int engine_disk_flush_all(struct engine *eng);
 /*
  * Before a prepare of a user with no history in memory: bring one on disk
  * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
- * ENGINE_PREPARE_DISK_DEFER while it is read; -ENOMEM nothing changed.
+ * ENGINE_PREPARE_DEFER while it is read; -ENOMEM nothing changed.
  */
 /* At engine_create: register the host tier with the disk tier (reads
  * straight into host frames); at engine_destroy: wait for those reads,

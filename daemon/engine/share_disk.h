@@ -18,7 +18,7 @@
  *     -ENOENT       no tier below has it: a miss, as without the tiers;
  *     -EINPROGRESS  a tier is bringing it back (a read was queued): the
  *                   caller returns -EINPROGRESS, the ring worker holds the
- *                   entry and runs it again (ENGINE_PREPARE_DISK_DEFER's
+ *                   entry and runs it again (ENGINE_PREPARE_DEFER's
  *                   pattern); a caller that may block passes wait.
  *
  * The remote tier (daemon/remote/) fills a struct share_fetch of its own

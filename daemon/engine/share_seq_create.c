@@ -239,12 +239,12 @@ static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 			if (eng->set)
 				ue = eng->set->v[shard_of_user(eng->set, src[i].id)].eng;
 			ret = tier_fetch_one(ue, ENGINE_TIER_DISK, src[i].id,
-					     ENGINE_PREPARE_DISK_DEFER, e);
+					     ENGINE_PREPARE_DEFER, e);
 			/* Remote tier hook: not on disk either, the store's. */
 			if (!ret && !engine_find_history(eng, src[i].id))
 				ret = tier_fetch_one(ue, ENGINE_TIER_REMOTE,
 						     src[i].id,
-						     ENGINE_PREPARE_DISK_DEFER, e);
+						     ENGINE_PREPARE_DEFER, e);
 		} else if (src[i].kind == KVP_SRC_CHUNK &&
 			   !chunk_resolve(eng, &src[i].chunk)) {
 			ret = share_disk_chunk_restore(eng, &src[i].chunk, 0, false, e);

@@ -109,7 +109,7 @@ void remote_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
  *                             history that comes back whole goes into host
  *                             frames, as one from disk. 0 (back, or a
  *                             miss: none, torn, bad); -EINPROGRESS with
- *                             ENGINE_PREPARE_DISK_DEFER while asked
+ *                             ENGINE_PREPARE_DEFER while asked
  *                             (without, it waits); -ENOMEM, -EAGAIN as
  *                             engine_disk_onload.
  *  engine_remote_user_del     an explicit eviction threw the user's copies

@@ -296,7 +296,7 @@ void engine_remote_user_detach(struct engine *eng)
 int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 			      struct errbuf *e)
 {
-	bool defer = flags & ENGINE_PREPARE_DISK_DEFER;
+	bool defer = flags & ENGINE_PREPARE_DEFER;
 	struct remote_fetch *f;
 	struct remote_key rk;
 	int ret;
