@@ -30,6 +30,7 @@
 #include "engine_share.h"
 #include "remote_engine.h"
 #include "shard.h"
+#include "share_disk.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
 {
@@ -602,4 +603,13 @@ const struct tier_ops disk_tier_ops = {
 	.stats = engine_disk_stats,
 	.list = engine_disk_list,
 	.list_count = engine_disk_list_count,
+	/* The shared world's pages below the device tier (share_disk.c): the
+	 * disk tier's, and the remote tier's fed from the same host copy. */
+	.prefix_more = share_disk_prefix_more,
+	.prefix_waiting = share_disk_prefix_waiting,
+	.demote_prefix = share_disk_demote_pc,
+	.demote_chunk = share_disk_demote_chunk,
+	.chunk_restore = share_disk_chunk_restore,
+	.chunk_drop = share_disk_chunk_drop,
+	.chunk_clear = share_disk_chunk_clear,
 };

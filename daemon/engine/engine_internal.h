@@ -206,8 +206,18 @@ void tier_stats(const struct engine *eng, struct kvp_stats *out);
 void tier_list(struct engine *eng, uint64_t cursor, uint64_t *ids, uint64_t *n,
 	       uint64_t cap);
 uint64_t tier_list_count(struct engine *eng, uint64_t cursor);
-int tier_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
-		     uint32_t *frames, uint32_t *hit, bool defer);
+/* Tier t's pass of a prefix lookup (0 without one). */
+int tier_prefix_more(struct engine *eng, enum engine_tier t,
+		     const uint32_t *tokens, uint32_t full, uint32_t *frames,
+		     uint32_t *hit, uint32_t *idle, bool wait);
+bool tier_prefix_waiting(struct engine *eng);
+void tier_demote_prefix(struct engine *eng, struct pc_entry *pe);
+void tier_demote_chunk(struct engine *eng, struct chunk *c);
+/* The first tier's answer that is not -ENOENT; -ENOENT without any. */
+int tier_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
+		       uint32_t type, bool wait, struct errbuf *e);
+int tier_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
+uint32_t tier_chunk_clear(struct engine *eng, uint32_t type);
 uint32_t tier_publish(struct engine *eng, uint32_t max_pages, bool *more);
 bool tier_chunk_kept(const struct engine *eng, uint32_t type);
 

@@ -37,7 +37,6 @@
 #include <string.h>
 
 #include "bug.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ ids */
@@ -230,7 +229,7 @@ uint32_t chunk_evict(struct engine *eng, struct chunk *c)
 	uint32_t n = 0;
 
 	eng->st.chunk_evicted++;
-	share_demote_chunk(eng, c); /* a sealed root: to disk and the store, if any */
+	tier_demote_chunk(eng, c); /* a sealed root: to disk and the store, if any */
 	return chunk_kill_tree(eng, c, &n);
 }
 

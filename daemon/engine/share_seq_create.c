@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "shard.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 #define SEQ_MAX_SOURCES 64
@@ -247,7 +246,7 @@ static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 						     ENGINE_PREPARE_DEFER, e);
 		} else if (src[i].kind == KVP_SRC_CHUNK &&
 			   !chunk_resolve(eng, &src[i].chunk)) {
-			ret = share_disk_chunk_restore(eng, &src[i].chunk, 0, false, e);
+			ret = tier_chunk_restore(eng, &src[i].chunk, 0, false, e);
 			if (ret == -ENOENT)
 				ret = 0; /* not there either: resolving says so */
 		}

@@ -165,20 +165,73 @@ uint64_t tier_list_count(struct engine *eng, uint64_t cursor)
 	return n;
 }
 
-int tier_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full,
-		     uint32_t *frames, uint32_t *hit, bool defer)
+int tier_prefix_more(struct engine *eng, enum engine_tier t,
+		     const uint32_t *tokens, uint32_t full, uint32_t *frames,
+		     uint32_t *hit, uint32_t *idle, bool wait)
+{
+	const struct tier_ops *op = eng->tier[t];
+
+	return op && op->prefix_more ?
+	       op->prefix_more(eng, tokens, full, frames, hit, idle, wait) : 0;
+}
+
+bool tier_prefix_waiting(struct engine *eng)
+{
+	for (int t = 0; t < ENGINE_TIERS_BELOW; t++)
+		if (eng->tier[t] && eng->tier[t]->prefix_waiting &&
+		    eng->tier[t]->prefix_waiting(eng))
+			return true;
+	return false;
+}
+
+void tier_demote_prefix(struct engine *eng, struct pc_entry *pe)
+{
+	for (int t = 0; t < ENGINE_TIERS_BELOW; t++)
+		if (eng->tier[t] && eng->tier[t]->demote_prefix)
+			eng->tier[t]->demote_prefix(eng, pe);
+}
+
+void tier_demote_chunk(struct engine *eng, struct chunk *c)
+{
+	for (int t = 0; t < ENGINE_TIERS_BELOW; t++)
+		if (eng->tier[t] && eng->tier[t]->demote_chunk)
+			eng->tier[t]->demote_chunk(eng, c);
+}
+
+int tier_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
+		       uint32_t type, bool wait, struct errbuf *e)
 {
 	for (int t = 0; t < ENGINE_TIERS_BELOW; t++) {
 		const struct tier_ops *op = eng->tier[t];
 		int ret;
 
-		if (!op || !op->prefix_more)
+		if (!op || !op->chunk_restore)
 			continue;
-		ret = op->prefix_more(eng, tokens, full, frames, hit, defer);
-		if (ret)
+		ret = op->chunk_restore(eng, id, type, wait, e);
+		if (ret != -ENOENT)
 			return ret;
 	}
-	return 0;
+	return -ENOENT;
+}
+
+int tier_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id)
+{
+	int n = 0;
+
+	for (int t = 0; t < ENGINE_TIERS_BELOW; t++)
+		if (eng->tier[t] && eng->tier[t]->chunk_drop)
+			n += eng->tier[t]->chunk_drop(eng, id);
+	return n;
+}
+
+uint32_t tier_chunk_clear(struct engine *eng, uint32_t type)
+{
+	uint32_t n = 0;
+
+	for (int t = 0; t < ENGINE_TIERS_BELOW; t++)
+		if (eng->tier[t] && eng->tier[t]->chunk_clear)
+			n += eng->tier[t]->chunk_clear(eng, type);
+	return n;
 }
 
 uint32_t tier_publish(struct engine *eng, uint32_t max_pages, bool *more)

@@ -179,6 +179,17 @@ static int remote_forget(struct engine *eng, uint64_t user, uint32_t sel,
 	return 0;
 }
 
+/* After the disk tier's pass; never waits on the network (a caller that
+ * cannot retry gets the local answer). What comes back is counted idle by
+ * the engine's next match. */
+static int remote_prefix_more_op(struct engine *eng, const uint32_t *tokens,
+				 uint32_t full, uint32_t *frames, uint32_t *hit,
+				 uint32_t *idle, bool wait)
+{
+	(void)idle;
+	return remote_prefix_more(eng, tokens, full, frames, hit, !wait);
+}
+
 /* The remote tier as the engine sees it (tier.h); kvpoold.c registers it.
  * Its chunk fetches go through share_disk.c, beside the disk tier's. */
 const struct tier_ops remote_tier_ops = {
@@ -187,7 +198,7 @@ const struct tier_ops remote_tier_ops = {
 	.fetch = engine_remote_user_onload,
 	.store = engine_remote_user_out,
 	.forget = remote_forget,
-	.prefix_more = remote_prefix_more,
+	.prefix_more = remote_prefix_more_op,
 	.publish = remote_publish,
 	.chunk_kept = remote_chunk_type_kept,
 };

@@ -41,8 +41,19 @@
  *   info, stats,     questions that change nothing (engine_query.c): a
  *   list, list_count user only on disk counts as cached.
  *   prefix_more      a prefix lookup whose local chain stops short
- *                    (share_prefix.c, share_seq.c), after the disk tier's
- *                    own pass (share_disk.c).
+ *                    (share_prefix.c, share_seq.c): the disk tier's pass,
+ *                    then the remote tier's; what comes back is published
+ *                    as idle prefix pages. prefix_waiting: the disk tier's
+ *                    last pass is still reading (answer the wait at once).
+ *   demote_prefix,   a prefix page or a sealed root chunk is about to be
+ *   demote_chunk     dropped by eviction (share_prefix.c, share_chunk.c):
+ *                    its bytes go down (daemon/disk/share_disk.c feeds both
+ *                    the disk and the remote tier from one host copy).
+ *   chunk_restore    an acquire, get or KVP_SRC_CHUNK of a chunk not in
+ *                    memory (share_chunk_put.c, share_seq_create.c):
+ *                    0, -ENOENT, a wait, or -ENOMEM naming the limit.
+ *   chunk_drop,      a deletion, a clear (share_chunk_name.c): what the
+ *   chunk_clear      tiers hold goes too.
  *   publish          the reclaimer, ahead of eviction (shard.c).
  *   chunk_kept       whether a chunk type is kept in the tier (share_chunk*).
  *
@@ -76,11 +87,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct chunk;
 struct engine;
 struct engine_user_info;
 struct errbuf;
 struct history;
+struct kvp_chunk_id;
 struct kvp_stats;
+struct pc_entry;
 
 /* Why an engine call answered -EINPROGRESS. */
 enum engine_wait {
@@ -113,9 +127,17 @@ struct tier_ops {
 	void (*list)(struct engine *eng, uint64_t cursor, uint64_t *ids,
 		     uint64_t *n, uint64_t cap);
 	uint64_t (*list_count)(struct engine *eng, uint64_t cursor);
+	/* The shared world: prefix pages and sealed root chunks. */
 	int (*prefix_more)(struct engine *eng, const uint32_t *tokens,
 			   uint32_t full, uint32_t *frames, uint32_t *hit,
-			   bool defer);
+			   uint32_t *idle, bool wait);
+	bool (*prefix_waiting)(struct engine *eng);
+	void (*demote_prefix)(struct engine *eng, struct pc_entry *pe);
+	void (*demote_chunk)(struct engine *eng, struct chunk *c);
+	int (*chunk_restore)(struct engine *eng, const struct kvp_chunk_id *id,
+			     uint32_t type, bool wait, struct errbuf *e);
+	int (*chunk_drop)(struct engine *eng, const struct kvp_chunk_id *id);
+	uint32_t (*chunk_clear)(struct engine *eng, uint32_t type);
 	uint32_t (*publish)(struct engine *eng, uint32_t max_pages, bool *more);
 	bool (*chunk_kept)(const struct engine *eng, uint32_t type);
 };

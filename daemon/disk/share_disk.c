@@ -629,3 +629,23 @@ int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 	share_fetch_take(eng, &f);
 	return 0;
 }
+
+/* ------------------------------------------------------------ tier.h */
+
+void share_disk_demote_pc(struct engine *eng, struct pc_entry *pe)
+{
+	share_demote_pc(eng, pe);
+}
+
+void share_disk_demote_chunk(struct engine *eng, struct chunk *c)
+{
+	share_demote_chunk(eng, c);
+}
+
+bool share_disk_prefix_waiting(struct engine *eng)
+{
+	if (!share_disk_prefix_wait(eng))
+		return false;
+	engine_wait_set(ENGINE_WAIT_DISK);
+	return true;
+}
