@@ -156,16 +156,12 @@ struct engine {
 	struct disk_tier *disk;  /* NULL: no disk tier (engine_config) */
 	uint64_t disk_tenant;
 	uint32_t disk_pool;
-	bool disk_into;          /* disk reads go straight into host frames */
-	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
 	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
 	uint32_t remote_chunk_skip; /* engine_config's */
-	/* A user's history fetched from it that the shard had no host room
-	 * for: kept for the retry with every shard (remote_user.c). */
-	struct remote_fetch *remote_held;
-	uint64_t remote_held_user, remote_held_ns;
-	/* The tiers below the host tier, as registered (tier.h); NULL: none. */
+	/* The tiers below the host tier, as registered (tier.h); NULL: none.
+	 * tier_priv: each one's own state of this engine (engine_tier_priv). */
 	const struct tier_ops *tier[ENGINE_TIERS_BELOW];
+	void *tier_priv[ENGINE_TIERS_BELOW];
 };
 
 struct share;

@@ -19,6 +19,11 @@ void engine_tier_register(enum engine_tier t, const struct tier_ops *ops)
 	registered[t] = ops;
 }
 
+void **engine_tier_priv(struct engine *eng, enum engine_tier t)
+{
+	return &eng->tier_priv[t];
+}
+
 int tier_setup(struct engine *eng, const struct engine_config *cfg,
 	       struct errbuf *e)
 {

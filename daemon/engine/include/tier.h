@@ -147,6 +147,13 @@ struct tier_ops {
 void engine_tier_register(enum engine_tier t, const struct tier_ops *ops);
 
 /*
+ * Tier t's own state of eng: a pointer the engine keeps and never reads
+ * (NULL at engine_create). The tier sets it (in attach, or when it first
+ * needs it) and frees it in detach; the engine holds no tier state itself.
+ */
+void **engine_tier_priv(struct engine *eng, enum engine_tier t);
+
+/*
  * The typed wait (top comment). engine_wait_set records why the calling
  * thread's engine call waits and returns -EINPROGRESS, for
  * `return engine_wait_set(...)`; engine_wait_take answers it once
