@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * disk_engine.h - the engine's hooks into the disk tier (disk_engine.c).
- * Each is a no-op on an engine without one (engine_config.disk NULL).
+ * disk_engine.h - the disk tier's side of the engine's tier interface
+ * (tier.h): the functions behind disk_tier_ops, which kvpoold.c registers;
+ * the engine calls them only through that table. Each is a no-op on an
+ * engine without a disk tier (engine_config.disk NULL).
  */
 #ifndef KVPOOL_DISK_ENGINE_H
 #define KVPOOL_DISK_ENGINE_H

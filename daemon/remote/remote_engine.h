@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote_engine.h - where the engine meets the remote tier (remote_tier.h)
- * for prefix pages (chunks: share_disk.h's share_remote_*): two hooks,
- * each called from one marked place.
+ * remote_engine.h - where the engine meets the remote tier (remote_tier.h):
+ * the functions behind remote_tier_ops (tier.h), which kvpoold.c registers;
+ * the engine calls them only through that table (share_disk.c, the disk
+ * tier's chunk and prefix-page glue, calls some directly). For prefix pages
+ * (chunks: share_disk.h's share_remote_*) two hooks, each called from one
+ * marked place.
  *
  *  remote_prefix_put      a prefix page leaves the device tier
  *                         (share_disk.c's share_demote_pc, from

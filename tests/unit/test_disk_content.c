@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_disk_content - prefix pages, chunks and sequences over the disk tier
- * (daemon/engine/share_disk.c): what device pressure evicts goes to disk,
+ * (daemon/disk/share_disk.c): what device pressure evicts goes to disk,
  * and a lookup, an acquire, a register or a sequence build brings it back
  * byte for byte; the same after the disk tier is closed and opened again
  * (a warm restart: a new engine, nothing in memory).
