@@ -30,11 +30,13 @@
 
 #include "client.h"
 #include "clock.h"
+#include "disk_engine.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
 #include "reload.h"
+#include "remote_engine.h"
 #include "sd_service.h"
 #include "worker.h"
 
@@ -431,6 +433,9 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	raise_fd_limit();
 	tenant_client_caps_log(&cfg, "");
+	/* The engine names no tier: it is handed them, once (tier.h). */
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 
 	server_init(&s, &cfg);
 	ret = start(&s, &cfg, &sigs);

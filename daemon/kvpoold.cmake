@@ -30,7 +30,7 @@ add_executable(kvpoold
 target_include_directories(kvpoold PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/daemon/server
   ${CMAKE_CURRENT_SOURCE_DIR}/proto)
-target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
+target_link_libraries(kvpoold PRIVATE kvpool_tiers OpenSSL::Crypto Threads::Threads)
 # kvpool.conf is parsed by libinih (Debian libinih-dev).
 pkg_check_modules(INIH REQUIRED IMPORTED_TARGET inih)
 target_link_libraries(kvpoold PRIVATE PkgConfig::INIH)

@@ -30,6 +30,7 @@
 #include "engine_share.h"
 #include "remote_engine.h"
 #include "shard.h"
+#include "share_disk.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
 {
@@ -150,6 +151,18 @@ struct disk_load {
 	uint32_t frames[];       /* [n] host frames, page i's */
 };
 
+/* The disk tier's state of one engine (tier.h's engine_tier_priv), made by
+ * engine_disk_attach; NULL: no disk tier, or no reads into host frames. */
+struct disk_engine {
+	bool into;               /* disk reads go straight into host frames */
+	struct disk_load *loads; /* those reads, in flight */
+};
+
+static struct disk_engine *de_of(struct engine *eng)
+{
+	return *engine_tier_priv(eng, ENGINE_TIER_DISK);
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -167,7 +180,7 @@ static char *host_frame(struct engine *eng, uint32_t f)
 /* Unlink ld, give its frames from `from` on back, free it. */
 static void load_end(struct engine *eng, struct disk_load *ld, uint32_t from)
 {
-	struct disk_load **p = &eng->disk_loads;
+	struct disk_load **p = &de_of(eng)->loads;
 
 	while (*p && *p != ld)
 		p = &(*p)->next;
@@ -180,7 +193,8 @@ static void load_end(struct engine *eng, struct disk_load *ld, uint32_t from)
 
 static struct disk_load *load_find(struct engine *eng, uint64_t user)
 {
-	struct disk_load *ld = eng->disk_loads;
+	struct disk_engine *de = de_of(eng);
+	struct disk_load *ld = de ? de->loads : NULL;
 
 	while (ld && ld->user != user)
 		ld = ld->next;
@@ -192,10 +206,11 @@ static struct disk_load *load_find(struct engine *eng, uint64_t user)
 static void loads_sweep(struct engine *eng)
 {
 	uint64_t old = now_ns() - 2000000000ull;
+	struct disk_engine *de = de_of(eng);
 	struct disk_load *ld, *next;
 	struct disk_hist hh;
 
-	for (ld = eng->disk_loads; ld; ld = next) {
+	for (ld = de ? de->loads : NULL; ld; ld = next) {
 		int ret;
 
 		next = ld->next;
@@ -219,6 +234,7 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 		      struct errbuf *e)
 {
 	struct disk_key k = key_of(eng, user);
+	struct disk_engine *de = de_of(eng);
 	struct disk_load *ld;
 	uint64_t start, len;
 	uint32_t n;
@@ -226,7 +242,7 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 	int ret;
 
 	*out = NULL;
-	if (!eng->disk_into || !disk_tier_info(eng->disk, &k, &start, &len, &n) || !n)
+	if (!de || !de->into || !disk_tier_info(eng->disk, &k, &start, &len, &n) || !n)
 		return 0;
 	ret = disk_room(eng, user, n, "disk", e);
 	if (ret)
@@ -244,8 +260,8 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 		ld->frames[i] = frames_alloc(&eng->frames[KVP_TIER_HOST]);
 		dst[i] = host_frame(eng, ld->frames[i]);
 	}
-	ld->next = eng->disk_loads;
-	eng->disk_loads = ld;
+	ld->next = de->loads;
+	de->loads = ld;
 	ret = disk_tier_get_into(eng->disk, &k, n, dst, &ld->hh);
 	free(dst);
 	if (ret && ret != -EINPROGRESS) {
@@ -358,8 +374,9 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 		return ret;
 	while ((ret = ld ? disk_tier_poll(eng->disk, &ld->hh, &hh) :
 			   disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
-		if (flags & ENGINE_PREPARE_DISK_DEFER)
-			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": reading "
+		if (flags & ENGINE_PREPARE_DEFER)
+			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_DISK),
+					  "user %" PRIu64 ": reading "
 					  "its history back from the disk tier", user);
 		if (ld)
 			disk_tier_wait_held(eng->disk, &ld->hh);
@@ -388,28 +405,39 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 void engine_disk_attach(struct engine *eng)
 {
 	const struct tier_mem *m = &eng->mem[KVP_TIER_HOST];
+	struct disk_engine *de;
 
 	/* Reads straight into host frames need frames the CPU (and the
-	 * kernel) can address, on the blocks O_DIRECT moves. */
-	eng->disk_into = eng->disk && m->host_visible && m->base && m->bytes &&
-			 disk_tier_into_ok(eng->disk) &&
-			 !((uintptr_t)m->base % DISK_ALIGN);
+	 * kernel) can address, on the blocks O_DIRECT moves. Without them
+	 * (or without memory for their state) the staging way serves. */
+	if (!eng->disk || !m->host_visible || !m->base || !m->bytes ||
+	    !disk_tier_into_ok(eng->disk) || ((uintptr_t)m->base % DISK_ALIGN))
+		return;
+	de = calloc(1, sizeof(*de));
+	if (!de)
+		return;
+	de->into = true;
+	*engine_tier_priv(eng, ENGINE_TIER_DISK) = de;
 	/* Fixed buffers: no page pinning per read. Refused (RLIMIT_MEMLOCK),
 	 * the same reads pin their pages themselves. */
-	if (eng->disk_into)
-		disk_tier_register_host(eng->disk, m->base, m->bytes);
+	disk_tier_register_host(eng->disk, m->base, m->bytes);
 }
 
 void engine_disk_detach(struct engine *eng)
 {
-	while (eng->disk_loads) {
+	struct disk_engine *de = de_of(eng);
+
+	if (!de)
+		return;
+	while (de->loads) {
 		/* No read into the frames may outlive them. */
-		disk_tier_unhold(eng->disk, &eng->disk_loads->hh);
-		load_end(eng, eng->disk_loads, 0);
+		disk_tier_unhold(eng->disk, &de->loads->hh);
+		load_end(eng, de->loads, 0);
 	}
-	if (eng->disk_into)
+	if (de->into)
 		disk_tier_unregister_host(eng->disk, eng->mem[KVP_TIER_HOST].base);
-	eng->disk_into = false;
+	free(de);
+	*engine_tier_priv(eng, ENGINE_TIER_DISK) = NULL;
 }
 
 bool engine_disk_info(struct engine *eng, uint64_t user,
@@ -580,3 +608,34 @@ void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
 	 * snapshot, they show next time. */
 	*n += m < cap - *n ? m : cap - *n;
 }
+
+/* ------------------------------------------------------------ tier.h */
+
+static void disk_store(struct engine *eng, struct history *h)
+{
+	engine_disk_demote(eng, h); /* why not: the engine drops it anyway */
+}
+
+/* The disk tier as the engine sees it (tier.h); kvpoold.c registers it. */
+const struct tier_ops disk_tier_ops = {
+	.name = "disk",
+	.attach = engine_disk_attach,
+	.detach = engine_disk_detach,
+	.fetch = engine_disk_onload,
+	.store = disk_store,
+	.forget = engine_disk_evict,
+	.forget_all = engine_disk_evict_all,
+	.info = engine_disk_info,
+	.stats = engine_disk_stats,
+	.list = engine_disk_list,
+	.list_count = engine_disk_list_count,
+	/* The shared world's pages below the device tier (share_disk.c): the
+	 * disk tier's, and the remote tier's fed from the same host copy. */
+	.prefix_more = share_disk_prefix_more,
+	.prefix_waiting = share_disk_prefix_waiting,
+	.demote_prefix = share_disk_demote_pc,
+	.demote_chunk = share_disk_demote_chunk,
+	.chunk_restore = share_disk_chunk_restore,
+	.chunk_drop = share_disk_chunk_drop,
+	.chunk_clear = share_disk_chunk_clear,
+};

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * disk_engine.h - the engine's hooks into the disk tier (disk_engine.c).
- * Each is a no-op on an engine without one (engine_config.disk NULL).
+ * disk_engine.h - the disk tier's side of the engine's tier interface
+ * (tier.h): the functions behind disk_tier_ops, which kvpoold.c registers;
+ * the engine calls them only through that table. Each is a no-op on an
+ * engine without a disk tier (engine_config.disk NULL).
  */
 #ifndef KVPOOL_DISK_ENGINE_H
 #define KVPOOL_DISK_ENGINE_H
@@ -10,6 +12,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "tier.h"
 
 struct history;
 
@@ -53,7 +56,7 @@ int engine_disk_flush_all(struct engine *eng);
 /*
  * Before a prepare of a user with no history in memory: bring one on disk
  * back into the host tier. 0 (back, or none on disk); -EINPROGRESS with
- * ENGINE_PREPARE_DISK_DEFER while it is read; -ENOMEM nothing changed.
+ * ENGINE_PREPARE_DEFER while it is read; -ENOMEM nothing changed.
  */
 /* At engine_create: register the host tier with the disk tier (reads
  * straight into host frames); at engine_destroy: wait for those reads,
@@ -77,5 +80,8 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 /* The tenant's disk figures into out, from the engine of shard 0 of pool 0
  * only (the disk tier counts per tenant; stats add up over shards). */
 void engine_disk_stats(const struct engine *eng, struct kvp_stats *out);
+
+/* The disk tier's operations (tier.h), for engine_tier_register. */
+extern const struct tier_ops disk_tier_ops;
 
 #endif /* KVPOOL_DISK_ENGINE_H */

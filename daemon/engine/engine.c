@@ -23,10 +23,8 @@
 #include <string.h>
 
 #include "clock.h"
-#include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
-#include "remote_engine.h"
 #include "shard.h"
 
 /* Positions stay below 2^63 so start + len never wraps. */
@@ -81,6 +79,11 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	eng = calloc(1, sizeof(*eng));
 	if (!eng)
 		return errbuf_set(e, -ENOMEM, "engine: out of memory");
+	ret = tier_setup(eng, cfg, e); /* the tiers below (tier.h) */
+	if (ret) {
+		free(eng);
+		return ret;
+	}
 	eng->layout = *l;
 	eng->P = l->page_tokens;
 	eng->max_tokens = cfg->max_tokens_per_user;
@@ -97,10 +100,10 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 		goto err_nomem;
 	eng->set = cfg->set;
 	eng->shard = cfg->shard;
-	eng->disk = cfg->disk; /* disk tier hook (daemon/disk/disk_engine.c) */
+	eng->disk = cfg->disk; /* the disk tier's (tier.h) */
 	eng->disk_tenant = cfg->disk_tenant;
 	eng->disk_pool = cfg->disk_pool;
-	eng->remote = cfg->remote; /* remote tier hooks (daemon/remote/remote_engine.c) */
+	eng->remote = cfg->remote; /* the remote tier's (tier.h) */
 	eng->remote_chunk_skip = cfg->remote_chunk_skip;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		if (eng->set) {
@@ -125,7 +128,7 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	ret = share_create(eng, e); /* sized by the device tier */
 	if (ret)
 		goto err;
-	engine_disk_attach(eng);
+	tier_attach(eng);
 	*out = eng;
 	return 0;
 
@@ -146,8 +149,7 @@ void engine_destroy(struct engine *eng)
 {
 	if (!eng)
 		return;
-	engine_disk_detach(eng); /* before its host frames go */
-	engine_remote_user_detach(eng);
+	tier_detach(eng); /* before its host frames go */
 	share_destroy(eng); /* first: sequences pin histories */
 	if (eng->users.ht.buckets) {
 		user_table_foreach(&eng->users, free_history_cb, eng);
@@ -588,12 +590,10 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 
 	/* Disk and remote tier hooks: a history only on disk, or only in the
 	 * store (remote_user_histories), comes back to the host tier first
-	 * (daemon/disk/disk_engine.c, daemon/remote/remote_user.c), then
+	 * (tier.h's fetch), then
 	 * onloads as any other. */
 	if (!h && (eng->disk || eng->remote)) {
-		ret = engine_disk_onload(eng, user, flags, e);
-		if (!ret && !user_table_find(&eng->users, user))
-			ret = engine_remote_user_onload(eng, user, flags, e);
+		ret = tier_fetch(eng, user, flags, e);
 		if (ret)
 			return ret;
 		h = user_table_find(&eng->users, user);
@@ -616,8 +616,8 @@ int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 	total = onload + new_pages;
 	avail = engine_device_avail(eng, h, total);
 	if (prepare_waits(eng, total, onload, flags))
-		return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": waiting for "
-				  "the reclaimer to free %" PRIu32 " device pages",
+		return errbuf_set(e, engine_wait_set(ENGINE_WAIT_RECLAIM),
+				  "user %" PRIu64 ": waiting for the reclaimer to free %" PRIu32 " device pages",
 				  user, total);
 	if (total > avail && eng->set && !eng->set->global)
 		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32

@@ -41,6 +41,7 @@
 #include "list.h"
 #include "engine.h"
 #include "frames.h"
+#include "tier.h"
 #include "user_table.h"
 
 enum lru_id {
@@ -155,14 +156,12 @@ struct engine {
 	struct disk_tier *disk;  /* NULL: no disk tier (engine_config) */
 	uint64_t disk_tenant;
 	uint32_t disk_pool;
-	bool disk_into;          /* disk reads go straight into host frames */
-	struct disk_load *disk_loads; /* those reads, in flight (disk_engine.c) */
 	struct remote_tier *remote; /* NULL: no remote tier (engine_config) */
 	uint32_t remote_chunk_skip; /* engine_config's */
-	/* A user's history fetched from it that the shard had no host room
-	 * for: kept for the retry with every shard (remote_user.c). */
-	struct remote_fetch *remote_held;
-	uint64_t remote_held_user, remote_held_ns;
+	/* The tiers below the host tier, as registered (tier.h); NULL: none.
+	 * tier_priv: each one's own state of this engine (engine_tier_priv). */
+	const struct tier_ops *tier[ENGINE_TIERS_BELOW];
+	void *tier_priv[ENGINE_TIERS_BELOW];
 };
 
 struct share;
@@ -174,6 +173,49 @@ struct share;
  * counter every release would write.
  */
 uint64_t engine_tick(struct engine *eng);
+
+/*
+ * tier.c: the tiers below, without naming them (tier.h says who calls
+ * which, and when). tier_setup at engine_create: the registered tables,
+ * or -EINVAL for a configured tier without one. Each wrapper asks the tiers
+ * in order (disk, then remote) and answers as for a pool without them when
+ * none has the operation.
+ */
+int tier_setup(struct engine *eng, const struct engine_config *cfg,
+	       struct errbuf *e);
+void tier_attach(struct engine *eng);
+void tier_detach(struct engine *eng);
+/* Each tier in turn until one fails or the user's history is back. */
+int tier_fetch(struct engine *eng, uint64_t user, unsigned flags,
+	       struct errbuf *e);
+/* One tier's fetch alone (0 without it). */
+int tier_fetch_one(struct engine *eng, enum engine_tier t, uint64_t user,
+		   unsigned flags, struct errbuf *e);
+void tier_store(struct engine *eng, struct history *h);
+/* Tier t's forget: without the disk tier, -EINVAL (a selection this pool
+ * cannot have); without the remote tier, 0. */
+int tier_forget(struct engine *eng, enum engine_tier t, uint64_t user,
+		uint32_t sel, struct errbuf *e);
+int tier_forget_all(struct engine *eng, enum engine_tier t, uint32_t sel);
+bool tier_info(struct engine *eng, uint64_t user, struct engine_user_info *out);
+void tier_stats(const struct engine *eng, struct kvp_stats *out);
+void tier_list(struct engine *eng, uint64_t cursor, uint64_t *ids, uint64_t *n,
+	       uint64_t cap);
+uint64_t tier_list_count(struct engine *eng, uint64_t cursor);
+/* Tier t's pass of a prefix lookup (0 without one). */
+int tier_prefix_more(struct engine *eng, enum engine_tier t,
+		     const uint32_t *tokens, uint32_t full, uint32_t *frames,
+		     uint32_t *hit, uint32_t *idle, bool wait);
+bool tier_prefix_waiting(struct engine *eng);
+void tier_demote_prefix(struct engine *eng, struct pc_entry *pe);
+void tier_demote_chunk(struct engine *eng, struct chunk *c);
+/* The first tier's answer that is not -ENOENT; -ENOENT without any. */
+int tier_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
+		       uint32_t type, bool wait, struct errbuf *e);
+int tier_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
+uint32_t tier_chunk_clear(struct engine *eng, uint32_t type);
+uint32_t tier_publish(struct engine *eng, uint32_t max_pages, bool *more);
+bool tier_chunk_kept(const struct engine *eng, uint32_t type);
 
 /* Device frame f handed out by eng or, in a shard set, by any shard (a
  * sequence borrows other shards' history pages): for the checks. */

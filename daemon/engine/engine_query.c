@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
 #include "shard.h"
@@ -24,7 +23,7 @@ void engine_info(struct engine *eng, uint64_t user, struct engine_user_info *out
 	memset(out, 0, sizeof(*out));
 	/* Disk tier hook: the disk copy's figures (all of them for a history
 	 * only on disk). */
-	engine_disk_info(eng, user, out);
+	tier_info(eng, user, out);
 	if (!h)
 		return;
 	out->exists = true;
@@ -61,7 +60,7 @@ void engine_stats(const struct engine *eng, struct kvp_stats *out)
 	out->users = user_table_count(&eng->users);
 	out->leases = eng->leases_live; /* every kind: one table */
 	share_stats(eng, out);
-	engine_disk_stats(eng, out); /* disk tier hook */
+	tier_stats(eng, out); /* the tiers below */
 }
 
 uint64_t engine_prepare_pages(struct engine *eng, uint64_t user, uint32_t n_new)
@@ -131,14 +130,14 @@ int engine_list_users(struct engine *eng, uint64_t cursor,
 
 	*next = 0;
 	/* Disk tier hook: users only on disk are listed too. */
-	cap = user_table_count(&eng->users) + engine_disk_list_count(eng, cursor);
+	cap = user_table_count(&eng->users) + tier_list_count(eng, cursor);
 	if (!cap || !max)
 		return 0;
 	c.ids = malloc(cap * sizeof(*c.ids));
 	if (!c.ids)
 		return -ENOMEM;
 	user_table_foreach(&eng->users, list_collect_cb, &c);
-	engine_disk_list(eng, cursor, c.ids, &c.n, cap); /* disk tier hook */
+	tier_list(eng, cursor, c.ids, &c.n, cap); /* the tiers below */
 	qsort(c.ids, c.n, sizeof(*c.ids), cmp_u64);
 	n = c.n < max ? (uint32_t)c.n : max;
 	for (uint32_t i = 0; i < n; i++) {

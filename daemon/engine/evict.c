@@ -16,10 +16,8 @@
 
 #include "bug.h"
 #include "clock.h"
-#include "disk_engine.h"
 #include "engine_internal.h"
 #include "engine_share.h"
-#include "remote_engine.h"
 #include "shard.h"
 
 /* ------------------------------------------------------------ the LRU clock */
@@ -132,8 +130,7 @@ bool host_make_room(struct engine *eng, uint32_t need,
 
 		if (victim == h)
 			victim = list_next_entry(victim, lru_link);
-		engine_disk_demote(eng, victim); /* disk tier hook */
-		engine_remote_user_out(eng, victim); /* remote tier hook */
+		tier_store(eng, victim); /* the tiers below */
 		history_drop(eng, victim);
 	}
 	return true;
@@ -186,8 +183,7 @@ uint32_t demote_or_drop(struct engine *eng, struct history *h)
 	uint32_t freed = h->nres[KVP_TIER_DEVICE];
 
 	if (!host_make_room(eng, host_copies_missing(h, h->npages), h)) {
-		engine_disk_demote(eng, h); /* disk tier hook */
-		engine_remote_user_out(eng, h); /* remote tier hook */
+		tier_store(eng, h); /* the tiers below */
 		history_drop(eng, h);
 		return freed;
 	}
@@ -470,8 +466,7 @@ uint32_t engine_reclaim_host(struct engine *eng, uint32_t max)
 
 	while (freed < max && lru_head(&eng->lru[LRU_HOST])) {
 		/* disk and remote tier hooks */
-		engine_disk_demote(eng, lru_head(&eng->lru[LRU_HOST]));
-		engine_remote_user_out(eng, lru_head(&eng->lru[LRU_HOST]));
+		tier_store(eng, lru_head(&eng->lru[LRU_HOST]));
 		freed += history_drop(eng, lru_head(&eng->lru[LRU_HOST]));
 	}
 	eng->st.reclaimed_pages += freed;
@@ -595,11 +590,11 @@ int engine_evict(struct engine *eng, uint64_t user, uint32_t sel,
 	 * back. Not when the eviction is refused (leased, no disk tier). */
 	if ((sel == KVP_SEL_ALL || (sel == KVP_SEL_DISK && eng->disk)) &&
 	    !(h && h->pins))
-		engine_remote_user_del(eng, user);
+		tier_forget(eng, ENGINE_TIER_REMOTE, user, sel, NULL);
 	/* Disk tier hook: its selections, and `all` of a user only there. */
 	if ((sel & ~(uint32_t)KVP_SEL_ALL) || (!h && sel == KVP_SEL_ALL && eng->disk))
-		return engine_disk_evict(eng, user, sel == KVP_SEL_ALL ? KVP_SEL_DISK :
-					 sel, e);
+		return tier_forget(eng, ENGINE_TIER_DISK, user,
+				   sel == KVP_SEL_ALL ? KVP_SEL_DISK : sel, e);
 	if (!h)
 		return errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
 				  user);
@@ -633,7 +628,7 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 	if (sel & ~(uint32_t)KVP_SEL_ALL) { /* disk tier hook */
 		if (skipped)
 			*skipped = pinned;
-		return engine_disk_evict_all(eng, sel);
+		return tier_forget_all(eng, ENGINE_TIER_DISK, sel);
 	}
 	if (sel & KVP_SEL_DEVICE) {
 		/* Each demotion moves the head off this list (or drops it). */
@@ -642,7 +637,8 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 
 			history_evict(eng, h, sel);
 			if (sel == KVP_SEL_ALL) /* remote tier hook, as engine_evict */
-				engine_remote_user_del(eng, user);
+				tier_forget(eng, ENGINE_TIER_REMOTE, user, sel,
+					    NULL);
 			affected++;
 		}
 	} else {
@@ -656,12 +652,14 @@ int engine_evict_all(struct engine *eng, uint32_t sel, uint32_t *skipped)
 
 			history_drop(eng, h);
 			if (sel == KVP_SEL_ALL) /* remote tier hook, as engine_evict */
-				engine_remote_user_del(eng, user);
+				tier_forget(eng, ENGINE_TIER_REMOTE, user, sel,
+					    NULL);
 			affected++;
 		}
 	}
 	if (sel == KVP_SEL_ALL && eng->disk) /* disk tier hook: its copies too */
-		affected += (uint32_t)engine_disk_evict_all(eng, KVP_SEL_DISK);
+		affected += (uint32_t)tier_forget_all(eng, ENGINE_TIER_DISK,
+							KVP_SEL_DISK);
 	if (skipped)
 		*skipped = pinned;
 	return (int)affected;

@@ -12,7 +12,6 @@
 #include "clock.h"
 #include "mix64.h"
 #include "engine_internal.h"
-#include "remote_engine.h"
 #include "shard.h"
 
 /* Pages one reclaim round copies at most: the oldest histories', planned
@@ -246,7 +245,7 @@ static void reclaim_publish(struct shard_set *s)
 	bool more = true;
 
 	for (int i = 0; i < PUBLISH_ROUNDS && more; i++) {
-		uint32_t n = remote_publish(shard_lock(s, 0), PUBLISH_BATCH, &more);
+		uint32_t n = tier_publish(shard_lock(s, 0), PUBLISH_BATCH, &more);
 
 		shard_unlock(s, 0);
 		if (!n)

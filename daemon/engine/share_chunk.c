@@ -37,8 +37,6 @@
 #include <string.h>
 
 #include "bug.h"
-#include "remote_engine.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ ids */
@@ -231,7 +229,7 @@ uint32_t chunk_evict(struct engine *eng, struct chunk *c)
 	uint32_t n = 0;
 
 	eng->st.chunk_evicted++;
-	share_demote_chunk(eng, c); /* a sealed root: to disk and the store, if any */
+	tier_demote_chunk(eng, c); /* a sealed root: to disk and the store, if any */
 	return chunk_kill_tree(eng, c, &n);
 }
 
@@ -246,7 +244,7 @@ void chunk_fill_end(struct engine *eng, struct chunk *c, bool sealed)
 	if (sealed) {
 		c->state = KVP_CHUNK_READY;
 		/* A root is immutable now: to the store ahead of eviction. */
-		if (remote_chunk_type_kept(eng, c->type) && !c->parent && !c->in_store)
+		if (tier_chunk_kept(eng, c->type) && !c->parent && !c->in_store)
 			list_add_tail(&c->pub, &eng->share->pub_chunks);
 	} else
 		chunk_kill_tree(eng, c, &n); /* its fill lease still holds it */

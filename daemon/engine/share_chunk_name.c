@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ table */
@@ -393,7 +392,7 @@ int share_chunk_delete(struct engine *eng, const struct kvp_chunk_id *id,
 	uint32_t killed = 0;
 
 	/* Its copy on the disk tier goes too (its root, named either way). */
-	killed += (uint32_t)share_disk_chunk_drop(eng, id);
+	killed += (uint32_t)tier_chunk_drop(eng, id);
 	if (n) {
 		name_kill(eng, n, &killed);
 		return (int)killed;
@@ -453,7 +452,7 @@ int share_chunk_clear(struct engine *eng, uint32_t type)
 
 	if (type && !kvp_chunk_type_name(type))
 		return -EINVAL;
-	ondisk = share_disk_chunk_clear(eng, type);
+	ondisk = tier_chunk_clear(eng, type);
 	/* A name only on disk counts once; one in memory too, as it was
 	 * before (its disk copy is older: it came back since). */
 	return name_kill_matching(eng, of_type, &type, false) + (int)ondisk;

@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_engine.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ ids */
@@ -281,11 +279,11 @@ int share_chunk_put(struct engine *eng, const struct share_chunk_root *r,
 	char sid[17], *canon = NULL;
 	int ret = put_check(eng, r, &nid, &name, sid, e);
 
-	if (!ret && !name && (eng->disk || remote_chunk_type_kept(eng, r->type))) {
+	if (!ret && !name && (eng->disk || tier_chunk_kept(eng, r->type))) {
 		/* The name on the disk tier or in the store: back first, then
 		 * a hit (a name nobody had costs a store round, for the types
 		 * kept there). */
-		ret = share_disk_chunk_restore(eng, &nid, r->type, false, e);
+		ret = tier_chunk_restore(eng, &nid, r->type, false, e);
 		if (ret == -EINPROGRESS)
 			return ret;
 		e->msg[0] = '\0'; /* no room for it: registered afresh */
@@ -442,7 +440,7 @@ int share_chunk_acquire(struct engine *eng, const struct kvp_chunk_id *id,
 	int ret;
 
 	if (!c) { /* a name on the disk tier comes back first */
-		ret = share_disk_chunk_restore(eng, id, 0, false, e);
+		ret = tier_chunk_restore(eng, id, 0, false, e);
 		if (ret && ret != -ENOENT)
 			return ret; /* -EINPROGRESS: retried; or no room */
 		c = chunk_resolve(eng, id);

@@ -18,8 +18,6 @@
 #include <string.h>
 
 #include "bug.h"
-#include "remote_engine.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ hashing */
@@ -219,7 +217,7 @@ void pc_evict_head(struct engine *eng)
 	struct pc_entry *pe = pc_lru_head(s);
 	uint32_t e = (uint32_t)(pe - s->pc), parent = pe->parent;
 
-	share_demote_pc(eng, pe); /* to the disk and remote tiers, if any */
+	tier_demote_prefix(eng, pe); /* to the disk and remote tiers, if any */
 	list_del(&pe->pub);
 	lru_unlink(s, e);
 	hashtab_remove(&s->pcs, &pe->hnode);
@@ -267,18 +265,19 @@ static int prefix_lookup(struct engine *eng, const uint32_t *tokens, uint32_t n,
 	uint32_t full = n / eng->P, hit = 0, idle;
 
 	*out = (struct share_prefix_hit){ 0 };
-	if (!wait && share_disk_prefix_wait(eng))
+	if (!wait && tier_prefix_waiting(eng))
 		return -EINPROGRESS; /* nothing read since the last try */
 	if (eng->share->no_caching)
 		full = 0; /* prefix_caching off: nothing is found */
 	if (full && !engine_view_reserve(eng, full, NULL)) {
 		hit = pc_match(eng, tokens, full, eng->view, &idle);
-		if (share_disk_prefix_more(eng, tokens, full, eng->view, &hit,
-					   &idle, wait))
+		if (tier_prefix_more(eng, ENGINE_TIER_DISK, tokens, full,
+				     eng->view, &hit, &idle, wait))
 			return -EINPROGRESS; /* counted once, when it is served */
 		/* remote tier hook, after the disk tier's: never waits on the
 		 * network (a caller that cannot retry gets the local answer) */
-		if (remote_prefix_more(eng, tokens, full, eng->view, &hit, !wait))
+		if (tier_prefix_more(eng, ENGINE_TIER_REMOTE, tokens, full,
+				     eng->view, &hit, &idle, wait))
 			return -EINPROGRESS;
 	}
 	eng->st.prefix_lookups++;

@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "remote_engine.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ table */
@@ -337,7 +335,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	ret = seq_plan_frames(eng, id, pages, 0, 0, e);
 	if (ret)
 		return ret;
-	if (share_disk_prefix_wait(eng)) /* nothing read since the last try */
+	if (tier_prefix_waiting(eng)) /* nothing read since the last try */
 		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": a cached "
 				  "prefix is being read back from the disk tier", id);
 	hits = malloc((full ? full : 1) * sizeof(*hits));
@@ -345,15 +343,16 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 		return errbuf_set(e, -ENOMEM, "out of memory");
 	hit = pc_match(eng, tokens, full, hits, &idle_hits);
 	/* Pages of the chain on the disk tier come back first (idle). */
-	if (share_disk_prefix_more(eng, tokens, full, hits, &hit, &idle_hits,
-				   false)) {
+	if (tier_prefix_more(eng, ENGINE_TIER_DISK, tokens, full, hits, &hit,
+			     &idle_hits, false)) {
 		free(hits);
 		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": its "
 				  "cached prefix is being read back from the disk "
 				  "tier", id);
 	}
 	/* Then the remote tier's (remote_engine.h), counted idle once back. */
-	if (remote_prefix_more(eng, tokens, full, hits, &hit, true)) {
+	if (tier_prefix_more(eng, ENGINE_TIER_REMOTE, tokens, full, hits, &hit,
+			     &idle_hits, false)) {
 		free(hits);
 		return errbuf_set(e, -EINPROGRESS, "sequence %" PRIu64 ": its "
 				  "cached prefix is being fetched from the remote "

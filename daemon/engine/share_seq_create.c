@@ -13,10 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "disk_engine.h"
-#include "remote_engine.h"
 #include "shard.h"
-#include "share_disk.h"
 #include "share_internal.h"
 
 #define SEQ_MAX_SOURCES 64
@@ -240,15 +237,16 @@ static int sources_from_disk(struct engine *eng, const struct kvp_seq_src *src,
 		    !engine_find_history(eng, src[i].id)) {
 			if (eng->set)
 				ue = eng->set->v[shard_of_user(eng->set, src[i].id)].eng;
-			ret = engine_disk_onload(ue, src[i].id,
-						 ENGINE_PREPARE_DISK_DEFER, e);
+			ret = tier_fetch_one(ue, ENGINE_TIER_DISK, src[i].id,
+					     ENGINE_PREPARE_DEFER, e);
 			/* Remote tier hook: not on disk either, the store's. */
 			if (!ret && !engine_find_history(eng, src[i].id))
-				ret = engine_remote_user_onload(ue, src[i].id,
-								ENGINE_PREPARE_DISK_DEFER, e);
+				ret = tier_fetch_one(ue, ENGINE_TIER_REMOTE,
+						     src[i].id,
+						     ENGINE_PREPARE_DEFER, e);
 		} else if (src[i].kind == KVP_SRC_CHUNK &&
 			   !chunk_resolve(eng, &src[i].chunk)) {
-			ret = share_disk_chunk_restore(eng, &src[i].chunk, 0, false, e);
+			ret = tier_chunk_restore(eng, &src[i].chunk, 0, false, e);
 			if (ret == -ENOENT)
 				ret = 0; /* not there either: resolving says so */
 		}

@@ -102,7 +102,8 @@ int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
 	       wait)
 		remote_tier_wait(eng->remote, &k);
 	if (ret)
-		return ret == -EINPROGRESS ? ret : -ENOENT; /* -ENOMEM: a miss */
+		return ret == -EINPROGRESS ? engine_wait_set(ENGINE_WAIT_REMOTE) :
+		       -ENOENT; /* -ENOMEM: a miss */
 	if (!remote_fetch_pages(rf)) { /* not in the store, or it did not check */
 		remote_fetch_done(eng->remote, rf, 0);
 		return -ENOENT;

@@ -152,13 +152,13 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 	missing_keys(eng, tokens, *hit, 1, frames, keys);
 	if (defer && remote_tier_pending(eng->remote, &keys[0])) {
 		free(keys);
-		return -EINPROGRESS;
+		return engine_wait_set(ENGINE_WAIT_REMOTE);
 	}
 	missing_keys(eng, tokens, *hit, m, frames, keys);
 	ret = remote_tier_fetch(eng->remote, keys, m, &f);
 	free(keys);
 	if (ret == -EINPROGRESS && defer)
-		return -EINPROGRESS;
+		return engine_wait_set(ENGINE_WAIT_REMOTE);
 	if (ret)
 		return 0; /* queued for a later lookup, or no memory: local */
 	done = onload_run(eng, last, f);
@@ -167,3 +167,38 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 		*hit = pc_match(eng, tokens, full, frames, &idle);
 	return 0;
 }
+
+/* ------------------------------------------------------------ tier.h */
+
+static int remote_forget(struct engine *eng, uint64_t user, uint32_t sel,
+			 struct errbuf *e)
+{
+	(void)sel;
+	(void)e;
+	engine_remote_user_del(eng, user);
+	return 0;
+}
+
+/* After the disk tier's pass; never waits on the network (a caller that
+ * cannot retry gets the local answer). What comes back is counted idle by
+ * the engine's next match. */
+static int remote_prefix_more_op(struct engine *eng, const uint32_t *tokens,
+				 uint32_t full, uint32_t *frames, uint32_t *hit,
+				 uint32_t *idle, bool wait)
+{
+	(void)idle;
+	return remote_prefix_more(eng, tokens, full, frames, hit, !wait);
+}
+
+/* The remote tier as the engine sees it (tier.h); kvpoold.c registers it.
+ * Its chunk fetches go through share_disk.c, beside the disk tier's. */
+const struct tier_ops remote_tier_ops = {
+	.name = "remote",
+	.detach = engine_remote_user_detach,
+	.fetch = engine_remote_user_onload,
+	.store = engine_remote_user_out,
+	.forget = remote_forget,
+	.prefix_more = remote_prefix_more_op,
+	.publish = remote_publish,
+	.chunk_kept = remote_chunk_type_kept,
+};

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote_engine.h - where the engine meets the remote tier (remote_tier.h)
- * for prefix pages (chunks: share_disk.h's share_remote_*): two hooks,
- * each called from one marked place.
+ * remote_engine.h - where the engine meets the remote tier (remote_tier.h):
+ * the functions behind remote_tier_ops (tier.h), which kvpoold.c registers;
+ * the engine calls them only through that table (share_disk.c, the disk
+ * tier's chunk and prefix-page glue, calls some directly). For prefix pages
+ * (chunks: share_disk.h's share_remote_*) two hooks, each called from one
+ * marked place.
  *
  *  remote_prefix_put      a prefix page leaves the device tier
  *                         (share_disk.c's share_demote_pc, from
@@ -27,6 +30,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "tier.h"
 
 struct chunk;
 struct engine;
@@ -107,7 +112,7 @@ void remote_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
  *                             history that comes back whole goes into host
  *                             frames, as one from disk. 0 (back, or a
  *                             miss: none, torn, bad); -EINPROGRESS with
- *                             ENGINE_PREPARE_DISK_DEFER while asked
+ *                             ENGINE_PREPARE_DEFER while asked
  *                             (without, it waits); -ENOMEM, -EAGAIN as
  *                             engine_disk_onload.
  *  engine_remote_user_del     an explicit eviction threw the user's copies
@@ -125,5 +130,8 @@ void engine_remote_user_del(struct engine *eng, uint64_t user);
 int engine_remote_user_flush_all(struct engine *eng);
 /* At engine_destroy: what the engine holds of the remote tier goes. */
 void engine_remote_user_detach(struct engine *eng);
+
+/* The remote tier's operations (tier.h), for engine_tier_register. */
+extern const struct tier_ops remote_tier_ops;
 
 #endif /* KVPOOL_REMOTE_ENGINE_H */

@@ -286,17 +286,32 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 	return 1;
 }
 
+/* The remote tier's state of one engine (tier.h's engine_tier_priv): a
+ * user's history fetched that the shard had no host room for, kept for the
+ * retry with every shard. Made at the first such fetch. */
+struct remote_held {
+	struct remote_fetch *f;
+	uint64_t user, ns;
+};
+
 void engine_remote_user_detach(struct engine *eng)
 {
-	if (eng->remote_held)
-		remote_fetch_done(eng->remote, eng->remote_held, 0);
-	eng->remote_held = NULL;
+	void **priv = engine_tier_priv(eng, ENGINE_TIER_REMOTE);
+	struct remote_held *rh = *priv;
+
+	if (!rh)
+		return;
+	if (rh->f)
+		remote_fetch_done(eng->remote, rh->f, 0);
+	free(rh);
+	*priv = NULL;
 }
 
 int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 			      struct errbuf *e)
 {
-	bool defer = flags & ENGINE_PREPARE_DISK_DEFER;
+	bool defer = flags & ENGINE_PREPARE_DEFER;
+	struct remote_held *rh;
 	struct remote_fetch *f;
 	struct remote_key rk;
 	int ret;
@@ -308,10 +323,11 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 	 * every shard locked takes it, no second round (and no wait on the
 	 * network under every lock). Another user's, or one nobody came back
 	 * for at once (the retry follows the refusal), is dropped. */
-	f = eng->remote_held;
-	eng->remote_held = NULL;
-	if (f && eng->remote_held_user == user &&
-	    mono_ns() - eng->remote_held_ns < 1000000000ull)
+	rh = *engine_tier_priv(eng, ENGINE_TIER_REMOTE);
+	f = rh ? rh->f : NULL;
+	if (rh)
+		rh->f = NULL;
+	if (f && rh->user == user && mono_ns() - rh->ns < 1000000000ull)
 		goto got;
 	if (f)
 		remote_fetch_done(eng->remote, f, 0);
@@ -322,8 +338,8 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 		if (!remote_tier_pending(eng->remote, &rk) &&
 		    remote_tier_put_pending(eng->remote, &rk)) {
 			if (defer)
-				return errbuf_set(e, -EINPROGRESS, "user %" PRIu64
-						  ": its history is being written "
+				return errbuf_set(e, engine_wait_set(ENGINE_WAIT_REMOTE),
+						  "user %" PRIu64 ": its history is being written "
 						  "to the remote tier", user);
 			remote_tier_flush(eng->remote);
 			continue;
@@ -333,7 +349,8 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 		if (ret != -EINPROGRESS)
 			break;
 		if (defer)
-			return errbuf_set(e, -EINPROGRESS, "user %" PRIu64 ": asking "
+			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_REMOTE),
+					  "user %" PRIu64 ": asking "
 					  "the remote tier for its history", user);
 		remote_tier_wait(eng->remote, &rk);
 	}
@@ -342,9 +359,14 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 got:
 	ret = from_fetch(eng, user, &rk, f, e);
 	if (ret == -EAGAIN) {
-		eng->remote_held = f;
-		eng->remote_held_user = user;
-		eng->remote_held_ns = mono_ns();
+		if (!rh)
+			rh = *engine_tier_priv(eng, ENGINE_TIER_REMOTE) =
+				calloc(1, sizeof(*rh));
+		if (!rh) { /* no memory to keep it: the retry asks again */
+			remote_fetch_done(eng->remote, f, 0);
+			return ret;
+		}
+		*rh = (struct remote_held){ .f = f, .user = user, .ns = mono_ns() };
 		return ret;
 	}
 	remote_fetch_done(eng->remote, f, ret > 0 ? remote_fetch_pages(f) - 1 : 0);

@@ -355,12 +355,13 @@ static int prepare_room(struct op *o, struct engine *eng)
  */
 static unsigned prepare_flags(const struct op *o)
 {
-	/* A ring prepare never waits for the disk thread: held and retried. */
-	unsigned disk = o->wait ? ENGINE_PREPARE_DISK_DEFER : 0;
+	/* A ring prepare never waits for the disk or remote thread: held and
+	 * retried (op_wait_again). */
+	unsigned defer = o->wait ? ENGINE_PREPARE_DEFER : 0;
 
 	if (!o->wait || !o->wait->may_retry)
-		return disk | (o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
-	return disk | ENGINE_PREPARE_WAIT_RECLAIM |
+		return defer | (o->wait && o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
+	return defer | ENGINE_PREPARE_WAIT_RECLAIM |
 	       (o->wait->retried ? 0 : ENGINE_PREPARE_COUNT);
 }
 
@@ -383,12 +384,9 @@ static int op_prepare(struct op *o)
 	if (!ret)
 		ret = engine_prepare_flags(eng, q->user, q->arg, q->n, o->c->id,
 					   prepare_flags(o), &l, o->e);
-	if (ret == -EINPROGRESS) {
-		/* The reclaimer makes the room: the worker holds this entry
-		 * and runs it again, serving other clients meanwhile. */
-		o->wait->retry = true;
-		goto out;
-	}
+	if (!op_wait_again(o, ret) && ret == -EINPROGRESS)
+		goto out; /* held (the reclaimer, the disk or remote tier): the
+			   * worker runs it again, serving others meanwhile */
 	if (ret == -EAGAIN) {
 		/* The user's shard is short of frames: every shard's lock, and
 		 * the prepare again, evicting the oldest pages of any shard. */

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "proto.h"
+#include "tier.h"
 
 struct server;
 struct client;
@@ -47,6 +48,7 @@ struct op_wait {
 	bool may_retry;
 	bool retried;           /* in: this entry was held back before */
 	bool retry;
+	enum engine_wait why;   /* out, with retry: what it waits for (tier.h) */
 };
 
 /*

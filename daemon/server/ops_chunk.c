@@ -120,7 +120,7 @@ int op_chunk_register(struct op *o)
 		if (!ret)
 			ret = put_reg(o, eng, &reg);
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	return ret;
 }
 
@@ -182,7 +182,7 @@ int op_chunk_acquire(struct op *o)
 		if (!ret && (ret = op_put_lease(o, 0, &l)))
 			engine_release(eng, l.id, NULL);
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	return ret;
 }
 
@@ -205,7 +205,7 @@ int op_chunk_get(struct op *o)
 		if (!ret)
 			ret = share_chunk_info(eng, &id, &info, o->e);
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	if (ret)
 		return ret;
 	memcpy(o->out, &info, sizeof(info));
@@ -318,7 +318,7 @@ int op_chunk_entry(struct op *o)
 		if (!ret)
 			ret = share_chunk_entry(eng, &id, &info, o->e);
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	if (ret)
 		return ret;
 	memcpy(o->out, &info, sizeof(info));

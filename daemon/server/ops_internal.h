@@ -98,9 +98,22 @@ int op_input_header(struct op *o, void *hdr, size_t hsize, size_t extra,
 		    const unsigned char **in, void **priv);
 /* in_len is exactly one chunk id: *id gets the copy. */
 int op_input_id(struct op *o, struct kvp_chunk_id *id);
-/* ret was -EINPROGRESS (the disk tier reads): true, the entry is held and
- * retried (return ret); false, waited here, call the engine again. */
-bool op_disk_defer(struct op *o);
+/*
+ * The one retry helper, called unlocked after an engine call made under
+ * the own lock: true when that call answered a typed wait (tier.h: the
+ * reclaimer, the disk or the remote tier) and must be made again now.
+ * A ring or uds entry (o->wait) is held by its worker instead and run
+ * again later, others served meanwhile (retry and why set; false: return
+ * ret). With nowhere to hold it, a moment's wait here, then true. Every
+ * engine call that may wait is written
+ *
+ *	do {
+ *		eng = op_lock_own(o);
+ *		ret = share_...(eng, ...);
+ *		op_unlock_own(o);
+ *	} while (op_wait_again(o, ret));
+ */
+bool op_wait_again(struct op *o, int ret);
 uint64_t op_span_pages(struct op *o, uint64_t n);  /* pages of n tokens */
 /* The result room a lease of pages needs at off: -EMSGSIZE when short. */
 int op_lease_room(struct op *o, size_t off, uint64_t pages);

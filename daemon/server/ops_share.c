@@ -198,21 +198,22 @@ static uint64_t lease_fence(struct op *o, struct engine *eng,
 	return l->fence;
 }
 
-/*
- * An engine call answered -EINPROGRESS: what it needs is being read back
- * from the disk tier (share_disk.h). A ring or uds entry (o->wait) is held
- * by its worker and run again, others served meanwhile: true, done. With
- * nowhere to hold it, wait a moment here, unlocked: false, call again.
- */
-bool op_disk_defer(struct op *o)
+/* ops_internal.h. The wait is taken whatever ret is, so none recorded by
+ * a call that went on to answer otherwise is left for the next. */
+bool op_wait_again(struct op *o, int ret)
 {
+	enum engine_wait why = engine_wait_take();
+
+	if (ret != -EINPROGRESS)
+		return false;
 	if (o->wait) {
 		o->wait->retry = true;
-		return true;
+		o->wait->why = why;
+		return false;
 	}
-	usleep(200);
+	usleep(200); /* the disk or remote thread reads meanwhile */
 	o->e->msg[0] = '\0';
-	return false;
+	return true;
 }
 
 /* ------------------------------------------------------------ prefix cache */
@@ -249,7 +250,7 @@ int op_prefix_lookup(struct op *o)
 				       (size_t)hit.npages * 4);
 		}
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	if (ret)
 		return errbuf_set(o->e, ret, "%s: its cached pages are being read "
 				  "back from the disk or remote tier", o->name);
@@ -283,7 +284,7 @@ int op_seq_alloc(struct op *o)
 		if (!ret && (ret = op_put_lease(o, 0, &l)))
 			share_seq_discard(eng, q->arg, o->c->id);
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	/* Seed 004's line, with the client it came from (log_level=debug).
 	 * The seed writes it only with caching on; a hit is 0 without. */
 	if (!ret)
@@ -340,7 +341,7 @@ int op_seq_create(struct op *o)
 		if (!ret)
 			fence = lease_fence(o, eng, &l);
 		op_unlock_own(o);
-	} while (ret == -EINPROGRESS && !op_disk_defer(o));
+	} while (op_wait_again(o, ret));
 	if (fence)
 		engine_fence_wait(eng, fence);
 	return ret;

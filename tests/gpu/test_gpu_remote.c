@@ -37,6 +37,7 @@
 #include <cmocka.h>
 #include <cuda_runtime_api.h>
 
+#include "disk_engine.h"
 #include "backend.h"
 #include "disk_tier.h"
 #include "engine.h"
@@ -348,7 +349,7 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 		skip(); /* no redis-server here */
 	fx_open(&fa, NULL, g_rt);
 	while ((ret = engine_prepare_flags(fa.eng, user, 0, NTOK, 3,
-					   ENGINE_PREPARE_DISK_DEFER, &a, &e)) == -EINPROGRESS) {
+					   ENGINE_PREPARE_DEFER, &a, &e)) == -EINPROGRESS) {
 		usleep(1000); /* the store asked for a user nobody has: a miss */
 		assert_true(++rounds < 5000);
 	}
@@ -366,7 +367,7 @@ static void test_b_gets_a_user_history_through_the_store(void **state)
 	fx_open(&fb, NULL, g_rt);
 	rounds = 0;
 	while ((ret = engine_prepare_flags(fb.eng, user, NTOK, 0, 3,
-					   ENGINE_PREPARE_DISK_DEFER, &b, &e)) == -EINPROGRESS) {
+					   ENGINE_PREPARE_DEFER, &b, &e)) == -EINPROGRESS) {
 		usleep(1000);
 		assert_true(++rounds < 5000);
 	}
@@ -394,6 +395,8 @@ static void test_b_gets_a_device_pages_published_ahead(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_store),
 		cmocka_unit_test(test_b_gets_a_device_pages_through_the_disk),

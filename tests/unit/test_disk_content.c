@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_disk_content - prefix pages, chunks and sequences over the disk tier
- * (daemon/engine/share_disk.c): what device pressure evicts goes to disk,
+ * (daemon/disk/share_disk.c): what device pressure evicts goes to disk,
  * and a lookup, an acquire, a register or a sequence build brings it back
  * byte for byte; the same after the disk tier is closed and opened again
  * (a warm restart: a new engine, nothing in memory).
@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
+#include "remote_engine.h"
 #include "backend.h"
 #include "disk_record.h"
 #include "disk_tier.h"
@@ -418,6 +420,8 @@ static void seq_over_user_on_disk(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(prefix_device_visible, teardown_all),
 		cmocka_unit_test_teardown(prefix_device_opaque, teardown_all),

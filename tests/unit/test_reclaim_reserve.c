@@ -30,6 +30,7 @@
 #include "engine_helpers.h"
 #include "errbuf.h"
 #include "shard.h"
+#include "tier.h"
 
 #define DEV 64u
 /* Room for every device page: a reclaimer round (RECLAIM_BATCH pages) may
@@ -125,6 +126,9 @@ static void onload_waits_for_the_reclaimer_plain_prepare_does_not(void **state)
 	rc = engine_prepare_flags(eng, X, 3 * PT, 0, OWNER, WAIT, &L, &e);
 	assert_int_equal(rc, -EINPROGRESS);
 	assert_msg_has(&e, "waiting for the reclaimer");
+	/* The typed wait says whose (tier.h), once. */
+	assert_int_equal(engine_wait_take(), ENGINE_WAIT_RECLAIM);
+	assert_int_equal(engine_wait_take(), ENGINE_DONE);
 	before.stats.reclaim_stalls++;
 	before.stats.reclaim_onload_stalls++;
 	/* Its frames may have moved from the pool to the shard's cache

@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
 #include "backend.h"
 #include "clock.h"
 #include "engine_helpers.h"
@@ -796,6 +797,8 @@ static void test_chunk_type_not_kept_costs_no_round(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_b_onloads_a_pages_byte_for_byte),
 		cmocka_unit_test(test_damaged_value_stops_the_run_and_is_counted),

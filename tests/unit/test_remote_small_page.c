@@ -27,6 +27,8 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
+#include "remote_engine.h"
 #include "engine_helpers.h"
 #include "kvpool_engine.h"
 #include "redis_cluster.h"
@@ -127,6 +129,8 @@ static void test_chunk_record_longer_than_a_page_is_a_miss(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_chunk_record_longer_than_a_page_is_a_miss),
 	};

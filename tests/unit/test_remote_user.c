@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "disk_engine.h"
 #include "backend.h"
 #include "clock.h"
 #include "disk_record.h"
@@ -190,9 +191,15 @@ static struct engine_lease prep_held(struct engine *eng, uint64_t user, uint64_t
 
 	*held = false;
 	while ((rc = engine_prepare_flags(eng, user, pos, n, OWNER,
-					  ENGINE_PREPARE_DISK_DEFER, &L, &e)) == -EINPROGRESS) {
-		/* The remote tier's round, or the disk tier's read. */
+					  ENGINE_PREPARE_DEFER, &L, &e)) == -EINPROGRESS) {
+		/* The remote tier's round, or the disk tier's read: the typed
+		 * wait names which (tier.h), as the message does. */
+		enum engine_wait why = engine_wait_take();
+
 		assert_non_null(strstr(e.msg, " tier"));
+		assert_true(why == ENGINE_WAIT_REMOTE || why == ENGINE_WAIT_DISK);
+		assert_non_null(strstr(e.msg, why == ENGINE_WAIT_REMOTE ?
+				       "remote tier" : "disk tier"));
 		*held = true;
 		usleep(1000);
 		/* Two rounds of at most the timeout (300 ms) each. */
@@ -468,7 +475,7 @@ static void test_shard_short_of_host_room_keeps_the_fetch(void **state)
 	remote_tier_stats(g_rtb, &s0);
 	e0 = shard_lock(set, 0);
 	while ((rc = engine_prepare_flags(e0, u, NTOK, 0, OWNER,
-					  ENGINE_PREPARE_DISK_DEFER, &L, &e)) == -EINPROGRESS)
+					  ENGINE_PREPARE_DEFER, &L, &e)) == -EINPROGRESS)
 		usleep(1000);
 	assert_int_equal(rc, -EAGAIN);
 	assert_non_null(strstr(e.msg, "remote tier"));
@@ -772,6 +779,8 @@ static void test_killed_store_node_is_a_miss_in_bounded_time(void **state)
 
 int main(void)
 {
+	engine_tier_register(ENGINE_TIER_DISK, &disk_tier_ops);
+	engine_tier_register(ENGINE_TIER_REMOTE, &remote_tier_ops);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_b_gets_a_history_byte_for_byte,
 					  teardown_engines),

@@ -159,9 +159,10 @@ int engine_prepare(struct engine *eng, uint64_t user, uint64_t start_pos,
  */
 #define ENGINE_PREPARE_WAIT_RECLAIM 1u
 #define ENGINE_PREPARE_COUNT 2u
-/* ENGINE_PREPARE_DISK_DEFER: a history being read back from the disk tier
- * returns -EINPROGRESS (retry later) instead of waiting for the read. */
-#define ENGINE_PREPARE_DISK_DEFER 4u
+/* ENGINE_PREPARE_DEFER: a history being read back from a tier below (the
+ * disk or the remote tier) returns -EINPROGRESS with its typed wait (tier.h)
+ * instead of waiting for the read: the caller retries later. */
+#define ENGINE_PREPARE_DEFER 4u
 int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 			 uint32_t n_new, uint32_t owner, unsigned flags,
 			 struct engine_lease *out, struct errbuf *e);

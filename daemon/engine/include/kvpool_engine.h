@@ -25,5 +25,6 @@
 #include "frames.h"
 #include "shard.h"
 #include "share.h"
+#include "tier.h"
 
 #endif /* KVPOOL_ENGINE_PUBLIC_H */

@@ -49,6 +49,8 @@ int share_tier_fetch(struct engine *eng, const struct disk_key *k, bool wait,
 		return -ENOENT; /* the next tier below chains here */
 	while ((ret = disk_tier_get(eng->disk, k, &f->hh)) == -EINPROGRESS && wait)
 		disk_tier_wait(eng->disk, k);
+	if (ret == -EINPROGRESS)
+		return engine_wait_set(ENGINE_WAIT_DISK);
 	if (ret)
 		return ret;
 	f->src = SHARE_FETCH_DISK;
@@ -237,7 +239,7 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
 		return 0;
 	s->disk_wait_progress = prog;
 	s->disk_wait_ns = mono_ns();
-	return ret;
+	return engine_wait_set(ENGINE_WAIT_DISK);
 }
 
 /* A retry sooner than this re-walks even when the disk thread did not
@@ -626,4 +628,24 @@ int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 	}
 	share_fetch_take(eng, &f);
 	return 0;
+}
+
+/* ------------------------------------------------------------ tier.h */
+
+void share_disk_demote_pc(struct engine *eng, struct pc_entry *pe)
+{
+	share_demote_pc(eng, pe);
+}
+
+void share_disk_demote_chunk(struct engine *eng, struct chunk *c)
+{
+	share_demote_chunk(eng, c);
+}
+
+bool share_disk_prefix_waiting(struct engine *eng)
+{
+	if (!share_disk_prefix_wait(eng))
+		return false;
+	engine_wait_set(ENGINE_WAIT_DISK);
+	return true;
 }

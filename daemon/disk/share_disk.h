@@ -18,7 +18,7 @@
  *     -ENOENT       no tier below has it: a miss, as without the tiers;
  *     -EINPROGRESS  a tier is bringing it back (a read was queued): the
  *                   caller returns -EINPROGRESS, the ring worker holds the
- *                   entry and runs it again (ENGINE_PREPARE_DISK_DEFER's
+ *                   entry and runs it again (ENGINE_PREPARE_DEFER's
  *                   pattern); a caller that may block passes wait.
  *
  * The remote tier (daemon/remote/) fills a struct share_fetch of its own
@@ -146,5 +146,11 @@ int share_disk_chunk_restore(struct engine *eng, const struct kvp_chunk_id *id,
 int share_disk_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id);
 /* share_chunk_clear's: every chunk of type (0: all) there; how many. */
 uint32_t share_disk_chunk_clear(struct engine *eng, uint32_t type);
+
+/* tier.h's demote_prefix, demote_chunk and prefix_waiting (the last records
+ * the typed wait, ENGINE_WAIT_DISK), for disk_tier_ops (disk_engine.c). */
+void share_disk_demote_pc(struct engine *eng, struct pc_entry *pe);
+void share_disk_demote_chunk(struct engine *eng, struct chunk *c);
+bool share_disk_prefix_waiting(struct engine *eng);
 
 #endif /* KVPOOL_SHARE_DISK_H */
