@@ -10,6 +10,7 @@
 # symbols local.
 set(KVPOOL_CLIENT_SOURCES
   libclient/version.c
+  libclient/error.c
   libclient/client.c
   libclient/ring.c
   libclient/batch.c
