@@ -11,11 +11,14 @@
  * chunk_id.c, in kvpool_common, their id and type names) -> data ops (append.c; on
  * the cuda backend through cuda.c: the mapping of the GPU pool, the staging
  * ring for slots, and the events commit waits for). Underneath them all:
- * the lease records (lease.c) and the last error (error.c), which call
- * nothing above them. The calls go one way:
+ * the lease records (lease.c), the growing structs' row copies (rows.c)
+ * and the last error (error.c), which call nothing above them; on top, the
+ * KVPOOL_0.1 entry points (compat.c), which only call the _sz calls. The
+ * calls go one way, no file calling back into one that calls it:
  *
- *     client.c, batch.c, calls.c, chunk.c, share.c, append.c
- *        -> cuda.c -> lease.c -> error.c
+ *     compat.c -> chunk.c, share.c, seq_info.c -> calls.c -> batch.c
+ *        -> ring.c -> client.c -> cuda.c -> lease.c -> error.c
+ *     append.c -> cuda.c; every file -> rows.c, error.c
  *
  * (append.c checks an append and hands cuda.c the checked records; cuda.c
  * never calls back into append.c.)

@@ -16,6 +16,7 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/batch.c
   libclient/calls.c
   libclient/rows.c
+  libclient/compat.c
   libclient/lease.c
   libclient/share.c
   libclient/seq_info.c
