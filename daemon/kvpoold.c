@@ -33,6 +33,7 @@
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
+#include "ops.h"
 #include "reload.h"
 #include "sd_service.h"
 #include "worker.h"
@@ -270,14 +271,14 @@ static void dispatch(struct server *s, struct watch *w, uint32_t events)
 		if (c->freed)
 			break; /* finalized earlier in this batch */
 		if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
-			client_hangup(s, c, "hung up");
+			listener_hangup(s, c, "hung up");
 		else
 			listener_readable(s, c);
 		break;
 	case WATCH_CLIENT_PID:
 		c = container_of(w, struct client, pid_w);
 		if (!c->freed)
-			client_hangup(s, c, "process exited");
+			listener_hangup(s, c, "process exited");
 		break;
 	}
 }
@@ -365,7 +366,7 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 	}
 	ret = server_events(s, sigs, &e);
 	if (!ret)
-		ret = metrics_open(s, &e);
+		ret = metrics_open(s, ops_name, &e);
 	if (!ret)
 		ret = workers_start(s, &e);
 	if (!ret)

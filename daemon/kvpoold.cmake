@@ -1,31 +1,34 @@
 # SPDX-License-Identifier: MIT
-# kvpoold: the daemon. The engine (kvpool_engine) does the pool; these files
-# put it behind a socket and shared-memory rings. The wire contract is
+# kvpoold: the daemon. The engine (kvpool_engine) does the pool; the server
+# (daemon/server/: listener, clients, workers, ops, config, tenants, log,
+# metrics, systemd) puts it behind a socket and shared-memory rings;
+# daemon/kvpoold.c is the main that wires the two. Arrows go one way:
+# server -> engine -> the tiers' interface. The wire contract is
 # proto/proto.h, shared with libkvpool.
 add_executable(kvpoold
   daemon/kvpoold.c
-  daemon/config.c
-  daemon/config_settings.c
-  daemon/config_parse.c
-  daemon/log.c
-  daemon/tenant.c
-  daemon/shm.c
-  daemon/client.c
-  daemon/listener.c
-  daemon/worker.c
-  daemon/worker_uds.c
-  daemon/ops.c
-  daemon/ops_list.c
-  daemon/ops_share.c
-  daemon/ops_chunk.c
-  daemon/park.c
-  daemon/metrics.c
-  daemon/metrics_ops.c
-  daemon/metrics_process.c
-  daemon/sd_service.c
-  daemon/reload.c)
+  daemon/server/config.c
+  daemon/server/config_settings.c
+  daemon/server/config_parse.c
+  daemon/server/log.c
+  daemon/server/tenant.c
+  daemon/server/shm.c
+  daemon/server/client.c
+  daemon/server/listener.c
+  daemon/server/worker.c
+  daemon/server/worker_uds.c
+  daemon/server/ops.c
+  daemon/server/ops_list.c
+  daemon/server/ops_share.c
+  daemon/server/ops_chunk.c
+  daemon/server/park.c
+  daemon/server/metrics.c
+  daemon/server/metrics_ops.c
+  daemon/server/metrics_process.c
+  daemon/server/sd_service.c
+  daemon/server/reload.c)
 target_include_directories(kvpoold PRIVATE
-  ${CMAKE_CURRENT_SOURCE_DIR}/daemon
+  ${CMAKE_CURRENT_SOURCE_DIR}/daemon/server
   ${CMAKE_CURRENT_SOURCE_DIR}/proto)
 target_link_libraries(kvpoold PRIVATE kvpool_engine OpenSSL::Crypto Threads::Threads)
 # kvpool.conf is parsed by libinih (Debian libinih-dev).

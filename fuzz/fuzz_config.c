@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_config - a kvpool.conf, read as kvpoold reads one: config_load()
- * with --config=FILE (daemon/config.c, config_settings.c, config_parse.c;
+ * with --config=FILE (daemon/server/config.c, config_settings.c, config_parse.c;
  * lines through libinih). The file is a memfd holding the input.
  *
  * A file is accepted or refused with a message; either way config_free()

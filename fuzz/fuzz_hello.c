@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_hello - the hello datagram a connecting process sends, as
- * conn_hello() (daemon/listener.c) receives it: into a zeroed buffer one
+ * conn_hello() (daemon/server/listener.c) receives it: into a zeroed buffer one
  * byte longer than struct kvp_hello, with the datagram's real length
  * (MSG_TRUNC), then hello_check(). Checked against two daemons: the
  * defaults (one worker, one pool) and one of 8 workers and 3 pools.

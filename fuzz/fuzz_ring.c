@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_ring - what a client writes into its submission ring and arena, run
- * as kvpoold's worker runs it (daemon/worker.c, run_entry): each entry
+ * as kvpoold's worker runs it (daemon/server/worker.c, run_entry): each entry
  * copied out, ops_sqe_user() asked for its user, ops_execute() (the one
- * validation layer, daemon/ops*.c) on a daemon of one tenant with a small
+ * validation layer, daemon/server/ops*.c) on a daemon of one tenant with a small
  * shm pool (1 MiB device tier, 2 MiB host tier), a prepare the reclaimer
  * would hold run again, an onload waited for. Every input starts from a
  * fresh daemon, so a finding replays alone.

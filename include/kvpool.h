@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: the one public header, the whole ABI (liburing.h). */
 /*
  * kvpool.h - the public API of libkvpool, the client library of kvpoold.
  *

@@ -26,8 +26,8 @@
  *
  * LANES (v7). A client has hdr.lanes ring pairs (SQ + CQ), one per daemon
  * worker; worker k consumes lane k of every client and nothing else. A user
- * belongs to shard (mix64(user) >> 32) % welcome.shards (the engine's
- * shards own users, daemon/engine/include/shard.h), and shard s to lane
+ * belongs to shard mix64_shard(user, welcome.shards) (lib/mix64.h; the
+ * engine's shards own users, daemon/engine/include/shard.h), and shard s to lane
  * s % lanes (kvp_lane_of_user below), so with shards = workers (the default) a worker
  * only ever takes its own shard's lock and touches its own shard's lines:
  * clients, not workers, carry entries to the core that owns their user.
@@ -221,8 +221,8 @@ static inline uint32_t kvp_lane_of_user(uint64_t user, uint32_t shards,
 {
 	if (shards <= 1 || lanes <= 1)
 		return 0;
-	/* the daemon's shard_of_user (daemon/engine/shard.c) */
-	return (uint32_t)((mix64(user) >> 32) % shards) % lanes;
+	/* the daemon's shard_of_user too (lib/mix64.h) */
+	return mix64_shard(user, shards) % lanes;
 }
 
 /* The lane of a lease's commit or release: the lane of its shard. */

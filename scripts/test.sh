@@ -25,7 +25,8 @@ install_check() {
 	cmake --install "$build" --prefix "$prefix" >/dev/null
 	for f in bin/kvpoold bin/kvctl bin/kvbench include/kvpool.h lib/libkvpool.so \
 		 lib/pkgconfig/kvpool.pc share/man/man1/kvctl.1 share/man/man1/kvbench.1 \
-		 share/man/man3/kvpool.3 share/man/man5/kvpool.conf.5 share/man/man8/kvpoold.8 \
+		 share/man/man3/kvpool.3 share/man/man3/kvp_prepare.3 share/man/man5/kvpool.conf.5 \
+		 share/man/man8/kvpoold.8 \
 		 lib/systemd/system/kvpoold.service lib/systemd/system/kvpoold.socket \
 		 lib/sysusers.d/kvpool.conf share/doc/kvpool/grafana/kvpool-dashboard.json \
 		 lib/cmake/kvpool/kvpoolConfig.cmake lib/cmake/kvpool/kvpoolConfigVersion.cmake \
@@ -182,15 +183,19 @@ install_check() {
 	[ -z "$warn" ] || { echo "install check: systemd-analyze verify: $warn" >&2; return 1; }
 	if command -v man >/dev/null; then
 		for page in "$prefix"/share/man/man?/*; do
-			# A call's own name (.so kvpool.3) is read by name below.
+			# A call's own name (.so its family's page) is read by name below.
 			grep -q '^\.so ' "$page" && continue
 			warn=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || true
 			[ -z "$warn" ] || { echo "install check: $page: $warn" >&2; return 1; }
 		done
-		# man kvp_prepare (any call of kvpool.h) finds kvpool(3).
-		for page in kvp_prepare kvp_server_info kvp_connect; do
+		# man kvp_commit (any call of kvpool.h) finds its family's page;
+		# man kvpool the overview.
+		for pair in kvp_prepare:kvp_prepare kvp_commit:kvp_prepare \
+			    kvp_server_info:kvp_stats kvp_connect:kvp_connect \
+			    kvp_chunk_entry:kvp_chunk_register kvpool:kvpool; do
+			page=${pair%%:*}
 			f=$(MANPATH=$prefix/share/man man -w "$page" 2>&1) &&
-			[ "$f" = "$prefix/share/man/man3/kvpool.3" ] || {
+			[ "$f" = "$prefix/share/man/man3/${pair#*:}.3" ] || {
 				echo "install check: man $page: $f" >&2; return 1; }
 			warn=$(MANWIDTH=80 MANPATH=$prefix/share/man man --warnings "$page" 2>&1 \
 			       >/dev/null) || true

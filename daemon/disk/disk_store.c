@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bug.h"
 #include "disk_record.h"
 #include "disk_store.h"
 
@@ -510,8 +511,7 @@ static bool reap_one(struct disk_store *st, bool wait)
 	while (ret == -EINTR);
 	if (ret == -EAGAIN && !wait)
 		return false;
-	if (ret)
-		abort(); /* only with nothing in flight: a bug */
+	KVP_BUG_ON(ret, "a completion is waited for only while a read or write is in flight");
 	r = &st->run[cqe->user_data];
 	res = cqe->res;
 	io_uring_cqe_seen(&st->ring, cqe);
@@ -586,8 +586,8 @@ static void submit(struct disk_store *st, bool write, struct disk_io *v,
 		/* The SQ has 2 * DISK_QD entries: never short here. */
 		sqe = io_uring_get_sqe(&st->ring);
 		sqe2 = parts == 2 ? io_uring_get_sqe(&st->ring) : NULL;
-		if (!sqe || (parts == 2 && !sqe2))
-			abort();
+		KVP_BUG_ON(!sqe || (parts == 2 && !sqe2),
+			   "the SQ has 2 * DISK_QD entries: room for every part in flight");
 		for (uint32_t j = 0; j < k; j++)
 			v[i + j] = (struct disk_io){ .slot = v[i + j].slot,
 						     .buf = v[i + j].buf,

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: index, staging and thread share one lock, dt->mu. */
 /*
  * disk_tier.c - the disk tier's index, its staging memory and its thread
  * (disk_tier.h says what it is for; disk_scan.c rebuilds it on start).

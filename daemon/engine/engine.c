@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: prepare's plan-then-commit steps read top to bottom. */
 /*
  * engine.c - the pool's life cycle and the history operations: prepare,
  * commit, release, and the one onload path (history_onload). The lease

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "bug.h"
 #include "clock.h"
 #include "disk_engine.h"
 #include "engine_internal.h"
@@ -238,8 +239,8 @@ void evict_for_device(struct engine *eng, uint32_t need)
 		struct history *h;
 
 		while (frames_reserve(dev, need) < need) {
-			if (device_oldest(eng, &h) == UINT64_MAX)
-				abort(); /* counted in engine_device_avail: a bug */
+			KVP_BUG_ON(device_oldest(eng, &h) == UINT64_MAX,
+				   "engine_device_avail counted evictable pages that are not there");
 			device_evict_one(eng);
 		}
 		return;
@@ -260,8 +261,7 @@ void evict_for_device(struct engine *eng, uint32_t need)
 				victim = set->v[i].eng;
 			}
 		}
-		if (!victim)
-			abort(); /* counted in engine_device_avail: a bug */
+		KVP_BUG_ON(!victim, "engine_device_avail counted evictable pages no shard has");
 		device_evict_one(victim);
 		if (victim != eng)
 			frames_flush(&victim->frames[KVP_TIER_DEVICE]);

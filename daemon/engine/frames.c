@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bug.h"
 #include "frames.h"
 
 int frame_pool_init(struct frame_pool *p, uint32_t total)
@@ -125,8 +126,8 @@ static void frames_give_back(struct frames *f, uint32_t k)
 
 void frames_move(struct frames *dst, struct frames *src, uint32_t n)
 {
-	if (n > src->nfree || dst->pool != src->pool)
-		abort(); /* the caller made room for n: an engine bug */
+	KVP_BUG_ON(n > src->nfree || dst->pool != src->pool,
+		   "frames move within one pool, and only as many as the source has free");
 	memcpy(dst->stack + dst->nfree, src->stack + src->nfree - n,
 	       n * sizeof(*dst->stack));
 	src->nfree -= n;
@@ -162,7 +163,7 @@ void frames_free(struct frames *f, uint32_t frame)
 		/* An engine bug: continuing would hand one frame to two pages. */
 		fprintf(stderr, "kvpool: BUG: free of frame %u not in use (total %u)\n",
 			frame, f->total);
-		abort();
+		KVP_BUG("a frame is freed only while in use (else two pages share it)");
 	}
 	f->used[frame / 64] &= ~(1ull << (frame % 64));
 	f->nused--;

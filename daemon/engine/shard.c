@@ -27,8 +27,7 @@
 
 uint32_t shard_of_user(const struct shard_set *s, uint64_t user)
 {
-	/* The high 32 bits: the user table buckets by the low ones. */
-	return s->n == 1 ? 0 : (uint32_t)((mix64(user) >> 32) % s->n);
+	return mix64_shard(user, s->n); /* libkvpool's lanes agree (mix64.h) */
 }
 
 uint32_t shard_of_lease(const struct shard_set *s, uint64_t lease)

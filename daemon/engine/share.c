@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bug.h"
 #include "share_internal.h"
 
 /* ------------------------------------------------------------ life cycle */
@@ -111,8 +112,7 @@ uint32_t share_frame_alloc(struct engine *eng)
 {
 	uint32_t f = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
 
-	if (f == FRAME_NONE)
-		abort(); /* the caller planned the frames: an engine bug */
+	KVP_BUG_ON(f == FRAME_NONE, "the caller planned (reserved) every frame it allocates");
 	eng->share->sp[f] = (struct spage){ .refs = 0, .pc = PC_NONE };
 	return f;
 }
@@ -130,8 +130,7 @@ void sp_unref(struct engine *eng, uint32_t f)
 {
 	struct spage *p = &eng->share->sp[f];
 
-	if (!p->refs)
-		abort(); /* a reference dropped twice: an engine bug */
+	KVP_BUG_ON(!p->refs, "a shared page's reference is dropped once, never twice");
 	if (--p->refs)
 		return;
 	if (p->pc != PC_NONE)
@@ -272,8 +271,7 @@ uint32_t share_evict_oldest(struct engine *eng)
 
 	if (c && (!pe || c->tick <= pe->tick))
 		return chunk_evict(eng, c);
-	if (!pe)
-		abort(); /* the caller counted what was evictable: an engine bug */
+	KVP_BUG_ON(!pe, "the caller evicts only what it counted as evictable");
 	pc_evict_head(eng);
 	return 1;
 }

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bug.h"
 #include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
@@ -216,8 +217,7 @@ void chunk_hold(struct engine *eng, struct chunk *c)
 
 void chunk_unhold(struct engine *eng, struct chunk *c)
 {
-	if (!c->holders)
-		abort(); /* released twice: an engine bug */
+	KVP_BUG_ON(!c->holders, "a chunk is released once per hold, never twice");
 	if (--c->holders)
 		return;
 	if (c->dead)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bug.h"
 #include "remote_engine.h"
 #include "share_disk.h"
 #include "share_internal.h"
@@ -28,7 +29,7 @@ EVP_MD_CTX *share_digest_begin(const struct engine *eng)
 	struct share *s = eng->share;
 
 	if (!EVP_DigestInit_ex2(s->md, s->sha256, NULL))
-		abort(); /* a fetched SHA-256 that will not start: libcrypto broken */
+		KVP_BUG("a SHA-256 fetched at start must start a digest (libcrypto broken)");
 	return s->md;
 }
 
@@ -128,8 +129,7 @@ void pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
 	uint32_t e;
 
 	pe = list_first_entry_or_null(&s->pc_free_list, struct pc_entry, link);
-	if (!pe)
-		abort(); /* one entry per frame: cannot run out */
+	KVP_BUG_ON(!pe, "the prefix cache has one entry per frame: its free list cannot run out");
 	e = (uint32_t)(pe - s->pc);
 	list_del(&pe->link);
 	memcpy(pe->hash, hash, 32);

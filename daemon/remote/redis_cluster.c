@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: one Cluster client, one node table and parser. */
 /*
  * redis_cluster.c - the Redis Cluster client (redis_cluster.h): slot map,
  * pipelined batches per node, redirects, failed nodes as misses.

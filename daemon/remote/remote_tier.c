@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: all of it is the one remote thread's state. */
 /*
  * remote_tier.c - the remote tier's queue, fetches and thread
  * (remote_tier.h). The thread owns the cluster client: nothing else

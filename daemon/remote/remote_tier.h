@@ -133,7 +133,7 @@ void remote_fetch_done(struct remote_tier *rt, struct remote_fetch *f,
 /*
  * The tier's figures, listed once: X(name, kind, unit, metric, help), as
  * KVP_STATS_FIELDS (kvpool.h) lists a pool's; kvpoold's /metrics walks
- * both lists (daemon/metrics.c), and REMOTE_NODE_FIELDS per store node.
+ * both lists (daemon/server/metrics.c), and REMOTE_NODE_FIELDS per store node.
  */
 #define REMOTE_TIER_FIELDS(X) \
 	X(put_pages, COUNTER, "", "remote_put_pages", \

@@ -366,8 +366,12 @@ class Plan:
             device = self.cache(0).device
         self.device = torch.device(device)
         self.levels: List[Level] = list(levels)
-        self._prep = [lv.prepared(self.rows, self.device) for lv in self.levels]
-        self._prep = [p for p in self._prep if not p.empty]
+        for lv in self.levels:
+            if lv.rows != self.rows:
+                raise ValueError(f"Plan: a level of {lv.rows} rows in a plan of {self.rows}")
+        # The torch path's per-level indices, made on its first use: a
+        # forward on kvpool.paged_attention's kernel never needs them.
+        self._prep_list: Optional[List[_Prepared]] = None
         self.store = None
         self.leases: Optional[List[Tuple[Any, int]]] = None
         self.checked = False            # leases checked for this forward
@@ -392,6 +396,13 @@ class Plan:
                                   device=self.device).tril_()
 
     # ------------------------------------------------------------ helpers
+    @property
+    def _prep(self) -> List[_Prepared]:
+        if self._prep_list is None:
+            prep = [lv.prepared(self.rows, self.device) for lv in self.levels]
+            self._prep_list = [p for p in prep if not p.empty]
+        return self._prep_list
+
     def cache(self, layer: int) -> torch.Tensor:
         c = self._caches
         return c(layer) if callable(c) else c[layer]

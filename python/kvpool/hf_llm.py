@@ -11,7 +11,17 @@ an attention implementation named ``"kvpool"`` with transformers'
 ``AttentionInterface`` and ``AttentionMaskInterface`` and switches the model
 to it. During :meth:`HFAdapter.forward` the attention of every layer is the
 forward's :class:`kvpool.cascade.Plan`, which stores the new tokens' K/V
-(post-RoPE, the model's dtype, bit for bit) in pool pages, and then:
+(post-RoPE, the model's dtype, bit for bit) in pool pages, and then, with
+``attention="paged"``: one :mod:`kvpool.paged_attention` kernel per layer
+reads every level's pages where they lie (and the new tokens, causally,
+from their slots); a level several rows share is one launch, read once for
+them all. Those forwards replay as CUDA graphs keyed by bucket (rows, new
+tokens, each launch's groups and power-of-two token capacity), never by
+chain, captured on a key's second use. **Not yet proven on a GPU** (issue
+27: the session that wrote it had no device time left), hence opt-in:
+``HFAdapter(model, attention="paged")`` or ``KVPOOL_ATTENTION=paged``.
+
+With ``attention="sdpa"`` (the default until then), no graphs:
 
 * a forward of several rows (a batch decoding a composition): the cascade,
   ``plan.attend(layer, q, k, v)``, level by level over the pages, merged by
@@ -40,6 +50,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import os
 import threading
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -55,7 +66,7 @@ except ImportError as _e:  # pragma: no cover - depends on the machine
                       f"AttentionInterface and AttentionMaskInterface: {_e}") from _e
 
 from . import paged_attention as _paged
-from .llm import ModelAdapter
+from .llm.adapter import ModelAdapter
 
 __all__ = ["HFAdapter", "ATTN_NAME"]
 
@@ -79,16 +90,11 @@ def _attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch
         raise NotImplementedError("kvpool.hf_llm: sliding-window attention layers are not "
                                   "supported (every layer must attend to the whole chain)")
     layer = module.layer_idx
-    tables = getattr(plan, "_kvpool_tables", None)
-    if tables is not None:
+    if getattr(plan, "_kvpool_tables", None) is not None:
         # The fast path: the new tokens' K/V go to their pool slots, then
         # one kernel reads every level's pages where they lie (and the new
         # tokens, causally, from theirs).
-        plan.write(layer, key, value)
-        q = query.transpose(1, 2)
-        if q.stride(-1) != 1:
-            q = q.contiguous()
-        return _paged.attend(q, plan.cache(layer), tables, scale=scaling), None
+        return _paged.attend_plan(plan, layer, query, key, value, scale=scaling), None
     if plan.rows != 1:
         return plan.attend(layer, query, key, value, scale=scaling), None
     plan.write(layer, key, value)
@@ -249,18 +255,22 @@ class HFAdapter(ModelAdapter):
     geometry: ``layers`` = num_hidden_layers, ``kv_heads`` =
     num_key_value_heads, ``head_dim``, and the model's dtype.
 
-    attention: ``"paged"`` (the default) reads pool pages in place with
+    attention: ``"paged"`` reads pool pages in place with
     :mod:`kvpool.paged_attention`'s kernel wherever it runs (CUDA with
-    Triton) and the forward stores its tokens; ``"sdpa"`` gathers each
-    row's pages and runs transformers' SDPA over the copy -- slower, but
-    bit for bit what DynamicCache computes with the same chunk boundaries
-    (the like-for-like bf16 check). cuda_graphs: replay forwards as CUDA
-    graphs (paged path only), at most ``max_graphs`` of them."""
+    Triton) and the forward stores its tokens; ``"sdpa"`` (the default, or
+    ``$KVPOOL_ATTENTION``) gathers each row's pages and runs transformers'
+    SDPA over the copy -- slower, but bit for bit what DynamicCache
+    computes with the same chunk boundaries (the like-for-like bf16 check).
+    cuda_graphs: replay paged forwards as CUDA graphs, at most
+    ``max_graphs`` of them."""
 
     def __init__(self, model: Any, cuda_graphs: bool = True, max_graphs: int = 16,
-                 attention: str = "paged") -> None:
+                 attention: Optional[str] = None) -> None:
+        if attention is None:
+            attention = os.environ.get("KVPOOL_ATTENTION", "sdpa")
         if attention not in ("paged", "sdpa"):
-            raise ValueError(f"HFAdapter: attention={attention!r}; use 'paged' or 'sdpa'")
+            raise ValueError(f"HFAdapter: attention={attention!r} (or $KVPOOL_ATTENTION); use "
+                             "'paged' (kvpool's kernel over pool pages) or 'sdpa'")
         self.attention = attention
         cfg = _text_config(model.config)
         if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) \
@@ -317,11 +327,7 @@ class HFAdapter(ModelAdapter):
         if self.attention != "paged" or plan.store is None or \
                 not _paged.available(self.device):
             return self._eager(tokens, positions, plan)
-        tables = getattr(plan, "_kvpool_tables", None)
-        if tables is None:
-            tables = plan._kvpool_tables = _paged.build_tables(
-                plan.levels, plan.rows, plan.n, int(plan.cache(0).shape[2]), plan.store,
-                self.device)
+        tables = _paged.plan_tables(plan)
         if self.cuda_graphs:
             key = (tables.bucket_key(), tuple(tokens.shape), plan.scale)
             g = self._graphs.get(key)

@@ -269,7 +269,11 @@ class KVCacheManager:
         for u in m.user_ids:
             lease = self._leases[u]
             n = lease.n_new
-            lease.append_layer(layer_idx, key[at:at + n], value[at:at + n])
+            # A user with no new tokens (its history is all cached, only
+            # candidates are scored) has nothing to write: an empty slice
+            # is no tensor the library takes.
+            if n:
+                lease.append_layer(layer_idx, key[at:at + n], value[at:at + n])
             at += n
             written = self._written.setdefault(u, set())
             written.add(int(layer_idx))

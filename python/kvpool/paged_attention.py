@@ -55,7 +55,8 @@ except ImportError:  # pragma: no cover - depends on the machine
     triton = None
     tl = None
 
-__all__ = ["Launch", "Tables", "attend", "attend_reference", "available", "build_tables"]
+__all__ = ["Launch", "Tables", "attend", "attend_plan", "attend_reference", "available",
+           "build_tables", "plan_tables"]
 
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
@@ -333,7 +334,8 @@ if triton is not None:
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
                 s = tl.dot(q, tl.trans(k))
-            s = tl.where(t[None, :] < lim[:, None], s * qk_scale, float("-inf"))
+            s = tl.where((t[None, :] < lim[:, None]) & tm[None, :], s * qk_scale,
+                         float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp2(m_i - m_use)
@@ -441,3 +443,35 @@ def attend(q: torch.Tensor, cache: torch.Tensor, tables: Tables,
     _merge_kernel[(B * n * Hq,)](part, lse, out, total, part.stride(0), lse.stride(0),
                                  D=D, BLOCK_S=_pow2_at_least(total, 2))
     return out
+
+
+# ---------------------------------------------------------------- plans
+def plan_tables(plan: Any) -> Tables:
+    """The tables of a :class:`kvpool.cascade.Plan` that stores its new
+    tokens, built on first use and kept on the plan (one build per forward,
+    used by every layer)."""
+    t = getattr(plan, "_kvpool_tables", None)
+    if t is None:
+        if plan.store is None:
+            raise ValueError("paged attention needs a plan that stores its new tokens "
+                             "(Plan(..., store=...)); use Plan.attend for one that does not")
+        t = plan._kvpool_tables = build_tables(plan.levels, plan.rows, plan.n,
+                                               int(plan.cache(0).shape[2]), plan.store,
+                                               plan.device)
+    return t
+
+
+def attend_plan(plan: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                scale: Optional[float] = None) -> torch.Tensor:
+    """What :meth:`kvpool.cascade.Plan.attend` computes, on the paged kernel:
+    q ``[rows, Hq, n, D]``, k/v ``[rows, Hkv, n, D]`` (as transformers'
+    attention interface passes them). Writes k, v to the plan's slots (the
+    lease checks first, once per forward), then attends every level's pages
+    and the new tokens in place. Returns ``[rows, n, Hq, D]``."""
+    plan.write(layer, k, v)
+    qq = q.transpose(1, 2)
+    if qq.stride(-1) != 1:
+        qq = qq.contiguous()
+    if scale is None and getattr(plan, "scale", None) is not None:
+        scale = plan.scale
+    return attend(qq, plan.cache(layer), plan_tables(plan), scale=scale)

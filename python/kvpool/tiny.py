@@ -25,6 +25,8 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import nn
 
+from . import paged_attention as _paged
+
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16
 # The kvpoold layout these models need (`kvpoold --layout=...`).
 LAYOUT = "layers=2,kv_heads=2,head_dim=16,dtype=fp32,page_tokens=16"
@@ -228,10 +230,16 @@ class TinyDecoderAdapter:
     batched ([B, n] tokens at per-row positions), with each layer's attention
     done by the forward's kvpool.cascade.Plan (which stores the new K/V in
     pool pages and attends over the cached levels). Counts its forwards and
-    the tokens they computed (``forwards``, ``tokens``, ``shapes``)."""
+    the tokens they computed (``forwards``, ``tokens``, ``shapes``).
 
-    def __init__(self, model: TinyDecoder, eos_token_id: Optional[int] = None) -> None:
+    paged: attend through :func:`kvpool.paged_attention.attend_plan` (the
+    tables HFAdapter's fast path uses; the torch reference on the CPU, the
+    Triton kernel on CUDA) wherever the plan stores its new tokens."""
+
+    def __init__(self, model: TinyDecoder, eos_token_id: Optional[int] = None,
+                 paged: bool = False) -> None:
         self.model = model
+        self.paged = bool(paged)
         self.layers, self.kv_heads, self.head_dim = LAYERS, KV_HEADS, HEAD_DIM
         self.dtype = torch.float32
         self.device = torch.device("cpu")
@@ -257,7 +265,11 @@ class TinyDecoderAdapter:
             q = q.view(B, n, b.heads, HEAD_DIM).transpose(1, 2)
             k = k.view(B, n, KV_HEADS, HEAD_DIM).transpose(1, 2)
             v = b.v(h).view(B, n, KV_HEADS, HEAD_DIM).transpose(1, 2)
-            out = plan.attend(layer, q, k, v).reshape(B, n, b.heads * HEAD_DIM)
+            if self.paged and plan.store is not None:
+                out = _paged.attend_plan(plan, layer, q, k, v)
+            else:
+                out = plan.attend(layer, q, k, v)
+            out = out.reshape(B, n, b.heads * HEAD_DIM)
             x = x + b.o(out)
             x = x + b.down(torch.nn.functional.silu(b.up(b.norm2(x))))
         return m.head(m.norm(x[:, -1])).float()
@@ -265,9 +277,11 @@ class TinyDecoderAdapter:
     __call__ = forward
 
 
-def tiny_llm_parts(seed: int = 0) -> Tuple[TinyDecoder, TinyDecoderAdapter, ByteTokenizer]:
+def tiny_llm_parts(seed: int = 0, paged: bool = False
+                   ) -> Tuple[TinyDecoder, TinyDecoderAdapter, ByteTokenizer]:
     """A TinyDecoder over the byte tokenizer's 258 tokens, its adapter and
-    the tokenizer: ChunkedLLM(model=adapter, tokenizer=tok)."""
+    the tokenizer: ChunkedLLM(model=adapter, tokenizer=tok). paged: the
+    adapter attends through kvpool.paged_attention (see TinyDecoderAdapter)."""
     tok = ByteTokenizer()
     model = TinyDecoder(vocab=tok.vocab_size, seed=seed)
-    return model, TinyDecoderAdapter(model, tok.eos_token_id), tok
+    return model, TinyDecoderAdapter(model, tok.eos_token_id, paged=paged), tok

@@ -194,7 +194,10 @@ void src_release(struct kv_src *s);
 int64_t src_rows(KvpClient *c, const struct kv_src *s, const char *what,
 		 const int64_t *inner, int ninner, uint64_t row_bytes);
 
-/* Methods defined in share.c and queue.c, part of Client's method table. */
+/* Methods defined in client_pool.c, share.c, chunk.c, queue.c and
+ * seq_info.c, part of Client's method table. */
+extern PyMethodDef client_pool_methods[];
+extern PyMethodDef client_chunk_methods[];
 extern PyMethodDef client_share_methods[];
 extern PyMethodDef client_queue_methods[];
 extern PyMethodDef client_seq_methods[]; /* seq_info.c */

@@ -368,13 +368,15 @@ static struct PyModuleDef kvpool_module = {
 	NULL, NULL, NULL, NULL,
 };
 
-/* Client's method table is its own plus share.c's, queue.c's and seq_info.c's. */
+/* Client's method table is its own plus client_pool.c's, share.c's,
+ * chunk.c's, queue.c's and seq_info.c's. */
 extern PyMethodDef client_methods[];
 
 static PyMethodDef *concat_methods(void)
 {
-	PyMethodDef *parts[] = { client_methods, client_share_methods,
-				 client_queue_methods, client_seq_methods };
+	PyMethodDef *parts[] = { client_methods, client_pool_methods, client_share_methods,
+				 client_chunk_methods, client_queue_methods,
+				 client_seq_methods };
 	const size_t nparts = sizeof(parts) / sizeof(parts[0]);
 	size_t n = 0, k = 0;
 	PyMethodDef *all;

@@ -5,7 +5,10 @@ On every machine: the tables (flat slots, shared launches, the causal rule
 for the new tokens) and the torch reference equal kvpool.cascade's
 level-by-level attention -- the oracle -- on a page-major pool (a layer
 cache is a strided view, as Client.layer gives it), with shared levels,
-mid-page ends, GQA, decode and prefill.
+mid-page ends, GQA, decode and prefill; and ChunkedLLM on TinyDecoder
+attending through them (kvpool.paged_attention.attend_plan, the function
+HFAdapter's fast path calls) generates the greedy tokens of one full
+prefill, a batch sharing a system reading it in one launch.
 
 With CUDA and Triton (the device machine; skipped here with the reason):
 the Triton kernel equals the reference in fp32 (IEEE dots, 1e-5), bf16 and
@@ -110,6 +113,76 @@ def test_bucket_key_ignores_pages_and_lengths() -> None:
     assert len(keys) == 1, keys
     levels, store, *_ = _case(pool, 1, 4, 0, [700], 2)
     assert pa.build_tables(levels, 1, 4, P, store, "cpu").bucket_key() not in keys
+
+
+# ---------------------------------------------------------------- ChunkedLLM
+# The tables as ChunkedLLM's forwards make them (lease stores, compose's CSR
+# levels, prefill pieces, a sequence's own level, batches sharing a system):
+# TinyDecoder through attend_plan generates the greedy tokens of one full
+# prefill, exactly as through Plan.attend.
+@pytest.fixture(scope="module")
+def paged_llm():
+    from conftest import Daemon
+    from kvpool.llm import ChunkedLLM
+    from kvpool.tiny import tiny_llm_parts
+    d = Daemon(device_mem="16M", host_mem="4M")
+    model, adapter, tok = tiny_llm_parts(paged=True)
+    with ChunkedLLM(model=adapter, tokenizer=tok, socket=d.sock) as m:
+        m.model = model
+        yield m
+    d.stop()
+
+
+def test_chunked_llm_on_paged_tables(paged_llm) -> None:
+    from test_llm import DOCS, GREEDY, QUERIES, SYSTEM, expect_same, toks
+    llm = paged_llm
+    llm.prefill_chunk = 37                       # prefill pieces over the fill lease
+    s = llm.register_chunk(SYSTEM * 2, "system_prompt")
+    c = [llm.register_chunk(d, "context") for d in DOCS]
+    q = [llm.register_chunk(x, "query") for x in QUERIES]
+    out = llm.generate_from_chunks(s, [c[1], c[2]], q[0], GREEDY)
+    expect_same(llm.model, toks(llm, SYSTEM * 2, DOCS[1], DOCS[2], QUERIES[0]),
+                out["token_ids"], "one composition")
+    reqs = [{"system_chunk_id": s, "context_chunk_ids": [c[0]], "query_chunk_id": q[0]},
+            {"system_chunk_id": s, "context_chunk_ids": [c[1]], "query_chunk_id": q[1]},
+            {"system_chunk_id": s, "context_chunk_ids": [c[2], c[0]], "query_chunk_id": q[1]}]
+    outs = llm.batch_generate_from_chunks(reqs, GREEDY)
+    texts = [[DOCS[0], QUERIES[0]], [DOCS[1], QUERIES[1]], [DOCS[2], DOCS[0], QUERIES[1]]]
+    for o, t in zip(outs, texts):
+        expect_same(llm.model, toks(llm, SYSTEM * 2, *t), o["token_ids"], f"batch row {t}")
+    # the standard form: a private sequence, then a decode over it
+    o = llm.generate(prompt=SYSTEM + QUERIES[1], sampling_params=dict(GREEDY, max_tokens=9))
+    expect_same(llm.model, toks(llm, SYSTEM + QUERIES[1]), o["token_ids"], "generate(prompt)")
+
+
+def test_batch_decode_reads_the_shared_system_once(paged_llm) -> None:
+    """A decode step of a batch sharing a system chunk: the system's level
+    is one launch whose group holds every row."""
+    from kvpool.cascade import Plan
+    llm = paged_llm
+    s = llm.register_chunk(SYSTEM_FOR_SHARING, "system_prompt")
+    qs = [llm.register_chunk(f"question {i}?", "query") for i in range(3)]
+    reqs = [{"system_chunk_id": s, "context_chunk_ids": [], "query_chunk_id": x} for x in qs]
+    seen = []
+    orig = Plan.__init__
+
+    def spy(self, *a, **kw):
+        orig(self, *a, **kw)
+        seen.append(self)
+    Plan.__init__ = spy
+    try:
+        llm.batch_generate_from_chunks(reqs, {"temperature": 0, "max_tokens": 3,
+                                              "ignore_eos": True})
+    finally:
+        Plan.__init__ = orig
+    decode = [p for p in seen if p.rows == 3 and p.n == 1 and p.store is not None]
+    assert decode, [(p.rows, p.n) for p in seen]
+    launches = pa.plan_tables(decode[-1]).launches
+    assert launches[0].rows_per_group == 3 and launches[0].groups == 1
+    assert int(launches[0].lens[0]) >= len(SYSTEM_FOR_SHARING)
+
+
+SYSTEM_FOR_SHARING = "A system prompt long enough to span several pages of the pool. " * 3
 
 
 # ---------------------------------------------------------------- GPU

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_client_caps - the caps on attached clients (daemon/tenant.c, issue
+ * test_client_caps - the caps on attached clients (daemon/server/tenant.c, issue
  * 25 item 12): the count per uid against a reference model through random
  * attaches and detaches of many uids (the open-addressing table's growth
  * and its deletions that shift entries back), the refusal messages naming

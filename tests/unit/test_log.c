@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_log - kvpoold's log rate limit (daemon/log.c): a call site writes a
+ * test_log - kvpoold's log rate limit (daemon/server/log.c): a call site writes a
  * burst, then one line per refill period; what it drops is counted and
  * reported in one summary line; call sites do not share a bucket. The clock
  * is the test's, so no test sleeps.

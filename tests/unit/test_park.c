@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_park.c - the worker's parked completions (daemon/park.c): a fixed
+ * test_park.c - the worker's parked completions (daemon/server/park.c): a fixed
  * capacity that refuses rather than grows, "is this user parked" for the
  * worker's hold-back rule, and reaping that hands over exactly the entries
  * whose fence landed, in the order they were parked, never more than the

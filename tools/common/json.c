@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bug.h"
 #include "json.h"
 
 /*
@@ -107,8 +108,8 @@ static void json_key(struct json *j, const char *key)
 
 static void json_push(struct json *j, char open)
 {
-	if (j->depth + 1 >= JSON_MAX_DEPTH)
-		abort();
+	KVP_BUG_ON(j->depth + 1 >= JSON_MAX_DEPTH,
+		   "JSON output nests at most JSON_MAX_DEPTH objects and arrays");
 	fputc(open, j->f);
 	j->first[++j->depth] = true;
 }

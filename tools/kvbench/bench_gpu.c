@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: one run, one device pool; builds only with CUDA. */
 /*
  * bench_gpu.c - `kvbench gpu`: the data path on one GPU, every figure next
  * to a ceiling measured in the same run, on the same buffers.

@@ -2,9 +2,13 @@
 /*
  * replay.h - what the parts of `kvbench replay` share.
  *
- *   replay.c           options, the trace, the pool's size, the systems run
- *                      one after the other, the parent's side of the
- *                      pipeline processes, the progress bar
+ *   replay.c           the trace, the pool's size, the systems run one
+ *                      after the other, the report
+ *   replay_opts.c      the options and their errors
+ *   replay_run.c       one system from start to stop: its server, its
+ *                      counters, the cuda copy ceilings; the in-process run
+ *   replay_procs.c     the parent's side of the pipeline processes, the
+ *                      progress bar, the results collected
  *   replay_pipeline.c  one pipeline's loop over its requests, the same for
  *                      every system (struct rsys_ops is the system)
  *   replay_sys.c       the systems: kvpool (ring), uds, inproc
@@ -289,6 +293,45 @@ struct rrun {
 
 extern const char *const rsys_name[NSYS];
 extern const char *const rop_name[NOP];
+
+/* ---------------------------------------------------------------- the run */
+
+/* replay_opts.c: argv into *o; -1 to go on, else the exit status. */
+int replay_parse_opts(int argc, char **argv, struct ropts *o);
+
+/* Where a system is: filled by the parent after the fork, in memory it
+ * shares with the pipelines. */
+struct rtarget {
+	char socket[256];     /* kvpool, uds */
+	char host[128];       /* redis */
+	int port;
+	int ok;               /* 0: the parent could not set the system up */
+	uint64_t salt;
+};
+
+/* The parent's side of starting a system: fill *tg (and *stat_c, a client
+ * for the pool's counters, where there is a pool). 0 or -errno. */
+typedef int (*replay_setup_fn)(struct rrun *r, enum rsys_id id, struct rtarget *tg,
+			       struct kvp_client **stat_c);
+
+/* replay_procs.c: fork r->o.pipelines pipelines, set the system up with
+ * setup, run them, collect into r->sys[id]; the pool's counters before and
+ * after in *s0, *s1 where setup gave a client (left in *stat_cp). */
+int replay_run_procs(struct rrun *r, enum rsys_id id, replay_setup_fn setup, const void *kv,
+		     struct kvp_stats *s0, struct kvp_stats *s1, struct kvp_client **stat_cp);
+/* A pipeline's fixed inputs from the run (its requests and outputs aside). */
+void replay_fill_pipe(struct rpipe *p, const struct rrun *r, const void *kv, uint64_t salt);
+/* What np pipelines measured, summed into *res. 0 or -ENOMEM. */
+int replay_collect(struct rrun *r, struct rsys_result *res, struct rpipe_out *outs,
+		   uint64_t **samples, uint64_t *buckets, uint32_t np);
+/* The progress bar on stderr (when it is a terminal). */
+void replay_progress(const struct rrun *r, const char *label, uint64_t done,
+		     uint64_t total, uint64_t t0, bool last);
+
+/* replay_run.c: one system each, from empty; 0 or -errno. */
+int replay_run_daemon(struct rrun *r, enum rsys_id id, const void *kv);
+int replay_run_inproc(struct rrun *r, const void *kv);
+int replay_run_redis(struct rrun *r, const void *kv);
 
 void replay_print_table(const struct rrun *r);
 void replay_print_json(const struct rrun *r);

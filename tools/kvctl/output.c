@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bug.h"
 #include "kvctl.h"
 
 /* ---------------------------------------------------------------- numbers */
@@ -118,8 +119,7 @@ void table_print(FILE *f, const struct table_col *cols, size_t ncols,
 	if (ncols == 0)
 		return;
 	width = calloc(ncols, sizeof(*width));
-	if (!width)
-		abort();
+	KVP_ASSERT(width, "a table's column widths (a few words) can be allocated");
 	for (size_t c = 0; c < ncols; c++)
 		width[c] = strlen(cols[c].name);
 	for (size_t r = 0; r < nrows; r++) {

@@ -13,6 +13,8 @@
 #ifndef KVPOOLD_RELOAD_H
 #define KVPOOLD_RELOAD_H
 
+#include <stddef.h>
+
 struct server;
 
 /* The command line to re-read the settings from (main's). */

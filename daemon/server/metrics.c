@@ -40,7 +40,6 @@
 #include "kvpool_engine.h"
 #include "log.h"
 #include "metrics.h"
-#include "ops.h"
 #include "redis_cluster.h"
 #include "remote_tier.h"
 #include "server.h"
@@ -48,6 +47,9 @@
 
 struct metrics_http;
 static uint64_t metrics_http_slow_closed(struct metrics_http *h);
+
+/* The opcodes' names (metrics_open); set before any thread reads it. */
+static metrics_op_name_fn *ops_name;
 
 /* ------------------------------------------------------------ writing */
 
@@ -604,8 +606,10 @@ static enum MHD_Result on_request(void *arg, struct MHD_Connection *conn,
 		     "text/plain; version=0.0.4; charset=utf-8");
 }
 
-int metrics_open(struct server *s, struct errbuf *e)
+int metrics_open(struct server *s, metrics_op_name_fn *op_name,
+		 struct errbuf *e)
 {
+	ops_name = op_name;
 	s->opm = aligned_alloc(64, sizeof(*s->opm) * s->cfg->workers);
 	if (!s->opm)
 		return errbuf_set(e, -ENOMEM, "metrics: out of memory");

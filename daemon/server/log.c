@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bug.h"
 #include "clock.h"
 #include "log.h"
 
@@ -52,6 +53,14 @@ static bool stderr_is_journal(void)
 	       (unsigned long long)st.st_ino == ino;
 }
 
+/* A broken invariant (lib/bug.h) is on stderr already; where the log goes
+ * elsewhere (a file, syslog), it is the log's last line too. */
+static void log_bug(const char *line)
+{
+	if (!log_to_stderr())
+		log_msg(LOG_CRIT, "%s", line);
+}
+
 static int open_file(const char *path, char *err, size_t errlen)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
@@ -69,6 +78,7 @@ int log_open(const char *target, bool daemonized, char *err, size_t errlen)
 {
 	int fd;
 
+	kvp_bug_set_sink(log_bug);
 	if (!target)
 		target = daemonized ? "syslog" : "stderr";
 	if (strcmp(target, "stderr") == 0) {
@@ -142,6 +152,7 @@ bool log_to_journal(void)
 static const char *prio_name(int prio)
 {
 	switch (prio) {
+	case LOG_CRIT: return "crit";
 	case LOG_ERR: return "error";
 	case LOG_WARNING: return "warning";
 	case LOG_DEBUG: return "debug";

@@ -19,7 +19,6 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "ops.h"
 #include "tenant.h"
 
 /* What an epoll event is about; embedded in the object it watches. */

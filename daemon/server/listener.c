@@ -458,6 +458,28 @@ int listener_tick(struct server *s, uint64_t now_ms)
 	return next == UINT64_MAX ? -1 : (int)(next > INT32_MAX ? INT32_MAX : next);
 }
 
+/* ------------------------------------------------------------ hang-up */
+
+void listener_hangup(struct server *s, struct client *c, const char *why)
+{
+	if (c->freed)
+		return;
+	/* Level-triggered hang-ups would fire again on every epoll_wait. */
+	client_unwatch(s, c);
+	switch (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE)) {
+	case CLIENT_HELLO:
+		client_finalize(s, c);
+		break;
+	case CLIENT_LIVE:
+		/* The workers must let go of the rings before the leases go. */
+		if (client_begin_detach(c, why))
+			worker_kick_client(c);
+		break;
+	default:
+		break; /* already on its way out */
+	}
+}
+
 /* ------------------------------------------------------------ handshake */
 
 static int send_welcome(struct client *c, const struct kvp_welcome *w,
@@ -697,7 +719,7 @@ static void conn_hello(struct server *s, struct client *c)
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		client_hangup(s, c, "closed before its hello");
+		listener_hangup(s, c, "closed before its hello");
 		return;
 	}
 	if (!c->adm.allowed) {
@@ -712,17 +734,6 @@ static void conn_hello(struct server *s, struct client *c)
 }
 
 /* ------------------------------------------------------------ uds mode */
-
-int listener_uds_reply(int sock, const struct kvp_cqe *cqe, const void *out)
-{
-	struct iovec iov[2] = {
-		{ .iov_base = (void *)cqe, .iov_len = sizeof(*cqe) },
-		{ .iov_base = (void *)out, .iov_len = cqe->out_bytes },
-	};
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
-
-	return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
-}
 
 /*
  * One kvp_sqe in, one kvp_cqe plus its result bytes out: the ring's
@@ -750,7 +761,7 @@ static void conn_uds(struct server *s, struct client *c)
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
 	if (n <= 0) {
-		client_hangup(s, c, "hung up");
+		listener_hangup(s, c, "hung up");
 		return;
 	}
 	if (n == (ssize_t)sizeof(struct kvp_sqe) && !c->uds_out)
@@ -759,7 +770,7 @@ static void conn_uds(struct server *s, struct client *c)
 		/* Off before the hand-over: the worker turns it back on, and
 		 * must not find us turning it off after it did. */
 		if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->sock, &ev) < 0) {
-			client_hangup(s, c, "epoll_ctl failed");
+			listener_hangup(s, c, "epoll_ctl failed");
 			return;
 		}
 		c->uds_sqe = m.q;
@@ -774,12 +785,12 @@ static void conn_uds(struct server *s, struct client *c)
 			       "exactly one %zu-byte kvp_sqe", n, sizeof(struct kvp_sqe));
 	cqe = (struct kvp_cqe){ .res = n == (ssize_t)sizeof(struct kvp_sqe) ?
 				-ENOMEM : -EINVAL, .out_bytes = (uint32_t)len + 1 };
-	ret = listener_uds_reply(c->sock, &cqe, msg);
+	ret = worker_uds_reply(c->sock, &cqe, msg);
 	if (ret == -EAGAIN)
 		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): does "
 			 "not read its uds replies; detaching it", c->id, c->uid, c->pid);
 	if (ret)
-		client_hangup(s, c, ret == -EAGAIN ? "uds replies not read" : "hung up");
+		listener_hangup(s, c, ret == -EAGAIN ? "uds replies not read" : "hung up");
 }
 
 void listener_readable(struct server *s, struct client *c)

@@ -81,7 +81,6 @@
 
 #include "clock.h"
 #include "client.h"
-#include "listener.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
@@ -108,6 +107,13 @@ void worker_kick(struct worker *w)
 	 * stop); pairs with the load-acquire of ctl at K2. */
 	__atomic_fetch_add(&w->ctl, 1, __ATOMIC_RELEASE);
 	futex_wake(&w->ctl, FUTEX_WAKE_PRIVATE, 1);
+}
+
+void worker_kick_client(struct client *c)
+{
+	for (uint32_t k = 0; k < c->nlanes; k++)
+		if (c->lanes[k].worker)
+			worker_kick(c->lanes[k].worker);
 }
 
 /* ------------------------------------------------------------ clients */
@@ -165,7 +171,7 @@ void drop_lane(struct worker *w, uint32_t i, const char *why)
 	if (why && client_begin_detach(c, why)) {
 		log_warn("client %" PRIu32 " (uid %" PRIu32 " pid %" PRIu32 "): %s; "
 			 "detaching it", c->id, c->uid, c->pid, why);
-		client_kick_workers(c); /* its other lanes' workers let go too */
+		worker_kick_client(c); /* its other lanes' workers let go too */
 	}
 	/* Its parked completions go with it: the main thread waits for their
 	 * fences before releasing its leases (client_finalize). */
@@ -252,7 +258,7 @@ static bool must_wait(const struct lane *l, uint32_t upto, bool has_user,
 
 	if (l->index == 0 &&
 	    __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED &&
-	    (!has_user || c->uds_user == user))
+	    (!has_user || c->uds_park.user == user))
 		return true;
 	if (l->park.n && (!has_user || park_has_user(&l->park, user)))
 		return true;

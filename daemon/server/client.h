@@ -3,6 +3,10 @@
  * client.h - one attached process: its credentials, tenant, shm and rings,
  * and the life cycle that keeps a dead client from being used after free.
  *
+ * The clients sit below the listener and the workers, which move them
+ * through this life cycle (listener_hangup, worker_kick_client); nothing
+ * here calls either.
+ *
  * Life cycle (state is atomic; the main thread owns the struct):
  *
  *   HELLO ── hello ok ──▶ LIVE ──┬─ main: hang-up / pidfd ─▶ DETACHING ─┐
@@ -69,11 +73,14 @@ enum client_state {
 	CLIENT_RETIRED,
 };
 
+/* Result buffer of one uds request (a kvp_sqe's out_len is capped to it). */
+#define UDS_RESULT_MAX (64u << 10)
+
 /* The "uds" request of a client (at most one at a time; worker.c). */
 enum uds_state {
 	UDS_IDLE,       /* the main thread may read the next one */
 	UDS_QUEUED,     /* main -> worker: uds_sqe waits for its turn */
-	UDS_PARKED,     /* run; its reply waits for an onload (uds_wait) */
+	UDS_PARKED,     /* run; its reply waits for an onload (uds_park) */
 };
 
 struct client {
@@ -120,9 +127,8 @@ struct client {
 	unsigned char *uds_out;     /* its result bytes (UDS_RESULT_MAX) */
 	/* The worker's own: */
 	bool uds_seen;              /* seen QUEUED before this pass's rings */
-	uint64_t uds_user;          /* the user of a parked reply */
-	struct kvp_cqe uds_cqe;     /* a parked reply */
-	struct op_wait uds_wait;    /* and the onload it waits for */
+	struct park uds_park;       /* a parked reply: its user, and the
+				     * onload it waits for (eng, fence) */
 };
 
 /* Main thread: a connection accepted on sock, not attached yet. */
@@ -130,8 +136,8 @@ struct client *client_new(struct server *s, int sock);
 /* Main thread: from pending to the registry, with its new id. */
 void client_register(struct server *s, struct client *c);
 
-/* Main thread: the peer hung up or its process exited. */
-void client_hangup(struct server *s, struct client *c, const char *why);
+/* Main thread: take c's socket and pidfd out of the epoll set. */
+void client_unwatch(struct server *s, struct client *c);
 /* Main thread: release, unmap, close, unregister; freed after the batch. */
 void client_finalize(struct server *s, struct client *c);
 /* Main thread: free what client_finalize() left in the graveyard. */
@@ -139,8 +145,6 @@ void client_bury(struct server *s);
 
 /* Main thread, at attach: the lanes over the shm's ring pairs. */
 int client_lanes_init(struct client *c);
-/* Kick the worker of every lane of c (it should look at c's state). */
-void client_kick_workers(struct client *c);
 
 /* Worker: c is off its list for good; hand it to the main thread. */
 void client_retire(struct server *s, struct client *c);

@@ -76,12 +76,19 @@ void metrics_lat(enum metrics_lat k, uint64_t ns);
 /* The bucket an interval falls in (METRICS_BUCKETS: +Inf). */
 uint32_t metrics_bucket(uint64_t ns);
 
+/* An opcode's name, NULL for one that is not defined (ops_name). */
+typedef const char *metrics_op_name_fn(uint32_t opcode);
+
 /*
  * The per-worker counters (before the workers start: metrics_open), then
  * with cfg->metrics set the HTTP server (after: metrics_serve), which logs
- * where it listens. -errno with e; metrics_close undoes both.
+ * where it listens. -errno with e; metrics_close undoes both. op_name
+ * names the opcodes in the exposition: the operations record here
+ * (ops.c), so the metrics take the names from main rather than include
+ * the operations, which would close a circle.
  */
-int metrics_open(struct server *s, struct errbuf *e);
+int metrics_open(struct server *s, metrics_op_name_fn *op_name,
+		 struct errbuf *e);
 int metrics_serve(struct server *s, struct errbuf *e);
 void metrics_close(struct server *s);
 

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* Past ~800 lines on purpose: the one validation layer, all opcodes' checks. */
 /*
  * ops.c - the one validation layer for submissions, and the operations.
  *

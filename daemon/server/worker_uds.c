@@ -12,13 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "client.h"
-#include "listener.h"
 #include "log.h"
 #include "metrics.h"
 #include "ops.h"
@@ -74,13 +75,24 @@ static bool uds_waits(struct worker *w, struct client *c)
 	       park_has_user(&l->park, user);
 }
 
+int worker_uds_reply(int sock, const struct kvp_cqe *cqe, const void *out)
+{
+	struct iovec iov[2] = {
+		{ .iov_base = (void *)cqe, .iov_len = sizeof(*cqe) },
+		{ .iov_base = (void *)out, .iov_len = cqe->out_bytes },
+	};
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+
+	return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -errno : 0;
+}
+
 /* Send the reply and read the socket again; -errno when c must go. */
 static int uds_answer(struct worker *w, struct client *c,
 		      const struct kvp_cqe *cqe)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP,
 				  .data.ptr = &c->sock_w };
-	int ret = listener_uds_reply(c->sock, cqe, c->uds_out);
+	int ret = worker_uds_reply(c->sock, cqe, c->uds_out);
 
 	/* Idle before EPOLLIN is back: the main thread reads the next request
 	 * only once it sees this. */
@@ -102,10 +114,10 @@ static int uds_serve(struct worker *w, struct client *c, const char **why)
 	int ret;
 
 	if (__atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED) {
-		if (!engine_fence_done(c->uds_wait.eng, c->uds_wait.fence))
+		if (!engine_fence_done(c->uds_park.eng, c->uds_park.fence))
 			return 0;
 		w->parked--;
-		cqe = c->uds_cqe;
+		cqe = c->uds_park.cqe;
 	} else {
 		if (!c->uds_seen || uds_waits(w, c))
 			return 0;
@@ -125,9 +137,9 @@ static int uds_serve(struct worker *w, struct client *c, const char **why)
 			return 0;
 		}
 		if (wt.fence) {
-			c->uds_cqe = cqe;
-			c->uds_wait = wt;
-			c->uds_user = sqe.user;
+			c->uds_park = (struct park){ .cqe = cqe, .eng = wt.eng,
+						     .fence = wt.fence,
+						     .user = sqe.user };
 			__atomic_store_n(&c->uds_state, UDS_PARKED, __ATOMIC_RELAXED);
 			w->parked++;
 			return 1;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * listener.h - the Unix socket: single-instance startup, accept, the attach
- * handshake, and reading "uds" requests. Main thread only, but for
- * listener_uds_reply (the workers answer uds requests).
+ * handshake, reading "uds" requests, and a client's hang-up. Main thread
+ * only. It sits above the clients and the workers (it hands them clients
+ * and requests); the workers answer uds requests themselves
+ * (worker_uds_reply) and never call back here.
  */
 #ifndef KVPOOLD_LISTENER_H
 #define KVPOOLD_LISTENER_H
@@ -10,10 +12,8 @@
 #include <sys/types.h>
 
 #include "kvpool_engine.h"
+#include "proto.h"
 #include "server.h"
-
-/* Result buffer of one uds request (a kvp_sqe's out_len is capped to it). */
-#define UDS_RESULT_MAX (64u << 10)
 
 /*
  * Take PATH.lock, refuse if another kvpoold serves PATH (-EADDRINUSE),
@@ -47,8 +47,8 @@ int listener_tick(struct server *s, uint64_t now_ms);
 int hello_check(const struct config *cfg, const struct kvp_hello *h,
 		ssize_t len, uint32_t geo[3], struct errbuf *e);
 
-/* Send a uds reply: cqe, then cqe->out_bytes of out, in one message,
- * without blocking. 0 or -errno (-EAGAIN: the client does not read). */
-int listener_uds_reply(int sock, const struct kvp_cqe *cqe, const void *out);
+/* Main thread: the peer hung up or its process exited (a pending client
+ * is finalized at once; a live one's workers are kicked to let go). */
+void listener_hangup(struct server *s, struct client *c, const char *why);
 
 #endif /* KVPOOLD_LISTENER_H */

@@ -18,7 +18,6 @@
 
 #include "client.h"
 #include "log.h"
-#include "worker.h"
 
 struct client *client_new(struct server *s, int sock)
 {
@@ -93,7 +92,7 @@ static void registry_unlink(struct server *s, struct client *c)
 	tenant_uid_count(&s->tenants, c->uid, -1);
 }
 
-static void unwatch(struct server *s, struct client *c)
+void client_unwatch(struct server *s, struct client *c)
 {
 	if (!c->watched)
 		return;
@@ -114,26 +113,6 @@ bool client_begin_detach(struct client *c, const char *why)
 	return true;
 }
 
-void client_hangup(struct server *s, struct client *c, const char *why)
-{
-	if (c->freed)
-		return;
-	/* Level-triggered hang-ups would fire again on every epoll_wait. */
-	unwatch(s, c);
-	switch (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE)) {
-	case CLIENT_HELLO:
-		client_finalize(s, c);
-		break;
-	case CLIENT_LIVE:
-		/* The workers must let go of the rings before the leases go. */
-		if (client_begin_detach(c, why))
-			client_kick_workers(c);
-		break;
-	default:
-		break; /* already on its way out */
-	}
-}
-
 void client_finalize(struct server *s, struct client *c)
 {
 	uint32_t released = 0;
@@ -142,7 +121,7 @@ void client_finalize(struct server *s, struct client *c)
 		return;
 	bool hello = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE) == CLIENT_HELLO;
 
-	unwatch(s, c);
+	client_unwatch(s, c);
 	/* Onloads still landing for completions it never got: wait for them
 	 * here, without the pool's mutex, so releasing the leases below does
 	 * not hold every other client of the pool while they land. */
@@ -156,7 +135,7 @@ void client_finalize(struct server *s, struct client *c)
 	free(c->lanes);
 	c->lanes = NULL;
 	if (__atomic_load_n(&c->uds_state, __ATOMIC_ACQUIRE) == UDS_PARKED)
-		engine_fence_wait(c->uds_wait.eng, c->uds_wait.fence);
+		engine_fence_wait(c->uds_park.eng, c->uds_park.fence);
 	free(c->uds_out);
 	c->uds_out = NULL;
 	if (!hello && c->tenant) {
@@ -212,13 +191,6 @@ int client_lanes_init(struct client *c)
 	}
 	c->lanes_live = c->nlanes;
 	return 0;
-}
-
-void client_kick_workers(struct client *c)
-{
-	for (uint32_t k = 0; k < c->nlanes; k++)
-		if (c->lanes[k].worker)
-			worker_kick(c->lanes[k].worker);
 }
 
 void client_retire(struct server *s, struct client *c)

@@ -1,0 +1,3 @@
+/* foo: includes bar through its internal header */
+#include "foo.h"
+#include "foo_internal.h"

@@ -1,0 +1,2 @@
+/* a foo_*.h is module foo */
+#include "bar.h"

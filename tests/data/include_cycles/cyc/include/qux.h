@@ -1,0 +1,2 @@
+/* qux.h */
+#include "foo.h"
