@@ -314,17 +314,11 @@ struct kvp_slot {
 };
 
 /*
- * CPU append: write K and V of n tokens, all layers, into their slots of the
- * device tier mapped at tier_base. kv is the caller's contiguous buffer
- * [n][layers][2][kv_heads][head_dim] of layout elements. The slots must come
- * from a lease (they are not checked here: this is the data path).
- */
-void kvp_append_cpu(const struct kvp_layout *l, void *tier_base,
-		    const struct kvp_slot *slots, uint32_t n, const void *kv);
-
-/*
- * CPU read-back of n tokens from their slots into out, in the same
- * [n][layers][2][kv_heads][head_dim] order kvp_append_cpu() reads.
+ * CPU read-back of n tokens from their slots into out, in the order
+ * kvp_append() reads its kv buffer: [n][layers][2][kv_heads][head_dim].
+ * (The CPU append it mirrors is not exported: it wrote wherever its slots
+ * said, with no lease check. Write through kvp_append() and its kin, which
+ * check the lease; on the shm backend they make the same copy.)
  */
 void kvp_read_cpu(const struct kvp_layout *l, const void *tier_base,
 		  const struct kvp_slot *slots, uint32_t n, void *out);

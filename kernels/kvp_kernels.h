@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvp_kernels.h - the data ops on the GPU, with the same contract as the CPU
- * reference (kvpool.h: kvp_append_cpu / kvp_read_cpu; below: the per-layer
- * append, gather and scatter), which is their oracle. Plain C declarations:
+ * reference (below: kvp_append_cpu, the per-layer append, gather and
+ * scatter; kvpool.h: kvp_read_cpu), which is their oracle. Plain C declarations:
  * callers need no CUDA headers. Not installed: libkvpool calls these for the
  * cuda backend; the gpu tests and kvbench call them directly.
  *
@@ -27,6 +27,18 @@ extern "C" {
 #define KVPK_HIDDEN __attribute__((visibility("hidden")))
 
 /* ---------------------------------------------------------------- CPU */
+
+/*
+ * CPU append: write K and V of n tokens, all layers, into their slots of the
+ * device tier mapped at tier_base. kv is the caller's contiguous buffer
+ * [n][layers][2][kv_heads][head_dim] of layout elements. The slots are not
+ * checked here: this is the data path under libkvpool's checked appends
+ * (libclient/append.c: lease, range and frames checked first), the engine
+ * tests' writer and kvbench's copy. Not exported from libkvpool.so.
+ */
+KVPK_HIDDEN
+void kvp_append_cpu(const struct kvp_layout *l, void *tier_base,
+		    const struct kvp_slot *slots, uint32_t n, const void *kv);
 
 /*
  * Per-layer append: k[layer] and v[layer] (layers pointers each) hold

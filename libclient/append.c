@@ -6,13 +6,19 @@
  * New token i of a lease sits at history position q = len + i (counted from
  * the history's start): page q / page_tokens of the lease's page table, slot
  * q % page_tokens of that page's frame. The caller's struct kvp_lease is
- * trusted for nothing but its id: the lease table (lease.c) says whether
- * this client holds that lease open, how many new tokens it has, and its
- * page table (a private copy made when the lease was granted). Each frame
- * is checked against the device tier's frame count before it is used.
+ * trusted for nothing but its id: the lease's record (lease.c,
+ * client_internal.h THE LEASE RECORD) says whether this client holds that
+ * lease open, how many new tokens it has, and its page table (a private
+ * copy made when the lease was granted). Each frame is checked against the
+ * device tier's frame count before it is used.
  *
- * Every call checks all of its ranges and frames before it writes or
- * enqueues anything, so a failed call leaves the tier as it was.
+ * ONE CHECK PER APPEND. Each public call below looks every lease up and
+ * checks it once (check_range), here, and keeps the record it found; the
+ * slots then come from that record (kvpc_lease_slots), and on the cuda
+ * backend cuda.c gets the records with the job: it checks nothing again
+ * and never calls back into this file. Every call checks all of its
+ * ranges and frames before it writes or enqueues anything, so a failed
+ * call leaves the tier as it was.
  *
  * shm backend: the tier is host memory and the copies are the CPU
  * reference's (kvp_append_cpu, kvp_append_layers_cpu). cuda backend: the
@@ -82,56 +88,6 @@ static int check_range(struct kvp_client *c, const struct kvp_lease *l,
 	return 0;
 }
 
-/* The slots of new tokens [first, first + n) of r (range checked). */
-static int fill_slots(struct kvp_client *c, const struct kvpc_lease *r,
-		      uint32_t first, uint32_t n, struct kvp_slot *out)
-{
-	const uint32_t P = c->layout.page_tokens;
-	const uint32_t frames = c->tier_frames[KVP_TIER_DEVICE];
-	const uint64_t q0 = r->len + first;
-	uint64_t page = UINT64_MAX;
-	uint32_t frame = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t q = q0 + i;
-
-		if (q / P != page) {
-			/* The private copy: no other party writes it, but the
-			 * daemon wrote it, so its frames are checked. */
-			int32_t f = q / P < r->npages ? r->frames[q / P] : -1;
-
-			if (f < 0 || (uint32_t)f >= frames)
-				return kvpc_err(c, -EINVAL,
-						"append: lease %#" PRIx64 " page %" PRIu64
-						" names frame %" PRId32 ", outside the %" PRIu32
-						" frames of the device tier", r->id, q / P, f,
-						frames);
-			page = q / P;
-			frame = (uint32_t)f;
-		}
-		out[i].frame = frame;
-		out[i].slot = (uint32_t)(q % P);
-	}
-	return 0;
-}
-
-int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
-		      uint32_t count, struct kvp_slot *out)
-{
-	for (uint32_t i = 0; i < count; i++) {
-		struct kvpc_lease *r = NULL;
-		int ret = check_range(c, items[i].lease, items[i].first, items[i].n,
-				      "append", &r);
-
-		if (!ret)
-			ret = fill_slots(c, r, items[i].first, items[i].n, out);
-		if (ret)
-			return ret;
-		out += items[i].n;
-	}
-	return 0;
-}
-
 /* Host slots for n tokens (shm). */
 static struct kvp_slot *scratch(struct kvp_client *c, uint32_t n)
 {
@@ -149,14 +105,34 @@ static struct kvp_slot *scratch(struct kvp_client *c, uint32_t n)
 	return c->scratch;
 }
 
-static int cuda_job(struct kvp_client *c, const struct kvp_append_item *items,
-		    uint32_t count, uint32_t n, const void *kv,
-		    const void *const *k, const void *const *v, int32_t layer,
-		    void *stream, int sync)
+/* The checked records of a batch's count items (grown on demand). */
+static struct kvpc_lease **recs(struct kvp_client *c, uint32_t count)
 {
-	const struct kvpc_cuda_job j = { .items = items, .count = count, .n = n,
-					 .kv = kv, .k = k, .v = v, .layer = layer,
-					 .stream = stream, .sync = sync };
+	if (count > c->recs_cap) {
+		uint32_t cap = count < 64 ? 64 : count;
+		struct kvpc_lease **p = realloc(c->recs, (size_t)cap * sizeof(*p));
+
+		if (!p) {
+			kvpc_err(c, -ENOMEM, "append_batch: out of memory for %" PRIu32
+				 " items", count);
+			return NULL;
+		}
+		c->recs = p;
+		c->recs_cap = cap;
+	}
+	return c->recs;
+}
+
+/* Hand a checked append to the cuda backend: rs[i] is items[i]'s record. */
+static int cuda_job(struct kvp_client *c, const struct kvp_append_item *items,
+		    struct kvpc_lease *const *rs, uint32_t count, uint32_t n,
+		    const void *kv, const void *const *k, const void *const *v,
+		    int32_t layer, void *stream, int sync)
+{
+	const struct kvpc_cuda_job j = { .items = items, .recs = rs,
+					 .count = count, .n = n, .kv = kv, .k = k,
+					 .v = v, .layer = layer, .stream = stream,
+					 .sync = sync };
 	int ret;
 
 	if (!n) {
@@ -186,13 +162,13 @@ int kvp_append(struct kvp_client *c, const struct kvp_lease *l, uint32_t first,
 	if (c->cuda) {
 		const struct kvp_append_item item = { l, first, n };
 
-		return cuda_job(c, &item, 1, n, kv, NULL, NULL, -1, NULL, 1);
+		return cuda_job(c, &item, &r, 1, n, kv, NULL, NULL, -1, NULL, 1);
 	}
 
 	for (uint32_t done = 0; done < n;) {
 		uint32_t m = n - done < APPEND_BATCH ? n - done : APPEND_BATCH;
 
-		ret = fill_slots(c, r, first + done, m, slots);
+		ret = kvpc_lease_slots(c, r, first + done, m, slots);
 		if (ret)
 			return ret;
 		kvp_append_cpu(&c->layout, c->device, slots, m,
@@ -221,7 +197,7 @@ int kvp_append_async(struct kvp_client *c, const struct kvp_lease *l,
 	if (n && !kv)
 		return kvpc_err(c, -EINVAL, "append_async: NULL data for %" PRIu32
 				" tokens", n);
-	return cuda_job(c, &item, 1, n, kv, NULL, NULL, -1, stream, 0);
+	return cuda_job(c, &item, &r, 1, n, kv, NULL, NULL, -1, stream, 0);
 }
 
 KVP_PUBLIC
@@ -250,11 +226,11 @@ int kvp_append_layers_async(struct kvp_client *c, const struct kvp_lease *l,
 					"append_layers: NULL %s buffer of layer %" PRIu32,
 					k[i] ? "v" : "k", i);
 	if (c->cuda)
-		return cuda_job(c, &item, 1, n, NULL, k, v, -1, stream, 0);
+		return cuda_job(c, &item, &r, 1, n, NULL, k, v, -1, stream, 0);
 
 	if (!(slots = scratch(c, n)))
 		return -ENOMEM;
-	ret = fill_slots(c, r, first, n, slots);
+	ret = kvpc_lease_slots(c, r, first, n, slots);
 	if (ret)
 		return ret;
 	kvp_append_layers_cpu(&c->layout, c->device, slots, n, k, v);
@@ -289,11 +265,12 @@ int kvp_append_layer_async(struct kvp_client *c, const struct kvp_lease *l,
 		return kvpc_err(c, -EINVAL, "append_layer: NULL %s buffer of layer %"
 				PRIu32, k ? "v" : "k", layer);
 	if (c->cuda)
-		return cuda_job(c, &item, 1, n, NULL, &k, &v, (int32_t)layer, stream, 0);
+		return cuda_job(c, &item, &r, 1, n, NULL, &k, &v, (int32_t)layer,
+				stream, 0);
 
 	if (!(slots = scratch(c, n)))
 		return -ENOMEM;
-	ret = fill_slots(c, r, first, n, slots);
+	ret = kvpc_lease_slots(c, r, first, n, slots);
 	if (ret)
 		return ret;
 	base = kvpc_one_layer(&c->layout, layer, c->device, &sub);
@@ -309,7 +286,7 @@ static int append_batch(struct kvp_client *c,
 			const void *kv, void *stream)
 {
 	struct kvp_slot *slots;
-	struct kvpc_lease *r = NULL;
+	struct kvpc_lease **rs;
 	uint64_t total = 0;
 	char what[48];
 	int ret;
@@ -319,10 +296,13 @@ static int append_batch(struct kvp_client *c,
 		return ret;
 	if (count && !items)
 		return kvpc_err(c, -EINVAL, "append_batch: NULL items");
+	if (count && !(rs = recs(c, count)))
+		return -ENOMEM;
+	/* The one check of each item: its record is kept for the copy. */
 	for (uint32_t i = 0; i < count; i++) {
 		snprintf(what, sizeof(what), "append_batch item %" PRIu32, i);
 		ret = check_range(c, items[i].lease, items[i].first, items[i].n, what,
-				  &r);
+				  &rs[i]);
 		if (ret)
 			return ret;
 		total += items[i].n;
@@ -338,14 +318,15 @@ static int append_batch(struct kvp_client *c,
 		return kvpc_err(c, -EINVAL, "append_batch: NULL data for %" PRIu64
 				" tokens", total);
 	if (c->cuda)
-		return cuda_job(c, items, count, (uint32_t)total, kv, NULL, NULL, -1,
-				stream, 0);
+		return cuda_job(c, items, rs, count, (uint32_t)total, kv, NULL, NULL,
+				-1, stream, 0);
 
 	if (!(slots = scratch(c, (uint32_t)total)))
 		return -ENOMEM;
-	ret = kvpc_append_slots(c, items, count, slots);
-	if (ret)
-		return ret;
+	for (uint32_t i = 0, at = 0; i < count; at += items[i].n, i++)
+		if ((ret = kvpc_lease_slots(c, rs[i], items[i].first, items[i].n,
+					    slots + at)))
+			return ret;
 	kvp_append_cpu(&c->layout, c->device, slots, (uint32_t)total, kv);
 	c->err[0] = '\0';
 	return 0;

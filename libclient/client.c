@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * client.c - attach to kvpoold and detach; the client's accessors and its
- * last-error plumbing.
+ * client.c - attach to kvpoold and detach; the client's accessors. (The
+ * last error and the fork check are error.c's.)
  *
  * Attach is the one place the client takes things from the daemon that it
  * then maps and dereferences, so everything is checked before use: the
@@ -53,84 +53,6 @@
 
 #define ATTACH_FDS 2   /* shm, device tier */
 #define CMSG_FDS 8     /* room to take (and close) a few unexpected ones */
-
-/* ------------------------------------------------------------ errors */
-
-int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof(c->err), fmt, ap);
-	va_end(ap);
-	memset(&c->errinfo, 0, sizeof(c->errinfo)); /* the library's own: none */
-	return code;
-}
-
-void kvpc_cqe_error_info(const struct kvp_cqe *cqe, struct kvp_error_info *out)
-{
-	*out = (struct kvp_error_info){ 0 };
-	if (cqe->res < 0) /* a success's val0 / val1 are the opcode's */
-		out->kind = kvp_cqe_detail_get(cqe, &out->first, &out->last);
-}
-
-int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(c->dead_msg, sizeof(c->dead_msg), fmt, ap);
-	va_end(ap);
-	memcpy(c->err, c->dead_msg, sizeof(c->err));
-	memset(&c->errinfo, 0, sizeof(c->errinfo));
-	c->dead = code;
-	return code;
-}
-
-/* ------------------------------------------------------------ fork */
-
-uint32_t kvpc_fork_gen;
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
-static void fork_child(void)
-{
-	__atomic_add_fetch(&kvpc_fork_gen, 1, __ATOMIC_RELAXED);
-}
-
-static void fork_hook(void)
-{
-	pthread_atfork(NULL, NULL, fork_child);
-}
-
-static int inherited(const struct kvp_client *c)
-{
-	return __atomic_load_n(&kvpc_fork_gen, __ATOMIC_RELAXED) != c->fork_gen ||
-	       getpid() != c->pid;
-}
-
-int kvpc_inherited(struct kvp_client *c)
-{
-	return kvpc_err(c, -ECHILD,
-			"kvpool client %" PRIu32 " was connected by pid %d and "
-			"inherited across fork() by pid %d; it stays the parent's "
-			"(its rings and leases): kvp_connect() a client of this "
-			"process's own (kvp_close() of the inherited one only "
-			"unmaps it)",
-			c->client_id, (int)c->pid, (int)getpid());
-}
-
-int kvpc_check_dead(struct kvp_client *c)
-{
-	int ret = kvpc_check_fork(c);
-
-	if (ret)
-		return ret;
-	if (!c->dead)
-		return 0;
-	memcpy(c->err, c->dead_msg, sizeof(c->err));
-	memset(&c->errinfo, 0, sizeof(c->errinfo));
-	return c->dead;
-}
 
 int kvpc_check_hangup(struct kvp_client *c)
 {
@@ -609,7 +531,7 @@ int kvp_connect(struct kvp_client **out, const struct kvp_connect_opts *opts,
 	c->sock = -1;
 	c->device_fd = -1;
 	c->cuda_device = -1;
-	pthread_once(&fork_once, fork_hook);
+	kvpc_fork_watch();
 	c->pid = getpid();
 	c->fork_gen = __atomic_load_n(&kvpc_fork_gen, __ATOMIC_RELAXED);
 
@@ -639,7 +561,7 @@ void kvp_close(struct kvp_client *c)
 	 * its own descriptor: the attach, the rings and the GPU mapping stay
 	 * the parent's (INHERITED CLIENTS). Its cuda state is left, not freed
 	 * through a CUDA context that fork() did not carry over. */
-	child = inherited(c);
+	child = kvpc_is_inherited(c);
 	/* The daemon sees the hang-up and releases every lease we hold; on a
 	 * GPU every append must have landed before (cuda.c waits). */
 	if (c->cuda && !child)
@@ -661,6 +583,7 @@ void kvp_close(struct kvp_client *c)
 	free(c->slots);
 	free(c->free_slots);
 	free(c->scratch);
+	free(c->recs);
 	kvpc_lease_table_free(c);
 	free(c);
 }

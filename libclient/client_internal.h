@@ -10,7 +10,18 @@
  * calls.c: the synchronous calls on top of it; share.c: the sharing calls,
  * chunk_id.c, in kvpool_common, their id and type names) -> data ops (append.c; on
  * the cuda backend through cuda.c: the mapping of the GPU pool, the staging
- * ring for slots, and the events commit waits for).
+ * ring for slots, and the events commit waits for). Underneath them all:
+ * the lease records (lease.c), the growing structs' row copies (rows.c)
+ * and the last error (error.c), which call nothing above them; on top, the
+ * KVPOOL_0.1 entry points (compat.c), which only call the _sz calls. The
+ * calls go one way, no file calling back into one that calls it:
+ *
+ *     compat.c -> chunk.c, share.c, seq_info.c -> calls.c -> batch.c
+ *        -> ring.c -> client.c -> cuda.c -> lease.c -> error.c
+ *     append.c -> cuda.c; every file -> rows.c, error.c
+ *
+ * (append.c checks an append and hands cuda.c the checked records; cuda.c
+ * never calls back into append.c.)
  *
  * A client is not thread-safe: one thread at a time may call into it (as with
  * an io_uring). Different clients are independent.
@@ -49,6 +60,7 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
+#include "hashtab.h"
 #include "kvpool.h"
 #include "proto.h"
 
@@ -136,16 +148,18 @@ struct kvp_client {
 	int cuda_device;              /* the pool's CUDA device; -1 on shm */
 	struct kvpc_cuda *cuda;       /* cuda.c state; NULL on shm */
 
-	/* ---- lease.c: the leases this client holds, by id */
-	struct kvpc_lease **lease_tab; /* lease_mask + 1 buckets, NULL: none yet */
-	uint32_t lease_mask;
-	uint32_t lease_count;
+	/* ---- lease.c: the leases this client holds, by id (struct
+	 * kvpc_lease); buckets NULL until the first lease */
+	struct hashtab leases;
 	struct kvpc_lease *lease_cache; /* free small records, for reuse */
 	uint32_t lease_cached;
 
-	/* ---- append.c: host slots for the shm data ops, grown on demand */
+	/* ---- append.c: host slots for the shm data ops and the checked
+	 * records of a batch's items, grown on demand */
 	struct kvp_slot *scratch;
 	uint32_t scratch_cap;
+	struct kvpc_lease **recs;
+	uint32_t recs_cap;
 
 	/* ---- fork (client.c, INHERITED CLIENTS) */
 	pid_t pid;                    /* the process that attached */
@@ -161,9 +175,42 @@ struct kvp_client {
 };
 
 /*
- * lease.c: the leases this client holds (see the comment there). A record
- * keeps what the data ops may trust: the lease's id, len, n_new and a
- * private copy of its page table.
+ * THE LEASE RECORD. One per lease this client holds, whatever made it
+ * (prepare, reap, seq_alloc/create/extend, chunk_register/acquire,
+ * compose), and the only thing libclient knows about a lease: the data ops
+ * trust it and nothing the caller passes but the id, and on the cuda
+ * backend it also says which appends of the lease may still be running on
+ * the GPU.
+ *
+ * Owner: lease.c allocates, indexes (c->leases, lib/hashtab keyed by id)
+ * and frees records; nothing else frees one or keeps a pointer to one
+ * across calls. The operations (batch.c, calls.c, chunk.c, share.c) move
+ * state as the comment in lease.c says; cuda.c writes only the gpu_*
+ * fields.
+ *
+ * Locking: none. A client is used by one thread at a time, so a record is
+ * read and written by that thread only; the GPU never reads it.
+ *
+ * Order with respect to appends, completions and cuda events:
+ *  1. an append is checked once, at its public entry (append.c): the
+ *     record is OPEN and the tokens lie within its n_new. The slots then
+ *     come from its frames (kvpc_lease_slots, each frame checked against
+ *     the tier) into host memory (shm: written by the CPU before the call
+ *     returns) or into a cuda staging entry (cuda.c);
+ *  2. cuda.c records the staging entry's event behind the launch and only
+ *     then notes (entry, generation) in gpu_stage/gpu_gen; an entry reused
+ *     since (its generation moved on) is known to have completed;
+ *  3. a commit or release first waits for the noted events
+ *     (kvpc_cuda_wait_lease: the bytes landed) and empties the list, then
+ *     queues its SQE and moves the record out of OPEN in the same call, so
+ *     no append of the lease can start between the wait and the daemon
+ *     seeing the commit;
+ *  4. a completion (reap, or the sync call's) moves the record on: a failed
+ *     commit makes it OPEN again (appends resume, noted afresh), a release
+ *     drops it. A record the daemon ended (extend, seal) had its commit
+ *     wait already. A dropped record forgets its notes; the staging ring
+ *     still holds the events, and kvp_close() waits for every one of them
+ *     (kvpc_cuda_detach) before it frees the records.
  */
 enum kvpc_lease_state {
 	KVPC_LEASE_OPEN = 1,       /* writable */
@@ -180,7 +227,11 @@ enum kvpc_lease_kind {
 	KVPC_LEASE_COMPOSE = 5,    /* a composition's hold on its chunks */
 };
 
+/* GPU appends of one lease noted at most; one more waits for the oldest. */
+#define KVPC_LEASE_GPU_NOTES 4u
+
 struct kvpc_lease {
+	struct hnode node;         /* in c->leases, hashed from id */
 	uint64_t id;
 	uint64_t seq;              /* KVPC_LEASE_SEQ: the sequence */
 	uint64_t len;              /* committed tokens before the lease */
@@ -192,6 +243,11 @@ struct kvpc_lease {
 	uint8_t release_queued;    /* COMMITTING with release: gone on success */
 	uint8_t state_before;      /* RELEASING: the state a refused release
 				    * returns to (OPEN or CLOSED) */
+	/* cuda.c: appends that may still be in flight, oldest first, as
+	 * (staging entry, its generation at the launch) pairs. */
+	uint8_t gpu_n;
+	uint8_t gpu_stage[KVPC_LEASE_GPU_NOTES];
+	uint32_t gpu_gen[KVPC_LEASE_GPU_NOTES];
 	uint32_t cap;              /* frames[] room, in 32-bit words */
 	struct kvpc_lease *free_next; /* on the client's record cache */
 	int32_t frames[];          /* npages device frames, copied at decode */
@@ -223,8 +279,19 @@ void kvpc_lease_drop(struct kvp_client *c, uint64_t id);
 /* Forget every lease of sequence seq but keep. */
 void kvpc_lease_drop_seq(struct kvp_client *c, uint64_t seq, uint64_t keep);
 void kvpc_lease_table_free(struct kvp_client *c);
+/* Leases held (records in the table). */
+static inline uint64_t kvpc_lease_count(const struct kvp_client *c)
+{
+	return c->leases.count;
+}
+/* The slots of new tokens [first, first + n) of r, whose range the caller
+ * checked (kvpc_lease_open and r->n_new), into out. Every frame is read
+ * once from the record, checked against the device tier and only then
+ * written. 0 or -EINVAL with the last error set. */
+int kvpc_lease_slots(struct kvp_client *c, const struct kvpc_lease *r,
+		     uint32_t first, uint32_t n, struct kvp_slot *out);
 
-/* client.c: the client's last error. kvpc_err() returns code. */
+/* error.c: the client's last error. kvpc_err() returns code. */
 __attribute__((format(printf, 3, 4)))
 int kvpc_err(struct kvp_client *c, int code, const char *fmt, ...);
 /* A cqe's failure detail (proto.h FAILURE DETAIL), all zero unless it failed. */
@@ -236,9 +303,14 @@ int kvpc_fail(struct kvp_client *c, int code, const char *fmt, ...);
 /* Fail with the sticky error if the client is broken, or with -ECHILD if
  * this process inherited it across fork(); else 0. */
 int kvpc_check_dead(struct kvp_client *c);
-/* Bumped in every child fork() makes (client.c, INHERITED CLIENTS). */
+/* Bumped in every child fork() makes (client.c, INHERITED CLIENTS), from
+ * the first kvpc_fork_watch() on. */
 extern uint32_t kvpc_fork_gen;
-/* -ECHILD with the message that says what to do (client.c). */
+void kvpc_fork_watch(void);
+/* Whether this process is not the one that attached c (the slow check,
+ * with getpid(), kvp_close() makes). */
+int kvpc_is_inherited(const struct kvp_client *c);
+/* -ECHILD with the message that says what to do (error.c). */
 int kvpc_inherited(struct kvp_client *c);
 /* 0 in the process that attached c; -ECHILD in a child that inherited it.
  * Every call checks this before it touches the rings, the arena, the
@@ -369,14 +441,6 @@ int kvpc_put_id(struct kvp_client *c, struct kvp_sqe *sqe,
 int kvpc_call(struct kvp_client *c, struct kvp_sqe *sqe, struct kvp_cqe *cqe,
 	      uint32_t *idx);
 
-/* append.c: the slots of new tokens [item.first, item.first + item.n) of
- * each item's lease, in item order, into out (sum of n entries). Every
- * frame is read once from the page table, checked against the device tier
- * and only then written; the items' ranges were checked by the caller.
- * Returns 0 or -EINVAL with the last error set. */
-int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
-		      uint32_t count, struct kvp_slot *out);
-
 /*
  * cuda.c: the cuda backend (client side). Without KVPOOL_HAVE_CUDA every
  * one of these fails with -EOPNOTSUPP ("built without CUDA") or does
@@ -386,6 +450,8 @@ int kvpc_append_slots(struct kvp_client *c, const struct kvp_append_item *items,
  * per-layer k / v arrays of one item). */
 struct kvpc_cuda_job {
 	const struct kvp_append_item *items;
+	struct kvpc_lease *const *recs; /* items[i]'s record, checked: OPEN,
+				       * the item's range within its n_new */
 	uint32_t count;
 	uint32_t n;                   /* sum of items[].n, > 0 */
 	const void *kv;               /* [n][layers][2][heads][dim], or NULL */
@@ -428,10 +494,13 @@ int kvpc_cuda_pick(struct kvp_client *c, const uint8_t want[16],
 		   int32_t daemon_ordinal, const uint8_t (*seen)[16], int n);
 /* Wait for every append in flight, unmap and free (kvp_close). */
 void kvpc_cuda_detach(struct kvp_client *c);
-/* Stage the slots, copy them over and launch, all on j->stream. */
+/* Stage the slots (from the checked records: nothing is checked again but
+ * the frames, kvpc_lease_slots), copy them over and launch, all on
+ * j->stream; note the launch in each record. */
 int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j);
 /* Before a commit or release of lease: wait until every append of it
- * landed (the commit ordering rule, kvpool.h). 0 or -EIO. */
+ * noted in its record landed (THE LEASE RECORD, 3; the commit ordering
+ * rule, kvpool.h). 0 (also for a lease not held) or -EIO. */
 int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease);
 
 #endif /* KVPOOL_CLIENT_INTERNAL_H */

@@ -40,13 +40,18 @@
  * appends in flight the next one waits for the oldest. Buffers grow (by
  * doubling) to the largest append seen.
  *
- * COMMIT ORDERING. The entry's (index, generation) is remembered per lease
- * (an open-addressing table, lease id -> up to LEASE_PENDING entries; the
- * generation is bumped at every launch, so an entry that was reused since is
- * known to have completed). kvp_commit / kvp_queue_commit / kvp_release /
- * kvp_queue_release of a lease first wait for those events
- * (kvpc_cuda_wait_lease), so no other process can see the tokens, or get
- * the pages back, before the bytes landed.
+ * COMMIT ORDERING. The entry's (index, generation) is noted in the record
+ * of each lease the append wrote (client_internal.h, THE LEASE RECORD: up
+ * to KVPC_LEASE_GPU_NOTES of them; the generation is bumped at every
+ * launch, so an entry that was reused since is known to have completed).
+ * kvp_commit / kvp_queue_commit / kvp_release / kvp_queue_release of a
+ * lease first wait for those events (kvpc_cuda_wait_lease), so no other
+ * process can see the tokens, or get the pages back, before the bytes
+ * landed.
+ *
+ * A LOWER LAYER. append.c checks an append once and hands over the records
+ * it checked; this file only stages the slots (kvpc_lease_slots, lease.c),
+ * copies and launches. It calls nothing above it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -133,8 +138,8 @@ int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease)
 
 #define STAGES 32u             /* appends in flight before the host waits */
 #define STAGE_MIN (4u << 10)   /* a staging buffer's first size: 512 slots */
-#define LEASE_PENDING 4u       /* staging entries remembered per lease */
-#define TAB_MIN 64u
+/* A record notes a staging entry's index in a byte. */
+_Static_assert(STAGES <= 256, "staging entries must fit in kvpc_lease.gpu_stage");
 
 struct stage {
 	unsigned char *host;   /* pinned */
@@ -143,14 +148,6 @@ struct stage {
 	cudaEvent_t done;      /* recorded behind the launch that read dev */
 	uint32_t gen;          /* bumped at each launch */
 	int pending;           /* done recorded and not yet seen complete */
-};
-
-struct lease_rec {
-	uint64_t lease;
-	uint32_t used;
-	uint32_t n;                    /* pairs below */
-	uint32_t stage[LEASE_PENDING];
-	uint32_t gen[LEASE_PENDING];
 };
 
 struct kvpc_cuda {
@@ -163,8 +160,6 @@ struct kvpc_cuda {
 	int have_handle, reserved, mapped;
 	struct stage stage[STAGES];
 	uint32_t next;                 /* the staging entry to take next */
-	struct lease_rec *tab;         /* tab_cap entries, a power of two */
-	uint32_t tab_cap, tab_used;
 };
 
 /* ------------------------------------------------------------ contexts */
@@ -387,120 +382,32 @@ void kvpc_cuda_detach(struct kvp_client *c)
 		cu->drv->addr_free(cu->base, cu->bytes);
 	if (cu->have_handle)
 		cu->drv->release(cu->handle);
-	free(cu->tab);
 	free(cu);
 	c->cuda = NULL;
 	c->device = NULL;
 }
 
-/* ------------------------------------------------------------ lease table */
+/* ------------------------------------------------------------ lease notes */
 
-static uint32_t tab_home(const struct kvpc_cuda *cu, uint64_t lease)
-{
-	lease ^= lease >> 33;
-	lease *= 0xff51afd7ed558ccdull;
-	lease ^= lease >> 33;
-	return (uint32_t)lease & (cu->tab_cap - 1);
-}
-
-static struct lease_rec *tab_find(struct kvpc_cuda *cu, uint64_t lease)
-{
-	if (!cu->tab_used)
-		return NULL;
-	for (uint32_t i = tab_home(cu, lease);; i = (i + 1) & (cu->tab_cap - 1)) {
-		struct lease_rec *r = &cu->tab[i];
-
-		if (!r->used)
-			return NULL;
-		if (r->lease == lease)
-			return r;
-	}
-}
-
-/* k in the cyclic range (i, j]. */
-static int cyclic_in(uint32_t i, uint32_t k, uint32_t j)
-{
-	return i <= j ? i < k && k <= j : k > i || k <= j;
-}
-
-/* Linear probing with backward-shift deletion: no tombstones. */
-static void tab_del(struct kvpc_cuda *cu, struct lease_rec *r)
-{
-	const uint32_t mask = cu->tab_cap - 1;
-	uint32_t i = (uint32_t)(r - cu->tab), j = i;
-
-	for (;;) {
-		j = (j + 1) & mask;
-		if (!cu->tab[j].used)
-			break;
-		if (!cyclic_in(i, tab_home(cu, cu->tab[j].lease), j)) {
-			cu->tab[i] = cu->tab[j];
-			i = j;
-		}
-	}
-	cu->tab[i].used = 0;
-	cu->tab_used--;
-}
-
-/* Is staging entry (s, gen) of a record still in flight (as far as we know)? */
-static int pair_live(const struct kvpc_cuda *cu, uint32_t s, uint32_t gen)
+/* Is staging entry (s, gen) of a note still in flight (as far as we know)? */
+static int note_live(const struct kvpc_cuda *cu, uint32_t s, uint32_t gen)
 {
 	return cu->stage[s].gen == gen && cu->stage[s].pending;
 }
 
-/* Drop the pairs that completed; query the in-flight ones when asked. */
-static void rec_compact(struct kvpc_cuda *cu, struct lease_rec *r, int query)
+/* Drop the notes whose appends completed. */
+static void notes_compact(struct kvpc_cuda *cu, struct kvpc_lease *r)
 {
-	uint32_t k = 0;
+	uint8_t k = 0;
 
-	for (uint32_t i = 0; i < r->n; i++) {
-		struct stage *s = &cu->stage[r->stage[i]];
-
-		if (query && pair_live(cu, r->stage[i], r->gen[i]) &&
-		    cudaEventQuery(s->done) == cudaSuccess)
-			s->pending = 0;
-		if (!pair_live(cu, r->stage[i], r->gen[i]))
+	for (uint8_t i = 0; i < r->gpu_n; i++) {
+		if (!note_live(cu, r->gpu_stage[i], r->gpu_gen[i]))
 			continue;
-		r->stage[k] = r->stage[i];
-		r->gen[k] = r->gen[i];
+		r->gpu_stage[k] = r->gpu_stage[i];
+		r->gpu_gen[k] = r->gpu_gen[i];
 		k++;
 	}
-	r->n = k;
-}
-
-static int tab_grow(struct kvpc_cuda *cu)
-{
-	uint32_t cap = cu->tab_cap ? cu->tab_cap : TAB_MIN, live = 0;
-	struct lease_rec *old = cu->tab, *nt;
-	const uint32_t old_cap = cu->tab_cap;
-
-	/* Records whose appends all finished need no room. */
-	for (uint32_t i = 0; i < old_cap; i++) {
-		if (!old[i].used)
-			continue;
-		rec_compact(cu, &old[i], 1);
-		live += old[i].n > 0;
-	}
-	while ((live + 1) * 2 > cap)
-		cap *= 2;
-	nt = calloc(cap, sizeof(*nt));
-	if (!nt)
-		return -ENOMEM;
-	cu->tab = nt;
-	cu->tab_cap = cap;
-	cu->tab_used = 0;
-	for (uint32_t i = 0; i < old_cap; i++) {
-		uint32_t j;
-
-		if (!old[i].used || !old[i].n)
-			continue;
-		for (j = tab_home(cu, old[i].lease); nt[j].used; j = (j + 1) & (cap - 1))
-			;
-		nt[j] = old[i];
-		cu->tab_used++;
-	}
-	free(old);
-	return 0;
+	r->gpu_n = k;
 }
 
 /* Wait for staging entry s (error: the append failed on the GPU). */
@@ -515,69 +422,56 @@ static cudaError_t stage_wait(struct stage *s)
 	return e;
 }
 
-/* Remember that lease has an append in staging entry s (generation gen).
- * Where that cannot be remembered, wait for it now instead. */
-static cudaError_t note_lease(struct kvpc_cuda *cu, uint64_t lease, uint32_t s,
-			      uint32_t gen)
+/* Note in r that its lease has an append in staging entry s (generation
+ * gen), after the entry's event was recorded (THE LEASE RECORD, 2). */
+static cudaError_t note_lease(struct kvpc_cuda *cu, struct kvpc_lease *r,
+			      uint32_t s, uint32_t gen)
 {
-	struct lease_rec *r = tab_find(cu, lease);
-
-	if (!r) {
-		uint32_t i;
-
-		if ((cu->tab_used + 1) * 2 > cu->tab_cap && tab_grow(cu))
-			return stage_wait(&cu->stage[s]);
-		for (i = tab_home(cu, lease); cu->tab[i].used; i = (i + 1) & (cu->tab_cap - 1))
-			;
-		r = &cu->tab[i];
-		memset(r, 0, sizeof(*r));
-		r->used = 1;
-		r->lease = lease;
-		cu->tab_used++;
-	}
-	for (uint32_t i = 0; i < r->n; i++)
-		if (r->stage[i] == s && r->gen[i] == gen)
-			return cudaSuccess;
-	rec_compact(cu, r, 0);
-	if (r->n == LEASE_PENDING) {
+	for (uint8_t i = 0; i < r->gpu_n; i++)
+		if (r->gpu_stage[i] == s && r->gpu_gen[i] == gen)
+			return cudaSuccess; /* two items of one batch */
+	notes_compact(cu, r);
+	if (r->gpu_n == KVPC_LEASE_GPU_NOTES) {
 		/* Many appends of one lease in flight on different streams:
-		 * the oldest must be done before one more is tracked. */
-		cudaError_t e = stage_wait(&cu->stage[r->stage[0]]);
+		 * the oldest must be done before one more is noted. */
+		cudaError_t e = stage_wait(&cu->stage[r->gpu_stage[0]]);
 
-		memmove(r->stage, r->stage + 1, (LEASE_PENDING - 1) * sizeof(r->stage[0]));
-		memmove(r->gen, r->gen + 1, (LEASE_PENDING - 1) * sizeof(r->gen[0]));
-		r->n--;
+		memmove(r->gpu_stage, r->gpu_stage + 1,
+			(KVPC_LEASE_GPU_NOTES - 1) * sizeof(r->gpu_stage[0]));
+		memmove(r->gpu_gen, r->gpu_gen + 1,
+			(KVPC_LEASE_GPU_NOTES - 1) * sizeof(r->gpu_gen[0]));
+		r->gpu_n--;
 		if (e != cudaSuccess)
 			return e;
 	}
-	r->stage[r->n] = s;
-	r->gen[r->n] = gen;
-	r->n++;
+	r->gpu_stage[r->gpu_n] = (uint8_t)s;
+	r->gpu_gen[r->gpu_n] = gen;
+	r->gpu_n++;
 	return cudaSuccess;
 }
 
 int kvpc_cuda_wait_lease(struct kvp_client *c, uint64_t lease)
 {
 	struct kvpc_cuda *cu = c->cuda;
-	struct lease_rec *r;
+	struct kvpc_lease *r;
 	cudaError_t e = cudaSuccess;
 	CUcontext prev;
 	int ret;
 
-	if (!cu || !(r = tab_find(cu, lease)))
+	if (!cu || !(r = kvpc_lease_find(c, lease)) || !r->gpu_n)
 		return 0;
 	ret = enter(c, &prev);
 	if (ret)
 		return ret;
-	for (uint32_t i = 0; i < r->n; i++) {
+	for (uint8_t i = 0; i < r->gpu_n; i++) {
 		cudaError_t ei = cudaSuccess;
 
-		if (pair_live(cu, r->stage[i], r->gen[i]))
-			ei = stage_wait(&cu->stage[r->stage[i]]);
+		if (note_live(cu, r->gpu_stage[i], r->gpu_gen[i]))
+			ei = stage_wait(&cu->stage[r->gpu_stage[i]]);
 		if (e == cudaSuccess)
 			e = ei;
 	}
-	tab_del(cu, r);
+	r->gpu_n = 0;
 	leave(c, prev);
 	if (e != cudaSuccess)
 		return kvpc_err(c, -EIO,
@@ -654,10 +548,15 @@ int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j)
 	ret = take_stage(c, slot_bytes + 2 * ptr_bytes, &s, &idx);
 	if (ret)
 		goto out;
-	/* Every range and frame is checked here, before anything is enqueued. */
-	ret = kvpc_append_slots(c, j->items, j->count, (struct kvp_slot *)s->host);
-	if (ret)
-		goto out;
+	/* The ranges were checked by append.c (the records in j->recs); the
+	 * frames are checked as the slots are written, before anything is
+	 * enqueued. */
+	for (uint32_t i = 0, at = 0; i < j->count; at += j->items[i].n, i++) {
+		ret = kvpc_lease_slots(c, j->recs[i], j->items[i].first, j->items[i].n,
+				       (struct kvp_slot *)s->host + at);
+		if (ret)
+			goto out;
+	}
 	if (!j->kv) {
 		memcpy(s->host + slot_bytes, j->k, ptr_bytes);
 		memcpy(s->host + slot_bytes + ptr_bytes, j->v, ptr_bytes);
@@ -708,7 +607,7 @@ int kvpc_cuda_append(struct kvp_client *c, const struct kvpc_cuda_job *j)
 	for (uint32_t i = 0; i < j->count; i++) {
 		if (!j->items[i].n)
 			continue;
-		e = note_lease(cu, j->items[i].lease->id, idx, s->gen);
+		e = note_lease(cu, j->recs[i], idx, s->gen);
 		if (e != cudaSuccess) {
 			ret = kvpc_err(c, -EIO, "append: an earlier append failed on the "
 				       "GPU: %s", cudaGetErrorString(e));

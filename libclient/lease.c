@@ -36,9 +36,17 @@
  * them: a seal ends the chunk's fill lease; kvp_seq_extend() ends the
  * sequence's previous (committed) write lease; a dead client has no leases.
  *
- * The table is open addressing with linear probing and backward-shift
- * deletion (no tombstones), sized to a power of two at most half full.
- * A client is single-threaded (client_internal.h), so nothing here locks.
+ * The record (struct kvpc_lease) and who may touch it when are described
+ * in client_internal.h, THE LEASE RECORD: it also holds the cuda backend's
+ * notes of the lease's appends still on the GPU, so one record per lease
+ * is all libclient keeps. The table is lib/hashtab keyed by id (a
+ * bijective hash: no key compare), made at the first lease. A client is
+ * single-threaded (client_internal.h), so nothing here locks.
+ *
+ * lease.c calls nothing above it (error.c only): the data ops check a
+ * lease through kvpc_lease_open() and get its slots from
+ * kvpc_lease_slots(), which the cuda backend calls for an append already
+ * checked.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,53 +63,14 @@
 #define LEASE_SMALL_WORDS 32u
 #define LEASE_CACHE_MAX 512u
 
-static uint64_t lease_hash(uint64_t id)
-{
-	/* splitmix64's finaliser: ids are (generation, slot) pairs, so their
-	 * low bits alone would cluster. */
-	id ^= id >> 30;
-	id *= 0xbf58476d1ce4e5b9ull;
-	id ^= id >> 27;
-	id *= 0x94d049bb133111ebull;
-	return id ^ (id >> 31);
-}
-
-/* The bucket holding id, or the empty bucket where it would go. */
-static uint32_t lease_bucket(const struct kvp_client *c, uint64_t id)
-{
-	uint32_t b = (uint32_t)lease_hash(id) & c->lease_mask;
-
-	while (c->lease_tab[b] && c->lease_tab[b]->id != id)
-		b = (b + 1) & c->lease_mask;
-	return b;
-}
-
-static int lease_table_grow(struct kvp_client *c)
-{
-	uint32_t old_cap = c->lease_tab ? c->lease_mask + 1 : 0;
-	uint32_t cap = old_cap ? old_cap * 2 : LEASE_TABLE_MIN;
-	struct kvpc_lease **old = c->lease_tab;
-
-	if (cap < old_cap) /* 2^31 leases: the daemon's limit is far lower */
-		return -ENOMEM;
-	c->lease_tab = calloc(cap, sizeof(*c->lease_tab));
-	if (!c->lease_tab) {
-		c->lease_tab = old;
-		return -ENOMEM;
-	}
-	c->lease_mask = cap - 1;
-	for (uint32_t i = 0; i < old_cap; i++)
-		if (old[i])
-			c->lease_tab[lease_bucket(c, old[i]->id)] = old[i];
-	free(old);
-	return 0;
-}
-
 struct kvpc_lease *kvpc_lease_find(const struct kvp_client *c, uint64_t id)
 {
-	if (!c->lease_tab || !id)
+	struct hnode *n;
+
+	if (!c->leases.buckets || !id)
 		return NULL;
-	return c->lease_tab[lease_bucket(c, id)];
+	n = hashtab_find_u64(&c->leases, id);
+	return n ? hashtab_entry(n, struct kvpc_lease, node) : NULL;
 }
 
 static struct kvpc_lease *record_get(struct kvp_client *c, size_t words)
@@ -133,31 +102,36 @@ static void record_put(struct kvp_client *c, struct kvpc_lease *r)
 	free(r);
 }
 
+/* Out of the table and back to the cache (or freed). */
+static void record_drop(struct kvp_client *c, struct kvpc_lease *r)
+{
+	hashtab_remove(&c->leases, &r->node);
+	record_put(c, r);
+}
+
 /* A record with room for words 32-bit words after it, in the table. */
 static struct kvpc_lease *lease_insert(struct kvp_client *c, uint64_t id,
 				       size_t words)
 {
-	struct kvpc_lease *r;
-	uint32_t b, cap;
+	struct kvpc_lease *r, *old;
+	uint32_t cap;
 
-	if ((c->lease_count + 1) * 2 > (c->lease_tab ? c->lease_mask + 1 : 0) &&
-	    lease_table_grow(c))
+	if (!c->leases.buckets && hashtab_init(&c->leases, LEASE_TABLE_MIN))
+		return NULL;
+	if (hashtab_reserve(&c->leases, 1))
 		return NULL;
 	r = record_get(c, words);
 	if (!r)
 		return NULL;
 	cap = r->cap;
 	*r = (struct kvpc_lease){ .id = id, .state = KVPC_LEASE_OPEN, .cap = cap };
-	b = lease_bucket(c, id);
-	if (c->lease_tab[b]) {
+	if ((old = kvpc_lease_find(c, id))) {
 		/* The daemon handed out an id we still hold: it released that
 		 * lease without telling us (it cannot, short of a bug). Trust the
 		 * new grant; the old record's frames are no longer ours. */
-		record_put(c, c->lease_tab[b]);
-		c->lease_count--;
+		record_drop(c, old);
 	}
-	c->lease_tab[b] = r;
-	c->lease_count++;
+	hashtab_insert(&c->leases, &r->node, hashtab_hash_u64(id));
 	return r;
 }
 
@@ -204,65 +178,37 @@ int kvpc_lease_add_blob(struct kvp_client *c, uint64_t id, const void *src,
 
 void kvpc_lease_drop(struct kvp_client *c, uint64_t id)
 {
-	uint32_t b, next;
+	struct kvpc_lease *r = kvpc_lease_find(c, id);
 
-	if (!c->lease_tab || !id)
-		return;
-	b = lease_bucket(c, id);
-	if (!c->lease_tab[b])
-		return;
-	record_put(c, c->lease_tab[b]);
-	c->lease_tab[b] = NULL;
-	c->lease_count--;
-	/* Backward shift: pull later entries of the probe run into the hole
-	 * unless their home bucket lies cyclically in (hole, here]. */
-	for (next = (b + 1) & c->lease_mask; c->lease_tab[next];
-	     next = (next + 1) & c->lease_mask) {
-		uint32_t home = (uint32_t)lease_hash(c->lease_tab[next]->id) &
-				c->lease_mask;
-
-		if (((next - home) & c->lease_mask) >= ((next - b) & c->lease_mask)) {
-			c->lease_tab[b] = c->lease_tab[next];
-			c->lease_tab[next] = NULL;
-			b = next;
-		}
-	}
+	if (r)
+		record_drop(c, r);
 }
 
 void kvpc_lease_drop_seq(struct kvp_client *c, uint64_t seq, uint64_t keep)
 {
-	uint32_t i = 0;
+	struct kvpc_lease *r;
 
-	if (!c->lease_tab)
-		return;
-	/* Rare (extend, free) and the table is small: a scan. A drop may
-	 * shift a later entry into bucket i, so i advances only past keepers. */
-	while (i <= c->lease_mask) {
-		struct kvpc_lease *r = c->lease_tab[i];
-
-		if (r && r->kind == KVPC_LEASE_SEQ && r->seq == seq && r->id != keep)
-			kvpc_lease_drop(c, r->id);
-		else
-			i++;
-	}
+	/* Rare (extend, free) and the table is small: a scan. */
+	hashtab_for_each_safe(&c->leases, r, node)
+		if (r->kind == KVPC_LEASE_SEQ && r->seq == seq && r->id != keep)
+			record_drop(c, r);
 }
 
 void kvpc_lease_table_free(struct kvp_client *c)
 {
-	while (c->lease_cache) {
-		struct kvpc_lease *r = c->lease_cache;
+	struct kvpc_lease *r;
 
+	while (c->lease_cache) {
+		r = c->lease_cache;
 		c->lease_cache = r->free_next;
 		free(r);
 	}
 	c->lease_cached = 0;
-	if (!c->lease_tab)
-		return;
-	for (uint32_t i = 0; i <= c->lease_mask; i++)
-		free(c->lease_tab[i]);
-	free(c->lease_tab);
-	c->lease_tab = NULL;
-	c->lease_count = 0;
+	hashtab_for_each_safe(&c->leases, r, node) {
+		hashtab_remove(&c->leases, &r->node);
+		free(r);
+	}
+	hashtab_fini(&c->leases);
 }
 
 static int lease_stale(struct kvp_client *c, const char *what, uint64_t id,
@@ -301,5 +247,37 @@ int kvpc_lease_open(struct kvp_client *c, uint64_t id, const char *what,
 	if (!r || r->state != KVPC_LEASE_OPEN)
 		return lease_stale(c, what, id, r);
 	*out = r;
+	return 0;
+}
+
+int kvpc_lease_slots(struct kvp_client *c, const struct kvpc_lease *r,
+		     uint32_t first, uint32_t n, struct kvp_slot *out)
+{
+	const uint32_t P = c->layout.page_tokens;
+	const uint32_t frames = c->tier_frames[KVP_TIER_DEVICE];
+	const uint64_t q0 = r->len + first;
+	uint64_t page = UINT64_MAX;
+	uint32_t frame = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t q = q0 + i;
+
+		if (q / P != page) {
+			/* The private copy: no other party writes it, but the
+			 * daemon wrote it, so its frames are checked. */
+			int32_t f = q / P < r->npages ? r->frames[q / P] : -1;
+
+			if (f < 0 || (uint32_t)f >= frames)
+				return kvpc_err(c, -EINVAL,
+						"append: lease %#" PRIx64 " page %" PRIu64
+						" names frame %" PRId32 ", outside the %" PRIu32
+						" frames of the device tier", r->id, q / P, f,
+						frames);
+			page = q / P;
+			frame = (uint32_t)f;
+		}
+		out[i].frame = frame;
+		out[i].slot = (uint32_t)(q % P);
+	}
 	return 0;
 }

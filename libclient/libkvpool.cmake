@@ -10,11 +10,13 @@
 # symbols local.
 set(KVPOOL_CLIENT_SOURCES
   libclient/version.c
+  libclient/error.c
   libclient/client.c
   libclient/ring.c
   libclient/batch.c
   libclient/calls.c
   libclient/rows.c
+  libclient/compat.c
   libclient/lease.c
   libclient/share.c
   libclient/seq_info.c

@@ -52,6 +52,7 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "gpu_test_util.h"
+#include "kvp_kernels.h"
 #include "kvpool.h"
 
 #define DEVICE 0

@@ -36,6 +36,7 @@
 
 #include "gpu_test_kernels.h"
 #include "gpu_test_util.h"
+#include "kvp_kernels.h"
 #include "kvpool.h"
 
 #define BATCH 7u

@@ -4,6 +4,7 @@
 #  - every function include/kvpool.h declares is exported, under a
 #    KVPOOL_x.y version node, and nothing else is exported;
 #  - every name libclient/kvpool.map lists exists;
+#  - no unchecked CPU writer (kvp_append_cpu) is exported;
 #  - abidiff against the last release's ABI (abi/kvpool-0.1.abi): no
 #    function removed or changed, no public type changed (added functions
 #    are fine: they go in a new node; kvp_stats, kvp_latency and
@@ -36,6 +37,13 @@ done <<<"$exported"
 for name in $(sed -n 's/^\t\(kvp_[a-z0-9_]*\);$/\1/p' "$src/libclient/kvpool.map"); do
 	grep -qx "$name" <<<"$public" ||
 		fail "libclient/kvpool.map lists $name, which kvpool.h does not declare"
+done
+# Writers that take no client cannot check a lease (issue 30): the
+# exported writes are kvp_append() and its kin, which do.
+for f in kvp_append_cpu kvp_append_layers_cpu; do
+	! grep -q " $f\$" <<<"$exported" ||
+		fail "$f is exported: it writes wherever its slots say, with no lease" \
+		     "check; keep it internal (kernels/kvp_kernels.h)"
 done
 echo "exports: $(wc -l <<<"$exported") functions, all declared in kvpool.h, all versioned"
 

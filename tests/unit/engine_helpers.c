@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "engine_helpers.h"
+#include "kvp_kernels.h"
 
 void check_at(struct engine *eng, const char *file, int line)
 {

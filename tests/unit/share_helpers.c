@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "engine_helpers.h"
+#include "kvp_kernels.h"
 #include "share_helpers.h"
 
 void tlease_copy(struct tlease *t, const struct engine_lease *L)

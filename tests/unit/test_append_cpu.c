@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "kvp_kernels.h"
 #include "kvpool.h"
 
 static void layout_or_fail(struct kvp_layout *l, uint32_t layers,

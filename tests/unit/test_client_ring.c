@@ -329,7 +329,7 @@ static void test_async_tags_survive_out_of_order_completion(void **state)
 	assert_null(kvpc_lease_find(c, l7.id));
 	assert_null(kvpc_lease_find(c, l9.id));
 	assert_int_equal(kvpc_lease_find(c, l8.id)->state, KVPC_LEASE_CLOSED);
-	assert_int_equal(c->lease_count, 33);
+	assert_int_equal(kvpc_lease_count(c), 33);
 	kvp_close(c);
 	fake_free(f);
 }

@@ -7,7 +7,7 @@
  * share their low bits), page tables small enough for the record cache
  * and larger ones, through several table growths. After every operation
  * the table holds exactly the reference's ids, each with its own page
- * table; a drop never loses a neighbour (the backward shift).
+ * table; a drop never loses a neighbour.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -69,7 +70,7 @@ static void check_all(struct kvp_client *c, const struct ref *ref)
 		assert_memory_equal(r->frames, ref[i].frames,
 				    ref[i].npages * sizeof(int32_t));
 	}
-	assert_int_equal(c->lease_count, held);
+	assert_int_equal(kvpc_lease_count(c), held);
 	assert_null(kvpc_lease_find(c, 0)); /* id 0: never a lease */
 }
 
@@ -122,9 +123,9 @@ static void test_lease_table_matches_a_reference(void **state)
 	check_all(c, ref);
 	/* The run did what it claims: growth, replacement, every kind of drop. */
 	assert_true(adds > 10000 && drops > 5000 && replaced > 1000 && seq_drops > 20);
-	assert_true(c->lease_mask + 1 >= 256);
+	assert_true(hashtab_nbuckets(&c->leases) >= 256);
 	kvpc_lease_table_free(c);
-	assert_null(c->lease_tab);
+	assert_null(c->leases.buckets);
 	assert_null(c->lease_cache);
 	free(ref);
 	free(c);
@@ -158,10 +159,125 @@ static void test_lease_open_says_why_not(void **state)
 	free(c);
 }
 
+/*
+ * The data path on an shm client with no daemon (the tier is host memory):
+ * an append is checked once, at its entry, against the records, and a
+ * batch in which any item is stale, out of its range or names a frame
+ * outside the tier writes nothing at all; a good batch writes exactly its
+ * tokens, where the records' page tables say.
+ */
+#define T_PAGE 4u
+#define T_FRAMES 8u
+
+static struct kvp_client *shm_client(void)
+{
+	struct kvp_client *c = calloc(1, sizeof(*c));
+	char err[128];
+
+	assert_non_null(c);
+	assert_int_equal(kvp_layout_init(&c->layout, 2, 1, 4, KVP_DTYPE_BF16, T_PAGE,
+					 err, sizeof(err)), 0);
+	c->tier_frames[KVP_TIER_DEVICE] = T_FRAMES;
+	c->device_bytes = (size_t)T_FRAMES * c->layout.page_bytes;
+	c->device = calloc(1, c->device_bytes);
+	assert_non_null(c->device);
+	c->fork_gen = kvpc_fork_gen;
+	c->pid = getpid();
+	c->device_fd = -1;
+	c->cuda_device = -1;
+	return c;
+}
+
+static void shm_client_free(struct kvp_client *c)
+{
+	kvpc_lease_table_free(c);
+	free(c->scratch);
+	free(c->recs);
+	free(c->device);
+	free(c);
+}
+
+static void test_append_batch_checks_every_item_before_writing(void **state)
+{
+	struct kvp_client *c = shm_client();
+	int32_t fa[2] = { 5, 2 }, fb[1] = { 7 }, fbad[2] = { 1, 99 };
+	struct kvp_lease a = { .id = 0x100000001ull, .len = 2, .n_new = 5,
+			       .npages = 2, .indices = fa };
+	struct kvp_lease b = { .id = 0x100000002ull, .len = 0, .n_new = 3,
+			       .npages = 1, .indices = fb };
+	struct kvp_lease bad = { .id = 0x100000003ull, .len = 0, .n_new = 8,
+				 .npages = 2, .indices = fbad };
+	struct kvp_lease gone = { .id = 0x100000004ull };
+	const size_t tb = c->layout.token_bytes;
+	unsigned char *kv = malloc(8 * tb), *before = malloc(c->device_bytes);
+	unsigned char *back = malloc(8 * tb);
+	struct kvp_slot slots[8];
+	struct kvpc_lease *r = NULL;
+
+	(void)state;
+	for (size_t i = 0; i < 8 * tb; i++)
+		kv[i] = (unsigned char)(i * 7 + 1);
+	assert_int_equal(kvpc_lease_add(c, &a, KVPC_LEASE_HISTORY, 0), 0);
+	assert_int_equal(kvpc_lease_add(c, &b, KVPC_LEASE_HISTORY, 0), 0);
+	assert_int_equal(kvpc_lease_add(c, &bad, KVPC_LEASE_HISTORY, 0), 0);
+
+	/* A good batch: a's tokens 1..3 (positions 3..5: frame 5 slot 3, frame
+	 * 2 slots 0, 1), then b's tokens 0..1 (frame 7 slots 0, 1). */
+	{
+		const struct kvp_append_item it[2] = { { &a, 1, 3 }, { &b, 0, 2 } };
+
+		assert_int_equal(kvp_append_batch_async(c, it, 2, kv, NULL), 0);
+	}
+	slots[0] = (struct kvp_slot){ 5, 3 };
+	slots[1] = (struct kvp_slot){ 2, 0 };
+	slots[2] = (struct kvp_slot){ 2, 1 };
+	slots[3] = (struct kvp_slot){ 7, 0 };
+	slots[4] = (struct kvp_slot){ 7, 1 };
+	kvp_read_cpu(&c->layout, c->device, slots, 5, back);
+	assert_memory_equal(back, kv, 5 * tb);
+	memcpy(before, c->device, c->device_bytes);
+
+	/* Each bad batch fails naming its item, and the tier is untouched:
+	 * the first item is good every time. */
+	{
+		const struct kvp_append_item stale[2] = { { &a, 0, 2 }, { &gone, 0, 1 } };
+		const struct kvp_append_item range[2] = { { &a, 0, 2 }, { &b, 2, 2 } };
+		const struct kvp_append_item frame[2] = { { &a, 0, 2 }, { &bad, 0, 6 } };
+
+		assert_int_equal(kvp_append_batch_async(c, stale, 2, kv, NULL), -ESTALE);
+		assert_non_null(strstr(kvp_last_error(c), "append_batch item 1: lease 0x100000004"));
+		assert_int_equal(kvp_append_batch_async(c, range, 2, kv, NULL), -EINVAL);
+		assert_non_null(strstr(kvp_last_error(c), "append_batch item 1: tokens [2, 4)"));
+		assert_int_equal(kvp_append_batch_async(c, frame, 2, kv, NULL), -EINVAL);
+		assert_non_null(strstr(kvp_last_error(c), "names frame 99"));
+		assert_memory_equal(c->device, before, c->device_bytes);
+	}
+
+	/* A lease with a commit queued takes no write, single or batched. */
+	assert_int_equal(kvpc_lease_open(c, b.id, "test", &r), 0);
+	r->state = KVPC_LEASE_COMMITTING;
+	assert_int_equal(kvp_append(c, &b, 2, 1, kv), -ESTALE);
+	assert_non_null(strstr(kvp_last_error(c), "has a commit queued"));
+	assert_memory_equal(c->device, before, c->device_bytes);
+
+	/* kvp_append of a good lease writes its slots (a's token 4: frame 2
+	 * slot 2). */
+	assert_int_equal(kvp_append(c, &a, 4, 1, kv + tb), 0);
+	slots[0] = (struct kvp_slot){ 2, 2 };
+	kvp_read_cpu(&c->layout, c->device, slots, 1, back);
+	assert_memory_equal(back, kv + tb, tb);
+
+	free(kv);
+	free(before);
+	free(back);
+	shm_client_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lease_table_matches_a_reference),
+		cmocka_unit_test(test_append_batch_checks_every_item_before_writing),
 		cmocka_unit_test(test_lease_open_says_why_not),
 	};
 

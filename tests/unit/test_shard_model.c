@@ -82,6 +82,7 @@
 
 #include <cmocka.h>
 
+#include "kvp_kernels.h"
 #include "model_util.h"
 
 #include "engine.h"

@@ -47,6 +47,7 @@
 
 #include <cmocka.h>
 
+#include "kvp_kernels.h"
 #include "model_util.h"
 
 #include "engine.h"

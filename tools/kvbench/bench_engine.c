@@ -43,6 +43,7 @@
 
 #include "kvpool_engine.h"
 #include "engine_report.h"
+#include "kvp_kernels.h"
 #include "kvbench.h"
 #include "kvpool.h"
 #include "stats.h"

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "kvp_kernels.h"
 #include "kvpool_engine.h"
 #include "prefix_bench.h"
 

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "kvp_kernels.h"
 #include "kvpool_bench.h"
 #include "proto.h"
 #include "kvpool_engine.h"
