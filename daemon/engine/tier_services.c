@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_services.c - the engine's side of tier_services.h: what a tier may
+ * ask of the engine, over its private structures. Every function runs
+ * under the engine's lock (tier_services.h).
+ */
+#include <string.h>
+
+#include "share_internal.h"
+#include "tier_services.h"
+
+struct disk_tier *tier_disk(const struct engine *eng)
+{
+	return eng->disk;
+}
+
+struct remote_tier *tier_remote(const struct engine *eng)
+{
+	return eng->remote;
+}
+
+uint64_t tier_disk_tenant(const struct engine *eng)
+{
+	return eng->disk_tenant;
+}
+
+uint32_t tier_disk_pool(const struct engine *eng)
+{
+	return eng->disk_pool;
+}
+
+uint32_t tier_remote_chunk_skip(const struct engine *eng)
+{
+	return eng->remote_chunk_skip;
+}
+
+uint32_t tier_page_tokens(const struct engine *eng)
+{
+	return eng->P;
+}
+
+struct frames *tier_device_frames(struct engine *eng)
+{
+	return &eng->frames[KVP_TIER_DEVICE];
+}
+
+uint32_t tier_host_reserve(struct engine *eng, uint32_t n)
+{
+	return frames_reserve(&eng->frames[KVP_TIER_HOST], n);
+}
+
+uint64_t tier_device_avail(struct engine *eng, uint32_t need)
+{
+	return engine_device_avail(eng, NULL, need);
+}
+
+void tier_evict_for_device(struct engine *eng, uint32_t need)
+{
+	evict_for_device(eng, need);
+}
+
+uint32_t tier_frames_total(const struct engine *eng, enum kvp_tier t)
+{
+	return eng->frames[t].total;
+}
+
+uint64_t tier_max_tokens(const struct engine *eng)
+{
+	return eng->max_tokens;
+}
+
+/* ------------------------------------------------------------ histories */
+
+struct history *tier_history_find(struct engine *eng, uint64_t user)
+{
+	return user_table_find(&eng->users, user);
+}
+
+uint64_t tier_user_count(const struct engine *eng)
+{
+	return user_table_count(&eng->users);
+}
+
+int tier_user_foreach(struct engine *eng,
+		      int (*fn)(struct history *h, void *arg), void *arg)
+{
+	return user_table_foreach(&eng->users, fn, arg);
+}
+
+uint64_t tier_history_user(const struct history *h)
+{
+	return h->user;
+}
+
+uint64_t tier_history_start(const struct history *h)
+{
+	return h->start;
+}
+
+uint64_t tier_history_len(const struct history *h)
+{
+	return h->len;
+}
+
+uint32_t tier_history_pages(const struct engine *eng, const struct history *h)
+{
+	return (uint32_t)pages_for(eng, h->len);
+}
+
+uint32_t tier_history_pins(const struct history *h)
+{
+	return h->pins;
+}
+
+void tier_history_mark_stored(struct history *h)
+{
+	h->in_store = true;
+	h->store_wgen = h->wgen;
+	h->store_start = h->start;
+	h->store_len = h->len;
+}
+
+bool tier_history_stored(const struct history *h)
+{
+	return h->in_store && h->store_wgen == h->wgen &&
+	       h->store_start == h->start && h->store_len == h->len;
+}
+
+void tier_history_demote(struct engine *eng, struct history *h)
+{
+	demote_or_drop(eng, h);
+}
+
+/* ------------------------------------------------------------ prefix pages */
+
+uint32_t tier_share_frames(const struct engine *eng)
+{
+	return eng->share ? eng->share->nframes : 0;
+}
+
+void tier_frame_ref(struct engine *eng, uint32_t frame)
+{
+	sp_ref(eng, frame);
+}
+
+void tier_frame_unref(struct engine *eng, uint32_t frame)
+{
+	sp_unref(eng, frame);
+}
+
+uint32_t tier_frame_pc(const struct engine *eng, uint32_t frame)
+{
+	return eng->share->sp[frame].pc;
+}
+
+const uint8_t *tier_frame_hash(const struct engine *eng, uint32_t frame)
+{
+	const struct share *s = eng->share;
+
+	return s->pc[s->sp[frame].pc].hash;
+}
+
+void tier_pc_hash_page(const struct engine *eng, const uint8_t prev[32],
+		       const uint32_t *tokens, uint8_t out[32])
+{
+	pc_hash_page(eng, prev, tokens, out);
+}
+
+uint32_t tier_pc_find(const struct engine *eng, const uint8_t hash[32])
+{
+	return pc_find(eng, hash);
+}
+
+uint32_t tier_pc_match(struct engine *eng, const uint32_t *tokens,
+		       uint32_t full, uint32_t *frames, uint32_t *idle)
+{
+	return pc_match(eng, tokens, full, frames, idle);
+}
+
+uint32_t tier_pc_adopt_stored(struct engine *eng, uint32_t frame,
+			      const uint8_t hash[32], uint32_t parent)
+{
+	struct share *s = eng->share;
+	uint32_t e;
+
+	s->sp[frame] = (struct spage){ .refs = 0, .pc = PC_NONE };
+	pc_adopt(eng, frame, hash, parent);
+	e = s->sp[frame].pc;
+	s->pc[e].in_store = true; /* not written back on eviction */
+	list_del(&s->pc[e].pub);
+	return e;
+}
+
+int tier_pages_in(struct engine *eng, const void *const *src,
+		  const uint32_t *dev, uint32_t n)
+{
+	return share_pages_in(eng, src, dev, n);
+}
+
+/* ------------------------------------------------------------ chunks */
+
+uint32_t tier_chunk_type(const struct chunk *c)
+{
+	return c->type;
+}
+
+uint32_t tier_chunk_npages(const struct chunk *c)
+{
+	return c->npages;
+}
+
+const uint8_t *tier_chunk_id(const struct chunk *c)
+{
+	return c->id.b;
+}
+
+const uint8_t *tier_chunk_name_id(const struct chunk *c)
+{
+	return c->name->id.b;
+}
+
+bool tier_chunk_in_store(const struct chunk *c)
+{
+	return c->in_store;
+}
+
+void tier_chunk_set_in_store(struct chunk *c, bool in_store)
+{
+	c->in_store = in_store;
+}
+
+uint32_t tier_chunk_pub_next(const struct chunk *c)
+{
+	return c->pub_next;
+}
+
+void tier_chunk_pub_advance(struct chunk *c)
+{
+	c->pub_next++;
+}
+
+void tier_chunk_aliases(struct engine *eng, const struct kvp_chunk_id *id,
+			void (*fn)(struct engine *eng, const uint8_t id[32]))
+{
+	struct chunk_name *n;
+	struct chunk *c, *e;
+
+	n = name_find(eng, id);
+	if (!n && (c = chunk_find(eng, id)))
+		n = c->name;
+	if (!n)
+		return;
+	if (memcmp(n->id.b, id->b, 32))
+		fn(eng, n->id.b);
+	list_for_each_entry(e, &n->entries, name_link)
+		if (!e->parent && memcmp(e->id.b, id->b, 32))
+			fn(eng, e->id.b);
+}
+
+/* ------------------------------------------------------------ publishing */
+
+struct pc_entry *tier_pub_pc_first(struct engine *eng)
+{
+	return list_first_entry_or_null(&eng->share->pub_pcs, struct pc_entry, pub);
+}
+
+void tier_pub_pc_take(struct pc_entry *pe)
+{
+	list_del(&pe->pub);
+}
+
+struct chunk *tier_pub_chunk_first(struct engine *eng)
+{
+	return list_first_entry_or_null(&eng->share->pub_chunks, struct chunk, pub);
+}
+
+void tier_pub_chunk_take(struct chunk *c)
+{
+	list_del(&c->pub);
+}
+
+bool tier_pub_pending(const struct engine *eng)
+{
+	const struct share *s = eng->share;
+
+	return !list_empty(&s->pub_pcs) || !list_empty(&s->pub_chunks);
+}
