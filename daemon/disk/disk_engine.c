@@ -638,4 +638,5 @@ const struct tier_ops disk_tier_ops = {
 	.chunk_restore = share_disk_chunk_restore,
 	.chunk_drop = share_disk_chunk_drop,
 	.chunk_clear = share_disk_chunk_clear,
+	.flush = engine_disk_flush_all,
 };

@@ -200,4 +200,5 @@ const struct tier_ops remote_tier_ops = {
 	.prefix_more = remote_prefix_more_op,
 	.publish = remote_publish,
 	.chunk_kept = remote_chunk_type_kept,
+	.flush = engine_remote_user_flush_all,
 };
