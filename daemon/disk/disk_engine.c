@@ -28,29 +28,14 @@
 #include "disk_tier.h"
 #include "engine_internal.h"
 #include "engine_share.h"
-#include "remote_engine.h"
 #include "shard.h"
 #include "share_disk.h"
+#include "tier_services.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
 {
 	return (struct disk_key){ .tenant = eng->disk_tenant,
 				  .pool = eng->disk_pool, .user = user };
-}
-
-void *history_page_cpu(struct engine *eng, struct history *h, uint32_t i)
-{
-	const struct page_ref *p = &h->pages[i];
-	uint64_t pb = eng->layout.page_bytes;
-
-	if (p->frame[KVP_TIER_HOST] != FRAME_NONE)
-		return (char *)eng->mem[KVP_TIER_HOST].base +
-		       (uint64_t)p->frame[KVP_TIER_HOST] * pb;
-	if (p->frame[KVP_TIER_DEVICE] != FRAME_NONE &&
-	    eng->mem[KVP_TIER_DEVICE].host_visible)
-		return (char *)eng->mem[KVP_TIER_DEVICE].base +
-		       (uint64_t)p->frame[KVP_TIER_DEVICE] * pb;
-	return NULL;
 }
 
 int engine_disk_demote(struct engine *eng, struct history *h)
@@ -67,7 +52,7 @@ int engine_disk_demote(struct engine *eng, struct history *h)
 	if (!pages)
 		return -ENOMEM; /* dropped, as without a disk tier */
 	for (uint32_t i = 0; i < n; i++)
-		if (!(pages[i] = history_page_cpu(eng, h, i)))
+		if (!(pages[i] = tier_history_page_cpu(eng, h, i)))
 			goto out; /* device-only on a GPU: dropped as before */
 	k = key_of(eng, h->user);
 	/* -ENOSPC: no staging room: dropped as before, counted there. */
@@ -75,66 +60,6 @@ int engine_disk_demote(struct engine *eng, struct history *h)
 out:
 	free(pages);
 	return ret;
-}
-
-/*
- * Host room for n pages: the host LRU's oldest go (to disk), and when that
- * is not enough, the host copies of unpinned histories on the device LRU,
- * oldest first: they are copies of pages the device holds.
- */
-static bool host_room_for_disk(struct engine *eng, uint32_t n)
-{
-	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	struct history *h;
-
-	if (host_make_room(eng, n, NULL))
-		return true;
-	list_for_each_entry(h, &eng->lru[LRU_DEVICE].list, lru_link) {
-		if (frames_reserve(host, n) >= n)
-			break;
-		if (h->nres[KVP_TIER_HOST] && h->nres[KVP_TIER_DEVICE] == h->npages)
-			pages_free_frames(eng, h, 0, h->npages, KVP_TIER_HOST);
-	}
-	if (host_make_room(eng, n, NULL))
-		return true;
-	if (!eng->set || !eng->set->global)
-		return false;
-	/* Every lock held: the other shards' host LRUs give frames back to
-	 * the pool, where ours takes them. */
-	for (uint32_t i = 0; i < eng->set->n && frames_reserve(host, n) < n; i++) {
-		struct engine *o = eng->set->v[i].eng;
-
-		if (o == eng)
-			continue;
-		while (lru_head(&o->lru[LRU_HOST]) && o->frames[KVP_TIER_HOST].nfree < n) {
-			engine_disk_demote(o, lru_head(&o->lru[LRU_HOST]));
-			engine_remote_user_out(o, lru_head(&o->lru[LRU_HOST]));
-			history_drop(o, lru_head(&o->lru[LRU_HOST]));
-		}
-		frames_flush(&o->frames[KVP_TIER_HOST]);
-	}
-	return host_make_room(eng, n, NULL);
-}
-
-/* Host room for n pages coming back from the tier `from` (disk, remote)
- * for user, or why not. */
-static int disk_room(struct engine *eng, uint64_t user, uint32_t n,
-		     const char *from, struct errbuf *e)
-{
-	if (host_room_for_disk(eng, n))
-		return 0;
-	/* A shard's host LRU is its own: retried with every lock held, where
-	 * the other shards make room too. */
-	if (eng->set && !eng->set->global)
-		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
-				  " has no host room for its %" PRIu32 " pages on "
-				  "the %s tier; retried with every shard", user,
-				  eng->shard, n, from);
-	return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32 " pages on "
-			  "the %s tier need host frames and the host tier has %"
-			  PRIu32 " free and nothing to evict (pinned); release "
-			  "leases or raise host_mem", user, n, from,
-			  eng->frames[KVP_TIER_HOST].nfree);
 }
 
 /*
@@ -244,7 +169,7 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 	*out = NULL;
 	if (!de || !de->into || !disk_tier_info(eng->disk, &k, &start, &len, &n) || !n)
 		return 0;
-	ret = disk_room(eng, user, n, "disk", e);
+	ret = tier_host_room(eng, user, n, "disk", e);
 	if (ret)
 		return ret;
 	ld = calloc(1, sizeof(*ld) + n * sizeof(ld->frames[0]));
@@ -274,63 +199,6 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 }
 
 /*
- * A history of n pages (page i's bytes at src[i]) for [start, start + len),
- * in host frames, on the host LRU: the disk tier's and the remote tier's
- * one rebuild. With frames, the frames are taken already (a read straight
- * into them: src[i] may be the frame itself, then nothing is copied);
- * without, host room is made here (disk_room) and frames taken. `from`
- * names the tier in the messages. 0, -ENOMEM or -EAGAIN (disk_room):
- * nothing changed.
- */
-int history_from_pages(struct engine *eng, uint64_t user, uint64_t start,
-		       uint64_t len, uint32_t n, const void *const *src,
-		       const uint32_t *frames, const char *from, struct errbuf *e)
-{
-	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	uint64_t pb = eng->layout.page_bytes;
-	struct history *h;
-	int ret;
-
-	if (user_table_reserve(&eng->users) || !(h = calloc(1, sizeof(*h))))
-		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
-				  "its history coming back from the %s tier", user, from);
-	h->pages = calloc(n ? n : 1, sizeof(*h->pages));
-	if (!h->pages) {
-		free(h);
-		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
-				  "its history coming back from the %s tier", user, from);
-	}
-	ret = frames ? 0 : disk_room(eng, user, n, from, e);
-	if (ret) {
-		free(h->pages);
-		free(h);
-		return ret;
-	}
-	h->owner = eng;
-	h->user = user;
-	h->lru = LRU_NONE;
-	INIT_LIST_HEAD(&h->lru_link);
-	h->cap = n ? n : 1;
-	h->start = start;
-	h->len = len < (uint64_t)n * eng->P ? len : (uint64_t)n * eng->P;
-	h->npages = n;
-	for (uint32_t i = 0; i < n; i++) {
-		char *dst;
-
-		h->pages[i].frame[KVP_TIER_DEVICE] = FRAME_NONE;
-		h->pages[i].frame[KVP_TIER_HOST] = FRAME_NONE;
-		page_set_frame(eng, h, i, KVP_TIER_HOST,
-			       frames ? frames[i] : frames_alloc(host));
-		dst = host_frame(eng, h->pages[i].frame[KVP_TIER_HOST]);
-		if (src[i] != dst) /* read elsewhere: not straight here */
-			memcpy(dst, src[i], pb);
-	}
-	user_table_insert(&eng->users, h);
-	lru_insert(eng, h); /* host-only: the host LRU's newest */
-	return 0;
-}
-
-/*
  * The history hh from disk, in host frames, on the host LRU. With ld its
  * frames are taken already and hold the pages read straight into them;
  * pages that came from staging instead are copied, as without ld.
@@ -351,8 +219,8 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 				  "its history coming back from disk", user);
 	for (uint32_t i = 0; i < n; i++)
 		src[i] = disk_tier_page(eng->disk, hh, i);
-	ret = history_from_pages(eng, user, hh->start, hh->len, n, src,
-				 ld ? ld->frames : NULL, "disk", e);
+	ret = tier_history_from_pages(eng, user, hh->start, hh->len, n, src,
+				      ld ? ld->frames : NULL, "disk", e);
 	free(src);
 	return ret;
 }
@@ -486,7 +354,7 @@ static int history_to_disk(struct engine *eng, struct history *h)
 	int ret;
 
 	for (uint32_t i = 0; i < h->npages; i++)
-		if (!history_page_cpu(eng, h, i)) {
+		if (!tier_history_page_cpu(eng, h, i)) {
 			demote_or_drop(eng, h);
 			if (user_table_find(&eng->users, h->user) != h)
 				return -ENOSPC; /* the host could not take it */

@@ -4,8 +4,12 @@
  * ask of the engine, over its private structures. Every function runs
  * under the engine's lock (tier_services.h).
  */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "shard.h"
 #include "share_internal.h"
 #include "tier_services.h"
 
@@ -129,6 +133,143 @@ bool tier_history_stored(const struct history *h)
 void tier_history_demote(struct engine *eng, struct history *h)
 {
 	demote_or_drop(eng, h);
+}
+
+void *tier_history_page_cpu(struct engine *eng, struct history *h, uint32_t i)
+{
+	const struct page_ref *p = &h->pages[i];
+	uint64_t pb = eng->layout.page_bytes;
+
+	if (p->frame[KVP_TIER_HOST] != FRAME_NONE)
+		return (char *)eng->mem[KVP_TIER_HOST].base +
+		       (uint64_t)p->frame[KVP_TIER_HOST] * pb;
+	if (p->frame[KVP_TIER_DEVICE] != FRAME_NONE &&
+	    eng->mem[KVP_TIER_DEVICE].host_visible)
+		return (char *)eng->mem[KVP_TIER_DEVICE].base +
+		       (uint64_t)p->frame[KVP_TIER_DEVICE] * pb;
+	return NULL;
+}
+
+/*
+ * Host room for n pages: the host LRU's oldest go (to disk), and when that
+ * is not enough, the host copies of unpinned histories on the device LRU,
+ * oldest first: they are copies of pages the device holds.
+ */
+static bool host_room_for_below(struct engine *eng, uint32_t n)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	struct history *h;
+
+	if (host_make_room(eng, n, NULL))
+		return true;
+	list_for_each_entry(h, &eng->lru[LRU_DEVICE].list, lru_link) {
+		if (frames_reserve(host, n) >= n)
+			break;
+		if (h->nres[KVP_TIER_HOST] && h->nres[KVP_TIER_DEVICE] == h->npages)
+			pages_free_frames(eng, h, 0, h->npages, KVP_TIER_HOST);
+	}
+	if (host_make_room(eng, n, NULL))
+		return true;
+	if (!eng->set || !eng->set->global)
+		return false;
+	/* Every lock held: the other shards' host LRUs give frames back to
+	 * the pool, where ours takes them. */
+	for (uint32_t i = 0; i < eng->set->n && frames_reserve(host, n) < n; i++) {
+		struct engine *o = eng->set->v[i].eng;
+
+		if (o == eng)
+			continue;
+		while (lru_head(&o->lru[LRU_HOST]) && o->frames[KVP_TIER_HOST].nfree < n) {
+			/* the tiers' store (disk, then remote), as eviction */
+			tier_store(o, lru_head(&o->lru[LRU_HOST]));
+			history_drop(o, lru_head(&o->lru[LRU_HOST]));
+		}
+		frames_flush(&o->frames[KVP_TIER_HOST]);
+	}
+	return host_make_room(eng, n, NULL);
+}
+
+int tier_host_room(struct engine *eng, uint64_t user, uint32_t n,
+		   const char *from, struct errbuf *e)
+{
+	if (host_room_for_below(eng, n))
+		return 0;
+	/* A shard's host LRU is its own: retried with every lock held, where
+	 * the other shards make room too. */
+	if (eng->set && !eng->set->global)
+		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
+				  " has no host room for its %" PRIu32 " pages on "
+				  "the %s tier; retried with every shard", user,
+				  eng->shard, n, from);
+	return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32 " pages on "
+			  "the %s tier need host frames and the host tier has %"
+			  PRIu32 " free and nothing to evict (pinned); release "
+			  "leases or raise host_mem", user, n, from,
+			  eng->frames[KVP_TIER_HOST].nfree);
+}
+
+static char *host_frame(struct engine *eng, uint32_t f)
+{
+	return (char *)eng->mem[KVP_TIER_HOST].base +
+	       (uint64_t)f * eng->layout.page_bytes;
+}
+
+/*
+ * A history of n pages (page i's bytes at src[i]) for [start, start + len),
+ * in host frames, on the host LRU: the disk tier's and the remote tier's
+ * one rebuild. With frames, the frames are taken already (a read straight
+ * into them: src[i] may be the frame itself, then nothing is copied);
+ * without, host room is made here (tier_host_room) and frames taken. `from`
+ * names the tier in the messages. 0, -ENOMEM or -EAGAIN (tier_host_room):
+ * nothing changed.
+ */
+int tier_history_from_pages(struct engine *eng, uint64_t user, uint64_t start,
+			    uint64_t len, uint32_t n, const void *const *src,
+			    const uint32_t *frames, const char *from,
+			    struct errbuf *e)
+{
+	struct frames *host = &eng->frames[KVP_TIER_HOST];
+	uint64_t pb = eng->layout.page_bytes;
+	struct history *h;
+	int ret;
+
+	if (user_table_reserve(&eng->users) || !(h = calloc(1, sizeof(*h))))
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
+				  "its history coming back from the %s tier", user, from);
+	h->pages = calloc(n ? n : 1, sizeof(*h->pages));
+	if (!h->pages) {
+		free(h);
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
+				  "its history coming back from the %s tier", user, from);
+	}
+	ret = frames ? 0 : tier_host_room(eng, user, n, from, e);
+	if (ret) {
+		free(h->pages);
+		free(h);
+		return ret;
+	}
+	h->owner = eng;
+	h->user = user;
+	h->lru = LRU_NONE;
+	INIT_LIST_HEAD(&h->lru_link);
+	h->cap = n ? n : 1;
+	h->start = start;
+	h->len = len < (uint64_t)n * eng->P ? len : (uint64_t)n * eng->P;
+	h->npages = n;
+	for (uint32_t i = 0; i < n; i++) {
+		char *dst;
+
+		h->pages[i].frame[KVP_TIER_DEVICE] = FRAME_NONE;
+		h->pages[i].frame[KVP_TIER_HOST] = FRAME_NONE;
+		page_set_frame(eng, h, i, KVP_TIER_HOST,
+			       frames ? frames[i] : frames_alloc(host));
+		dst = host_frame(eng, h->pages[i].frame[KVP_TIER_HOST]);
+		if (src[i] != dst) /* read elsewhere: not straight here */
+			memcpy(dst, src[i], pb);
+	}
+	user_table_insert(&eng->users, h);
+	lru_insert(eng, h); /* host-only: the host LRU's newest */
+	return 0;
 }
 
 /* ------------------------------------------------------------ prefix pages */

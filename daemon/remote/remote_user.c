@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "disk_engine.h"
 #include "disk_record.h"
 #include "engine.h"
 #include "remote_engine.h"
@@ -117,7 +116,7 @@ static int user_out(struct engine *eng, struct history *h)
 	 * (dropped as without a remote tier), as the disk tier skips it.
 	 */
 	for (i = 0; i < n; i++)
-		if (!(pages[i] = history_page_cpu(eng, h, i)))
+		if (!(pages[i] = tier_history_page_cpu(eng, h, i)))
 			goto out;
 	/* All of it or nothing: a history cut short by a full queue would
 	 * only overwrite (tear) the snapshot the store has. */
@@ -275,8 +274,8 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 				  "its history coming back from the remote tier", user);
 	for (uint32_t i = 0; i < rec.npages; i++)
 		src[i] = remote_fetch_page(f, i + 1);
-	ret = history_from_pages(eng, user, rec.start, rec.len, rec.npages, src,
-				 NULL, "remote", e);
+	ret = tier_history_from_pages(eng, user, rec.start, rec.len, rec.npages, src,
+				      NULL, "remote", e);
 	free(src);
 	if (ret)
 		return ret;

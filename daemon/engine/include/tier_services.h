@@ -28,6 +28,7 @@
 
 struct chunk;
 struct disk_tier;
+struct errbuf;
 struct engine;
 struct frames;
 struct history;
@@ -85,6 +86,33 @@ bool tier_history_stored(const struct history *h);
 /* Demote the unpinned h to the host tier where it fits, else drop it
  * (through the tiers' store): h may be gone after. */
 void tier_history_demote(struct engine *eng, struct history *h);
+/* Where page i of h can be read by the CPU: its host frame, else its
+ * device frame where the device tier is host memory (shm); NULL: nowhere
+ * (device-only on a GPU). Out of line, as it was in the disk tier: the
+ * caller copies or writes the page's bytes next. */
+void *tier_history_page_cpu(struct engine *eng, struct history *h, uint32_t i);
+/*
+ * Host room for n pages coming back from the tier `from` ("disk",
+ * "remote") for user: the host LRU's oldest go (through the tiers' store),
+ * then the host copies of unpinned device-resident histories, then, with
+ * every shard's lock held, the other shards' host LRUs. 0; -EAGAIN (a
+ * shard short of host room: retried with every shard) or -ENOMEM, naming
+ * the numbers.
+ */
+int tier_host_room(struct engine *eng, uint64_t user, uint32_t n,
+		   const char *from, struct errbuf *e);
+/*
+ * The disk and remote tiers' one rebuild of a history that comes back:
+ * n pages (page i's bytes at src[i]) for [start, start + len) into host
+ * frames, on the host LRU as its newest. frames: host frames taken for it
+ * already (src[i] may be frames[i]'s bytes), or NULL: room made here
+ * (tier_host_room) and frames taken. `from` names the tier in the
+ * messages. 0; -ENOMEM, -EAGAIN: nothing changed.
+ */
+int tier_history_from_pages(struct engine *eng, uint64_t user, uint64_t start,
+			    uint64_t len, uint32_t n, const void *const *src,
+			    const uint32_t *frames, const char *from,
+			    struct errbuf *e);
 
 /* ------------------------------------------------------------ prefix pages */
 
