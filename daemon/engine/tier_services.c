@@ -43,9 +43,19 @@ uint32_t tier_page_tokens(const struct engine *eng)
 	return eng->P;
 }
 
+uint32_t tier_shard(const struct engine *eng)
+{
+	return eng->shard;
+}
+
 struct frames *tier_device_frames(struct engine *eng)
 {
 	return &eng->frames[KVP_TIER_DEVICE];
+}
+
+struct frames *tier_host_frames(struct engine *eng)
+{
+	return &eng->frames[KVP_TIER_HOST];
 }
 
 uint32_t tier_host_reserve(struct engine *eng, uint32_t n)
@@ -109,6 +119,21 @@ uint64_t tier_history_len(const struct history *h)
 uint32_t tier_history_pages(const struct engine *eng, const struct history *h)
 {
 	return (uint32_t)pages_for(eng, h->len);
+}
+
+uint32_t tier_history_npages(const struct history *h)
+{
+	return h->npages;
+}
+
+struct history *tier_lru_oldest(const struct engine *eng, enum kvp_tier t)
+{
+	return lru_head(&eng->lru[t]);
+}
+
+uint32_t tier_history_drop(struct engine *eng, struct history *h)
+{
+	return history_drop(eng, h);
 }
 
 uint32_t tier_history_pins(const struct history *h)
@@ -396,6 +421,16 @@ void tier_chunk_aliases(struct engine *eng, const struct kvp_chunk_id *id,
 	list_for_each_entry(e, &n->entries, name_link)
 		if (!e->parent && memcmp(e->id.b, id->b, 32))
 			fn(eng, e->id.b);
+}
+
+uint64_t tier_shared_evictable(const struct engine *eng)
+{
+	return share_evictable(eng);
+}
+
+uint32_t tier_shared_evict_oldest(struct engine *eng)
+{
+	return share_evict_oldest(eng);
 }
 
 /* ------------------------------------------------------------ publishing */

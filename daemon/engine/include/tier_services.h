@@ -46,10 +46,13 @@ uint32_t tier_disk_pool(const struct engine *eng);
 uint32_t tier_remote_chunk_skip(const struct engine *eng);
 /* Tokens per page (engine_layout(eng)->page_tokens). */
 uint32_t tier_page_tokens(const struct engine *eng);
+/* The engine's index in its shard set (0: alone, or the first). */
+uint32_t tier_shard(const struct engine *eng);
 
 /* The device frame allocator (frames.h), and host frames reserved (at most
  * n) for a bounce copy: how many are free for it now. */
 struct frames *tier_device_frames(struct engine *eng);
+struct frames *tier_host_frames(struct engine *eng);
 uint32_t tier_host_reserve(struct engine *eng, uint32_t n);
 /* Device frames a caller needing `need` can have (evicting), and the
  * eviction that makes them free (engine_internal.h's engine_device_avail
@@ -77,6 +80,13 @@ uint64_t tier_history_user(const struct history *h);
 uint64_t tier_history_start(const struct history *h);
 uint64_t tier_history_len(const struct history *h);
 uint32_t tier_history_pages(const struct engine *eng, const struct history *h);
+/* Its pages, committed and reserved (an unpinned history has no reserved). */
+uint32_t tier_history_npages(const struct history *h);
+/* The least recently used unpinned history holding frames of tier t
+ * (device: any device frame; host: host frames only), NULL when none. */
+struct history *tier_lru_oldest(const struct engine *eng, enum kvp_tier t);
+/* Free every frame of the unpinned h and h itself; frames freed. */
+uint32_t tier_history_drop(struct engine *eng, struct history *h);
 /* Leases and sequences holding it: a pinned history is not the tier's. */
 uint32_t tier_history_pins(const struct history *h);
 /* The remote tier's mark: h as it is now is what the store has (set when
@@ -169,6 +179,12 @@ void tier_chunk_pub_advance(struct chunk *c);
  */
 void tier_chunk_aliases(struct engine *eng, const struct kvp_chunk_id *id,
 			void (*fn)(struct engine *eng, const uint8_t id[32]));
+
+/* Device frames eviction can free from the shared world (unheld chunks,
+ * idle prefix pages), and evicting its oldest such item (through the
+ * tiers' demote_prefix / demote_chunk): frames freed. */
+uint64_t tier_shared_evictable(const struct engine *eng);
+uint32_t tier_shared_evict_oldest(struct engine *eng);
 
 /* ------------------------------------------------------------ publishing */
 
