@@ -26,115 +26,39 @@
 #include "disk_engine.h"
 #include "disk_record.h"
 #include "disk_tier.h"
-#include "engine_internal.h"
-#include "engine_share.h"
-#include "remote_engine.h"
-#include "shard.h"
+#include "frames.h"
 #include "share_disk.h"
+#include "tier_services.h"
 
 static struct disk_key key_of(const struct engine *eng, uint64_t user)
 {
-	return (struct disk_key){ .tenant = eng->disk_tenant,
-				  .pool = eng->disk_pool, .user = user };
-}
-
-void *history_page_cpu(struct engine *eng, struct history *h, uint32_t i)
-{
-	const struct page_ref *p = &h->pages[i];
-	uint64_t pb = eng->layout.page_bytes;
-
-	if (p->frame[KVP_TIER_HOST] != FRAME_NONE)
-		return (char *)eng->mem[KVP_TIER_HOST].base +
-		       (uint64_t)p->frame[KVP_TIER_HOST] * pb;
-	if (p->frame[KVP_TIER_DEVICE] != FRAME_NONE &&
-	    eng->mem[KVP_TIER_DEVICE].host_visible)
-		return (char *)eng->mem[KVP_TIER_DEVICE].base +
-		       (uint64_t)p->frame[KVP_TIER_DEVICE] * pb;
-	return NULL;
+	return (struct disk_key){ .tenant = tier_disk_tenant(eng),
+				  .pool = tier_disk_pool(eng), .user = user };
 }
 
 int engine_disk_demote(struct engine *eng, struct history *h)
 {
-	uint32_t n = (uint32_t)pages_for(eng, h->len);
+	uint32_t n = tier_history_pages(eng, h);
 	struct disk_key k;
 	void **pages;
 	int ret = -EOPNOTSUPP;
 
 	/* Unpinned: no onload in flight, no reserved pages past len. */
-	if (!eng->disk || !n || h->pins)
+	if (!tier_disk(eng) || !n || tier_history_pins(h))
 		return -EINVAL;
 	pages = malloc(n * sizeof(*pages));
 	if (!pages)
 		return -ENOMEM; /* dropped, as without a disk tier */
 	for (uint32_t i = 0; i < n; i++)
-		if (!(pages[i] = history_page_cpu(eng, h, i)))
+		if (!(pages[i] = tier_history_page_cpu(eng, h, i)))
 			goto out; /* device-only on a GPU: dropped as before */
-	k = key_of(eng, h->user);
+	k = key_of(eng, tier_history_user(h));
 	/* -ENOSPC: no staging room: dropped as before, counted there. */
-	ret = disk_tier_put(eng->disk, &k, h->start, h->len, n, pages);
+	ret = disk_tier_put(tier_disk(eng), &k, tier_history_start(h),
+			    tier_history_len(h), n, pages);
 out:
 	free(pages);
 	return ret;
-}
-
-/*
- * Host room for n pages: the host LRU's oldest go (to disk), and when that
- * is not enough, the host copies of unpinned histories on the device LRU,
- * oldest first: they are copies of pages the device holds.
- */
-static bool host_room_for_disk(struct engine *eng, uint32_t n)
-{
-	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	struct history *h;
-
-	if (host_make_room(eng, n, NULL))
-		return true;
-	list_for_each_entry(h, &eng->lru[LRU_DEVICE].list, lru_link) {
-		if (frames_reserve(host, n) >= n)
-			break;
-		if (h->nres[KVP_TIER_HOST] && h->nres[KVP_TIER_DEVICE] == h->npages)
-			pages_free_frames(eng, h, 0, h->npages, KVP_TIER_HOST);
-	}
-	if (host_make_room(eng, n, NULL))
-		return true;
-	if (!eng->set || !eng->set->global)
-		return false;
-	/* Every lock held: the other shards' host LRUs give frames back to
-	 * the pool, where ours takes them. */
-	for (uint32_t i = 0; i < eng->set->n && frames_reserve(host, n) < n; i++) {
-		struct engine *o = eng->set->v[i].eng;
-
-		if (o == eng)
-			continue;
-		while (lru_head(&o->lru[LRU_HOST]) && o->frames[KVP_TIER_HOST].nfree < n) {
-			engine_disk_demote(o, lru_head(&o->lru[LRU_HOST]));
-			engine_remote_user_out(o, lru_head(&o->lru[LRU_HOST]));
-			history_drop(o, lru_head(&o->lru[LRU_HOST]));
-		}
-		frames_flush(&o->frames[KVP_TIER_HOST]);
-	}
-	return host_make_room(eng, n, NULL);
-}
-
-/* Host room for n pages coming back from the tier `from` (disk, remote)
- * for user, or why not. */
-static int disk_room(struct engine *eng, uint64_t user, uint32_t n,
-		     const char *from, struct errbuf *e)
-{
-	if (host_room_for_disk(eng, n))
-		return 0;
-	/* A shard's host LRU is its own: retried with every lock held, where
-	 * the other shards make room too. */
-	if (eng->set && !eng->set->global)
-		return errbuf_set(e, -EAGAIN, "user %" PRIu64 ": shard %" PRIu32
-				  " has no host room for its %" PRIu32 " pages on "
-				  "the %s tier; retried with every shard", user,
-				  eng->shard, n, from);
-	return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": its %" PRIu32 " pages on "
-			  "the %s tier need host frames and the host tier has %"
-			  PRIu32 " free and nothing to evict (pinned); release "
-			  "leases or raise host_mem", user, n, from,
-			  eng->frames[KVP_TIER_HOST].nfree);
 }
 
 /*
@@ -171,10 +95,18 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Pages that hold `tokens` tokens. */
+static uint64_t pages_of(const struct engine *eng, uint64_t tokens)
+{
+	uint32_t P = tier_page_tokens(eng);
+
+	return (tokens + P - 1) / P;
+}
+
 static char *host_frame(struct engine *eng, uint32_t f)
 {
-	return (char *)eng->mem[KVP_TIER_HOST].base +
-	       (uint64_t)f * eng->layout.page_bytes;
+	return (char *)engine_tier(eng, KVP_TIER_HOST)->base +
+	       (uint64_t)f * engine_layout(eng)->page_bytes;
 }
 
 /* Unlink ld, give its frames from `from` on back, free it. */
@@ -187,7 +119,7 @@ static void load_end(struct engine *eng, struct disk_load *ld, uint32_t from)
 	if (*p)
 		*p = ld->next;
 	for (uint32_t i = from; i < ld->n; i++)
-		frames_free(&eng->frames[KVP_TIER_HOST], ld->frames[i]);
+		frames_free(tier_host_frames(eng), ld->frames[i]);
 	free(ld);
 }
 
@@ -216,11 +148,11 @@ static void loads_sweep(struct engine *eng)
 		next = ld->next;
 		if (ld->since_ns > old)
 			continue;
-		ret = disk_tier_poll(eng->disk, &ld->hh, &hh);
+		ret = disk_tier_poll(tier_disk(eng), &ld->hh, &hh);
 		if (ret == -EINPROGRESS)
 			continue;
 		if (!ret)
-			disk_tier_unhold(eng->disk, &ld->hh);
+			disk_tier_unhold(tier_disk(eng), &ld->hh);
 		load_end(eng, ld, 0);
 	}
 }
@@ -242,9 +174,9 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 	int ret;
 
 	*out = NULL;
-	if (!de || !de->into || !disk_tier_info(eng->disk, &k, &start, &len, &n) || !n)
+	if (!de || !de->into || !disk_tier_info(tier_disk(eng), &k, &start, &len, &n) || !n)
 		return 0;
-	ret = disk_room(eng, user, n, "disk", e);
+	ret = tier_host_room(eng, user, n, "disk", e);
 	if (ret)
 		return ret;
 	ld = calloc(1, sizeof(*ld) + n * sizeof(ld->frames[0]));
@@ -257,12 +189,12 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 	ld->user = user;
 	ld->n = n;
 	for (uint32_t i = 0; i < n; i++) {
-		ld->frames[i] = frames_alloc(&eng->frames[KVP_TIER_HOST]);
+		ld->frames[i] = frames_alloc(tier_host_frames(eng));
 		dst[i] = host_frame(eng, ld->frames[i]);
 	}
 	ld->next = de->loads;
 	de->loads = ld;
-	ret = disk_tier_get_into(eng->disk, &k, n, dst, &ld->hh);
+	ret = disk_tier_get_into(tier_disk(eng), &k, n, dst, &ld->hh);
 	free(dst);
 	if (ret && ret != -EINPROGRESS) {
 		load_end(eng, ld, 0);
@@ -270,63 +202,6 @@ static int load_start(struct engine *eng, uint64_t user, struct disk_load **out,
 	}
 	ld->since_ns = now_ns();
 	*out = ld;
-	return 0;
-}
-
-/*
- * A history of n pages (page i's bytes at src[i]) for [start, start + len),
- * in host frames, on the host LRU: the disk tier's and the remote tier's
- * one rebuild. With frames, the frames are taken already (a read straight
- * into them: src[i] may be the frame itself, then nothing is copied);
- * without, host room is made here (disk_room) and frames taken. `from`
- * names the tier in the messages. 0, -ENOMEM or -EAGAIN (disk_room):
- * nothing changed.
- */
-int history_from_pages(struct engine *eng, uint64_t user, uint64_t start,
-		       uint64_t len, uint32_t n, const void *const *src,
-		       const uint32_t *frames, const char *from, struct errbuf *e)
-{
-	struct frames *host = &eng->frames[KVP_TIER_HOST];
-	uint64_t pb = eng->layout.page_bytes;
-	struct history *h;
-	int ret;
-
-	if (user_table_reserve(&eng->users) || !(h = calloc(1, sizeof(*h))))
-		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
-				  "its history coming back from the %s tier", user, from);
-	h->pages = calloc(n ? n : 1, sizeof(*h->pages));
-	if (!h->pages) {
-		free(h);
-		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
-				  "its history coming back from the %s tier", user, from);
-	}
-	ret = frames ? 0 : disk_room(eng, user, n, from, e);
-	if (ret) {
-		free(h->pages);
-		free(h);
-		return ret;
-	}
-	h->owner = eng;
-	h->user = user;
-	h->lru = LRU_NONE;
-	INIT_LIST_HEAD(&h->lru_link);
-	h->cap = n ? n : 1;
-	h->start = start;
-	h->len = len < (uint64_t)n * eng->P ? len : (uint64_t)n * eng->P;
-	h->npages = n;
-	for (uint32_t i = 0; i < n; i++) {
-		char *dst;
-
-		h->pages[i].frame[KVP_TIER_DEVICE] = FRAME_NONE;
-		h->pages[i].frame[KVP_TIER_HOST] = FRAME_NONE;
-		page_set_frame(eng, h, i, KVP_TIER_HOST,
-			       frames ? frames[i] : frames_alloc(host));
-		dst = host_frame(eng, h->pages[i].frame[KVP_TIER_HOST]);
-		if (src[i] != dst) /* read elsewhere: not straight here */
-			memcpy(dst, src[i], pb);
-	}
-	user_table_insert(&eng->users, h);
-	lru_insert(eng, h); /* host-only: the host LRU's newest */
 	return 0;
 }
 
@@ -339,7 +214,7 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 			     const struct disk_hist *hh, struct disk_load *ld,
 			     struct errbuf *e)
 {
-	uint32_t n = (uint32_t)pages_for(eng, hh->len);
+	uint32_t n = (uint32_t)pages_of(eng, hh->len);
 	const void **src;
 	int ret;
 
@@ -350,9 +225,9 @@ static int history_from_disk(struct engine *eng, uint64_t user,
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory for "
 				  "its history coming back from disk", user);
 	for (uint32_t i = 0; i < n; i++)
-		src[i] = disk_tier_page(eng->disk, hh, i);
-	ret = history_from_pages(eng, user, hh->start, hh->len, n, src,
-				 ld ? ld->frames : NULL, "disk", e);
+		src[i] = disk_tier_page(tier_disk(eng), hh, i);
+	ret = tier_history_from_pages(eng, user, hh->start, hh->len, n, src,
+				      ld ? ld->frames : NULL, "disk", e);
 	free(src);
 	return ret;
 }
@@ -366,36 +241,36 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 	uint32_t used;
 	int ret;
 
-	if (!eng->disk)
+	if (!tier_disk(eng))
 		return 0;
 	loads_sweep(eng);
 	ld = load_find(eng, user);
 	if (!ld && (ret = load_start(eng, user, &ld, e)))
 		return ret;
-	while ((ret = ld ? disk_tier_poll(eng->disk, &ld->hh, &hh) :
-			   disk_tier_get(eng->disk, &k, &hh)) == -EINPROGRESS) {
+	while ((ret = ld ? disk_tier_poll(tier_disk(eng), &ld->hh, &hh) :
+			   disk_tier_get(tier_disk(eng), &k, &hh)) == -EINPROGRESS) {
 		if (flags & ENGINE_PREPARE_DEFER)
 			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_DISK),
 					  "user %" PRIu64 ": reading "
 					  "its history back from the disk tier", user);
 		if (ld)
-			disk_tier_wait_held(eng->disk, &ld->hh);
+			disk_tier_wait_held(tier_disk(eng), &ld->hh);
 		else
-			disk_tier_wait(eng->disk, &k);
+			disk_tier_wait(tier_disk(eng), &k);
 	}
 	if (ret == -ENOENT) { /* not on disk (any more): a new history */
 		if (ld)
 			load_end(eng, ld, 0);
 		return 0;
 	}
-	used = (uint32_t)pages_for(eng, hh.len);
+	used = (uint32_t)pages_of(eng, hh.len);
 	if (used > hh.npages)
 		used = hh.npages;
 	ret = history_from_disk(eng, user, &hh, ld, e);
 	if (!ret)
-		disk_tier_take(eng->disk, &hh);
+		disk_tier_take(tier_disk(eng), &hh);
 	else if (ld)
-		disk_tier_unhold(eng->disk, &hh);
+		disk_tier_unhold(tier_disk(eng), &hh);
 	/* The history owns the frames it uses; the rest go back. */
 	if (ld)
 		load_end(eng, ld, ret ? 0 : used);
@@ -404,14 +279,14 @@ int engine_disk_onload(struct engine *eng, uint64_t user, unsigned flags,
 
 void engine_disk_attach(struct engine *eng)
 {
-	const struct tier_mem *m = &eng->mem[KVP_TIER_HOST];
+	const struct tier_mem *m = engine_tier(eng, KVP_TIER_HOST);
 	struct disk_engine *de;
 
 	/* Reads straight into host frames need frames the CPU (and the
 	 * kernel) can address, on the blocks O_DIRECT moves. Without them
 	 * (or without memory for their state) the staging way serves. */
-	if (!eng->disk || !m->host_visible || !m->base || !m->bytes ||
-	    !disk_tier_into_ok(eng->disk) || ((uintptr_t)m->base % DISK_ALIGN))
+	if (!tier_disk(eng) || !m->host_visible || !m->base || !m->bytes ||
+	    !disk_tier_into_ok(tier_disk(eng)) || ((uintptr_t)m->base % DISK_ALIGN))
 		return;
 	de = calloc(1, sizeof(*de));
 	if (!de)
@@ -420,7 +295,7 @@ void engine_disk_attach(struct engine *eng)
 	*engine_tier_priv(eng, ENGINE_TIER_DISK) = de;
 	/* Fixed buffers: no page pinning per read. Refused (RLIMIT_MEMLOCK),
 	 * the same reads pin their pages themselves. */
-	disk_tier_register_host(eng->disk, m->base, m->bytes);
+	disk_tier_register_host(tier_disk(eng), m->base, m->bytes);
 }
 
 void engine_disk_detach(struct engine *eng)
@@ -431,11 +306,12 @@ void engine_disk_detach(struct engine *eng)
 		return;
 	while (de->loads) {
 		/* No read into the frames may outlive them. */
-		disk_tier_unhold(eng->disk, &de->loads->hh);
+		disk_tier_unhold(tier_disk(eng), &de->loads->hh);
 		load_end(eng, de->loads, 0);
 	}
 	if (de->into)
-		disk_tier_unregister_host(eng->disk, eng->mem[KVP_TIER_HOST].base);
+		disk_tier_unregister_host(tier_disk(eng),
+					  engine_tier(eng, KVP_TIER_HOST)->base);
 	free(de);
 	*engine_tier_priv(eng, ENGINE_TIER_DISK) = NULL;
 }
@@ -447,7 +323,7 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 	uint64_t start, len;
 	uint32_t np;
 
-	if (!eng->disk || !disk_tier_info(eng->disk, &k, &start, &len, &np))
+	if (!tier_disk(eng) || !disk_tier_info(tier_disk(eng), &k, &start, &len, &np))
 		return false;
 	out->pages_disk = np;
 	out->tokens_disk = len;
@@ -456,7 +332,7 @@ bool engine_disk_info(struct engine *eng, uint64_t user,
 	out->exists = true;
 	out->start = start;
 	out->len = len;
-	out->pages = (uint32_t)pages_for(eng, len);
+	out->pages = (uint32_t)pages_of(eng, len);
 	return true;
 }
 
@@ -464,9 +340,9 @@ void engine_disk_stats(const struct engine *eng, struct kvp_stats *out)
 {
 	struct disk_tier_stats ds;
 
-	if (!eng->disk || eng->shard || eng->disk_pool)
+	if (!tier_disk(eng) || tier_shard(eng) || tier_disk_pool(eng))
 		return;
-	disk_tier_stats(eng->disk, eng->disk_tenant, &ds);
+	disk_tier_stats(tier_disk(eng), tier_disk_tenant(eng), &ds);
 	out->disk_users = ds.users;
 	out->disk_pages = ds.pages - ds.prefix_pages - ds.chunk_pages; /* histories */
 	out->disk_demoted_pages = ds.demoted_pages;
@@ -482,49 +358,51 @@ void engine_disk_stats(const struct engine *eng, struct kvp_stats *out)
  * GPU) go to the host tier first, as a demotion. */
 static int history_to_disk(struct engine *eng, struct history *h)
 {
-	uint32_t n = h->npages;
+	uint32_t n = tier_history_npages(h);
+	uint64_t user = tier_history_user(h);
 	int ret;
 
-	for (uint32_t i = 0; i < h->npages; i++)
-		if (!history_page_cpu(eng, h, i)) {
-			demote_or_drop(eng, h);
-			if (user_table_find(&eng->users, h->user) != h)
+	for (uint32_t i = 0; i < n; i++)
+		if (!tier_history_page_cpu(eng, h, i)) {
+			tier_history_demote(eng, h);
+			if (tier_history_find(eng, user) != h)
 				return -ENOSPC; /* the host could not take it */
 			break;
 		}
 	ret = engine_disk_demote(eng, h);
 	if (ret)
 		return ret;
-	history_drop(eng, h);
+	tier_history_drop(eng, h);
 	return (int)n;
 }
 
 int engine_disk_evict(struct engine *eng, uint64_t user, uint32_t sel,
 		      struct errbuf *e)
 {
-	struct history *h = user_table_find(&eng->users, user);
+	struct history *h = tier_history_find(eng, user);
 	struct disk_key k = key_of(eng, user);
 	int ret;
 
-	if (!eng->disk) /* a selection this pool cannot have */
+	if (!tier_disk(eng)) /* a selection this pool cannot have */
 		return errbuf_set(e, -EINVAL, "user %" PRIu64 ": %s: kvpoold has "
 				  "no disk tier; start it with --disk_dir and "
 				  "--disk_size (kvpool.conf(5))", user,
 				  sel == KVP_SEL_TO_DISK ? "offload --tier disk" :
 				  "evict --tier disk");
 	if (sel == KVP_SEL_DISK) {
-		ret = disk_tier_drop(eng->disk, &k);
+		ret = disk_tier_drop(tier_disk(eng), &k);
 		return ret < 0 ? errbuf_set(e, ret, "user %" PRIu64 ": nothing on "
 					    "the disk tier", user) : ret;
 	}
 	if (!h)
-		return disk_tier_info(eng->disk, &k, &(uint64_t){ 0 },
+		return disk_tier_info(tier_disk(eng), &k, &(uint64_t){ 0 },
 				      &(uint64_t){ 0 }, &(uint32_t){ 0 }) ? 0 :
 		       errbuf_set(e, -ENOENT, "user %" PRIu64 ": nothing cached",
 				  user);
-	if (h->pins)
+	if (tier_history_pins(h))
 		return errbuf_set(e, -EBUSY, "user %" PRIu64 " is held by %" PRIu32
-				  " lease(s); release them first", user, h->pins);
+				  " lease(s); release them first", user,
+				  tier_history_pins(h));
 	ret = history_to_disk(eng, h);
 	if (ret < 0)
 		return errbuf_set(e, ret, "user %" PRIu64 ": could not be written to "
@@ -540,14 +418,14 @@ int engine_disk_evict_all(struct engine *eng, uint32_t sel)
 	struct history *h;
 	uint32_t n = 0;
 
-	if (!eng->disk)
+	if (!tier_disk(eng))
 		return -EINVAL; /* as engine_disk_evict */
 	if (sel == KVP_SEL_DISK)
-		return (int)disk_tier_drop_all(eng->disk, eng->disk_tenant,
-					       eng->disk_pool);
+		return (int)disk_tier_drop_all(tier_disk(eng), tier_disk_tenant(eng),
+					       tier_disk_pool(eng));
 	/* Oldest first; each push takes h off its list (or fails: stop). */
-	for (int t = LRU_DEVICE; t <= LRU_HOST; t++)
-		while ((h = lru_head(&eng->lru[t]))) {
+	for (int t = KVP_TIER_DEVICE; t <= KVP_TIER_HOST; t++)
+		while ((h = tier_lru_oldest(eng, t))) {
 			if (history_to_disk(eng, h) < 0)
 				return (int)n;
 			n++;
@@ -560,39 +438,39 @@ int engine_disk_flush_all(struct engine *eng)
 	struct history *h;
 	int n = 0;
 
-	if (!eng->disk)
+	if (!tier_disk(eng))
 		return 0;
-	for (int t = LRU_DEVICE; t <= LRU_HOST; t++)
-		while ((h = lru_head(&eng->lru[t]))) {
-			uint64_t user = h->user;
+	for (int t = KVP_TIER_DEVICE; t <= KVP_TIER_HOST; t++)
+		while ((h = tier_lru_oldest(eng, t))) {
+			uint64_t user = tier_history_user(h);
 			int ret = history_to_disk(eng, h);
 
 			/* Staging full: let the disk thread drain it, once. */
-			if (ret == -ENOSPC && user_table_find(&eng->users, user) == h) {
-				disk_tier_flush(eng->disk);
+			if (ret == -ENOSPC && tier_history_find(eng, user) == h) {
+				disk_tier_flush(tier_disk(eng));
 				ret = history_to_disk(eng, h);
 			}
 			if (ret >= 0)
 				n++;
-			else if (user_table_find(&eng->users, user) == h)
-				history_drop(eng, h); /* lost, as a stop always lost it */
+			else if (tier_history_find(eng, user) == h)
+				tier_history_drop(eng, h); /* lost, as a stop always lost it */
 		}
 	/* Then idle prefix pages and unheld chunks (share_disk.c writes
 	 * them), one at a time with the thread drained after each: its
 	 * staging may be smaller than what is there. */
-	while (share_evictable(eng)) {
-		share_evict_oldest(eng);
-		disk_tier_flush(eng->disk);
+	while (tier_shared_evictable(eng)) {
+		tier_shared_evict_oldest(eng);
+		disk_tier_flush(tier_disk(eng));
 	}
 	return n;
 }
 
 uint64_t engine_disk_list_count(struct engine *eng, uint64_t cursor)
 {
-	if (!eng->disk || eng->shard)
+	if (!tier_disk(eng) || tier_shard(eng))
 		return 0;
-	return disk_tier_list(eng->disk, eng->disk_tenant, eng->disk_pool, cursor,
-			      NULL, 0);
+	return disk_tier_list(tier_disk(eng), tier_disk_tenant(eng),
+			      tier_disk_pool(eng), cursor, NULL, 0);
 }
 
 void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
@@ -600,10 +478,10 @@ void engine_disk_list(struct engine *eng, uint64_t cursor, uint64_t *ids,
 {
 	uint64_t m;
 
-	if (!eng->disk || eng->shard)
+	if (!tier_disk(eng) || tier_shard(eng))
 		return;
-	m = disk_tier_list(eng->disk, eng->disk_tenant, eng->disk_pool, cursor,
-			   ids + *n, cap - *n);
+	m = disk_tier_list(tier_disk(eng), tier_disk_tenant(eng),
+			   tier_disk_pool(eng), cursor, ids + *n, cap - *n);
 	/* Histories other shards put there since the count: a list is a
 	 * snapshot, they show next time. */
 	*n += m < cap - *n ? m : cap - *n;
@@ -638,4 +516,5 @@ const struct tier_ops disk_tier_ops = {
 	.chunk_restore = share_disk_chunk_restore,
 	.chunk_drop = share_disk_chunk_drop,
 	.chunk_clear = share_disk_chunk_clear,
+	.flush = engine_disk_flush_all,
 };

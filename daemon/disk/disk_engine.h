@@ -16,23 +16,6 @@
 
 struct history;
 
-/* Where page i of h can be read by the CPU: its host frame, else its
- * device frame where the device tier is host memory (shm); NULL: nowhere
- * (device-only on a GPU). */
-void *history_page_cpu(struct engine *eng, struct history *h, uint32_t i);
-/*
- * The disk and remote tiers' one rebuild of a history that comes back:
- * n pages (page i's bytes at src[i]) for [start, start + len) into host
- * frames, on the host LRU as its newest. frames: host frames taken for it
- * already (src[i] may be frames[i]'s bytes), or NULL: room made on the
- * host LRU and frames taken here. `from` ("disk", "remote") names the tier
- * in the messages. 0; -ENOMEM, -EAGAIN (a shard short of host room:
- * retried with every shard): nothing changed.
- */
-int history_from_pages(struct engine *eng, uint64_t user, uint64_t start,
-		       uint64_t len, uint32_t n, const void *const *src,
-		       const uint32_t *frames, const char *from, struct errbuf *e);
-
 /* h, unpinned, is about to be dropped by eviction: put it on disk if its
  * pages are all host-readable. 0, or why not (the caller drops it anyway). */
 int engine_disk_demote(struct engine *eng, struct history *h);

@@ -24,6 +24,13 @@ void **engine_tier_priv(struct engine *eng, enum engine_tier t)
 	return &eng->tier_priv[t];
 }
 
+int engine_tier_flush(struct engine *eng, enum engine_tier t)
+{
+	const struct tier_ops *o = eng->tier[t];
+
+	return o && o->flush ? o->flush(eng) : 0;
+}
+
 int tier_setup(struct engine *eng, const struct engine_config *cfg,
 	       struct errbuf *e)
 {

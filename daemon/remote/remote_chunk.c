@@ -20,11 +20,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include "engine.h"
 #include "remote_engine.h"
 #include "remote_tier.h"
 #include "remote_value.h"
 #include "share_disk.h"
-#include "share_internal.h"
+#include "tier_services.h"
 
 static void chunk_key(const struct engine *eng, const uint8_t id[32], uint32_t page,
 		      struct remote_key *k)
@@ -34,34 +35,38 @@ static void chunk_key(const struct engine *eng, const uint8_t id[32], uint32_t p
 
 bool remote_chunk_type_kept(const struct engine *eng, uint32_t type)
 {
-	return eng->remote && (type >= 32 || !(eng->remote_chunk_skip & 1u << type));
+	return tier_remote(eng) &&
+	       (type >= 32 || !(tier_remote_chunk_skip(eng) & 1u << type));
 }
 
 uint32_t remote_chunk_put(struct engine *eng, struct chunk *c,
 			  const void *const *pages, uint32_t m, const void *rec,
 			  uint64_t rec_len)
 {
-	uint64_t pb = eng->layout.page_bytes;
+	uint64_t pb = engine_layout(eng)->page_bytes;
+	struct remote_tier *rt = tier_remote(eng);
+	const uint8_t *name_id;
 	struct remote_key k;
 	uint32_t done = 0;
 
-	if (!remote_chunk_type_kept(eng, c->type) || c->in_store ||
-	    !remote_tier_has_room(eng->remote, m * pb + 2 * rec_len))
+	if (!remote_chunk_type_kept(eng, tier_chunk_type(c)) || tier_chunk_in_store(c) ||
+	    !remote_tier_has_room(rt, m * pb + 2 * rec_len))
 		return 0; /* dropped, counted there; it can be recomputed */
-	for (; done < m; done++, c->pub_next++) {
-		chunk_key(eng, c->name->id.b, c->pub_next, &k);
-		if (remote_tier_put(eng->remote, &k, pages[done]))
+	name_id = tier_chunk_name_id(c);
+	for (; done < m; done++, tier_chunk_pub_advance(c)) {
+		chunk_key(eng, name_id, tier_chunk_pub_next(c), &k);
+		if (remote_tier_put(rt, &k, pages[done]))
 			return done; /* another engine filled the queue meanwhile */
 	}
-	if (c->pub_next < c->npages)
+	if (tier_chunk_pub_next(c) < tier_chunk_npages(c))
 		return done;
 	/* Every page queued: the records, found by its name and by its root
 	 * entry's id. */
-	chunk_key(eng, c->name->id.b, REMOTE_PAGE_REC, &k);
-	if (remote_tier_put_rec(eng->remote, &k, rec, rec_len))
+	chunk_key(eng, name_id, REMOTE_PAGE_REC, &k);
+	if (remote_tier_put_rec(rt, &k, rec, rec_len))
 		return done;
-	chunk_key(eng, c->id.b, REMOTE_PAGE_REC, &k);
-	c->in_store = !remote_tier_put_rec(eng->remote, &k, rec, rec_len);
+	chunk_key(eng, tier_chunk_id(c), REMOTE_PAGE_REC, &k);
+	tier_chunk_set_in_store(c, !remote_tier_put_rec(rt, &k, rec, rec_len));
 	return done;
 }
 
@@ -93,19 +98,19 @@ int remote_chunk_fetch(struct engine *eng, const struct kvp_chunk_id *id,
 	/* A record longer than a page is never written (share_disk.c): what
 	 * the store holds under its key then is not ours to read. */
 	if (!remote_chunk_type_kept(eng, type) ||
-	    eng->layout.page_bytes < sizeof(struct chunk_rec))
+	    engine_layout(eng)->page_bytes < sizeof(struct chunk_rec))
 		return -ENOENT;
 	chunk_key(eng, id->b, REMOTE_PAGE_REC, &k);
 	f->src = SHARE_FETCH_REMOTE;
-	while ((ret = remote_tier_fetch_rec(eng->remote, &k, chunk_expand,
-					    eng->share->nframes, &rf)) == -EINPROGRESS &&
+	while ((ret = remote_tier_fetch_rec(tier_remote(eng), &k, chunk_expand,
+					    tier_share_frames(eng), &rf)) == -EINPROGRESS &&
 	       wait)
-		remote_tier_wait(eng->remote, &k);
+		remote_tier_wait(tier_remote(eng), &k);
 	if (ret)
 		return ret == -EINPROGRESS ? engine_wait_set(ENGINE_WAIT_REMOTE) :
 		       -ENOENT; /* -ENOMEM: a miss */
 	if (!remote_fetch_pages(rf)) { /* not in the store, or it did not check */
-		remote_fetch_done(eng->remote, rf, 0);
+		remote_fetch_done(tier_remote(eng), rf, 0);
 		return -ENOENT;
 	}
 	memcpy(nid, ((const struct chunk_rec *)remote_fetch_page(rf, 0))->name_id, 32);
@@ -124,7 +129,7 @@ const void *remote_chunk_fetch_page(const struct share_fetch *f, uint32_t i)
 void remote_chunk_fetch_end(struct engine *eng, const struct share_fetch *f,
 			    bool taken)
 {
-	remote_fetch_done(eng->remote, f->rf, taken ? f->npages - 1 : 0);
+	remote_fetch_done(tier_remote(eng), f->rf, taken ? f->npages - 1 : 0);
 }
 
 /* The records that name the chunk go (nothing finds its pages then), and
@@ -135,31 +140,19 @@ static void drop_one(struct engine *eng, const uint8_t id[32])
 	struct remote_key k;
 
 	chunk_key(eng, id, REMOTE_PAGE_REC, &k);
-	remote_tier_del(eng->remote, &k);
+	remote_tier_del(tier_remote(eng), &k);
 	chunk_key(eng, id, 0, &k);
-	remote_tier_del(eng->remote, &k);
+	remote_tier_del(tier_remote(eng), &k);
 }
 
 void remote_chunk_drop(struct engine *eng, const struct kvp_chunk_id *id)
 {
-	struct chunk_name *n;
-	struct chunk *c, *e;
-
-	if (!eng->remote)
+	if (!tier_remote(eng))
 		return;
 	drop_one(eng, id->b);
 	/* Known here: its name and every root entry of it, so the chunk is
 	 * gone from the store by either id. Known only to the store: what
 	 * the id names (a name id: its pages too; an entry id: that way in).
 	 */
-	n = name_find(eng, id);
-	if (!n && (c = chunk_find(eng, id)))
-		n = c->name;
-	if (!n)
-		return;
-	if (memcmp(n->id.b, id->b, 32))
-		drop_one(eng, n->id.b);
-	list_for_each_entry(e, &n->entries, name_link)
-		if (!e->parent && memcmp(e->id.b, id->b, 32))
-			drop_one(eng, e->id.b);
+	tier_chunk_aliases(eng, id, drop_one);
 }

@@ -7,18 +7,20 @@
 #include <string.h>
 
 #include "disk_record.h"
+#include "engine.h"
+#include "frames.h"
 #include "remote_engine.h"
 #include "remote_tier.h"
 #include "remote_value.h"
-#include "share_internal.h"
+#include "tier_services.h"
 
 void remote_key_of(const struct engine *eng, uint8_t kind, const uint8_t hash[32],
 		   uint32_t page, struct remote_key *k)
 {
 	memset(k, 0, sizeof(*k));
 	k->kind = kind;
-	k->layout_id = disk_layout_id(&eng->layout);
-	k->tenant = eng->disk_tenant;
+	k->layout_id = disk_layout_id(engine_layout(eng));
+	k->tenant = tier_disk_tenant(eng);
 	memcpy(k->hash, hash, 32);
 	k->page = page;
 }
@@ -33,11 +35,11 @@ int remote_prefix_put(struct engine *eng, const uint8_t hash[32], const void *pa
 {
 	struct remote_key k;
 
-	if (!eng->remote)
+	if (!tier_remote(eng))
 		return -ENOENT;
 	prefix_key(eng, hash, &k);
 	/* -ENOSPC (queue full): dropped and counted there; it can be recomputed. */
-	return remote_tier_put(eng->remote, &k, page);
+	return remote_tier_put(tier_remote(eng), &k, page);
 }
 
 /* The keys of pages [hit, hit + m) of tokens' chain. */
@@ -45,12 +47,12 @@ static void missing_keys(struct engine *eng, const uint32_t *tokens, uint32_t hi
 			 uint32_t m, const uint32_t *frames, struct remote_key *keys)
 {
 	static const uint8_t zero[32];
-	struct share *s = eng->share;
-	const uint8_t *prev = hit ? s->pc[s->sp[frames[hit - 1]].pc].hash : zero;
+	const uint8_t *prev = hit ? tier_frame_hash(eng, frames[hit - 1]) : zero;
+	uint32_t P = tier_page_tokens(eng);
 	uint8_t h[32];
 
 	for (uint32_t i = 0; i < m; i++) {
-		pc_hash_page(eng, prev, tokens + (uint64_t)(hit + i) * eng->P, h);
+		tier_pc_hash_page(eng, prev, tokens + (uint64_t)(hit + i) * P, h);
 		prefix_key(eng, h, &keys[i]);
 		prev = keys[i].hash;
 	}
@@ -67,7 +69,7 @@ static void missing_keys(struct engine *eng, const uint32_t *tokens, uint32_t hi
 static uint32_t onload_run(struct engine *eng, uint32_t last,
 			   const struct remote_fetch *f)
 {
-	struct share *s = eng->share;
+	struct frames *dev = tier_device_frames(eng);
 	uint32_t got = remote_fetch_pages(f), parent, done = 0, n = 0;
 	uint32_t *frame = NULL, *idx = NULL;
 	const void **src = NULL;
@@ -76,8 +78,8 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 	if (!got)
 		return 0;
 	if (last != FRAME_NONE)
-		sp_ref(eng, last);
-	avail = engine_device_avail(eng, NULL, got);
+		tier_frame_ref(eng, last);
+	avail = tier_device_avail(eng, got);
 	if (avail < got)
 		got = (uint32_t)avail;
 	frame = malloc((got ? got : 1) * sizeof(*frame));
@@ -86,45 +88,42 @@ static uint32_t onload_run(struct engine *eng, uint32_t last,
 	if (!frame || !idx || !src)
 		got = 0;
 	if (got)
-		evict_for_device(eng, got);
+		tier_evict_for_device(eng, got);
 	/* Frames for the pages not published meanwhile (another lookup, a
 	 * commit), which keep theirs. */
 	for (uint32_t i = 0; i < got; i++) {
-		if (pc_find(eng, remote_fetch_hash(f, i)) != PC_NONE)
+		if (tier_pc_find(eng, remote_fetch_hash(f, i)) != TIER_PC_NONE)
 			continue;
-		frame[n] = frames_alloc(&eng->frames[KVP_TIER_DEVICE]);
+		frame[n] = frames_alloc(dev);
 		if (frame[n] == FRAME_NONE)
 			break;
 		idx[n] = i;
 		src[n] = remote_fetch_page(f, idx[n]);
 		n++;
 	}
-	if (n && share_pages_in(eng, src, frame, n)) {
+	if (n && tier_pages_in(eng, src, frame, n)) {
 		while (n) /* no host frames for the copy: a miss */
-			frames_free(&eng->frames[KVP_TIER_DEVICE], frame[--n]);
+			frames_free(dev, frame[--n]);
 		got = 0;
 	}
-	parent = last != FRAME_NONE ? s->sp[last].pc : PC_NONE;
+	parent = last != FRAME_NONE ? tier_frame_pc(eng, last) : TIER_PC_NONE;
 	for (uint32_t i = 0, k = 0; i < got; i++) {
 		const uint8_t *hash = remote_fetch_hash(f, i);
-		uint32_t e = pc_find(eng, hash);
+		uint32_t e = tier_pc_find(eng, hash);
 
-		if (e != PC_NONE) {
+		if (e != TIER_PC_NONE) {
 			parent = e;
 			continue;
 		}
 		if (k == n || idx[k] != i)
 			break; /* ran out of frames before page i */
-		s->sp[frame[k]] = (struct spage){ .refs = 0, .pc = PC_NONE };
-		pc_adopt(eng, frame[k], hash, parent);
-		parent = s->sp[frame[k]].pc;
-		s->pc[parent].in_store = true; /* not written back on eviction */
-		list_del(&s->pc[parent].pub);
+		/* not written back on eviction */
+		parent = tier_pc_adopt_stored(eng, frame[k], hash, parent);
 		k++;
 		done++;
 	}
 	if (last != FRAME_NONE)
-		sp_unref(eng, last);
+		tier_frame_unref(eng, last);
 	free(frame);
 	free(idx);
 	free(src);
@@ -139,10 +138,10 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 	struct remote_key *keys;
 	int ret;
 
-	if (!eng->remote || *hit >= full)
+	if (!tier_remote(eng) || *hit >= full)
 		return 0;
-	if (m > eng->share->nframes)
-		m = eng->share->nframes;
+	if (m > tier_share_frames(eng))
+		m = tier_share_frames(eng);
 	keys = malloc(m * sizeof(*keys));
 	if (!keys)
 		return 0; /* the local answer */
@@ -150,21 +149,21 @@ int remote_prefix_more(struct engine *eng, const uint32_t *tokens, uint32_t full
 	/* A held lookup is retried every few microseconds while its round is
 	 * out: one hash tells whether it still is, before hashing the run. */
 	missing_keys(eng, tokens, *hit, 1, frames, keys);
-	if (defer && remote_tier_pending(eng->remote, &keys[0])) {
+	if (defer && remote_tier_pending(tier_remote(eng), &keys[0])) {
 		free(keys);
 		return engine_wait_set(ENGINE_WAIT_REMOTE);
 	}
 	missing_keys(eng, tokens, *hit, m, frames, keys);
-	ret = remote_tier_fetch(eng->remote, keys, m, &f);
+	ret = remote_tier_fetch(tier_remote(eng), keys, m, &f);
 	free(keys);
 	if (ret == -EINPROGRESS && defer)
 		return engine_wait_set(ENGINE_WAIT_REMOTE);
 	if (ret)
 		return 0; /* queued for a later lookup, or no memory: local */
 	done = onload_run(eng, last, f);
-	remote_fetch_done(eng->remote, f, done);
+	remote_fetch_done(tier_remote(eng), f, done);
 	if (done)
-		*hit = pc_match(eng, tokens, full, frames, &idle);
+		*hit = tier_pc_match(eng, tokens, full, frames, &idle);
 	return 0;
 }
 
@@ -201,4 +200,5 @@ const struct tier_ops remote_tier_ops = {
 	.prefix_more = remote_prefix_more_op,
 	.publish = remote_publish,
 	.chunk_kept = remote_chunk_type_kept,
+	.flush = engine_remote_user_flush_all,
 };

@@ -22,44 +22,42 @@
  */
 #include <errno.h>
 
+#include "engine.h"
 #include "remote_engine.h"
 #include "remote_tier.h"
 #include "share_disk.h"
-#include "share_internal.h"
+#include "tier_services.h"
 
 /* Room for pages: the queue's, and on a GPU free host frames to bounce. */
 static bool room_for(struct engine *eng, uint32_t pages)
 {
-	uint64_t pb = eng->layout.page_bytes;
+	uint64_t pb = engine_layout(eng)->page_bytes;
 
-	if (remote_tier_free_bytes(eng->remote) < (pages + 1) * pb)
+	if (remote_tier_free_bytes(tier_remote(eng)) < (pages + 1) * pb)
 		return false;
-	return eng->mem[KVP_TIER_DEVICE].host_visible ||
-	       frames_reserve(&eng->frames[KVP_TIER_HOST], pages) >= pages;
+	return engine_tier(eng, KVP_TIER_DEVICE)->host_visible ||
+	       tier_host_reserve(eng, pages) >= pages;
 }
 
 uint32_t remote_publish(struct engine *eng, uint32_t max_pages, bool *more)
 {
-	struct share *s = eng->share;
 	struct pc_entry *pe;
 	struct chunk *c;
 	uint32_t done = 0;
 
 	*more = false;
-	if (!eng->remote || !s)
+	if (!tier_remote(eng) || !tier_share_frames(eng))
 		return 0;
-	while (done < max_pages &&
-	       (pe = list_first_entry_or_null(&s->pub_pcs, struct pc_entry, pub))) {
+	while (done < max_pages && (pe = tier_pub_pc_first(eng))) {
 		if (!room_for(eng, 1))
 			break;
-		list_del(&pe->pub);
+		tier_pub_pc_take(pe);
 		done += share_pc_down(eng, pe, false, true);
 	}
-	while (done < max_pages &&
-	       (c = list_first_entry_or_null(&s->pub_chunks, struct chunk, pub))) {
+	while (done < max_pages && (c = tier_pub_chunk_first(eng))) {
 		/* A piece of what it lacks (its records once no page is
 		 * left: a call for none); it stays first until complete. */
-		uint32_t want = c->npages - c->pub_next, got;
+		uint32_t want = tier_chunk_npages(c) - tier_chunk_pub_next(c), got;
 
 		if (want > max_pages - done)
 			want = max_pages - done;
@@ -67,12 +65,12 @@ uint32_t remote_publish(struct engine *eng, uint32_t max_pages, bool *more)
 			break;
 		got = share_chunk_down(eng, c, false, want ? want : 1);
 		done += got;
-		if (c->in_store || (!got && want)) {
-			list_del(&c->pub); /* done, or failing: eviction writes it */
+		if (tier_chunk_in_store(c) || (!got && want)) {
+			tier_pub_chunk_take(c); /* done, or failing: eviction writes it */
 			continue;
 		}
 		break; /* the batch ended inside it, or its records wait for room */
 	}
-	*more = !list_empty(&s->pub_pcs) || !list_empty(&s->pub_chunks);
+	*more = tier_pub_pending(eng);
 	return done;
 }

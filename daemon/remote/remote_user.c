@@ -26,12 +26,12 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "disk_engine.h"
 #include "disk_record.h"
-#include "engine_internal.h"
+#include "engine.h"
 #include "remote_engine.h"
 #include "remote_tier.h"
 #include "remote_value.h"
+#include "tier_services.h"
 
 #define RUSER_MAGIC 0x3152455355505656ull /* "VVPUSER1" little-endian */
 
@@ -73,8 +73,8 @@ static void user_key(const struct engine *eng, uint64_t user, uint64_t write_id,
 {
 	memset(k, 0, sizeof(*k));
 	k->kind = DISK_KIND_USER;
-	k->layout_id = disk_layout_id(&eng->layout);
-	k->tenant = eng->disk_tenant;
+	k->layout_id = disk_layout_id(engine_layout(eng));
+	k->tenant = tier_disk_tenant(eng);
 	memcpy(k->hash, &user, 8);
 	memcpy(k->hash + 8, &write_id, 8);
 	k->page = page;
@@ -82,7 +82,7 @@ static void user_key(const struct engine *eng, uint64_t user, uint64_t write_id,
 
 static bool enabled(const struct engine *eng)
 {
-	return eng->remote && remote_tier_user_histories(eng->remote);
+	return tier_remote(eng) && remote_tier_user_histories(tier_remote(eng));
 }
 
 /* h's pages, then its record, queued: 1; 0 nothing to write (off, empty,
@@ -90,21 +90,21 @@ static bool enabled(const struct engine *eng)
  * a page only in a GPU's memory; -ENOMEM. */
 static int user_out(struct engine *eng, struct history *h)
 {
-	uint32_t n = (uint32_t)pages_for(eng, h->len);
+	uint32_t n = tier_history_pages(eng, h);
 	struct ruser_rec rec;
 	struct remote_key k;
+	uint64_t user;
 	void **pages;
 	uint32_t i;
 	int ret = -EAGAIN;
 
 	/* Unpinned: no onload in flight, no reserved pages past len. */
-	if (!enabled(eng) || !n || h->pins)
+	if (!enabled(eng) || !n || tier_history_pins(h))
 		return 0;
 	/* As it came from the store (no write since, no trim): the store has
 	 * it. Not writing it again also keeps a newer snapshot another node
 	 * wrote meanwhile. */
-	if (h->in_store && h->store_wgen == h->wgen && h->store_start == h->start &&
-	    h->store_len == h->len)
+	if (tier_history_stored(h))
 		return 0;
 	pages = malloc(n * sizeof(*pages));
 	if (!pages)
@@ -116,31 +116,34 @@ static int user_out(struct engine *eng, struct history *h)
 	 * (dropped as without a remote tier), as the disk tier skips it.
 	 */
 	for (i = 0; i < n; i++)
-		if (!(pages[i] = history_page_cpu(eng, h, i)))
+		if (!(pages[i] = tier_history_page_cpu(eng, h, i)))
 			goto out;
 	/* All of it or nothing: a history cut short by a full queue would
 	 * only overwrite (tear) the snapshot the store has. */
-	if (remote_tier_free_bytes(eng->remote) <
-	    (uint64_t)n * eng->layout.page_bytes + sizeof(rec)) {
+	if (remote_tier_free_bytes(tier_remote(eng)) <
+	    (uint64_t)n * engine_layout(eng)->page_bytes + sizeof(rec)) {
 		ret = -ENOSPC;
 		goto out;
 	}
-	rec = (struct ruser_rec){ .magic = RUSER_MAGIC, .user = h->user,
-				  .write_id = next_write_id(), .start = h->start,
-				  .len = h->len, .npages = n, .page_tokens = eng->P };
+	user = tier_history_user(h);
+	rec = (struct ruser_rec){ .magic = RUSER_MAGIC, .user = user,
+				  .write_id = next_write_id(),
+				  .start = tier_history_start(h),
+				  .len = tier_history_len(h), .npages = n,
+				  .page_tokens = tier_page_tokens(eng) };
 	/* Pages first, the record last: a reader never finds a record before
 	 * its pages are queued (one queue, written in order). A put refused
 	 * (queue full) ends it without the record: the previous snapshot's,
 	 * if any, now names pages partly overwritten, and is a miss. */
 	for (i = 0; i < n; i++) {
-		user_key(eng, h->user, rec.write_id, i, &k);
-		if ((ret = remote_tier_put(eng->remote, &k, pages[i])))
+		user_key(eng, user, rec.write_id, i, &k);
+		if ((ret = remote_tier_put(tier_remote(eng), &k, pages[i])))
 			goto out;
 	}
-	user_key(eng, h->user, 0, REMOTE_PAGE_REC, &k);
-	ret = remote_tier_put_rec(eng->remote, &k, &rec, sizeof(rec));
+	user_key(eng, user, 0, REMOTE_PAGE_REC, &k);
+	ret = remote_tier_put_rec(tier_remote(eng), &k, &rec, sizeof(rec));
 	if (!ret) {
-		remote_tier_count_user(eng->remote, RU_PUT);
+		remote_tier_count_user(tier_remote(eng), RU_PUT);
 		ret = 1;
 	}
 out:
@@ -152,46 +155,46 @@ void engine_remote_user_out(struct engine *eng, struct history *h)
 {
 	/* Failed: dropped as without a remote tier; no room: counted. */
 	if (user_out(eng, h) == -ENOSPC)
-		remote_tier_count_user(eng->remote, RU_DROPPED);
+		remote_tier_count_user(tier_remote(eng), RU_DROPPED);
 }
 
 static int collect_cb(struct history *h, void *arg)
 {
 	uint64_t **p = arg;
 
-	*(*p)++ = h->user;
+	*(*p)++ = tier_history_user(h);
 	return 0;
 }
 
 int engine_remote_user_flush_all(struct engine *eng)
 {
-	uint64_t n = user_table_count(&eng->users), *ids, *end;
+	uint64_t n = tier_user_count(eng), *ids, *end;
 	int written = 0;
 
 	if (!enabled(eng) || !n || !(ids = malloc(n * sizeof(*ids))))
 		return 0;
 	end = ids;
-	user_table_foreach(&eng->users, collect_cb, &end);
+	tier_user_foreach(eng, collect_cb, &end);
 	/* By id, looked up each time: a demotion below may drop others (to
 	 * the store, through the hook). */
 	for (uint64_t *u = ids; u < end; u++) {
-		struct history *h = user_table_find(&eng->users, *u);
+		struct history *h = tier_history_find(eng, *u);
 		int ret;
 
-		if (!h || h->pins)
+		if (!h || tier_history_pins(h))
 			continue;
 		ret = user_out(eng, h);
 		if (ret == -EAGAIN) { /* pages only on the GPU: the host's first */
-			demote_or_drop(eng, h);
-			h = user_table_find(&eng->users, *u);
+			tier_history_demote(eng, h);
+			h = tier_history_find(eng, *u);
 			ret = h ? user_out(eng, h) : 0;
 		}
 		if (ret == -ENOSPC) { /* the queue full: let the thread drain it */
-			remote_tier_flush(eng->remote);
+			remote_tier_flush(tier_remote(eng));
 			ret = user_out(eng, h);
 		}
 		if (ret == -ENOSPC) /* longer than the whole queue */
-			remote_tier_count_user(eng->remote, RU_DROPPED);
+			remote_tier_count_user(tier_remote(eng), RU_DROPPED);
 		written += ret > 0;
 	}
 	free(ids);
@@ -207,8 +210,8 @@ void engine_remote_user_del(struct engine *eng, uint64_t user)
 	user_key(eng, user, 0, REMOTE_PAGE_REC, &k);
 	/* Behind any put of it queued before: the DEL is the last word. Its
 	 * pages stay until overwritten: without the record nobody reads them. */
-	if (!remote_tier_del(eng->remote, &k))
-		remote_tier_count_user(eng->remote, RU_DEL);
+	if (!remote_tier_del(tier_remote(eng), &k))
+		remote_tier_count_user(tier_remote(eng), RU_DEL);
 }
 
 /* The record in val, when it is one of ours for the user of rec's key,
@@ -249,21 +252,20 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 {
 	uint32_t got = remote_fetch_pages(f);
 	struct ruser_rec rec;
-	struct history *h;
 	const void **src;
 	int ret;
 
 	if (!got) {
-		remote_tier_count_user(eng->remote, RU_MISSED);
+		remote_tier_count_user(tier_remote(eng), RU_MISSED);
 		return 0;
 	}
 	/* Whole, of this engine's page size, and able to fit the device at
 	 * once (a prepare needs that): else a miss, as torn. */
 	if (!rec_parse(rk, remote_fetch_page(f, 0), &rec) ||
-	    got != 1 + rec.npages || rec.page_tokens != eng->P ||
-	    rec.npages > eng->frames[KVP_TIER_DEVICE].total ||
-	    (eng->max_tokens && rec.len > eng->max_tokens)) {
-		remote_tier_count_user(eng->remote, RU_TORN);
+	    got != 1 + rec.npages || rec.page_tokens != tier_page_tokens(eng) ||
+	    rec.npages > tier_frames_total(eng, KVP_TIER_DEVICE) ||
+	    (tier_max_tokens(eng) && rec.len > tier_max_tokens(eng))) {
+		remote_tier_count_user(tier_remote(eng), RU_TORN);
 		return 0;
 	}
 	src = malloc(rec.npages * sizeof(*src));
@@ -272,17 +274,13 @@ static int from_fetch(struct engine *eng, uint64_t user, const struct remote_key
 				  "its history coming back from the remote tier", user);
 	for (uint32_t i = 0; i < rec.npages; i++)
 		src[i] = remote_fetch_page(f, i + 1);
-	ret = history_from_pages(eng, user, rec.start, rec.len, rec.npages, src,
-				 NULL, "remote", e);
+	ret = tier_history_from_pages(eng, user, rec.start, rec.len, rec.npages, src,
+				      NULL, "remote", e);
 	free(src);
 	if (ret)
 		return ret;
-	h = user_table_find(&eng->users, user);
-	h->in_store = true;
-	h->store_wgen = h->wgen;
-	h->store_start = h->start;
-	h->store_len = h->len;
-	remote_tier_count_user(eng->remote, RU_FETCHED);
+	tier_history_mark_stored(tier_history_find(eng, user));
+	remote_tier_count_user(tier_remote(eng), RU_FETCHED);
 	return 1;
 }
 
@@ -302,7 +300,7 @@ void engine_remote_user_detach(struct engine *eng)
 	if (!rh)
 		return;
 	if (rh->f)
-		remote_fetch_done(eng->remote, rh->f, 0);
+		remote_fetch_done(tier_remote(eng), rh->f, 0);
 	free(rh);
 	*priv = NULL;
 }
@@ -330,29 +328,29 @@ int engine_remote_user_onload(struct engine *eng, uint64_t user, unsigned flags,
 	if (f && rh->user == user && mono_ns() - rh->ns < 1000000000ull)
 		goto got;
 	if (f)
-		remote_fetch_done(eng->remote, f, 0);
+		remote_fetch_done(tier_remote(eng), f, 0);
 	for (;;) {
 		/* Our own write of it (or DEL) still queued: the store has an
 		 * older snapshot or none yet (and a fetch of it is stale:
 		 * remote_tier_put_rec). Once it is written, ask. */
-		if (!remote_tier_pending(eng->remote, &rk) &&
-		    remote_tier_put_pending(eng->remote, &rk)) {
+		if (!remote_tier_pending(tier_remote(eng), &rk) &&
+		    remote_tier_put_pending(tier_remote(eng), &rk)) {
 			if (defer)
 				return errbuf_set(e, engine_wait_set(ENGINE_WAIT_REMOTE),
 						  "user %" PRIu64 ": its history is being written "
 						  "to the remote tier", user);
-			remote_tier_flush(eng->remote);
+			remote_tier_flush(tier_remote(eng));
 			continue;
 		}
-		ret = remote_tier_fetch_rec(eng->remote, &rk, rec_expand,
-					    eng->frames[KVP_TIER_HOST].total, &f);
+		ret = remote_tier_fetch_rec(tier_remote(eng), &rk, rec_expand,
+					    tier_frames_total(eng, KVP_TIER_HOST), &f);
 		if (ret != -EINPROGRESS)
 			break;
 		if (defer)
 			return errbuf_set(e, engine_wait_set(ENGINE_WAIT_REMOTE),
 					  "user %" PRIu64 ": asking "
 					  "the remote tier for its history", user);
-		remote_tier_wait(eng->remote, &rk);
+		remote_tier_wait(tier_remote(eng), &rk);
 	}
 	if (ret)
 		return 0; /* no memory for the fetch: a miss */
@@ -363,12 +361,12 @@ got:
 			rh = *engine_tier_priv(eng, ENGINE_TIER_REMOTE) =
 				calloc(1, sizeof(*rh));
 		if (!rh) { /* no memory to keep it: the retry asks again */
-			remote_fetch_done(eng->remote, f, 0);
+			remote_fetch_done(tier_remote(eng), f, 0);
 			return ret;
 		}
 		*rh = (struct remote_held){ .f = f, .user = user, .ns = mono_ns() };
 		return ret;
 	}
-	remote_fetch_done(eng->remote, f, ret > 0 ? remote_fetch_pages(f) - 1 : 0);
+	remote_fetch_done(tier_remote(eng), f, ret > 0 ? remote_fetch_pages(f) - 1 : 0);
 	return ret < 0 ? ret : 0;
 }

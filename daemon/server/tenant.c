@@ -26,12 +26,10 @@
 
 #include <openssl/evp.h>
 
-#include "disk_engine.h"
 #include "disk_record.h"
 #include "disk_tier.h"
 #include "log.h"
 #include "kvpool_engine.h"
-#include "remote_engine.h"
 #include "remote_tier.h"
 #include "tenant.h"
 
@@ -125,13 +123,13 @@ int tenants_cuda_device(const struct tenants *ts, uint32_t pool)
 /* ------------------------------------------------------------ tenants */
 
 /* A clean stop keeps the cache: histories in memory go to the disk tier
- * (daemon/disk/disk_engine.h), for the warm restart. */
+ * (its flush, tier.h), for the warm restart. */
 static void disk_flush_set(struct tenants *ts, struct tenant *t, struct shard_set *s)
 {
 	int n = 0;
 
 	for (uint32_t i = 0; ts->disk && s && i < s->n; i++) {
-		n += engine_disk_flush_all(shard_lock(s, i));
+		n += engine_tier_flush(shard_lock(s, i), ENGINE_TIER_DISK);
 		shard_unlock(s, i);
 	}
 	if (n)
@@ -149,7 +147,7 @@ static void remote_flush_set(struct tenants *ts, struct tenant *t,
 	int n = 0;
 
 	for (uint32_t i = 0; ts->remote && s && i < s->n; i++) {
-		n += engine_remote_user_flush_all(shard_lock(s, i));
+		n += engine_tier_flush(shard_lock(s, i), ENGINE_TIER_REMOTE);
 		shard_unlock(s, i);
 	}
 	if (n)

@@ -56,6 +56,11 @@
  *   chunk_clear      tiers hold goes too.
  *   publish          the reclaimer, ahead of eviction (shard.c).
  *   chunk_kept       whether a chunk type is kept in the tier (share_chunk*).
+ *   flush            a clean stop (engine_tier_flush, from the server's
+ *                    tenant teardown): every unpinned history written to
+ *                    the tier; returns how many. The remote tier's first
+ *                    (it leaves them in memory), then the disk tier's
+ *                    (which drops them).
  *
  * Ordering and locking: every operation is called with the engine's lock
  * held (the caller serialises calls on one engine, engine.h), from the
@@ -140,6 +145,7 @@ struct tier_ops {
 	uint32_t (*chunk_clear)(struct engine *eng, uint32_t type);
 	uint32_t (*publish)(struct engine *eng, uint32_t max_pages, bool *more);
 	bool (*chunk_kept)(const struct engine *eng, uint32_t type);
+	int (*flush)(struct engine *eng);
 };
 
 /* Startup, before any engine_create: the tier t's operations (NULL: none).
@@ -152,6 +158,13 @@ void engine_tier_register(enum engine_tier t, const struct tier_ops *ops);
  * needs it) and frees it in detach; the engine holds no tier state itself.
  */
 void **engine_tier_priv(struct engine *eng, enum engine_tier t);
+
+/*
+ * A clean stop, for the engine's owner (the server), with eng's lock held:
+ * tier t's flush (the top comment); 0 when eng has no such tier, or it
+ * has no flush. The owner names the tier, never its functions.
+ */
+int engine_tier_flush(struct engine *eng, enum engine_tier t);
 
 /*
  * The typed wait (top comment). engine_wait_set records why the calling
