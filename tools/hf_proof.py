@@ -24,13 +24,11 @@ Exit status 0 only when tokens and K/V are identical everywhere.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import glob
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +36,9 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proof_daemon import Daemon  # noqa: E402,F401 - chunk_proof and fastpath import it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = "cuda"          # "cpu" with --dry-run
@@ -155,49 +156,6 @@ def find_kvpoold(arg: Optional[str]) -> str:
         if p and os.access(p, os.X_OK):
             return p
     sys.exit("hf_proof: no kvpoold (--kvpoold PATH or $KVPOOLD)")
-
-
-class Daemon:
-    def __init__(self, kvpoold: str, layout: str, device_mem: str, backend: str) -> None:
-        import kvpool
-        self.dir = tempfile.mkdtemp(prefix="kvpool-hf-")
-        self.sock = os.path.join(self.dir, "kvpoold.sock")
-        self.log = os.path.join(self.dir, "kvpoold.log")
-        self.args = [kvpoold, f"--socket={self.sock}", f"--backend={backend}", "--foreground",
-                     f"--layout={layout}", f"--device_mem={device_mem}", "--host_mem=64M"]
-
-        def pdeathsig() -> None:
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-        self.proc = subprocess.Popen(self.args, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=pdeathsig)
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kvpoold exited {self.proc.returncode}: {self.tail()}")
-            if os.path.exists(self.sock):
-                try:
-                    kvpool.connect(self.sock, "hf_proof-ready").close()
-                    return
-                except kvpool.KvpoolError:
-                    pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kvpoold did not serve within 60 s: {self.tail()}")
-            time.sleep(0.05)
-
-    def tail(self) -> str:
-        try:
-            return open(self.log).read()[-3000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # ---------------------------------------------------------------- children

@@ -40,11 +40,9 @@ import json
 import multiprocessing as mp
 import os
 import shlex
-import signal
+import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -54,6 +52,7 @@ SRC = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import hstu_trace  # noqa: E402
+from proof_daemon import Daemon as ProofDaemon  # noqa: E402
 
 try:
     import kvpool  # noqa: F401
@@ -144,37 +143,13 @@ def find_kvpoold() -> str:
                      "kvpoold) or set $KVPOOLD")
 
 
-class Daemon:
-    """A kvpoold of this run's own on a socket in a temp dir."""
+class Daemon(ProofDaemon):
+    """hf_proof's kvpoold with this run's tiers and up to 120 s to pin them;
+    its temp dir goes when it stops."""
 
     def __init__(self, layout: str, backend: str, device_mem: str, host_mem: str) -> None:
-        import kvpool
-        self.dir = tempfile.mkdtemp(prefix="hstu-e2e-")
-        self.sock = os.path.join(self.dir, "kvpoold.sock")
-        log = open(os.path.join(self.dir, "kvpoold.log"), "w")
-        self.proc = subprocess.Popen(
-            [find_kvpoold(), f"--socket={self.sock}", f"--backend={backend}",
-             "--foreground", f"--layout={layout}", f"--device_mem={device_mem}",
-             f"--host_mem={host_mem}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        # A cuda kvpoold pins its host tier first: tens of GiB take a while.
-        deadline = time.monotonic() + 120
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kvpoold exited {self.proc.returncode}: " + self.log())
-            if os.path.exists(self.sock):
-                try:
-                    kvpool.connect(self.sock, "hstu_e2e").close()
-                    return
-                except kvpool.KvpoolError:
-                    pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("kvpoold did not serve within 120 s: " + self.log())
-            time.sleep(0.02)
-
-    def log(self) -> str:
-        with open(os.path.join(self.dir, "kvpoold.log")) as f:
-            return f.read()[-2000:]
+        super().__init__(find_kvpoold(), layout, device_mem, backend, host_mem=host_mem,
+                         ready_s=120)
 
     def stats(self) -> dict:
         import kvpool
@@ -182,14 +157,8 @@ class Daemon:
             return c.stats()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        subprocess.run(["rm", "-rf", self.dir], check=False)
+        super().stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _torch_dtype(name: str):
