@@ -529,6 +529,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                 else f"cpu ({os.cpu_count()} cores, torch {torch.__version__})")
     out = {
         "device": dev_name,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "sized": "cpu (scaled down: see model; histories x%g, %d users)"
                  % (args.hist_scale, args.users) if args.cpu else "anchor",
         "model": cfg.as_dict(),
