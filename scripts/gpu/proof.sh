@@ -15,7 +15,7 @@ PY=/opt/torch/.venv/bin/python3
 t0=$SECONDS
 (cmake -S . -B /tmp/b $KVPOOL_GPU_CMAKE_FLAGS && cmake --build /tmp/b -j16) \
 	> $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
-echo "build ok ($((SECONDS - t0)) s)"
+echo "build ok ($((SECONDS - t0)) s), compiler warnings: $(grep -c "warning:" $OUT/build.txt)"
 export PYTHONPATH=/tmp/b/python KVPOOLD=/tmp/b/kvpoold KVPOOL_SOURCE_DIR=$PWD
 timeout ${KERNEL_S:-90} $PY -m pytest -q -p no:cacheprovider tests/python/test_paged_attention.py \
 	> $OUT/test-paged-attention.txt 2>&1; echo "kernel tests rc=$? ($((SECONDS - t0)) s)"
