@@ -228,13 +228,56 @@ def test_graph_replays_other_lengths() -> None:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         pa.attend(static_q, pool.layer(0), static_t, out=out)
-    for tables, q in plans:
+    errs = []
+    for i, (tables, q) in enumerate(plans):
+        want = pa.attend(q, pool.layer(0), tables)
+        ref = pa.attend_reference(q, pool.layer(0), tables, D ** -0.5)
+        # the bucketed tables eagerly (no graph), then the graph's replay
+        bucket = tables.bucketed()
+        eager = pa.attend(q, pool.layer(0), bucket)
         static_t.copy_from(tables)
         static_q.copy_(q)
         g.replay()
-        want = pa.attend(q, pool.layer(0), tables)
         torch.cuda.synchronize()
-        assert (out.float() - want.float()).abs().max().item() <= 1e-2
+        for what, got in (("eager", want), ("eager bucketed", eager), ("graph", out)):
+            diff = (got.float() - ref.float()).abs()
+            if diff.max().item() > 1e-2:
+                bad = (diff.amax(dim=-1) > 1e-2).nonzero().tolist()
+                errs.append(f"case {i} ({tables.launches[0].max_len} tokens): {what} "
+                            f"max diff {diff.max().item():.3g} at [b, t, h] {bad[:6]}")
+    assert not errs, "\n".join(errs)
+
+
+@gpu
+def test_graph_replay_runs_the_kernels() -> None:
+    """A replay recomputes: the output is zeroed between capture and replay,
+    the inputs changed in place, and the replay must write the new answer
+    (a kernel launched outside the capture stream would run once, eagerly,
+    during the capture, and leave the graph without it)."""
+    pool = Pool(256, dtype=torch.float32, device="cuda")
+    levels, store, q, k, v = _case(pool, 1, 4, 0, [300], 4, device="cuda", seed=7)
+    plan = Plan(lambda i: pool.layer(i), 1, 4, levels, store=store)
+    plan.write(0, k, v)
+    tables = pa.build_tables(levels, 1, 4, P, plan.store, "cuda")
+    static_q = q.transpose(1, 2).clone()
+    out = torch.empty_like(static_q)
+    pa.attend(static_q, pool.layer(0), tables, out=out)
+    torch.cuda.synchronize()
+    first = out.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        pa.attend(static_q, pool.layer(0), tables, out=out)
+    torch.cuda.synchronize()
+    out.zero_()
+    g.replay()
+    torch.cuda.synchronize()
+    assert out.abs().max().item() > 0, "the replay wrote nothing: the kernels are not in the graph"
+    assert (out - first).abs().max().item() <= 1e-5
+    static_q.mul_(-1.0)
+    g.replay()
+    want = pa.attend(static_q, pool.layer(0), tables)
+    torch.cuda.synchronize()
+    assert (out - want).abs().max().item() <= 1e-5, "the replay did not read the new inputs"
 
 
 if __name__ == "__main__":
