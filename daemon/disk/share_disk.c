@@ -16,6 +16,21 @@
  * frames, as user histories go through the host tier); the disk thread
  * writes them. Coming back is the reverse: staging -> (host frame ->)
  * device frame, after the disk thread read them.
+ *
+ * Who owns what. This file is the disk tier's (kvpool_tiers) and sees the
+ * engine only through its interface: tier.h (the operations it implements
+ * for disk_tier_ops, the typed wait) and tier_services.h (what it asks of
+ * the engine, always under the engine's lock). The engine owns the prefix
+ * entries, chunks, names and frames, and every change to them: this file
+ * publishes a page it brought back with tier_pc_publish, and hands a chunk
+ * back as a struct tier_chunk_desc to tier_chunk_adopt, which makes the
+ * room, the name and the entry. It owns what is below the device tier: the
+ * keys and aliases, struct chunk_rec (encoded from tier_chunk_describe,
+ * decoded and checked here before the engine sees a byte of it), and the
+ * record of the last prefix walk that waited for the disk (struct
+ * share_disk_wait, in the disk tier's state of the engine, disk_engine.c).
+ * The remote tier's chunks come through here too (remote_chunk_fetch,
+ * laid out as the disk's), so both are rebuilt by one path.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -29,6 +29,10 @@
  * Nothing here does I/O on the caller's thread: the disk tier's and the
  * remote tier's threads read, the caller only copies from their buffers
  * (a memcpy, and on a GPU one host -> device copy through host frames).
+ *
+ * This is the disk tier's header, never the engine's: struct engine, struct
+ * pc_entry and struct chunk are opaque here, and share_disk.c reaches them
+ * through tier_services.h only (its top comment says who owns what).
  */
 #ifndef KVPOOL_SHARE_DISK_H
 #define KVPOOL_SHARE_DISK_H

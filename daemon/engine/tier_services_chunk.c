@@ -4,7 +4,8 @@
  * a chunk entry, and the one way a chunk a tier kept comes back into the
  * engine (tier_chunk_adopt). The engine builds its own entries and names
  * here, from a struct tier_chunk_desc; the tier decodes its own record
- * (share_disk.h's struct chunk_rec) into one and never sees struct chunk.
+ * into one (and encodes one from tier_chunk_describe) and never sees
+ * struct chunk or struct chunk_name.
  * Every function runs under the engine's lock (tier_services.h).
  */
 #include <errno.h>

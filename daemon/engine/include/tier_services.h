@@ -4,7 +4,9 @@
  * engine, beside tier.h: the engine's side of the door. A tier file that
  * includes this header needs none of the engine's private headers
  * (engine_internal.h, share_internal.h); struct engine, struct chunk and
- * struct pc_entry stay opaque to it.
+ * struct pc_entry stay opaque to it. kvpool_tiers has no include path to
+ * those headers (CMakeLists.txt): a tier file that reaches for one does
+ * not compile.
  *
  * Locking: every function here is called with the engine's lock held, by
  * the thread that holds it, from inside a tier_ops operation (tier.h) or a
