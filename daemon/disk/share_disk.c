@@ -354,17 +354,18 @@ uint32_t share_chunk_down(struct engine *eng, struct chunk *c, bool disk,
 	struct disk_key k;
 	bool bounced = false, out = false, remote;
 
-	tier_chunk_describe(c, &d);
-	n = d.npages;
-	pub_next = tier_chunk_pub_next(c);
 	disk = disk && tier_disk(eng);
 	/* Once all queued, or from the store: never again (as a prefix page). */
-	remote = remote_max && remote_chunk_type_kept(eng, d.type) &&
+	remote = remote_max && remote_chunk_type_kept(eng, tier_chunk_type(c)) &&
 		 !tier_chunk_in_store(c);
-	/* Roots that are sealed and whose name fits one record. */
-	if ((!disk && !remote) || !d.root || d.state != KVP_CHUNK_READY ||
-	    chunk_rec_bytes(&d) > pb)
+	if (!disk && !remote)
 		return 0;
+	/* Roots that are sealed and whose name fits one record. */
+	tier_chunk_describe(c, &d);
+	if (!d.root || d.state != KVP_CHUNK_READY || chunk_rec_bytes(&d) > pb)
+		return 0;
+	n = d.npages;
+	pub_next = tier_chunk_pub_next(c);
 	if (remote) /* the store's piece: from what it lacks on */
 		m = d.npages - pub_next < remote_max ? d.npages - pub_next
 						     : remote_max;
