@@ -76,15 +76,23 @@ struct disk_load {
 };
 
 /* The disk tier's state of one engine (tier.h's engine_tier_priv), made by
- * engine_disk_attach; NULL: no disk tier, or no reads into host frames. */
+ * engine_disk_attach; NULL: no disk tier (or no memory for it then). */
 struct disk_engine {
 	bool into;               /* disk reads go straight into host frames */
 	struct disk_load *loads; /* those reads, in flight */
+	struct share_disk_wait prefix_wait; /* share_disk.c's, of this engine */
 };
 
 static struct disk_engine *de_of(struct engine *eng)
 {
 	return *engine_tier_priv(eng, ENGINE_TIER_DISK);
+}
+
+struct share_disk_wait *share_disk_wait_of(struct engine *eng)
+{
+	struct disk_engine *de = de_of(eng);
+
+	return de ? &de->prefix_wait : NULL;
 }
 
 static uint64_t now_ns(void)
@@ -282,17 +290,21 @@ void engine_disk_attach(struct engine *eng)
 	const struct tier_mem *m = engine_tier(eng, KVP_TIER_HOST);
 	struct disk_engine *de;
 
-	/* Reads straight into host frames need frames the CPU (and the
-	 * kernel) can address, on the blocks O_DIRECT moves. Without them
-	 * (or without memory for their state) the staging way serves. */
-	if (!tier_disk(eng) || !m->host_visible || !m->base || !m->bytes ||
-	    !disk_tier_into_ok(tier_disk(eng)) || ((uintptr_t)m->base % DISK_ALIGN))
+	if (!tier_disk(eng))
 		return;
+	/* Without memory for its state the staging way serves, and a prefix
+	 * walk waiting for the disk walks again at every retry. */
 	de = calloc(1, sizeof(*de));
 	if (!de)
 		return;
-	de->into = true;
 	*engine_tier_priv(eng, ENGINE_TIER_DISK) = de;
+	/* Reads straight into host frames need frames the CPU (and the
+	 * kernel) can address, on the blocks O_DIRECT moves. Without them
+	 * the staging way serves. */
+	if (!m->host_visible || !m->base || !m->bytes ||
+	    !disk_tier_into_ok(tier_disk(eng)) || ((uintptr_t)m->base % DISK_ALIGN))
+		return;
+	de->into = true;
 	/* Fixed buffers: no page pinning per read. Refused (RLIMIT_MEMLOCK),
 	 * the same reads pin their pages themselves. */
 	disk_tier_register_host(tier_disk(eng), m->base, m->bytes);

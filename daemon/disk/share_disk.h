@@ -29,6 +29,10 @@
  * Nothing here does I/O on the caller's thread: the disk tier's and the
  * remote tier's threads read, the caller only copies from their buffers
  * (a memcpy, and on a GPU one host -> device copy through host frames).
+ *
+ * This is the disk tier's header, never the engine's: struct engine, struct
+ * pc_entry and struct chunk are opaque here, and share_disk.c reaches them
+ * through tier_services.h only (its top comment says who owns what).
  */
 #ifndef KVPOOL_SHARE_DISK_H
 #define KVPOOL_SHARE_DISK_H
@@ -129,6 +133,20 @@ int share_disk_prefix_more(struct engine *eng, const uint32_t *tokens,
  * waits so, for a millisecond at most.
  */
 bool share_disk_prefix_wait(struct engine *eng);
+
+/* What share_disk_prefix_wait compares with: the last prefix walk that
+ * answered -EINPROGRESS, the disk tier's progress then, and when. The disk
+ * tier's own, one per engine in its state of the engine (disk_engine.c's
+ * struct disk_engine): the engine keeps none. */
+struct share_disk_wait {
+	bool waiting;
+	uint64_t progress;
+	uint64_t since_ns;
+};
+/* eng's (defined in disk_engine.c, beside the rest of that state); NULL
+ * without a disk tier, or when attach had no memory for the state: then
+ * every retry walks again. */
+struct share_disk_wait *share_disk_wait_of(struct engine *eng);
 
 /*
  * The chunk id (a name, or its root entry) on a tier below: back as a

@@ -205,11 +205,6 @@ struct share {
 	 * remote_publish() (remote_engine.h). Empty without a remote tier. */
 	struct list_head pub_pcs, pub_chunks;
 
-	/* The last prefix walk that waited for the disk tier (share_disk.c):
-	 * the tier's progress then, and when. */
-	bool disk_waiting;
-	uint64_t disk_wait_progress, disk_wait_ns;
-
 	struct seq_table seqs;
 	uint64_t seq_pages;      /* SP_REF pages summed over sequences */
 	/* The tenant's settings (share_seq_configure): 0 is the default,

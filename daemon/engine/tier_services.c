@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tier_services.c - the engine's side of tier_services.h: what a tier may
- * ask of the engine, over its private structures. Every function runs
- * under the engine's lock (tier_services.h).
+ * ask of the engine, over its private structures (the engine, histories,
+ * prefix pages, publishing; chunks are tier_services_chunk.c's). Every
+ * function runs under the engine's lock (tier_services.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -363,65 +364,59 @@ int tier_pages_in(struct engine *eng, const void *const *src,
 	return share_pages_in(eng, src, dev, n);
 }
 
-/* ------------------------------------------------------------ chunks */
-
-uint32_t tier_chunk_type(const struct chunk *c)
+bool tier_pages_out(struct engine *eng, const uint32_t *dev, uint32_t n,
+		    void **out, uint32_t *bounce, bool *bounced)
 {
-	return c->type;
+	return share_pages_out(eng, dev, n, out, bounce, bounced);
 }
 
-uint32_t tier_chunk_npages(const struct chunk *c)
+void tier_bounce_free(struct engine *eng, uint32_t *bounce, uint32_t n)
 {
-	return c->npages;
+	share_bounce_free(eng, bounce, n);
 }
 
-const uint8_t *tier_chunk_id(const struct chunk *c)
+uint32_t tier_frame_refs(const struct engine *eng, uint32_t frame)
 {
-	return c->id.b;
+	return eng->share->sp[frame].refs;
 }
 
-const uint8_t *tier_chunk_name_id(const struct chunk *c)
+uint32_t tier_pc_frame(const struct engine *eng, uint32_t e)
 {
-	return c->name->id.b;
+	return eng->share->pc[e].frame;
 }
 
-bool tier_chunk_in_store(const struct chunk *c)
+uint32_t tier_share_frame_alloc(struct engine *eng)
 {
-	return c->in_store;
+	return share_frame_alloc(eng);
 }
 
-void tier_chunk_set_in_store(struct chunk *c, bool in_store)
+void tier_pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+		     uint32_t parent)
 {
-	c->in_store = in_store;
+	pc_publish(eng, frame, hash, parent);
 }
 
-uint32_t tier_chunk_pub_next(const struct chunk *c)
+uint32_t tier_pc_entry_frame(const struct pc_entry *pe)
 {
-	return c->pub_next;
+	return pe->frame;
 }
 
-void tier_chunk_pub_advance(struct chunk *c)
+const uint8_t *tier_pc_entry_hash(const struct pc_entry *pe)
 {
-	c->pub_next++;
+	return pe->hash;
 }
 
-void tier_chunk_aliases(struct engine *eng, const struct kvp_chunk_id *id,
-			void (*fn)(struct engine *eng, const uint8_t id[32]))
+bool tier_pc_in_store(const struct pc_entry *pe)
 {
-	struct chunk_name *n;
-	struct chunk *c, *e;
-
-	n = name_find(eng, id);
-	if (!n && (c = chunk_find(eng, id)))
-		n = c->name;
-	if (!n)
-		return;
-	if (memcmp(n->id.b, id->b, 32))
-		fn(eng, n->id.b);
-	list_for_each_entry(e, &n->entries, name_link)
-		if (!e->parent && memcmp(e->id.b, id->b, 32))
-			fn(eng, e->id.b);
+	return pe->in_store;
 }
+
+void tier_pc_set_in_store(struct pc_entry *pe, bool in_store)
+{
+	pe->in_store = in_store;
+}
+
+/* ------------------------------------------------------------ the shared world */
 
 uint64_t tier_shared_evictable(const struct engine *eng)
 {

@@ -32,6 +32,7 @@
 #include "disk_tier.h"
 #include "engine_helpers.h"
 #include "errbuf.h"
+#include "share_disk.h"
 #include "share_helpers.h"
 
 #define DEV 16u       /* device frames: a 16-page history fills them */
@@ -135,9 +136,11 @@ static void prefix_to_disk_and_back(bool device_visible)
 	struct engine *eng = mk_disk_engine(device_visible);
 	uint32_t toks[PROMPT];
 	struct share_prefix_hit h;
+	struct share_disk_wait *w;
 	struct kvp_stats before;
 	struct tlease t;
 	uint64_t pb;
+	int rc;
 
 	tokens_seq(toks, PROMPT, 100);
 	seq_put(eng, 1, toks, PROMPT, KEY, OWNER);
@@ -152,9 +155,19 @@ static void prefix_to_disk_and_back(bool device_visible)
 	pb = engine_layout(eng)->page_bytes;
 	assert_int_equal(stats_of(eng).bytes_d2h - before.bytes_d2h,
 			 (device_visible ? 0 : 4 * pb) + DEV * pb);
-	/* Without waiting: -EINPROGRESS while the disk thread reads. */
-	while (share_prefix_find(eng, toks, PROMPT, &h) == -EINPROGRESS)
+	/* Without waiting: -EINPROGRESS while the disk thread reads, the wait
+	 * typed and recorded in the disk tier's own state of the engine (here
+	 * too where its reads cannot go straight into host frames), cleared
+	 * once the walk comes back whole. */
+	w = share_disk_wait_of(eng);
+	assert_non_null(w);
+	while ((rc = share_prefix_find(eng, toks, PROMPT, &h)) == -EINPROGRESS) {
+		assert_int_equal(engine_wait_take(), ENGINE_WAIT_DISK);
+		assert_true(w->waiting);
 		disk_tier_flush(g_disk);
+	}
+	assert_int_equal(rc, 0);
+	assert_false(w->waiting);
 	prefix_cached_again(eng, toks);
 	/* And a sequence over the prompt hits them. */
 	t = seq_alloc_ok(eng, 2, toks, PROMPT, OWNER);

@@ -4,7 +4,9 @@
  * engine, beside tier.h: the engine's side of the door. A tier file that
  * includes this header needs none of the engine's private headers
  * (engine_internal.h, share_internal.h); struct engine, struct chunk and
- * struct pc_entry stay opaque to it.
+ * struct pc_entry stay opaque to it. kvpool_tiers has no include path to
+ * those headers (CMakeLists.txt): a tier file that reaches for one does
+ * not compile.
  *
  * Locking: every function here is called with the engine's lock held, by
  * the thread that holds it, from inside a tier_ops operation (tier.h) or a
@@ -16,6 +18,20 @@
  * Cost: each is one call doing what the tier did inline before (a field
  * read, a list step) or the engine function it wrapped; the per-page work
  * around them (hashing a page, copying its bytes) is what a page costs.
+ *
+ * Who owns what. The engine owns every structure named here (histories,
+ * frames, prefix entries, chunks and their names) and every change to them:
+ * a tier reads them through these calls and changes them only through the
+ * calls that say so (publish a page, adopt a chunk, mark one stored). A
+ * tier owns what it keeps below the device tier (its records, keys and
+ * formats: disk_record.h, share_disk.h's struct chunk_rec, remote_value.h)
+ * and its own state of an engine (tier.h's engine_tier_priv: the disk
+ * tier's reads in flight and its prefix walk's wait live there, not in the
+ * engine). The engine never reads a tier's format: a chunk crosses the
+ * door as a struct tier_chunk_desc, decoded on the tier's side.
+ *
+ * Implemented in tier_services.c (the engine, histories, prefix pages,
+ * publishing) and tier_services_chunk.c (chunks).
  */
 #ifndef KVPOOL_TIER_SERVICES_H
 #define KVPOOL_TIER_SERVICES_H
@@ -157,8 +173,93 @@ uint32_t tier_pc_adopt_stored(struct engine *eng, uint32_t frame,
  * share_pages_in): 0, or -ENOMEM with no host frames for the copy. */
 int tier_pages_in(struct engine *eng, const void *const *src,
 		  const uint32_t *dev, uint32_t n);
+/*
+ * The other way (share_bounce.c's share_pages_out): CPU-readable copies of
+ * device frames dev[0, n) into out[], the device tier itself where the CPU
+ * can read it (shm), else host frames bounce[] filled by one device -> host
+ * copy; then *bounced, and tier_bounce_free(bounce) once the bytes are
+ * copied. false: no host frames for the copy, or it failed.
+ */
+bool tier_pages_out(struct engine *eng, const uint32_t *dev, uint32_t n,
+		    void **out, uint32_t *bounce, bool *bounced);
+void tier_bounce_free(struct engine *eng, uint32_t *bounce, uint32_t n);
+/* Sequence pages listing a shared-world frame: 0 when idle. */
+uint32_t tier_frame_refs(const struct engine *eng, uint32_t frame);
+/* The frame of the published entry e (from tier_pc_find). */
+uint32_t tier_pc_frame(const struct engine *eng, uint32_t e);
+/*
+ * A free device frame for the shared world, neither listed nor published:
+ * the caller made room first (tier_device_avail, tier_evict_for_device).
+ * While nobody holds it, frames_free(tier_device_frames(eng), f) gives it
+ * back; tier_frame_ref holds it, tier_pc_publish publishes the held frame
+ * under hash after parent (TIER_PC_NONE: page 0), hash not published yet.
+ */
+uint32_t tier_share_frame_alloc(struct engine *eng);
+void tier_pc_publish(struct engine *eng, uint32_t frame, const uint8_t hash[32],
+		     uint32_t parent);
+/* A prefix entry the engine hands a tier (demote_prefix, tier_pub_pc_first):
+ * its device frame, its page hash, and the remote tier's mark (queued for
+ * the store, or from it: never written there again). */
+uint32_t tier_pc_entry_frame(const struct pc_entry *pe);
+const uint8_t *tier_pc_entry_hash(const struct pc_entry *pe);
+bool tier_pc_in_store(const struct pc_entry *pe);
+void tier_pc_set_in_store(struct pc_entry *pe, bool in_store);
 
 /* ------------------------------------------------------------ chunks */
+
+/*
+ * A chunk entry as it crosses the door (tier_services_chunk.c). Going down,
+ * tier_chunk_describe fills it from the engine's entry: the pointers are
+ * the engine's, valid while the lock is held and nothing changes the
+ * entry. Coming back, a tier fills it from what it kept (decoded from its
+ * own format) for tier_chunk_adopt: the pointers are the tier's, read
+ * during the call only.
+ */
+struct tier_chunk_desc {
+	uint8_t id[32];          /* the entry's id */
+	uint8_t name_id[32];     /* its name's id (zero once dead) */
+	uint32_t type;           /* enum kvp_chunk_type, its name's */
+	uint32_t state;          /* enum kvp_chunk_state */
+	bool root;               /* alive, named, no parent: what tiers keep */
+	uint32_t tokens;         /* the entry's tokens */
+	uint32_t npages;
+	const uint32_t *frames;  /* [npages] its device frames (describe) */
+	/* Its name's record: what was registered (zero once dead). */
+	uint32_t ntokens;
+	const uint32_t *name_tokens; /* [ntokens] */
+	const unsigned char *content; /* NULL: none */
+	uint32_t content_len;
+	const char *meta;        /* canonical JSON, meta_len bytes, no NUL
+				  * needed; NULL: none */
+	uint32_t meta_len;
+	uint64_t created_ns;
+};
+
+/* c as it is now (the top comment): a tier keeps a chunk below the device
+ * tier only when d->root and d->state == KVP_CHUNK_READY. */
+void tier_chunk_describe(const struct chunk *c, struct tier_chunk_desc *d);
+/* Whether the engine holds an alive entry / a name with this id. */
+bool tier_chunk_known(struct engine *eng, const struct kvp_chunk_id *id);
+bool tier_chunk_name_known(struct engine *eng, const struct kvp_chunk_id *id);
+/*
+ * A sealed root chunk a tier kept comes back (d: id, name_id, type, tokens,
+ * npages, the name's record; page i's bytes at src[i], page_bytes each):
+ * room is made for it (the chunk limits, then device frames, evicting: a
+ * name the eviction frees meanwhile is made again), its name found or made
+ * from d (metadata parsed again: its canonical form), and it goes into the
+ * table READY, unheld, as the newest on the chunk LRU. from_store: it came
+ * from the remote tier (in_store: never queued for it again); else it is
+ * queued for the store ahead of eviction where a tier keeps its type, as a
+ * chunk sealed here. id (the id the caller asked for) and `from` ("disk",
+ * "remote") name it in the messages. The caller checked tier_chunk_known
+ * (d->id) is false. 0; -ENOMEM naming the limit or the device tier (no
+ * room now: nothing changed but what eviction took), -ENOMEM (its record),
+ * -EIO (its pages could not be copied in): the chunk stays below.
+ */
+int tier_chunk_adopt(struct engine *eng, const struct tier_chunk_desc *d,
+		     const void *const *src, bool from_store,
+		     const struct kvp_chunk_id *id, const char *from,
+		     struct errbuf *e);
 
 uint32_t tier_chunk_type(const struct chunk *c);
 uint32_t tier_chunk_npages(const struct chunk *c);
