@@ -10,6 +10,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from typing import Sequence
 
 
 class Daemon:
@@ -19,14 +20,15 @@ class Daemon:
     and hstu_e2e.py's."""
 
     def __init__(self, kvpoold: str, layout: str, device_mem: str, backend: str,
-                 host_mem: str = "64M", ready_s: float = 60) -> None:
+                 host_mem: str = "64M", ready_s: float = 60,
+                 extra: Sequence[str] = ()) -> None:
         import kvpool
         self.dir = tempfile.mkdtemp(prefix="kvpool-hf-")
         self.sock = os.path.join(self.dir, "kvpoold.sock")
         self.log = os.path.join(self.dir, "kvpoold.log")
         self.args = [kvpoold, f"--socket={self.sock}", f"--backend={backend}", "--foreground",
                      f"--layout={layout}", f"--device_mem={device_mem}",
-                     f"--host_mem={host_mem}"]
+                     f"--host_mem={host_mem}", *extra]
 
         def pdeathsig() -> None:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)
