@@ -15,8 +15,9 @@
  * reservation is given back, the history unpinned, nothing changes, as for
  * a dead client), and the slot turns into a LEASE_GROUP_ENDED record that
  * holds nothing but who ended it. Each remaining member learns it from its
- * next commit or join (-ESTALE, with the message) or release (0), which is
- * also how it leaves; the record goes with the last member, or its death.
+ * commits (-ESTALE, with the message; a rank that had not joined, from its
+ * join) and leaves it by its release (0), as it would a lease it holds;
+ * the record goes with the last member's release, or its death.
  * The record is needed only for the message: the id itself is stale at
  * once for every other operation (lease_lookup misses a GROUP_ENDED slot).
  *
@@ -189,12 +190,8 @@ int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
 				  PRIu32 ") does not hold it; rank 0 prepares, the "
 				  "other ranks join it (kvp_lease_join) before they "
 				  "commit", id, rank);
-	if (l->kind == LEASE_GROUP_ENDED) {
-		ended_err(eng, l, id, e);
-		*left = true;
-		member_leave(eng, l, rank);
-		return -ESTALE;
-	}
+	if (l->kind == LEASE_GROUP_ENDED)
+		return ended_err(eng, l, id, e); /* it leaves by its release */
 	if ((g->committed >> rank & 1) || l->committed)
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32
 				  " has already committed it; prepare again for "

@@ -19,6 +19,8 @@
  *      belongs);
  *   e. a release by rank 1 before the group committed: rank 0's commit is
  *      -ESTALE saying rank 1 released it, the history unchanged;
+ *   e'. another rank 0 process prepares, rank 1 joins, the rank 0 process
+ *      is killed: rank 1's commit is -ESTALE saying rank 0's client died;
  *   f. rank 1's process killed (SIGKILL) after it joined and appended,
  *      before it committed: the lease is released, rank 0's commit is
  *      -ESTALE saying rank 1's client died, the history unchanged, no
@@ -341,16 +343,89 @@ static void step_release(struct kvp_client *c)
 	      kvp_last_error(c));
 	CHECK(hist_len(c, USER) == 32, "the history has %" PRIu64 " tokens, want "
 	      "32 (unchanged)", hist_len(c, USER));
-	kvp_release(c, id); /* the library's record */
+	ret = kvp_commit(c, id, 16);
+	CHECK(ret == -ESTALE, "rank 0's second commit: %d, want -ESTALE", ret);
+	ret = kvp_release(c, id);
+	CHECK(ret == 0, "rank 0's release of the ended lease: %d %s", ret,
+	      kvp_last_error(c));
+}
+
+/* Wait until the daemon unpinned user (a group ended by a death). */
+static void wait_unpinned(struct kvp_client *c, uint64_t user)
+{
+	struct kvp_user_info u = { 0 };
+	uint64_t t0;
+
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(5))
+		if (!kvp_info(c, user, &u) && !u.leases)
+			break;
+	CHECK(!u.leases, "user %" PRIu64 " still has %u leases 5 s after a rank "
+	      "died", user, u.leases);
+}
+
+/* Another rank 0 process: prepares, says the lease id, waits to be killed. */
+static volatile uint64_t *g_r0_lease;
+
+static int rank0_child(void *arg)
+{
+	struct kvp_connect_opts o = { .socket = g_sock, .name = "rank0b" };
+	struct kvp_client *c;
+	struct kvp_lease l;
+	char err[KVP_ERRLEN];
+
+	(void)arg;
+	h_set_name("rank0b");
+	if (kvp_connect(&c, &o, err, sizeof(err)) ||
+	    kvp_prepare(c, USER, 32, 16, &l)) {
+		h_fail("rank 0b: %s", err);
+		*g_r0_lease = UINT64_MAX;
+		return 1;
+	}
+	*g_r0_lease = l.id;
+	for (;;)
+		h_sleep_ms(100);
+}
+
+/* e'. The process that prepared (rank 0) dies after rank 1 joined. */
+static void step_kill_owner(struct kvp_client *c)
+{
+	uint64_t t0;
+	pid_t pid;
+	int ret;
+
+	*g_r0_lease = 0;
+	pid = h_fork(rank0_child, NULL);
+	for (t0 = h_now_ms(); !*g_r0_lease && h_now_ms() - t0 < 5000; )
+		h_sleep_ms(2);
+	if (pid < 0 || !*g_r0_lease || *g_r0_lease == UINT64_MAX) {
+		CHECK(0, "the second rank 0 did not prepare");
+		return;
+	}
+	g_cmd->lease = *g_r0_lease;
+	ret = ask('j');
+	CHECK(ret == 0, "rank 1's join of rank 0b's lease: %d %s", ret, g_cmd->msg);
+	g_cmd->salt = SALT1;
+	CHECK(ask('a') == 0, "rank 1's append: %s", g_cmd->msg);
+	kill(pid, SIGKILL);
+	CHECK(h_wait(pid, 5000) == 128 + SIGKILL, "rank 0b did not die of SIGKILL");
+	wait_unpinned(c, USER);
+	g_cmd->n = 16;
+	ret = ask('c');
+	CHECK(ret == -ESTALE && strstr(g_cmd->msg, "released (rank 0's client "
+				       "died) before every rank committed"),
+	      "rank 1's commit after rank 0 died: %d '%s'", ret, g_cmd->msg);
+	ret = ask('r');
+	CHECK(ret == 0, "rank 1's release of the ended lease: %d %s", ret, g_cmd->msg);
+	CHECK(hist_len(c, USER) == 32, "the history has %" PRIu64 " tokens, want "
+	      "32 (unchanged)", hist_len(c, USER));
 }
 
 /* f. Rank 1's process dies after it joined and appended. */
 static void step_kill(struct kvp_client *c, pid_t child)
 {
-	struct kvp_user_info u = { 0 };
 	struct kvp_stats st;
 	struct kvp_lease l;
-	uint64_t id = group_prepare(c, USER, 32, 16, &l), t0;
+	uint64_t id = group_prepare(c, USER, 32, 16, &l);
 	int ret;
 
 	if (!id)
@@ -360,17 +435,14 @@ static void step_kill(struct kvp_client *c, pid_t child)
 	CHECK(h_wait(child, 5000) == 128 + SIGKILL, "rank 1 did not die of SIGKILL");
 	/* The daemon ends the group when it sees the death: the user is
 	 * unpinned then. */
-	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(5))
-		if (!kvp_info(c, USER, &u) && !u.leases)
-			break;
-	CHECK(!u.leases, "user %u still has %u leases 5 s after rank 1 died", USER,
-	      u.leases);
+	wait_unpinned(c, USER);
 	ret = kvp_commit(c, id, 16);
 	CHECK(ret == -ESTALE && strstr(kvp_last_error(c), "released (rank 1's "
 				       "client died) before every rank committed; "
 				       "nothing changed; prepare again"),
 	      "rank 0's commit after rank 1 died: %d '%s'", ret, kvp_last_error(c));
-	kvp_release(c, id);
+	ret = kvp_release(c, id);
+	CHECK(ret == 0, "rank 0's release of the ended lease: %d", ret);
 	CHECK(hist_len(c, USER) == 32, "the history has %" PRIu64 " tokens, want "
 	      "32 (unchanged)", hist_len(c, USER));
 	CHECK(!h_check_accounting(c, &st), "frames or leases leaked after the death");
@@ -388,7 +460,8 @@ int main(int argc, char **argv)
 
 	h_init(argc, argv, "test_tp_group");
 	g_cmd = h_shared_zalloc(sizeof(*g_cmd));
-	if (!g_cmd || h_chan_open(&g_ch))
+	g_r0_lease = h_shared_zalloc(sizeof(*g_r0_lease));
+	if (!g_cmd || !g_r0_lease || h_chan_open(&g_ch))
 		return H_FAIL;
 	if (h_daemon_up(&d, "--devices=0,1", "--tp=2", "--device_mem=16K",
 			"--host_mem=64K", (char *)NULL) ||
@@ -409,6 +482,7 @@ int main(int argc, char **argv)
 	step_refusals(c);
 	step_roundtrip(c);
 	step_release(c);
+	step_kill_owner(c);
 	step_kill(c, child);
 
 	kvp_close(c);

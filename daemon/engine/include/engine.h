@@ -195,7 +195,7 @@ int engine_release(struct engine *eng, uint64_t lease, struct errbuf *e);
  * (engine_release_owner) before the group committed releases the lease for
  * every rank, as a dead client's release does (nothing changes); the
  * others' later commits and joins answer -ESTALE saying whose release or
- * death ended it, and that is how each leaves it (its releases answer 0).
+ * death ended it, and each leaves it by its release (which answers 0).
  * Once the group committed, each member's release only ends its own hold;
  * the lease (its pin) goes with the last; a rank that committed and then
  * releases before the others committed leaves when the group commits (it
