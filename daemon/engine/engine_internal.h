@@ -270,8 +270,9 @@ struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
 			uint64_t *id);
 /* The slot is free, its id stale (and its group freed); nothing else. */
 void lease_put(struct engine *eng, struct lease *l);
-/* lease_group.c: a member's client is gone (lease_release_owner). */
-void lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner);
+/* lease_group.c: a member's client is gone (lease_release_owner): whether
+ * owner held l. */
+bool lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner);
 /* The one release path: the kind's end (history_lease_end or
  * share_lease_end), then the slot is free and its id stale. */
 void lease_release(struct engine *eng, struct lease *l);

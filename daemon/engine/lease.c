@@ -117,12 +117,9 @@ uint32_t lease_release_owner(struct engine *eng, uint32_t owner)
 		struct lease *l = &eng->leases[i];
 
 		if ((l->kind == LEASE_HISTORY && l->grp) ||
-		    l->kind == LEASE_GROUP_ENDED) {
-			uint32_t before = eng->leases_live;
-
-			lease_group_owner_gone(eng, l, owner);
-			n += before != eng->leases_live;
-		} else if (l->kind != LEASE_FREE && l->owner == owner) {
+		    l->kind == LEASE_GROUP_ENDED)
+			n += lease_group_owner_gone(eng, l, owner);
+		else if (l->kind != LEASE_FREE && l->owner == owner) {
 			lease_release(eng, l);
 			n++;
 		}

@@ -243,7 +243,7 @@ int engine_release_rank(struct engine *eng, uint64_t id, uint32_t rank,
 	return 0;
 }
 
-void lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner)
+bool lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner)
 {
 	for (uint32_t r = 0; r < eng->tp; r++) {
 		if (!is_member(l, r, owner))
@@ -252,6 +252,7 @@ void lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner)
 			member_leave(eng, l, r);
 		else
 			group_end(eng, l, r, true);
-		return; /* a client is one rank */
+		return true; /* a client is one rank */
 	}
+	return false;
 }
