@@ -16,7 +16,7 @@
  *      both ranks into the freed frames, then a prepare onloads the user:
  *      each rank reads its own bytes back in its own pool (the striped
  *      device -> host -> device copies put each rank's page where it
- *      belongs);
+ *      belongs); then down to the disk tier and back, the same;
  *   e. a release by rank 1 before the group committed: rank 0's commit is
  *      -ESTALE saying rank 1 released it, the history unchanged;
  *   e'. another rank 0 process prepares, rank 1 joins, the rank 0 process
@@ -321,6 +321,19 @@ static void step_roundtrip(struct kvp_client *c)
 	}
 	/* The onload evicts the garbage and lands the host copy, per rank. */
 	both_verify(c, USER, 32, 2);
+
+	/* Down to the disk tier (device and host frames freed) and back. */
+	{
+		struct kvp_user_info u;
+
+		ret = kvp_evict(c, USER, KVP_SEL_TO_DISK);
+		CHECK(ret >= 0, "push to disk: %d %s", ret, kvp_last_error(c));
+		ret = kvp_info(c, USER, &u);
+		CHECK(!ret && u.pages_disk == 2 && !u.pages_device && !u.pages_host,
+		      "after the push to disk: %d, %u disk %u device %u host pages",
+		      ret, u.pages_disk, u.pages_device, u.pages_host);
+	}
+	both_verify(c, USER, 32, 2);
 }
 
 /* e. Rank 1 releases before the group committed. */
@@ -454,7 +467,7 @@ int main(int argc, char **argv)
 	struct h_daemon d = { 0 }, one = { 0 };
 	struct kvp_client *c = NULL;
 	struct kvp_connect_opts o = { .name = "rank0" };
-	char err[KVP_ERRLEN];
+	char err[KVP_ERRLEN], disk[256];
 	uint64_t t0 = h_now_ms();
 	pid_t child;
 
@@ -463,8 +476,11 @@ int main(int argc, char **argv)
 	g_r0_lease = h_shared_zalloc(sizeof(*g_r0_lease));
 	if (!g_cmd || !g_r0_lease || h_chan_open(&g_ch))
 		return H_FAIL;
-	if (h_daemon_up(&d, "--devices=0,1", "--tp=2", "--device_mem=16K",
-			"--host_mem=64K", (char *)NULL) ||
+	if (h_daemon_dir(&d, 0))
+		return H_FAIL;
+	snprintf(disk, sizeof(disk), "--disk_dir=%s", d.dir);
+	if (h_daemon_start(&d, 10000, "--devices=0,1", "--tp=2", "--device_mem=16K",
+			   "--host_mem=64K", disk, "--disk_size=1M", (char *)NULL) ||
 	    h_daemon_up(&one, (char *)NULL))
 		return H_FAIL;
 	g_sock = d.sock;
