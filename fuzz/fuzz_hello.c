@@ -62,7 +62,7 @@ static void check(const struct config *cfg, const uint8_t *data, size_t size)
 					      (uint64_t)geo[1] * sizeof(struct kvp_cqe)) <=
 		    64ull << 20);
 	fuzz_assert(geo[2] >= KVP_ARENA_MIN_BYTES && geo[2] <= KVP_ARENA_MAX_BYTES);
-	fuzz_assert(m.h.pool < cfg->ndevices && !m.h.rsv);
+	fuzz_assert(m.h.pool < config_npools(cfg) && m.h.rank < cfg->tp);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -340,7 +340,11 @@ struct kvp_connect_opts {
 	uint32_t spin_us;      /* how long a wait spins before it sleeps; 0: 20 us */
 	uint32_t pool;         /* the daemon's pool to attach to: 0 its first (with
 				* kvpoold --devices=0,1 pool i is on the i-th GPU) */
-	uint32_t reserved[6];  /* 0 (zero the struct): options to come take
+	uint32_t rank;         /* 0.3: this process's rank in a tensor-parallel
+				* pool (kvpool.conf tp = N: 0 to N-1; it maps
+				* its rank's GPU and pages, kvp_lease_join); 0
+				* for every other pool (was reserved[0]) */
+	uint32_t reserved[5];  /* 0 (zero the struct): options to come take
 				* these words, 0 meaning their default */
 };
 
@@ -414,6 +418,12 @@ uint32_t kvp_device_frames(const struct kvp_client *c);
  * CUDA_VISIBLE_DEVICES), or -1 on the shm backend. */
 int kvp_cuda_device(const struct kvp_client *c);
 uint32_t kvp_client_id(const struct kvp_client *c);
+/* A tensor-parallel pool (kvpool.conf tp): its ranks (1 for any other
+ * pool) and this client's rank (kvp_connect_opts.rank). A rank's layout
+ * (kvp_client_layout) has kv_heads / tp of the model's heads, and its
+ * device tier holds its rank's page of every frame. */
+uint32_t kvp_client_tp(const struct kvp_client *c);
+uint32_t kvp_client_rank(const struct kvp_client *c);
 /* 1 when the daemon granted admin rights (kvctl evict --all, ...). */
 int kvp_client_is_admin(const struct kvp_client *c);
 
@@ -534,6 +544,23 @@ int kvp_append_batch_async_sz(struct kvp_client *c,
  * are given back, so a committed lease takes no writes either). */
 int kvp_commit(struct kvp_client *c, uint64_t lease, uint32_t n);
 int kvp_release(struct kvp_client *c, uint64_t lease);
+
+/*
+ * Group leases (tensor-parallel pools, kvpool.conf tp = N; kvp_lease_join(3)).
+ * Rank 0 prepares (kvp_prepare; a rank > 0 gets -EINVAL) and hands the
+ * lease id to the other ranks (torch.distributed, say); rank r > 0 joins
+ * it: *out is as a prepare's (the same page table: frame indices valid in
+ * every rank's pool), and the rank appends its own heads into its own
+ * pool. Every rank commits the lease with the same n: kvp_commit returns
+ * KVP_COMMIT_PENDING (1) until the last rank's, which returns 0 when the
+ * history grows. A release by any rank before that (or the death of its
+ * process) releases the lease for every rank and changes nothing; the
+ * others' commits and joins then fail with -ESTALE saying which rank ended
+ * it. Errors of join: -EINVAL not a tensor-parallel pool, rank 0, a sharing
+ * lease; -ESTALE no such lease or released; -EALREADY joined already.
+ */
+#define KVP_COMMIT_PENDING 1
+int kvp_lease_join(struct kvp_client *c, uint64_t lease, struct kvp_lease *out);
 /* Returns pages copied to the host tier. */
 int kvp_offload(struct kvp_client *c, uint64_t user);
 /* Admin: every user of every tenant. */

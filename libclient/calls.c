@@ -125,6 +125,33 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 	return kvpc_lease_add(c, out, KVPC_LEASE_HISTORY, 0);
 }
 
+/* A tensor-parallel rank > 0 joins rank 0's lease (kvpool.h, "Group
+ * leases"): decoded and recorded as a prepare's. */
+KVP_PUBLIC
+int kvp_lease_join(struct kvp_client *c, uint64_t lease, struct kvp_lease *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_LEASE_JOIN, .arg = lease };
+	char msg[KVP_ERRLEN];
+	struct kvp_cqe cqe;
+	uint32_t idx = 0; /* set by kvpc_call() on success */
+	uint32_t len;
+	int ret;
+
+	if (!out)
+		return kvpc_err(c, -EINVAL, "kvp_lease_join: the lease pointer is NULL");
+	ret = kvpc_call(c, &sqe, &cqe, &idx);
+	if (ret < 0)
+		return ret;
+	if (kvpc_decode_lease_at(c, kvpc_slot_out(c, idx, &len), cqe.out_bytes,
+				 UINT32_MAX, cqe.val1, out, msg, sizeof(msg)))
+		return kvpc_err(c, -EPROTO, "%s", msg);
+	if (out->id != lease)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s answered the join of lease "
+				"%#" PRIx64 " with lease %#" PRIx64, c->path, lease,
+				out->id);
+	return kvpc_lease_add(c, out, KVPC_LEASE_HISTORY, 0);
+}
+
 /*
  * Commit and release first wait for the lease's appends still in flight on
  * the GPU (cuda.c, COMMIT ORDERING): a commit must not make tokens visible,

@@ -152,6 +152,7 @@ static int say_hello(struct kvp_client *c, const struct kvp_connect_opts *o)
 		.sq_entries = o ? o->sq_entries : 0,
 		.arena_bytes = o ? o->arena_bytes : 0,
 		.pool = o ? o->pool : 0,
+		.rank = o ? o->rank : 0,
 	};
 	const char *name = o && o->name ? o->name : program_invocation_short_name;
 	ssize_t n;
@@ -279,6 +280,11 @@ static int check_welcome(struct kvp_client *c, const struct kvp_welcome *w,
 				"for %" PRIu32 " frames of %" PRIu64, c->path,
 				w->tier_bytes[KVP_TIER_DEVICE],
 				w->tier_frames[KVP_TIER_DEVICE], l.page_bytes);
+	if (w->tp < 1 || w->tp > 8 || w->rank >= w->tp)
+		return kvpc_err(c, -EPROTO, "kvpoold at %s sent rank %" PRIu32 " of %"
+				PRIu32 " ranks", c->path, w->rank, w->tp);
+	c->tp = w->tp;
+	c->rank = w->rank;
 	c->client_id = w->client_id;
 	c->flags = w->flags;
 	memcpy(c->tenant, w->tenant, sizeof(c->tenant));
@@ -640,6 +646,18 @@ KVP_PUBLIC
 uint32_t kvp_client_id(const struct kvp_client *c)
 {
 	return c->client_id;
+}
+
+KVP_PUBLIC
+uint32_t kvp_client_tp(const struct kvp_client *c)
+{
+	return c->tp;
+}
+
+KVP_PUBLIC
+uint32_t kvp_client_rank(const struct kvp_client *c)
+{
+	return c->rank;
 }
 
 KVP_PUBLIC

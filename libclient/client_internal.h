@@ -126,6 +126,7 @@ struct kvp_client {
 	struct kvpc_lane *lanes;      /* nlanes ring pairs (proto.h, LANES) */
 	uint32_t nlanes;
 	uint32_t shards;              /* welcome.shards: users -> lanes */
+	uint32_t tp, rank;            /* welcome.tp, .rank (tensor-parallel pool) */
 	uint32_t cq_next;             /* the lane kvpc_cq_take() looks at first */
 	unsigned char *arena;         /* arena_bytes bytes */
 	uint32_t sq_entries, sq_mask; /* per lane */

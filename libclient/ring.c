@@ -63,6 +63,7 @@ uint32_t kvpc_lane_of(const struct kvp_client *c, const struct kvp_sqe *sqe)
 	case KVP_OP_COMMIT:
 	case KVP_OP_RELEASE:
 	case KVP_OP_CHUNK_SEAL:
+	case KVP_OP_LEASE_JOIN:
 		return kvp_lane_of_lease(sqe->arg, c->shards, c->nlanes);
 	default:
 		return 0; /* cross-shard: the sharing state is shard 0's */

@@ -115,14 +115,17 @@
 #include "mix64.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 10 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
+#define KVP_PROTO_VERSION 11 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
 			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards);
 			     * v7: lanes (one ring pair per worker), welcome.shards;
 			     * v8: kvp_stats grew (reclaim_onload_stalls, reclaim_direct);
 			     * v9: kvp_stats grew (disk_prefix_pages, disk_chunks,
 			     *     disk_chunk_pages);
 			     * v10: kvp_user_info rows grew (pages_disk, tokens_disk),
-			     *     kvp_stats (ns_h2d) */
+			     *     kvp_stats (ns_h2d);
+			     * v11: tensor-parallel pools: hello.rank, welcome.tp
+			     *     and .rank, KVP_OP_LEASE_JOIN, COMMIT's res
+			     *     KVP_COMMIT_PENDING */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -142,8 +145,12 @@ struct kvp_hello {
 	uint32_t arena_bytes;  /* [MIN, MAX]; 0: daemon default */
 	char name[32];         /* for kvctl clients: program name, NUL-padded */
 	uint32_t pool;         /* v2: which of the daemon's pools (one per GPU of
-				* `devices`): 0 the first; -EINVAL past the last */
-	uint32_t rsv;          /* must be zero */
+				* `devices`, or per tp GPUs): 0 the first;
+				* -EINVAL past the last */
+	uint32_t rank;         /* v11 (was rsv, zero): the client's rank in a
+				* tensor-parallel pool (kvpool.conf tp), 0 to
+				* tp - 1; 0 for every other client. -EINVAL
+				* when rank >= the pool's tp. */
 };
 
 #define KVP_WELCOME_ADMIN  (1u << 0) /* the client's uid is in admin_uids */
@@ -181,6 +188,14 @@ struct kvp_welcome {
 	 * client maps on the device of its own whose UUID this is, and fails
 	 * the attach with -ENODEV when it sees none. Zero on shm. */
 	uint8_t cuda_uuid[16];
+	/* v11. A tensor-parallel pool (tp > 1, kvpool.conf tp): the client is
+	 * rank `rank` of tp. Its layout above is the rank layout (kv_heads /
+	 * tp of the model's), fds[1] its rank's device tier (rank r's GPU:
+	 * cuda_device and cuda_uuid are that GPU's) of tier_bytes[DEVICE]
+	 * bytes, frame f at f * layout.page_bytes: the same frame indices as
+	 * every other rank's. tp is 1 and rank 0 for every other pool. */
+	uint32_t tp;
+	uint32_t rank;
 };
 
 /* ------------------------------------------------------------ shm */
@@ -289,8 +304,27 @@ enum kvp_opcode {
 	/* arg seq, user the first token wanted -> out: uint32 ids from there,
 	 * as many as fit; res how many, val0 its ntoken_ids. */
 	KVP_OP_SEQ_TOKENS = 35,
+	/* v11, GROUP LEASES. A tensor-parallel pool (welcome.tp > 1): only
+	 * rank 0 prepares; rank r > 0 joins rank 0's history lease (arg the
+	 * lease id), answered exactly as a prepare (kvp_prepare_out + int32
+	 * frames: the same frame indices, valid in every rank's pool; cqe
+	 * val0 the lease, val1 its user). Every
+	 * rank commits the same lease id (COMMIT): a commit before the last
+	 * rank's answers res = KVP_COMMIT_PENDING (recorded; the history does
+	 * not change yet), the last one's res 0 (the group's commit took
+	 * effect, as a tp = 1 commit). A release by any rank, or the death of
+	 * any rank's client, before the group committed releases the lease
+	 * for every rank: nothing changes, and the others' later commits and
+	 * joins answer -ESTALE saying so (their releases answer 0). A rank
+	 * that committed and releases before the others committed leaves when
+	 * the group commits (it does not end it). */
+	KVP_OP_LEASE_JOIN = 36,
 	KVP_OP_MAX,
 };
+
+/* COMMIT's res (cqe.res, no flag): 0, the commit took effect; this, a
+ * group lease's commit recorded while other ranks have yet to commit. */
+#define KVP_COMMIT_PENDING 1
 
 #define KVP_SQE_ALL     (1u << 0) /* OFFLOAD / EVICT / STATS / USERS: every user (admin: every tenant) */
 #define KVP_SQE_RELEASE (1u << 1) /* COMMIT: release the lease too */

@@ -19,6 +19,16 @@ uint64_t disk_layout_id(const struct kvp_layout *l)
 	return XXH64(v, sizeof(v), 0x6b76706f6f6cull);
 }
 
+/* A tensor-parallel pool's frame is its ranks' pages, rank after rank: the
+ * same bytes in another order than a tp = 1 page, so another id. tp <= 1
+ * is disk_layout_id's, as records written before tp existed are. */
+uint64_t disk_layout_id_tp(const struct kvp_layout *l, uint32_t tp)
+{
+	uint64_t v[2] = { disk_layout_id(l), tp };
+
+	return tp <= 1 ? v[0] : XXH64(v, sizeof(v), 0x6b767470ull);
+}
+
 uint64_t disk_tenant_key(const char *name)
 {
 	return XXH64(name, strlen(name), 0);

@@ -79,6 +79,9 @@ static inline uint64_t disk_slot_bytes(uint64_t page_bytes)
 /* A stable id of the geometry (xxh64 of its fields): records of another
  * layout are not this pool's. */
 uint64_t disk_layout_id(const struct kvp_layout *l);
+/* The id of a tensor-parallel pool's records (tp > 1): the layout's and
+ * tp; disk_layout_id(l) for tp <= 1. */
+uint64_t disk_layout_id_tp(const struct kvp_layout *l, uint32_t tp);
 /* The tenant part of a record's key: xxh64 of its name. */
 uint64_t disk_tenant_key(const char *name);
 

@@ -693,7 +693,7 @@ int disk_tier_open(struct disk_tier **out, const struct disk_tier_config *c,
 	dt->page_bytes = c->layout.page_bytes;
 	dt->slot_bytes = disk_slot_bytes(dt->page_bytes);
 	dt->P = c->layout.page_tokens;
-	dt->layout_id = disk_layout_id(&c->layout);
+	dt->layout_id = disk_layout_id_tp(&c->layout, c->tp);
 	dt->next_snap = 1;
 	dt->idle = true;
 	ret = disk_store_open(&dt->st, path, c->size, dt->slot_bytes, e);

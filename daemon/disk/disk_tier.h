@@ -56,6 +56,8 @@ struct disk_tier_config {
 	uint64_t size;            /* bytes of slots (disk_size) */
 	struct disk_codec codec;  /* elem_bytes filled by disk_tier_open */
 	struct kvp_layout layout;
+	uint32_t tp;              /* a tensor-parallel daemon's (0, 1: none):
+				   * part of the records' layout id */
 	uint64_t staging_bytes;   /* 0: 64 MiB (or the file, if smaller) */
 	/* Where warnings go (kvpoold: its log); NULL: stderr. */
 	void (*log)(int prio, const char *msg);

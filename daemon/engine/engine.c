@@ -88,6 +88,7 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	eng->P = l->page_tokens;
 	eng->max_tokens = cfg->max_tokens_per_user;
 	eng->be = cfg->backend ? cfg->backend : &backend_shm;
+	eng->tp = cfg->tp > 1 ? cfg->tp : 1;
 	eng->be_ctx = cfg->backend_ctx;
 	eng->lease_free = UINT32_MAX;
 	for (int t = 0; t < KVP_TIERS; t++) {
@@ -160,9 +161,19 @@ void engine_destroy(struct engine *eng)
 			eng->be->tier_free(eng->be_ctx, &eng->mem[t]);
 		frames_fini(&eng->frames[t]);
 	}
+	for (uint32_t i = 0; i < eng->leases_cap; i++)
+		if (eng->leases[i].kind == LEASE_HISTORY ||
+		    eng->leases[i].kind == LEASE_GROUP_ENDED)
+			free(eng->leases[i].grp);
+	free(eng->grp_spare);
 	free(eng->leases);
 	free(eng->view);
 	free(eng);
+}
+
+uint32_t engine_tp(const struct engine *eng)
+{
+	return eng->tp;
 }
 
 const struct kvp_layout *engine_layout(const struct engine *eng)
@@ -545,6 +556,13 @@ static void prepare_lease_out(struct engine *eng, struct history *h,
 	l->h = h;
 	l->len0 = len;
 	l->n_new = n_new;
+	if (eng->tp > 1) {
+		/* A group lease: rank 0's (engine_lease_join). */
+		l->grp = eng->grp_spare;
+		eng->grp_spare = NULL;
+		*l->grp = (struct lease_group){ .members = 1, .joined = 1 };
+		l->grp->owner[0] = owner;
+	}
 	h->pins++;
 	if (n_new) {
 		h->write_lease = lid;
@@ -577,9 +595,26 @@ static void prepare_lease_out(struct engine *eng, struct history *h,
  * new pages, the lease (prepare_lease_out). The plan and the commit stay
  * here, side by side, so that what is counted is what is taken.
  */
+static int prepare_body(struct engine *eng, uint64_t user, uint64_t start_pos,
+			uint32_t n_new, uint32_t owner, unsigned flags,
+			struct engine_lease *out, struct errbuf *e);
+
 int engine_prepare_flags(struct engine *eng, uint64_t user, uint64_t start_pos,
 			 uint32_t n_new, uint32_t owner, unsigned flags,
 			 struct engine_lease *out, struct errbuf *e)
+{
+	/* A tensor-parallel pool's lease has a group: allocated first, kept
+	 * for the next prepare when this one fails. */
+	if (eng->tp > 1 && !eng->grp_spare &&
+	    !(eng->grp_spare = calloc(1, sizeof(*eng->grp_spare))))
+		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory "
+				  "for a group lease", user);
+	return prepare_body(eng, user, start_pos, n_new, owner, flags, out, e);
+}
+
+static int prepare_body(struct engine *eng, uint64_t user, uint64_t start_pos,
+			uint32_t n_new, uint32_t owner, unsigned flags,
+			struct engine_lease *out, struct errbuf *e)
 {
 	struct history *h = user_table_find(&eng->users, user);
 	struct frames *dev = &eng->frames[KVP_TIER_DEVICE];

@@ -99,6 +99,27 @@ enum lease_kind {
 	LEASE_CHUNK_FILL,        /* a chunk entry's fill */
 	LEASE_CHUNK_READ,        /* a chunk entry held for reading */
 	LEASE_COMPOSE,           /* a composition's entries held */
+	LEASE_GROUP_ENDED,       /* a group lease released before its group
+				  * committed, kept until every rank that held
+				  * it has heard (lease_group.c); holds nothing */
+};
+
+/*
+ * A tensor-parallel pool's history lease (engine_config.tp > 1): rank 0
+ * prepared it, ranks 1..tp-1 join it, every rank commits it
+ * (lease_group.c). A rank is a member from its prepare or join until it
+ * leaves (release, death, a commit with release once the group committed,
+ * or hearing that the group ended).
+ */
+struct lease_group {
+	uint32_t owner[ENGINE_TP_MAX]; /* each member rank's client */
+	uint32_t members;        /* bit r: rank r holds the lease */
+	uint32_t joined;         /* bit r: rank r prepared or joined, ever */
+	uint32_t committed;      /* bit r: rank r committed */
+	uint32_t leave;          /* bit r: rank r leaves once the group commits */
+	uint32_t n;              /* tokens the first rank committed */
+	uint32_t ended_rank;     /* LEASE_GROUP_ENDED: whose release or death */
+	bool ended_died;         /* ... died (else released it) */
 };
 
 struct seq;
@@ -115,6 +136,8 @@ struct lease {
 			struct history *h;
 			uint64_t len0;   /* committed len when prepared */
 			uint32_t n_new;
+			/* tp > 1 (and LEASE_GROUP_ENDED): the group */
+			struct lease_group *grp;
 		};
 		struct seq *seq;         /* LEASE_SEQ_WRITE */
 		struct chunk *chunk;     /* LEASE_CHUNK_FILL, LEASE_CHUNK_READ */
@@ -127,6 +150,9 @@ struct lease {
 
 struct engine {
 	struct kvp_layout layout;
+	uint32_t tp;             /* ranks of a tensor-parallel pool; 1: none */
+	struct lease_group *grp_spare; /* tp > 1: the next prepare's group,
+					* allocated before anything changes */
 	uint32_t P;              /* page_tokens */
 	uint64_t max_tokens;     /* 0: unlimited */
 	const struct backend_ops *be;
@@ -242,6 +268,11 @@ int lease_reserve(struct engine *eng, struct errbuf *e);
 /* After lease_reserve(): cannot fail. The caller fills in what it holds. */
 struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
 			uint64_t *id);
+/* The slot is free, its id stale (and its group freed); nothing else. */
+void lease_put(struct engine *eng, struct lease *l);
+/* lease_group.c: a member's client is gone (lease_release_owner): whether
+ * owner held l. */
+bool lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner);
 /* The one release path: the kind's end (history_lease_end or
  * share_lease_end), then the slot is free and its id stale. */
 void lease_release(struct engine *eng, struct lease *l);

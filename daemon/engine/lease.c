@@ -78,12 +78,18 @@ struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
 	l->kind = kind;
 	l->owner = owner;
 	l->committed = false;
+	if (kind == LEASE_HISTORY)
+		l->grp = NULL; /* prepare_lease_out sets a group's */
 	*id = lease_id(eng, l);
 	return l;
 }
 
-static void lease_put(struct engine *eng, struct lease *l)
+void lease_put(struct engine *eng, struct lease *l)
 {
+	if (l->kind == LEASE_HISTORY || l->kind == LEASE_GROUP_ENDED) {
+		free(l->grp);
+		l->grp = NULL;
+	}
 	if (l->kind == LEASE_HISTORY)
 		eng->history_leases--;
 	l->kind = LEASE_FREE;
@@ -110,7 +116,10 @@ uint32_t lease_release_owner(struct engine *eng, uint32_t owner)
 	for (uint32_t i = 0; i < eng->leases_cap; i++) {
 		struct lease *l = &eng->leases[i];
 
-		if (l->kind != LEASE_FREE && l->owner == owner) {
+		if ((l->kind == LEASE_HISTORY && l->grp) ||
+		    l->kind == LEASE_GROUP_ENDED)
+			n += lease_group_owner_gone(eng, l, owner);
+		else if (l->kind != LEASE_FREE && l->owner == owner) {
 			lease_release(eng, l);
 			n++;
 		}
@@ -123,7 +132,8 @@ void lease_release_sharing(struct engine *eng)
 	for (uint32_t i = 0; i < eng->leases_cap; i++) {
 		struct lease *l = &eng->leases[i];
 
-		if (l->kind != LEASE_FREE && l->kind != LEASE_HISTORY)
+		if (l->kind != LEASE_FREE && l->kind != LEASE_HISTORY &&
+		    l->kind != LEASE_GROUP_ENDED)
 			lease_release(eng, l);
 	}
 }

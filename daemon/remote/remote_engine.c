@@ -19,7 +19,7 @@ void remote_key_of(const struct engine *eng, uint8_t kind, const uint8_t hash[32
 {
 	memset(k, 0, sizeof(*k));
 	k->kind = kind;
-	k->layout_id = disk_layout_id(engine_layout(eng));
+	k->layout_id = disk_layout_id_tp(engine_layout(eng), engine_tp(eng));
 	k->tenant = tier_disk_tenant(eng);
 	memcpy(k->hash, hash, 32);
 	k->page = page;

@@ -73,7 +73,7 @@ static void user_key(const struct engine *eng, uint64_t user, uint64_t write_id,
 {
 	memset(k, 0, sizeof(*k));
 	k->kind = DISK_KIND_USER;
-	k->layout_id = disk_layout_id(engine_layout(eng));
+	k->layout_id = disk_layout_id_tp(engine_layout(eng), engine_tp(eng));
 	k->tenant = tier_disk_tenant(eng);
 	memcpy(k->hash, &user, 8);
 	memcpy(k->hash + 8, &write_id, 8);

@@ -95,6 +95,8 @@ struct client {
 	struct admission adm;       /* decided at accept, answered at hello */
 	struct tenant *tenant;      /* NULL: admin-only */
 	uint32_t pool;              /* hello.pool: the tenant's engine it uses */
+	uint32_t rank;              /* hello.rank: its rank in a tensor-parallel
+				     * pool (0 in any other) */
 	bool admin;
 	int sock;
 	int pidfd;                  /* -1 where the kernel has none */

@@ -622,6 +622,33 @@ static int check_disk(struct config *c)
 	return 0;
 }
 
+/* tp: whole pools of devices, whole heads per rank. */
+static int check_tp(const struct config *c)
+{
+	char devs[DEVICES_MAX * 6];
+
+	if (c->tp <= 1)
+		return 0;
+	config_devices_format(c, devs, sizeof(devs));
+	if (c->ndevices % c->tp)
+		return usage_err("tp", "tp = %" PRIu32 " takes the devices %" PRIu32
+				 " at a time (one pool per %" PRIu32 " GPUs) but "
+				 "devices = %s lists %" PRIu32 "; list a multiple of %"
+				 PRIu32 " devices or change tp", c->tp, c->tp, c->tp,
+				 devs, c->ndevices, c->tp);
+	if (c->layout.kv_heads % c->tp)
+		return usage_err("tp", "tp = %" PRIu32 " splits each page's kv_heads "
+				 "among %" PRIu32 " ranks but layout has kv_heads=%"
+				 PRIu32 "; use a tp that divides kv_heads (layout is "
+				 "the whole model's)", c->tp, c->tp, c->layout.kv_heads);
+	return 0;
+}
+
+uint32_t config_npools(const struct config *c)
+{
+	return c->tp > 1 ? c->ndevices / c->tp : c->ndevices;
+}
+
 static int config_check(struct config *c)
 {
 	const size_t sun_max = sizeof(((struct sockaddr_un *)0)->sun_path);
@@ -630,7 +657,8 @@ static int config_check(struct config *c)
 
 	if (kvp_layout_parse(&c->layout, c->layout_spec, err, sizeof(err)))
 		return usage_err("layout", "'%s': %s", c->layout_spec, err);
-	ret = make_absolute(&c->socket);
+	ret = check_tp(c);
+	ret = ret ? ret : make_absolute(&c->socket);
 	ret = ret ? ret : make_absolute(&c->pidfile);
 	ret = ret ? ret : make_absolute(&c->log);
 	if (ret)
@@ -706,6 +734,7 @@ static int config_defaults(struct config *c)
 		.chunk_content_max = 1u << 20,
 		.devices = { 0 },
 		.ndevices = 1,
+		.tp = 1,
 	};
 	if (set_str(&c->socket, env && *env ? env : KVP_DEFAULT_SOCKET) ||
 	    set_str(&c->backend, KVPOOL_HAVE_CUDA ? "auto" : "shm") ||

@@ -23,6 +23,7 @@
 #define TENANT_NAME_MAX 31 /* fits kvp_welcome.tenant with its NUL */
 #define TENANTS_MAX 64
 #define DEVICES_MAX 16     /* pools one kvpoold serves (GPUs of `devices`) */
+#define TP_MAX 8           /* ranks of a tensor-parallel pool (`tp`) */
 #define HASH_SALT_MAX 255  /* bytes of a tenant's hash_salt */
 
 /* Exit statuses (kvpoold(8), EXIT STATUS). */
@@ -73,6 +74,11 @@ struct config {
 				   * resolved when the pools are made */
 	int devices[DEVICES_MAX]; /* GPU ordinals, one pool each (default {0}) */
 	uint32_t ndevices;
+	/* Tensor parallelism (1..TP_MAX, default 1): with tp > 1 the devices
+	 * are taken tp at a time, pool p spanning devices[p*tp .. p*tp+tp-1],
+	 * rank r of it on devices[p*tp + r] (config_npools). layout stays the
+	 * whole model's; each rank holds kv_heads / tp of every page. */
+	uint32_t tp;
 	uint64_t device_mem, host_mem;
 	char *layout_spec;
 	struct kvp_layout layout; /* parsed from layout_spec by config_load */
@@ -144,6 +150,9 @@ void config_warn_memory(const struct config *c);
  */
 int config_read(struct config *cfg, FILE *f, const char *path);
 void config_free(struct config *cfg);
+
+/* Pools served: ndevices / tp (one per GPU when tp = 1). */
+uint32_t config_npools(const struct config *cfg);
 
 /* "0,1": the devices list for messages. */
 void config_devices_format(const struct config *cfg, char *buf, size_t len);

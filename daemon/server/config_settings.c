@@ -317,6 +317,12 @@ static int set_workers(struct config *c, struct tenant_config *t, const char *v,
 	return set_u32(&c->workers, v, 1, WORKERS_MAX, err, len);
 }
 
+static int set_tp(struct config *c, struct tenant_config *t, const char *v,
+		  char *err, size_t len)
+{
+	return set_u32(&c->tp, v, 1, TP_MAX, err, len);
+}
+
 static int set_shards(struct config *c, struct tenant_config *t, const char *v,
 		      char *err, size_t len)
 {
@@ -557,6 +563,9 @@ const struct setting settings[] = {
 	{ "backend", G, set_backend, "NAME", BACKEND_HELP },
 	{ "devices", G, set_devices, "LIST",
 	  "GPU ordinals, one pool per device, e.g. 0,1 (default 0)" },
+	{ "tp", G, set_tp, "N",
+	  "tensor parallelism: each pool spans N devices of `devices`, one rank each, "
+	  "holding kv_heads / N of every page (1 to 8, default 1)" },
 	{ "device_mem", G | T, set_device_mem, "SIZE", "device tier size, e.g. 256M (default 256M)" },
 	{ "host_mem", G | T, set_host_mem, "SIZE", "host tier size for offload, may be 0 (default 1G)" },
 	{ "layout", G, set_layout, "SPEC", "model geometry (default " DEFAULT_LAYOUT ")" },

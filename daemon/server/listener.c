@@ -579,21 +579,27 @@ int hello_check(const struct config *cfg, const struct kvp_hello *h,
 	if (arena < KVP_ARENA_MIN_BYTES || arena > KVP_ARENA_MAX_BYTES)
 		return errbuf_set(e, -EINVAL, "arena_bytes %" PRIu32 ": use %u to %u",
 				  arena, KVP_ARENA_MIN_BYTES, KVP_ARENA_MAX_BYTES);
-	if (h->rsv)
-		return errbuf_set(e, -EINVAL, "hello: reserved field is %" PRIu32
-				  ", must be zero", h->rsv);
-	if (h->pool >= cfg->ndevices) {
+	if (h->pool >= config_npools(cfg)) {
 		char devs[DEVICES_MAX * 6];
 
 		config_devices_format(cfg, devs, sizeof(devs));
-		if (cfg->ndevices == 1)
+		if (config_npools(cfg) == 1)
 			return errbuf_set(e, -EINVAL, "pool %" PRIu32 ": this kvpoold "
 					  "serves pool 0 only (devices %s)", h->pool,
 					  devs);
 		return errbuf_set(e, -EINVAL, "pool %" PRIu32 ": this kvpoold serves "
 				  "pools 0 to %" PRIu32 " (devices %s)", h->pool,
-				  cfg->ndevices - 1, devs);
+				  config_npools(cfg) - 1, devs);
 	}
+	if (h->rank && cfg->tp <= 1)
+		return errbuf_set(e, -EINVAL, "rank %" PRIu32 ": pool %" PRIu32 " is "
+				  "not tensor-parallel (kvpoold's tp = 1); attach "
+				  "with rank 0, or set tp in kvpool.conf", h->rank,
+				  h->pool);
+	if (h->rank >= cfg->tp)
+		return errbuf_set(e, -EINVAL, "rank %" PRIu32 ": pool %" PRIu32 " is "
+				  "tensor-parallel over %" PRIu32 " GPUs: ranks 0 to %"
+				  PRIu32, h->rank, h->pool, cfg->tp, cfg->tp - 1);
 	geo[0] = sq;
 	geo[1] = cq;
 	geo[2] = arena;
@@ -608,10 +614,22 @@ static void copy_name(char dst[32], const char src[32])
 	dst[31] = '\0';
 }
 
+/* A tensor-parallel rank's layout: the model's with kv_heads / tp (config
+ * checked that tp divides it). */
+static void rank_layout(struct kvp_layout *l, uint32_t tp)
+{
+	struct kvp_layout r;
+
+	if (!kvp_layout_init(&r, l->layers, l->kv_heads / tp, l->head_dim,
+			     l->dtype, l->page_tokens, NULL, 0))
+		*l = r;
+}
+
 static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome *w,
 			 int fds[2])
 {
 	struct tenant_pool *tp;
+	void *be_ctx = NULL;
 
 	welcome_init(w, 0, "");
 	w->client_id = c->id;
@@ -620,13 +638,17 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 	snprintf(w->backend, sizeof(w->backend), "%s", s->tenants.backend);
 	w->layout = s->cfg->layout;
 	w->shm_bytes = c->shm.bytes;
-	w->cuda_device = tenants_cuda_device(&s->tenants, c->pool);
+	w->cuda_device = tenants_rank_cuda(&s->tenants, c->pool, c->rank, &be_ctx);
 #if KVPOOL_HAVE_CUDA
 	/* The ordinal is ours; a client under another CUDA_VISIBLE_DEVICES
-	 * finds the GPU by its UUID (proto.h, v4). */
+	 * finds the GPU by its UUID (proto.h, v4): its rank's. */
 	if (w->cuda_device >= 0)
-		backend_cuda_uuid(s->tenants.pools[c->pool].be_ctx, w->cuda_uuid);
+		backend_cuda_uuid(be_ctx, w->cuda_uuid);
 #endif
+	w->tp = s->tenants.tp;
+	w->rank = c->rank;
+	if (w->tp > 1)
+		rank_layout(&w->layout, w->tp);
 	w->pool = c->pool;
 	w->npools = s->tenants.npools;
 	w->shards = c->tenant ? c->tenant->pools[c->pool].set->n : 1;
@@ -640,6 +662,13 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 		 * frames the pages in it the engine uses. */
 		w->tier_bytes[t] = shard_set_tier(tp->set, t)->bytes;
 		w->tier_frames[t] = tp->set->pool[t].total;
+	}
+	if (w->tp > 1) {
+		/* Rank r maps its own slice: rank r's page of every frame. */
+		fds[w->nfds++] = backend_stripe_fd(s->tenants.pools[c->pool].be_ctx,
+						   shard_set_tier(tp->set, KVP_TIER_DEVICE),
+						   c->rank, &w->tier_bytes[KVP_TIER_DEVICE]);
+		return;
 	}
 	fds[w->nfds++] = shard_set_tier(tp->set, KVP_TIER_DEVICE)->fd;
 }
@@ -668,6 +697,7 @@ static void attach(struct server *s, struct client *c, const struct kvp_hello *h
 	c->tenant = c->adm.tenant;
 	c->admin = c->adm.admin;
 	c->pool = h->pool; /* hello_check() bounded it */
+	c->rank = h->rank; /* and it */
 	copy_name(c->name, h->name);
 	ret = shm_create(&c->shm, c->id, s->nworkers, geo[0], geo[1], geo[2], &e);
 	if (!ret && client_lanes_init(c))

@@ -53,6 +53,7 @@ static int op_info(struct op *o);
 static int op_prepare(struct op *o);
 static int op_commit(struct op *o);
 static int op_release(struct op *o);
+static int op_lease_join(struct op *o);
 static int op_offload(struct op *o);
 static int op_evict(struct op *o);
 static int op_evict_tenant(struct op *o);
@@ -101,7 +102,11 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_SERVER_INFO] = { "server_info", op_server_info, 0, 0, NULL },
 	[KVP_OP_SEQ_INFO] = { "seq_info", op_seq_info, 0, NEED_TENANT, NULL },
 	[KVP_OP_SEQ_TOKENS] = { "seq_tokens", op_seq_tokens, 0, NEED_TENANT, NULL },
+	[KVP_OP_LEASE_JOIN] = { "lease_join", op_lease_join, 0, NEED_TENANT, NULL },
 };
+
+_Static_assert(KVP_COMMIT_PENDING == ENGINE_COMMIT_PENDING,
+	       "a pending group commit's res is the engine's");
 
 /* ------------------------------------------------------------ helpers */
 
@@ -348,6 +353,27 @@ static int prepare_room(struct op *o, struct engine *eng)
 			  need, hdr, pages, o->out_len);
 }
 
+/* A prepare's (or join's) answer: kvp_prepare_out, then the page table
+ * (bytes in all, checked against out_len). */
+static void lease_out(struct op *o, const struct engine_lease *l, size_t bytes)
+{
+	struct kvp_prepare_out po = {
+		.lease = l->id, .start = l->start, .len = l->len, .n_new = l->n_new,
+		.npages = l->npages, .last_page_len = l->last_page_len,
+		.onloaded_pages = l->onloaded_pages,
+	};
+
+	memcpy(o->out, &po, sizeof(po));
+	/* The engine's page table is valid until its next call: copy it now.
+	 * An empty one may be NULL (no view grown yet): nothing to copy. */
+	if (l->npages)
+		memcpy(o->out + sizeof(po), l->frames,
+		       (size_t)l->npages * sizeof(int32_t));
+	o->cqe->out_bytes = (uint32_t)bytes;
+	o->cqe->val0 = l->id;
+	o->cqe->val1 = l->npages;
+}
+
 /*
  * A ring prepare may wait for the reclaimer (its worker holds the entry
  * back, worker.c) until RECLAIM_WAIT_NS after its first try; then, or for a
@@ -368,7 +394,6 @@ static unsigned prepare_flags(const struct op *o)
 static int op_prepare(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	struct kvp_prepare_out po;
 	struct engine_lease l;
 	struct engine *eng;
 	uint64_t fence = 0;
@@ -379,6 +404,11 @@ static int op_prepare(struct op *o)
 		return errbuf_set(o->e, -EINVAL, "user %" PRIu64 ": %" PRIu32 " new "
 				  "tokens in one prepare; at most %u, split it",
 				  q->user, q->n, PREPARE_MAX_NEW);
+	if (o->c->rank)
+		return errbuf_set(o->e, -EINVAL, "user %" PRIu64 ": rank %" PRIu32
+				  " of a tensor-parallel pool: rank 0 prepares; "
+				  "join its lease with kvp_lease_join", q->user,
+				  o->c->rank);
 	eng = op_lock_user(o, q->user);
 	ret = prepare_room(o, eng);
 	if (!ret)
@@ -398,7 +428,7 @@ static int op_prepare(struct op *o)
 	}
 	if (ret)
 		goto out;
-	bytes = sizeof(po) + (size_t)l.npages * sizeof(int32_t);
+	bytes = sizeof(struct kvp_prepare_out) + (size_t)l.npages * sizeof(int32_t);
 	if (bytes > o->out_len) {
 		/* prepare_room() promised this cannot happen; undo, not overrun. */
 		engine_release(eng, l.id, NULL);
@@ -406,20 +436,7 @@ static int op_prepare(struct op *o)
 				 "do not fit out_len %" PRIu32, q->user, bytes, o->out_len);
 		goto out;
 	}
-	po = (struct kvp_prepare_out){
-		.lease = l.id, .start = l.start, .len = l.len, .n_new = l.n_new,
-		.npages = l.npages, .last_page_len = l.last_page_len,
-		.onloaded_pages = l.onloaded_pages,
-	};
-	memcpy(o->out, &po, sizeof(po));
-	/* The engine's page table is valid until its next call: copy it now.
-	 * An empty one may be NULL (no view grown yet): nothing to copy. */
-	if (l.npages)
-		memcpy(o->out + sizeof(po), l.frames,
-		       (size_t)l.npages * sizeof(int32_t));
-	o->cqe->out_bytes = (uint32_t)bytes;
-	o->cqe->val0 = l.id;
-	o->cqe->val1 = l.npages;
+	lease_out(o, &l, bytes);
 	__atomic_add_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
 	/* The page table is written, but its pages are still landing. */
 	if (l.fence && o->wait)
@@ -450,12 +467,94 @@ static int lease_check_owner(struct op *o, struct engine *eng, uint64_t lease)
 	return 0;
 }
 
-static int op_commit(struct op *o)
+/* A tensor-parallel pool's history leases are group leases (engine.h). */
+static bool op_group(const struct op *o, uint64_t lease)
+{
+	return o->s->tenants.tp > 1 && op_lease_is_history(lease);
+}
+
+/* Rank r > 0 joins rank 0's lease: answered as a prepare. */
+static int op_lease_join(struct op *o)
+{
+	const size_t hdr = sizeof(struct kvp_prepare_out);
+	const struct kvp_sqe *q = o->sqe;
+	struct engine *eng;
+	struct engine_lease l;
+	uint64_t fence = 0;
+	int ret;
+
+	if (o->s->tenants.tp <= 1)
+		return errbuf_set(o->e, -EINVAL, "lease %#" PRIx64 ": pool %" PRIu32
+				  " is not tensor-parallel (kvpool.conf tp = 1): "
+				  "there is nothing to join; prepare instead",
+				  q->arg, o->c->pool);
+	if (!o->c->rank)
+		return errbuf_set(o->e, -EINVAL, "lease %#" PRIx64 ": rank 0 of a "
+				  "tensor-parallel pool prepares; ranks 1 to %" PRIu32
+				  " join its lease", q->arg, o->s->tenants.tp - 1);
+	if (o->out_len < hdr)
+		return errbuf_set(o->e, -EMSGSIZE, "lease %#" PRIx64 ": out_len %"
+				  PRIu32 " holds no kvp_prepare_out (%zu bytes)",
+				  q->arg, o->out_len, hdr);
+	eng = op_lock_lease(o, q->arg);
+	ret = engine_lease_join(eng, q->arg, o->c->rank, o->c->id,
+				(o->out_len - hdr) / sizeof(int32_t), &l, o->e);
+	if (!ret) {
+		lease_out(o, &l, hdr + (size_t)l.npages * sizeof(int32_t));
+		engine_lease_user(eng, q->arg, &o->cqe->val1); /* not npages */
+		__atomic_add_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+		/* Rank 0's onload may still be landing in these pages. */
+		if (l.fence && o->wait)
+			*o->wait = (struct op_wait){ .eng = eng, .fence = l.fence };
+		else
+			fence = l.fence;
+	}
+	op_unlock_own(o);
+	if (fence)
+		engine_fence_wait(eng, fence);
+	return ret;
+}
+
+static int op_commit_group(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
 	struct engine *eng = op_lock_lease(o, q->arg);
+	bool left = false;
+	int ret;
+
+	ret = engine_commit_rank(eng, q->arg, o->c->rank, o->c->id, q->n,
+				 q->flags & KVP_SQE_RELEASE, &left, o->e);
+	op_unlock_own(o);
+	if (left)
+		__atomic_sub_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+	return ret;
+}
+
+static int op_release_group(struct op *o)
+{
+	struct engine *eng = op_lock_lease(o, o->sqe->arg);
+	bool left = false;
+	int ret;
+
+	ret = engine_release_rank(eng, o->sqe->arg, o->c->rank, o->c->id, &left,
+				  o->e);
+	op_unlock_own(o);
+	if (left)
+		__atomic_sub_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
+	return ret;
+}
+
+static int op_commit(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct engine *eng;
 	bool released = false;
-	int ret = lease_check_owner(o, eng, q->arg);
+	int ret;
+
+	if (op_group(o, q->arg))
+		return op_commit_group(o);
+	eng = op_lock_lease(o, q->arg);
+	ret = lease_check_owner(o, eng, q->arg);
 
 	if (!ret)
 		ret = engine_commit(eng, q->arg, q->n, o->e);
@@ -469,8 +568,13 @@ static int op_commit(struct op *o)
 
 static int op_release(struct op *o)
 {
-	struct engine *eng = op_lock_lease(o, o->sqe->arg);
-	int ret = lease_check_owner(o, eng, o->sqe->arg);
+	struct engine *eng;
+	int ret;
+
+	if (op_group(o, o->sqe->arg))
+		return op_release_group(o);
+	eng = op_lock_lease(o, o->sqe->arg);
+	ret = lease_check_owner(o, eng, o->sqe->arg);
 
 	if (!ret)
 		ret = engine_release(eng, o->sqe->arg, o->e);

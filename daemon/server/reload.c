@@ -86,6 +86,7 @@ static int refused_globals(const struct config *o, const struct config *n)
 	CHK(str_differs(o->backend, n->backend), "backend");
 	CHK(o->ndevices != n->ndevices ||
 	    memcmp(o->devices, n->devices, o->ndevices * sizeof(int)), "devices");
+	CHK(o->tp != n->tp, "tp");
 	CHK(o->device_mem != n->device_mem, "device_mem");
 	CHK(o->host_mem != n->host_mem, "host_mem");
 	CHK(str_differs(o->layout_spec, n->layout_spec), "layout");

@@ -65,17 +65,41 @@ static int tenant_salt(const char *name, const char *hash_salt,
 
 /* ------------------------------------------------------------ pools */
 
+/*
+ * A tensor-parallel pool (tp > 1): its ranks' contexts behind one striped
+ * context (backend_stripe.c), whose page is every rank's: rank r holds
+ * kv_heads / tp heads of the layout's page.
+ */
+static int pools_stripe(struct tenants *ts, const struct config *cfg,
+			struct errbuf *e)
+{
+	for (uint32_t i = 0; ts->tp > 1 && i < ts->npools; i++) {
+		struct pool_dev *pd = &ts->pools[i];
+		int ret = backend_stripe_open(ts->be, pd->rank_ctx, ts->tp,
+					      cfg->layout.page_bytes / ts->tp,
+					      &pd->be_ctx, e);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 /* backend = shm | cuda | auto -> ts->be, and one context per device. */
 static int pools_open(struct tenants *ts, const struct config *cfg,
 		      struct errbuf *e)
 {
 	ts->be = &backend_shm;
 	ts->backend = "shm";
-	ts->npools = cfg->ndevices;
-	for (uint32_t i = 0; i < ts->npools; i++)
-		ts->pools[i] = (struct pool_dev){ .device = cfg->devices[i] };
+	ts->tp = cfg->tp > 1 ? cfg->tp : 1;
+	ts->npools = config_npools(cfg);
+	for (uint32_t i = 0; i < ts->npools; i++) {
+		ts->pools[i] = (struct pool_dev){ .device = cfg->devices[i * ts->tp] };
+		for (uint32_t r = 0; r < ts->tp; r++)
+			ts->pools[i].rank_device[r] = cfg->devices[i * ts->tp + r];
+	}
 	if (!strcmp(cfg->backend, "shm"))
-		return 0;
+		return pools_stripe(ts, cfg, e);
 #if KVPOOL_HAVE_CUDA
 	if (!strcmp(cfg->backend, "auto")) {
 		int n = 0;
@@ -92,13 +116,21 @@ static int pools_open(struct tenants *ts, const struct config *cfg,
 	ts->be = &backend_cuda;
 	ts->backend = "cuda";
 	for (uint32_t i = 0; i < ts->npools; i++) {
-		int ret = backend_cuda_open(ts->pools[i].device,
-					    &ts->pools[i].be_ctx, e);
+		struct pool_dev *pd = &ts->pools[i];
 
-		if (ret)
-			return ret;
+		for (uint32_t r = 0; r < ts->tp; r++) {
+			int ret = backend_cuda_open(pd->rank_device[r],
+						    &pd->rank_ctx[r], e);
+
+			if (ret)
+				return ret;
+		}
+		if (ts->tp == 1) {
+			pd->be_ctx = pd->rank_ctx[0];
+			pd->rank_ctx[0] = NULL; /* closed as be_ctx */
+		}
 	}
-	return 0;
+	return pools_stripe(ts, cfg, e);
 #else
 	return errbuf_set(e, -EINVAL, "kvpoold was built without CUDA "
 			  "(KVPOOL_CUDA=OFF or no nvcc); use backend=shm");
@@ -107,17 +139,40 @@ static int pools_open(struct tenants *ts, const struct config *cfg,
 
 static void pools_close(struct tenants *ts)
 {
+	for (uint32_t i = 0; i < ts->npools; i++) {
+		struct pool_dev *pd = &ts->pools[i];
+
+		if (ts->tp > 1) {
+			backend_stripe_close(pd->be_ctx);
+			pd->be_ctx = NULL;
+		}
 #if KVPOOL_HAVE_CUDA
-	for (uint32_t i = 0; i < ts->npools; i++)
-		if (ts->pools[i].be_ctx)
-			backend_cuda_close(ts->pools[i].be_ctx);
+		if (pd->be_ctx)
+			backend_cuda_close(pd->be_ctx);
+		for (uint32_t r = 0; r < ts->tp; r++)
+			if (pd->rank_ctx[r])
+				backend_cuda_close(pd->rank_ctx[r]);
 #endif
+	}
 }
 
 int tenants_cuda_device(const struct tenants *ts, uint32_t pool)
 {
 	return ts->be == &backend_shm || pool >= ts->npools ? -1 :
 	       ts->pools[pool].device;
+}
+
+int tenants_rank_cuda(const struct tenants *ts, uint32_t pool, uint32_t rank,
+		      void **be_ctx)
+{
+	const struct pool_dev *pd;
+
+	*be_ctx = NULL;
+	if (ts->be == &backend_shm || pool >= ts->npools || rank >= ts->tp)
+		return -1;
+	pd = &ts->pools[pool];
+	*be_ctx = ts->tp > 1 ? pd->rank_ctx[rank] : pd->be_ctx;
+	return pd->rank_device[rank];
 }
 
 /* ------------------------------------------------------------ tenants */
@@ -180,12 +235,13 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 			.device_frames = config_frames(cfg, device_mem),
 			.host_frames = config_frames(cfg, host_mem),
 			.max_tokens_per_user = max_tokens,
-			.backend = ts->be,
+			.backend = ts->tp > 1 ? &backend_stripe : ts->be,
+			.tp = ts->tp,
 		},
 		.shards = cfg->shards ? cfg->shards : cfg->workers,
 		.reclaim = cfg->reclaim,
 	};
-	bool plain = ts->npools == 1 && ts->be == &backend_shm;
+	bool plain = ts->npools == 1 && ts->be == &backend_shm && ts->tp == 1;
 	int ret;
 
 	ret = tenant_salt(name, hash_salt, salt, e);
@@ -200,7 +256,12 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		struct tenant_pool *tp = &t->pools[p];
 		char where[48];
 
-		if (ts->be == &backend_shm)
+		if (ts->tp > 1)
+			snprintf(where, sizeof(where), "pool %" PRIu32 " (%s devices %d"
+				 "..%d, tp %" PRIu32 ")", p, ts->backend,
+				 ts->pools[p].rank_device[0],
+				 ts->pools[p].rank_device[ts->tp - 1], ts->tp);
+		else if (ts->be == &backend_shm)
 			snprintf(where, sizeof(where), "pool %" PRIu32 " (shm)", p);
 		else
 			snprintf(where, sizeof(where), "pool %" PRIu32 " (cuda device "
@@ -265,7 +326,7 @@ static int disk_open(struct tenants *ts, const struct config *cfg,
 	 * the host tier, 64 MiB at least (a larger history is dropped). */
 	struct disk_tier_config dc = {
 		.dir = cfg->disk_dir, .size = cfg->disk_size,
-		.layout = cfg->layout, .log = disk_log,
+		.layout = cfg->layout, .tp = cfg->tp, .log = disk_log,
 		.staging_bytes = cfg->host_mem / 4 > (64ull << 20) ?
 				 cfg->host_mem / 4 : 64ull << 20,
 	};

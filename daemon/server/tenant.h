@@ -36,10 +36,15 @@ struct tenant {
 	uint32_t clients;           /* attached clients, all pools; atomic */
 };
 
-/* What a pool is made of: the backend context of its device. */
+/* What a pool is made of: the backend context of its device, or with
+ * tp > 1 (tensor-parallel) of its ranks' devices, behind a striped one. */
 struct pool_dev {
-	int device;                 /* GPU ordinal (cuda), the devices entry (shm) */
-	void *be_ctx;               /* backend_cuda_open()'s; NULL on shm */
+	int device;                 /* GPU ordinal (cuda), the devices entry (shm);
+				     * rank 0's with tp > 1 */
+	void *be_ctx;               /* the engine's: backend_cuda_open()'s (NULL
+				     * on shm); with tp > 1 backend_stripe_open()'s */
+	int rank_device[TP_MAX];    /* tp > 1: devices[p * tp + r] */
+	void *rank_ctx[TP_MAX];     /* tp > 1, cuda: each rank's backend_cuda_open() */
 };
 
 /* Attached clients of one uid: an entry of an open-addressing table. */
@@ -52,10 +57,11 @@ struct tenants {
 	struct tenant *v;
 	uint32_t n;
 	bool implicit;              /* no tenants configured: one "default" */
-	const struct backend_ops *be;
+	const struct backend_ops *be;  /* a device's: shm or cuda */
 	const char *backend;        /* "shm" or "cuda": auto resolved */
 	struct pool_dev pools[DEVICES_MAX];
-	uint32_t npools;            /* cfg->ndevices */
+	uint32_t npools;            /* config_npools(): ndevices / tp */
+	uint32_t tp;                /* ranks per pool (cfg->tp) */
 	struct disk_tier *disk;     /* NULL: no disk_dir */
 	struct remote_tier *remote; /* NULL: no remote */
 	/* Attached clients per uid (main thread only): for
@@ -72,6 +78,10 @@ void tenants_destroy(struct tenants *ts);
 
 /* The CUDA device of a pool, -1 on the shm backend. */
 int tenants_cuda_device(const struct tenants *ts, uint32_t pool);
+/* Rank r's (r < tp) device and backend context of a pool: on cuda its GPU
+ * ordinal and context (what names it by UUID), -1 and NULL on shm. */
+int tenants_rank_cuda(const struct tenants *ts, uint32_t pool, uint32_t rank,
+		      void **be_ctx);
 
 struct admission {
 	bool allowed;

@@ -67,7 +67,7 @@ def __getattr__(name: str):
 
 def connect(socket: Optional[str] = None, name: Optional[str] = None, *,
             pool: int = 0, sq_entries: int = 0, arena_bytes: int = 0,
-            spin_us: int = 0) -> Client:
+            spin_us: int = 0, rank: int = 0) -> Client:
     """Attach to kvpoold (kvp_connect) and return a :class:`Client`.
 
     socket: the daemon's Unix socket; None means ``$KVPOOL_SOCKET``, else
@@ -75,7 +75,9 @@ def connect(socket: Optional[str] = None, name: Optional[str] = None, *,
     the program's name). pool: which of the daemon's pools (one per GPU with
     ``kvpoold --devices=0,1``). sq_entries / arena_bytes / spin_us: ring
     size, arena size and how long a wait spins before it sleeps (0: the
-    daemon's defaults). Raises ConnectError when no daemon answers,
+    daemon's defaults). rank: this process's rank in a tensor-parallel pool
+    (kvpool.conf ``tp``; 0 otherwise): rank 0 prepares, the others
+    :meth:`Client.join` its leases. Raises ConnectError when no daemon answers,
     PermissionDeniedError when it refuses this uid, ProtocolError on a
     version mismatch. Use the Client as a context manager::
 
@@ -83,7 +85,7 @@ def connect(socket: Optional[str] = None, name: Optional[str] = None, *,
             print(c.stats()["device"])
     """
     return Client(socket, name, pool=pool, sq_entries=sq_entries,
-                  arena_bytes=arena_bytes, spin_us=spin_us)
+                  arena_bytes=arena_bytes, spin_us=spin_us, rank=rank)
 
 
 def library_version() -> int:

@@ -144,12 +144,13 @@ void client_view_put(KvpClient *self)
 static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "socket", "name", "pool", "sq_entries",
-				  "arena_bytes", "spin_us", NULL };
+				  "arena_bytes", "spin_us", "rank", NULL };
 	PyObject *sock_o = Py_None, *name_o = Py_None, *sock_b = NULL;
 	struct int_arg pool = INT_ARG("pool", UINT32_MAX),
 		       sq = INT_ARG("sq_entries", UINT32_MAX),
 		       arena = INT_ARG("arena_bytes", UINT32_MAX),
-		       spin = INT_ARG("spin_us", UINT32_MAX);
+		       spin = INT_ARG("spin_us", UINT32_MAX),
+		       rank = INT_ARG("rank", UINT32_MAX);
 	struct kvp_connect_opts o;
 	char err[KVP_ERRLEN] = "";
 	struct kvp_client *c = NULL;
@@ -159,9 +160,9 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$O&O&O&O&:Client", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO$O&O&O&O&O&:Client", kwlist,
 					 &sock_o, &name_o, int_conv, &pool, int_conv, &sq,
-					 int_conv, &arena, int_conv, &spin))
+					 int_conv, &arena, int_conv, &spin, int_conv, &rank))
 		return -1;
 	memset(&o, 0, sizeof(o));
 	if (sock_o != Py_None) {
@@ -180,6 +181,7 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 	o.sq_entries = (uint32_t)sq.v;
 	o.arena_bytes = (uint32_t)arena.v;
 	o.spin_us = (uint32_t)spin.v;
+	o.rank = (uint32_t)rank.v;
 
 	Py_BEGIN_ALLOW_THREADS
 	ret = kvp_connect(&c, &o, err, sizeof(err));
@@ -201,6 +203,8 @@ static int client_init(KvpClient *self, PyObject *args, PyObject *kw)
 	self->layout = *kvp_client_layout(c);
 	self->tier = kvp_device_base(c);
 	self->cuda_device = kvp_cuda_device(c);
+	self->tp = kvp_client_tp(c);
+	self->rank = kvp_client_rank(c);
 	/* The tenant's device frames: what this client mapped (0 for a
 	 * client without a tenant, which has no tier). */
 	self->tier_frames = kvp_device_frames(c);
@@ -324,6 +328,27 @@ static PyObject *client_prepare(KvpClient *self, PyObject *const *args,
 	}
 	/* Copied while we still hold the lock: no other call can reuse the
 	 * arena the page table may sit in. */
+	lease = lease_new(self, &l, LEASE_HISTORY);
+	client_leave(self);
+	return lease;
+}
+
+/* A tensor-parallel rank > 0 joins rank 0's lease: a Lease as prepare's. */
+static PyObject *client_join(KvpClient *self, PyObject *arg)
+{
+	uint64_t id;
+	struct kvp_lease l;
+	PyObject *lease;
+	int ret;
+
+	if (int_arg(arg, "join: lease_id", UINT64_MAX, &id) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_lease_join(self->c, id, &l));
+	if (ret < 0) {
+		kvp_raise_client(self, ret);
+		client_leave(self);
+		return NULL;
+	}
 	lease = lease_new(self, &l, LEASE_HISTORY);
 	client_leave(self);
 	return lease;
@@ -567,6 +592,16 @@ static PyObject *get_cuda_device(KvpClient *self, void *unused)
 	return PyLong_FromLong(self->cuda_device);
 }
 
+static PyObject *get_tp(KvpClient *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->tp);
+}
+
+static PyObject *get_rank(KvpClient *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->rank);
+}
+
 static PyObject *get_device_frames(KvpClient *self, void *unused)
 {
 	return PyLong_FromUnsignedLongLong(self->tier_frames);
@@ -598,6 +633,11 @@ static PyGetSetDef client_getset[] = {
 	  "The CUDA device ordinal of the pool, or -1 on the shm backend (host memory).", NULL },
 	{ "device_frames", (getter)get_device_frames, NULL,
 	  "Frames (pages) of the device tier this client mapped.", NULL },
+	{ "tp", (getter)get_tp, NULL,
+	  "The pool's tensor-parallel ranks (kvpool.conf tp; 1: not tensor-parallel).", NULL },
+	{ "rank", (getter)get_rank, NULL,
+	  "This client's rank in a tensor-parallel pool (Client(rank=...)); its\n"
+	  "layout has kv_heads / tp heads and its device tier its rank's pages.", NULL },
 	{ "live_views", (getter)get_views, NULL,
 	  "View objects alive (each keeps the device tier mapped).", NULL },
 	{ NULL },
@@ -638,6 +678,16 @@ PyMethodDef client_methods[] = {
 	  "FlashInfer's convention) and the slots of the new tokens. Write them with\n"
 	  "lease.append(...), make them part of the history with lease.commit(n),\n"
 	  "unpin with lease.release() (or use the lease as a context manager)." },
+	{ "join", (PyCFunction)client_join, METH_O,
+	  "join($self, lease_id, /)\n--\n\n"
+	  "Join rank 0's lease in a tensor-parallel pool (kvp_lease_join): ranks\n"
+	  "above 0 never prepare. Returns a Lease as prepare does: the same page\n"
+	  "table (frame indices valid in this rank's pool), appends of this rank's\n"
+	  "heads, commit and release. Every rank commits the lease: commit()\n"
+	  "returns 1 (pending) until the last rank's, which returns 0. A release\n"
+	  "or the death of any rank before that releases it for every rank: the\n"
+	  "others' commit and join raise StaleLeaseError saying which rank ended\n"
+	  "it. Rank 0 hands lease.id to the others (torch.distributed)." },
 	{ "commit", (PyCFunction)client_commit, METH_VARARGS,
 	  "commit($self, lease_id, n, /)\n--\n\n"
 	  "Commit the first n new tokens of a lease by id (kvp_commit). Prefer\n"
@@ -664,7 +714,7 @@ PyTypeObject KvpClient_Type = {
 	.tp_dealloc = (destructor)client_dealloc,
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
 	.tp_doc = "Client(socket=None, name=None, *, pool=0, sq_entries=0, "
-		  "arena_bytes=0, spin_us=0)\n--\n\n"
+		  "arena_bytes=0, spin_us=0, rank=0)\n--\n\n"
 		  "One attach to kvpoold (kvp_connect). socket None: $KVPOOL_SOCKET,\n"
 		  "else /run/kvpool/kvpoold.sock. Use kvpool.connect().",
 	.tp_traverse = (traverseproc)client_traverse,

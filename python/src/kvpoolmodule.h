@@ -41,6 +41,7 @@ typedef struct {
 	void *tier;              /* kvp_device_base() */
 	uint64_t tier_frames;    /* device-tier frames of this client's tenant */
 	int cuda_device;         /* -1: shm backend (host memory) */
+	uint32_t tp, rank;       /* a tensor-parallel pool's ranks, this one's */
 	/* Leases this client holds that Python has not released: close()
 	 * releases them even while Views keep the mapping alive. */
 	uint64_t *live;

@@ -79,6 +79,11 @@ if(TARGET kvpoold AND TARGET kvpool)
   # Stale, committed, foreign and daemon-ended leases (-ESTALE, nothing
   # written), seq_free under a lease, and a randomized lease model.
   kvpool_integration_test(test_stale_lease 120)
+  # A tensor-parallel pool on shm (devices = 0,1, tp = 2, issue 31): two
+  # rank processes, rank layouts, group leases (join, pending commits, a
+  # release or a SIGKILL ending the group), each rank's bytes through an
+  # offload and onload of the striped tiers.
+  kvpool_integration_test(test_tp_group 60)
   # A client inherited across fork(): every call in the child -ECHILD, the
   # rings untouched, the parent's lease and bytes intact; a child holding
   # the socket does not keep a closed client's attach alive.

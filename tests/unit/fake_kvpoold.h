@@ -288,7 +288,7 @@ static void fake_send_welcome(struct fake *f, const struct kvp_hello *h)
 				 .version = f->version ? f->version : KVP_PROTO_VERSION,
 				 .status = f->status, .client_id = 7,
 				 .flags = KVP_WELCOME_TENANT | KVP_WELCOME_ADMIN,
-				 .shards = 1 };
+				 .shards = 1, .tp = 1 };
 	size_t ctl_off = up64(sizeof(struct kvp_shm_hdr)), sq_off, cq_off, arena_off;
 	int fds[4], nfds = 0, pfd[2] = { -1, -1 };
 	union { char buf[CMSG_SPACE(sizeof(fds))]; struct cmsghdr a; } u;

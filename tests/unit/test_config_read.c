@@ -246,6 +246,66 @@ static void format_as_kvpool_conf_5_says(void **state)
 	config_free(&c);
 }
 
+/* config_load of flags (no file): its status and last error. */
+static int load_flags(struct config *c, const char *a, const char *b,
+		      const char *d)
+{
+	char *argv[] = { "kvpoold", (char *)a, (char *)b, (char *)d, NULL };
+	int argc = 1 + !!a + !!b + !!d;
+
+	return config_load(c, argc, argv);
+}
+
+static void expect_load_error(const char *a, const char *b, const char *d,
+			      const char *want)
+{
+	struct config c;
+	int ret = load_flags(&c, a, b, d);
+
+	config_free(&c);
+	if (ret != EXIT_USAGE || !strstr(config_last_error(), want))
+		fail_msg("%s %s %s: returned %d, said '%s'; want %d and '%s'", a,
+			 b ? b : "", d ? d : "", ret, config_last_error(),
+			 EXIT_USAGE, want);
+}
+
+/* tp (issue 31): 1..8; the devices taken tp at a time, the layout's
+ * kv_heads split among the ranks; each error names what to change. */
+static void tp_setting(void **state)
+{
+	struct config c;
+
+	(void)state;
+	assert_int_equal(load_flags(&c, "--devices=0,1,2,3", "--tp=2", NULL), 0);
+	assert_int_equal(c.tp, 2);
+	assert_int_equal(config_npools(&c), 2);
+	config_free(&c);
+	assert_int_equal(load_flags(&c, "--devices=0,1", NULL, NULL), 0);
+	assert_int_equal(c.tp, 1);
+	assert_int_equal(config_npools(&c), 2);
+	config_free(&c);
+	expect_load_error("--tp=0", NULL, NULL, "tp = '0'");
+	expect_load_error("--tp=9", NULL, NULL, "tp = '9'");
+	expect_load_error("--tp=two", NULL, NULL, "tp = 'two'");
+	expect_load_error("--devices=0,1,2", "--tp=2", NULL,
+			  "tp: tp = 2 takes the devices 2 at a time (one pool per 2 "
+			  "GPUs) but devices = 0,1,2 lists 3; list a multiple of 2 "
+			  "devices or change tp");
+	expect_load_error("--devices=0,1,2", "--tp=2",
+			  "--layout=layers=2,kv_heads=3,head_dim=64,dtype=bf16,"
+			  "page_tokens=16", "devices = 0,1,2 lists 3");
+	expect_load_error("--devices=0,1", "--tp=2",
+			  "--layout=layers=2,kv_heads=3,head_dim=64,dtype=bf16,"
+			  "page_tokens=16",
+			  "tp: tp = 2 splits each page's kv_heads among 2 ranks but "
+			  "layout has kv_heads=3; use a tp that divides kv_heads");
+	/* tp = 1 with any devices and kv_heads is as before. */
+	assert_int_equal(load_flags(&c, "--devices=0,1,2", "--tp=1",
+				    "--layout=layers=2,kv_heads=3,head_dim=64,"
+				    "dtype=bf16,page_tokens=16"), 0);
+	config_free(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -257,6 +317,7 @@ int main(void)
 		cmocka_unit_test(remote_user_histories_is_read),
 		cmocka_unit_test(format_as_kvpool_conf_5_says),
 		cmocka_unit_test(remote_chunk_types_list),
+		cmocka_unit_test(tp_setting),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -190,6 +190,14 @@ static void test_layout_id_differs_by_geometry(void **state)
 	(void)state;
 	assert_int_not_equal(disk_layout_id(&a), disk_layout_id(&b));
 	assert_int_equal(disk_layout_id(&a), disk_layout_id(&a));
+	/* A tensor-parallel pool's frames are its ranks' pages, rank after
+	 * rank: its records are another layout's (issue 31); tp <= 1 keeps
+	 * the ids records written before tp existed carry. */
+	assert_int_equal(disk_layout_id_tp(&a, 1), disk_layout_id(&a));
+	assert_int_equal(disk_layout_id_tp(&a, 0), disk_layout_id(&a));
+	assert_int_not_equal(disk_layout_id_tp(&a, 2), disk_layout_id(&a));
+	assert_int_not_equal(disk_layout_id_tp(&a, 2), disk_layout_id_tp(&a, 4));
+	assert_int_not_equal(disk_layout_id_tp(&a, 2), disk_layout_id_tp(&b, 2));
 	/* The header's block, then the page on blocks of its own. */
 	assert_int_equal(disk_slot_bytes(16384), 16384 + 4096);
 	assert_int_equal(disk_slot_bytes(1000), 8192);

@@ -122,4 +122,26 @@ void backend_cuda_close(void *ctx);
  * every process, whatever its CUDA_VISIBLE_DEVICES (the ordinal does not). */
 void backend_cuda_uuid(const void *ctx, uint8_t uuid[16]);
 
+/*
+ * The striped backend (backend_stripe.c): a tensor-parallel pool over n
+ * rank backends of one kind (rank_ops; rank_ctx[r] each: on cuda
+ * backend_cuda_open() of rank r's GPU, on shm NULL, rank_ctx itself may be
+ * NULL then). The engine's page_bytes is n * rank_page_bytes: a frame is
+ * every rank's page, rank after rank, in the host tier (rank 0's backend
+ * allocates it); the device tier is striped, rank r's allocation holding
+ * rank r's page of frame f at f * rank_page_bytes. Its device tier_mem is
+ * not host-visible, base an opaque handle, fd rank 0's.
+ */
+#define BACKEND_STRIPE_MAX 8u
+extern const struct backend_ops backend_stripe;
+int backend_stripe_open(const struct backend_ops *rank_ops,
+			void *const *rank_ctx, uint32_t n,
+			uint64_t rank_page_bytes, void **ctx, struct errbuf *e);
+/* After every tier of ctx was freed; the rank contexts stay the caller's. */
+void backend_stripe_close(void *ctx);
+/* Rank r's device fd and mapped size of a striped device tier m (for the
+ * welcome of rank r's client); -EINVAL when m is not ctx's or r >= n. */
+int backend_stripe_fd(void *ctx, const struct tier_mem *m, uint32_t rank,
+		      uint64_t *bytes);
+
 #endif /* KVPOOL_BACKEND_H */

@@ -82,6 +82,11 @@ struct engine_config {
 	/* 1 << enum kvp_chunk_type of the chunk types NOT kept there (neither
 	 * written nor asked for at registration); 0: every type is. */
 	uint32_t remote_chunk_skip;
+	/* A tensor-parallel pool's ranks (0 or 1: none): its backend is
+	 * backend_stripe, layout the whole model's, each frame every rank's
+	 * page (backend.h). The disk and remote tiers key its records with
+	 * tp (disk_layout_id_tp); group leases (engine_lease_join). */
+	uint32_t tp;
 };
 
 /* Create a pool; -EINVAL / -ENOMEM with a message in e. */
@@ -90,6 +95,8 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 void engine_destroy(struct engine *eng);
 
 const struct kvp_layout *engine_layout(const struct engine *eng);
+/* engine_config.tp: 1 for a pool that is not tensor-parallel. */
+uint32_t engine_tp(const struct engine *eng);
 /* The tier's memory as the backend mapped it (for clients: fd and size). */
 const struct tier_mem *engine_tier(const struct engine *eng, enum kvp_tier t);
 
@@ -176,6 +183,45 @@ int engine_commit(struct engine *eng, uint64_t lease, uint32_t n,
 		  struct errbuf *e);
 /* -ENOENT unknown or already released lease. */
 int engine_release(struct engine *eng, uint64_t lease, struct errbuf *e);
+/*
+ * Group leases: a tensor-parallel pool (engine_config.tp > 1, at most
+ * ENGINE_TP_MAX ranks). Rank 0's client prepares (engine_prepare: the
+ * caller refuses ranks > 0); rank r's joins that lease, getting the same
+ * page table (engine_lease_join: as a prepare's, no new lease id); every
+ * rank commits it (engine_commit_rank): each commit before the last is
+ * recorded and answers ENGINE_COMMIT_PENDING, the last one takes effect as
+ * engine_commit would (same n from every rank, at most the lease's n_new).
+ * A release by a member rank (engine_release_rank) or its client's death
+ * (engine_release_owner) before the group committed releases the lease for
+ * every rank, as a dead client's release does (nothing changes); the
+ * others' later commits and joins answer -ESTALE saying whose release or
+ * death ended it, and each leaves it by its release (which answers 0).
+ * Once the group committed, each member's release only ends its own hold;
+ * the lease (its pin) goes with the last; a rank that committed and then
+ * releases before the others committed leaves when the group commits (it
+ * does not end the group). *left says whether the caller's
+ * rank no longer holds the lease after the call (its count of leases).
+ *
+ * join:    -EMSGSIZE a page table of more than max_pages entries;
+ *          -EINVAL not a tensor-parallel pool, rank 0 or >= tp, a sharing
+ *          lease; -ESTALE no such lease (stale id) or ended; -EALREADY this
+ *          rank joined already; -EPERM the lease's owner is no rank 0.
+ * commit:  -ENOENT unknown lease; -ESTALE ended; -EPERM the caller is not
+ *          that rank's member; -EALREADY that rank committed; -EINVAL n
+ *          past n_new or unlike another rank's n.
+ * release: -ENOENT unknown lease; -EPERM not that rank's member.
+ */
+#define ENGINE_TP_MAX 8u
+#define ENGINE_COMMIT_PENDING 1
+int engine_lease_join(struct engine *eng, uint64_t lease, uint32_t rank,
+		      uint32_t owner, uint64_t max_pages, struct engine_lease *out,
+		      struct errbuf *e);
+int engine_commit_rank(struct engine *eng, uint64_t lease, uint32_t rank,
+		       uint32_t owner, uint32_t n, bool release, bool *left,
+		       struct errbuf *e);
+int engine_release_rank(struct engine *eng, uint64_t lease, uint32_t rank,
+			uint32_t owner, bool *left, struct errbuf *e);
+
 /* Release every lease of owner (a dead client); returns how many. */
 uint32_t engine_release_owner(struct engine *eng, uint32_t owner);
 

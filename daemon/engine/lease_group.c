@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lease_group.c - group leases of a tensor-parallel pool (engine.h, "Group
+ * leases"; engine_internal.h, struct lease_group).
+ *
+ * One history lease serves every rank: rank 0's prepare made it (and its
+ * frames, the same indices in every rank's slice of the device tier,
+ * backend_stripe.c), ranks 1..tp-1 join it and get the same page table,
+ * and it commits once every rank has committed: before that a commit is
+ * only recorded, so no rank's pages become part of the history while
+ * another rank's may still be unwritten.
+ *
+ * Ending before the group committed. A member's release, or its client's
+ * death, rolls the lease back for everyone at once (history_lease_end: the
+ * reservation is given back, the history unpinned, nothing changes, as for
+ * a dead client), and the slot turns into a LEASE_GROUP_ENDED record that
+ * holds nothing but who ended it. Each remaining member learns it from its
+ * commits (-ESTALE, with the message; a rank that had not joined, from its
+ * join) and leaves it by its release (0), as it would a lease it holds;
+ * the record goes with the last member's release, or its death.
+ * The record is needed only for the message: the id itself is stale at
+ * once for every other operation (lease_lookup misses a GROUP_ENDED slot).
+ *
+ * Once the group committed, each member's release only ends its own hold;
+ * the last one releases the lease (the pin) as a tp = 1 release does. A
+ * rank that has committed and releases before the others committed (a
+ * commit with KVP_SQE_RELEASE, or kvp_commit then kvp_release) leaves once
+ * the group commits: its part is done, and the group goes on without it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "engine_internal.h"
+#include "engine_share.h"
+
+static uint32_t all_ranks(const struct engine *eng)
+{
+	return (1u << eng->tp) - 1;
+}
+
+/* A history lease of this engine or its ended record; NULL otherwise. */
+static struct lease *group_lookup(struct engine *eng, uint64_t id)
+{
+	uint32_t idx = (uint32_t)id & (LEASE_MAX - 1);
+	struct lease *l;
+
+	if ((id & SHARE_LEASE_BIT) ||
+	    (((uint32_t)id >> LEASE_SHARD_SHIFT) & 0x7f) != eng->shard ||
+	    idx >= eng->leases_cap)
+		return NULL;
+	l = &eng->leases[idx];
+	if ((l->kind != LEASE_HISTORY && l->kind != LEASE_GROUP_ENDED) ||
+	    !l->grp || l->gen != (uint32_t)(id >> 32))
+		return NULL;
+	return l;
+}
+
+static int ended_err(struct engine *eng, const struct lease *l, uint64_t id,
+		     struct errbuf *e)
+{
+	return errbuf_set(e, -ESTALE, "lease %#" PRIx64 ": released (rank %" PRIu32
+			  "'s client %s) before every rank committed; nothing "
+			  "changed; prepare again", id, l->grp->ended_rank,
+			  l->grp->ended_died ? "died" : "released it");
+}
+
+static bool is_member(const struct lease *l, uint32_t rank, uint32_t owner)
+{
+	return (l->grp->members >> rank & 1) && l->grp->owner[rank] == owner;
+}
+
+/* rank no longer holds l; the slot goes with the last member. */
+static void member_leave(struct engine *eng, struct lease *l, uint32_t rank)
+{
+	l->grp->members &= ~(1u << rank);
+	if (l->grp->members)
+		return;
+	if (l->kind == LEASE_GROUP_ENDED)
+		lease_put(eng, l);
+	else
+		lease_release(eng, l);
+}
+
+/*
+ * The group ends before it committed, by rank's release or death: rolled
+ * back and unpinned for every rank at once; an ended record stays while
+ * other members have yet to hear. Members that asked to leave with their
+ * commit are not waited for: they hold nothing.
+ */
+static void group_end(struct engine *eng, struct lease *l, uint32_t rank,
+		      bool died)
+{
+	struct lease_group *g = l->grp;
+
+	g->members &= ~(1u << rank) & ~g->leave;
+	g->ended_rank = rank;
+	g->ended_died = died;
+	if (!g->members) {
+		lease_release(eng, l);
+		return;
+	}
+	history_lease_end(eng, l);
+	eng->st.releases++;
+	eng->history_leases--; /* its pin is gone; the slot is a record now */
+	l->kind = LEASE_GROUP_ENDED;
+	l->h = NULL;
+}
+
+int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
+		      uint32_t owner, uint64_t max_pages, struct engine_lease *out,
+		      struct errbuf *e)
+{
+	struct lease *l;
+	struct history *h;
+	uint32_t view_pages;
+	int ret;
+
+	if (eng->tp <= 1)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": this pool is not "
+				  "tensor-parallel (tp = 1 in kvpool.conf); only "
+				  "ranks > 0 of a tensor-parallel pool join leases",
+				  id);
+	if (!rank || rank >= eng->tp)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": rank %" PRIu32
+				  " cannot join: rank 0 prepares, ranks 1 to %" PRIu32
+				  " join", id, rank, eng->tp - 1);
+	if (id & SHARE_LEASE_BIT)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 " is not a history "
+				  "lease (a sequence's or a chunk's); join the lease "
+				  "rank 0's kvp_prepare returned", id);
+	l = group_lookup(eng, id);
+	if (!l)
+		return errbuf_set(e, -ESTALE, "lease %#" PRIx64 " is not held "
+				  "(released, or never prepared); join rank 0's "
+				  "current lease", id);
+	if (l->kind == LEASE_GROUP_ENDED)
+		return ended_err(eng, l, id, e);
+	if (l->grp->joined >> rank & 1)
+		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32
+				  " joined it already; a rank joins a lease once",
+				  id, rank);
+	if (!(l->grp->joined & 1) || l->grp->owner[0] != l->owner)
+		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " was not prepared "
+				  "by rank 0 of this pool", id);
+	h = l->h;
+	view_pages = (uint32_t)pages_for(eng, l->len0 + l->n_new);
+	if (view_pages > max_pages)
+		return errbuf_set(e, -EMSGSIZE, "lease %#" PRIx64 ": its page table "
+				  "of %" PRIu32 " pages needs %zu bytes past the "
+				  "header; raise out_len (and arena_bytes)", id,
+				  view_pages, (size_t)view_pages * sizeof(int32_t));
+	ret = engine_view_reserve(eng, view_pages, e);
+	if (ret)
+		return ret;
+	l->grp->joined |= 1u << rank;
+	l->grp->members |= 1u << rank;
+	l->grp->owner[rank] = owner;
+	for (uint32_t i = 0; i < view_pages; i++)
+		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
+	*out = (struct engine_lease){
+		.id = id,
+		.start = h->start,
+		.len = l->len0,
+		.n_new = l->n_new,
+		.npages = view_pages,
+		.frames = eng->view,
+		.last_page_len = view_pages ?
+			(uint32_t)((l->len0 + l->n_new - 1) % eng->P) + 1 : 0,
+		.hit_tokens = l->len0,
+		.fence = h->onload_fence,
+	};
+	return 0;
+}
+
+int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
+		       uint32_t owner, uint32_t n, bool release, bool *left,
+		       struct errbuf *e)
+{
+	struct lease *l = group_lookup(eng, id);
+	struct lease_group *g;
+
+	*left = false;
+	if (!l)
+		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
+				  "(released, or never prepared)", id);
+	g = l->grp;
+	if (!is_member(l, rank, owner))
+		return errbuf_set(e, -EPERM, "lease %#" PRIx64 ": this client (rank %"
+				  PRIu32 ") does not hold it; rank 0 prepares, the "
+				  "other ranks join it (kvp_lease_join) before they "
+				  "commit", id, rank);
+	if (l->kind == LEASE_GROUP_ENDED)
+		return ended_err(eng, l, id, e); /* it leaves by its release */
+	if ((g->committed >> rank & 1) || l->committed)
+		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32
+				  " has already committed it; prepare again for "
+				  "more tokens", id, rank);
+	if (n > l->n_new)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": commit of %"
+				  PRIu32 " tokens but only %" PRIu32 " were prepared",
+				  id, n, l->n_new);
+	if (g->committed && n != g->n)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": rank %" PRIu32
+				  " commits %" PRIu32 " tokens but another rank "
+				  "committed %" PRIu32 "; every rank commits the same "
+				  "count", id, rank, n, g->n);
+	g->committed |= 1u << rank;
+	g->n = n;
+	if (release)
+		g->leave |= 1u << rank;
+	*left = release;
+	if (g->committed != all_ranks(eng))
+		return ENGINE_COMMIT_PENDING;
+	/* The last rank: the group's commit takes effect, as engine_commit. */
+	engine_commit(eng, id, n, NULL);
+	for (uint32_t r = 0; r < eng->tp && l->kind == LEASE_HISTORY; r++)
+		if ((g->leave >> r & 1) && (g->members >> r & 1))
+			member_leave(eng, l, r); /* the last frees l */
+	return 0;
+}
+
+int engine_release_rank(struct engine *eng, uint64_t id, uint32_t rank,
+			uint32_t owner, bool *left, struct errbuf *e)
+{
+	struct lease *l = group_lookup(eng, id);
+
+	*left = false;
+	if (!l)
+		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
+				  "(released already, or never prepared)", id);
+	if (!is_member(l, rank, owner))
+		return errbuf_set(e, -EPERM, "lease %#" PRIx64 ": this client (rank %"
+				  PRIu32 ") does not hold it; only a rank that "
+				  "prepared or joined a lease may end it", id, rank);
+	*left = true;
+	if (l->kind == LEASE_GROUP_ENDED || l->committed)
+		member_leave(eng, l, rank);
+	else if (l->grp->committed >> rank & 1)
+		l->grp->leave |= 1u << rank; /* its part is done: the group goes on */
+	else
+		group_end(eng, l, rank, false);
+	return 0;
+}
+
+bool lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner)
+{
+	for (uint32_t r = 0; r < eng->tp; r++) {
+		if (!is_member(l, r, owner))
+			continue;
+		if (l->kind == LEASE_GROUP_ENDED || l->committed)
+			member_leave(eng, l, r);
+		else
+			group_end(eng, l, r, true);
+		return true; /* a client is one rank */
+	}
+	return false;
+}
