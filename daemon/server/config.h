@@ -73,6 +73,8 @@ struct config {
 				   * resolved when the pools are made */
 	int devices[DEVICES_MAX]; /* GPU ordinals, one pool each (default {0}) */
 	uint32_t ndevices;
+	bool devices_all;         /* `devices = all`: devices_resolve() fills
+				   * devices[] when the backend opens */
 	uint64_t device_mem, host_mem;
 	char *layout_spec;
 	struct kvp_layout layout; /* parsed from layout_spec by config_load */

@@ -184,6 +184,17 @@ if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# Pools per GPU on shm (issue 31): devices = all is one pool and serves;
+# devices = 0,1 / 1,0 label every per-pool series with gpu and give kvctl
+# stats and top a row per pool.
+if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  add_test(NAME test_gpu_pools
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_gpu_pools.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench>)
+  set_tests_properties(test_gpu_pools PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvbench replay on a hand-made trace against a real kvpoold and a real
 # redis-server, every system, hit rates checked against the hand-computed
 # figure; then a small generated replay with eviction.
