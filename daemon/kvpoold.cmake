@@ -20,6 +20,7 @@ add_executable(kvpoold
   daemon/server/worker_uds.c
   daemon/server/ops.c
   daemon/server/ops_list.c
+  daemon/server/ops_move.c
   daemon/server/ops_share.c
   daemon/server/ops_chunk.c
   daemon/server/park.c

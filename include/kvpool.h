@@ -546,6 +546,15 @@ int kvp_evict_all(struct kvp_client *c, uint32_t sel);
  * seed 002's evict_kv_cache; leased users are skipped. Returns users
  * affected. -EPERM for a client without a tenant. */
 int kvp_evict_tenant(struct kvp_client *c, uint32_t sel);
+/* Move user's committed history from pool `from` to pool `to` of the
+ * client's tenant (kvpoold --devices=0,1: from one GPU to another), in one
+ * step ordered with the user's other operations: its device pages to fresh
+ * device frames of `to` (a peer copy between GPUs), its host pages to its
+ * host tier; then `from` has none. Returns the pages moved. -ENOENT no
+ * history there, -EBUSY a lease holds it (commit or release first),
+ * -EEXIST `to` has one, -ENOSPC `to` has no room (nothing changed in
+ * `from`), -EINVAL the same pool or one the daemon does not serve. */
+int kvp_move(struct kvp_client *c, uint64_t user, uint32_t from, uint32_t to);
 /* Admin: kvpoold re-reads its settings as on SIGHUP (kvpoold(8), SIGNALS);
  * returns 0 once asked, before it has; its log says what changed and
  * which keys it refused. */

@@ -209,6 +209,15 @@ int kvp_evict(struct kvp_client *c, uint64_t user, uint32_t sel)
 }
 
 KVP_PUBLIC
+int kvp_move(struct kvp_client *c, uint64_t user, uint32_t from, uint32_t to)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_MOVE, .user = user, .arg = from,
+			       .n = to };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
 int kvp_evict_all(struct kvp_client *c, uint32_t sel)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_EVICT, .flags = KVP_SQE_ALL,

@@ -101,6 +101,7 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_SERVER_INFO] = { "server_info", op_server_info, 0, 0, NULL },
 	[KVP_OP_SEQ_INFO] = { "seq_info", op_seq_info, 0, NEED_TENANT, NULL },
 	[KVP_OP_SEQ_TOKENS] = { "seq_tokens", op_seq_tokens, 0, NEED_TENANT, NULL },
+	[KVP_OP_MOVE] = { "move", op_move, 0, NEED_TENANT, NULL },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -281,7 +282,8 @@ static int op_validate(struct op *o)
 	if (all || (d->need & NEED_ADMIN))
 		return check_admin(o, d);
 	if ((d->need & NEED_TENANT) && !o->c->tenant &&
-	    q->opcode >= KVP_OP_PREFIX_LOOKUP && q->opcode != KVP_OP_EVICT_TENANT)
+	    q->opcode >= KVP_OP_PREFIX_LOOKUP && q->opcode != KVP_OP_EVICT_TENANT &&
+	    q->opcode != KVP_OP_MOVE)
 		return errbuf_set(o->e, -EPERM, "%s: client %" PRIu32 " (uid %" PRIu32
 				  ") has no tenant; chunks, sequences and the prefix "
 				  "cache belong to a tenant (run as a tenant's uid, or "
@@ -833,6 +835,7 @@ bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 	case KVP_OP_PREPARE:
 	case KVP_OP_OFFLOAD:
 	case KVP_OP_EVICT:
+	case KVP_OP_MOVE:
 		*user = sqe->user;
 		return true;
 	case KVP_OP_COMMIT:

@@ -63,6 +63,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   # A non-admin evicts its own tenant in one call (kvp_evict_tenant, kvctl
   # evict --all), never another's; the all-tenants form stays an admin's.
   kvpool_integration_test(test_tenant_evict 120 PkgConfig::CMOCKA)
+  # A history moved between two pools (devices = 0,1 on shm): the bytes,
+  # the length, nothing left behind or leaked, every refusal (issue 31).
+  kvpool_integration_test(test_move 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   # A prepare waiting for the reclaimer lets other users' entries pass.
   kvpool_integration_test(test_lane_deferral 60 PkgConfig::CMOCKA)

@@ -447,6 +447,18 @@ int cmd_evict(struct kvp_client *c, const struct kvctl_args *a)
 	return KVCTL_EXIT_OK;
 }
 
+int cmd_move(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct op_result r = { .user = a->user };
+	int rc = kvp_move(c, a->user, a->from, a->to);
+
+	if (rc < 0)
+		return op_fail(c, rc, "move");
+	r.count = (uint64_t)rc;
+	render_move(stdout, a->json, &r, a->from, a->to);
+	return KVCTL_EXIT_OK;
+}
+
 int cmd_offload(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct op_result r = { .all = a->all, .user = a->user, .sel = KVP_SEL_DEVICE };

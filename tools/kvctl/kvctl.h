@@ -136,6 +136,9 @@ struct op_result {
 };
 
 void render_evict(FILE *f, bool json, const struct op_result *r);
+/* kvctl move: user, from, to, pages moved (r->count). */
+void render_move(FILE *f, bool json, const struct op_result *r, uint32_t from,
+		 uint32_t to);
 void render_offload(FILE *f, bool json, const struct op_result *r);
 
 /* Chunks only on the disk tier (kvp_stats): not listed by name (their
@@ -190,6 +193,7 @@ struct kvctl_args {
 	uint32_t interval_s;  /* stats --watch, top --interval (default 1) */
 	uint64_t count;       /* --count: frames, 0 = until interrupted */
 	const char *socket;   /* the daemon's socket (top's header) */
+	uint32_t from, to;    /* move --from, --to */
 };
 
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);
@@ -202,6 +206,7 @@ int cmd_offload(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunk(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_top(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_move(struct kvp_client *c, const struct kvctl_args *a);
 /* Each pool's stats in the scope of kvp_stats(all_tenants) into pools;
  * how many, 0 when the daemon is too old to say (or failed). */
 size_t stats_pools(struct kvp_client *c, bool all_tenants,

@@ -559,6 +559,25 @@ void render_evict(FILE *f, bool json, const struct op_result *r)
 			r->user, tier, r->count, r->count == 1 ? "" : "s");
 }
 
+void render_move(FILE *f, bool json, const struct op_result *r, uint32_t from,
+		 uint32_t to)
+{
+	if (json) {
+		struct json j;
+
+		json_begin(&j, f);
+		json_u64(&j, "user", r->user);
+		json_u64(&j, "from", from);
+		json_u64(&j, "to", to);
+		json_u64(&j, "pages", r->count);
+		json_end(&j);
+		return;
+	}
+	fprintf(f, "move user %" PRIu64 " from pool %" PRIu32 " to pool %" PRIu32
+		": %" PRIu64 " page%s moved\n", r->user, from, to, r->count,
+		r->count == 1 ? "" : "s");
+}
+
 void render_offload(FILE *f, bool json, const struct op_result *r)
 {
 	if (json) {

@@ -103,6 +103,14 @@ struct backend_ops {
 	 * not be host-visible (the cuda device tier is not). */
 	int (*read)(void *ctx, const struct tier_mem *m, uint64_t off, void *dst,
 		    uint64_t bytes, struct errbuf *e);
+	/* Optional (NULL: only host-visible tiers, copied with memcpy). Copy
+	 * n runs from src, a tier of another context of this backend (another
+	 * GPU's pool: engine_move.h), into dst, a tier of ctx; returns once
+	 * every byte has landed. The cuda backend copies peer to peer where
+	 * the GPUs can (cudaMemcpyPeerAsync), else through pinned host memory. */
+	int (*copy_peer)(void *ctx, const struct tier_mem *dst, void *src_ctx,
+			 const struct tier_mem *src, const struct copy_run *runs,
+			 uint32_t n, struct errbuf *e);
 };
 
 extern const struct backend_ops backend_shm;
