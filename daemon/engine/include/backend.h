@@ -129,5 +129,8 @@ void backend_cuda_close(void *ctx);
 /* The 16-byte UUID (cuDeviceGetUuid) of ctx's device: what names that GPU in
  * every process, whatever its CUDA_VISIBLE_DEVICES (the ordinal does not). */
 void backend_cuda_uuid(const void *ctx, uint8_t uuid[16]);
+/* Whether GPUs a and b reach each other both ways (cudaDeviceCanAccessPeer):
+ * copy_peer goes peer to peer, else through pinned host memory. */
+bool backend_cuda_peer_access(int a, int b);
 
 #endif /* KVPOOL_BACKEND_H */
