@@ -145,7 +145,7 @@ int cmd_peer(int argc, char **argv)
 /* The layout of the history moved: 2 MiB pages (a 70B-class model's
  * 32 layers x 8 kv_heads x 128 dims in bf16, 16 tokens a page). */
 #define PEER_LAYOUT "layers=32,kv_heads=8,head_dim=128,dtype=bf16,page_tokens=16"
-#define PEER_PAGE_BYTES (2ull << 20)
+#define PEER_PAGE_BYTES ((uint64_t)2 << 20)
 #define PEER_PAGE_TOKENS 16u
 
 struct peer_result {
