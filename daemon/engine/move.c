@@ -76,11 +76,11 @@ static void move_page(struct move_copy *m, uint32_t dst_frame, uint32_t src_fram
 static int move_checks(struct engine *src, struct engine *dst, uint64_t user,
 		       struct history **hp, struct errbuf *e)
 {
-	struct history *h = user_table_find(&src->users, user);
+	struct history *h = user_table_find(&src->users, user), *d;
 
 	if (!h || !h->npages)
 		return errbuf_set(e, -ENOENT, "user %" PRIu64 " has no history "
-				  "here", user);
+				  "in this pool's device or host tier", user);
 	if (h->demoting)
 		return errbuf_set(e, -EAGAIN, "user %" PRIu64 " is being demoted "
 				  "to the host tier; try again in a moment", user);
@@ -89,7 +89,13 @@ static int move_checks(struct engine *src, struct engine *dst, uint64_t user,
 				  " lease(s) or sequence(s) (a prepare not committed, "
 				  "or not released): commit or release first", user,
 				  h->pins ? h->pins : 1);
-	if (user_table_find(&dst->users, user))
+	d = user_table_find(&dst->users, user);
+	/* A history without pages lives only while a lease pins it (a
+	 * prepare that found nothing): that lease is in the way. */
+	if (d && !d->npages)
+		return errbuf_set(e, -EBUSY, "user %" PRIu64 " is held by a lease "
+				  "in the destination pool; release it first", user);
+	if (d)
 		return errbuf_set(e, -EEXIST, "user %" PRIu64 " has a history in "
 				  "the destination pool already; evict it there "
 				  "first", user);

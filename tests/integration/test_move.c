@@ -14,6 +14,9 @@
  *    (-EINVAL), an unknown user (-ENOENT), a prepared and uncommitted
  *    lease (-EBUSY "commit or release first"), a user pool 1 has already
  *    (-EEXIST), pool 1 full of leased pages (-ENOSPC, pool 0 unchanged);
+ *  - moves back and forth while a reader in each pool reads the history:
+ *    no reader sees part of it or other bytes, and at the end one pool has
+ *    it whole;
  *  - kvctl move --user U --from A --to B does it from the shell; a bad
  *    command line is exit 2 before connecting.
  */
@@ -224,6 +227,113 @@ static void errors_change_nothing(void **state)
 	no_frame_leaked(w);
 }
 
+/* A reader of user U in one pool: whenever it finds the history there, its
+ * read-only lease shows all of it, byte for byte; never a part. */
+#define RACE_USER 40
+#define RACE_TOKENS 48
+struct race {
+	const char *sock;
+	volatile int stop;
+	int reads[2];
+};
+
+static struct race *g_race;
+
+static int race_reader(void *arg)
+{
+	uint32_t pool = (uint32_t)(uintptr_t)arg;
+	struct kvp_connect_opts o = { .socket = g_race->sock, .pool = pool };
+	struct kvp_client *c;
+	char err[KVP_ERRLEN];
+	int bad = 0;
+
+	if (kvp_connect(&c, &o, err, sizeof(err))) {
+		h_fail("reader of pool %u: %s", pool, err);
+		return 1;
+	}
+	while (!__atomic_load_n(&g_race->stop, __ATOMIC_ACQUIRE) && !bad) {
+		struct kvp_user_info u;
+		struct kvp_lease l;
+		int rc;
+
+		memset(&u, 0, sizeof(u));
+		if (kvp_info(c, RACE_USER, &u) || !u.len)
+			continue;
+		rc = kvp_prepare(c, RACE_USER, u.len, 0, &l);
+		if (rc == -EBUSY)
+			continue;
+		if (rc) {
+			h_fail("reader of pool %u: prepare: %d (%s)", pool, rc,
+			       kvp_last_error(c));
+			bad = 1;
+			break;
+		}
+		/* Moved away between the info and the prepare: nothing here. */
+		if (l.len && (l.len != RACE_TOKENS ||
+			      h_same_bytes(c, l.indices, SALT, RACE_USER,
+					   RACE_TOKENS, "a reader during moves"))) {
+			h_fail("reader of pool %u: a lease of %" PRIu64 " tokens, want "
+			       "%u, or other bytes", pool, l.len, RACE_TOKENS);
+			bad = 1;
+		}
+		if (l.len)
+			__atomic_add_fetch(&g_race->reads[pool], 1, __ATOMIC_RELAXED);
+		if (kvp_release(c, l.id))
+			bad = 1;
+	}
+	kvp_close(c);
+	return bad;
+}
+
+/* Moves back and forth while a reader in each pool reads the history:
+ * each move waits for the readers' leases (-EBUSY) and is one step, so no
+ * reader ever sees half a history or the wrong bytes, and at the end one
+ * pool has it whole and neither leaked a frame. */
+static void moves_race_readers(void **state)
+{
+	struct world *w = *state;
+	uint32_t at = 0, moved = 0;
+	uint64_t deadline;
+	pid_t pid[2];
+
+	g_race = h_shared_zalloc(sizeof(*g_race));
+	assert_non_null(g_race);
+	g_race->sock = w->d.sock;
+	assert_int_equal(h_append_cycle(w->c[0], SALT, RACE_USER, 0, RACE_TOKENS, 0), 0);
+	for (uintptr_t p = 0; p < 2; p++) {
+		pid[p] = h_fork(race_reader, (void *)p);
+		assert_true(pid[p] > 0);
+	}
+	deadline = h_now_ms() + 5000;
+	while (moved < 20 && h_now_ms() < deadline) {
+		int seen = __atomic_load_n(&g_race->reads[at], __ATOMIC_RELAXED), rc;
+
+		/* The reader where it is now reads it, then it moves under the
+		 * readers' feet (a reader's lease makes it wait: -EBUSY). */
+		while (__atomic_load_n(&g_race->reads[at], __ATOMIC_RELAXED) < seen + 2 &&
+		       h_now_ms() < deadline)
+			h_sleep_us(100);
+		do
+			rc = kvp_move(w->c[0], RACE_USER, at, !at);
+		while (rc == -EBUSY && h_now_ms() < deadline);
+		if (rc != 3)
+			fail_msg("move %u -> %u: %d (%s)", at, !at, rc,
+				 kvp_last_error(w->c[0]));
+		at = !at;
+		moved++;
+	}
+	__atomic_store_n(&g_race->stop, 1, __ATOMIC_RELEASE);
+	assert_int_equal(h_wait_all(pid, 2, 10000), 0);
+	print_message("%u moves; the readers saw it whole %d times in pool 0, %d "
+		      "in pool 1\n", moved, g_race->reads[0], g_race->reads[1]);
+	assert_int_equal(moved, 20);
+	assert_true(g_race->reads[0] >= 20 && g_race->reads[1] >= 20);
+	assert_int_equal(h_verify_user(w->c[at], SALT, RACE_USER, 0, RACE_TOKENS,
+				       NULL), 0);
+	assert_int_equal(info(w->c[!at], RACE_USER).len, 0);
+	no_frame_leaked(w);
+}
+
 /* kvctl ARGS... against the daemon; its exit status, stdout in out. */
 static int kvctl(struct world *w, char *out, size_t len, const char *const *args)
 {
@@ -285,6 +395,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(device_history_moves),
 		cmocka_unit_test(host_pages_move),
 		cmocka_unit_test(errors_change_nothing),
+		cmocka_unit_test(moves_race_readers),
 		cmocka_unit_test(kvctl_move),
 	};
 
