@@ -75,11 +75,14 @@ static int peer_runs(struct cuda_ctx *d, const struct tier_mem *dst,
 	if (!ad || !as)
 		return errbuf_set(e, -EINVAL, "cuda peer copy: a tier that is not "
 				  "a device tier of its context");
-	ret = grant(d, ad, s->device, e);
+	/* Each grant with its owner's context current. */
+	ret = cuda_use(d, e);
 	if (!ret)
-		ret = grant(s, as, d->device, e);
+		ret = grant(d, ad, s->device, e);
 	if (!ret)
 		ret = cuda_use(s, e);
+	if (!ret)
+		ret = grant(s, as, d->device, e);
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < n && err == cudaSuccess; i++)
