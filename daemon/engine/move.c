@@ -12,66 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "copy.h"
 #include "engine_internal.h"
 #include "engine_move.h"
 #include "shard.h"
 #include "user_table.h"
-
-#define MOVE_RUNS 256
-
-/* Runs of one tier's copy, src frames to dst frames, coalesced. */
-struct move_copy {
-	const struct backend_ops *be;
-	void *dst_ctx, *src_ctx;
-	const struct tier_mem *dst, *src;
-	uint64_t page_bytes;
-	uint32_t n;
-	uint64_t bytes;
-	int err;
-	struct copy_run runs[MOVE_RUNS];
-};
-
-static int move_flush(struct move_copy *m, struct errbuf *e)
-{
-	int ret = 0;
-
-	if (!m->n || m->err)
-		goto out;
-	if (m->dst->host_visible && m->src->host_visible) {
-		for (uint32_t i = 0; i < m->n; i++)
-			memcpy((char *)m->dst->base + m->runs[i].dst_off,
-			       (const char *)m->src->base + m->runs[i].src_off,
-			       m->runs[i].bytes);
-	} else if (m->be->copy_peer) {
-		ret = m->be->copy_peer(m->dst_ctx, m->dst, m->src_ctx, m->src,
-				       m->runs, m->n, e);
-	} else {
-		ret = errbuf_set(e, -EOPNOTSUPP, "the %s backend cannot copy "
-				 "between two pools' device tiers", m->be->name);
-	}
-	m->err = ret;
-out:
-	m->n = 0;
-	return m->err;
-}
-
-static void move_page(struct move_copy *m, uint32_t dst_frame, uint32_t src_frame,
-		      struct errbuf *e)
-{
-	uint64_t d = (uint64_t)dst_frame * m->page_bytes;
-	uint64_t s = (uint64_t)src_frame * m->page_bytes;
-	struct copy_run *r = m->n ? &m->runs[m->n - 1] : NULL;
-
-	m->bytes += m->page_bytes;
-	if (r && r->dst_off + r->bytes == d && r->src_off + r->bytes == s) {
-		r->bytes += m->page_bytes;
-		return;
-	}
-	if (m->n == MOVE_RUNS)
-		move_flush(m, e);
-	m->runs[m->n++] = (struct copy_run){ .dst_off = d, .src_off = s,
-					     .bytes = m->page_bytes };
-}
 
 static int move_checks(struct engine *src, struct engine *dst, uint64_t user,
 		       struct history **hp, struct errbuf *e)
@@ -162,32 +107,30 @@ static void move_undo(struct engine *dst, struct history *n)
 	history_free(dst, n);
 }
 
-/* Frames in dst for every page of h that has one in tier t, and the copy. */
+/* Frames in dst for every page of h that has one in tier t, and the copy
+ * (copy.h, COPY_PEER: landed on return). */
 static int move_tier(struct engine *src, struct engine *dst,
 		     const struct history *h, struct history *n, enum kvp_tier t,
-		     struct move_copy *m, struct errbuf *e)
+		     struct copy_batch *b, struct errbuf *e)
 {
-	*m = (struct move_copy){
-		.be = dst->be, .dst_ctx = dst->be_ctx, .src_ctx = src->be_ctx,
-		.dst = engine_tier(dst, t), .src = engine_tier(src, t),
-		.page_bytes = dst->layout.page_bytes,
-	};
+	copy_begin_peer(b, dst->be, dst->be_ctx, src->be_ctx, engine_tier(dst, t),
+			engine_tier(src, t), dst->layout.page_bytes);
 	for (uint32_t i = 0; i < h->npages; i++) {
 		uint32_t f = h->pages[i].frame[t];
 
 		if (f == FRAME_NONE)
 			continue;
 		page_set_frame(dst, n, i, t, frames_alloc(&dst->frames[t]));
-		move_page(m, n->pages[i].frame[t], f, e);
+		copy_page(b, n->pages[i].frame[t], f);
 	}
-	return move_flush(m, e);
+	return copy_end(b, e);
 }
 
 int engine_history_move(struct engine *src, struct engine *dst, uint64_t user,
 			struct engine_move_out *out, struct errbuf *e)
 {
 	struct history *h = NULL, *n;
-	struct move_copy *m;
+	struct copy_batch *b;
 	int ret;
 
 	if (src == dst)
@@ -198,21 +141,22 @@ int engine_history_move(struct engine *src, struct engine *dst, uint64_t user,
 		ret = move_room(dst, h, user, e);
 	if (ret)
 		return ret;
-	m = malloc(sizeof(*m));
-	n = m ? move_history_new(dst, h) : NULL;
+	b = malloc(sizeof(*b)); /* a batch of runs: too big for a stack */
+	n = b ? move_history_new(dst, h) : NULL;
 	if (!n) {
-		free(m);
+		free(b);
 		return errbuf_set(e, -ENOMEM, "user %" PRIu64 ": out of memory "
 				  "for its history in the destination pool", user);
 	}
 	history_settle(src, h); /* no onload still landing in what we read */
 	*out = (struct engine_move_out){ .start = h->start, .len = h->len };
-	ret = move_tier(src, dst, h, n, KVP_TIER_DEVICE, m, e);
-	out->bytes = m->bytes;
-	if (!ret)
-		ret = move_tier(src, dst, h, n, KVP_TIER_HOST, m, e);
-	out->bytes += m->bytes;
-	free(m);
+	ret = move_tier(src, dst, h, n, KVP_TIER_DEVICE, b, e);
+	out->bytes = b->bytes;
+	if (!ret) {
+		ret = move_tier(src, dst, h, n, KVP_TIER_HOST, b, e);
+		out->bytes += b->bytes;
+	}
+	free(b);
 	if (ret) {
 		move_undo(dst, n);
 		return ret;
