@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Pools per GPU on the shm backend (issue 31):
 #  - devices = all: one pool (device 0), the log says so, and it serves:
-#    kvbench throughput's prepares and commits through pool 0 reach it;
+#    kvbench throughput's prepares and commits through pool 0 reach it; a
+#    reload of the same file keeps it, one that lists devices is refused;
 #  - devices = 0,1 (and 1,0: the label is the devices entry, not the pool
 #    index): every per-pool /metrics series carries gpu beside pool, both
 #    pools appear, and kvctl stats and kvctl top show one row per pool with
@@ -64,6 +65,24 @@ grep -q '^kvpool_commits_total{tenant="default",pool="0",gpu="0"} [1-9]' "$dir/m
 grep -q 'pool="1"' "$dir/m" && fail "devices = all on shm: a pool 1 in /metrics"
 stop
 echo "devices = all: ok"
+
+# A reload keeps devices = all (resolved in the running daemon, not in the
+# file read again): not refused; devices = 0,1 instead is refused by name.
+printf 'devices = all\ndevice_mem = 4M\nhost_mem = 4M\n' >"$dir/conf"
+rm -f "$dir/s.sock"
+"$kvpoold" --foreground --backend=shm --socket="$dir/s.sock" --config="$dir/conf" \
+	>"$dir/log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -S "$dir/s.sock" ] && break; sleep 0.1; done
+"$kvctl" --socket "$dir/s.sock" reload >"$dir/reload" 2>&1 ||
+	fail "kvctl reload of the same devices = all: $(cat "$dir/reload")"
+grep -q 'refused key devices' "$dir/log" && fail "a reload of the same devices = all refused devices"
+printf 'devices = 0,1\ndevice_mem = 4M\nhost_mem = 4M\n' >"$dir/conf"
+"$kvctl" --socket "$dir/s.sock" reload >"$dir/reload" 2>&1 || true
+for _ in $(seq 50); do grep -q 'refused key devices' "$dir/log" && break; sleep 0.1; done
+grep -q 'refused key devices' "$dir/log" || fail "devices = all -> 0,1 by reload was not refused"
+stop
+echo "reload with devices = all: ok"
 
 # --- devices = 0,1 and 1,0: gpu beside pool in every per-pool series, both
 # pools there, one kvctl row per pool; the load on pool 0 counted there only.
