@@ -17,6 +17,8 @@
  *  - moves back and forth while a reader in each pool reads the history:
  *    no reader sees part of it or other bytes, and at the end one pool has
  *    it whole;
+ *  - a tenant's own client (not an admin) moves its users; another
+ *    tenant's client naming the same id reaches only its own (-ENOENT);
  *  - kvctl move --user U --from A --to B does it from the shell; a bad
  *    command line is exit 2 before connecting.
  */
@@ -334,6 +336,131 @@ static void moves_race_readers(void **state)
 	no_frame_leaked(w);
 }
 
+/* ------------------------------------------------------------ tenants */
+
+/* Tenant a (uid 1001) and b (uid 1002), no admin among them. */
+#define UID_A 1001
+#define UID_B 1002
+static const char *g_tsock;
+
+static struct kvp_client *attach_quiet(const char *sock, uint32_t pool)
+{
+	struct kvp_connect_opts o = { .socket = sock, .pool = pool };
+	struct kvp_client *c = NULL;
+	char err[KVP_ERRLEN];
+
+	if (kvp_connect(&c, &o, err, sizeof(err))) {
+		h_fail("attach to pool %u: %s", pool, err);
+		return NULL;
+	}
+	return c;
+}
+
+/* Tenant a, not an admin, moves its user 7 from pool 0 to pool 1. */
+static int tenant_a_moves(void *arg)
+{
+	struct kvp_client *c0 = attach_quiet(g_tsock, 0), *c1 = attach_quiet(g_tsock, 1);
+	int rc = H_FAIL;
+
+	(void)arg;
+	h_set_name("tenant-a");
+	if (!c0 || !c1 || kvp_client_is_admin(c0))
+		goto out;
+	if (h_append_cycle(c0, SALT, 7, 0, 20, 0))
+		goto out;
+	if (kvp_move(c0, 7, 0, 1) != 2) {
+		h_fail("move as tenant a: %s", kvp_last_error(c0));
+		goto out;
+	}
+	if (!h_verify_user(c1, SALT, 7, 0, 20, NULL))
+		rc = H_PASS;
+out:
+	if (c0)
+		kvp_close(c0);
+	if (c1)
+		kvp_close(c1);
+	return rc;
+}
+
+/* Tenant b names user 7 too: its own (none), never tenant a's. */
+static int tenant_b_cannot_reach_it(void *arg)
+{
+	struct kvp_client *c = attach_quiet(g_tsock, 1);
+	struct kvp_user_info u;
+	int rc;
+
+	(void)arg;
+	h_set_name("tenant-b");
+	if (!c)
+		return H_FAIL;
+	rc = kvp_move(c, 7, 1, 0);
+	memset(&u, 0, sizeof(u));
+	if (rc != -ENOENT || kvp_info(c, 7, &u) || u.len) {
+		h_fail("tenant b's move of user 7: %d (%s), its user 7 has %" PRIu64
+		       " tokens; want -ENOENT and none", rc, kvp_last_error(c), u.len);
+		kvp_close(c);
+		return H_FAIL;
+	}
+	kvp_close(c);
+	return H_PASS;
+}
+
+/* Tenant a's user 7 is still whole in pool 1. */
+static int tenant_a_still_has_it(void *arg)
+{
+	struct kvp_client *c = attach_quiet(g_tsock, 1);
+	int rc;
+
+	(void)arg;
+	h_set_name("tenant-a");
+	if (!c)
+		return H_FAIL;
+	rc = h_verify_user(c, SALT, 7, 0, 20, NULL);
+	kvp_close(c);
+	return rc ? H_FAIL : H_PASS;
+}
+
+static void run_as(uid_t uid, int (*fn)(void *), const char *what)
+{
+	pid_t p = h_fork_as(uid, uid, fn, NULL);
+	int rc;
+
+	assert_true(p > 0);
+	rc = h_wait(p, 20000);
+	if (rc == H_SKIP) {
+		print_message("skipped: cannot setuid(%u)\n", (unsigned)uid);
+		skip();
+	}
+	if (rc)
+		fail_msg("%s (uid %u) failed: exit %d", what, (unsigned)uid, rc);
+}
+
+/* A tenant's own client, not an admin, moves its users; another tenant's
+ * client naming the same user id reaches only its own (nothing). */
+static void tenants_move_their_own(void **state)
+{
+	const char *extra[] = { "--devices=0,1", "--socket_mode=0666",
+				"--tenant=a:uids=1001:device_mem=64K:host_mem=64K",
+				"--tenant=b:uids=1002:device_mem=64K:host_mem=64K", NULL };
+	struct h_daemon d = { 0 };
+	int fail;
+
+	(void)state;
+	if (geteuid() != 0) {
+		print_message("skipped: needs root to setuid() client processes\n");
+		skip();
+	}
+	assert_int_equal(h_daemon_dir(&d, 1), 0);
+	assert_int_equal(h_daemon_startv(&d, 10000, extra), 0);
+	g_tsock = d.sock;
+	run_as(UID_A, tenant_a_moves, "tenant a's move");
+	run_as(UID_B, tenant_b_cannot_reach_it, "tenant b's move of the same id");
+	run_as(UID_A, tenant_a_still_has_it, "tenant a's read back");
+	fail = h_daemon_stop(&d, 10000) != 0;
+	h_daemon_end(&d, fail);
+	assert_false(fail);
+}
+
 /* kvctl ARGS... against the daemon; its exit status, stdout in out. */
 static int kvctl(struct world *w, char *out, size_t len, const char *const *args)
 {
@@ -396,6 +523,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(host_pages_move),
 		cmocka_unit_test(errors_change_nothing),
 		cmocka_unit_test(moves_race_readers),
+		cmocka_unit_test(tenants_move_their_own),
 		cmocka_unit_test(kvctl_move),
 	};
 
