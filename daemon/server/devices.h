@@ -6,7 +6,8 @@
  * set (config.h); what "all" is depends on the backend, which is only known
  * where the pools are made (after the fork that detaches: CUDA does not
  * survive fork). devices_resolve() is called right before tenants_create():
- * on cuda every GPU the driver counts (cuDeviceGetCount), ordinals 0 to
+ * on cuda every GPU the runtime counts (cudaGetDeviceCount, the same count
+ * as the driver's cuDeviceGetCount), ordinals 0 to
  * N-1, with a log line naming each one's ordinal and UUID; on shm one pool,
  * device 0, and a log line saying so.
  */
