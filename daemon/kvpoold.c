@@ -30,6 +30,7 @@
 
 #include "client.h"
 #include "clock.h"
+#include "devices.h"
 #include "disk_engine.h"
 #include "listener.h"
 #include "log.h"
@@ -327,6 +328,14 @@ static int serve(struct server *s)
 
 /* ------------------------------------------------------------ main */
 
+/* `devices = all` resolved as the backend opens, then the pools. */
+static int pools_create(struct server *s, struct config *cfg, struct errbuf *e)
+{
+	int ret = devices_resolve(cfg, e);
+
+	return ret ? ret : tenants_create(&s->tenants, cfg, e);
+}
+
 static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 {
 	struct errbuf e = { .msg = "" };
@@ -344,7 +353,7 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 	 * allocates a pool. */
 	ret = listener_open(&s->lis, cfg, &e);
 	if (!ret && !late)
-		ret = tenants_create(&s->tenants, cfg, &e);
+		ret = pools_create(s, cfg, &e);
 	if (ret) {
 		fatal(true, "%s", e.msg);
 		return EXIT_RUNTIME;
@@ -356,7 +365,7 @@ static int start(struct server *s, struct config *cfg, const sigset_t *sigs)
 		if (!cfg->log && log_open(NULL, true, err, sizeof(err)) < 0)
 			return EXIT_RUNTIME; /* syslog cannot fail to open */
 	}
-	if (late && (ret = tenants_create(&s->tenants, cfg, &e)) != 0) {
+	if (late && (ret = pools_create(s, cfg, &e)) != 0) {
 		notify_parent_msg(&notify, EXIT_RUNTIME, e.msg);
 		log_err("%s", e.msg);
 		return EXIT_RUNTIME;

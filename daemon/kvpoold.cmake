@@ -12,6 +12,7 @@ add_executable(kvpoold
   daemon/server/config_parse.c
   daemon/server/log.c
   daemon/server/tenant.c
+  daemon/server/devices.c
   daemon/server/shm.c
   daemon/server/client.c
   daemon/server/listener.c
@@ -19,6 +20,7 @@ add_executable(kvpoold
   daemon/server/worker_uds.c
   daemon/server/ops.c
   daemon/server/ops_list.c
+  daemon/server/ops_move.c
   daemon/server/ops_share.c
   daemon/server/ops_chunk.c
   daemon/server/park.c
@@ -44,6 +46,9 @@ target_link_libraries(kvpoold PRIVATE PkgConfig::SYSTEMD)
 # runs where there is no GPU driver) and KVPOOL_HAVE_CUDA=1 for backend=cuda.
 if(TARGET kvpool_backend_cuda)
   target_link_libraries(kvpoold PRIVATE kvpool_backend_cuda)
+  # devices = all names each GPU's UUID (daemon/server/devices.c) with
+  # the driver loader the backend's archive carries.
+  target_include_directories(kvpoold PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/lib)
 endif()
 
 install(TARGETS kvpoold RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

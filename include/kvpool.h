@@ -573,6 +573,15 @@ int kvp_evict_all(struct kvp_client *c, uint32_t sel);
  * seed 002's evict_kv_cache; leased users are skipped. Returns users
  * affected. -EPERM for a client without a tenant. */
 int kvp_evict_tenant(struct kvp_client *c, uint32_t sel);
+/* Move user's committed history from pool `from` to pool `to` of the
+ * client's tenant (kvpoold --devices=0,1: from one GPU to another), in one
+ * step ordered with the user's other operations: its device pages to fresh
+ * device frames of `to` (a peer copy between GPUs), its host pages to its
+ * host tier; then `from` has none. Returns the pages moved. -ENOENT no
+ * history there, -EBUSY a lease holds it (commit or release first),
+ * -EEXIST `to` has one, -ENOSPC `to` has no room (nothing changed in
+ * `from`), -EINVAL the same pool or one the daemon does not serve. */
+int kvp_move(struct kvp_client *c, uint64_t user, uint32_t from, uint32_t to);
 /* Admin: kvpoold re-reads its settings as on SIGHUP (kvpoold(8), SIGNALS);
  * returns 0 once asked, before it has; its log says what changed and
  * which keys it refused. */
@@ -603,6 +612,12 @@ struct kvp_latency {
 int kvp_latency(struct kvp_client *c, struct kvp_latency *out);
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
+/* kvp_stats of one pool (kvp_server_info: pools, pool_device) whichever
+ * the client attached to: the client's tenant there, or with all_tenants
+ * (admin) every tenant's. -EINVAL for a pool the daemon does not serve;
+ * -EOPNOTSUPP from a kvpoold without KVP_SERVER_POOL_DEVICES. */
+int kvp_stats_pool(struct kvp_client *c, int all_tenants, uint32_t pool,
+		   struct kvp_stats *out);
 
 /*
  * What kvpoold serves, as an operator asks before anything else (kvctl
@@ -616,6 +631,8 @@ enum kvp_server_flag {
 	KVP_SERVER_REMOTE = 1 << 1, /* a remote tier (--remote) */
 	KVP_SERVER_ADMIN = 1 << 2,  /* the asking client is an admin: the
 				     * paths and the store's address are filled */
+	KVP_SERVER_POOL_DEVICES = 1 << 3, /* pool_device[] is filled, and
+				     * kvp_stats_pool() answers per pool */
 };
 struct kvp_server_info {
 	uint32_t version;           /* kvpoold's, as kvp_version(): major * 1000 + minor */
@@ -636,8 +653,13 @@ struct kvp_server_info {
 	char disk_compress[16];     /* "none", "zstd:3", ... ("" without a disk tier) */
 	char disk_dir[256];         /* admins only ("" for others, or none) */
 	char remote[256];           /* the --remote URL: admins only */
-	uint64_t reserved[16];
+	/* Pool p's device (p < pools, at most KVP_POOLS_MAX): its GPU ordinal
+	 * in kvpoold on cuda, the `devices` entry on shm; only with
+	 * KVP_SERVER_POOL_DEVICES in flags (an older kvpoold leaves 0). */
+	int32_t pool_device[16];
+	uint64_t reserved[8];
 };
+#define KVP_POOLS_MAX 16
 int kvp_server_info(struct kvp_client *c, struct kvp_server_info *out);
 /*
  * List users, max rows at a time from cursor (start with 0); *next is the

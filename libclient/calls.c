@@ -236,6 +236,15 @@ int kvp_evict(struct kvp_client *c, uint64_t user, uint32_t sel)
 }
 
 KVP_PUBLIC
+int kvp_move(struct kvp_client *c, uint64_t user, uint32_t from, uint32_t to)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_MOVE, .user = user, .arg = from,
+			       .n = to };
+
+	return call_res(c, &sqe);
+}
+
+KVP_PUBLIC
 int kvp_evict_all(struct kvp_client *c, uint32_t sel)
 {
 	struct kvp_sqe sqe = { .opcode = KVP_OP_EVICT, .flags = KVP_SQE_ALL,
@@ -313,6 +322,29 @@ int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out)
 			       .flags = all_tenants ? KVP_SQE_ALL : 0 };
 
 	/* Protocol 7's kvp_stats, before the reserved words: 40 fields. */
+	return call_growing(c, &sqe, out, sizeof(*out),
+			    offsetof(struct kvp_stats, shards) + sizeof(uint64_t), "stats");
+}
+
+/* STATS with arg = pool + 1: that pool alone (0: the client's, or every
+ * pool with ALL). An older kvpoold ignored arg and would answer the sum:
+ * asked only of one that says it knows (KVP_SERVER_POOL_DEVICES). */
+KVP_PUBLIC
+int kvp_stats_pool(struct kvp_client *c, int all_tenants, uint32_t pool,
+		   struct kvp_stats *out)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_STATS,
+			       .flags = all_tenants ? KVP_SQE_ALL : 0,
+			       .arg = (uint64_t)pool + 1 };
+	struct kvp_server_info si;
+	int ret = kvp_server_info(c, &si);
+
+	if (ret < 0)
+		return ret;
+	if (!(si.flags & KVP_SERVER_POOL_DEVICES))
+		return kvpc_err(c, -EOPNOTSUPP, "stats of pool %" PRIu32 ": kvpoold at "
+				"%s is older than per-pool stats; use kvp_stats",
+				pool, c->path);
 	return call_growing(c, &sqe, out, sizeof(*out),
 			    offsetof(struct kvp_stats, shards) + sizeof(uint64_t), "stats");
 }

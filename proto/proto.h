@@ -262,7 +262,8 @@ enum kvp_opcode {
 	KVP_OP_RELEASE = 4,   /* arg lease */
 	KVP_OP_OFFLOAD = 5,   /* user, or flag ALL -> res pages copied */
 	KVP_OP_EVICT = 6,     /* user, or flag ALL; sel tiers -> res pages / users */
-	KVP_OP_STATS = 7,     /* out: struct kvp_stats (flag ALL: every tenant, admin) */
+	KVP_OP_STATS = 7,     /* out: struct kvp_stats (flag ALL: every tenant, admin);
+			       * arg pool + 1: that pool alone (0: the op's) */
 	KVP_OP_USERS = 8,     /* arg cursor, n max rows -> out: kvp_user_info[]; val0 next cursor (0: end) */
 	KVP_OP_CLIENTS = 9,   /* admin; arg cursor -> out: kvp_client_info[]; val0 next cursor */
 	/* v3: sharing (kvpool.h "Sharing"; layouts below). Per tenant and pool. */
@@ -319,6 +320,10 @@ enum kvp_opcode {
 	 * that committed and releases before the others committed leaves when
 	 * the group commits (it does not end it). */
 	KVP_OP_LEASE_JOIN = 36,
+	/* v11, MOVES. user, arg the pool it is in, n the pool to move it to: the user's
+	 * history moves there (engine_move.h) -> res pages moved, val0 its
+	 * length, val1 bytes copied. The client's tenant, any of its pools. */
+	KVP_OP_MOVE = 37,
 	KVP_OP_MAX,
 };
 

@@ -712,4 +712,5 @@ const struct backend_ops backend_cuda = {
 	.fence_ns = cuda_fence_ns,
 	.fence_wait = cuda_fence_wait,
 	.read = cuda_read,
+	.copy_peer = cuda_copy_peer,
 };

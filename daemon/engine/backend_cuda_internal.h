@@ -23,6 +23,7 @@ struct cuda_alloc {
 	CUdeviceptr ptr;
 	size_t size;
 	CUmemGenericAllocationHandle handle;
+	uint64_t peers;              /* bit d: GPU d may map it (copy_peer) */
 	struct list_head link;       /* on cuda_ctx.allocs */
 };
 
@@ -61,6 +62,10 @@ int cuda_use(struct cuda_ctx *x, struct errbuf *e);
 int cuda_tier_alloc(void *ctx, enum kvp_tier tier, uint64_t bytes,
 		    struct tier_mem *out, struct errbuf *e);
 void cuda_tier_free(void *ctx, struct tier_mem *m);
+/* backend_cuda_peer.c: backend_ops.copy_peer. */
+int cuda_copy_peer(void *ctx, const struct tier_mem *dst, void *src_ctx,
+		   const struct tier_mem *src, const struct copy_run *runs,
+		   uint32_t n, struct errbuf *e);
 /* The registered device allocation at base (NULL: a host tier), unlinked
  * when take. */
 struct cuda_alloc *alloc_find(struct cuda_ctx *x, const void *base, bool take);

@@ -2,6 +2,7 @@
 /*
  * copy.c - batched, run-coalescing page copies between tiers (see copy.h).
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,7 @@ void copy_begin(struct copy_batch *b, const struct backend_ops *be,
 {
 	b->be = be;
 	b->be_ctx = be_ctx;
+	b->src_ctx = NULL;
 	b->dir = dir;
 	b->mode = mode;
 	b->dst = dst;
@@ -105,13 +107,44 @@ void copy_begin(struct copy_batch *b, const struct backend_ops *be,
 	b->errmsg.msg[0] = '\0';
 }
 
+void copy_begin_peer(struct copy_batch *b, const struct backend_ops *be,
+		     void *dst_ctx, void *src_ctx, const struct tier_mem *dst,
+		     const struct tier_mem *src, uint64_t page_bytes)
+{
+	copy_begin(b, be, dst_ctx, COPY_D2D, COPY_PEER, dst, src, page_bytes);
+	b->src_ctx = src_ctx;
+}
+
+/* COPY_PEER: memory both sides can touch is copied here (shm's memfds,
+ * every host tier); device memory of two GPUs by the backend. */
+static int copy_peer_flush(struct copy_batch *b)
+{
+	if (b->dst->host_visible && b->src->host_visible) {
+		for (uint32_t i = 0; i < b->n; i++)
+			memcpy((char *)b->dst->base + b->runs[i].dst_off,
+			       (const char *)b->src->base + b->runs[i].src_off,
+			       b->runs[i].bytes);
+		return 0;
+	}
+	if (!b->be->copy_peer)
+		return errbuf_set(&b->errmsg, -EOPNOTSUPP, "the %s backend cannot "
+				  "copy between two pools' device tiers", b->be->name);
+	return b->be->copy_peer(b->be_ctx, b->dst, b->src_ctx, b->src, b->runs,
+				b->n, &b->errmsg);
+}
+
 static void copy_flush(struct copy_batch *b)
 {
 	int ret;
 
 	if (!b->n)
 		return;
-	if (b->mode == COPY_PIPE) {
+	if (b->mode == COPY_PEER) {
+		uint64_t t0 = mono_ns();
+
+		ret = b->err ? 0 : copy_peer_flush(b);
+		b->sync_ns += mono_ns() - t0;
+	} else if (b->mode == COPY_PIPE) {
 		uint64_t ticket = 0;
 
 		prof_flush(b, 0);

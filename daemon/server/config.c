@@ -630,7 +630,8 @@ static int check_tp(const struct config *c)
 	if (c->tp <= 1)
 		return 0;
 	config_devices_format(c, devs, sizeof(devs));
-	if (c->ndevices % c->tp)
+	/* devices = all is counted when the backend opens (devices.c) */
+	if (!c->devices_all && c->ndevices % c->tp)
 		return usage_err("tp", "tp = %" PRIu32 " takes the devices %" PRIu32
 				 " at a time (one pool per %" PRIu32 " GPUs) but "
 				 "devices = %s lists %" PRIu32 "; list a multiple of %"

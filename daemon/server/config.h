@@ -79,6 +79,8 @@ struct config {
 	 * rank r of it on devices[p*tp + r] (config_npools). layout stays the
 	 * whole model's; each rank holds kv_heads / tp of every page. */
 	uint32_t tp;
+	bool devices_all;         /* `devices = all`: devices_resolve() fills
+				   * devices[] when the backend opens */
 	uint64_t device_mem, host_mem;
 	char *layout_spec;
 	struct kvp_layout layout; /* parsed from layout_spec by config_load */

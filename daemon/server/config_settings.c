@@ -84,15 +84,24 @@ static int set_backend(struct config *c, struct tenant_config *t, const char *v,
 #endif
 }
 
-/* "0" or "0,1,3": GPU ordinals, each once; one pool per entry. */
+/* "0" or "0,1,3": GPU ordinals, each once; one pool per entry. "all":
+ * every GPU the backend sees, resolved when it opens (devices.c); until
+ * then one pool on device 0, which is what shm makes of it. */
 static int set_devices(struct config *c, struct tenant_config *t, const char *v,
 		       char *err, size_t len)
 {
 	int dev[DEVICES_MAX];
 	uint32_t n = 0;
-	char *copy = strdup(v), *save = NULL, *tok;
+	char *copy, *save = NULL, *tok;
 	int ret = 0;
 
+	if (!strcmp(v, "all")) {
+		c->devices[0] = 0;
+		c->ndevices = 1;
+		c->devices_all = true;
+		return 0;
+	}
+	copy = strdup(v);
 	if (!copy)
 		return -ENOMEM;
 	for (tok = strtok_r(copy, ",", &save); tok && !ret;
@@ -102,7 +111,8 @@ static int set_devices(struct config *c, struct tenant_config *t, const char *v,
 		tok = str_trim(tok);
 		if (parse_u64(tok, &x) || x > 1023) {
 			snprintf(err, len, "'%s' is not a GPU ordinal; use a comma-"
-				 "separated list of device numbers such as 0 or 0,1",
+				 "separated list of device numbers such as 0 or 0,1, "
+				 "or all",
 				 tok);
 			ret = -EINVAL;
 		} else if (n == DEVICES_MAX) {
@@ -128,6 +138,7 @@ static int set_devices(struct config *c, struct tenant_config *t, const char *v,
 		return ret;
 	memcpy(c->devices, dev, n * sizeof(dev[0]));
 	c->ndevices = n;
+	c->devices_all = false;
 	return 0;
 }
 
@@ -562,7 +573,7 @@ const struct setting settings[] = {
 	{ "socket_group", G, set_socket_group, "GROUP", "group of the socket (default: the daemon's)" },
 	{ "backend", G, set_backend, "NAME", BACKEND_HELP },
 	{ "devices", G, set_devices, "LIST",
-	  "GPU ordinals, one pool per device, e.g. 0,1 (default 0)" },
+	  "GPU ordinals, one pool per device, e.g. 0,1, or all (default 0)" },
 	{ "tp", G, set_tp, "N",
 	  "tensor parallelism: each pool spans N devices of `devices`, one rank each, "
 	  "holding kv_heads / N of every page (1 to 8, default 1)" },

@@ -72,12 +72,14 @@ static void label_value(FILE *f, const char *v)
 	}
 }
 
-/* NAME{tenant="T",pool="P" (the caller adds its labels and the value). */
-static void series(FILE *f, const char *name, const struct tenant *t, uint32_t pool)
+/* NAME{tenant="T",pool="P",gpu="G" (the caller adds its labels and the
+ * value): G is the pool's device, its GPU ordinal (cuda) or devices entry. */
+static void series(FILE *f, const char *name, const struct tenants *ts,
+		   const struct tenant *t, uint32_t pool)
 {
 	fprintf(f, "%s{tenant=\"", name);
 	label_value(f, t->name);
-	fprintf(f, "\",pool=\"%" PRIu32 "\"", pool);
+	fprintf(f, "\",pool=\"%" PRIu32 "\",gpu=\"%d\"", pool, ts->pools[pool].device);
 }
 
 struct field {
@@ -151,10 +153,10 @@ static void write_tiers(struct server *s, FILE *f, const struct kvp_stats *st)
 				const struct kvp_tier_stats *x =
 					&st[i * ts->npools + p].tier[t];
 
-				series(f, "kvpool_tier_frames", &ts->v[i], p);
+				series(f, "kvpool_tier_frames", ts, &ts->v[i], p);
 				fprintf(f, ",tier=\"%s\",state=\"used\"} %" PRIu64 "\n",
 					kvp_tier_name(t), x->frames_used);
-				series(f, "kvpool_tier_frames", &ts->v[i], p);
+				series(f, "kvpool_tier_frames", ts, &ts->v[i], p);
 				fprintf(f, ",tier=\"%s\",state=\"free\"} %" PRIu64 "\n",
 					kvp_tier_name(t), x->frames_free);
 			}
@@ -162,7 +164,7 @@ static void write_tiers(struct server *s, FILE *f, const struct kvp_stats *st)
 	for (uint32_t i = 0; i < ts->n; i++)
 		for (uint32_t p = 0; p < ts->npools; p++)
 			for (uint32_t t = 0; t < KVP_TIERS; t++) {
-				series(f, "kvpool_tier_capacity_bytes", &ts->v[i], p);
+				series(f, "kvpool_tier_capacity_bytes", ts, &ts->v[i], p);
 				fprintf(f, ",tier=\"%s\"} %" PRIu64 "\n", kvp_tier_name(t),
 					st[i * ts->npools + p].tier[t].bytes_total);
 			}
@@ -170,7 +172,7 @@ static void write_tiers(struct server *s, FILE *f, const struct kvp_stats *st)
 	for (uint32_t i = 0; i < ts->n; i++)
 		for (uint32_t p = 0; p < ts->npools; p++)
 			for (uint32_t t = 0; t < KVP_TIERS; t++) {
-				series(f, "kvpool_tier_used_bytes", &ts->v[i], p);
+				series(f, "kvpool_tier_used_bytes", ts, &ts->v[i], p);
 				fprintf(f, ",tier=\"%s\"} %" PRIu64 "\n", kvp_tier_name(t),
 					st[i * ts->npools + p].tier[t].frames_used * page);
 			}
@@ -193,7 +195,7 @@ static void write_pools(struct server *s, FILE *f, const struct kvp_stats *st)
 		       fd->help);
 		for (uint32_t i = 0; i < ts->n; i++)
 			for (uint32_t p = 0; p < ts->npools; p++) {
-				series(f, name, &ts->v[i], p);
+				series(f, name, ts, &ts->v[i], p);
 				fputc('}', f);
 				field_print(f, fd, field_value(&st[i * ts->npools + p], fd));
 			}

@@ -103,6 +103,7 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_SEQ_INFO] = { "seq_info", op_seq_info, 0, NEED_TENANT, NULL },
 	[KVP_OP_SEQ_TOKENS] = { "seq_tokens", op_seq_tokens, 0, NEED_TENANT, NULL },
 	[KVP_OP_LEASE_JOIN] = { "lease_join", op_lease_join, 0, NEED_TENANT, NULL },
+	[KVP_OP_MOVE] = { "move", op_move, 0, NEED_TENANT, NULL },
 };
 
 _Static_assert(KVP_COMMIT_PENDING == ENGINE_COMMIT_PENDING,
@@ -286,7 +287,8 @@ static int op_validate(struct op *o)
 	if (all || (d->need & NEED_ADMIN))
 		return check_admin(o, d);
 	if ((d->need & NEED_TENANT) && !o->c->tenant &&
-	    q->opcode >= KVP_OP_PREFIX_LOOKUP && q->opcode != KVP_OP_EVICT_TENANT)
+	    q->opcode >= KVP_OP_PREFIX_LOOKUP && q->opcode != KVP_OP_EVICT_TENANT &&
+	    q->opcode != KVP_OP_MOVE)
 		return errbuf_set(o->e, -EPERM, "%s: client %" PRIu32 " (uid %" PRIu32
 				  ") has no tenant; chunks, sequences and the prefix "
 				  "cache belong to a tenant (run as a tenant's uid, or "
@@ -746,11 +748,22 @@ static int op_stats(struct op *o)
 	struct kvp_stats sum = { 0 };
 	bool every = o->t_hi - o->t_lo == o->s->tenants.n &&
 		     ((o->sqe->flags & KVP_SQE_ALL) || !o->c->tenant);
+	uint64_t pool = o->sqe->arg; /* pool + 1, 0: the op's pools */
 
 	if (o->out_len < sizeof(sum))
 		return errbuf_set(o->e, -EMSGSIZE, "stats: the result needs out_len >= "
 				  "%zu bytes; out_len is %" PRIu32, sizeof(sum),
 				  o->out_len);
+	/* One pool of the tenants the op spans (kvctl's per-GPU rows): a
+	 * tenant's data is in every pool, whichever it attached to. */
+	if (pool > o->s->tenants.npools)
+		return errbuf_set(o->e, -EINVAL, "stats: pool %" PRIu64 " does not "
+				  "exist; this kvpoold serves pools 0 to %" PRIu32,
+				  pool - 1, o->s->tenants.npools - 1);
+	if (pool) {
+		o->p_lo = (uint32_t)pool - 1;
+		o->p_hi = (uint32_t)pool;
+	}
 	op_for_each_pool(o, NULL, true, stats_pool, &sum);
 	/* Per tenant, whatever the pools: clients of all of them. */
 	for (uint32_t i = o->t_lo; i < o->t_hi; i++) {
@@ -804,6 +817,10 @@ static int op_server_info(struct op *o)
 		.pools = ts->npools,
 		.tenants = ts->n,
 	};
+
+	si.flags |= KVP_SERVER_POOL_DEVICES;
+	for (uint32_t p = 0; p < ts->npools && p < KVP_POOLS_MAX; p++)
+		si.pool_device[p] = ts->pools[p].device;
 
 	if (o->out_len < sizeof(si))
 		return errbuf_set(o->e, -EMSGSIZE, "server info: the result needs "
@@ -922,6 +939,7 @@ bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 	case KVP_OP_PREPARE:
 	case KVP_OP_OFFLOAD:
 	case KVP_OP_EVICT:
+	case KVP_OP_MOVE:
 		*user = sqe->user;
 		return true;
 	case KVP_OP_COMMIT:

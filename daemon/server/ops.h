@@ -75,8 +75,8 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		 struct op_wait *wait);
 
 /*
- * The user a submission acts on, for ordering: info, prepare, and offload
- * or evict of one user name sqe->user; commit and release name the user of
+ * The user a submission acts on, for ordering: info, prepare, and offload,
+ * evict or move of one user name sqe->user; commit and release name the user of
  * the lease in sqe->arg (looked up under the tenant's mutex). Returns false
  * for anything else (operations on every user or none, a lease that is not
  * held, a client without a tenant, an invalid opcode): those are not held

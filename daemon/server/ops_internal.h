@@ -60,6 +60,8 @@ int op_for_each_pool(struct op *o, const char *what, bool name_pool,
 
 int op_users(struct op *o);
 int op_clients(struct op *o);
+/* ops_move.c: a history from one pool of the tenant to another. */
+int op_move(struct op *o);
 
 /* The client's tenant's shards in the client's pool (shard.h). */
 struct shard_set *op_set(struct op *o);

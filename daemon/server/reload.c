@@ -84,8 +84,10 @@ static int refused_globals(const struct config *o, const struct config *n)
 	CHK(o->socket_mode != n->socket_mode, "socket_mode");
 	CHK(o->socket_gid != n->socket_gid, "socket_group");
 	CHK(str_differs(o->backend, n->backend), "backend");
-	CHK(o->ndevices != n->ndevices ||
-	    memcmp(o->devices, n->devices, o->ndevices * sizeof(int)), "devices");
+	/* `all` was resolved in o (devices.c), not yet in n. */
+	CHK(o->devices_all != n->devices_all ||
+	    (!o->devices_all && (o->ndevices != n->ndevices ||
+	     memcmp(o->devices, n->devices, o->ndevices * sizeof(int)))), "devices");
 	CHK(o->tp != n->tp, "tp");
 	CHK(o->device_mem != n->device_mem, "device_mem");
 	CHK(o->host_mem != n->host_mem, "host_mem");

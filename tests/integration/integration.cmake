@@ -63,6 +63,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   # A non-admin evicts its own tenant in one call (kvp_evict_tenant, kvctl
   # evict --all), never another's; the all-tenants form stays an admin's.
   kvpool_integration_test(test_tenant_evict 120 PkgConfig::CMOCKA)
+  # A history moved between two pools (devices = 0,1 on shm): the bytes,
+  # the length, nothing left behind or leaked, every refusal (issue 31).
+  kvpool_integration_test(test_move 60 PkgConfig::CMOCKA)
   kvpool_integration_test(test_daemon_lifecycle 60 PkgConfig::CMOCKA)
   # A prepare waiting for the reclaimer lets other users' entries pass.
   kvpool_integration_test(test_lane_deferral 60 PkgConfig::CMOCKA)
@@ -186,6 +189,17 @@ if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_kvctl_top.sh $<TARGET_FILE:kvpoold>
             $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench>)
   set_tests_properties(test_kvctl_top PROPERTIES LABELS integration TIMEOUT 60
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
+endif()
+
+# Pools per GPU on shm (issue 31): devices = all is one pool and serves;
+# devices = 0,1 / 1,0 label every per-pool series with gpu and give kvctl
+# stats and top a row per pool.
+if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  add_test(NAME test_gpu_pools
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_gpu_pools.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench>)
+  set_tests_properties(test_gpu_pools PROPERTIES LABELS integration TIMEOUT 60
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 

@@ -73,7 +73,7 @@ val() { # the value of one series, exactly as written (name{labels})
 	awk -v s="$1" '$1 == s { print $2 }' "$dir/m"
 }
 ops=$(val 'kvpool_ops_total{op="prepare"}')
-prepares=$(val 'kvpool_prepares_total{tenant="default",pool="0"}')
+prepares=$(val 'kvpool_prepares_total{tenant="default",pool="0",gpu="0"}')
 count=$(val 'kvpool_op_duration_seconds_count{op="prepare"}')
 inf=$(val 'kvpool_op_duration_seconds_bucket{op="prepare",le="+Inf"}')
 kvctl_prepares=$("$kvctl" --socket "$dir/s.sock" --json stats |
@@ -87,14 +87,14 @@ kvctl_prepares=$("$kvctl" --socket "$dir/s.sock" --json stats |
 	fail "the failed chunk_get is not kvpool_op_errors_total{op=\"chunk_get\",error=\"ENOENT\"} 1"
 [ "$(val 'kvpool_workers')" = 2 ] || fail "kvpool_workers is not 2"
 for t in device host; do
-	grep -q "^kvpool_tier_frames{tenant=\"default\",pool=\"0\",tier=\"$t\",state=\"free\"} " \
+	grep -q "^kvpool_tier_frames{tenant=\"default\",pool=\"0\",gpu=\"0\",tier=\"$t\",state=\"free\"} " \
 		"$dir/m" || fail "no free frames of the $t tier"
 done
 # Copy bandwidth both ways: bytes and seconds served as pairs, and copies
 # that moved bytes took time (on shm their wall time).
 for d in d2h h2d; do
-	b=$(val "kvpool_copy_${d}_bytes_total{tenant=\"default\",pool=\"0\"}")
-	t=$(val "kvpool_copy_${d}_seconds_total{tenant=\"default\",pool=\"0\"}")
+	b=$(val "kvpool_copy_${d}_bytes_total{tenant=\"default\",pool=\"0\",gpu=\"0\"}")
+	t=$(val "kvpool_copy_${d}_seconds_total{tenant=\"default\",pool=\"0\",gpu=\"0\"}")
 	[ -n "$b" ] && [ -n "$t" ] || fail "kvpool_copy_${d}_bytes_total '$b' or _seconds_total '$t' missing"
 	[ "$b" = 0 ] || awk -v t="$t" 'BEGIN { exit !(t > 0) }' ||
 		fail "kvpool_copy_${d}_bytes_total is $b but _seconds_total is $t"

@@ -289,7 +289,7 @@ def test_prefix_pages_computed_on_a_continued_on_b(cluster, nodes):
         fill_prefix_cache(ca, 100, 10, 250, base=7)   # 150 pages through 128
     # (A's own lookup now would fetch the prompt back from the store.)
     ma = drain(a)
-    assert ma['kvpool_prefix_evicted_pages_total{tenant="default",pool="0"}'] >= full // 16
+    assert ma['kvpool_prefix_evicted_pages_total{tenant="default",pool="0",gpu="0"}'] >= full // 16
     assert ma[WRITTEN] >= full // 16, f"A wrote {ma[WRITTEN]:.0f} pages to the store"
 
     m0 = metrics(b)

@@ -220,6 +220,34 @@ static void remote_chunk_types_list(void **state)
 		     "'docs' (system, context, query, all or none");
 }
 
+/* devices: a list, or all (resolved when the backend opens: until then one
+ * pool on device 0 and devices_all set); a later list replaces all; a
+ * wrong word says all is one of the choices. */
+static void devices_all_is_read(void **state)
+{
+	struct config c;
+	char msg[1024];
+
+	(void)state;
+	assert_int_equal(read_string("devices = all\n", &c, msg, sizeof(msg)), 0);
+	assert_true(c.devices_all);
+	assert_int_equal(c.ndevices, 1);
+	assert_int_equal(c.devices[0], 0);
+	config_free(&c);
+	assert_int_equal(read_string("devices = all\ndevices = 0,1\n", &c, msg,
+				     sizeof(msg)), 0);
+	assert_false(c.devices_all);
+	assert_int_equal(c.ndevices, 2);
+	assert_int_equal(c.devices[1], 1);
+	config_free(&c);
+	assert_int_equal(read_string("devices = 3\n", &c, msg, sizeof(msg)), 0);
+	assert_false(c.devices_all);
+	config_free(&c);
+	expect_error("devices = al\n", "'al' is not a GPU ordinal");
+	expect_error("devices = al\n", "or all");
+	expect_error("devices = all,1\n", "'all' is not a GPU ordinal");
+}
+
 /* Comments ('#' or ';' first, '#' after a blank), quotes, blanks, a line
  * of 8 KB, a section title with blanks around its name. */
 static void format_as_kvpool_conf_5_says(void **state)
@@ -318,6 +346,7 @@ int main(void)
 		cmocka_unit_test(format_as_kvpool_conf_5_says),
 		cmocka_unit_test(remote_chunk_types_list),
 		cmocka_unit_test(tp_setting),
+		cmocka_unit_test(devices_all_is_read),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

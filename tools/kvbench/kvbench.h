@@ -28,6 +28,7 @@ int cmd_engine(int argc, char **argv);
 int cmd_rtt(int argc, char **argv);
 int cmd_throughput(int argc, char **argv);
 int cmd_gpu(int argc, char **argv); /* gpu_report.c */
+int cmd_peer(int argc, char **argv); /* bench_peer.c */
 int cmd_trace(int argc, char **argv);  /* trace_cmd.c */
 int cmd_replay(int argc, char **argv); /* replay.c */
 int cmd_prefix(int argc, char **argv); /* bench_prefix.c */

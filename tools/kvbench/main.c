@@ -56,6 +56,8 @@ static const struct kvb_cmd cmds[] = {
 	  cmd_throughput },
 	{ "gpu", "GPU data path: append kernel, offload/onload, append latency vs ceilings",
 	  cmd_gpu },
+	{ "peer", "a history moved between two GPUs' pools vs the peer-copy ceiling",
+	  cmd_peer },
 	{ "trace", "generate (or read) a KuaiRand-1K-like recommender trace", cmd_trace },
 	{ "replay", "recommender pipelines on a trace: kvpool vs in-process, uds, Redis",
 	  cmd_replay },

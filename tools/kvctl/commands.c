@@ -139,10 +139,30 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int stats_once(struct kvp_client *c, const struct kvctl_args *a)
+size_t stats_pools(struct kvp_client *c, bool all_tenants,
+		   struct pool_stats *pools)
 {
 	struct kvp_server_info si;
+	size_t n = 0;
+
+	memset(&si, 0, sizeof(si));
+	if (kvp_server_info(c, &si) < 0 || !(si.flags & KVP_SERVER_POOL_DEVICES))
+		return 0;
+	for (uint32_t p = 0; p < si.pools && p < KVP_POOLS_MAX; p++) {
+		pools[n] = (struct pool_stats){ .pool = p, .gpu = si.pool_device[p] };
+		if (kvp_stats_pool(c, all_tenants, p, &pools[n].st) < 0)
+			return 0;
+		n++;
+	}
+	return n;
+}
+
+static int stats_once(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct pool_stats pools[KVP_POOLS_MAX];
+	struct kvp_server_info si;
 	struct kvp_stats s;
+	size_t np;
 	int rc;
 
 	memset(&s, 0, sizeof(s));
@@ -159,7 +179,9 @@ static int stats_once(struct kvp_client *c, const struct kvctl_args *a)
 	 * unknown opcode) and the figures come alone. */
 	memset(&si, 0, sizeof(si));
 	rc = kvp_server_info(c, &si);
-	render_stats(stdout, a->json, &s, rc ? NULL : &si, a->all_tenants, now_ns());
+	np = rc ? 0 : stats_pools(c, a->all_tenants, pools);
+	render_stats_pools(stdout, a->json, &s, rc ? NULL : &si, a->all_tenants,
+			   now_ns(), pools, np);
 	return KVCTL_EXIT_OK;
 }
 
@@ -422,6 +444,18 @@ int cmd_evict(struct kvp_client *c, const struct kvctl_args *a)
 		return op_fail(c, rc, "evict");
 	r.count = (uint64_t)rc;
 	render_evict(stdout, a->json, &r);
+	return KVCTL_EXIT_OK;
+}
+
+int cmd_move(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct op_result r = { .user = a->user };
+	int rc = kvp_move(c, a->user, a->from, a->to);
+
+	if (rc < 0)
+		return op_fail(c, rc, "move");
+	r.count = (uint64_t)rc;
+	render_move(stdout, a->json, &r, a->from, a->to);
 	return KVCTL_EXIT_OK;
 }
 

@@ -42,6 +42,8 @@ enum opt_id {
 	OPT_WATCH,
 	OPT_INTERVAL,
 	OPT_COUNT,
+	OPT_FROM,
+	OPT_TO,
 	NOPTS,
 };
 
@@ -79,6 +81,8 @@ static const struct opt_spec {
 	[OPT_WATCH] = { "watch", 0, "SECONDS", "print the stats again every SECONDS" },
 	[OPT_INTERVAL] = { "interval", 0, "SECONDS", "refresh every SECONDS (default 1)" },
 	[OPT_COUNT] = { "count", 0, "N", "stop after N refreshes (default: at ^C)" },
+	[OPT_FROM] = { "from", 0, "POOL", "the pool (GPU) the history is in: 0, 1, ..." },
+	[OPT_TO] = { "to", 0, "POOL", "the pool (GPU) to move it to" },
 };
 
 /* The command line as read, before it is given meaning. */
@@ -118,6 +122,8 @@ static int check_chunk(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 		       struct kvctl_args *a);
 static int check_repeat(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 			struct kvctl_args *a);
+static int check_move(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+		      struct kvctl_args *a);
 
 static const struct kvctl_cmd cmds[] = {
 	{ "stats", "[--all-tenants] [--watch SECONDS [--count N]]",
@@ -149,6 +155,9 @@ static const struct kvctl_cmd cmds[] = {
 	  "copy a user's device pages, or everyone's (admin), to the host tier; "
 	  "--tier disk: write them to the disk tier and free their memory",
 	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_TIER), 0, check_target, cmd_offload },
+	{ "move", "--user ID --from POOL --to POOL",
+	  "move a user's history to another pool (GPU) of your tenant, in one step",
+	  BIT(OPT_USER) | BIT(OPT_FROM) | BIT(OPT_TO), 0, check_move, cmd_move },
 	{ "chunks", "[--type T] [--filter JSON|K=V,...] | --entries NAME | --clear [--type T] | "
 	  "--evict-unused SECONDS",
 	  "list the tenant's chunks (or one chunk's entries); or delete them (all, or "
@@ -520,6 +529,40 @@ static int check_target(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 		a->sel = a->sel == KVP_SEL_DISK ? KVP_SEL_TO_DISK : KVP_SEL_ALL;
 	}
 	return 0;
+}
+
+/* --from / --to: a pool index (the daemon says which it serves). */
+static int pool_index(const struct kvctl_cmd *cmd, const char *opt, const char *s,
+		      uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(s, &v) < 0 || v >= KVP_POOLS_MAX)
+		return usage_error(cmd, "%s'%s' is not a pool; pools are numbered "
+				   "0 to %d (kvctl stats lists them)", opt, s,
+				   KVP_POOLS_MAX - 1);
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int check_move(const struct kvctl_cmd *cmd, const struct cmdline *cl,
+		      struct kvctl_args *a)
+{
+	int rc;
+
+	if (!(cl->seen & BIT(OPT_USER)))
+		return usage_error(cmd, "say whose history: --user ID");
+	if (!(cl->seen & BIT(OPT_FROM)) || !(cl->seen & BIT(OPT_TO)))
+		return usage_error(cmd, "say where from and to: --from POOL --to POOL");
+	rc = user_id(cmd, "--user: ", cl->val[OPT_USER], &a->user);
+	if (!rc)
+		rc = pool_index(cmd, "--from: ", cl->val[OPT_FROM], &a->from);
+	if (!rc)
+		rc = pool_index(cmd, "--to: ", cl->val[OPT_TO], &a->to);
+	if (!rc && a->from == a->to)
+		return usage_error(cmd, "--from and --to are both pool %u; name two "
+				   "pools", a->from);
+	return rc;
 }
 
 /* Options cmd does not take, too many or too few words: a usage error. */

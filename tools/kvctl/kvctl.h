@@ -102,6 +102,21 @@ void table_print(FILE *f, const struct table_col *cols, size_t ncols,
 /* si (NULL: a kvpoold too old to say) comes first: what the daemon serves. */
 void render_stats(FILE *f, bool json, const struct kvp_stats *s,
 		  const struct kvp_server_info *si, bool all_tenants, uint64_t now_ns);
+
+/* One pool of the daemon (one GPU): its stats in the same scope. */
+struct pool_stats {
+	uint32_t pool;
+	int32_t gpu;        /* kvp_server_info.pool_device[pool] */
+	struct kvp_stats st;
+};
+
+/* render_stats and, after the tiers, one row per pool with its GPU (JSON:
+ * a "pools" array); n 0: render_stats. */
+void render_stats_pools(FILE *f, bool json, const struct kvp_stats *s,
+			const struct kvp_server_info *si, bool all_tenants,
+			uint64_t now_ns, const struct pool_stats *pools, size_t n);
+/* The per-pool table alone (kvctl top). */
+void render_pools_table(FILE *f, const struct pool_stats *pools, size_t n);
 void render_user(FILE *f, bool json, const struct kvp_user_info *u);
 /* with_tenant: add the TENANT column (admins see every tenant's users);
  * truncated: --limit stopped the listing while the daemon had more. */
@@ -121,6 +136,9 @@ struct op_result {
 };
 
 void render_evict(FILE *f, bool json, const struct op_result *r);
+/* kvctl move: user, from, to, pages moved (r->count). */
+void render_move(FILE *f, bool json, const struct op_result *r, uint32_t from,
+		 uint32_t to);
 void render_offload(FILE *f, bool json, const struct op_result *r);
 
 /* Chunks only on the disk tier (kvp_stats): not listed by name (their
@@ -175,6 +193,7 @@ struct kvctl_args {
 	uint32_t interval_s;  /* stats --watch, top --interval (default 1) */
 	uint64_t count;       /* --count: frames, 0 = until interrupted */
 	const char *socket;   /* the daemon's socket (top's header) */
+	uint32_t from, to;    /* move --from, --to */
 };
 
 int cmd_stats(struct kvp_client *c, const struct kvctl_args *a);
@@ -187,6 +206,11 @@ int cmd_offload(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunks(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_chunk(struct kvp_client *c, const struct kvctl_args *a);
 int cmd_top(struct kvp_client *c, const struct kvctl_args *a);
+int cmd_move(struct kvp_client *c, const struct kvctl_args *a);
+/* Each pool's stats in the scope of kvp_stats(all_tenants) into pools;
+ * how many, 0 when the daemon is too old to say (or failed). */
+size_t stats_pools(struct kvp_client *c, bool all_tenants,
+		   struct pool_stats *pools);
 
 /* ---------------------------------------------------------------- top.c */
 
@@ -196,6 +220,8 @@ struct top_sample {
 	struct kvp_stats st;
 	struct kvp_latency lat;
 	bool have_lat;                 /* admins only */
+	struct pool_stats pools[KVP_POOLS_MAX]; /* per GPU; npools 0: none */
+	size_t npools;
 	struct kvp_user_info *users;   /* every user the client may list */
 	size_t nusers;
 	bool users_truncated;

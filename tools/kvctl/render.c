@@ -78,9 +78,11 @@ static const char *tier_name(size_t t)
 
 static void server_json(struct json *j, const struct kvp_server_info *si);
 
+static void pools_json(struct json *j, const struct pool_stats *pools, size_t n);
+
 static void stats_json(FILE *f, const struct kvp_stats *s,
 		       const struct kvp_server_info *si, bool all_tenants,
-		       uint64_t now_ns)
+		       uint64_t now_ns, const struct pool_stats *pools, size_t n)
 {
 	struct json j;
 
@@ -100,6 +102,8 @@ static void stats_json(FILE *f, const struct kvp_stats *s,
 		json_obj_end(&j);
 	}
 	json_obj_end(&j);
+	if (n)
+		pools_json(&j, pools, n);
 	for (int pass = 0; pass < 3; pass++)
 		for (size_t i = 0; i < NELEM(stat_fields); i++)
 			if (stat_in_pass(&stat_fields[i], pass))
@@ -263,8 +267,68 @@ static void server_json(struct json *j, const struct kvp_server_info *si)
 	json_obj_end(j);
 }
 
+static const struct table_col pool_cols[] = {
+	{ "POOL", false }, { "GPU", false }, { "DEV_USED", false },
+	{ "DEV_FRAMES", false }, { "HOST_USED", false }, { "HOST_FRAMES", false },
+	{ "USERS", false }, { "LEASES", false }, { "PREPARES", false },
+	{ "COMMITS", false },
+};
+
+static void pool_cell(void *ctx, size_t row, size_t col, char *buf, size_t len)
+{
+	const struct pool_stats *p = &((const struct pool_stats *)ctx)[row];
+	const struct kvp_stats *s = &p->st;
+	uint64_t v[] = {
+		p->pool, 0, s->tier[KVP_TIER_DEVICE].frames_used,
+		s->tier[KVP_TIER_DEVICE].frames_total, s->tier[KVP_TIER_HOST].frames_used,
+		s->tier[KVP_TIER_HOST].frames_total, s->users, s->leases, s->prepares,
+		s->commits,
+	};
+
+	if (col == 1)
+		snprintf(buf, len, "%" PRId32, p->gpu);
+	else
+		snprintf(buf, len, "%" PRIu64, v[col]);
+}
+
+void render_pools_table(FILE *f, const struct pool_stats *pools, size_t n)
+{
+	table_print(f, pool_cols, NELEM(pool_cols), n, pool_cell, (void *)pools);
+}
+
+static void pools_json(struct json *j, const struct pool_stats *pools, size_t n)
+{
+	json_arr_begin(j, "pools");
+	for (size_t i = 0; i < n; i++) {
+		const struct kvp_stats *s = &pools[i].st;
+
+		json_obj_begin(j, NULL);
+		json_u64(j, "pool", pools[i].pool);
+		json_i64(j, "gpu", pools[i].gpu);
+		for (size_t t = 0; t < KVP_TIERS; t++) {
+			json_obj_begin(j, tier_name(t));
+			json_u64(j, "frames_total", s->tier[t].frames_total);
+			json_u64(j, "frames_used", s->tier[t].frames_used);
+			json_obj_end(j);
+		}
+		json_u64(j, "users", s->users);
+		json_u64(j, "leases", s->leases);
+		json_u64(j, "prepares", s->prepares);
+		json_u64(j, "commits", s->commits);
+		json_obj_end(j);
+	}
+	json_arr_end(j);
+}
+
 void render_stats(FILE *f, bool json, const struct kvp_stats *s,
 		  const struct kvp_server_info *si, bool all_tenants, uint64_t now_ns)
+{
+	render_stats_pools(f, json, s, si, all_tenants, now_ns, NULL, 0);
+}
+
+void render_stats_pools(FILE *f, bool json, const struct kvp_stats *s,
+			const struct kvp_server_info *si, bool all_tenants,
+			uint64_t now_ns, const struct pool_stats *pools, size_t n)
 {
 	char buf[32];
 
@@ -272,7 +336,7 @@ void render_stats(FILE *f, bool json, const struct kvp_stats *s,
 	 * daemon answered for several (an admin with no tenant of its own). */
 	all_tenants = all_tenants || s->tenants > 1;
 	if (json) {
-		stats_json(f, s, si, all_tenants, now_ns);
+		stats_json(f, s, si, all_tenants, now_ns, pools, n);
 		return;
 	}
 	if (si)
@@ -280,6 +344,10 @@ void render_stats(FILE *f, bool json, const struct kvp_stats *s,
 	fprintf(f, "scope: %s\n\n", all_tenants ? "all tenants" : "this client's tenant");
 	table_print(f, tier_cols, NELEM(tier_cols), KVP_TIERS, tier_cell, (void *)s);
 	fputc('\n', f);
+	if (n) {
+		render_pools_table(f, pools, n);
+		fputc('\n', f);
+	}
 	for (int pass = 0; pass < 3; pass++) {
 		for (size_t i = 0; i < NELEM(stat_fields); i++)
 			if (stat_in_pass(&stat_fields[i], pass))
@@ -489,6 +557,25 @@ void render_evict(FILE *f, bool json, const struct op_result *r)
 	else
 		fprintf(f, "evict user %" PRIu64 " (tier %s): %" PRIu64 " page%s freed\n",
 			r->user, tier, r->count, r->count == 1 ? "" : "s");
+}
+
+void render_move(FILE *f, bool json, const struct op_result *r, uint32_t from,
+		 uint32_t to)
+{
+	if (json) {
+		struct json j;
+
+		json_begin(&j, f);
+		json_u64(&j, "user", r->user);
+		json_u64(&j, "from", from);
+		json_u64(&j, "to", to);
+		json_u64(&j, "pages", r->count);
+		json_end(&j);
+		return;
+	}
+	fprintf(f, "move user %" PRIu64 " from pool %" PRIu32 " to pool %" PRIu32
+		": %" PRIu64 " page%s moved\n", r->user, from, to, r->count,
+		r->count == 1 ? "" : "s");
 }
 
 void render_offload(FILE *f, bool json, const struct op_result *r)

@@ -211,6 +211,10 @@ void render_top(FILE *f, const char *socket, struct top_sample *cur,
 		fprintf(f, "%-7s %9" PRIu64 " / %-9" PRIu64 " frames used %7s of %s\n",
 			kvp_tier_name(t), ts->frames_used, ts->frames_total, used, size);
 	}
+	if (cur->npools) {
+		fputc('\n', f);
+		render_pools_table(f, cur->pools, cur->npools);
+	}
 	fputc('\n', f);
 	rate_lines(f, c, &prev->st, dt);
 	fputc('\n', f);

@@ -112,6 +112,7 @@ static int sample(struct kvp_client *c, bool admin, struct top_sample *s)
 	if (rc < 0)
 		return rc;
 	s->have_lat = admin && kvp_latency(c, &s->lat) == 0;
+	s->npools = stats_pools(c, admin, s->pools);
 	rc = sample_users(c, s);
 	s->mono_ns = mono_ns();
 	return rc;

@@ -103,6 +103,14 @@ struct backend_ops {
 	 * not be host-visible (the cuda device tier is not). */
 	int (*read)(void *ctx, const struct tier_mem *m, uint64_t off, void *dst,
 		    uint64_t bytes, struct errbuf *e);
+	/* Optional (NULL: only host-visible tiers, copied with memcpy). Copy
+	 * n runs from src, a tier of another context of this backend (another
+	 * GPU's pool: engine_move.h), into dst, a tier of ctx; returns once
+	 * every byte has landed. The cuda backend copies peer to peer where
+	 * the GPUs can (cudaMemcpyPeerAsync), else through pinned host memory. */
+	int (*copy_peer)(void *ctx, const struct tier_mem *dst, void *src_ctx,
+			 const struct tier_mem *src, const struct copy_run *runs,
+			 uint32_t n, struct errbuf *e);
 };
 
 extern const struct backend_ops backend_shm;
@@ -121,6 +129,9 @@ void backend_cuda_close(void *ctx);
 /* The 16-byte UUID (cuDeviceGetUuid) of ctx's device: what names that GPU in
  * every process, whatever its CUDA_VISIBLE_DEVICES (the ordinal does not). */
 void backend_cuda_uuid(const void *ctx, uint8_t uuid[16]);
+/* Whether GPUs a and b reach each other both ways (cudaDeviceCanAccessPeer):
+ * copy_peer goes peer to peer, else through pinned host memory. */
+bool backend_cuda_peer_access(int a, int b);
 
 /*
  * The striped backend (backend_stripe.c): a tensor-parallel pool over n

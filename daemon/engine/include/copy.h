@@ -12,7 +12,11 @@
  * through copy_async(); copy_end() leaves in b->fence the fence of the last
  * flush, which covers the earlier ones because fences land in order), or
  * pipelined (COPY_PIPE, device -> host only: through copy_start(); b->fence
- * is the ticket of the last flush, for copy_wait()).
+ * is the ticket of the last flush, for copy_wait()), or between two
+ * contexts of one backend (COPY_PEER, copy_begin_peer(): one tier of two
+ * pools, a history moved between GPUs; memcpy where both tiers are
+ * host-visible, else the backend's copy_peer; landed when copy_end()
+ * returns).
  */
 #ifndef KVPOOL_COPY_H
 #define KVPOOL_COPY_H
@@ -27,11 +31,13 @@ enum copy_mode {
 	COPY_SYNC,
 	COPY_ASYNC,
 	COPY_PIPE,
+	COPY_PEER,
 };
 
 struct copy_batch {
 	const struct backend_ops *be;
-	void *be_ctx;
+	void *be_ctx;         /* COPY_PEER: the destination's */
+	void *src_ctx;        /* COPY_PEER: the source's */
 	enum copy_dir dir;
 	enum copy_mode mode;
 	const struct tier_mem *dst, *src;
@@ -51,6 +57,10 @@ void copy_begin(struct copy_batch *b, const struct backend_ops *be,
 		void *be_ctx, enum copy_dir dir, enum copy_mode mode,
 		const struct tier_mem *dst, const struct tier_mem *src,
 		uint64_t page_bytes);
+/* A COPY_PEER batch: src (a tier of src_ctx) into dst (of dst_ctx). */
+void copy_begin_peer(struct copy_batch *b, const struct backend_ops *be,
+		     void *dst_ctx, void *src_ctx, const struct tier_mem *dst,
+		     const struct tier_mem *src, uint64_t page_bytes);
 void copy_page(struct copy_batch *b, uint32_t dst_frame, uint32_t src_frame);
 /* Flush everything added (COPY_SYNC: landed; COPY_ASYNC: in flight until
  * b->fence lands); returns 0 or the first backend error. */

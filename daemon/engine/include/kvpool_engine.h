@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "copy.h"
 #include "engine.h"
+#include "engine_move.h"
 #include "errbuf.h"
 #include "frames.h"
 #include "shard.h"

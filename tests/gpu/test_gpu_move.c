@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_gpu_move.c - engine_history_move (engine_move.h) on the cuda
+ * backend: two engines, each on a backend context of its own, as two pools
+ * of one kvpoold. Always on device 0 twice (two contexts of one GPU: the
+ * copy_peer path without a second GPU); with 2 GPUs also from GPU 0 to GPU
+ * 1 and back (a peer copy where they reach each other, else staged through
+ * pinned host memory: the test says which). For each pair: a history with
+ * device pages and one with host pages only move, their bytes read back
+ * from the destination exactly as written (engine_read_tokens), the source
+ * keeps nothing, engine_check passes on both.
+ *
+ * Exits 77 (skip) with a message where no CUDA device is present.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "engine.h"
+#include "engine_move.h"
+#include "gpu_test_util.h"
+#include "kvp_kernels.h"
+#include "kvpool.h"
+
+#define CK(x) assert_int_equal((x), cudaSuccess)
+
+static struct kvp_layout L; /* 16 KiB pages */
+
+struct pool {
+	int device;
+	void *ctx;
+	struct engine *eng;
+};
+
+static void pool_open(struct pool *p, int device)
+{
+	struct engine_config ec = {
+		.layout = L, .device_frames = 64, .host_frames = 64,
+		.backend = &backend_cuda,
+	};
+	struct errbuf e = { .msg = "" };
+
+	p->device = device;
+	if (backend_cuda_open(device, &p->ctx, &e))
+		fail_msg("backend_cuda_open(%d): %s", device, e.msg);
+	ec.backend_ctx = p->ctx;
+	if (engine_create(&p->eng, &ec, &e))
+		fail_msg("engine_create on cuda device %d: %s", device, e.msg);
+}
+
+static void pool_check(struct pool *p)
+{
+	struct errbuf e = { .msg = "" };
+
+	if (engine_check(p->eng, &e))
+		fail_msg("engine_check (device %d): %s", p->device, e.msg);
+}
+
+static void pool_close(struct pool *p)
+{
+	pool_check(p);
+	engine_destroy(p->eng);
+	backend_cuda_close(p->ctx);
+}
+
+/* prepare, write kv into the device tier as a client's kernel would (here
+ * through a host image and the CPU reference), commit, release. */
+static void put(struct pool *p, uint64_t user, uint32_t n, const void *kv)
+{
+	const struct tier_mem *d = engine_tier(p->eng, KVP_TIER_DEVICE);
+	struct kvp_slot *slots = malloc(n * sizeof(*slots));
+	unsigned char *img = malloc(d->bytes);
+	struct errbuf e = { .msg = "" };
+	struct engine_lease l;
+
+	assert_non_null(slots);
+	assert_non_null(img);
+	if (engine_prepare(p->eng, user, 0, n, 1, &l, &e) ||
+	    engine_lease_slots(p->eng, l.id, 0, n, slots, &e))
+		fail_msg("prepare of user %" PRIu64 ": %s", user, e.msg);
+	CK(cudaSetDevice(p->device));
+	CK(cudaMemcpy(img, d->base, d->bytes, cudaMemcpyDeviceToHost));
+	kvp_append_cpu(&L, img, slots, n, kv);
+	CK(cudaMemcpy(d->base, img, d->bytes, cudaMemcpyHostToDevice));
+	CK(cudaDeviceSynchronize());
+	assert_int_equal(engine_commit(p->eng, l.id, n, &e), 0);
+	assert_int_equal(engine_release(p->eng, l.id, &e), 0);
+	free(img);
+	free(slots);
+}
+
+static void expect(struct pool *p, uint64_t user, uint32_t n,
+		   const unsigned char *want, const char *when)
+{
+	size_t bytes = (size_t)n * L.token_bytes;
+	unsigned char *got = malloc(bytes);
+	struct errbuf e = { .msg = "" };
+
+	assert_non_null(got);
+	if (engine_read_tokens(p->eng, user, 0, n, got, &e))
+		fail_msg("%s: read of user %" PRIu64 ": %s", when, user, e.msg);
+	for (size_t i = 0; i < bytes; i++)
+		if (got[i] != want[i])
+			fail_msg("%s: user %" PRIu64 " byte %zu (token %zu) differs",
+				 when, user, i, i / L.token_bytes);
+	free(got);
+}
+
+static unsigned char *random_kv(uint32_t n)
+{
+	size_t bytes = (size_t)n * L.token_bytes;
+	unsigned char *kv = malloc(bytes);
+
+	assert_non_null(kv);
+	for (size_t i = 0; i < bytes; i += 8) {
+		uint64_t r = gpu_rng();
+
+		memcpy(kv + i, &r, bytes - i < 8 ? bytes - i : 8);
+	}
+	return kv;
+}
+
+static void move_ok(struct pool *src, struct pool *dst, uint64_t user,
+		    uint32_t pages)
+{
+	struct engine_move_out o;
+	struct errbuf e = { .msg = "" };
+	struct engine_user_info u;
+	int ret = engine_history_move(src->eng, dst->eng, user, &o, &e);
+
+	if (ret)
+		fail_msg("move of user %" PRIu64 " from device %d to %d: %d: %s",
+			 user, src->device, dst->device, ret, e.msg);
+	assert_int_equal(o.pages, pages);
+	engine_info(src->eng, user, &u);
+	assert_false(u.exists);
+	pool_check(src);
+	pool_check(dst);
+}
+
+static void moves_between(int a, int b)
+{
+	unsigned char *kv1 = random_kv(40), *kv2 = random_kv(20);
+	struct pool p[2];
+	struct errbuf e = { .msg = "" };
+	struct engine_user_info u;
+
+	gpu_test_say("move", "device %d -> device %d (%s)", a, b,
+		     a == b ? "two contexts of one GPU" :
+		     backend_cuda_peer_access(a, b) ? "peer to peer" :
+		     "through pinned host memory");
+	pool_open(&p[0], a);
+	pool_open(&p[1], b);
+	put(&p[0], 1, 40, kv1);                         /* 3 device pages */
+	put(&p[0], 2, 20, kv2);                         /* 2 pages, then host only */
+	assert_int_equal(engine_offload(p[0].eng, 2, &e), 2);
+	assert_true(engine_evict(p[0].eng, 2, KVP_SEL_DEVICE, &e) >= 0);
+	move_ok(&p[0], &p[1], 1, 3);
+	move_ok(&p[0], &p[1], 2, 2);
+	engine_info(p[1].eng, 1, &u);
+	assert_int_equal(u.pages_device, 3);
+	engine_info(p[1].eng, 2, &u);
+	assert_int_equal(u.pages_host, 2);
+	expect(&p[1], 1, 40, kv1, "after the move");
+	expect(&p[1], 2, 20, kv2, "after the move (host pages)");
+	move_ok(&p[1], &p[0], 1, 3);                    /* and back */
+	expect(&p[0], 1, 40, kv1, "after the move back");
+	pool_close(&p[1]);
+	pool_close(&p[0]);
+	free(kv1);
+	free(kv2);
+}
+
+static void test_move_on_one_gpu(void **state)
+{
+	(void)state;
+	moves_between(0, 0);
+}
+
+static void test_move_between_two_gpus(void **state)
+{
+	int n = 0;
+
+	(void)state;
+	CK(cudaGetDeviceCount(&n));
+	if (n < 2) {
+		gpu_test_say("move", "SKIP the two-GPU part: %d GPU", n);
+		skip();
+	}
+	moves_between(0, 1);
+	moves_between(1, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_move_on_one_gpu),
+		cmocka_unit_test(test_move_between_two_gpus),
+	};
+	char err[KVP_ERRLEN];
+
+	gpu_rng_seed(0x31u);
+	if (gpu_test_no_device())
+		return 77;
+	if (kvp_layout_init(&L, 2, 2, 64, KVP_DTYPE_BF16, 16, err, sizeof(err))) {
+		fprintf(stderr, "layout: %s\n", err);
+		return 1;
+	}
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
