@@ -115,14 +115,15 @@
 #include "mix64.h"
 
 #define KVP_PROTO_MAGIC 0x31304c4f4f50564bull /* "KVPOOL01" little-endian */
-#define KVP_PROTO_VERSION 10 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
+#define KVP_PROTO_VERSION 11 /* v4: welcome.cuda_uuid; v5: chunk names and entries;
 			     * v6: kvp_stats grew (reclaim_stalls, reclaimed_pages, shards);
 			     * v7: lanes (one ring pair per worker), welcome.shards;
 			     * v8: kvp_stats grew (reclaim_onload_stalls, reclaim_direct);
 			     * v9: kvp_stats grew (disk_prefix_pages, disk_chunks,
 			     *     disk_chunk_pages);
 			     * v10: kvp_user_info rows grew (pages_disk, tokens_disk),
-			     *     kvp_stats (ns_h2d) */
+			     *     kvp_stats (ns_h2d);
+			     * v11: BATCH entries */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -289,6 +290,9 @@ enum kvp_opcode {
 	/* arg seq, user the first token wanted -> out: uint32 ids from there,
 	 * as many as fit; res how many, val0 its ntoken_ids. */
 	KVP_OP_SEQ_TOKENS = 35,
+	/* v11: n items, in: struct kvp_batch_item[n] -> out: struct
+	 * kvp_cqe[n] (one per item); res n. BATCH below. */
+	KVP_OP_BATCH = 36,
 	KVP_OP_MAX,
 };
 
@@ -364,6 +368,66 @@ static inline uint32_t kvp_cqe_detail_get(const struct kvp_cqe *cqe,
 	*last = kind ? cqe->val1 & KVP_CQE_POS_MASK : 0;
 	return kind;
 }
+
+/*
+ * BATCH (v11): one ring entry that carries n operations of one lane, so
+ * that a worker pays its per-entry costs (copy, CQ slot, completion
+ * publish, client wake-up) once per batch instead of once per operation.
+ *
+ *   sqe:  opcode KVP_OP_BATCH, n = count (1 .. KVP_BATCH_MAX), flags, sel,
+ *         user, arg, tenant, rsv0, rsv1 zero; in_off/in_len the items,
+ *         in_len == 40 * n exactly; out_off/out_len the item completions,
+ *         out_len >= 32 * n.
+ *   in:   struct kvp_batch_item items[n]                     40 bytes each
+ *   out:  struct kvp_cqe cqes[n]                             32 bytes each
+ *         cqes[i] is item i's completion exactly as the item's own entry
+ *         would have had it (tag = items[i].tag, res, out_bytes, val0,
+ *         val1, failure detail), its result bytes at the item's own range
+ *         [items[i].out_off, +out_len) of the arena.
+ *   cqe:  res n, out_bytes 32 * n once every item is answered; or res < 0
+ *         with the message in the batch's out range when the batch itself
+ *         is malformed (count 0 or over KVP_BATCH_MAX, in_len not 40 * n,
+ *         a range outside the arena, out_len short, an item whose opcode is
+ *         not INFO / PREPARE / COMMIT / RELEASE, whose flags are not its
+ *         opcode's, whose rsv is not zero, or whose out range is outside
+ *         the arena): then no item ran and nothing changed.
+ * Item opcodes may be mixed. The input is copied once, whole, before any
+ * item runs (INPUTS above), so the input and output ranges may overlap:
+ * libkvpool puts both in one range of 40 * n bytes.
+ *
+ * Order. Items take effect in item order. A batch is ordered with its
+ * lane's other entries exactly as its items would be, submitted one by one
+ * in its place: item i of user U runs only when no earlier entry of U is
+ * still held back on the lane (a parked completion, a deferred entry, or
+ * an earlier item of a held batch), and an entry behind the batch waits
+ * while an unrun item of the batch names its user. An item that must wait
+ * (its user held, or its prepare waits for the reclaimer or a lower tier)
+ * stops the batch there: it and the items after it run later, in order,
+ * so no later item of its user (nor of any other user: stricter than one
+ * by one, never looser) overtakes it. Items whose prepares onload finish
+ * at once in the engine, like a parked prepare; the batch's completion is
+ * published when every item ran and every onload landed. The items of a
+ * batch may name users of several shards: each runs under its own shard's
+ * lock, held from one item to the next while they share the shard.
+ * libkvpool batches only entries it would have put on the same lane.
+ *
+ * The uds request mode has no arena: BATCH is refused there.
+ */
+#define KVP_BATCH_MAX 256u
+
+struct kvp_batch_item {
+	uint64_t tag;          /* echoed in the item's cqe */
+	uint64_t user;         /* INFO, PREPARE */
+	uint64_t arg;          /* PREPARE start_pos; COMMIT, RELEASE lease */
+	uint32_t n;            /* PREPARE n_new; COMMIT tokens */
+	uint8_t opcode;        /* KVP_OP_INFO, _PREPARE, _COMMIT, _RELEASE */
+	uint8_t flags;         /* COMMIT: KVP_SQE_RELEASE; otherwise 0 */
+	uint16_t rsv;          /* zero */
+	uint32_t out_off;      /* the item's result range (ARENA above) */
+	uint32_t out_len;
+};
+
+_Static_assert(sizeof(struct kvp_batch_item) == 40, "batch item wire size");
 
 /* PREPARE result at out_off; frames[npages] follow (device frame indices,
  * the lease's CSR indices with indptr [0, npages]). */

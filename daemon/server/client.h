@@ -32,6 +32,8 @@
 #include "shm.h"
 #include "tenant.h"
 
+struct op_batch;
+
 /*
  * One ring pair of a client (proto.h, LANES) and what its worker keeps of
  * it. Everything below `worker` is that worker thread's own: the main
@@ -44,6 +46,8 @@ struct lane_defer {
 	bool has_user;              /* false: no single user (waits for all) */
 	uint64_t since;             /* waiting for the reclaimer since
 				     * (CLOCK_MONOTONIC ns); 0: not */
+	struct op_batch *b;         /* a BATCH entry's items (ops.h); NULL:
+				     * not a batch */
 };
 
 struct lane {

@@ -85,4 +85,90 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 		  uint64_t *user);
 
+/*
+ * BATCH entries (proto.h, BATCH). The worker takes a batch entry in steps,
+ * because its items are ordered with the lane's other entries one by one
+ * (worker.c, DEFERRAL):
+ *
+ *	b = ops_batch_open(...);        items validated and copied once
+ *	while (!ops_batch_run(...))     items in order, until one must wait
+ *		hold the entry; later passes call ops_batch_run again
+ *	ops_batch_landed(b)             every onload of its prepares landed
+ *	ops_batch_done(sqe, b, cqe)     its one completion
+ *	ops_batch_free(b)
+ *
+ * Each item runs as its own entry would (ops_execute's checks and
+ * operations, its completion written to the batch's result range), under
+ * its shard's lock, which stays held from one item to the next while they
+ * share the shard and is let go whenever ops_batch_run returns.
+ */
+struct op_batch_slot {
+	struct kvp_batch_item it;  /* the private copy */
+	uint64_t user;             /* for ordering, when has_user */
+	struct engine *eng;        /* a run prepare's onload in flight: */
+	uint64_t fence;            /* engine_fence_done(eng, fence); 0: none */
+	bool has_user;             /* false: names no user (an unknown lease) */
+	bool user_known;           /* user and has_user were looked up */
+};
+
+struct op_batch {
+	uint32_t count;            /* items */
+	uint32_t next;             /* items run so far (in order) */
+	int32_t hold;              /* shard held between items; -1: none */
+	struct op_batch_slot v[];
+};
+
+/*
+ * Check a batch entry (sqe, a private copy) and copy its items out of
+ * in_base once. Returns the batch to run, or NULL: with cqe->res < 0 it was
+ * refused, nothing ran, and *cqe (message in its result range) is its
+ * completion; with cqe->res == 0 memory is short: take the entry later.
+ */
+struct op_batch *ops_batch_open(struct server *s, struct client *c,
+				const struct kvp_sqe *sqe,
+				const unsigned char *in_base, uint32_t in_cap,
+				unsigned char *out_base, uint32_t out_cap,
+				struct kvp_cqe *cqe);
+
+/* Whether item i must wait behind what its lane holds (the worker's
+ * question, asked only while the lane holds anything). */
+typedef bool (*op_batch_held_fn)(void *arg, struct op_batch *b, uint32_t i);
+
+/*
+ * Run the items from b->next in order, each item's completion written to
+ * the batch's results. Returns true when every item has run; false when
+ * item b->next must wait: held (held() said so; wait->retry false) or its
+ * prepare waits (wait->retry, wait->why; nothing of it done). wait's
+ * may_retry and retried are item b->next's (op_wait); the items after it
+ * run with may_retry set. The users of the items left are looked up
+ * before it returns false, for ops_batch_holds.
+ */
+bool ops_batch_run(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		   struct op_batch *b, unsigned char *out_base, uint32_t out_cap,
+		   struct op_scratch *scr, op_batch_held_fn held, void *arg,
+		   struct op_wait *wait);
+
+/* The user item i names (ops_sqe_user's answer for it); looked up once. */
+bool ops_batch_user(struct server *s, struct client *c, struct op_batch *b,
+		    uint32_t i, uint64_t *user);
+
+/* Whether an entry of user (has_user false: of no single user) must wait
+ * behind b: b has an item not run yet of its user (or of no single user),
+ * or a run prepare of its user whose onload is in flight. Takes no lock. */
+bool ops_batch_holds(const struct op_batch *b, bool has_user, uint64_t user);
+
+/* Whether every onload of b's run prepares has landed. */
+bool ops_batch_landed(struct op_batch *b);
+
+/* b's completion, once it ran and landed: res count, the item
+ * completions at the batch's result range. */
+void ops_batch_done(const struct kvp_sqe *sqe, const struct op_batch *b,
+		    struct kvp_cqe *cqe);
+
+void ops_batch_free(struct op_batch *b);
+/* A batch that will never complete (its client is gone, the daemon
+ * stops): its onloads in flight are waited for, as a parked completion's
+ * are before the client's leases go, then it is freed. NULL: nothing. */
+void ops_batch_drop(struct op_batch *b);
+
 #endif /* KVPOOLD_OPS_H */

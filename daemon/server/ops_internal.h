@@ -33,10 +33,20 @@ struct op {
 	uint32_t p_lo, p_hi;        /* and pools: the client's, or with
 				     * KVP_SQE_ALL every pool */
 	int32_t locked;             /* OP_UNLOCKED, OP_LOCKED_ALL or a shard */
+	int32_t *hold;              /* a batch's item: the shard held from one
+				     * item to the next (-1: none); NULL: none */
 };
 
 #define OP_UNLOCKED (-1)
 #define OP_LOCKED_ALL (-2)
+
+/* ops_execute() for one item of a batch (ops_batch.c): *hold is the shard
+ * whose lock the batch holds between items (lock_shard in ops.c). */
+void op_execute_held(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		     const unsigned char *in_base, uint32_t in_cap,
+		     unsigned char *out_base, uint32_t out_cap,
+		     struct op_scratch *scr, struct kvp_cqe *cqe,
+		     struct op_wait *wait, int32_t *hold);
 
 /* Scratch of at least bytes; NULL when memory is out. */
 void *op_scratch_get(struct op_scratch *scr, size_t bytes);

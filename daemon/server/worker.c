@@ -179,6 +179,8 @@ void drop_lane(struct worker *w, uint32_t i, const char *why)
 	if (l->index == 0 &&
 	    __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED)
 		w->parked--;
+	for (uint32_t j = 0; j < l->ndq; j++)
+		ops_batch_drop(l->dq[j].b);
 	free(l->dq); /* deferred entries die with the client, unrun */
 	l->dq = NULL;
 	l->ndq = 0;
@@ -262,23 +264,109 @@ static bool must_wait(const struct lane *l, uint32_t upto, bool has_user,
 		return true;
 	if (l->park.n && (!has_user || park_has_user(&l->park, user)))
 		return true;
-	for (uint32_t i = 0; i < upto; i++)
-		if (!has_user || !l->dq[i].has_user || l->dq[i].user == user)
+	for (uint32_t i = 0; i < upto; i++) {
+		const struct lane_defer *q = &l->dq[i];
+
+		if (q->b ? ops_batch_holds(q->b, has_user, user) :
+		    !has_user || !q->has_user || q->user == user)
 			return true;
+	}
 	return false;
+}
+
+/* Whether the lane holds anything an entry could have to wait behind. */
+static bool lane_busy(const struct lane *l)
+{
+	return l->ndq || l->park.n ||
+	       (l->index == 0 && __atomic_load_n(&l->c->uds_state,
+						 __ATOMIC_RELAXED) == UDS_PARKED);
 }
 
 /* The user an entry names, looked up only when something could hold it
  * (a commit's costs its shard's lock). Returns whether it looked. */
 static bool entry_user(struct worker *w, struct lane *l, struct lane_defer *d)
 {
-	bool busy = l->ndq || l->park.n ||
-		    (l->index == 0 && __atomic_load_n(&l->c->uds_state,
-						      __ATOMIC_RELAXED) == UDS_PARKED);
+	bool busy = lane_busy(l);
 
 	if (busy)
 		d->has_user = ops_sqe_user(w->s, l->c, &d->sqe, &d->user);
 	return busy;
+}
+
+/* A batch's item waits behind the first `upto` kept entries of its lane
+ * (the question ops_batch_run asks, item by item). */
+struct batch_held {
+	struct worker *w;
+	struct lane *l;
+	uint32_t upto;
+};
+
+static bool batch_item_held(void *arg, struct op_batch *b, uint32_t i)
+{
+	struct batch_held *h = arg;
+	uint64_t user;
+	bool has = ops_batch_user(h->w->s, h->l->c, b, i, &user);
+
+	return must_wait(h->l, h->upto, has, user);
+}
+
+/*
+ * Run a batch entry's items from where it stopped (proto.h, BATCH: in
+ * order, each as its own entry would run, behind the first `upto` kept
+ * entries of the lane). true: every item ran and landed, its completion is
+ * emitted and d->b freed; false: keep it deferred (an item waits, or an
+ * onload of its prepares is in flight).
+ */
+static bool run_batch(struct worker *w, struct lane *l, struct lane_defer *d,
+		      uint32_t upto, struct emit_ctx *ex)
+{
+	struct client_shm *sh = &l->c->shm;
+	struct batch_held h = { w, l, upto };
+	struct op_wait wt = { 0 };
+	uint32_t next = d->b->next;
+	struct kvp_cqe cqe;
+
+	wt.retried = d->since != 0;
+	wt.may_retry = !wt.retried || mono_ns() - d->since < RECLAIM_WAIT_NS;
+	if (!ops_batch_run(w->s, l->c, &d->sqe, d->b, sh->arena, sh->arena_bytes,
+			   &w->scratch, lane_busy(l) ? batch_item_held : NULL, &h,
+			   &wt)) {
+		/* The wait's clock is the item's that waits now. */
+		if (d->b->next != next)
+			d->since = 0;
+		if (wt.retry && !d->since)
+			d->since = mono_ns();
+		return false;
+	}
+	if (!ops_batch_landed(d->b))
+		return false;
+	ops_batch_done(&d->sqe, d->b, &cqe);
+	ops_batch_free(d->b);
+	d->b = NULL;
+	emit_cqe(ex, &cqe);
+	return true;
+}
+
+/*
+ * Take a batch entry off the ring (its items copied once, ops_batch_open)
+ * and run what can run. 1: done (or refused), its completion emitted; 0:
+ * deferred; -ENOMEM: not taken, try again on a later pass.
+ */
+static int take_batch(struct worker *w, struct lane *l, struct lane_defer *d,
+		      struct emit_ctx *ex)
+{
+	struct client_shm *sh = &l->c->shm;
+	struct kvp_cqe cqe;
+
+	d->b = ops_batch_open(w->s, l->c, &d->sqe, sh->arena, sh->arena_bytes,
+			      sh->arena, sh->arena_bytes, &cqe);
+	if (!d->b && !cqe.res)
+		return -ENOMEM;
+	if (!d->b) {
+		emit_cqe(ex, &cqe);
+		return 1;
+	}
+	return run_batch(w, l, d, l->ndq, ex) ? 1 : 0;
 }
 
 /*
@@ -325,7 +413,8 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
 	for (uint32_t i = 0; i < l->ndq; i++) {
 		struct lane_defer d = l->dq[i];
 
-		if (!must_wait(l, kept, d.has_user, d.user) && run_entry(w, l, &d, ex)) {
+		if (d.b ? run_batch(w, l, &d, kept, ex) :
+		    !must_wait(l, kept, d.has_user, d.user) && run_entry(w, l, &d, ex)) {
 			ran++;
 			continue;
 		}
@@ -401,6 +490,17 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		memcpy(&d.sqe, &l->sqes[l->sq_head & (sh->sq_entries - 1)],
 		       sizeof(d.sqe));
 		l->sq_head++;
+		if (d.sqe.opcode == KVP_OP_BATCH) {
+			int st = take_batch(w, l, &d, &ex);
+
+			if (st < 0) {
+				l->sq_head--; /* out of memory: not taken */
+				break;
+			}
+			if (!st)
+				l->dq[l->ndq++] = d; /* room counted its CQ slot */
+			continue;
+		}
 		if (entry_user(w, l, &d) && must_wait(l, l->ndq, d.has_user, d.user)) {
 			l->dq[l->ndq++] = d; /* room counted its CQ slot */
 			continue;
@@ -642,6 +742,8 @@ void workers_stop(struct server *s)
 		 * deferred lists are the worker's to free (ASan: a leak on
 		 * every SIGTERM with a client attached). */
 		for (uint32_t j = 0; j < w->n; j++) {
+			for (uint32_t k = 0; k < w->lanes[j]->ndq; k++)
+				ops_batch_drop(w->lanes[j]->dq[k].b);
 			free(w->lanes[j]->dq);
 			w->lanes[j]->dq = NULL;
 			w->lanes[j]->ndq = 0;

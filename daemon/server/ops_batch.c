@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops_batch.c - BATCH entries (proto.h, BATCH; ops.h says how the worker
+ * takes one): the batch checked whole and its items copied once, then each
+ * item run as its own entry would run, through the same checks and
+ * operations (op_execute_held), its completion written to the batch's
+ * result range.
+ *
+ * Why a batch at all: per entry, the worker copies an SQE, reserves a CQ
+ * slot, publishes a completion and may wake the client, and the client
+ * polls for it; at a few million operations a second those costs were as
+ * large as the operations themselves (issue 32). A batch pays them once.
+ * Its items also keep their shard's lock from one to the next while they
+ * share the shard (o->hold, ops.c lock_shard), which the engine's shard
+ * design makes the common case: libkvpool batches one lane's entries, and
+ * a lane is a shard.
+ *
+ * Validation comes first and is whole: a batch with any malformed item is
+ * refused before any item runs, so a refused batch changed nothing. An
+ * item's own failure (a gap, an unknown lease) is only that item's.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_internal.h"
+
+/* The batch's own result range takes one kvp_cqe per item. */
+#define CQE_BYTES ((uint32_t)sizeof(struct kvp_cqe))
+#define ITEM_BYTES ((uint32_t)sizeof(struct kvp_batch_item))
+
+static void refuse(struct kvp_cqe *cqe, unsigned char *out, uint32_t out_len,
+		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* A refused batch: -EINVAL and the message, as op_fail writes one. */
+static void refuse(struct kvp_cqe *cqe, unsigned char *out, uint32_t out_len,
+		   const char *fmt, ...)
+{
+	char msg[KVP_ERRLEN];
+	size_t n;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	cqe->res = -EINVAL;
+	if (!out || !out_len)
+		return;
+	n = strlen(msg) + 1;
+	if (n > out_len)
+		n = out_len;
+	memcpy(out, msg, n - 1);
+	out[n - 1] = '\0';
+	cqe->out_bytes = (uint32_t)n;
+}
+
+static bool range_ok(uint32_t off, uint32_t len, uint32_t cap)
+{
+	/* Overflow-safe: off + len could wrap; this cannot. */
+	return len <= cap && off <= cap - len;
+}
+
+/* Item i's checks (proto.h, BATCH): NULL when it may run, else why not. */
+static const char *item_bad(const struct kvp_batch_item *it, uint32_t cap)
+{
+	switch (it->opcode) {
+	case KVP_OP_INFO:
+	case KVP_OP_PREPARE:
+	case KVP_OP_RELEASE:
+		if (it->flags)
+			return "has flags; only a commit's KVP_SQE_RELEASE is valid";
+		break;
+	case KVP_OP_COMMIT:
+		if (it->flags & ~KVP_SQE_RELEASE)
+			return "has flags other than KVP_SQE_RELEASE";
+		break;
+	default:
+		return "is not INFO, PREPARE, COMMIT or RELEASE (the opcodes a "
+		       "batch carries)";
+	}
+	if (it->rsv)
+		return "has a nonzero rsv";
+	if (!range_ok(it->out_off, it->out_len, cap))
+		return "has a result range outside the arena";
+	return NULL;
+}
+
+struct op_batch *ops_batch_open(struct server *s, struct client *c,
+				const struct kvp_sqe *sqe,
+				const unsigned char *in_base, uint32_t in_cap,
+				unsigned char *out_base, uint32_t out_cap,
+				struct kvp_cqe *cqe)
+{
+	unsigned char *out = NULL;
+	struct op_batch *b;
+	uint32_t n = sqe->n;
+
+	(void)s;
+	*cqe = (struct kvp_cqe){ .tag = sqe->tag };
+	if (!range_ok(sqe->out_off, sqe->out_len, out_cap)) {
+		cqe->res = -EINVAL; /* nowhere to put a message */
+		return NULL;
+	}
+	out = out_base + sqe->out_off;
+	if (!c->tenant) {
+		refuse(cqe, out, sqe->out_len, "batch: client %" PRIu32 " has no "
+		       "tenant; data operations need one", c->id);
+		cqe->res = -EPERM;
+		return NULL;
+	}
+	if (sqe->flags || sqe->sel || sqe->user || sqe->arg || sqe->tenant ||
+	    sqe->rsv0 || sqe->rsv1) {
+		refuse(cqe, out, sqe->out_len, "batch: flags, sel, user, arg, "
+		       "tenant and the reserved fields of a batch entry must be "
+		       "zero (its items carry them)");
+		return NULL;
+	}
+	if (!n || n > KVP_BATCH_MAX) {
+		refuse(cqe, out, sqe->out_len, "batch: %" PRIu32 " items; a batch "
+		       "carries 1 to %u (KVP_BATCH_MAX), split it", n, KVP_BATCH_MAX);
+		return NULL;
+	}
+	if (sqe->in_len != n * ITEM_BYTES || !in_base ||
+	    !range_ok(sqe->in_off, sqe->in_len, in_cap)) {
+		refuse(cqe, out, sqe->out_len, "batch: %" PRIu32 " items need in_len "
+		       "%" PRIu32 " (40 bytes each) inside the %" PRIu32 "-byte arena; "
+		       "in_off %" PRIu32 " in_len %" PRIu32, n, n * ITEM_BYTES, in_cap,
+		       sqe->in_off, sqe->in_len);
+		return NULL;
+	}
+	if (sqe->out_len < n * CQE_BYTES) {
+		refuse(cqe, out, sqe->out_len, "batch: %" PRIu32 " items need out_len "
+		       ">= %" PRIu32 " (a 32-byte completion each); out_len is %" PRIu32,
+		       n, n * CQE_BYTES, sqe->out_len);
+		return NULL;
+	}
+	b = malloc(sizeof(*b) + (size_t)n * sizeof(b->v[0]));
+	if (!b)
+		return NULL; /* res 0: take it later */
+	b->count = n;
+	b->next = 0;
+	b->hold = -1;
+	/* The one read of the items: checked and used as copied. */
+	for (uint32_t i = 0; i < n; i++) {
+		struct op_batch_slot *v = &b->v[i];
+		const char *bad;
+
+		memcpy(&v->it, in_base + sqe->in_off + (size_t)i * ITEM_BYTES,
+		       ITEM_BYTES);
+		v->eng = NULL;
+		v->fence = 0;
+		/* An info's or a prepare's user is its own; a commit's or a
+		 * release's is its lease's, looked up when needed. */
+		v->user = v->it.user;
+		v->has_user = true;
+		v->user_known = v->it.opcode == KVP_OP_INFO ||
+				v->it.opcode == KVP_OP_PREPARE;
+		if ((bad = item_bad(&v->it, out_cap))) {
+			refuse(cqe, out, sqe->out_len, "batch: item %" PRIu32 " (opcode "
+			       "%u) %s; nothing in the batch ran", i, v->it.opcode, bad);
+			free(b);
+			return NULL;
+		}
+	}
+	return b;
+}
+
+/* An item as the entry it stands for. */
+static void item_sqe(const struct kvp_batch_item *it, struct kvp_sqe *q)
+{
+	*q = (struct kvp_sqe){ .opcode = it->opcode, .flags = it->flags,
+			       .n = it->n, .tag = it->tag, .user = it->user,
+			       .arg = it->arg, .out_off = it->out_off,
+			       .out_len = it->out_len };
+}
+
+static void unhold(struct client *c, struct op_batch *b)
+{
+	struct shard_set *set;
+
+	if (b->hold < 0)
+		return;
+	set = c->tenant->pools[c->pool].set;
+	shard_unlock(set, (uint32_t)b->hold);
+	shard_reclaim_hint(set);
+	b->hold = -1;
+}
+
+bool ops_batch_user(struct server *s, struct client *c, struct op_batch *b,
+		    uint32_t i, uint64_t *user)
+{
+	struct op_batch_slot *v = &b->v[i];
+	struct kvp_sqe q;
+
+	if (!v->user_known) {
+		struct shard_set *set = c->tenant->pools[c->pool].set;
+		uint32_t k = shard_of_lease(set, v->it.arg);
+
+		/* Under the lease's shard's lock: the one held between items,
+		 * or taken (ops_sqe_user) once that is let go. */
+		if ((int32_t)k == b->hold) {
+			v->has_user = engine_lease_user(set->v[k].eng, v->it.arg,
+							&v->user) == 0;
+		} else {
+			unhold(c, b);
+			item_sqe(&v->it, &q);
+			v->has_user = ops_sqe_user(s, c, &q, &v->user);
+		}
+		v->user_known = true;
+	}
+	*user = v->user;
+	return v->has_user;
+}
+
+bool ops_batch_run(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		   struct op_batch *b, unsigned char *out_base, uint32_t out_cap,
+		   struct op_scratch *scr, op_batch_held_fn held, void *arg,
+		   struct op_wait *wait)
+{
+	unsigned char *cqes = out_base + sqe->out_off;
+	struct op_wait first = *wait;
+	bool firstcall = true;
+
+	*wait = (struct op_wait){ 0 };
+	while (b->next < b->count) {
+		struct op_batch_slot *v = &b->v[b->next];
+		struct op_wait wt = { .may_retry = true };
+		struct kvp_sqe q;
+		struct kvp_cqe cqe;
+
+		if (held && held(arg, b, b->next))
+			break;
+		/* Only the item that waited before has a wait's history. */
+		if (firstcall)
+			wt = first;
+		firstcall = false;
+		item_sqe(&v->it, &q);
+		op_execute_held(s, c, &q, NULL, 0, out_base, out_cap, scr, &cqe,
+				&wt, &b->hold);
+		if (wt.retry) {
+			*wait = wt;
+			break;
+		}
+		v->eng = wt.eng;
+		v->fence = wt.fence;
+		/* Maybe unaligned: out_off need only be a valid range
+		 * (ops_batch_open checked 32 bytes per item). */
+		memcpy(cqes + (size_t)b->next * CQE_BYTES, &cqe, sizeof(cqe));
+		b->next++;
+	}
+	unhold(c, b);
+	if (b->next == b->count)
+		return true;
+	/* Held: ops_batch_holds answers from these, without a lock. */
+	for (uint32_t i = b->next; i < b->count; i++) {
+		uint64_t u;
+
+		ops_batch_user(s, c, b, i, &u);
+	}
+	return false;
+}
+
+bool ops_batch_holds(const struct op_batch *b, bool has_user, uint64_t user)
+{
+	for (uint32_t i = 0; i < b->count; i++) {
+		const struct op_batch_slot *v = &b->v[i];
+
+		if (i < b->next && !v->fence)
+			continue;
+		/* A run prepare whose onload is in flight holds its user, as
+		 * a parked completion does; so does every unrun item. */
+		if (!has_user || !v->has_user || v->user == user)
+			return true;
+	}
+	return false;
+}
+
+bool ops_batch_landed(struct op_batch *b)
+{
+	bool all = true;
+
+	for (uint32_t i = 0; i < b->next; i++) {
+		struct op_batch_slot *v = &b->v[i];
+
+		if (!v->fence)
+			continue;
+		if (engine_fence_done(v->eng, v->fence))
+			v->fence = 0;
+		else
+			all = false;
+	}
+	return all;
+}
+
+void ops_batch_done(const struct kvp_sqe *sqe, const struct op_batch *b,
+		    struct kvp_cqe *cqe)
+{
+	*cqe = (struct kvp_cqe){ .tag = sqe->tag, .res = (int32_t)b->count,
+				 .out_bytes = b->count * CQE_BYTES };
+}
+
+void ops_batch_free(struct op_batch *b)
+{
+	free(b);
+}
+
+void ops_batch_drop(struct op_batch *b)
+{
+	if (!b)
+		return;
+	for (uint32_t i = 0; i < b->next; i++)
+		if (b->v[i].fence)
+			engine_fence_wait(b->v[i].eng, b->v[i].fence);
+	free(b);
+}
