@@ -311,6 +311,13 @@ int kvpc_cq_wait(struct kvp_client *c, uint32_t want)
 
 void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out)
 {
+	uint32_t lane;
+
+	kvpc_cq_take_lane(c, out, &lane);
+}
+
+void kvpc_cq_take_lane(struct kvp_client *c, struct kvp_cqe *out, uint32_t *lane)
+{
 	/* Round robin from the lane after the last one taken from, so no lane
 	 * starves a caller that reaps fewer than are ready. The caller took
 	 * no more than kvpc_cq_ready() counted, so some lane has one. */
@@ -326,11 +333,13 @@ void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out)
 		*out = l->cqes[l->cq_head & c->cq_mask];
 		l->cq_head++;
 		c->cq_next = (k + 1) % c->nlanes;
+		*lane = k;
 		return;
 	}
 	/* Unreachable for a caller that keeps the contract; a CQE no lane
 	 * has is not one of ours, and kvpc_slot_of() refuses tag 0. */
 	memset(out, 0, sizeof(*out));
+	*lane = 0;
 }
 
 void kvpc_cq_release(struct kvp_client *c)
