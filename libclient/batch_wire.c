@@ -157,6 +157,9 @@ static int push_batch(struct kvp_client *c, uint32_t lane, uint32_t n,
 		.rec = rec, .rec_end = l->rec_head, .nitems = n, .pos = l->sq_tail,
 	};
 	l->bat_head++;
+	/* Up to one completion per item (proto.h, BATCH): owed until its
+	 * final one says how many it sent (expand). */
+	l->cq_owed += n - 1;
 	return kvpc_ring_push(c, lane, &e);
 }
 
@@ -233,7 +236,7 @@ static int fail_items(struct kvp_client *c, uint32_t lane, uint32_t seq,
 static int expand(struct kvp_client *c, uint32_t lane, const struct kvp_cqe *cqe)
 {
 	struct kvpc_lane *l = &c->lanes[lane];
-	uint32_t seq = (uint32_t)cqe->tag;
+	uint32_t seq = (uint32_t)cqe->tag, n;
 	struct kvpc_batch *b;
 	const unsigned char *base;
 	int ret = 0;
@@ -244,37 +247,52 @@ static int expand(struct kvp_client *c, uint32_t lane, const struct kvp_cqe *cqe
 	b = &l->bats[seq % KVPC_LANE_BATCHES];
 	if (b->done || (uint32_t)(b->pos - l->sq_published) <
 		       l->sq_tail - l->sq_published)
-		return bad_batch(c, "twice, or before it was sent", cqe->tag);
+		return bad_batch(c, "after its final one, or before it was sent",
+				 cqe->tag);
 	base = lane_recs(c, lane, b->rec);
-	if (cqe->res < 0 && cqe->out_bytes <= b->nitems * REC_BYTES)
+	if (cqe->res < 0 && !b->answered &&
+	    cqe->out_bytes <= b->nitems * REC_BYTES) {
 		ret = fail_items(c, lane, seq, cqe, base);
-	else if (cqe->res != (int32_t)b->nitems ||
-		 cqe->out_bytes != b->nitems * CQE_BYTES)
-		return bad_batch(c, "whose size is not its item count's", cqe->tag);
-	for (uint32_t i = 0; cqe->res >= 0 && i < b->nitems && !ret; i++) {
+		n = b->nitems;
+	} else {
+		/* res items from log index val0; val1: the final one. */
+		n = cqe->res < 0 ? UINT32_MAX : (uint32_t)cqe->res;
+		if (n > b->nitems - b->answered || cqe->val0 != b->answered ||
+		    cqe->out_bytes != n * CQE_BYTES ||
+		    cqe->val1 != (b->answered + n == b->nitems) || (!n && !cqe->val1))
+			return bad_batch(c, "that does not follow its last one",
+					 cqe->tag);
+	}
+	for (uint32_t i = 0; cqe->res >= 0 && i < n && !ret; i++) {
 		struct kvp_cqe it;
 		uint32_t idx;
 		struct kvpc_slot *s;
 
 		/* Copied out once; only the copy is looked at. */
-		memcpy(&it, base + (size_t)i * CQE_BYTES, sizeof(it));
+		memcpy(&it, base + (size_t)(b->answered + i) * CQE_BYTES, sizeof(it));
 		idx = (uint32_t)it.tag;
 		if (idx >= c->sq_entries || !(s = &c->slots[idx])->busy ||
 		    s->sqe.tag != it.tag || s->stage != KVPC_SLOT_BATCH ||
-		    s->lane != lane || s->batch_seq != seq || s->batch_i != i)
+		    s->lane != lane || s->batch_seq != seq)
 			return bad_batch(c, "with an item it did not carry", cqe->tag);
 		s->stage = KVPC_SLOT_EXPANDED;
 		ret = pend_put(c, &it);
 	}
 	if (ret)
 		return ret;
-	/* Its records come back once every batch sent before it is done. */
+	b->answered += n;
+	b->ncqes++;
+	if (b->answered < b->nitems)
+		return 0;
+	/* The last: what it did not send is owed no more, and its records
+	 * come back once every batch sent before it is done. */
+	l->cq_owed -= b->nitems - b->ncqes;
 	b->done = 1;
 	while (l->bat_tail != l->bat_head &&
 	       l->bats[l->bat_tail % KVPC_LANE_BATCHES].done) {
 		b = &l->bats[l->bat_tail++ % KVPC_LANE_BATCHES];
 		l->rec_tail = b->rec_end;
-		b->done = 0;
+		*b = (struct kvpc_batch){ 0 };
 	}
 	return 0;
 }

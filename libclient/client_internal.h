@@ -52,8 +52,10 @@
  * taken (in order of sending; KVPC_LANE_BATCHES in flight at most). When
  * a lane's region or batch list is full, its operations go out plain.
  * Each item keeps its own slot, tag and result slice, so a batch's
- * completion is expanded into its items' completions (kvpc_pend_fill) and
- * reaped exactly like plain ones. A batch tag has bit 63 set (a slot's
+ * completions (one, or more when some items waited: proto.h, BATCH) are
+ * expanded into its items' completions (kvpc_pend_fill) and reaped
+ * exactly like plain ones. A batch may send one completion per item, so
+ * its lane is owed that many until its final one comes. A batch tag has bit 63 set (a slot's
  * generation stays below 2^31), the lane in bits 40..62 and the lane's
  * batch sequence below; an item is believed only from its own batch.
  *
@@ -121,7 +123,9 @@ struct kvpc_batch {
 	uint32_t rec_end;   /* rec_head after it was taken */
 	uint32_t nitems;
 	uint32_t pos;       /* the SQ position of its entry */
-	uint32_t done;      /* its completion was taken */
+	uint32_t answered;  /* items its completions gave so far */
+	uint32_t ncqes;     /* completions taken for it */
+	uint32_t done;      /* its final completion was taken */
 };
 
 /* One operation slot (see OPERATION SLOTS above). */

@@ -379,13 +379,20 @@ static inline uint32_t kvp_cqe_detail_get(const struct kvp_cqe *cqe,
  *         in_len == 40 * n exactly; out_off/out_len the item completions,
  *         out_len >= 32 * n.
  *   in:   struct kvp_batch_item items[n]                     40 bytes each
- *   out:  struct kvp_cqe cqes[n]                             32 bytes each
- *         cqes[i] is item i's completion exactly as the item's own entry
- *         would have had it (tag = items[i].tag, res, out_bytes, val0,
- *         val1, failure detail), its result bytes at the item's own range
- *         [items[i].out_off, +out_len) of the arena.
- *   cqe:  res n, out_bytes 32 * n once every item is answered; or res < 0
- *         with the message in the batch's out range when the batch itself
+ *   out:  struct kvp_cqe log[n]                              32 bytes each
+ *         the items' completions in the order they completed (the log),
+ *         each exactly as the item's own entry would have had it (tag =
+ *         items[i].tag, res, out_bytes, val0, val1, failure detail), its
+ *         result bytes at the item's own range [items[i].out_off,
+ *         +out_len) of the arena.
+ *   cqe:  one or more per batch, in order: res k >= 0 new completions,
+ *         log[val0, val0 + k), out_bytes 32 * k, val1 1 on the last (when
+ *         every item is in the log; only the last may have k = 0), 0
+ *         before it. The daemon sends one before the last only when items
+ *         wait (below) and the CQ has a slot nobody else was promised, so
+ *         a client must expect up to n completions for a batch and count
+ *         the entry done at val1 = 1. Or, instead of all that, one with
+ *         res < 0 and the message in the batch's out range when the batch
  *         is malformed (count 0 or over KVP_BATCH_MAX, in_len not 40 * n,
  *         a range outside the arena, out_len short, an item whose opcode is
  *         not INFO / PREPARE / COMMIT / RELEASE, whose flags are not its
@@ -402,11 +409,12 @@ static inline uint32_t kvp_cqe_detail_get(const struct kvp_cqe *cqe,
  * an earlier item of a held batch), and an entry behind the batch waits
  * while an unrun item of the batch names its user. An item that must wait
  * (its user held, or its prepare waits for the reclaimer or a lower tier)
- * stops the batch there: it and the items after it run later, in order,
- * so no later item of its user (nor of any other user: stricter than one
- * by one, never looser) overtakes it. Items whose prepares onload finish
- * at once in the engine, like a parked prepare; the batch's completion is
- * published when every item ran and every onload landed. The items of a
+ * waits alone: later items of its user (or any item of no single user)
+ * wait behind it, those of other users run, and their completions may be
+ * sent before it, as they would have been one by one. A prepare that
+ * onloads takes effect at once in the engine; its completion enters the
+ * log when its copy has landed, and until then later items of its user
+ * wait, as behind a parked completion. The items of a
  * batch may name users of several shards: each runs under its own shard's
  * lock, held from one item to the next while they share the shard.
  * libkvpool batches only entries it would have put on the same lane.

@@ -91,29 +91,43 @@ bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,
  * (worker.c, DEFERRAL):
  *
  *	b = ops_batch_open(...);        items validated and copied once
- *	while (!ops_batch_run(...))     items in order, until one must wait
- *		hold the entry; later passes call ops_batch_run again
- *	ops_batch_landed(b)             every onload of its prepares landed
- *	ops_batch_done(sqe, b, cqe)     its one completion
+ *	ops_batch_run(...)              every item that may run now, in order
+ *	ops_batch_settle(...)           completions of landed items logged
+ *	ops_batch_emit(...)             a completion for the items logged
+ *	                                since the last one (the last: final)
+ *	while not final: hold the entry, run and settle again on later passes
  *	ops_batch_free(b)
  *
  * Each item runs as its own entry would (ops_execute's checks and
- * operations, its completion written to the batch's result range), under
- * its shard's lock, which stays held from one item to the next while they
- * share the shard and is let go whenever ops_batch_run returns.
+ * operations) under its shard's lock, which stays held from one item to
+ * the next while they share the shard and is let go whenever
+ * ops_batch_run returns. An item's completion goes to the batch's log
+ * (proto.h, BATCH) once it ran and its onload, if any, landed.
  */
+enum op_item_state {
+	OP_ITEM_UNRUN,             /* not run: waits (or was not reached) */
+	OP_ITEM_LANDING,           /* ran; its onload is in flight */
+	OP_ITEM_LOGGED,            /* its completion is in the log */
+};
+
 struct op_batch_slot {
 	struct kvp_batch_item it;  /* the private copy */
 	uint64_t user;             /* for ordering, when has_user */
-	struct engine *eng;        /* a run prepare's onload in flight: */
-	uint64_t fence;            /* engine_fence_done(eng, fence); 0: none */
+	uint64_t since;            /* waits for the reclaimer since (ns); 0 */
+	struct engine *eng;        /* LANDING: engine_fence_done(eng, fence) */
+	uint64_t fence;
+	struct kvp_cqe cqe;        /* LANDING: its completion, for the log */
+	uint8_t state;             /* enum op_item_state */
+	uint8_t why;               /* UNRUN after a try: enum engine_wait */
 	bool has_user;             /* false: names no user (an unknown lease) */
 	bool user_known;           /* user and has_user were looked up */
 };
 
 struct op_batch {
 	uint32_t count;            /* items */
-	uint32_t next;             /* items run so far (in order) */
+	uint32_t first;            /* items before it are all LOGGED */
+	uint32_t nlog;             /* completions in the log */
+	uint32_t emitted;          /* of them, announced by a completion */
 	int32_t hold;              /* shard held between items; -1: none */
 	struct op_batch_slot v[];
 };
@@ -135,34 +149,38 @@ struct op_batch *ops_batch_open(struct server *s, struct client *c,
 typedef bool (*op_batch_held_fn)(void *arg, struct op_batch *b, uint32_t i);
 
 /*
- * Run the items from b->next in order, each item's completion written to
- * the batch's results. Returns true when every item has run; false when
- * item b->next must wait: held (held() said so; wait->retry false) or its
- * prepare waits (wait->retry, wait->why; nothing of it done). wait's
- * may_retry and retried are item b->next's (op_wait); the items after it
- * run with may_retry set. The users of the items left are looked up
- * before it returns false, for ops_batch_holds.
+ * Run every item not run yet that may run now, in item order: not one
+ * held() holds, nor one behind an earlier item of the batch of the same
+ * user (or of no single user) that has not run or not landed. A prepare
+ * that waits (the reclaimer: up to reclaim_wait_ns from its first try,
+ * then it makes its room itself; a lower tier: until the tier answers)
+ * stays unrun, its why noted. Returns the items still unrun; their users
+ * are looked up before it returns, for ops_batch_holds.
  */
-bool ops_batch_run(struct server *s, struct client *c, const struct kvp_sqe *sqe,
-		   struct op_batch *b, unsigned char *out_base, uint32_t out_cap,
-		   struct op_scratch *scr, op_batch_held_fn held, void *arg,
-		   struct op_wait *wait);
+uint32_t ops_batch_run(struct server *s, struct client *c,
+		       const struct kvp_sqe *sqe, struct op_batch *b,
+		       unsigned char *out_base, uint32_t out_cap,
+		       struct op_scratch *scr, op_batch_held_fn held, void *arg,
+		       uint64_t now, uint64_t reclaim_wait_ns);
 
 /* The user item i names (ops_sqe_user's answer for it); looked up once. */
 bool ops_batch_user(struct server *s, struct client *c, struct op_batch *b,
 		    uint32_t i, uint64_t *user);
 
 /* Whether an entry of user (has_user false: of no single user) must wait
- * behind b: b has an item not run yet of its user (or of no single user),
- * or a run prepare of its user whose onload is in flight. Takes no lock. */
+ * behind b: b has an item of its user (or of no single user) that has not
+ * run, or not landed. Takes no lock. */
 bool ops_batch_holds(const struct op_batch *b, bool has_user, uint64_t user);
 
-/* Whether every onload of b's run prepares has landed. */
-bool ops_batch_landed(struct op_batch *b);
+/* Log the completions of items whose onload landed. Returns whether every
+ * item is logged (the next ops_batch_emit is the final one). */
+bool ops_batch_settle(const struct kvp_sqe *sqe, struct op_batch *b,
+		      unsigned char *out_base);
 
-/* b's completion, once it ran and landed: res count, the item
- * completions at the batch's result range. */
-void ops_batch_done(const struct kvp_sqe *sqe, const struct op_batch *b,
+/* The completion for the items logged since the last one (proto.h,
+ * BATCH: res how many, val0 the first's log index, val1 1 when final).
+ * false when there is none to send. */
+bool ops_batch_emit(const struct kvp_sqe *sqe, struct op_batch *b,
 		    struct kvp_cqe *cqe);
 
 void ops_batch_free(struct op_batch *b);

@@ -142,7 +142,7 @@ struct op_batch *ops_batch_open(struct server *s, struct client *c,
 	if (!b)
 		return NULL; /* res 0: take it later */
 	b->count = n;
-	b->next = 0;
+	b->first = b->nlog = b->emitted = 0;
 	b->hold = -1;
 	/* The one read of the items: checked and used as copied. */
 	for (uint32_t i = 0; i < n; i++) {
@@ -153,6 +153,9 @@ struct op_batch *ops_batch_open(struct server *s, struct client *c,
 		       ITEM_BYTES);
 		v->eng = NULL;
 		v->fence = 0;
+		v->since = 0;
+		v->state = OP_ITEM_UNRUN;
+		v->why = ENGINE_DONE;
 		/* An info's or a prepare's user is its own; a commit's or a
 		 * release's is its lease's, looked up when needed. */
 		v->user = v->it.user;
@@ -216,91 +219,139 @@ bool ops_batch_user(struct server *s, struct client *c, struct op_batch *b,
 	return v->has_user;
 }
 
-bool ops_batch_run(struct server *s, struct client *c, const struct kvp_sqe *sqe,
-		   struct op_batch *b, unsigned char *out_base, uint32_t out_cap,
-		   struct op_scratch *scr, op_batch_held_fn held, void *arg,
-		   struct op_wait *wait)
+/* An item's completion into the log (proto.h, BATCH): the client's
+ * out range may be unaligned, so bytes. */
+static void log_put(const struct kvp_sqe *sqe, struct op_batch *b,
+		    unsigned char *out_base, const struct kvp_cqe *cqe)
 {
-	unsigned char *cqes = out_base + sqe->out_off;
-	struct op_wait first = *wait;
-	bool firstcall = true;
+	memcpy(out_base + sqe->out_off + (size_t)b->nlog++ * CQE_BYTES, cqe,
+	       sizeof(*cqe));
+}
 
-	*wait = (struct op_wait){ 0 };
-	while (b->next < b->count) {
-		struct op_batch_slot *v = &b->v[b->next];
-		struct op_wait wt = { .may_retry = true };
-		struct kvp_sqe q;
-		struct kvp_cqe cqe;
+/* Whether item i is behind an earlier item of the batch, of its user (or
+ * of no single user), that has not run or not landed: one user's items
+ * take effect, and complete, in item order. */
+static bool behind(struct server *s, struct client *c, struct op_batch *b,
+		   uint32_t i)
+{
+	uint64_t user = 0;
+	bool has = false, looked = false;
 
-		if (held && held(arg, b, b->next))
-			break;
-		/* Only the item that waited before has a wait's history. */
-		if (firstcall)
-			wt = first;
-		firstcall = false;
-		item_sqe(&v->it, &q);
-		op_execute_held(s, c, &q, NULL, 0, out_base, out_cap, scr, &cqe,
-				&wt, &b->hold);
-		if (wt.retry) {
-			*wait = wt;
-			break;
+	for (uint32_t j = b->first; j < i; j++) {
+		const struct op_batch_slot *v = &b->v[j];
+
+		if (v->state == OP_ITEM_LOGGED)
+			continue;
+		if (!looked) {
+			has = ops_batch_user(s, c, b, i, &user);
+			looked = true;
 		}
-		v->eng = wt.eng;
-		v->fence = wt.fence;
-		/* Maybe unaligned: out_off need only be a valid range
-		 * (ops_batch_open checked 32 bytes per item). */
-		memcpy(cqes + (size_t)b->next * CQE_BYTES, &cqe, sizeof(cqe));
-		b->next++;
-	}
-	unhold(c, b);
-	if (b->next == b->count)
-		return true;
-	/* Held: ops_batch_holds answers from these, without a lock. */
-	for (uint32_t i = b->next; i < b->count; i++) {
-		uint64_t u;
-
-		ops_batch_user(s, c, b, i, &u);
+		if (!has || !v->has_user || v->user == user)
+			return true;
 	}
 	return false;
 }
 
+uint32_t ops_batch_run(struct server *s, struct client *c,
+		       const struct kvp_sqe *sqe, struct op_batch *b,
+		       unsigned char *out_base, uint32_t out_cap,
+		       struct op_scratch *scr, op_batch_held_fn held, void *arg,
+		       uint64_t now, uint64_t reclaim_wait_ns)
+{
+	uint32_t unrun = 0;
+	uint64_t u;
+
+	for (uint32_t i = b->first; i < b->count; i++) {
+		struct op_batch_slot *v = &b->v[i];
+		struct op_wait wt = { 0 };
+		struct kvp_sqe q;
+		struct kvp_cqe cqe;
+
+		if (v->state != OP_ITEM_UNRUN)
+			continue;
+		if (behind(s, c, b, i) || (held && held(arg, b, i))) {
+			ops_batch_user(s, c, b, i, &u); /* for ops_batch_holds */
+			continue;
+		}
+		/* A reclaimer's wait is bounded; a lower tier's is the tier's
+		 * own (it answers, or fails the read). */
+		wt.retried = v->since != 0;
+		wt.may_retry = !wt.retried || now - v->since < reclaim_wait_ns;
+		item_sqe(&v->it, &q);
+		op_execute_held(s, c, &q, NULL, 0, out_base, out_cap, scr, &cqe,
+				&wt, &b->hold);
+		if (wt.retry) {
+			if (!v->since && wt.why == ENGINE_WAIT_RECLAIM)
+				v->since = now;
+			v->why = (uint8_t)wt.why;
+			ops_batch_user(s, c, b, i, &u);
+			continue;
+		}
+		v->state = OP_ITEM_LOGGED;
+		if (wt.fence) {
+			v->state = OP_ITEM_LANDING;
+			v->eng = wt.eng;
+			v->fence = wt.fence;
+			v->cqe = cqe;
+		} else {
+			log_put(sqe, b, out_base, &cqe);
+		}
+	}
+	unhold(c, b);
+	/* Users may have been looked up under the hold, or not at all. */
+	for (uint32_t i = b->first; i < b->count; i++)
+		if (b->v[i].state == OP_ITEM_UNRUN) {
+			ops_batch_user(s, c, b, i, &u);
+			unrun++;
+		}
+	return unrun;
+}
+
 bool ops_batch_holds(const struct op_batch *b, bool has_user, uint64_t user)
 {
-	for (uint32_t i = 0; i < b->count; i++) {
+	for (uint32_t i = b->first; i < b->count; i++) {
 		const struct op_batch_slot *v = &b->v[i];
 
-		if (i < b->next && !v->fence)
+		/* An item not run, or run with its onload in flight (as a
+		 * parked completion), holds its user. */
+		if (v->state == OP_ITEM_LOGGED)
 			continue;
-		/* A run prepare whose onload is in flight holds its user, as
-		 * a parked completion does; so does every unrun item. */
 		if (!has_user || !v->has_user || v->user == user)
 			return true;
 	}
 	return false;
 }
 
-bool ops_batch_landed(struct op_batch *b)
+bool ops_batch_settle(const struct kvp_sqe *sqe, struct op_batch *b,
+		      unsigned char *out_base)
 {
-	bool all = true;
-
-	for (uint32_t i = 0; i < b->next; i++) {
+	for (uint32_t i = b->first; i < b->count; i++) {
 		struct op_batch_slot *v = &b->v[i];
 
-		if (!v->fence)
-			continue;
-		if (engine_fence_done(v->eng, v->fence))
+		if (v->state == OP_ITEM_LANDING &&
+		    engine_fence_done(v->eng, v->fence)) {
+			v->state = OP_ITEM_LOGGED;
 			v->fence = 0;
-		else
-			all = false;
+			log_put(sqe, b, out_base, &v->cqe);
+		}
+		if (v->state == OP_ITEM_LOGGED && i == b->first)
+			b->first++;
 	}
-	return all;
+	return b->first == b->count;
 }
 
-void ops_batch_done(const struct kvp_sqe *sqe, const struct op_batch *b,
+bool ops_batch_emit(const struct kvp_sqe *sqe, struct op_batch *b,
 		    struct kvp_cqe *cqe)
 {
-	*cqe = (struct kvp_cqe){ .tag = sqe->tag, .res = (int32_t)b->count,
-				 .out_bytes = b->count * CQE_BYTES };
+	uint32_t n = b->nlog - b->emitted;
+
+	if (!n && b->nlog != b->count)
+		return false;
+	*cqe = (struct kvp_cqe){ .tag = sqe->tag, .res = (int32_t)n,
+				 .out_bytes = n * CQE_BYTES, .val0 = b->emitted,
+				 .val1 = b->nlog == b->count };
+	b->emitted = b->nlog;
+	return true;
 }
 
 void ops_batch_free(struct op_batch *b)
@@ -312,8 +363,8 @@ void ops_batch_drop(struct op_batch *b)
 {
 	if (!b)
 		return;
-	for (uint32_t i = 0; i < b->next; i++)
-		if (b->v[i].fence)
+	for (uint32_t i = 0; i < b->count; i++)
+		if (b->v[i].state == OP_ITEM_LANDING)
 			engine_fence_wait(b->v[i].eng, b->v[i].fence);
 	free(b);
 }

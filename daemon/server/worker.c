@@ -214,6 +214,9 @@ static void wake_client(struct lane *l)
 struct emit_ctx {
 	struct lane *l;
 	uint32_t mask;
+	uint32_t cq_head;   /* as this pass read it */
+	uint32_t reserved;  /* CQ slots kept for deferred entries and those
+			     * still to take this pass (a batch's: run_batch) */
 };
 
 static bool parked_landed(void *arg, const struct park *e)
@@ -311,36 +314,34 @@ static bool batch_item_held(void *arg, struct op_batch *b, uint32_t i)
 }
 
 /*
- * Run a batch entry's items from where it stopped (proto.h, BATCH: in
+ * Run what a batch entry's items can run now (proto.h, BATCH: in item
  * order, each as its own entry would run, behind the first `upto` kept
- * entries of the lane). true: every item ran and landed, its completion is
- * emitted and d->b freed; false: keep it deferred (an item waits, or an
- * onload of its prepares is in flight).
+ * entries of the lane) and publish the completions of those done. true:
+ * every item is answered, the final completion emitted and d->b freed;
+ * false: keep it deferred. Until then a completion for the items done is
+ * emitted only into a CQ slot nobody else was promised (ex->reserved
+ * counts this entry's own, which its final completion takes), so the
+ * items of other users that passed a waiting one reach the client now,
+ * as they would have, one by one.
  */
 static bool run_batch(struct worker *w, struct lane *l, struct lane_defer *d,
 		      uint32_t upto, struct emit_ctx *ex)
 {
 	struct client_shm *sh = &l->c->shm;
 	struct batch_held h = { w, l, upto };
-	struct op_wait wt = { 0 };
-	uint32_t next = d->b->next;
 	struct kvp_cqe cqe;
+	uint32_t used;
 
-	wt.retried = d->since != 0;
-	wt.may_retry = !wt.retried || mono_ns() - d->since < RECLAIM_WAIT_NS;
-	if (!ops_batch_run(w->s, l->c, &d->sqe, d->b, sh->arena, sh->arena_bytes,
-			   &w->scratch, lane_busy(l) ? batch_item_held : NULL, &h,
-			   &wt)) {
-		/* The wait's clock is the item's that waits now. */
-		if (d->b->next != next)
-			d->since = 0;
-		if (wt.retry && !d->since)
-			d->since = mono_ns();
+	ops_batch_run(w->s, l->c, &d->sqe, d->b, sh->arena, sh->arena_bytes,
+		      &w->scratch, lane_busy(l) ? batch_item_held : NULL, &h,
+		      mono_ns(), RECLAIM_WAIT_NS);
+	if (!ops_batch_settle(&d->sqe, d->b, sh->arena)) {
+		used = l->cq_tail - ex->cq_head + l->park.n + ex->reserved;
+		if (used < sh->cq_entries && ops_batch_emit(&d->sqe, d->b, &cqe))
+			emit_cqe(ex, &cqe);
 		return false;
 	}
-	if (!ops_batch_landed(d->b))
-		return false;
-	ops_batch_done(&d->sqe, d->b, &cqe);
+	ops_batch_emit(&d->sqe, d->b, &cqe);
 	ops_batch_free(d->b);
 	d->b = NULL;
 	emit_cqe(ex, &cqe);
@@ -413,6 +414,7 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
 	for (uint32_t i = 0; i < l->ndq; i++) {
 		struct lane_defer d = l->dq[i];
 
+		ex->reserved = l->ndq - ran; /* this one's and those after it */
 		if (d.b ? run_batch(w, l, &d, kept, ex) :
 		    !must_wait(l, kept, d.has_user, d.user) && run_entry(w, l, &d, ex)) {
 			ran++;
@@ -438,7 +440,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	struct client *c = l->c;
 	struct client_shm *sh = &c->shm;
 	struct kvp_ring_ctl *ctl = l->ctl;
-	struct emit_ctx ex = { l, sh->cq_entries - 1 };
+	struct emit_ctx ex = { l, sh->cq_entries - 1, 0, 0 };
 	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = l->cq_tail;
 	uint32_t late = 0, ran = 0;
 
@@ -458,6 +460,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	 * A2: pairs with the client's store-release of cq_head (C1): it is
 	 * done with those CQEs and their arena bytes. */
 	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
+	ex.cq_head = cq_head;
 	used = l->cq_tail - cq_head;
 	if (used > sh->cq_entries) {
 		*why = "cq_head moved past cq_tail";
@@ -491,7 +494,10 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		       sizeof(d.sqe));
 		l->sq_head++;
 		if (d.sqe.opcode == KVP_OP_BATCH) {
-			int st = take_batch(w, l, &d, &ex);
+			int st;
+
+			ex.reserved = l->ndq + (n - i); /* this one's too */
+			st = take_batch(w, l, &d, &ex);
 
 			if (st < 0) {
 				l->sq_head--; /* out of memory: not taken */

@@ -244,7 +244,8 @@ static void part_good(struct h_raw *r)
 	for (uint32_t i = 0; i < 6; i++)
 		it[i] = prep(100 + i, 1 + i, 0, P, i);
 	cqe = run(r, B(6), it, 6);
-	CHECK(cqe.res == 6 && cqe.out_bytes == 6 * 32 && cqe.tag == 77,
+	CHECK(cqe.res == 6 && cqe.out_bytes == 6 * 32 && cqe.tag == 77 &&
+	      cqe.val0 == 0 && cqe.val1 == 1,
 	      "six prepares: res %d out_bytes %u tag %" PRIu64, cqe.res,
 	      cqe.out_bytes, cqe.tag);
 	for (uint32_t i = 0; i < 6 && cqe.res == 6; i++) {
