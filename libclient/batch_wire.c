@@ -36,13 +36,17 @@ _Static_assert(sizeof(struct kvp_cqe) <= sizeof(struct kvp_batch_item),
 
 int kvpc_batch_setup(struct kvp_client *c)
 {
+	const char *env = getenv("KVPOOL_BATCH");
+
 	c->pend = calloc(c->sq_entries, sizeof(*c->pend));
 	if (!c->pend)
 		return kvpc_err(c, -ENOMEM, "out of memory for %" PRIu32
 				" completions", c->sq_entries);
-	/* Two records at least, or every operation goes out plain. */
+	/* Two records at least, or every operation goes out plain; as it
+	 * does with KVPOOL_BATCH=0 in the environment (kvpool(3): for a
+	 * comparison, or a kvpoold that mishandles batches). */
 	c->lane_recs = c->sync_bytes / c->nlanes / REC_BYTES;
-	if (c->lane_recs < 2)
+	if (c->lane_recs < 2 || (env && !strcmp(env, "0")))
 		c->lane_recs = 0;
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
