@@ -46,6 +46,8 @@ struct lane_defer {
 	bool has_user;              /* false: no single user (waits for all) */
 	uint64_t since;             /* waiting for the reclaimer since
 				     * (CLOCK_MONOTONIC ns); 0: not */
+	uint64_t retry_at;          /* a lower tier's wait: not tried again
+				     * before (ns); 0: every pass */
 	struct op_batch *b;         /* a BATCH entry's items (ops.h); NULL:
 				     * not a batch */
 };

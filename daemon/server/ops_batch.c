@@ -281,7 +281,9 @@ uint32_t ops_batch_run(struct server *s, struct client *c,
 		op_execute_held(s, c, &q, NULL, 0, out_base, out_cap, scr, &cqe,
 				&wt, &b->hold);
 		if (wt.retry) {
-			if (!v->since && wt.why == ENGINE_WAIT_RECLAIM)
+			/* The reclaimer's clock is for its wait only. */
+			if (!v->since && wt.why != ENGINE_WAIT_DISK &&
+			    wt.why != ENGINE_WAIT_REMOTE)
 				v->since = now;
 			v->why = (uint8_t)wt.why;
 			ops_batch_user(s, c, b, i, &u);

@@ -114,7 +114,9 @@ int op_input_id(struct op *o, struct kvp_chunk_id *id);
  * reclaimer, the disk or the remote tier) and must be made again now.
  * A ring or uds entry (o->wait) is held by its worker instead and run
  * again later, others served meanwhile (retry and why set; false: return
- * ret). With nowhere to hold it, a moment's wait here, then true. Every
+ * ret): a reclaimer's wait up to RECLAIM_WAIT_NS, a lower tier's until the
+ * tier answers (worker.c). With nowhere to hold it, the wait is the answer
+ * (-EINPROGRESS, "try again"); nothing here sleeps. Every
  * engine call that may wait is written
  *
  *	do {

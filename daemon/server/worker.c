@@ -45,11 +45,25 @@
  *    parked completion on this lane, or an earlier deferred entry; or
  *  - it is a prepare that must wait for the reclaimer (ops_execute's retry:
  *    nothing done), at most RECLAIM_WAIT_NS, then it evicts for itself;
+ *  - or an operation that waits for a lower tier (op_wait.why: the disk
+ *    or remote thread reads its history or chunk): until the tier
+ *    answers, however long (a read completes or fails; the remote tier's
+ *    reads end at remote_timeout_ms), tried again every TIER_RETRY_NS;
+ *    that wait does not run the reclaimer's clock (issue 30);
  *  - or it names no single user (a cross-shard call: libkvpool never sends
  *    one with anything in flight), then it waits behind everything kept,
  *    and everything after it waits behind it.
  * Every pass retries the list in order before it takes new entries, so
- * one user's entries still run in ring order. Each deferred entry keeps a
+ * one user's entries still run in ring order.
+ *
+ * A BATCH entry (proto.h, BATCH; ops.h) is held item by item: each item
+ * is asked the questions above as if it were an entry of its own in the
+ * batch's place (batch_item_held), an item that waits waits alone (later
+ * items of its user behind it), and while any item is unrun or landing
+ * the batch stays on the deferred list, holding the users of those items
+ * for the entries behind it (ops_batch_holds). Its completions go out as
+ * items finish, into CQ slots nobody else was promised, the last into the
+ * one slot the entry kept (run_batch). Each deferred entry keeps a
  * CQ slot for its completion, as a parked one does, so the lane never
  * takes more entries than it can complete.
  *
@@ -381,16 +395,26 @@ static bool run_entry(struct worker *w, struct lane *l, struct lane_defer *d,
 	struct client_shm *sh = &l->c->shm;
 	struct op_wait wt = { 0 };
 	struct kvp_cqe cqe;
+	uint64_t now;
 
 	/* A prepare may wait for the reclaimer, RECLAIM_WAIT_NS at most
-	 * (then it makes its room itself). */
+	 * (then it makes its room itself); for a lower tier until the tier
+	 * answers, tried again every TIER_RETRY_NS (worker_internal.h). */
+	if (d->retry_at && (now = mono_ns()) < d->retry_at)
+		return false;
 	wt.retried = d->since != 0;
 	wt.may_retry = !wt.retried || mono_ns() - d->since < RECLAIM_WAIT_NS;
 	ops_execute(w->s, l->c, &d->sqe, sh->arena, sh->arena_bytes,
 		    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
 	if (wt.retry) {
-		if (!d->since)
-			d->since = mono_ns();
+		now = mono_ns();
+		/* Only the reclaimer's wait runs the reclaimer's clock: a slow
+		 * disk read must not use up the prepare's wait for frames. */
+		d->retry_at = 0;
+		if (wt.why == ENGINE_WAIT_DISK || wt.why == ENGINE_WAIT_REMOTE)
+			d->retry_at = now + TIER_RETRY_NS;
+		else if (!d->since)
+			d->since = now;
 		return false;
 	}
 	if (wt.fence && park_cqe(l, &d->sqe, &cqe, &wt)) {

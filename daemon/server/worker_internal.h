@@ -20,6 +20,11 @@
 /* How long a prepare waits for the reclaimer before it evicts for itself
  * (a few of the reclaimer's rounds: up to 128 pages each, shard.c). */
 #define RECLAIM_WAIT_NS 5000000ull
+/* How often an entry waiting for a lower tier (the disk or remote thread
+ * reads) is tried again. It waits until the tier answers, however long
+ * (the tier bounds it: a read completes or fails, remote_timeout_ms); a
+ * try takes its shard's lock, so not on every pass of a busy worker. */
+#define TIER_RETRY_NS 20000ull
 
 struct worker {
 	struct server *s;
