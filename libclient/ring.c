@@ -137,6 +137,7 @@ int kvpc_ring_push(struct kvp_client *c, uint32_t lane, const struct kvp_sqe *sq
 
 uint32_t kvpc_ring_submit(struct kvp_client *c)
 {
+	uint64_t now = 0;
 	uint32_t n = 0;
 	bool any = false;
 
@@ -145,6 +146,10 @@ uint32_t kvpc_ring_submit(struct kvp_client *c)
 
 		if (l->sq_tail == l->sq_published)
 			continue;
+		/* proto.h, PHASES: the stamp goes out with the tail. */
+		if (!now)
+			now = mono_ns();
+		__atomic_store_n(&l->ctl->sq_stamp, now, __ATOMIC_RELAXED);
 		/* S1: pairs with the daemon's load-acquire of sq_tail: the
 		 * entries written by kvpc_ring_push() are visible before the
 		 * tail that covers them. */
@@ -344,11 +349,17 @@ void kvpc_cq_take_lane(struct kvp_client *c, struct kvp_cqe *out, uint32_t *lane
 
 void kvpc_cq_release(struct kvp_client *c)
 {
+	uint64_t now = 0;
+
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
 
 		if (l->cq_head == l->cq_released)
 			continue;
+		/* proto.h, PHASES: the stamp goes out with the head. */
+		if (!now)
+			now = mono_ns();
+		__atomic_store_n(&l->ctl->cq_stamp, now, __ATOMIC_RELAXED);
 		/* C1: pairs with the daemon's load-acquire of cq_head before it
 		 * reuses a CQ slot: our reads of the entries above are done. */
 		__atomic_store_n(&l->ctl->cq_head, l->cq_head, __ATOMIC_RELEASE);

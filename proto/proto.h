@@ -207,14 +207,30 @@ struct kvp_shm_hdr {
 /* Each line is written by one side only (the comment says which). */
 struct kvp_ring_ctl {
 	_Alignas(64) uint32_t sq_tail;     /* client */
+	uint32_t sq_rsv;
+	uint64_t sq_stamp;                 /* client, v11: PHASES below */
 	_Alignas(64) uint32_t sq_head;     /* daemon */
 	_Alignas(64) uint32_t cq_tail;     /* daemon */
 	_Alignas(64) uint32_t cq_head;     /* client */
+	uint32_t cq_rsv;
+	uint64_t cq_stamp;                 /* client, v11: PHASES below */
 	_Alignas(64) uint32_t sq_flags;    /* daemon: KVP_RING_NEED_WAKEUP */
 	_Alignas(64) uint32_t sq_doorbell; /* client: futex the daemon sleeps on */
 	_Alignas(64) uint32_t cq_waiters;  /* client: 1 while it sleeps on cq_seq */
 	_Alignas(64) uint32_t cq_seq;      /* daemon: futex the client sleeps on */
 };
+
+/*
+ * PHASES (v11). Where a ring prepare's time goes (kvpool.h, struct
+ * kvp_ring_phases): the client stores CLOCK_MONOTONIC ns into sq_stamp
+ * before each store-release of sq_tail (S1), and into cq_stamp before
+ * each store-release of cq_head (C1); the daemon reads them after the
+ * load-acquire that pairs with that store, so it sees the stamp of that
+ * publish or a later one. Both sit on the line of the index they go with:
+ * no extra line moves between the two. They are measurements only, never
+ * trusted for anything else (a client that writes nonsense skews its own
+ * samples, which the daemon drops when they run backwards).
+ */
 
 /* The lane a user's entries go to (LANES): its shard's. */
 static inline uint32_t kvp_lane_of_user(uint64_t user, uint32_t shards,
@@ -293,6 +309,7 @@ enum kvp_opcode {
 	/* v11: n items, in: struct kvp_batch_item[n] -> out: struct
 	 * kvp_cqe[n] (one per item); res n. BATCH below. */
 	KVP_OP_BATCH = 36,
+	KVP_OP_RING_PHASES = 37,   /* v11, admin; out: struct kvp_ring_phases */
 	KVP_OP_MAX,
 };
 

@@ -70,6 +70,9 @@ struct lane {
 	struct lane_defer *dq;      /* cq_entries, allocated on first use */
 	uint32_t ndq;
 	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
+	uint32_t pub_pos;           /* PHASES (worker.c): cq_tail after the last
+				     * timed publish of a prepare, */
+	uint64_t pub_ns;            /* and when; 0: none waits for its reap */
 } __attribute__((aligned(64)));
 
 enum client_state {

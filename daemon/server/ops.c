@@ -61,6 +61,7 @@ static int op_reload(struct op *o);
 static int op_latency(struct op *o);
 static int op_server_info(struct op *o);
 static int op_batch_refuse(struct op *o);
+static int op_ring_phases(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_NOP] = { "nop", op_nop, 0, 0, NULL },
@@ -105,6 +106,8 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	/* Run by the worker through ops_batch_*() (ops_batch.c); here only
 	 * what reaches ops_execute: the uds mode, which has no arena. */
 	[KVP_OP_BATCH] = { "batch", op_batch_refuse, 0, NEED_TENANT | TAKES_INPUT, NULL },
+	[KVP_OP_RING_PHASES] = { "ring_phases", op_ring_phases, 0, NEED_ADMIN,
+				 "the daemon's ring phases" },
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -780,6 +783,19 @@ static int op_latency(struct op *o)
 				  o->out_len);
 	metrics_latency(o->s, &l);
 	out_put(o, &l, sizeof(l));
+	return 0;
+}
+
+static int op_ring_phases(struct op *o)
+{
+	struct kvp_ring_phases p;
+
+	if (o->out_len < sizeof(p))
+		return errbuf_set(o->e, -EMSGSIZE, "ring phases: the result needs "
+				  "out_len >= %zu bytes; out_len is %" PRIu32,
+				  sizeof(p), o->out_len);
+	metrics_phases(o->s, &p);
+	out_put(o, &p, sizeof(p));
 	return 0;
 }
 

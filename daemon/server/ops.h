@@ -183,6 +183,9 @@ bool ops_batch_settle(const struct kvp_sqe *sqe, struct op_batch *b,
 bool ops_batch_emit(const struct kvp_sqe *sqe, struct op_batch *b,
 		    struct kvp_cqe *cqe);
 
+/* Whether one of b's items has opcode (the worker's phase timing). */
+bool ops_batch_has(const struct op_batch *b, uint8_t opcode);
+
 void ops_batch_free(struct op_batch *b);
 /* A batch that will never complete (its client is gone, the daemon
  * stops): its onloads in flight are waited for, as a parked completion's

@@ -370,3 +370,11 @@ void ops_batch_drop(struct op_batch *b)
 			engine_fence_wait(b->v[i].eng, b->v[i].fence);
 	free(b);
 }
+
+bool ops_batch_has(const struct op_batch *b, uint8_t opcode)
+{
+	for (uint32_t i = 0; i < b->count; i++)
+		if (b->v[i].it.opcode == opcode)
+			return true;
+	return false;
+}

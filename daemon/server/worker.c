@@ -368,11 +368,12 @@ static bool run_batch(struct worker *w, struct lane *l, struct lane_defer *d,
  * deferred; -ENOMEM: not taken, try again on a later pass.
  */
 static int take_batch(struct worker *w, struct lane *l, struct lane_defer *d,
-		      struct emit_ctx *ex)
+		      struct emit_ctx *ex, bool *prepares)
 {
 	struct client_shm *sh = &l->c->shm;
 	struct kvp_cqe cqe;
 
+	*prepares = false;
 	d->b = ops_batch_open(w->s, l->c, &d->sqe, sh->arena, sh->arena_bytes,
 			      sh->arena, sh->arena_bytes, &cqe);
 	if (!d->b && !cqe.res)
@@ -381,7 +382,72 @@ static int take_batch(struct worker *w, struct lane *l, struct lane_defer *d,
 		emit_cqe(ex, &cqe);
 		return 1;
 	}
+	*prepares = ops_batch_has(d->b, KVP_OP_PREPARE);
 	return run_batch(w, l, d, l->ndq, ex) ? 1 : 0;
+}
+
+/*
+ * PHASES (proto.h; kvpool.h, struct kvp_ring_phases): one pass's timing
+ * of the entries that carry a prepare, while timing is on. Each answered
+ * in the pass gives a queue sample (the client's sq_stamp to its start),
+ * an execute sample and, at the pass's publish, a publish sample; the
+ * publish's time waits on the lane for the client's cq_stamp of a release
+ * past it: the wake sample, taken on a later pass.
+ */
+#define PHASE_MAX 64u
+
+struct phase_clock {
+	bool on;
+	uint32_t n;
+	uint64_t stamp;            /* the client's sq_stamp, read after A1 */
+	uint64_t done[PHASE_MAX];  /* when each answered entry had executed */
+};
+
+static void phase_begin(struct phase_clock *pc, struct lane *l, uint32_t cq_head)
+{
+	uint64_t r;
+
+	pc->n = 0;
+	pc->on = metrics_timed();
+	if (!pc->on)
+		return;
+	pc->stamp = __atomic_load_n(&l->ctl->sq_stamp, __ATOMIC_RELAXED);
+	/* After A2: a release at or past our last timed publish. */
+	if (l->pub_ns && (int32_t)(cq_head - l->pub_pos) >= 0) {
+		r = __atomic_load_n(&l->ctl->cq_stamp, __ATOMIC_RELAXED);
+		if (r >= l->pub_ns)
+			metrics_lat(LAT_PH_WAKE, r - l->pub_ns);
+		l->pub_ns = 0;
+	}
+}
+
+/* An entry that started at t0 (0: not timed) was answered in this pass. */
+static void phase_entry(struct phase_clock *pc, uint64_t t0)
+{
+	uint64_t t1;
+
+	if (!t0)
+		return;
+	t1 = mono_ns();
+	if (pc->stamp && pc->stamp <= t0)
+		metrics_lat(LAT_PH_QUEUE, t0 - pc->stamp);
+	metrics_lat(LAT_PH_EXECUTE, t1 - t0);
+	if (pc->n < PHASE_MAX)
+		pc->done[pc->n++] = t1;
+}
+
+/* After D1. */
+static void phase_publish(struct phase_clock *pc, struct lane *l)
+{
+	uint64_t t;
+
+	if (!pc->n)
+		return;
+	t = mono_ns();
+	for (uint32_t i = 0; i < pc->n; i++)
+		metrics_lat(LAT_PH_PUBLISH, t - pc->done[i]);
+	l->pub_ns = t;
+	l->pub_pos = l->cq_tail;
 }
 
 /*
@@ -455,8 +521,9 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
  * the deferred entries, then take every available SQE the CQ has room for.
  * Returns entries consumed or run plus completions published, or -EPROTO
  * with *why for a broken client. *blocked says entries wait for CQ room.
- * A little past 80 lines: the ring indices (S1, D1, D2, C1) are read,
- * checked and published in one place, so their pairing can be read at once.
+ * Past 80 lines: the ring indices (S1, D1, D2, C1) are read, checked and
+ * published in one place, so their pairing can be read at once; the phase
+ * clock's three calls sit where those indices are.
  */
 static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		     const char **why)
@@ -467,6 +534,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	struct emit_ctx ex = { l, sh->cq_entries - 1, 0, 0 };
 	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = l->cq_tail;
 	uint32_t late = 0, ran = 0;
+	struct phase_clock pc;
 
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
 	 * entries below tail are written. */
@@ -485,6 +553,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	 * done with those CQEs and their arena bytes. */
 	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
 	ex.cq_head = cq_head;
+	phase_begin(&pc, l, cq_head);
 	used = l->cq_tail - cq_head;
 	if (used > sh->cq_entries) {
 		*why = "cq_head moved past cq_tail";
@@ -512,31 +581,42 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		n = 0; /* out of memory: try again on the next pass */
 	for (i = 0; i < n; i++) {
 		struct lane_defer d = { 0 };
+		uint64_t t0 = 0;
+		uint32_t parked;
 
 		/* The one read of this entry: validated and used as copied. */
 		memcpy(&d.sqe, &l->sqes[l->sq_head & (sh->sq_entries - 1)],
 		       sizeof(d.sqe));
 		l->sq_head++;
+		if (pc.on && (d.sqe.opcode == KVP_OP_PREPARE ||
+			      d.sqe.opcode == KVP_OP_BATCH))
+			t0 = mono_ns();
 		if (d.sqe.opcode == KVP_OP_BATCH) {
+			bool prep;
 			int st;
 
 			ex.reserved = l->ndq + (n - i); /* this one's too */
-			st = take_batch(w, l, &d, &ex);
-
+			st = take_batch(w, l, &d, &ex, &prep);
 			if (st < 0) {
 				l->sq_head--; /* out of memory: not taken */
 				break;
 			}
 			if (!st)
 				l->dq[l->ndq++] = d; /* room counted its CQ slot */
+			else if (prep)
+				phase_entry(&pc, t0);
 			continue;
 		}
 		if (entry_user(w, l, &d) && must_wait(l, l->ndq, d.has_user, d.user)) {
 			l->dq[l->ndq++] = d; /* room counted its CQ slot */
 			continue;
 		}
-		if (run_entry(w, l, &d, &ex))
+		parked = l->park.n;
+		if (run_entry(w, l, &d, &ex)) {
+			if (l->park.n == parked)
+				phase_entry(&pc, t0);
 			continue;
+		}
 		/* Waits for the reclaimer: later entries of its user wait
 		 * behind it, the others pass. */
 		d.has_user = ops_sqe_user(w->s, c, &d.sqe, &d.user);
@@ -549,6 +629,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		 * at execution, for parked ones); pairs with the client's
 		 * load-acquire of cq_tail. */
 		__atomic_store_n(&ctl->cq_tail, l->cq_tail, __ATOMIC_RELEASE);
+		phase_publish(&pc, l);
 	}
 	if (i) {
 		/* D2: the entries were copied out above; their slots are free. */

@@ -21,7 +21,9 @@
  *   3. libkvpool's queue / submit / reap: 48 prepares over many users go
  *      out as at most one entry per lane, and come back as 48 completions
  *      with their own tags and leases; their commits and releases likewise;
- *      a failing item's completion carries its message and error info.
+ *      a failing item's completion carries its message and error info;
+ *   4. kvp_ring_phases: queue, execute, publish and wake samples of those
+ *      prepares.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -410,6 +412,64 @@ static void part_library(const char *sock)
 	kvp_close(c);
 }
 
+/* ------------------------------------------------------------ 4 */
+
+/*
+ * kvp_ring_phases (kvpool.h): after rounds of batched and plain prepares,
+ * each phase has samples, and a non-admin cannot read them.
+ */
+static void part_phases(const char *sock)
+{
+	struct kvp_client *c = h_connect_or_fail(sock, "batch-phases", 5000);
+	struct kvp_ring_phases p0, p1;
+	struct kvp_completion cq[8];
+	struct kvp_lease l;
+
+	if (!c) {
+		g_bad++;
+		return;
+	}
+	CHECK(kvp_ring_phases(c, &p0) == 0, "ring_phases: %s", kvp_last_error(c));
+	for (uint32_t r = 0; r < 50; r++) {
+		uint32_t got = 0;
+
+		for (uint32_t i = 0; i < 8; i++)
+			kvp_queue_prepare(c, 7000 + i, r * P, P, i);
+		kvp_submit(c);
+		while (got < 8) {
+			int n = kvp_reap(c, cq + got, 8 - got, 1);
+
+			if (n <= 0)
+				break;
+			got += (uint32_t)n;
+		}
+		for (uint32_t i = 0; i < got; i++)
+			kvp_queue_commit(c, cq[i].lease.id, P, 1, i);
+		kvp_submit(c);
+		for (got = 0; got < 8;) {
+			int n = kvp_reap(c, cq, 8, 1);
+
+			if (n <= 0)
+				break;
+			got += (uint32_t)n;
+		}
+		if (kvp_prepare(c, 7100, r * P, P, &l) == 0)
+			kvp_commit(c, l.id, P), kvp_release(c, l.id);
+	}
+	CHECK(kvp_ring_phases(c, &p1) == 0, "ring_phases: %s", kvp_last_error(c));
+	for (int k = 0; k < KVP_PHASES; k++) {
+		uint64_t n = p1.phase[k].count - p0.phase[k].count;
+
+		h_log("phase %d: %" PRIu64 " samples, mean %" PRIu64 " ns", k, n,
+		      n ? (p1.phase[k].sum_ns - p0.phase[k].sum_ns) / n : 0);
+		CHECK(n >= 20, "phase %d: %" PRIu64 " samples after 100 prepare "
+		      "entries", k, n);
+	}
+	CHECK(p1.bucket_ns[KVP_LAT_BUCKETS - 1] == UINT64_MAX,
+	      "the last bucket is not +Inf");
+	kvp_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	struct h_daemon d;
@@ -431,5 +491,6 @@ int main(int argc, char **argv)
 	part_good(&r);
 	h_raw_detach(&r);
 	part_library(d.sock);
+	part_phases(d.sock);
 	return h_daemon_finish(&d, g_bad, t0);
 }
