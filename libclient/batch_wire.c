@@ -175,6 +175,9 @@ int kvpc_flush(struct kvp_client *c)
 		while (l->nheld) {
 			uint32_t n = l->nheld < KVP_BATCH_MAX ? l->nheld : KVP_BATCH_MAX;
 			uint32_t rec;
+
+			if (n > c->lane_recs)
+				n = c->lane_recs; /* a small arena's lane */
 			int ret;
 
 			if (n >= 2 && recs_take(c, l, n, &rec))

@@ -533,7 +533,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	struct kvp_ring_ctl *ctl = l->ctl;
 	struct emit_ctx ex = { l, sh->cq_entries - 1, 0, 0 };
 	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = l->cq_tail;
-	uint32_t late = 0, ran = 0;
+	uint32_t late = 0, ran = 0, work = 0;
 	struct phase_clock pc;
 
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
@@ -579,7 +579,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	*blocked = avail > room;
 	if (n && !l->dq && !(l->dq = calloc(sh->cq_entries, sizeof(*l->dq))))
 		n = 0; /* out of memory: try again on the next pass */
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && work < PASS_BUDGET; i++) {
 		struct lane_defer d = { 0 };
 		uint64_t t0 = 0;
 		uint32_t parked;
@@ -591,10 +591,13 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		if (pc.on && (d.sqe.opcode == KVP_OP_PREPARE ||
 			      d.sqe.opcode == KVP_OP_BATCH))
 			t0 = mono_ns();
+		work++;
 		if (d.sqe.opcode == KVP_OP_BATCH) {
 			bool prep;
 			int st;
 
+			if (d.sqe.n > 1 && d.sqe.n <= KVP_BATCH_MAX)
+				work += d.sqe.n - 1;
 			ex.reserved = l->ndq + (n - i); /* this one's too */
 			st = take_batch(w, l, &d, &ex, &prep);
 			if (st < 0) {

@@ -25,6 +25,11 @@
  * (the tier bounds it: a read completes or fails, remote_timeout_ms); a
  * try takes its shard's lock, so not on every pass of a busy worker. */
 #define TIER_RETRY_NS 20000ull
+/* Operations one lane's pass takes at most (a batch entry counts its
+ * items): with batches of KVP_BATCH_MAX a full ring is 256 x sq_entries
+ * operations, which would hold the worker's other clients for that long.
+ * The rest waits in the ring for the next pass, after the other lanes. */
+#define PASS_BUDGET 1024u
 
 struct worker {
 	struct server *s;
