@@ -518,15 +518,16 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
 
 /*
  * One pass over lane l: publish the parked completions that landed, retry
- * the deferred entries, then take every available SQE the CQ has room for.
+ * the deferred entries, then take every available SQE the CQ has room for,
+ * up to budget operations (PASS_BUDGET; a batch counts its items).
  * Returns entries consumed or run plus completions published, or -EPROTO
  * with *why for a broken client. *blocked says entries wait for CQ room.
  * Past 80 lines: the ring indices (S1, D1, D2, C1) are read, checked and
  * published in one place, so their pairing can be read at once; the phase
  * clock's three calls sit where those indices are.
  */
-static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
-		     const char **why)
+static int ring_pass(struct worker *w, struct lane *l, uint32_t budget,
+		     bool *blocked, const char **why)
 {
 	struct client *c = l->c;
 	struct client_shm *sh = &c->shm;
@@ -579,7 +580,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	*blocked = avail > room;
 	if (n && !l->dq && !(l->dq = calloc(sh->cq_entries, sizeof(*l->dq))))
 		n = 0; /* out of memory: try again on the next pass */
-	for (i = 0; i < n && work < PASS_BUDGET; i++) {
+	for (i = 0; i < n && work < budget; i++) {
 		struct lane_defer d = { 0 };
 		uint64_t t0 = 0;
 		uint32_t parked;
@@ -663,7 +664,9 @@ static uint32_t worker_pass(struct worker *w, bool *blocked)
 			drop_lane(w, i, NULL); /* the client is on its way out */
 			continue;
 		}
-		ret = ring_pass(w, l, &stalled, &why);
+		/* A pass that noted uds requests takes every entry it can, as
+		 * they must not overtake any published before (top comment). */
+		ret = ring_pass(w, l, uds ? UINT32_MAX : PASS_BUDGET, &stalled, &why);
 		if (ret < 0) {
 			drop_lane(w, i, why);
 			continue;

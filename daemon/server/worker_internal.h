@@ -28,7 +28,9 @@
 /* Operations one lane's pass takes at most (a batch entry counts its
  * items): with batches of KVP_BATCH_MAX a full ring is 256 x sq_entries
  * operations, which would hold the worker's other clients for that long.
- * The rest waits in the ring for the next pass, after the other lanes. */
+ * The rest waits in the ring for the next pass, after the other lanes;
+ * but not in a pass with uds requests, which go after every ring entry
+ * published before them (worker.c: uds requests). */
 #define PASS_BUDGET 1024u
 
 struct worker {
