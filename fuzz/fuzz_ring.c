@@ -122,6 +122,7 @@ static void check_cqe(const struct kvp_sqe *q, const struct kvp_cqe *cqe)
 static void run_batch(struct server *s, struct client *c, const struct kvp_sqe *q,
 		      struct op_scratch *scr)
 {
+	static const struct op_batch_clock clk = { RECLAIM_WAIT_FUZZ, 0 };
 	struct op_batch *b;
 	struct kvp_cqe cqe;
 	uint32_t got = 0, rounds = 0;
@@ -134,8 +135,10 @@ static void run_batch(struct server *s, struct client *c, const struct kvp_sqe *
 	}
 	for (;;) {
 		/* now past the reclaimer's wait after the first round */
+		static const struct op_batch_clock clk = { RECLAIM_WAIT_FUZZ, 0 };
+
 		ops_batch_run(s, c, q, b, arena, ARENA_BYTES, scr, NULL, NULL,
-			      rounds ? UINT64_MAX / 2 : 1, RECLAIM_WAIT_FUZZ);
+			      rounds ? UINT64_MAX / 2 : 1, &clk);
 		for (uint32_t i = 0; i < b->count; i++)
 			if (b->v[i].state == OP_ITEM_LANDING)
 				engine_fence_wait(b->v[i].eng, b->v[i].fence);

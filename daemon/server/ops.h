@@ -114,6 +114,7 @@ struct op_batch_slot {
 	struct kvp_batch_item it;  /* the private copy */
 	uint64_t user;             /* for ordering, when has_user */
 	uint64_t since;            /* waits for the reclaimer since (ns); 0 */
+	uint64_t retry_at;         /* waits for a lower tier: not tried before */
 	struct engine *eng;        /* LANDING: engine_fence_done(eng, fence) */
 	uint64_t fence;
 	struct kvp_cqe cqe;        /* LANDING: its completion, for the log */
@@ -152,16 +153,22 @@ typedef bool (*op_batch_held_fn)(void *arg, struct op_batch *b, uint32_t i);
  * Run every item not run yet that may run now, in item order: not one
  * held() holds, nor one behind an earlier item of the batch of the same
  * user (or of no single user) that has not run or not landed. A prepare
- * that waits (the reclaimer: up to reclaim_wait_ns from its first try,
- * then it makes its room itself; a lower tier: until the tier answers)
- * stays unrun, its why noted. Returns the items still unrun; their users
+ * that waits (the reclaimer: up to clk->reclaim_wait_ns from its first
+ * try, then it makes its room itself; a lower tier: until the tier
+ * answers, tried again every clk->tier_retry_ns) stays unrun, its why
+ * noted. Returns the items still unrun; their users
  * are looked up before it returns, for ops_batch_holds.
  */
+struct op_batch_clock {
+	uint64_t reclaim_wait_ns;  /* the reclaimer's wait, at most */
+	uint64_t tier_retry_ns;    /* a lower tier's wait: tried this often */
+};
+
 uint32_t ops_batch_run(struct server *s, struct client *c,
 		       const struct kvp_sqe *sqe, struct op_batch *b,
 		       unsigned char *out_base, uint32_t out_cap,
 		       struct op_scratch *scr, op_batch_held_fn held, void *arg,
-		       uint64_t now, uint64_t reclaim_wait_ns);
+		       uint64_t now, const struct op_batch_clock *clk);
 
 /* The user item i names (ops_sqe_user's answer for it); looked up once. */
 bool ops_batch_user(struct server *s, struct client *c, struct op_batch *b,

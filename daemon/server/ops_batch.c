@@ -154,6 +154,7 @@ struct op_batch *ops_batch_open(struct server *s, struct client *c,
 		v->eng = NULL;
 		v->fence = 0;
 		v->since = 0;
+		v->retry_at = 0;
 		v->state = OP_ITEM_UNRUN;
 		v->why = ENGINE_DONE;
 		/* An info's or a prepare's user is its own; a commit's or a
@@ -228,27 +229,38 @@ static void log_put(const struct kvp_sqe *sqe, struct op_batch *b,
 	       sizeof(*cqe));
 }
 
-/* Whether item i is behind an earlier item of the batch, of its user (or
- * of no single user), that has not run or not landed: one user's items
- * take effect, and complete, in item order. */
-static bool behind(struct server *s, struct client *c, struct op_batch *b,
-		   uint32_t i)
+/*
+ * The users of the items a pass has passed over so far that have not run
+ * or not landed: a later item of one of them, or any later item once one
+ * of no single user is among them, waits (one user's items take effect,
+ * and complete, in item order). A set, so a batch of one user's items
+ * costs a pass one comparison per item, not one per earlier item.
+ */
+struct blockers {
+	bool all;                  /* an item of no single user */
+	uint32_t n;
+	uint64_t user[KVP_BATCH_MAX];
+};
+
+static void block(struct blockers *k, const struct op_batch_slot *v)
 {
-	uint64_t user = 0;
-	bool has = false, looked = false;
-
-	for (uint32_t j = b->first; j < i; j++) {
-		const struct op_batch_slot *v = &b->v[j];
-
-		if (v->state == OP_ITEM_LOGGED)
-			continue;
-		if (!looked) {
-			has = ops_batch_user(s, c, b, i, &user);
-			looked = true;
-		}
-		if (!has || !v->has_user || v->user == user)
-			return true;
+	if (!v->has_user) {
+		k->all = true;
+		return;
 	}
+	for (uint32_t j = 0; j < k->n; j++)
+		if (k->user[j] == v->user)
+			return;
+	k->user[k->n++] = v->user;
+}
+
+static bool blocked(const struct blockers *k, bool has, uint64_t user)
+{
+	if (k->all || (k->n && !has))
+		return true;
+	for (uint32_t j = 0; j < k->n; j++)
+		if (k->user[j] == user)
+			return true;
 	return false;
 }
 
@@ -256,8 +268,9 @@ uint32_t ops_batch_run(struct server *s, struct client *c,
 		       const struct kvp_sqe *sqe, struct op_batch *b,
 		       unsigned char *out_base, uint32_t out_cap,
 		       struct op_scratch *scr, op_batch_held_fn held, void *arg,
-		       uint64_t now, uint64_t reclaim_wait_ns)
+		       uint64_t now, const struct op_batch_clock *clk)
 {
+	struct blockers k = { .all = false, .n = 0 };
 	uint32_t unrun = 0;
 	uint64_t u;
 
@@ -266,27 +279,40 @@ uint32_t ops_batch_run(struct server *s, struct client *c,
 		struct op_wait wt = { 0 };
 		struct kvp_sqe q;
 		struct kvp_cqe cqe;
+		bool has;
 
-		if (v->state != OP_ITEM_UNRUN)
+		if (v->state == OP_ITEM_LOGGED)
 			continue;
-		if (behind(s, c, b, i) || (held && held(arg, b, i))) {
+		if (v->state == OP_ITEM_LANDING) {
+			block(&k, v);
+			continue;
+		}
+		has = (k.all || k.n) ? ops_batch_user(s, c, b, i, &u) : false;
+		if ((k.all || k.n) && blocked(&k, has, u)) {
+			block(&k, v);
+			continue;
+		}
+		if ((held && held(arg, b, i)) || (v->retry_at && now < v->retry_at)) {
 			ops_batch_user(s, c, b, i, &u); /* for ops_batch_holds */
+			block(&k, v);
 			continue;
 		}
 		/* A reclaimer's wait is bounded; a lower tier's is the tier's
-		 * own (it answers, or fails the read). */
+		 * own (it answers, or fails the read), tried every so often. */
 		wt.retried = v->since != 0;
-		wt.may_retry = !wt.retried || now - v->since < reclaim_wait_ns;
+		wt.may_retry = !wt.retried || now - v->since < clk->reclaim_wait_ns;
 		item_sqe(&v->it, &q);
 		op_execute_held(s, c, &q, NULL, 0, out_base, out_cap, scr, &cqe,
 				&wt, &b->hold);
 		if (wt.retry) {
-			/* The reclaimer's clock is for its wait only. */
-			if (!v->since && wt.why != ENGINE_WAIT_DISK &&
-			    wt.why != ENGINE_WAIT_REMOTE)
-				v->since = now;
+			v->retry_at = 0;
+			if (wt.why == ENGINE_WAIT_DISK || wt.why == ENGINE_WAIT_REMOTE)
+				v->retry_at = now + clk->tier_retry_ns;
+			else if (!v->since)
+				v->since = now; /* the reclaimer's clock: its wait only */
 			v->why = (uint8_t)wt.why;
 			ops_batch_user(s, c, b, i, &u);
+			block(&k, v);
 			continue;
 		}
 		v->state = OP_ITEM_LOGGED;
@@ -295,6 +321,7 @@ uint32_t ops_batch_run(struct server *s, struct client *c,
 			v->eng = wt.eng;
 			v->fence = wt.fence;
 			v->cqe = cqe;
+			block(&k, v);
 		} else {
 			log_put(sqe, b, out_base, &cqe);
 		}

@@ -341,6 +341,7 @@ static bool batch_item_held(void *arg, struct op_batch *b, uint32_t i)
 static bool run_batch(struct worker *w, struct lane *l, struct lane_defer *d,
 		      uint32_t upto, struct emit_ctx *ex)
 {
+	static const struct op_batch_clock clk = { RECLAIM_WAIT_NS, TIER_RETRY_NS };
 	struct client_shm *sh = &l->c->shm;
 	struct batch_held h = { w, l, upto };
 	struct kvp_cqe cqe;
@@ -348,7 +349,7 @@ static bool run_batch(struct worker *w, struct lane *l, struct lane_defer *d,
 
 	ops_batch_run(w->s, l->c, &d->sqe, d->b, sh->arena, sh->arena_bytes,
 		      &w->scratch, lane_busy(l) ? batch_item_held : NULL, &h,
-		      mono_ns(), RECLAIM_WAIT_NS);
+		      mono_ns(), &clk);
 	if (!ops_batch_settle(&d->sqe, d->b, sh->arena)) {
 		used = l->cq_tail - ex->cq_head + l->park.n + ex->reserved;
 		if (used < sh->cq_entries && ops_batch_emit(&d->sqe, d->b, &cqe))
