@@ -70,7 +70,10 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 	s->lease = sqe->opcode == KVP_OP_COMMIT || sqe->opcode == KVP_OP_RELEASE ?
 		   sqe->arg : 0;
 	s->user_tag = user_tag;
-	lane = kvpc_lane_of(c, sqe);
+	/* KVPOOL_BATCH=one: every async operation on one lane (batch_wire.c);
+	 * a synchronous call runs with nothing in flight, on its own lane. */
+	lane = !sync && c->one_lane >= 0 ? (uint32_t)c->one_lane :
+	       kvpc_lane_of(c, sqe);
 	s->lane = lane;
 	s->pos = c->lanes[lane].sq_tail;
 	c->inflight++;

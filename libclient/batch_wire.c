@@ -48,6 +48,8 @@ int kvpc_batch_setup(struct kvp_client *c)
 	c->lane_recs = c->sync_bytes / c->nlanes / REC_BYTES;
 	if (c->lane_recs < 2 || (env && !strcmp(env, "0")))
 		c->lane_recs = 0;
+	c->one_lane = env && !strcmp(env, "one") && c->lane_recs ?
+		      (int32_t)(c->client_id % c->nlanes) : -1;
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
 
@@ -128,13 +130,36 @@ static int push_plain(struct kvp_client *c, uint32_t lane, uint32_t idx)
 	return kvpc_ring_push(c, lane, &s->sqe);
 }
 
+/* The shard an operation's user (or lease) belongs to. */
+static uint32_t shard_of(const struct kvp_client *c, const struct kvp_sqe *q)
+{
+	if (q->opcode == KVP_OP_COMMIT || q->opcode == KVP_OP_RELEASE)
+		return kvp_lane_of_lease(q->arg, c->shards, c->shards);
+	return kvp_lane_of_user(q->user, c->shards, c->shards);
+}
+
+/* KVPOOL_BATCH=one: the n slots grouped by shard, stably (one user's
+ * operations keep their order; the daemon takes each shard's lock once). */
+static void by_shard(const struct kvp_client *c, uint32_t *idx, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		uint32_t x = idx[i], k = shard_of(c, &c->slots[x].sqe), j = i;
+
+		while (j && shard_of(c, &c->slots[idx[j - 1]].sqe) > k) {
+			idx[j] = idx[j - 1];
+			j--;
+		}
+		idx[j] = x;
+	}
+}
+
 /* The first n held operations of lane as one BATCH entry at rec. */
 static int push_batch(struct kvp_client *c, uint32_t lane, uint32_t n,
 		      uint32_t rec)
 {
 	struct kvpc_lane *l = &c->lanes[lane];
 	unsigned char *base = lane_recs(c, lane, rec);
-	uint32_t seq = l->bat_head;
+	uint32_t seq = l->bat_head, idx[KVP_BATCH_MAX];
 	struct kvp_sqe e = {
 		.opcode = KVP_OP_BATCH, .n = n,
 		.tag = BATCH_TAG | (uint64_t)lane << 40 | seq,
@@ -142,9 +167,12 @@ static int push_batch(struct kvp_client *c, uint32_t lane, uint32_t n,
 		.out_off = (uint32_t)(base - c->arena), .out_len = n * REC_BYTES,
 	};
 
+	for (uint32_t i = 0; i < n; i++)
+		idx[i] = held_pop(c, l);
+	if (c->one_lane >= 0 && c->shards > 1)
+		by_shard(c, idx, n);
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = held_pop(c, l);
-		struct kvpc_slot *s = &c->slots[idx];
+		struct kvpc_slot *s = &c->slots[idx[i]];
 		struct kvp_batch_item it = {
 			.tag = s->sqe.tag, .user = s->sqe.user, .arg = s->sqe.arg,
 			.n = s->sqe.n, .opcode = s->sqe.opcode, .flags = s->sqe.flags,

@@ -58,6 +58,10 @@
  * its lane is owed that many until its final one comes. A batch tag has bit 63 set (a slot's
  * generation stays below 2^31), the lane in bits 40..62 and the lane's
  * batch sequence below; an item is believed only from its own batch.
+ * KVPOOL_BATCH=one (for measuring a lone client on many cores) puts every
+ * async operation of the client on one lane (client id % lanes), each
+ * batch's items grouped by shard (stable: one user's stay in order), so a
+ * submit is one entry for one worker, which takes each shard's lock once.
  *
  * OPERATION SLOTS AND TAGS. Every operation, sync or async, holds one of
  * sq_entries slots from SQE queueing until its CQE is reaped; that bounds
@@ -179,6 +183,8 @@ struct kvp_client {
 	struct kvp_cqe *pend;         /* batch_wire.c: item completions taken */
 	uint32_t pend_head, pend_tail;/* out of BATCH completions, not reaped */
 	uint32_t lane_recs;           /* records per lane (THE BATCH RECORDS) */
+	int32_t one_lane;             /* KVPOOL_BATCH=one: every async operation
+				       * on this lane; -1: on its shard's */
 	uint32_t *free_slots;         /* FIFO of free slot indices, sq_entries */
 	uint32_t free_head, free_tail;
 	uint32_t inflight;            /* slots taken: queued + submitted, unreaped */

@@ -22,6 +22,7 @@
  *      out as at most one entry per lane, and come back as 48 completions
  *      with their own tags and leases; their commits and releases likewise;
  *      a failing item's completion carries its message and error info;
+ *      with KVPOOL_BATCH=one the same as one entry on one lane;
  *   4. kvp_ring_phases: queue, execute, publish and wake samples of those
  *      prepares.
  */
@@ -326,30 +327,41 @@ static uint32_t entries_published(const struct kvp_client *c)
 	return n;
 }
 
-static void part_library(const char *sock)
+static void part_library(const char *sock, const char *mode)
 {
-	struct kvp_client *c = h_connect_or_fail(sock, "batch-lib", 5000);
+	struct kvp_client *c;
+
 	struct kvp_completion cq[NQ];
 	uint64_t lease[NQ] = { 0 };
 	struct kvp_error_info ei;
-	uint32_t e0, e1, got = 0;
+	uint64_t ub = mode ? 6000 : 5000; /* users of this run */
+	uint32_t e0, e1, got = 0, max_entries;
 	int n;
 
+	if (mode)
+		setenv("KVPOOL_BATCH", mode, 1);
+	else
+		unsetenv("KVPOOL_BATCH"); /* batches, whatever ctest's is */
+	c = h_connect_or_fail(sock, "batch-lib", 5000);
+	unsetenv("KVPOOL_BATCH");
 	if (!c) {
 		g_bad++;
 		return;
 	}
 	for (uint32_t i = 0; i < NQ; i++)
-		CHECK(kvp_queue_prepare(c, 5000 + i, 0, P, 1000 + i) == 0,
+		CHECK(kvp_queue_prepare(c, ub + i, 0, P, 1000 + i) == 0,
 		      "queue_prepare %u: %s", i, kvp_last_error(c));
 	e0 = entries_published(c);
 	n = kvp_submit(c);
 	e1 = entries_published(c);
 	CHECK(n == (int)NQ, "submit: %d", n);
-	CHECK(e1 - e0 <= c->nlanes,
-	      "%u prepares went out as %u entries over %u lanes", NQ, e1 - e0,
-	      c->nlanes);
-	h_log("%u prepares: %u ring entries (%u lanes)", NQ, e1 - e0, c->nlanes);
+	/* KVPOOL_BATCH=one: a single entry, on one lane. */
+	max_entries = mode && !strcmp(mode, "one") ? 1 : c->nlanes;
+	CHECK(e1 - e0 <= max_entries,
+	      "%u prepares went out as %u entries over %u lanes (%s)", NQ, e1 - e0,
+	      c->nlanes, mode ? mode : "default");
+	h_log("%u prepares: %u ring entries (%u lanes, %s)", NQ, e1 - e0, c->nlanes,
+	      mode ? mode : "default");
 	while (got < NQ) {
 		n = kvp_reap(c, cq, 7, 1); /* fewer than a batch at a time */
 		if (n <= 0) {
@@ -360,7 +372,7 @@ static void part_library(const char *sock)
 			uint64_t i = cq[j].tag - 1000;
 
 			CHECK(i < NQ && !lease[i] && cq[j].res == 0 &&
-			      cq[j].op == KVP_ASYNC_PREPARE && cq[j].lease.user == 5000 + i &&
+			      cq[j].op == KVP_ASYNC_PREPARE && cq[j].lease.user == ub + i &&
 			      cq[j].lease.npages == 1,
 			      "prepare completion tag %" PRIu64 ": res %d user %" PRIu64,
 			      cq[j].tag, cq[j].res, cq[j].lease.user);
@@ -373,11 +385,11 @@ static void part_library(const char *sock)
 		CHECK(kvp_queue_commit(c, lease[i], P, 1, 2000 + i) == 0,
 		      "queue_commit %u: %s", i, kvp_last_error(c));
 	/* A gap: fails alone, with its message and detail. */
-	CHECK(kvp_queue_prepare(c, 5000, 5 * P, 1, 3000) == 0, "queue gap");
+	CHECK(kvp_queue_prepare(c, ub, 5 * P, 1, 3000) == 0, "queue gap");
 	e0 = entries_published(c);
 	CHECK(kvp_submit(c) == (int)NQ + 1, "submit commits");
 	e1 = entries_published(c);
-	CHECK(e1 - e0 <= c->nlanes, "%u commits: %u entries", NQ + 1, e1 - e0);
+	CHECK(e1 - e0 <= max_entries, "%u commits: %u entries", NQ + 1, e1 - e0);
 	for (got = 0; got < NQ + 1;) {
 		n = kvp_reap(c, cq, NQ, 1);
 		if (n <= 0) {
@@ -406,8 +418,8 @@ static void part_library(const char *sock)
 	for (uint32_t i = 0; i < NQ; i += 7) {
 		struct kvp_user_info u;
 
-		CHECK(kvp_info(c, 5000 + i, &u) == 0 && u.len == P && u.leases == 0,
-		      "user %u: len %" PRIu64 " leases %u", 5000 + i, u.len, u.leases);
+		CHECK(kvp_info(c, ub + i, &u) == 0 && u.len == P && u.leases == 0,
+		      "user %" PRIu64 ": len %" PRIu64 " leases %u", ub + i, u.len, u.leases);
 	}
 	kvp_close(c);
 }
@@ -490,7 +502,8 @@ int main(int argc, char **argv)
 	part_malformed(&r);
 	part_good(&r);
 	h_raw_detach(&r);
-	part_library(d.sock);
+	part_library(d.sock, NULL);
+	part_library(d.sock, "one");
 	part_phases(d.sock);
 	return h_daemon_finish(&d, g_bad, t0);
 }
