@@ -23,6 +23,7 @@ add_executable(kvpoold
   daemon/server/ops_move.c
   daemon/server/ops_share.c
   daemon/server/ops_chunk.c
+  daemon/server/ops_batch.c
   daemon/server/park.c
   daemon/server/metrics.c
   daemon/server/metrics_ops.c

@@ -39,6 +39,7 @@
 #define MAX_SQES 64u
 #define ARENA_BYTES KVP_ARENA_MIN_BYTES
 #define LAST 0x545341454c54534cull /* "LSTLEAST": the last val0 */
+#define RECLAIM_WAIT_FUZZ 1000000ull /* ns; past it after the first round */
 
 static char *args[] = { "kvpoold", "--device-mem=1M", "--host-mem=2M", "--workers=1",
 			NULL };
@@ -110,6 +111,64 @@ static void check_cqe(const struct kvp_sqe *q, const struct kvp_cqe *cqe)
 		fuzz_assert(arena[q->out_off + cqe->out_bytes - 1] == '\0');
 }
 
+/*
+ * A BATCH entry, as worker.c's take_batch/run_batch run one: opened (the
+ * items checked whole and copied once), run until every item ran (a
+ * prepare the reclaimer would hold runs again, as past RECLAIM_WAIT_NS),
+ * its onloads waited for, its completions emitted. What they must hold:
+ * the completions' item counts add up to the batch's, each names an
+ * item's tag, and each item's result stays within its range.
+ */
+static void run_batch(struct server *s, struct client *c, const struct kvp_sqe *q,
+		      struct op_scratch *scr)
+{
+	static const struct op_batch_clock clk = { RECLAIM_WAIT_FUZZ, 0 };
+	struct op_batch *b;
+	struct kvp_cqe cqe;
+	uint32_t got = 0, rounds = 0;
+
+	b = ops_batch_open(s, c, q, arena, ARENA_BYTES, arena, ARENA_BYTES, &cqe);
+	if (!b) {
+		check_cqe(q, &cqe);
+		fuzz_assert(cqe.res < 0);
+		return;
+	}
+	for (;;) {
+		/* now past the reclaimer's wait after the first round */
+		static const struct op_batch_clock clk = { RECLAIM_WAIT_FUZZ, 0 };
+
+		ops_batch_run(s, c, q, b, arena, ARENA_BYTES, scr, NULL, NULL,
+			      rounds ? UINT64_MAX / 2 : 1, &clk);
+		for (uint32_t i = 0; i < b->count; i++)
+			if (b->v[i].state == OP_ITEM_LANDING)
+				engine_fence_wait(b->v[i].eng, b->v[i].fence);
+		if (ops_batch_settle(q, b, arena))
+			break;
+		if (ops_batch_emit(q, b, &cqe))
+			got += (uint32_t)cqe.res;
+		/* Nothing here waits for a lower tier: each round runs at
+		 * least the first item not run, whatever held it. */
+		fuzz_assert(++rounds <= b->count + 1);
+	}
+	fuzz_assert(ops_batch_emit(q, b, &cqe) && cqe.val1 == 1);
+	got += (uint32_t)cqe.res;
+	fuzz_assert(got == b->count && cqe.tag == q->tag);
+	for (uint32_t i = 0; i < b->count; i++) {
+		struct kvp_cqe ic;
+		bool found = false;
+
+		memcpy(&ic, arena + q->out_off + i * sizeof(ic), sizeof(ic));
+		for (uint32_t j = 0; j < b->count && !found; j++)
+			found = b->v[j].it.tag == ic.tag &&
+				ic.out_bytes <= b->v[j].it.out_len;
+		fuzz_assert(found);
+	}
+	if (trace)
+		fprintf(stderr, "fuzz_ring: batch tag %llu: %u items\n",
+			(unsigned long long)q->tag, b->count);
+	ops_batch_free(b);
+}
+
 /* One entry, as run_entry() runs it. */
 static void run_entry(struct server *s, struct client *c, struct kvp_sqe *q,
 		      struct op_scratch *scr, uint64_t *last)
@@ -120,6 +179,10 @@ static void run_entry(struct server *s, struct client *c, struct kvp_sqe *q,
 
 	if (q->arg == LAST)
 		q->arg = *last;
+	if (q->opcode == KVP_OP_BATCH) {
+		run_batch(s, c, q, scr);
+		return;
+	}
 	(void)ops_sqe_user(s, c, q, &user);
 	ops_execute(s, c, q, arena, ARENA_BYTES, arena, ARENA_BYTES, scr, &cqe, &wt);
 	if (wt.retry) {

@@ -174,6 +174,30 @@ static void ring_histories(void)
 	q->flags = KVP_SQE_ALL, q->sel = 2;
 	ring_put(&r, "admin");
 
+	/* BATCH entries (proto.h): prepares, a commit of no lease, infos;
+	 * then one with a malformed item (nothing of it runs). */
+	{
+		struct kvp_batch_item it[4] = {
+			{ .tag = 1, .user = 7, .n = 16, .opcode = KVP_OP_PREPARE,
+			  .out_off = OUT_AT + 8192, .out_len = 1024 },
+			{ .tag = 2, .user = 8, .n = 1, .opcode = KVP_OP_PREPARE,
+			  .out_off = OUT_AT + 9216, .out_len = 1024 },
+			{ .tag = 3, .arg = 1, .n = 1, .opcode = KVP_OP_COMMIT,
+			  .flags = KVP_SQE_RELEASE, .out_off = OUT_AT + 10240,
+			  .out_len = 256 },
+			{ .tag = 4, .user = 7, .opcode = KVP_OP_INFO,
+			  .out_off = OUT_AT + 10496, .out_len = 256 },
+		};
+
+		ring_init(&r, 0);
+		q = ring_add(&r, KVP_OP_BATCH, 256, it, sizeof(it));
+		q->n = 4;
+		it[2].opcode = KVP_OP_EVICT;
+		q = ring_add(&r, KVP_OP_BATCH, 256, it, sizeof(it));
+		q->n = 4;
+		ring_put(&r, "batch");
+	}
+
 	/* Edge cases: result ranges that wrap or overrun, input past the
 	 * arena, an opcode past the last, reserved fields set, a stale lease. */
 	ring_init(&r, 0);

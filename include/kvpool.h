@@ -610,6 +610,44 @@ struct kvp_latency {
 /* Admin: fill *out (kvctl top's percentiles; kvpoold --metrics serves the
  * same histograms). */
 int kvp_latency(struct kvp_client *c, struct kvp_latency *out);
+/*
+ * Where a ring prepare's time goes (issue 32): four histograms with
+ * kvp_latency's buckets, over every worker, since timing was turned on
+ * (kvpoold --metrics, or the first kvp_latency() or kvp_ring_phases()).
+ * A sample is one ring entry that carries a prepare (a PREPARE, or a
+ * batch with one) answered in the worker's pass that took it (one that
+ * waited or onloaded is in kvp_latency's prepare and onload histograms):
+ *   QUEUE    the client's kvp_submit() to the worker's taking the entry
+ *            (to the latest submit before it, when several came between)
+ *   EXECUTE  taken to executed: checks, locks, the engine
+ *   PUBLISH  executed to its completion's publication (the rest of the
+ *            worker's pass over that client's lane)
+ *   WAKE     published to the client's kvp_reap() handing it back: its
+ *            spin or sleep, and the wake-up
+ * Growing struct (GROWING STRUCTS): kvp_ring_phases() is a macro for
+ * kvp_ring_phases_sz().
+ */
+enum kvp_phase {
+	KVP_PHASE_QUEUE = 0,
+	KVP_PHASE_EXECUTE = 1,
+	KVP_PHASE_PUBLISH = 2,
+	KVP_PHASE_WAKE = 3,
+	KVP_PHASES = 4,
+};
+struct kvp_ring_phases {
+	uint64_t bucket_ns[KVP_LAT_BUCKETS]; /* upper bounds; the last UINT64_MAX */
+	struct {
+		uint64_t count;
+		uint64_t sum_ns;
+		uint64_t buckets[KVP_LAT_BUCKETS]; /* per bucket, not cumulative */
+	} phase[KVP_PHASES];
+};
+#define KVP_RING_PHASES_SIZE_VER0 824
+/* Admin: fill *out (size: sizeof(*out) as the caller was built). */
+int kvp_ring_phases_sz(struct kvp_client *c, struct kvp_ring_phases *out,
+		       size_t size);
+#define kvp_ring_phases(c, out) \
+	kvp_ring_phases_sz((c), (out), KVP_ROW_SIZE_(out, struct kvp_ring_phases))
 /* all_tenants (admin): sum over every tenant; else the client's tenant. */
 int kvp_stats(struct kvp_client *c, int all_tenants, struct kvp_stats *out);
 /* kvp_stats of one pool (kvp_server_info: pools, pool_device) whichever

@@ -61,7 +61,7 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 
 	idx = c->free_slots[c->free_head++ & c->sq_mask];
 	s = &c->slots[idx];
-	s->gen++;
+	s->gen = (s->gen + 1) & 0x7fffffff; /* bit 63 of a tag: a batch's */
 	s->busy = 1;
 	s->sync = (uint8_t)!!sync;
 	s->op = sqe->opcode;
@@ -70,7 +70,10 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 	s->lease = sqe->opcode == KVP_OP_COMMIT || sqe->opcode == KVP_OP_RELEASE ?
 		   sqe->arg : 0;
 	s->user_tag = user_tag;
-	lane = kvpc_lane_of(c, sqe);
+	/* KVPOOL_BATCH=one: every async operation on one lane (batch_wire.c);
+	 * a synchronous call runs with nothing in flight, on its own lane. */
+	lane = !sync && c->one_lane >= 0 ? (uint32_t)c->one_lane :
+	       kvpc_lane_of(c, sqe);
 	s->lane = lane;
 	s->pos = c->lanes[lane].sq_tail;
 	c->inflight++;
@@ -79,12 +82,21 @@ int kvpc_queue(struct kvp_client *c, struct kvp_sqe *sqe, uint64_t user_tag,
 	sqe->tag = ((uint64_t)s->gen << 32) | idx;
 	sqe->out_off = (uint32_t)(out - c->arena);
 	sqe->out_len = len;
+	s->sqe = *sqe;
+	c->queued++;
+	if (!sync) {
+		/* Pushed at kvp_submit(), with its lane's others as one BATCH
+		 * entry (batch_wire.c). */
+		kvpc_hold(c, idx);
+		return (int)idx;
+	}
+	s->stage = KVPC_SLOT_PLAIN;
 	ret = kvpc_ring_push(c, lane, sqe);
 	if (ret) {
+		c->queued--;
 		kvpc_slot_put(c, idx);
 		return ret;
 	}
-	c->queued++;
 	return (int)idx;
 }
 
@@ -98,6 +110,7 @@ int kvpc_slot_of(struct kvp_client *c, const struct kvp_cqe *cqe)
 	/* A CQE for a free slot, an old generation, or an SQE we have not
 	 * published yet is not ours: the ring can no longer be believed. */
 	if (idx >= c->sq_entries || !(s = &c->slots[idx])->busy || s->gen != gen ||
+	    s->stage == KVPC_SLOT_HELD || s->stage == KVPC_SLOT_BATCH ||
 	    (l = &c->lanes[s->lane],
 	     (uint32_t)(s->pos - l->sq_published) < l->sq_tail - l->sq_published))
 		return kvpc_fail(c, -EPROTO,
@@ -280,9 +293,12 @@ int kvp_submit(struct kvp_client *c)
 	int ret = kvpc_check_dead(c);
 	uint32_t n;
 
+	if (!ret)
+		ret = kvpc_flush(c);
 	if (ret)
 		return ret;
-	n = kvpc_ring_submit(c);
+	kvpc_ring_submit(c);
+	n = c->queued;
 	c->queued = 0;
 	c->err[0] = '\0';
 	return (int)n;
@@ -400,7 +416,7 @@ KVP_PUBLIC
 int kvp_reap_sz(struct kvp_client *c, struct kvp_completion *out, size_t size,
 		uint32_t max, uint32_t min_complete)
 {
-	uint32_t submitted, n, i;
+	uint32_t submitted, i;
 	int ret;
 
 	ret = kvpc_check_dead(c);
@@ -422,15 +438,20 @@ int kvp_reap_sz(struct kvp_client *c, struct kvp_completion *out, size_t size,
 		c->err[0] = '\0';
 		return 0;
 	}
-	ret = min_complete ? kvpc_cq_wait(c, min_complete) : kvpc_cq_ready(c);
-	if (ret < 0)
-		return ret;
-	n = (uint32_t)ret < max ? (uint32_t)ret : max;
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < max; i++) {
 		struct kvp_completion k;
 		struct kvp_cqe cqe;
 
-		kvpc_cq_take(c, &cqe);
+		/* Plain completions and a batch's items, queued in the order
+		 * they were taken (batch_wire.c). */
+		if (c->pend_head == c->pend_tail) {
+			ret = kvpc_pend_fill(c, i < min_complete);
+			if (ret < 0)
+				return ret;
+			if (!ret)
+				break;
+		}
+		cqe = c->pend[c->pend_head++ % c->sq_entries];
 		ret = reap_one(c, &cqe, &k);
 		if (ret < 0)
 			return ret; /* the client is broken now */
@@ -439,5 +460,5 @@ int kvp_reap_sz(struct kvp_client *c, struct kvp_completion *out, size_t size,
 	}
 	kvpc_cq_release(c);
 	c->err[0] = '\0';
-	return (int)n;
+	return (int)i;
 }

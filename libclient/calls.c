@@ -288,6 +288,26 @@ int kvp_latency(struct kvp_client *c, struct kvp_latency *out)
 	return call_fixed(c, &sqe, out, sizeof(*out), "latency");
 }
 
+_Static_assert(sizeof(struct kvp_ring_phases) == KVP_RING_PHASES_SIZE_VER0,
+	       "kvp_ring_phases, version 0");
+
+KVP_PUBLIC
+int kvp_ring_phases_sz(struct kvp_client *c, struct kvp_ring_phases *out,
+		       size_t size)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_RING_PHASES };
+	struct kvp_ring_phases p;
+	int ret = kvpc_row_size(c, size, KVP_RING_PHASES_SIZE_VER0, "kvp_ring_phases");
+
+	if (!ret && !out)
+		ret = kvpc_err(c, -EINVAL, "kvp_ring_phases: the result pointer is NULL");
+	if (!ret)
+		ret = call_fixed(c, &sqe, &p, sizeof(p), "ring phases");
+	if (!ret)
+		kvpc_rows_put(out, size, &p, sizeof(p), 1);
+	return ret;
+}
+
 /*
  * A struct that grows into reserved words (kvp_stats): a daemon may send
  * fewer bytes (it knows fewer fields; the rest read 0) or more (later

@@ -464,7 +464,7 @@ static int setup_slots(struct kvp_client *c)
 		c->free_slots[i] = i;
 	c->free_head = 0;
 	c->free_tail = c->sq_entries;
-	return 0;
+	return kvpc_batch_setup(c);
 }
 
 /* Users -> lanes (proto.h, LANES): the pool's shard count. */
@@ -585,6 +585,7 @@ void kvp_close(struct kvp_client *c)
 			shutdown(c->sock, SHUT_RDWR);
 		close(c->sock);
 	}
+	kvpc_batch_free(c);
 	free(c->lanes);
 	free(c->slots);
 	free(c->free_slots);

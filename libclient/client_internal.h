@@ -41,6 +41,28 @@
  * the sync range is about sq_entries slices, so a synchronous prepare of a
  * long history fits where an async one does not (kvpool(3), LIMITS).
  *
+ * THE BATCH RECORDS (batch_wire.c). kvp_queue_*() holds an async operation
+ * instead of pushing it; kvp_submit() pushes what each lane holds as one
+ * BATCH entry (proto.h, BATCH; up to KVP_BATCH_MAX items each), or as the
+ * plain entry when a lane holds one. A batch's items (40 bytes each), and
+ * the item completions the daemon writes over them, sit in the sync range,
+ * which no synchronous call uses while anything is in flight: it is cut
+ * into one region per lane of lane_recs records, each a ring from which a
+ * batch takes a contiguous run and gives it back when its completion is
+ * taken (in order of sending; KVPC_LANE_BATCHES in flight at most). When
+ * a lane's region or batch list is full, its operations go out plain.
+ * Each item keeps its own slot, tag and result slice, so a batch's
+ * completions (one, or more when some items waited: proto.h, BATCH) are
+ * expanded into its items' completions (kvpc_pend_fill) and reaped
+ * exactly like plain ones. A batch may send one completion per item, so
+ * its lane is owed that many until its final one comes. A batch tag has bit 63 set (a slot's
+ * generation stays below 2^31), the lane in bits 40..62 and the lane's
+ * batch sequence below; an item is believed only from its own batch.
+ * KVPOOL_BATCH=one (for measuring a lone client on many cores) puts every
+ * async operation of the client on one lane (client id % lanes), each
+ * batch's items grouped by shard (stable: one user's stay in order), so a
+ * submit is one entry for one worker, which takes each shard's lock once.
+ *
  * OPERATION SLOTS AND TAGS. Every operation, sync or async, holds one of
  * sq_entries slots from SQE queueing until its CQE is reaped; that bounds
  * what is queued + unreaped by sq_entries (<= cq_entries, so every
@@ -68,6 +90,8 @@
 #define KVP_PUBLIC __attribute__((visibility("default")))
 
 #define KVPC_MIN_SLICE 256u      /* an async slot's result slice: >= KVP_ERRLEN */
+#define KVPC_LANE_BATCHES 64u    /* BATCH entries in flight per lane */
+enum { KVPC_SLOT_PLAIN, KVPC_SLOT_HELD, KVPC_SLOT_BATCH, KVPC_SLOT_EXPANDED };
 #define KVPC_DEFAULT_SPIN_US 20u /* spin before sleeping for completions */
 #define KVPC_SPIN_MAX_NS 500000ull /* adaptive spin's cap (ring.c) */
 #define KVPC_SLEEP_MS 100        /* futex timeout between hang-up checks */
@@ -88,6 +112,24 @@ struct kvpc_lane {
 	uint32_t cq_ready_to;         /* cq_tail as kvpc_cq_ready() last read it */
 	uint32_t cq_owed;             /* published entries not yet seen completing */
 	uint32_t sq_head_seen;        /* sq_head as sq_room() last read it */
+	/* batch_wire.c: async operations queued, not yet pushed (a list of
+	 * slots through kvpc_slot.held_next), and the lane's BATCH entries
+	 * in flight with their records (THE BATCH RECORDS). */
+	uint32_t held_first, held_last, nheld;
+	uint32_t rec_head, rec_tail;  /* records taken / given back */
+	uint32_t bat_head, bat_tail;  /* batches sent / done (free-running) */
+	struct kvpc_batch *bats;      /* KVPC_LANE_BATCHES */
+};
+
+/* One BATCH entry in flight on a lane (batch_wire.c). */
+struct kvpc_batch {
+	uint32_t rec;       /* its first record (lane-relative, mod records) */
+	uint32_t rec_end;   /* rec_head after it was taken */
+	uint32_t nitems;
+	uint32_t pos;       /* the SQ position of its entry */
+	uint32_t answered;  /* items its completions gave so far */
+	uint32_t ncqes;     /* completions taken for it */
+	uint32_t done;      /* its final completion was taken */
 };
 
 /* One operation slot (see OPERATION SLOTS above). */
@@ -102,6 +144,11 @@ struct kvpc_slot {
 	uint8_t op;         /* enum kvp_opcode */
 	uint8_t busy;
 	uint8_t sync;       /* result range is the sync range */
+	uint8_t stage;      /* KVPC_SLOT_*: plain, held, in a batch, expanded */
+	uint16_t batch_i;   /* its item index in its batch */
+	uint32_t batch_seq; /* its lane's batch (bat_head when sent) */
+	uint32_t held_next; /* the next held slot of its lane (UINT32_MAX: last) */
+	struct kvp_sqe sqe; /* held: the entry it will be, or the item */
 	struct kvp_error_info err; /* a failed completion's detail, reaped
 				    * (kvp_completion_error_info) */
 };
@@ -134,6 +181,11 @@ struct kvp_client {
 	uint32_t arena_bytes;
 	/* ---- operations (batch.c) */
 	struct kvpc_slot *slots;      /* sq_entries */
+	struct kvp_cqe *pend;         /* batch_wire.c: item completions taken */
+	uint32_t pend_head, pend_tail;/* out of BATCH completions, not reaped */
+	uint32_t lane_recs;           /* records per lane (THE BATCH RECORDS) */
+	int32_t one_lane;             /* KVPOOL_BATCH=one: every async operation
+				       * on this lane; -1: on its shard's */
 	uint32_t *free_slots;         /* FIFO of free slot indices, sq_entries */
 	uint32_t free_head, free_tail;
 	uint32_t inflight;            /* slots taken: queued + submitted, unreaped */
@@ -359,7 +411,22 @@ int kvpc_cq_wait(struct kvp_client *c, uint32_t want);
  * lane's head locally; kvpc_cq_release() hands the consumed entries back to
  * the daemon. */
 void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out);
+/* The same, saying which lane it came from. */
+void kvpc_cq_take_lane(struct kvp_client *c, struct kvp_cqe *out, uint32_t *lane);
 void kvpc_cq_release(struct kvp_client *c);
+
+/* batch_wire.c: BATCH entries (proto.h, BATCH). */
+/* Per-lane records and item completion queue; at attach, after the slots. */
+int kvpc_batch_setup(struct kvp_client *c);
+void kvpc_batch_free(struct kvp_client *c);
+/* Hold an async operation's slot (its sqe filled) until kvpc_flush(). */
+void kvpc_hold(struct kvp_client *c, uint32_t idx);
+/* Push what is held, one BATCH entry per lane where two or more wait. */
+int kvpc_flush(struct kvp_client *c);
+/* Take every ready CQE into the item completion queue (a BATCH entry's
+ * completion gives its items'): how many completions are queued now, or
+ * -EPROTO. want > 0: wait until at least one is. */
+int kvpc_pend_fill(struct kvp_client *c, int wait);
 
 /* batch.c: the path every operation takes. */
 /* Take a slot, point sqe at its result range, tag it and push it.

@@ -14,6 +14,7 @@ set(KVPOOL_CLIENT_SOURCES
   libclient/client.c
   libclient/ring.c
   libclient/batch.c
+  libclient/batch_wire.c
   libclient/calls.c
   libclient/rows.c
   libclient/compat.c

@@ -138,6 +138,7 @@ int kvpc_ring_push(struct kvp_client *c, uint32_t lane, const struct kvp_sqe *sq
 
 uint32_t kvpc_ring_submit(struct kvp_client *c)
 {
+	uint64_t now = 0;
 	uint32_t n = 0;
 	bool any = false;
 
@@ -146,6 +147,10 @@ uint32_t kvpc_ring_submit(struct kvp_client *c)
 
 		if (l->sq_tail == l->sq_published)
 			continue;
+		/* proto.h, PHASES: the stamp goes out with the tail. */
+		if (!now)
+			now = mono_ns();
+		__atomic_store_n(&l->ctl->sq_stamp, now, __ATOMIC_RELAXED);
 		/* S1: pairs with the daemon's load-acquire of sq_tail: the
 		 * entries written by kvpc_ring_push() are visible before the
 		 * tail that covers them. */
@@ -312,6 +317,13 @@ int kvpc_cq_wait(struct kvp_client *c, uint32_t want)
 
 void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out)
 {
+	uint32_t lane;
+
+	kvpc_cq_take_lane(c, out, &lane);
+}
+
+void kvpc_cq_take_lane(struct kvp_client *c, struct kvp_cqe *out, uint32_t *lane)
+{
 	/* Round robin from the lane after the last one taken from, so no lane
 	 * starves a caller that reaps fewer than are ready. The caller took
 	 * no more than kvpc_cq_ready() counted, so some lane has one. */
@@ -327,20 +339,28 @@ void kvpc_cq_take(struct kvp_client *c, struct kvp_cqe *out)
 		*out = l->cqes[l->cq_head & c->cq_mask];
 		l->cq_head++;
 		c->cq_next = (k + 1) % c->nlanes;
+		*lane = k;
 		return;
 	}
 	/* Unreachable for a caller that keeps the contract; a CQE no lane
 	 * has is not one of ours, and kvpc_slot_of() refuses tag 0. */
 	memset(out, 0, sizeof(*out));
+	*lane = 0;
 }
 
 void kvpc_cq_release(struct kvp_client *c)
 {
+	uint64_t now = 0;
+
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
 
 		if (l->cq_head == l->cq_released)
 			continue;
+		/* proto.h, PHASES: the stamp goes out with the head. */
+		if (!now)
+			now = mono_ns();
+		__atomic_store_n(&l->ctl->cq_stamp, now, __ATOMIC_RELAXED);
 		/* C1: pairs with the daemon's load-acquire of cq_head before it
 		 * reuses a CQ slot: our reads of the entries above are done. */
 		__atomic_store_n(&l->ctl->cq_head, l->cq_head, __ATOMIC_RELEASE);

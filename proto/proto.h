@@ -125,7 +125,9 @@
 			     *     kvp_stats (ns_h2d);
 			     * v11: tensor-parallel pools: hello.rank, welcome.tp
 			     *     and .rank, KVP_OP_LEASE_JOIN, COMMIT's res
-			     *     KVP_COMMIT_PENDING */
+			     *     KVP_COMMIT_PENDING; KVP_OP_MOVE and
+			     *     server_info.pool_device; BATCH entries and
+			     *     KVP_OP_RING_PHASES (one version: they landed together) */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -221,14 +223,30 @@ struct kvp_shm_hdr {
 /* Each line is written by one side only (the comment says which). */
 struct kvp_ring_ctl {
 	_Alignas(64) uint32_t sq_tail;     /* client */
+	uint32_t sq_rsv;
+	uint64_t sq_stamp;                 /* client, v11: PHASES below */
 	_Alignas(64) uint32_t sq_head;     /* daemon */
 	_Alignas(64) uint32_t cq_tail;     /* daemon */
 	_Alignas(64) uint32_t cq_head;     /* client */
+	uint32_t cq_rsv;
+	uint64_t cq_stamp;                 /* client, v11: PHASES below */
 	_Alignas(64) uint32_t sq_flags;    /* daemon: KVP_RING_NEED_WAKEUP */
 	_Alignas(64) uint32_t sq_doorbell; /* client: futex the daemon sleeps on */
 	_Alignas(64) uint32_t cq_waiters;  /* client: 1 while it sleeps on cq_seq */
 	_Alignas(64) uint32_t cq_seq;      /* daemon: futex the client sleeps on */
 };
+
+/*
+ * PHASES (v11). Where a ring prepare's time goes (kvpool.h, struct
+ * kvp_ring_phases): the client stores CLOCK_MONOTONIC ns into sq_stamp
+ * before each store-release of sq_tail (S1), and into cq_stamp before
+ * each store-release of cq_head (C1); the daemon reads them after the
+ * load-acquire that pairs with that store, so it sees the stamp of that
+ * publish or a later one. Both sit on the line of the index they go with:
+ * no extra line moves between the two. They are measurements only, never
+ * trusted for anything else (a client that writes nonsense skews its own
+ * samples, which the daemon drops when they run backwards).
+ */
 
 /* The lane a user's entries go to (LANES): its shard's. */
 static inline uint32_t kvp_lane_of_user(uint64_t user, uint32_t shards,
@@ -324,6 +342,10 @@ enum kvp_opcode {
 	 * history moves there (engine_move.h) -> res pages moved, val0 its
 	 * length, val1 bytes copied. The client's tenant, any of its pools. */
 	KVP_OP_MOVE = 37,
+	/* v11: n items, in: struct kvp_batch_item[n] -> out: struct
+	 * kvp_cqe[n] (one per item); res n. BATCH below. */
+	KVP_OP_BATCH = 38,
+	KVP_OP_RING_PHASES = 39,   /* v11, admin; out: struct kvp_ring_phases */
 	KVP_OP_MAX,
 };
 
@@ -403,6 +425,74 @@ static inline uint32_t kvp_cqe_detail_get(const struct kvp_cqe *cqe,
 	*last = kind ? cqe->val1 & KVP_CQE_POS_MASK : 0;
 	return kind;
 }
+
+/*
+ * BATCH (v11): one ring entry that carries n operations of one lane, so
+ * that a worker pays its per-entry costs (copy, CQ slot, completion
+ * publish, client wake-up) once per batch instead of once per operation.
+ *
+ *   sqe:  opcode KVP_OP_BATCH, n = count (1 .. KVP_BATCH_MAX), flags, sel,
+ *         user, arg, tenant, rsv0, rsv1 zero; in_off/in_len the items,
+ *         in_len == 40 * n exactly; out_off/out_len the item completions,
+ *         out_len >= 32 * n.
+ *   in:   struct kvp_batch_item items[n]                     40 bytes each
+ *   out:  struct kvp_cqe log[n]                              32 bytes each
+ *         the items' completions in the order they completed (the log),
+ *         each exactly as the item's own entry would have had it (tag =
+ *         items[i].tag, res, out_bytes, val0, val1, failure detail), its
+ *         result bytes at the item's own range [items[i].out_off,
+ *         +out_len) of the arena.
+ *   cqe:  one or more per batch, in order: res k >= 0 new completions,
+ *         log[val0, val0 + k), out_bytes 32 * k, val1 1 on the last (when
+ *         every item is in the log; only the last may have k = 0), 0
+ *         before it. The daemon sends one before the last only when items
+ *         wait (below) and the CQ has a slot nobody else was promised, so
+ *         a client must expect up to n completions for a batch and count
+ *         the entry done at val1 = 1. Or, instead of all that, one with
+ *         res < 0 and the message in the batch's out range when the batch
+ *         is malformed (count 0 or over KVP_BATCH_MAX, in_len not 40 * n,
+ *         a range outside the arena, out_len short, an item whose opcode is
+ *         not INFO / PREPARE / COMMIT / RELEASE, whose flags are not its
+ *         opcode's, whose rsv is not zero, or whose out range is outside
+ *         the arena): then no item ran and nothing changed.
+ * Item opcodes may be mixed. The input is copied once, whole, before any
+ * item runs (INPUTS above), so the input and output ranges may overlap:
+ * libkvpool puts both in one range of 40 * n bytes.
+ *
+ * Order. Items take effect in item order. A batch is ordered with its
+ * lane's other entries exactly as its items would be, submitted one by one
+ * in its place: item i of user U runs only when no earlier entry of U is
+ * still held back on the lane (a parked completion, a deferred entry, or
+ * an earlier item of a held batch), and an entry behind the batch waits
+ * while an unrun item of the batch names its user. An item that must wait
+ * (its user held, or its prepare waits for the reclaimer or a lower tier)
+ * waits alone: later items of its user (or any item of no single user)
+ * wait behind it, those of other users run, and their completions may be
+ * sent before it, as they would have been one by one. A prepare that
+ * onloads takes effect at once in the engine; its completion enters the
+ * log when its copy has landed, and until then later items of its user
+ * wait, as behind a parked completion. The items of a
+ * batch may name users of several shards: each runs under its own shard's
+ * lock, held from one item to the next while they share the shard.
+ * libkvpool batches only entries it would have put on the same lane.
+ *
+ * The uds request mode has no arena: BATCH is refused there.
+ */
+#define KVP_BATCH_MAX 256u
+
+struct kvp_batch_item {
+	uint64_t tag;          /* echoed in the item's cqe */
+	uint64_t user;         /* INFO, PREPARE */
+	uint64_t arg;          /* PREPARE start_pos; COMMIT, RELEASE lease */
+	uint32_t n;            /* PREPARE n_new; COMMIT tokens */
+	uint8_t opcode;        /* KVP_OP_INFO, _PREPARE, _COMMIT, _RELEASE */
+	uint8_t flags;         /* COMMIT: KVP_SQE_RELEASE; otherwise 0 */
+	uint16_t rsv;          /* zero */
+	uint32_t out_off;      /* the item's result range (ARENA above) */
+	uint32_t out_len;
+};
+
+_Static_assert(sizeof(struct kvp_batch_item) == 40, "batch item wire size");
 
 /* PREPARE result at out_off; frames[npages] follow (device frame indices,
  * the lease's CSR indices with indptr [0, npages]). */

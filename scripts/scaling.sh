@@ -4,7 +4,8 @@
 # engine's ops/s (`kvbench engine`, one core: the ceiling), `kvbench
 # throughput` over a grid of client processes x daemon workers, and `kvbench
 # replay` (kvpool alone) with 4, 8 and 12 pipelines on a device tier smaller
-# than the working set. Writes OUT/scaling-DATE[-SUFFIX].json (figures, the
+# than the working set, with the per-phase p99s of its ring prepares (issue
+# 32: queue, execute, publish, wake; kvp_ring_phases). Writes OUT/scaling-DATE[-SUFFIX].json (figures, the
 # two scaling checks, command, machine, date) and a gnuplot PNG beside it
 # (operations/s vs clients, one line per worker count, the engine as a
 # horizontal line; drawn from the JSON alone, so --plot can draw it later
@@ -220,6 +221,8 @@ clients = [int(x) for x in E["S_CLIENTS"].split()]
 workers = [int(x) for x in E["S_WORKERS"].split()]
 pipelines = [int(x) for x in E["S_PIPELINES"].split()]
 
+PHASES = ("queue", "execute", "publish", "wake")
+
 def load(tag):
     with open(os.path.join(work, tag + ".json")) as f:
         return json.load(f)
@@ -313,6 +316,8 @@ for p in pipelines:
         "host_pages": get(r, "pool", "host_pages"),
         "offload_gbps": get(gpu, "offload_gbps"),
         "offload_ratio": get(gpu, "offload_vs_ceiling"),
+        "prepare_phase_p99_ns": ({ph: get(k, "phases", ph, "p99_ns")
+                                  for ph in PHASES} if k.get("phases") else None),
         "command": cmd(f"replay-p{p}"),
     })
 
@@ -321,6 +326,15 @@ def worst(key, pick):
     return pick(v) if v else None
 
 p99_no = worst("prepare_p99_ns", max)
+# Where the p99 goes (issue 32): each phase's worst p99 over the pipeline
+# counts (kvp_ring_phases through kvbench replay's systems.kvpool.phases).
+phase_p99 = None
+if any(x["prepare_phase_p99_ns"] for x in replay):
+    phase_p99 = {}
+    for ph in PHASES:
+        v = [x["prepare_phase_p99_ns"][ph] for x in replay
+             if x["prepare_phase_p99_ns"] and x["prepare_phase_p99_ns"][ph] is not None]
+        phase_p99[ph] = max(v) if v else None
 p99_on = worst("prepare_onload_p99_ns", max)
 ratio = worst("offload_ratio", min) if E["S_BACKEND"] == "cuda" else None
 top = max(clients)
@@ -350,10 +364,16 @@ res = {
     "replay_backend": E["S_BACKEND"],
     "prepare_p99_ns_no_onload": p99_no,
     "prepare_p99_ns_onload": p99_on,
+    "prepare_phase_p99_ns": phase_p99,
     "offload_ratio": ratio,
     "replay_is": "prepare_p99_ns_no_onload: worst over the pipeline counts of "
                  "systems.kvpool.prepare_p99_ns (prepares that onloaded nothing); "
                  "prepare_p99_ns_onload: worst of latency.prepare_onload.p99_ns; "
+                 "prepare_phase_p99_ns: per phase (queue: client submit to worker "
+                 "pickup; execute; publish: to the completion's publication; wake: "
+                 "to the client's reap) the worst p99 of systems.kvpool.phases, "
+                 "the daemon's kvp_ring_phases histograms (coarse buckets, "
+                 "interpolated); "
                  "offload_ratio (cuda only): worst gpu.offload_vs_ceiling, the daemon's "
                  "device -> host copy rate over raw pinned cudaMemcpyAsync measured in "
                  "the same replay",
@@ -396,7 +416,7 @@ for r in replay:
 print(f"engine {res['engine_ops_per_s']:.0f} ops/s; monotonic_in_clients "
       f"{res['monotonic_in_clients']}; never_falls_with_workers "
       f"{res['never_falls_with_workers']}; prepare p99 (no onload) {p99_no} ns; "
-      f"offload_ratio {ratio}", file=sys.stderr)
+      f"offload_ratio {ratio}; prepare phase p99s {phase_p99}", file=sys.stderr)
 for v in violations:
     print("  " + v, file=sys.stderr)
 PY

@@ -32,6 +32,8 @@
 #include "shm.h"
 #include "tenant.h"
 
+struct op_batch;
+
 /*
  * One ring pair of a client (proto.h, LANES) and what its worker keeps of
  * it. Everything below `worker` is that worker thread's own: the main
@@ -44,6 +46,10 @@ struct lane_defer {
 	bool has_user;              /* false: no single user (waits for all) */
 	uint64_t since;             /* waiting for the reclaimer since
 				     * (CLOCK_MONOTONIC ns); 0: not */
+	uint64_t retry_at;          /* a lower tier's wait: not tried again
+				     * before (ns); 0: every pass */
+	struct op_batch *b;         /* a BATCH entry's items (ops.h); NULL:
+				     * not a batch */
 };
 
 struct lane {
@@ -64,6 +70,9 @@ struct lane {
 	struct lane_defer *dq;      /* cq_entries, allocated on first use */
 	uint32_t ndq;
 	uint32_t sq_tail_seen;      /* sq_tail as the last ring pass read it */
+	uint32_t pub_pos;           /* PHASES (worker.c): cq_tail after the last
+				     * timed publish of a prepare, */
+	uint64_t pub_ns;            /* and when; 0: none waits for its reap */
 } __attribute__((aligned(64)));
 
 enum client_state {

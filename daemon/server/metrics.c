@@ -303,6 +303,39 @@ static void ops_sum(const struct server *s, struct op_metrics *sum)
 	}
 }
 
+/* kvpool.h, struct kvp_ring_phases: where a ring prepare's time goes. */
+static void write_phases(FILE *f, const struct op_metrics *m)
+{
+	static const char *const name[KVP_PHASES] = {
+		"queue", "execute", "publish", "wake",
+	};
+
+	family(f, "kvpool_ring_prepare_phase_seconds", "histogram",
+	       "Ring entries carrying a prepare, answered in the pass that took "
+	       "them, by phase: queue (client submit to worker pickup), execute, "
+	       "publish (to the completion's publication), wake (to the client "
+	       "reaping it).");
+	for (uint32_t p = 0; p < KVP_PHASES; p++) {
+		uint32_t k = LAT_PH_QUEUE + p;
+		uint64_t cum = 0;
+
+		for (uint32_t b = 0; b <= METRICS_BUCKETS; b++) {
+			cum += m->lat[k][b];
+			if (b < METRICS_BUCKETS)
+				fprintf(f, "kvpool_ring_prepare_phase_seconds_bucket{phase=\"%s\","
+					"le=\"%g\"} %" PRIu64 "\n", name[p],
+					(double)metrics_bucket_ns[b] / 1e9, cum);
+			else
+				fprintf(f, "kvpool_ring_prepare_phase_seconds_bucket{phase=\"%s\","
+					"le=\"+Inf\"} %" PRIu64 "\n", name[p], cum);
+		}
+		fprintf(f, "kvpool_ring_prepare_phase_seconds_sum{phase=\"%s\"} %.9f\n",
+			name[p], (double)m->lat_ns[k] / 1e9);
+		fprintf(f, "kvpool_ring_prepare_phase_seconds_count{phase=\"%s\"} %"
+			PRIu64 "\n", name[p], cum);
+	}
+}
+
 static void write_ops(FILE *f, const struct op_metrics *m)
 {
 	static const char *const lat_op[LAT_KINDS] = {
@@ -331,7 +364,7 @@ static void write_ops(FILE *f, const struct op_metrics *m)
 	       "Latency in the daemon: prepare, commit and offload from the "
 	       "submission's start to its completion; onload from the prepare to "
 	       "the completion that waited for the copy.");
-	for (uint32_t k = 0; k < LAT_KINDS; k++) {
+	for (uint32_t k = 0; k < LAT_OPS; k++) {
 		uint64_t cum = 0;
 
 		for (uint32_t b = 0; b <= METRICS_BUCKETS; b++) {
@@ -349,6 +382,7 @@ static void write_ops(FILE *f, const struct op_metrics *m)
 		fprintf(f, "kvpool_op_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n",
 			lat_op[k], cum);
 	}
+	write_phases(f, m);
 }
 
 int metrics_write(struct server *s, FILE *f)
@@ -418,6 +452,30 @@ void metrics_latency(struct server *s, struct kvp_latency *out)
 			out->op[k].count += sum->lat[map[k]][b];
 		}
 		out->op[k].sum_ns = sum->lat_ns[map[k]];
+	}
+	free(sum);
+}
+
+void metrics_phases(struct server *s, struct kvp_ring_phases *out)
+{
+	struct op_metrics *sum = malloc(sizeof(*sum));
+
+	_Static_assert(LAT_PH_WAKE - LAT_PH_QUEUE + 1 == KVP_PHASES,
+		       "one histogram per kvp_phase");
+	__atomic_store_n(&metrics_timing, true, __ATOMIC_RELAXED);
+	memset(out, 0, sizeof(*out));
+	for (uint32_t b = 0; b < METRICS_BUCKETS; b++)
+		out->bucket_ns[b] = metrics_bucket_ns[b];
+	out->bucket_ns[METRICS_BUCKETS] = UINT64_MAX;
+	if (!sum)
+		return;
+	ops_sum(s, sum);
+	for (uint32_t p = 0; p < KVP_PHASES; p++) {
+		for (uint32_t b = 0; b < KVP_LAT_BUCKETS; b++) {
+			out->phase[p].buckets[b] = sum->lat[LAT_PH_QUEUE + p][b];
+			out->phase[p].count += sum->lat[LAT_PH_QUEUE + p][b];
+		}
+		out->phase[p].sum_ns = sum->lat_ns[LAT_PH_QUEUE + p];
 	}
 	free(sum);
 }

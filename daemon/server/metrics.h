@@ -38,8 +38,15 @@ enum metrics_lat {
 	LAT_COMMIT,
 	LAT_OFFLOAD,
 	LAT_ONLOAD,
+	/* The phases of a ring prepare (kvpool.h, struct kvp_ring_phases;
+	 * worker.c records them), in enum kvp_phase's order. */
+	LAT_PH_QUEUE,
+	LAT_PH_EXECUTE,
+	LAT_PH_PUBLISH,
+	LAT_PH_WAKE,
 	LAT_KINDS,
 };
+#define LAT_OPS LAT_PH_QUEUE /* the kinds before the phases */
 
 /* Upper bounds of the histogram buckets, ns; one more bucket is +Inf. */
 #define METRICS_BUCKETS 18
@@ -72,6 +79,8 @@ uint64_t metrics_op_start(uint32_t opcode);
 void metrics_op_done(uint32_t opcode, int32_t res, uint64_t t0);
 /* One latency of kind k, ns (the onload of a parked prepare). */
 void metrics_lat(enum metrics_lat k, uint64_t ns);
+/* Whether this thread records latencies now (a worker, timing on). */
+bool metrics_timed(void);
 
 /* The bucket an interval falls in (METRICS_BUCKETS: +Inf). */
 uint32_t metrics_bucket(uint64_t ns);
@@ -104,6 +113,8 @@ void metrics_write_process(const struct server *s, FILE *f);
 /* The latency histograms summed over the workers (KVP_OP_LATENCY). */
 struct kvp_latency;
 void metrics_latency(struct server *s, struct kvp_latency *out);
+/* The ring phase histograms (kvp_ring_phases); turns timing on too. */
+void metrics_phases(struct server *s, struct kvp_ring_phases *out);
 
 /* One line for `systemctl status` (STATUS=): clients and each tier's frames
  * used, over every tenant and pool. */

@@ -67,6 +67,11 @@ uint64_t metrics_op_start(uint32_t opcode)
 	}
 }
 
+bool metrics_timed(void)
+{
+	return metrics_self && __atomic_load_n(&metrics_timing, __ATOMIC_RELAXED);
+}
+
 void metrics_lat(enum metrics_lat k, uint64_t ns)
 {
 	struct op_metrics *m = metrics_self;

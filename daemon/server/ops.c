@@ -61,6 +61,8 @@ static int op_stats(struct op *o);
 static int op_reload(struct op *o);
 static int op_latency(struct op *o);
 static int op_server_info(struct op *o);
+static int op_batch_refuse(struct op *o);
+static int op_ring_phases(struct op *o);
 
 static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_NOP] = { "nop", op_nop, 0, 0, NULL },
@@ -104,6 +106,11 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_SEQ_TOKENS] = { "seq_tokens", op_seq_tokens, 0, NEED_TENANT, NULL },
 	[KVP_OP_LEASE_JOIN] = { "lease_join", op_lease_join, 0, NEED_TENANT, NULL },
 	[KVP_OP_MOVE] = { "move", op_move, 0, NEED_TENANT, NULL },
+	/* Run by the worker through ops_batch_*() (ops_batch.c); here only
+	 * what reaches ops_execute: the uds mode, which has no arena. */
+	[KVP_OP_BATCH] = { "batch", op_batch_refuse, 0, NEED_TENANT | TAKES_INPUT, NULL },
+	[KVP_OP_RING_PHASES] = { "ring_phases", op_ring_phases, 0, NEED_ADMIN,
+				 "the daemon's ring phases" },
 };
 
 _Static_assert(KVP_COMMIT_PENDING == ENGINE_COMMIT_PENDING,
@@ -160,24 +167,51 @@ struct shard_set *op_set(struct op *o)
 	return o->c->tenant->pools[o->c->pool].set;
 }
 
-struct engine *op_lock_user(struct op *o, uint64_t user)
+/*
+ * Shard i's lock for o. A batch's items (ops_batch.c) hand in o->hold: the
+ * shard whose lock the item before left held, kept when this item wants
+ * the same one, let go otherwise; op_unlock_own() then leaves it held for
+ * the next item, and the batch lets go at its end.
+ */
+static struct engine *lock_shard(struct op *o, uint32_t i)
 {
 	struct shard_set *set = op_set(o);
 
-	o->locked = (int32_t)shard_of_user(set, user);
-	return shard_lock(set, (uint32_t)o->locked);
+	o->locked = (int32_t)i;
+	if (o->hold) {
+		if (*o->hold == (int32_t)i)
+			return set->v[i].eng;
+		if (*o->hold >= 0) {
+			shard_unlock(set, (uint32_t)*o->hold);
+			shard_reclaim_hint(set);
+		}
+		*o->hold = (int32_t)i;
+	}
+	return shard_lock(set, i);
+}
+
+struct engine *op_lock_user(struct op *o, uint64_t user)
+{
+	return lock_shard(o, shard_of_user(op_set(o), user));
 }
 
 struct engine *op_lock_lease(struct op *o, uint64_t lease)
 {
-	struct shard_set *set = op_set(o);
+	return lock_shard(o, shard_of_lease(op_set(o), lease));
+}
 
-	o->locked = (int32_t)shard_of_lease(set, lease);
-	return shard_lock(set, (uint32_t)o->locked);
+/* Let go of a batch's held shard (every-shard locks come next). */
+static void drop_hold(struct op *o)
+{
+	if (o->hold && *o->hold >= 0) {
+		shard_unlock(op_set(o), (uint32_t)*o->hold);
+		*o->hold = -1;
+	}
 }
 
 struct engine *op_lock_own(struct op *o)
 {
+	drop_hold(o);
 	o->locked = OP_LOCKED_ALL;
 	return shard_lock_all(op_set(o));
 }
@@ -187,6 +221,8 @@ struct engine *op_lock_escalate(struct op *o)
 	struct shard_set *set = op_set(o);
 	uint32_t i = (uint32_t)o->locked;
 
+	if (o->hold && *o->hold == o->locked)
+		*o->hold = -1; /* unlocked right here */
 	shard_unlock(set, i);
 	shard_lock_all(set);
 	o->locked = OP_LOCKED_ALL;
@@ -197,6 +233,10 @@ void op_unlock_own(struct op *o)
 {
 	struct shard_set *set = op_set(o);
 
+	if (o->hold && o->locked >= 0 && o->locked == *o->hold) {
+		o->locked = OP_UNLOCKED; /* the next item may want it */
+		return;
+	}
 	if (o->locked == OP_LOCKED_ALL)
 		shard_unlock_all(set);
 	else if (o->locked >= 0)
@@ -867,6 +907,26 @@ static int op_latency(struct op *o)
 	return 0;
 }
 
+static int op_ring_phases(struct op *o)
+{
+	struct kvp_ring_phases p;
+
+	if (o->out_len < sizeof(p))
+		return errbuf_set(o->e, -EMSGSIZE, "ring phases: the result needs "
+				  "out_len >= %zu bytes; out_len is %" PRIu32,
+				  sizeof(p), o->out_len);
+	metrics_phases(o->s, &p);
+	out_put(o, &p, sizeof(p));
+	return 0;
+}
+
+static int op_batch_refuse(struct op *o)
+{
+	return errbuf_set(o->e, -EINVAL, "batch: its items are in the arena, so "
+			  "a batch goes through the ring only (the uds mode takes "
+			  "one operation per request)");
+}
+
 /* ------------------------------------------------------------ dispatch */
 
 static void op_fail(struct op *o, int ret)
@@ -887,16 +947,16 @@ static void op_fail(struct op *o, int ret)
 	o->cqe->out_bytes = (uint32_t)n;
 }
 
-void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
-		 const unsigned char *in_base, uint32_t in_cap,
-		 unsigned char *out_base, uint32_t out_cap,
-		 struct op_scratch *scr, struct kvp_cqe *cqe,
-		 struct op_wait *wait)
+void op_execute_held(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		     const unsigned char *in_base, uint32_t in_cap,
+		     unsigned char *out_base, uint32_t out_cap,
+		     struct op_scratch *scr, struct kvp_cqe *cqe,
+		     struct op_wait *wait, int32_t *hold)
 {
 	struct errbuf e = { .msg = "" };
 	struct op o = { .s = s, .c = c, .sqe = sqe, .cqe = cqe, .scr = scr,
 			.e = &e, .wait = wait, .name = "?", .in_base = in_base,
-			.in_cap = in_cap, .locked = OP_UNLOCKED };
+			.in_cap = in_cap, .locked = OP_UNLOCKED, .hold = hold };
 	uint64_t t0 = metrics_op_start(sqe->opcode);
 	int ret;
 
@@ -923,6 +983,16 @@ void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
 done:
 	__atomic_add_fetch(&c->ops, 1, __ATOMIC_RELAXED);
 	metrics_op_done(sqe->opcode, cqe->res, t0);
+}
+
+void ops_execute(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		 const unsigned char *in_base, uint32_t in_cap,
+		 unsigned char *out_base, uint32_t out_cap,
+		 struct op_scratch *scr, struct kvp_cqe *cqe,
+		 struct op_wait *wait)
+{
+	op_execute_held(s, c, sqe, in_base, in_cap, out_base, out_cap, scr, cqe,
+			wait, NULL);
 }
 
 bool ops_sqe_user(struct server *s, struct client *c, const struct kvp_sqe *sqe,

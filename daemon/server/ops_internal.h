@@ -33,10 +33,20 @@ struct op {
 	uint32_t p_lo, p_hi;        /* and pools: the client's, or with
 				     * KVP_SQE_ALL every pool */
 	int32_t locked;             /* OP_UNLOCKED, OP_LOCKED_ALL or a shard */
+	int32_t *hold;              /* a batch's item: the shard held from one
+				     * item to the next (-1: none); NULL: none */
 };
 
 #define OP_UNLOCKED (-1)
 #define OP_LOCKED_ALL (-2)
+
+/* ops_execute() for one item of a batch (ops_batch.c): *hold is the shard
+ * whose lock the batch holds between items (lock_shard in ops.c). */
+void op_execute_held(struct server *s, struct client *c, const struct kvp_sqe *sqe,
+		     const unsigned char *in_base, uint32_t in_cap,
+		     unsigned char *out_base, uint32_t out_cap,
+		     struct op_scratch *scr, struct kvp_cqe *cqe,
+		     struct op_wait *wait, int32_t *hold);
 
 /* Scratch of at least bytes; NULL when memory is out. */
 void *op_scratch_get(struct op_scratch *scr, size_t bytes);
@@ -106,7 +116,9 @@ int op_input_id(struct op *o, struct kvp_chunk_id *id);
  * reclaimer, the disk or the remote tier) and must be made again now.
  * A ring or uds entry (o->wait) is held by its worker instead and run
  * again later, others served meanwhile (retry and why set; false: return
- * ret). With nowhere to hold it, a moment's wait here, then true. Every
+ * ret): a reclaimer's wait up to RECLAIM_WAIT_NS, a lower tier's until the
+ * tier answers (worker.c). With nowhere to hold it, the wait is the answer
+ * (-EINPROGRESS, "try again"); nothing here sleeps. Every
  * engine call that may wait is written
  *
  *	do {

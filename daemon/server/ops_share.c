@@ -211,9 +211,11 @@ bool op_wait_again(struct op *o, int ret)
 		o->wait->why = why;
 		return false;
 	}
-	usleep(200); /* the disk or remote thread reads meanwhile */
-	o->e->msg[0] = '\0';
-	return true;
+	/* Nowhere to hold it (every worker path holds; ops.h): answered as
+	 * waiting, never slept on here, where a worker would stop serving. */
+	errbuf_set(o->e, -EINPROGRESS, "%s waits for %s; try again", o->name,
+		   engine_wait_name(why));
+	return false;
 }
 
 /* ------------------------------------------------------------ prefix cache */

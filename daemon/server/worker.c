@@ -45,11 +45,25 @@
  *    parked completion on this lane, or an earlier deferred entry; or
  *  - it is a prepare that must wait for the reclaimer (ops_execute's retry:
  *    nothing done), at most RECLAIM_WAIT_NS, then it evicts for itself;
+ *  - or an operation that waits for a lower tier (op_wait.why: the disk
+ *    or remote thread reads its history or chunk): until the tier
+ *    answers, however long (a read completes or fails; the remote tier's
+ *    reads end at remote_timeout_ms), tried again every TIER_RETRY_NS;
+ *    that wait does not run the reclaimer's clock (issue 30);
  *  - or it names no single user (a cross-shard call: libkvpool never sends
  *    one with anything in flight), then it waits behind everything kept,
  *    and everything after it waits behind it.
  * Every pass retries the list in order before it takes new entries, so
- * one user's entries still run in ring order. Each deferred entry keeps a
+ * one user's entries still run in ring order.
+ *
+ * A BATCH entry (proto.h, BATCH; ops.h) is held item by item: each item
+ * is asked the questions above as if it were an entry of its own in the
+ * batch's place (batch_item_held), an item that waits waits alone (later
+ * items of its user behind it), and while any item is unrun or landing
+ * the batch stays on the deferred list, holding the users of those items
+ * for the entries behind it (ops_batch_holds). Its completions go out as
+ * items finish, into CQ slots nobody else was promised, the last into the
+ * one slot the entry kept (run_batch). Each deferred entry keeps a
  * CQ slot for its completion, as a parked one does, so the lane never
  * takes more entries than it can complete.
  *
@@ -179,6 +193,8 @@ void drop_lane(struct worker *w, uint32_t i, const char *why)
 	if (l->index == 0 &&
 	    __atomic_load_n(&c->uds_state, __ATOMIC_RELAXED) == UDS_PARKED)
 		w->parked--;
+	for (uint32_t j = 0; j < l->ndq; j++)
+		ops_batch_drop(l->dq[j].b);
 	free(l->dq); /* deferred entries die with the client, unrun */
 	l->dq = NULL;
 	l->ndq = 0;
@@ -212,6 +228,9 @@ static void wake_client(struct lane *l)
 struct emit_ctx {
 	struct lane *l;
 	uint32_t mask;
+	uint32_t cq_head;   /* as this pass read it */
+	uint32_t reserved;  /* CQ slots kept for deferred entries and those
+			     * still to take this pass (a batch's: run_batch) */
 };
 
 static bool parked_landed(void *arg, const struct park *e)
@@ -262,23 +281,174 @@ static bool must_wait(const struct lane *l, uint32_t upto, bool has_user,
 		return true;
 	if (l->park.n && (!has_user || park_has_user(&l->park, user)))
 		return true;
-	for (uint32_t i = 0; i < upto; i++)
-		if (!has_user || !l->dq[i].has_user || l->dq[i].user == user)
+	for (uint32_t i = 0; i < upto; i++) {
+		const struct lane_defer *q = &l->dq[i];
+
+		if (q->b ? ops_batch_holds(q->b, has_user, user) :
+		    !has_user || !q->has_user || q->user == user)
 			return true;
+	}
 	return false;
+}
+
+/* Whether the lane holds anything an entry could have to wait behind. */
+static bool lane_busy(const struct lane *l)
+{
+	return l->ndq || l->park.n ||
+	       (l->index == 0 && __atomic_load_n(&l->c->uds_state,
+						 __ATOMIC_RELAXED) == UDS_PARKED);
 }
 
 /* The user an entry names, looked up only when something could hold it
  * (a commit's costs its shard's lock). Returns whether it looked. */
 static bool entry_user(struct worker *w, struct lane *l, struct lane_defer *d)
 {
-	bool busy = l->ndq || l->park.n ||
-		    (l->index == 0 && __atomic_load_n(&l->c->uds_state,
-						      __ATOMIC_RELAXED) == UDS_PARKED);
+	bool busy = lane_busy(l);
 
 	if (busy)
 		d->has_user = ops_sqe_user(w->s, l->c, &d->sqe, &d->user);
 	return busy;
+}
+
+/* A batch's item waits behind the first `upto` kept entries of its lane
+ * (the question ops_batch_run asks, item by item). */
+struct batch_held {
+	struct worker *w;
+	struct lane *l;
+	uint32_t upto;
+};
+
+static bool batch_item_held(void *arg, struct op_batch *b, uint32_t i)
+{
+	struct batch_held *h = arg;
+	uint64_t user;
+	bool has = ops_batch_user(h->w->s, h->l->c, b, i, &user);
+
+	return must_wait(h->l, h->upto, has, user);
+}
+
+/*
+ * Run what a batch entry's items can run now (proto.h, BATCH: in item
+ * order, each as its own entry would run, behind the first `upto` kept
+ * entries of the lane) and publish the completions of those done. true:
+ * every item is answered, the final completion emitted and d->b freed;
+ * false: keep it deferred. Until then a completion for the items done is
+ * emitted only into a CQ slot nobody else was promised (ex->reserved
+ * counts this entry's own, which its final completion takes), so the
+ * items of other users that passed a waiting one reach the client now,
+ * as they would have, one by one.
+ */
+static bool run_batch(struct worker *w, struct lane *l, struct lane_defer *d,
+		      uint32_t upto, struct emit_ctx *ex)
+{
+	static const struct op_batch_clock clk = { RECLAIM_WAIT_NS, TIER_RETRY_NS };
+	struct client_shm *sh = &l->c->shm;
+	struct batch_held h = { w, l, upto };
+	struct kvp_cqe cqe;
+	uint32_t used;
+
+	ops_batch_run(w->s, l->c, &d->sqe, d->b, sh->arena, sh->arena_bytes,
+		      &w->scratch, lane_busy(l) ? batch_item_held : NULL, &h,
+		      mono_ns(), &clk);
+	if (!ops_batch_settle(&d->sqe, d->b, sh->arena)) {
+		used = l->cq_tail - ex->cq_head + l->park.n + ex->reserved;
+		if (used < sh->cq_entries && ops_batch_emit(&d->sqe, d->b, &cqe))
+			emit_cqe(ex, &cqe);
+		return false;
+	}
+	ops_batch_emit(&d->sqe, d->b, &cqe);
+	ops_batch_free(d->b);
+	d->b = NULL;
+	emit_cqe(ex, &cqe);
+	return true;
+}
+
+/*
+ * Take a batch entry off the ring (its items copied once, ops_batch_open)
+ * and run what can run. 1: done (or refused), its completion emitted; 0:
+ * deferred; -ENOMEM: not taken, try again on a later pass.
+ */
+static int take_batch(struct worker *w, struct lane *l, struct lane_defer *d,
+		      struct emit_ctx *ex, bool *prepares)
+{
+	struct client_shm *sh = &l->c->shm;
+	struct kvp_cqe cqe;
+
+	*prepares = false;
+	d->b = ops_batch_open(w->s, l->c, &d->sqe, sh->arena, sh->arena_bytes,
+			      sh->arena, sh->arena_bytes, &cqe);
+	if (!d->b && !cqe.res)
+		return -ENOMEM;
+	if (!d->b) {
+		emit_cqe(ex, &cqe);
+		return 1;
+	}
+	*prepares = ops_batch_has(d->b, KVP_OP_PREPARE);
+	return run_batch(w, l, d, l->ndq, ex) ? 1 : 0;
+}
+
+/*
+ * PHASES (proto.h; kvpool.h, struct kvp_ring_phases): one pass's timing
+ * of the entries that carry a prepare, while timing is on. Each answered
+ * in the pass gives a queue sample (the client's sq_stamp to its start),
+ * an execute sample and, at the pass's publish, a publish sample; the
+ * publish's time waits on the lane for the client's cq_stamp of a release
+ * past it: the wake sample, taken on a later pass.
+ */
+#define PHASE_MAX 64u
+
+struct phase_clock {
+	bool on;
+	uint32_t n;
+	uint64_t stamp;            /* the client's sq_stamp, read after A1 */
+	uint64_t done[PHASE_MAX];  /* when each answered entry had executed */
+};
+
+static void phase_begin(struct phase_clock *pc, struct lane *l, uint32_t cq_head)
+{
+	uint64_t r;
+
+	pc->n = 0;
+	pc->on = metrics_timed();
+	if (!pc->on)
+		return;
+	pc->stamp = __atomic_load_n(&l->ctl->sq_stamp, __ATOMIC_RELAXED);
+	/* After A2: a release at or past our last timed publish. */
+	if (l->pub_ns && (int32_t)(cq_head - l->pub_pos) >= 0) {
+		r = __atomic_load_n(&l->ctl->cq_stamp, __ATOMIC_RELAXED);
+		if (r >= l->pub_ns)
+			metrics_lat(LAT_PH_WAKE, r - l->pub_ns);
+		l->pub_ns = 0;
+	}
+}
+
+/* An entry that started at t0 (0: not timed) was answered in this pass. */
+static void phase_entry(struct phase_clock *pc, uint64_t t0)
+{
+	uint64_t t1;
+
+	if (!t0)
+		return;
+	t1 = mono_ns();
+	if (pc->stamp && pc->stamp <= t0)
+		metrics_lat(LAT_PH_QUEUE, t0 - pc->stamp);
+	metrics_lat(LAT_PH_EXECUTE, t1 - t0);
+	if (pc->n < PHASE_MAX)
+		pc->done[pc->n++] = t1;
+}
+
+/* After D1. */
+static void phase_publish(struct phase_clock *pc, struct lane *l)
+{
+	uint64_t t;
+
+	if (!pc->n)
+		return;
+	t = mono_ns();
+	for (uint32_t i = 0; i < pc->n; i++)
+		metrics_lat(LAT_PH_PUBLISH, t - pc->done[i]);
+	l->pub_ns = t;
+	l->pub_pos = l->cq_tail;
 }
 
 /*
@@ -292,16 +462,26 @@ static bool run_entry(struct worker *w, struct lane *l, struct lane_defer *d,
 	struct client_shm *sh = &l->c->shm;
 	struct op_wait wt = { 0 };
 	struct kvp_cqe cqe;
+	uint64_t now;
 
 	/* A prepare may wait for the reclaimer, RECLAIM_WAIT_NS at most
-	 * (then it makes its room itself). */
+	 * (then it makes its room itself); for a lower tier until the tier
+	 * answers, tried again every TIER_RETRY_NS (worker_internal.h). */
+	if (d->retry_at && (now = mono_ns()) < d->retry_at)
+		return false;
 	wt.retried = d->since != 0;
 	wt.may_retry = !wt.retried || mono_ns() - d->since < RECLAIM_WAIT_NS;
 	ops_execute(w->s, l->c, &d->sqe, sh->arena, sh->arena_bytes,
 		    sh->arena, sh->arena_bytes, &w->scratch, &cqe, &wt);
 	if (wt.retry) {
-		if (!d->since)
-			d->since = mono_ns();
+		now = mono_ns();
+		/* Only the reclaimer's wait runs the reclaimer's clock: a slow
+		 * disk read must not use up the prepare's wait for frames. */
+		d->retry_at = 0;
+		if (wt.why == ENGINE_WAIT_DISK || wt.why == ENGINE_WAIT_REMOTE)
+			d->retry_at = now + TIER_RETRY_NS;
+		else if (!d->since)
+			d->since = now;
 		return false;
 	}
 	if (wt.fence && park_cqe(l, &d->sqe, &cqe, &wt)) {
@@ -325,7 +505,9 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
 	for (uint32_t i = 0; i < l->ndq; i++) {
 		struct lane_defer d = l->dq[i];
 
-		if (!must_wait(l, kept, d.has_user, d.user) && run_entry(w, l, &d, ex)) {
+		ex->reserved = l->ndq - ran; /* this one's and those after it */
+		if (d.b ? run_batch(w, l, &d, kept, ex) :
+		    !must_wait(l, kept, d.has_user, d.user) && run_entry(w, l, &d, ex)) {
 			ran++;
 			continue;
 		}
@@ -337,21 +519,24 @@ static uint32_t run_deferred(struct worker *w, struct lane *l,
 
 /*
  * One pass over lane l: publish the parked completions that landed, retry
- * the deferred entries, then take every available SQE the CQ has room for.
+ * the deferred entries, then take every available SQE the CQ has room for,
+ * up to budget operations (PASS_BUDGET; a batch counts its items).
  * Returns entries consumed or run plus completions published, or -EPROTO
  * with *why for a broken client. *blocked says entries wait for CQ room.
- * A little past 80 lines: the ring indices (S1, D1, D2, C1) are read,
- * checked and published in one place, so their pairing can be read at once.
+ * Past 80 lines: the ring indices (S1, D1, D2, C1) are read, checked and
+ * published in one place, so their pairing can be read at once; the phase
+ * clock's three calls sit where those indices are.
  */
-static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
-		     const char **why)
+static int ring_pass(struct worker *w, struct lane *l, uint32_t budget,
+		     bool *blocked, const char **why)
 {
 	struct client *c = l->c;
 	struct client_shm *sh = &c->shm;
 	struct kvp_ring_ctl *ctl = l->ctl;
-	struct emit_ctx ex = { l, sh->cq_entries - 1 };
+	struct emit_ctx ex = { l, sh->cq_entries - 1, 0, 0 };
 	uint32_t tail, cq_head, avail, used, room, n, i, cq0 = l->cq_tail;
-	uint32_t late = 0, ran = 0;
+	uint32_t late = 0, ran = 0, work = 0;
+	struct phase_clock pc = { 0 };
 
 	/* A1: pairs with the client's store-release of sq_tail (S1): the
 	 * entries below tail are written. */
@@ -369,6 +554,8 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	 * A2: pairs with the client's store-release of cq_head (C1): it is
 	 * done with those CQEs and their arena bytes. */
 	cq_head = __atomic_load_n(&ctl->cq_head, __ATOMIC_ACQUIRE);
+	ex.cq_head = cq_head;
+	phase_begin(&pc, l, cq_head);
 	used = l->cq_tail - cq_head;
 	if (used > sh->cq_entries) {
 		*why = "cq_head moved past cq_tail";
@@ -394,19 +581,47 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 	*blocked = avail > room;
 	if (n && !l->dq && !(l->dq = calloc(sh->cq_entries, sizeof(*l->dq))))
 		n = 0; /* out of memory: try again on the next pass */
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && work < budget; i++) {
 		struct lane_defer d = { 0 };
+		uint64_t t0 = 0;
+		uint32_t parked;
 
 		/* The one read of this entry: validated and used as copied. */
 		memcpy(&d.sqe, &l->sqes[l->sq_head & (sh->sq_entries - 1)],
 		       sizeof(d.sqe));
 		l->sq_head++;
+		if (pc.on && (d.sqe.opcode == KVP_OP_PREPARE ||
+			      d.sqe.opcode == KVP_OP_BATCH))
+			t0 = mono_ns();
+		work++;
+		if (d.sqe.opcode == KVP_OP_BATCH) {
+			bool prep;
+			int st;
+
+			if (d.sqe.n > 1 && d.sqe.n <= KVP_BATCH_MAX)
+				work += d.sqe.n - 1;
+			ex.reserved = l->ndq + (n - i); /* this one's too */
+			st = take_batch(w, l, &d, &ex, &prep);
+			if (st < 0) {
+				l->sq_head--; /* out of memory: not taken */
+				break;
+			}
+			if (!st)
+				l->dq[l->ndq++] = d; /* room counted its CQ slot */
+			else if (prep)
+				phase_entry(&pc, t0);
+			continue;
+		}
 		if (entry_user(w, l, &d) && must_wait(l, l->ndq, d.has_user, d.user)) {
 			l->dq[l->ndq++] = d; /* room counted its CQ slot */
 			continue;
 		}
-		if (run_entry(w, l, &d, &ex))
+		parked = l->park.n;
+		if (run_entry(w, l, &d, &ex)) {
+			if (l->park.n == parked)
+				phase_entry(&pc, t0);
 			continue;
+		}
 		/* Waits for the reclaimer: later entries of its user wait
 		 * behind it, the others pass. */
 		d.has_user = ops_sqe_user(w->s, c, &d.sqe, &d.user);
@@ -419,6 +634,7 @@ static int ring_pass(struct worker *w, struct lane *l, bool *blocked,
 		 * at execution, for parked ones); pairs with the client's
 		 * load-acquire of cq_tail. */
 		__atomic_store_n(&ctl->cq_tail, l->cq_tail, __ATOMIC_RELEASE);
+		phase_publish(&pc, l);
 	}
 	if (i) {
 		/* D2: the entries were copied out above; their slots are free. */
@@ -449,7 +665,9 @@ static uint32_t worker_pass(struct worker *w, bool *blocked)
 			drop_lane(w, i, NULL); /* the client is on its way out */
 			continue;
 		}
-		ret = ring_pass(w, l, &stalled, &why);
+		/* A pass that noted uds requests takes every entry it can, as
+		 * they must not overtake any published before (top comment). */
+		ret = ring_pass(w, l, uds ? UINT32_MAX : PASS_BUDGET, &stalled, &why);
 		if (ret < 0) {
 			drop_lane(w, i, why);
 			continue;
@@ -642,6 +860,8 @@ void workers_stop(struct server *s)
 		 * deferred lists are the worker's to free (ASan: a leak on
 		 * every SIGTERM with a client attached). */
 		for (uint32_t j = 0; j < w->n; j++) {
+			for (uint32_t k = 0; k < w->lanes[j]->ndq; k++)
+				ops_batch_drop(w->lanes[j]->dq[k].b);
 			free(w->lanes[j]->dq);
 			w->lanes[j]->dq = NULL;
 			w->lanes[j]->ndq = 0;

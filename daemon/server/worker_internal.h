@@ -20,6 +20,18 @@
 /* How long a prepare waits for the reclaimer before it evicts for itself
  * (a few of the reclaimer's rounds: up to 128 pages each, shard.c). */
 #define RECLAIM_WAIT_NS 5000000ull
+/* How often an entry waiting for a lower tier (the disk or remote thread
+ * reads) is tried again. It waits until the tier answers, however long
+ * (the tier bounds it: a read completes or fails, remote_timeout_ms); a
+ * try takes its shard's lock, so not on every pass of a busy worker. */
+#define TIER_RETRY_NS 20000ull
+/* Operations one lane's pass takes at most (a batch entry counts its
+ * items): with batches of KVP_BATCH_MAX a full ring is 256 x sq_entries
+ * operations, which would hold the worker's other clients for that long.
+ * The rest waits in the ring for the next pass, after the other lanes;
+ * but not in a pass with uds requests, which go after every ring entry
+ * published before them (worker.c: uds requests). */
+#define PASS_BUDGET 1024u
 
 struct worker {
 	struct server *s;

@@ -57,6 +57,11 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_disk_kill_restart 120)
   kvpool_integration_test(test_kill_clients 120)
   kvpool_integration_test(test_ring_fuzz 120)
+  # BATCH entries (proto.h): malformed ones refused whole, items in order,
+  # libkvpool's queue/submit/reap as one entry per lane (issue 32).
+  kvpool_integration_test(test_batch_entries 60)
+  # A prepare waiting for the disk tier is held, not slept on; others pass.
+  kvpool_integration_test(test_tier_wait 120)
   kvpool_integration_test(test_tier_pressure 120)
   kvpool_integration_test(test_racing_writers 120)
   kvpool_integration_test(test_security 120 PkgConfig::CMOCKA)

@@ -48,6 +48,8 @@ struct fake {
 	int32_t status;
 	const char *status_msg;
 	int no_seal, bad_hdr, extra_fd, serve, sleepy, reverse;
+	int split;               /* BATCH: answered by two completions */
+	uint64_t batches;        /* BATCH entries taken */
 	uint64_t hist_len;       /* PREPARE: committed tokens before the lease */
 	int bad_frame;           /* PREPARE: last frame out of the tier */
 	struct kvp_layout layout;
@@ -209,6 +211,51 @@ static void fake_exec(struct fake *f, const struct kvp_sqe *s, struct kvp_cqe *q
 	}
 }
 
+/*
+ * A BATCH entry (proto.h, BATCH) as kvpoold answers one: each item run as
+ * its own entry, its completion into the log (reversed with f->reverse);
+ * q[0] the only completion, or with f->split q[0] for the first half and
+ * q[1] for the rest. Returns how many completions.
+ */
+static uint32_t fake_batch(struct fake *f, const struct kvp_sqe *s,
+			   struct kvp_cqe *q)
+{
+	struct kvp_batch_item it[KVP_BATCH_MAX];
+	uint32_t n = s->n, half;
+
+	memset(q, 0, sizeof(*q));
+	q->tag = s->tag;
+	f->batches++;
+	if (!n || n > KVP_BATCH_MAX || s->in_len != n * sizeof(it[0]) ||
+	    s->in_off > f->arena_now - s->in_len ||
+	    s->out_off > f->arena_now - n * sizeof(struct kvp_cqe)) {
+		q->res = -EINVAL;
+		return 1;
+	}
+	memcpy(it, f->arena + s->in_off, s->in_len);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kvp_batch_item *x = &it[f->reverse ? n - 1 - i : i];
+		struct kvp_sqe e = { .opcode = x->opcode, .flags = x->flags,
+				     .n = x->n, .tag = x->tag, .user = x->user,
+				     .arg = x->arg, .out_off = x->out_off,
+				     .out_len = x->out_len };
+		struct kvp_cqe c;
+
+		fake_exec(f, &e, &c);
+		memcpy(f->arena + s->out_off + i * sizeof(c), &c, sizeof(c));
+	}
+	half = f->split && n >= 2 ? n / 2 : n;
+	q[0] = (struct kvp_cqe){ .tag = s->tag, .res = (int32_t)half,
+				 .out_bytes = half * sizeof(struct kvp_cqe),
+				 .val0 = 0, .val1 = half == n };
+	if (half == n)
+		return 1;
+	q[1] = (struct kvp_cqe){ .tag = s->tag, .res = (int32_t)(n - half),
+				 .out_bytes = (n - half) * sizeof(struct kvp_cqe),
+				 .val0 = half, .val1 = 1 };
+	return 2;
+}
+
 /* Daemon side by hand: take one published SQE (0 when none). */
 static int fake_take(struct fake *f, struct kvp_sqe *s)
 {
@@ -265,13 +312,19 @@ static void fake_serve(struct fake *f)
 
 		room = f->cq_entries_now - (f->cq_tail -
 			__atomic_load_n(&f->ctl->cq_head, __ATOMIC_ACQUIRE));
-		while (n < room && fake_take(f, &s))
-			fake_exec(f, &s, &batch[n++]);
+		while (n + 1 < room && fake_take(f, &s)) {
+			if (s.opcode == KVP_OP_BATCH)
+				n += fake_batch(f, &s, &batch[n]);
+			else
+				fake_exec(f, &s, &batch[n++]);
+		}
 		if (!n) {
 			fake_idle(f);
 			continue;
 		}
-		if (f->reverse)
+		/* (A batch's parts come in order: with split, only its log is
+		 * reversed.) */
+		if (f->reverse && !f->split)
 			for (uint32_t i = 0; i < n / 2; i++) {
 				struct kvp_cqe t = batch[i];
 				batch[i] = batch[n - 1 - i];

@@ -430,10 +430,12 @@ static void test_indices_wrap_past_uint32_max(void **state)
 			assert_int_equal(out[i].lease.npages, 2);
 		}
 	}
-	/* 500 operations from UINT32_MAX - 40: both indices wrapped to 459. */
-	assert_int_equal(c->lanes[0].sq_tail, 459);
-	assert_int_equal(c->lanes[0].cq_head, 459);
-	assert_int_equal(__atomic_load_n(&c->lanes[0].ctl->cq_head, __ATOMIC_ACQUIRE), 459);
+	/* 100 calls and 50 batches (one BATCH entry of 8 each) from
+	 * UINT32_MAX - 40: both indices wrapped to 109. */
+	assert_int_equal(c->lanes[0].sq_tail, 109);
+	assert_int_equal(c->lanes[0].cq_head, 109);
+	assert_int_equal(__atomic_load_n(&c->lanes[0].ctl->cq_head, __ATOMIC_ACQUIRE), 109);
+	assert_int_equal(f->batches, 50);
 	kvp_close(c);
 	fake_free(f);
 }
@@ -451,6 +453,96 @@ static uint32_t fake_answer_all(struct fake *f)
 		n++;
 	}
 	return n;
+}
+
+/*
+ * BATCH entries (proto.h, BATCH; batch_wire.c): a lane's queued operations
+ * go out as one entry, its completion may come in parts, the records are
+ * reused round after round, and nothing stays owed.
+ */
+static void test_batch_in_parts_round_after_round(void **state)
+{
+	struct kvp_connect_opts o = { .sq_entries = 16 };
+	struct fake *f = fake_new();
+	struct kvp_completion out[16];
+	struct kvp_user_info ui;
+	struct kvp_client *c;
+
+	(void)state;
+	f->split = 1;
+	f->reverse = 1;
+	c = fake_attach(f, &o);
+	for (uint32_t r = 0; r < 40; r++) {
+		uint32_t n = 2 + r % 15, seen = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			assert_int_equal(kvp_queue_prepare(c, 100 + i, 0, 5, i), 0);
+		assert_int_equal(kvp_submit(c), (int)n);
+		reap_all(c, out, n);
+		for (uint32_t i = 0; i < n; i++) {
+			assert_int_equal(out[i].res, 0);
+			assert_int_equal(out[i].lease.user, 100 + out[i].tag);
+			seen |= 1u << out[i].tag;
+		}
+		assert_int_equal(seen, (1u << n) - 1);
+	}
+	assert_int_equal(f->batches, 40);
+	assert_int_equal(c->lanes[0].cq_owed, 0);
+	assert_int_equal(c->lanes[0].bat_head, c->lanes[0].bat_tail);
+	assert_int_equal(c->lanes[0].rec_head, c->lanes[0].rec_tail);
+	/* A lone operation goes out plain. */
+	assert_int_equal(kvp_queue_info(c, 3, 9), 0);
+	assert_int_equal(kvp_submit(c), 1);
+	reap_all(c, out, 1);
+	assert_int_equal(out[0].info.len, 30);
+	assert_int_equal(f->batches, 40);
+	assert_int_equal(kvp_info(c, 4, &ui), 0);
+	kvp_close(c);
+	fake_free(f);
+}
+
+/* A batch completion the client cannot believe breaks it (-EPROTO). */
+static void forged_batch(int how)
+{
+	struct fake *f = fake_new();
+	struct kvp_completion out[4];
+	struct kvp_client *c;
+	struct kvp_sqe s;
+	struct kvp_cqe q[2];
+	int ret;
+
+	f->serve = 0;
+	c = fake_attach(f, NULL);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(kvp_queue_prepare(c, 100 + i, 0, 5, i), 0);
+	assert_int_equal(kvp_submit(c), 3);
+	assert_int_equal(fake_take(f, &s), 1);
+	assert_int_equal(s.opcode, KVP_OP_BATCH);
+	assert_int_equal(fake_batch(f, &s, q), 1);
+	switch (how) {
+	case 0: q[0].res = 4; q[0].out_bytes = 4 * 32; break; /* more items */
+	case 1: q[0].tag ^= 1; break;                      /* another batch */
+	case 2: /* an item it did not carry */
+		((struct kvp_cqe *)(f->arena + s.out_off))[1].tag += 1;
+		break;
+	case 3: q[0].val1 = 0; break;                      /* never final */
+	case 4: q[1] = q[0]; break;                        /* twice */
+	}
+	fake_post(f, q, how == 4 ? 2 : 1);
+	ret = kvp_reap(c, out, 4, 3);
+	if (how == 4 && ret == 3)
+		ret = kvp_reap(c, out, 4, 1);
+	assert_int_equal(ret, -EPROTO);
+	assert_non_null(strstr(kvp_last_error(c), "batch completion"));
+	kvp_close(c);
+	fake_free(f);
+}
+
+static void test_forged_batch_completions_are_eproto(void **state)
+{
+	(void)state;
+	for (int how = 0; how < 5; how++)
+		forged_batch(how);
 }
 
 static void test_daemon_rung_only_when_it_asked(void **state)
@@ -862,6 +954,8 @@ int main(void)
 		cmocka_unit_test(test_sync_calls_carry_results),
 		cmocka_unit_test(test_sync_error_carries_daemon_text),
 		cmocka_unit_test(test_async_tags_survive_out_of_order_completion),
+		cmocka_unit_test(test_batch_in_parts_round_after_round),
+		cmocka_unit_test(test_forged_batch_completions_are_eproto),
 		cmocka_unit_test(test_async_error_points_into_arena),
 		cmocka_unit_test(test_busy_at_sq_entries_in_flight),
 		cmocka_unit_test(test_indices_wrap_past_uint32_max),

@@ -262,6 +262,8 @@ struct rsys_result {
 	uint64_t *bucket_needed, *bucket_hit;
 	bool have_stats;
 	struct kvp_stats stats;   /* the pool's counters over the run */
+	bool have_phases;         /* kvp_ring_phases before and after the run */
+	struct kvp_ring_phases ph0, ph1;
 	uint64_t device_frames, host_frames;
 	char note[256];           /* e.g. the redis-server's maxmemory */
 	char skipped[256];        /* not run, and why (e.g. no hiredis) */

@@ -192,6 +192,66 @@ static void json_gpu(struct json *j, const struct rrun *r)
 
 /* ---------------------------------------------------------------- JSON */
 
+/* The q-quantile of one phase's histogram over the run (ph1 - ph0), ns:
+ * linear inside the bucket it falls in (the daemon's buckets are coarse:
+ * about three a decade), the +Inf bucket read as its lower bound. */
+static uint64_t phase_quantile(const struct rsys_result *s, int k, double q,
+			       uint64_t *count)
+{
+	const uint64_t *b0 = s->ph0.phase[k].buckets, *b1 = s->ph1.phase[k].buckets;
+	uint64_t n = 0, cum = 0, lo = 0;
+
+	for (int b = 0; b < KVP_LAT_BUCKETS; b++)
+		n += b1[b] - b0[b];
+	*count = n;
+	if (!n)
+		return 0;
+	for (int b = 0; b < KVP_LAT_BUCKETS; b++) {
+		uint64_t in = b1[b] - b0[b], hi = s->ph1.bucket_ns[b];
+
+		if (in && cum + in >= q * n) {
+			double f = (q * n - cum) / in;
+
+			return hi == UINT64_MAX ? lo : lo + (uint64_t)(f * (hi - lo));
+		}
+		cum += in;
+		lo = hi;
+	}
+	return lo;
+}
+
+static void json_phases(struct json *j, const struct rsys_result *s)
+{
+	static const char *const name[KVP_PHASES] = {
+		"queue", "execute", "publish", "wake",
+	};
+
+	if (!s->have_phases) {
+		json_null(j, "phases");
+		return;
+	}
+	json_obj_begin(j, "phases");
+	for (int k = 0; k < KVP_PHASES; k++) {
+		uint64_t n, sum = s->ph1.phase[k].sum_ns - s->ph0.phase[k].sum_ns;
+		uint64_t p99 = phase_quantile(s, k, 0.99, &n);
+		uint64_t p50 = phase_quantile(s, k, 0.50, &n);
+
+		json_obj_begin(j, name[k]);
+		json_u64(j, "samples", n);
+		json_u64(j, "p50_ns", p50);
+		json_u64(j, "p99_ns", p99);
+		json_u64(j, "mean_ns", n ? sum / n : 0);
+		json_obj_end(j);
+	}
+	json_str(j, "phases_are", "kvp_ring_phases over the run (kvpool.h): ring "
+		 "entries carrying a prepare answered in the worker's pass that took "
+		 "them; queue = client submit to worker pickup, execute, publish = to "
+		 "the completion's publication, wake = to the client's reap; "
+		 "percentiles interpolated in the daemon's buckets (1 us .. 1 s, "
+		 "about three a decade)");
+	json_obj_end(j);
+}
+
 static void json_sys(struct json *j, const struct rrun *r, enum rsys_id id)
 {
 	const struct rsys_result *s = &r->sys[id];
@@ -215,6 +275,8 @@ static void json_sys(struct json *j, const struct rrun *r, enum rsys_id id)
 		if (id != SYS_REDIS || op != OP_COMMIT)
 			json_summary(j, rop_name[op], &s->lat[op]);
 	json_obj_end(j);
+	if (id == SYS_KVPOOL)
+		json_phases(j, s);
 	json_obj_begin(j, "onload");
 	json_u64(j, "prepares", s->lat[OP_PREPARE_ONLOAD].n);
 	json_u64(j, "pages", s->onload_pages);

@@ -102,6 +102,9 @@ static int daemon_setup(struct rrun *r, enum rsys_id id, struct rtarget *tg,
 			"--layout %s\n", tg->socket, have, r->o.layout_spec, have);
 		return -EINVAL;
 	}
+	/* Where a ring prepare's time goes (kvp_ring_phases; admin: turns
+	 * the daemon's timing on). Without the right, the report has none. */
+	r->sys[id].have_phases = kvp_ring_phases(*stat_c, &r->sys[id].ph0) == 0;
 	if (r->o.backend == RB_CUDA && kvp_cuda_device(*stat_c) < 0) {
 		fprintf(stderr, "kvbench replay: --backend cuda: the kvpoold at %s serves its "
 			"pool from host memory (backend shm)\n", tg->socket);
@@ -145,6 +148,8 @@ int replay_run_daemon(struct rrun *r, enum rsys_id id, const void *kv)
 		res->host_frames = s1.tier[KVP_TIER_HOST].frames_total;
 	}
 	if (stat_c) {
+		if (res->have_phases)
+			res->have_phases = kvp_ring_phases(stat_c, &res->ph1) == 0;
 		device = kvp_cuda_device(stat_c);
 		kvp_close(stat_c);
 	}
