@@ -255,6 +255,7 @@ def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None
             lease.release()
 
         res = _generate(m, kv, a.prompt, a.steps, device, step_begin, step_end)
+        lat = group_latency(client, rank, a)
         # the same page table on both ranks, every step
         tables: List[Any] = [None] * a.tp
         dist.all_gather_object(tables, frames_seen)
@@ -263,12 +264,47 @@ def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None
         q.put({"rank": rank, "tokens": res["tokens"],
                "logits": [x.tolist() for x in res["logits"]] if rank == 0 else None,
                "same_page_tables": all(t == tables[0] for t in tables),
-               "history_len": info.len, "pages_last_step": len(frames_seen[-1])})
+               "history_len": info.len, "pages_last_step": len(frames_seen[-1]),
+               "latency_ns": lat})
     except BaseException as e:  # noqa: BLE001  (reported, then re-raised)
         q.put({"rank": rank, "error": f"{type(e).__name__}: {e}"})
         raise
     finally:
         dist.destroy_process_group()
+
+
+def group_latency(client: Any, rank: int, a: argparse.Namespace) -> Dict[str, List[int]]:
+    """--prepare-reps group steps of one token on another user: rank 0's
+    prepare, rank r's join, each rank's commit, timed where they run (the
+    lease id's broadcast between them is the program's, not kvpool's)."""
+    out: Dict[str, List[int]] = {"prepare": [], "join": [], "commit": []}
+    user = a.user + 1
+    for _ in range(a.prepare_reps):
+        box = [0]
+        if rank == 0:
+            info = client.info(user)
+            t = time.perf_counter_ns()
+            lease = client.prepare(user, info.start + info.len, 1)
+            out["prepare"].append(time.perf_counter_ns() - t)
+            box = [lease.id]
+        dist.broadcast_object_list(box, src=0)
+        if rank != 0:
+            t = time.perf_counter_ns()
+            lease = client.join(box[0])
+            out["join"].append(time.perf_counter_ns() - t)
+        t = time.perf_counter_ns()
+        lease.commit(0)
+        out["commit"].append(time.perf_counter_ns() - t)
+        dist.barrier()
+        lease.release()
+    return out
+
+
+def _p(xs: List[int], q: float) -> Optional[int]:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def run_tp(a: argparse.Namespace, sock: str) -> List[Dict[str, Any]]:
@@ -337,6 +373,8 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true",
                     help="TP ranks with in-memory caches, no kvpool: the sharding alone")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--prepare-reps", type=int, default=200,
+                    help="group prepare/join/commit steps timed (group_prepare_p99_ns)")
     ap.add_argument("--out")
     a = ap.parse_args()
     g = torch.Generator().manual_seed(a.seed + 1)
@@ -393,6 +431,18 @@ def main() -> None:
             "history_len_expected": a.prompt_len + a.steps - 1,
             "max_logit_diff": float((lg - torch.stack(ref["logits"])).abs().max()),
         })
+        if not a.memory:
+            prep = ranks[0]["latency_ns"]["prepare"]
+            joins = [x for r in ranks[1:] for x in r["latency_ns"]["join"]]
+            # the group's prepare: rank 0's prepare, then the slowest join
+            per = [p + max(r["latency_ns"]["join"][i] for r in ranks[1:])
+                   for i, p in enumerate(prep)] if a.tp > 1 else prep
+            res["group_latency_ns"] = {
+                "reps": a.prepare_reps,
+                "prepare_p50": _p(prep, 0.5), "prepare_p99": _p(prep, 0.99),
+                "join_p50": _p(joins, 0.5), "join_p99": _p(joins, 0.99),
+                "commit_p99": _p([x for r in ranks for x in r["latency_ns"]["commit"]], 0.99)}
+            res["group_prepare_p99_ns"] = _p(per, 0.99)
     line = json.dumps(res)
     print(line)
     if a.out:

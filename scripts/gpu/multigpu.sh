@@ -33,8 +33,18 @@ fi
 timeout ${CTEST_S:-90} ctest --test-dir /tmp/b -L gpu -E "${CTEST_SKIP:-test_llm_gpu|test_hf_gpu}" \
 	--output-on-failure > $OUT/ctest-gpu.txt 2>&1; echo "ctest gpu rc=$? ($((SECONDS - t0)) s)"
 grep -E "tests passed|Failed|Not Run" $OUT/ctest-gpu.txt | tail -8
+# Issue 32: the grid three ways in one run on 16 of the host's cores: the
+# default (one batch entry per lane), KVPOOL_BATCH=one (a client's submit
+# as one entry on one lane) and KVPOOL_BATCH=0 (one entry per operation,
+# the way before batches); the replay (prepare p99 by phase) with the
+# default only.
 if [ -n "${SCALING:-1}" ]; then
-	SCALING_BACKEND=cuda SCALING_SECONDS=${SCALING_SECONDS:-1} timeout ${SCALING_S:-170} \
-		taskset -c 0-15 scripts/scaling.sh /tmp/b $OUT > $OUT/scaling.txt 2>&1
-	echo "scaling rc=$? ($((SECONDS - t0)) s)"; tail -25 $OUT/scaling.txt
+	for mode in lane one 0; do
+		pipes=""; [ $mode = lane ] && pipes="4 8 12"
+		env KVPOOL_BATCH=$([ $mode = lane ] && echo 1 || echo $mode) SCALING_BACKEND=cuda \
+			SCALING_SECONDS=${SCALING_SECONDS:-1} SCALING_WARMUP=0.5 SCALING_PIPELINES="$pipes" \
+			SCALING_SUFFIX=batch-$mode timeout ${SCALING_S:-150} \
+			taskset -c 0-15 scripts/scaling.sh /tmp/b $OUT > $OUT/scaling-$mode.txt 2>&1
+		echo "scaling $mode rc=$? ($((SECONDS - t0)) s)"; tail -8 $OUT/scaling-$mode.txt
+	done
 fi
