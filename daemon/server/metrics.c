@@ -73,13 +73,20 @@ static void label_value(FILE *f, const char *v)
 }
 
 /* NAME{tenant="T",pool="P",gpu="G" (the caller adds its labels and the
- * value): G is the pool's device, its GPU ordinal (cuda) or devices entry. */
+ * value): G is the pool's device, its GPU ordinal (cuda) or devices entry;
+ * a tensor-parallel pool's are its ranks' devices joined by '+' ("0+1"):
+ * its frames exist on every one of them at once. */
 static void series(FILE *f, const char *name, const struct tenants *ts,
 		   const struct tenant *t, uint32_t pool)
 {
+	const struct pool_dev *pd = &ts->pools[pool];
+
 	fprintf(f, "%s{tenant=\"", name);
 	label_value(f, t->name);
-	fprintf(f, "\",pool=\"%" PRIu32 "\",gpu=\"%d\"", pool, ts->pools[pool].device);
+	fprintf(f, "\",pool=\"%" PRIu32 "\",gpu=\"%d", pool, pd->device);
+	for (uint32_t r = 1; r < ts->tp; r++)
+		fprintf(f, "+%d", pd->rank_device[r]);
+	fputc('"', f);
 }
 
 struct field {

@@ -7,7 +7,8 @@
 #  - devices = 0,1 (and 1,0: the label is the devices entry, not the pool
 #    index): every per-pool /metrics series carries gpu beside pool, both
 #    pools appear, and kvctl stats and kvctl top show one row per pool with
-#    its GPU.
+#    its GPU;
+#  - tp = 2 over devices 0,1: one pool whose series say gpu="0+1".
 # Usage: test_gpu_pools.sh KVPOOLD KVCTL KVBENCH. Exit 77 (skip) without curl.
 set -euo pipefail
 kvpoold=$1 kvctl=$2 kvbench=$3
@@ -128,4 +129,14 @@ for devs in 0,1 1,0; do
 	stop
 	echo "devices = $devs: ok"
 done
+
+# --- tp = 2 over devices 0,1: one pool, its series labelled with both GPUs
+# (gpu="0+1": every frame is on both at once).
+start --devices=0,1 --tp=2 --layout=layers=2,kv_heads=2,head_dim=64,dtype=bf16,page_tokens=16
+curl -sf "$url" >"$dir/m" || fail "curl $url"
+grep -q '^kvpool_tier_frames{tenant="default",pool="0",gpu="0+1",tier="device",state="free"} ' \
+	"$dir/m" || fail "tp = 2: no device tier series of pool 0 labelled gpu=\"0+1\": $(grep tier_frames "$dir/m" | head -3)"
+! grep -q 'pool="1"' "$dir/m" || fail "tp = 2 over two devices: a second pool in /metrics"
+stop
+echo "tp = 2: ok"
 echo PASS
