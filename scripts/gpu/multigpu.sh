@@ -38,7 +38,7 @@ grep -E "tests passed|Failed|Not Run" $OUT/ctest-gpu.txt | tail -8
 # as one entry on one lane) and KVPOOL_BATCH=0 (one entry per operation,
 # the way before batches); the replay (prepare p99 by phase) with the
 # default only.
-if [ -n "${SCALING:-1}" ]; then
+if [ -n "${SCALING-1}" ]; then
 	for mode in lane one 0; do
 		pipes=""; [ $mode = lane ] && pipes="4 8 12"
 		env KVPOOL_BATCH=$([ $mode = lane ] && echo 1 || echo $mode) SCALING_BACKEND=cuda \
@@ -48,3 +48,5 @@ if [ -n "${SCALING:-1}" ]; then
 		echo "scaling $mode rc=$? ($((SECONDS - t0)) s)"; tail -8 $OUT/scaling-$mode.txt
 	done
 fi
+# Few files come back from a device call: everything in one archive.
+(cd $OUT && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz $OUT/all.tgz)
