@@ -310,6 +310,27 @@ static void ops_sum(const struct server *s, struct op_metrics *sum)
 	}
 }
 
+/* One histogram series of latency kind k (m->lat[k], m->lat_ns[k]), the
+ * buckets cumulative as Prometheus wants them, labelled label="value". */
+static void histogram(FILE *f, const char *name, const char *label,
+		      const char *value, const struct op_metrics *m, uint32_t k)
+{
+	uint64_t cum = 0;
+
+	for (uint32_t b = 0; b <= METRICS_BUCKETS; b++) {
+		cum += m->lat[k][b];
+		if (b < METRICS_BUCKETS)
+			fprintf(f, "%s_bucket{%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", name,
+				label, value, (double)metrics_bucket_ns[b] / 1e9, cum);
+		else
+			fprintf(f, "%s_bucket{%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+				name, label, value, cum);
+	}
+	fprintf(f, "%s_sum{%s=\"%s\"} %.9f\n", name, label, value,
+		(double)m->lat_ns[k] / 1e9);
+	fprintf(f, "%s_count{%s=\"%s\"} %" PRIu64 "\n", name, label, value, cum);
+}
+
 /* kvpool.h, struct kvp_ring_phases: where a ring prepare's time goes. */
 static void write_phases(FILE *f, const struct op_metrics *m)
 {
@@ -322,25 +343,9 @@ static void write_phases(FILE *f, const struct op_metrics *m)
 	       "them, by phase: queue (client submit to worker pickup), execute, "
 	       "publish (to the completion's publication), wake (to the client "
 	       "reaping it).");
-	for (uint32_t p = 0; p < KVP_PHASES; p++) {
-		uint32_t k = LAT_PH_QUEUE + p;
-		uint64_t cum = 0;
-
-		for (uint32_t b = 0; b <= METRICS_BUCKETS; b++) {
-			cum += m->lat[k][b];
-			if (b < METRICS_BUCKETS)
-				fprintf(f, "kvpool_ring_prepare_phase_seconds_bucket{phase=\"%s\","
-					"le=\"%g\"} %" PRIu64 "\n", name[p],
-					(double)metrics_bucket_ns[b] / 1e9, cum);
-			else
-				fprintf(f, "kvpool_ring_prepare_phase_seconds_bucket{phase=\"%s\","
-					"le=\"+Inf\"} %" PRIu64 "\n", name[p], cum);
-		}
-		fprintf(f, "kvpool_ring_prepare_phase_seconds_sum{phase=\"%s\"} %.9f\n",
-			name[p], (double)m->lat_ns[k] / 1e9);
-		fprintf(f, "kvpool_ring_prepare_phase_seconds_count{phase=\"%s\"} %"
-			PRIu64 "\n", name[p], cum);
-	}
+	for (uint32_t p = 0; p < KVP_PHASES; p++)
+		histogram(f, "kvpool_ring_prepare_phase_seconds", "phase", name[p],
+			  m, LAT_PH_QUEUE + p);
 }
 
 static void write_ops(FILE *f, const struct op_metrics *m)
@@ -371,24 +376,8 @@ static void write_ops(FILE *f, const struct op_metrics *m)
 	       "Latency in the daemon: prepare, commit and offload from the "
 	       "submission's start to its completion; onload from the prepare to "
 	       "the completion that waited for the copy.");
-	for (uint32_t k = 0; k < LAT_OPS; k++) {
-		uint64_t cum = 0;
-
-		for (uint32_t b = 0; b <= METRICS_BUCKETS; b++) {
-			cum += m->lat[k][b];
-			if (b < METRICS_BUCKETS)
-				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\","
-					"le=\"%g\"} %" PRIu64 "\n", lat_op[k],
-					(double)metrics_bucket_ns[b] / 1e9, cum);
-			else
-				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\","
-					"le=\"+Inf\"} %" PRIu64 "\n", lat_op[k], cum);
-		}
-		fprintf(f, "kvpool_op_duration_seconds_sum{op=\"%s\"} %.9f\n",
-			lat_op[k], (double)m->lat_ns[k] / 1e9);
-		fprintf(f, "kvpool_op_duration_seconds_count{op=\"%s\"} %" PRIu64 "\n",
-			lat_op[k], cum);
-	}
+	for (uint32_t k = 0; k < LAT_OPS; k++)
+		histogram(f, "kvpool_op_duration_seconds", "op", lat_op[k], m, k);
 	write_phases(f, m);
 }
 
