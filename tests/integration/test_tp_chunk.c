@@ -62,6 +62,9 @@ struct peer {
 };
 
 static const char *g_sock;
+/* The system root's page table as rank 0's registration had it (the
+ * lease's own is freed by the seal). */
+static int32_t g_sys_idx[MAXP];
 static struct peer *g_self; /* in a peer's process */
 
 /* ------------------------------------------------------------ peers */
@@ -92,6 +95,7 @@ static int peer_do(struct kvp_client *c, char op, struct kvp_lease *cur)
 {
 	struct cmd *m = g_self->cmd;
 	struct kvp_chunk_reg reg = { 0 };
+	struct kvp_lease tmp;
 	uint32_t tok[64];
 	int ret;
 
@@ -102,9 +106,11 @@ static int peer_do(struct kvp_client *c, char op, struct kvp_lease *cur)
 	case 'L':
 		return kvp_chunk_link(c, &m->qid, &m->id, 0, &reg);
 	case 'j':
-		ret = kvp_lease_join(c, m->lease, cur);
-		if (!ret)
+		ret = kvp_lease_join(c, m->lease, &tmp);
+		if (!ret) {
+			*cur = tmp;
 			save_idx(m, cur->indices, cur->npages);
+		}
 		return ret;
 	case 'a':
 		return h_fill_lease(c, cur, m->salt, cur->n_new);
@@ -259,8 +265,11 @@ static void step_refusals(struct kvp_client *c, struct peer *f1,
 
 	h_token_ids(tok, NSYS, 1000);
 	ret = kvp_chunk_register(c, tok, NSYS, KVP_CHUNK_SYSTEM, NULL, sys);
-	CHECK(!ret && sys->created, "rank 0's register: %d %s", ret,
-	      kvp_last_error(c));
+	CHECK(!ret && sys->created && sys->lease.npages <= MAXP,
+	      "rank 0's register: %d %s", ret, kvp_last_error(c));
+	if (!ret)
+		memcpy(g_sys_idx, sys->lease.indices,
+		       sys->lease.npages * sizeof(int32_t));
 	f1->cmd->n = NSYS;
 	f1->cmd->base = 1000;
 	f1->cmd->type = KVP_CHUNK_SYSTEM;
@@ -312,7 +321,7 @@ static void step_read(struct kvp_client *c, struct peer *r0, struct peer *r1,
 	CHECK(ret == 0, "r1's compose: %d %s", ret, r1->cmd->msg);
 	CHECK(r0->cmd->npages == np && r1->cmd->npages == np &&
 	      !memcmp(r0->cmd->idx, r1->cmd->idx, np * sizeof(int32_t)) &&
-	      !memcmp(r0->cmd->idx, sys->lease.indices, np * sizeof(int32_t)),
+	      !memcmp(r0->cmd->idx, g_sys_idx, np * sizeof(int32_t)),
 	      "the ranks' compositions name other frames (%u, %u pages)",
 	      r0->cmd->npages, r1->cmd->npages);
 	CHECK(ask(r0, 'r') == 0, "r0's release of its composition: %s", r0->cmd->msg);
@@ -324,6 +333,17 @@ static void step_read(struct kvp_client *c, struct peer *r0, struct peer *r1,
 	CHECK(ret == 0, "r1's acquire: %d %s", ret, r1->cmd->msg);
 	CHECK(!memcmp(r0->cmd->idx, r1->cmd->idx, np * sizeof(int32_t)),
 	      "the ranks' read leases name other frames");
+	/* A read lease is each rank's own: not joined. */
+	{
+		uint64_t own = r1->cmd->lease;
+
+		r1->cmd->lease = r0->cmd->lease;
+		ret = ask(r1, 'j');
+		CHECK(ret == -EINVAL && strstr(r1->cmd->msg, "is not a history "
+					       "lease nor a chunk fill lease"),
+		      "r1's join of r0's read lease: %d '%s'", ret, r1->cmd->msg);
+		r1->cmd->lease = own;
+	}
 	/* The pages are the same frames in rank 0's pool as in f1's. */
 	CHECK(!h_same_bytes(c, r0->cmd->idx, SALT0, 0, NSYS, "rank 0's pool"),
 	      "rank 0's bytes through r0's read lease");
