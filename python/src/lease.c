@@ -444,7 +444,9 @@ static PyObject *lease_seal(KvpLease *s, PyObject *unused)
 	s->released = 1; /* the seal ended the write lease */
 	client_live_del(c, s->l.id);
 	client_leave(c);
-	Py_RETURN_NONE;
+	/* 1 (KVP_COMMIT_PENDING): a tensor-parallel group's seal, recorded
+	 * until every rank sealed; 0: the chunk is ready. */
+	return PyLong_FromLong(ret);
 }
 
 static PyObject *lease_enter(PyObject *self, PyObject *unused)
