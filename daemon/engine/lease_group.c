@@ -26,6 +26,17 @@
  * rank that has committed and releases before the others committed (a
  * commit with KVP_SQE_RELEASE, or kvp_commit then kvp_release) leaves once
  * the group commits: its part is done, and the group goes on without it.
+ *
+ * Chunk fill leases (grp->of == LEASE_CHUNK_FILL, a sharing id) are groups
+ * the same way: rank 0's registration made the lease (share_chunk_put.c,
+ * entry_commit), ranks 1..tp-1 join it for the entry's page table, and the
+ * entry seals when every rank sealed (engine_chunk_seal_rank). A seal ends
+ * the lease for that rank at once, as a tp = 1 seal does: the rank leaves
+ * the members, so only a rank that has not sealed can end the group, by
+ * its release or death, which kills the FILLING entry (share_lease_end:
+ * nothing published) and leaves the same ended record. Reads (chunk read
+ * leases, compositions) are no groups: a sealed entry is immutable and
+ * found by its id, so each rank takes its own lease on the same frames.
  */
 #include <errno.h>
 #include <inttypes.h>
