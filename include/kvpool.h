@@ -557,7 +557,17 @@ int kvp_release(struct kvp_client *c, uint64_t lease);
  * process) releases the lease for every rank and changes nothing; the
  * others' commits and joins then fail with -ESTALE saying which rank ended
  * it. Errors of join: -EINVAL not a tensor-parallel pool, rank 0, a sharing
- * lease; -ESTALE no such lease or released; -EALREADY joined already.
+ * lease other than a chunk fill lease; -ESTALE no such lease or released;
+ * -EALREADY joined already.
+ *
+ * Chunk fills are group leases too: rank 0 registers or links the chunk
+ * (ranks > 0 get -EINVAL), rank r > 0 joins reg.lease.id with
+ * kvp_lease_join (the entry's page table; recorded as a fill lease), and
+ * every rank seals it (kvp_chunk_seal with created = 1 and lease = the
+ * joined one): KVP_COMMIT_PENDING until the last rank's, which makes it
+ * ready. A release or death of a rank that has not sealed abandons the
+ * chunk for all (-ESTALE to the others' seals). Reads (kvp_chunk_acquire,
+ * kvp_compose) are each rank's own: the same frames in every rank's pool.
  */
 #define KVP_COMMIT_PENDING 1
 int kvp_lease_join(struct kvp_client *c, uint64_t lease, struct kvp_lease *out);
@@ -1090,7 +1100,9 @@ int kvp_chunk_link(struct kvp_client *c, const struct kvp_chunk_id *name,
 		   const struct kvp_chunk_id *parent, uint32_t wait_ms,
 		   struct kvp_chunk_reg *out);
 /* The filler's: waits for the lease's GPU appends, makes the entry ready
- * and ends the write lease. A filler that detaches unsealed deletes it. */
+ * and ends the write lease. A filler that detaches unsealed deletes it.
+ * In a tensor-parallel pool every rank seals (kvp_lease_join above):
+ * KVP_COMMIT_PENDING (1) until the last rank's. */
 int kvp_chunk_seal(struct kvp_client *c, const struct kvp_chunk_reg *reg);
 /*
  * A read lease on a ready entry (id: an entry id, or a name for its root

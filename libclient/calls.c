@@ -126,7 +126,8 @@ int kvp_prepare(struct kvp_client *c, uint64_t user, uint64_t start_pos,
 }
 
 /* A tensor-parallel rank > 0 joins rank 0's lease (kvpool.h, "Group
- * leases"): decoded and recorded as a prepare's. */
+ * leases"): decoded and recorded as a prepare's, or as a registration's
+ * fill lease for a chunk's (a sharing lease id: kvp_chunk_seal seals it). */
 KVP_PUBLIC
 int kvp_lease_join(struct kvp_client *c, uint64_t lease, struct kvp_lease *out)
 {
@@ -149,7 +150,8 @@ int kvp_lease_join(struct kvp_client *c, uint64_t lease, struct kvp_lease *out)
 		return kvpc_err(c, -EPROTO, "kvpoold at %s answered the join of lease "
 				"%#" PRIx64 " with lease %#" PRIx64, c->path, lease,
 				out->id);
-	return kvpc_lease_add(c, out, KVPC_LEASE_HISTORY, 0);
+	return kvpc_lease_add(c, out, (lease & KVP_LEASE_SHARED) ?
+			      KVPC_LEASE_CHUNK_FILL : KVPC_LEASE_HISTORY, 0);
 }
 
 /*

@@ -336,7 +336,15 @@ enum kvp_opcode {
 	 * for every rank: nothing changes, and the others' later commits and
 	 * joins answer -ESTALE saying so (their releases answer 0). A rank
 	 * that committed and releases before the others committed leaves when
-	 * the group commits (it does not end it). */
+	 * the group commits (it does not end it).
+	 * A chunk's fill lease (a KVP_LEASE_SHARED id) is joined the same way
+	 * (answered as the registration's lease; val1 0): rank 0 registers or
+	 * links (CHUNK_REGISTER / CHUNK_LINK by a rank > 0: -EINVAL), every
+	 * rank seals (CHUNK_SEAL, or COMMIT of all its tokens): res
+	 * KVP_COMMIT_PENDING before the last seal, which makes it READY; a
+	 * rank's seal ends its part, so only a release or death of a rank that
+	 * has not sealed abandons the entry (nothing published; -ESTALE to
+	 * the others' seals). Other sharing leases are not joined (-EINVAL). */
 	KVP_OP_LEASE_JOIN = 36,
 	/* v11, MOVES. user, arg the pool it is in, n the pool to move it to: the user's
 	 * history moves there (engine_move.h) -> res pages moved, val0 its

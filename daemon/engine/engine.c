@@ -162,9 +162,7 @@ void engine_destroy(struct engine *eng)
 		frames_fini(&eng->frames[t]);
 	}
 	for (uint32_t i = 0; i < eng->leases_cap; i++)
-		if (eng->leases[i].kind == LEASE_HISTORY ||
-		    eng->leases[i].kind == LEASE_GROUP_ENDED)
-			free(eng->leases[i].grp);
+		free(eng->leases[i].grp); /* NULL but for group leases */
 	free(eng->grp_spare);
 	free(eng->leases);
 	free(eng->view);
@@ -560,7 +558,8 @@ static void prepare_lease_out(struct engine *eng, struct history *h,
 		/* A group lease: rank 0's (engine_lease_join). */
 		l->grp = eng->grp_spare;
 		eng->grp_spare = NULL;
-		*l->grp = (struct lease_group){ .members = 1, .joined = 1 };
+		*l->grp = (struct lease_group){ .members = 1, .joined = 1,
+						.of = LEASE_HISTORY };
 		l->grp->owner[0] = owner;
 	}
 	h->pins++;

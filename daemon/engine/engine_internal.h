@@ -105,9 +105,9 @@ enum lease_kind {
 };
 
 /*
- * A tensor-parallel pool's history lease (engine_config.tp > 1): rank 0
- * prepared it, ranks 1..tp-1 join it, every rank commits it
- * (lease_group.c). A rank is a member from its prepare or join until it
+ * A tensor-parallel pool's history lease or chunk fill lease
+ * (engine_config.tp > 1): rank 0 prepared (registered) it, ranks 1..tp-1
+ * join it, every rank commits (seals) it (lease_group.c). A rank is a member from its prepare or join until it
  * leaves (release, death, a commit with release once the group committed,
  * or hearing that the group ended).
  */
@@ -120,6 +120,8 @@ struct lease_group {
 	uint32_t n;              /* tokens the first rank committed */
 	uint32_t ended_rank;     /* LEASE_GROUP_ENDED: whose release or death */
 	bool ended_died;         /* ... died (else released it) */
+	uint32_t of;             /* LEASE_HISTORY or LEASE_CHUNK_FILL: the
+				  * kind it is (or was, once ended) */
 };
 
 struct seq;
@@ -131,13 +133,14 @@ struct lease {
 	uint32_t next_free;
 	uint32_t owner;
 	bool committed;          /* HISTORY, SEQ_WRITE: committed; FILL: sealed */
+	/* tp > 1: a HISTORY or CHUNK_FILL lease's group (and a
+	 * LEASE_GROUP_ENDED record's); NULL otherwise */
+	struct lease_group *grp;
 	union {
 		struct {                 /* LEASE_HISTORY */
 			struct history *h;
 			uint64_t len0;   /* committed len when prepared */
 			uint32_t n_new;
-			/* tp > 1 (and LEASE_GROUP_ENDED): the group */
-			struct lease_group *grp;
 		};
 		struct seq *seq;         /* LEASE_SEQ_WRITE */
 		struct chunk *chunk;     /* LEASE_CHUNK_FILL, LEASE_CHUNK_READ */

@@ -61,5 +61,11 @@ int share_lease_commit(struct engine *eng, struct lease *l, uint64_t id,
 		       uint32_t n, struct errbuf *e);
 /* Let go of what l holds (the slot is the engine's to free). */
 void share_lease_end(struct engine *eng, struct lease *l);
+/* A rank > 0 joins chunk fill lease l (lease_group.c): *out as the
+ * registration's lease (the entry's page table in eng->view); -EMSGSIZE
+ * more than max_pages pages. Changes nothing on an error. */
+int share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
+			 uint64_t max_pages, struct engine_lease *out,
+			 struct errbuf *e);
 
 #endif /* KVPOOL_ENGINE_SHARE_H */

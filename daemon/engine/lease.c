@@ -36,7 +36,8 @@ struct lease *lease_lookup(struct engine *eng, uint64_t id)
 	    idx >= eng->leases_cap)
 		return NULL;
 	l = &eng->leases[idx];
-	if (l->kind == LEASE_FREE || l->gen != (uint32_t)(id >> 32) ||
+	if (l->kind == LEASE_FREE || l->kind == LEASE_GROUP_ENDED ||
+	    l->gen != (uint32_t)(id >> 32) ||
 	    !!(id & SHARE_LEASE_BIT) != (l->kind != LEASE_HISTORY))
 		return NULL;
 	return l;
@@ -78,18 +79,15 @@ struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
 	l->kind = kind;
 	l->owner = owner;
 	l->committed = false;
-	if (kind == LEASE_HISTORY)
-		l->grp = NULL; /* prepare_lease_out sets a group's */
+	l->grp = NULL; /* prepare_lease_out and a chunk fill set a group's */
 	*id = lease_id(eng, l);
 	return l;
 }
 
 void lease_put(struct engine *eng, struct lease *l)
 {
-	if (l->kind == LEASE_HISTORY || l->kind == LEASE_GROUP_ENDED) {
-		free(l->grp);
-		l->grp = NULL;
-	}
+	free(l->grp);
+	l->grp = NULL;
 	if (l->kind == LEASE_HISTORY)
 		eng->history_leases--;
 	l->kind = LEASE_FREE;
@@ -116,8 +114,7 @@ uint32_t lease_release_owner(struct engine *eng, uint32_t owner)
 	for (uint32_t i = 0; i < eng->leases_cap; i++) {
 		struct lease *l = &eng->leases[i];
 
-		if ((l->kind == LEASE_HISTORY && l->grp) ||
-		    l->kind == LEASE_GROUP_ENDED)
+		if (l->grp) /* a group lease, or an ended one's record */
 			n += lease_group_owner_gone(eng, l, owner);
 		else if (l->kind != LEASE_FREE && l->owner == owner) {
 			lease_release(eng, l);

@@ -26,6 +26,17 @@
  * rank that has committed and releases before the others committed (a
  * commit with KVP_SQE_RELEASE, or kvp_commit then kvp_release) leaves once
  * the group commits: its part is done, and the group goes on without it.
+ *
+ * Chunk fill leases (grp->of == LEASE_CHUNK_FILL, a sharing id) are groups
+ * the same way: rank 0's registration made the lease (share_chunk_put.c,
+ * entry_commit), ranks 1..tp-1 join it for the entry's page table, and the
+ * entry seals when every rank sealed (engine_chunk_seal_rank). A seal ends
+ * the lease for that rank at once, as a tp = 1 seal does: the rank leaves
+ * the members, so only a rank that has not sealed can end the group, by
+ * its release or death, which kills the FILLING entry (share_lease_end:
+ * nothing published) and leaves the same ended record. Reads (chunk read
+ * leases, compositions) are no groups: a sealed entry is immutable and
+ * found by its id, so each rank takes its own lease on the same frames.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,32 +44,47 @@
 
 #include "engine_internal.h"
 #include "engine_share.h"
+#include "share_internal.h" /* struct chunk: a fill lease's tokens */
 
 static uint32_t all_ranks(const struct engine *eng)
 {
 	return (1u << eng->tp) - 1;
 }
 
-/* A history lease of this engine or its ended record; NULL otherwise. */
+/* A group lease of this engine (a history lease for an id without the
+ * sharing bit, a chunk fill lease for one with it) or its ended record;
+ * NULL otherwise. */
 static struct lease *group_lookup(struct engine *eng, uint64_t id)
 {
 	uint32_t idx = (uint32_t)id & (LEASE_MAX - 1);
+	uint32_t of = (id & SHARE_LEASE_BIT) ? LEASE_CHUNK_FILL : LEASE_HISTORY;
 	struct lease *l;
 
-	if ((id & SHARE_LEASE_BIT) ||
-	    (((uint32_t)id >> LEASE_SHARD_SHIFT) & 0x7f) != eng->shard ||
+	if ((((uint32_t)id >> LEASE_SHARD_SHIFT) & 0x7f) != eng->shard ||
 	    idx >= eng->leases_cap)
 		return NULL;
 	l = &eng->leases[idx];
-	if ((l->kind != LEASE_HISTORY && l->kind != LEASE_GROUP_ENDED) ||
-	    !l->grp || l->gen != (uint32_t)(id >> 32))
+	if (!l->grp || l->grp->of != of ||
+	    (l->kind != of && l->kind != LEASE_GROUP_ENDED) ||
+	    l->gen != (uint32_t)(id >> 32))
 		return NULL;
 	return l;
+}
+
+bool engine_lease_grouped(struct engine *eng, uint64_t id)
+{
+	return group_lookup(eng, id) != NULL;
 }
 
 static int ended_err(struct engine *eng, const struct lease *l, uint64_t id,
 		     struct errbuf *e)
 {
+	if (l->grp->of == LEASE_CHUNK_FILL)
+		return errbuf_set(e, -ESTALE, "lease %#" PRIx64 ": released (rank %"
+				  PRIu32 "'s client %s) before every rank sealed; "
+				  "the chunk was not published; register it again",
+				  id, l->grp->ended_rank,
+				  l->grp->ended_died ? "died" : "released it");
 	return errbuf_set(e, -ESTALE, "lease %#" PRIx64 ": released (rank %" PRIu32
 			  "'s client %s) before every rank committed; nothing "
 			  "changed; prepare again", id, l->grp->ended_rank,
@@ -100,11 +126,16 @@ static void group_end(struct engine *eng, struct lease *l, uint32_t rank,
 		lease_release(eng, l);
 		return;
 	}
-	history_lease_end(eng, l);
+	if (l->kind == LEASE_HISTORY) {
+		history_lease_end(eng, l);
+		eng->history_leases--; /* its pin is gone; a record now */
+		l->h = NULL;
+	} else {
+		share_lease_end(eng, l); /* the unsealed entry dies */
+		l->chunk = NULL;
+	}
 	eng->st.releases++;
-	eng->history_leases--; /* its pin is gone; the slot is a record now */
 	l->kind = LEASE_GROUP_ENDED;
-	l->h = NULL;
 }
 
 int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
@@ -125,15 +156,17 @@ int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
 		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": rank %" PRIu32
 				  " cannot join: rank 0 prepares, ranks 1 to %" PRIu32
 				  " join", id, rank, eng->tp - 1);
-	if (id & SHARE_LEASE_BIT)
-		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 " is not a history "
-				  "lease (a sequence's or a chunk's); join the lease "
-				  "rank 0's kvp_prepare returned", id);
 	l = group_lookup(eng, id);
+	if (!l && (id & SHARE_LEASE_BIT) && lease_lookup(eng, id))
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 " is not a history "
+				  "lease nor a chunk fill lease (a sequence's, a "
+				  "chunk read's or a composition's: each rank takes "
+				  "its own); join the lease rank 0's kvp_prepare or "
+				  "kvp_chunk_register returned", id);
 	if (!l)
 		return errbuf_set(e, -ESTALE, "lease %#" PRIx64 " is not held "
-				  "(released, or never prepared); join rank 0's "
-				  "current lease", id);
+				  "(released, sealed, or never prepared); join rank "
+				  "0's current lease", id);
 	if (l->kind == LEASE_GROUP_ENDED)
 		return ended_err(eng, l, id, e);
 	if (l->grp->joined >> rank & 1)
@@ -143,6 +176,15 @@ int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
 	if (!(l->grp->joined & 1) || l->grp->owner[0] != l->owner)
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " was not prepared "
 				  "by rank 0 of this pool", id);
+	if (l->kind == LEASE_CHUNK_FILL) {
+		ret = share_chunk_join_out(eng, l, id, max_pages, out, e);
+		if (ret)
+			return ret;
+		l->grp->joined |= 1u << rank;
+		l->grp->members |= 1u << rank;
+		l->grp->owner[rank] = owner;
+		return 0;
+	}
 	h = l->h;
 	view_pages = (uint32_t)pages_for(eng, l->len0 + l->n_new);
 	if (view_pages > max_pages)
@@ -185,6 +227,8 @@ int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released, or never prepared)", id);
 	g = l->grp;
+	if (g->of == LEASE_CHUNK_FILL)
+		return engine_chunk_seal_rank(eng, id, rank, owner, n, e);
 	if (!is_member(l, rank, owner))
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 ": this client (rank %"
 				  PRIu32 ") does not hold it; rank 0 prepares, the "
@@ -217,6 +261,52 @@ int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
 	for (uint32_t r = 0; r < eng->tp && l->kind == LEASE_HISTORY; r++)
 		if ((g->leave >> r & 1) && (g->members >> r & 1))
 			member_leave(eng, l, r); /* the last frees l */
+	return 0;
+}
+
+/*
+ * A chunk fill lease's group seals (kvp_chunk_seal, or a commit of all its
+ * tokens): a rank's seal is its last word on the entry, so it leaves the
+ * group at once (its release or death after that ends nothing); the last
+ * rank's seal makes the entry READY and ends the lease, as a tp = 1 seal.
+ */
+int engine_chunk_seal_rank(struct engine *eng, uint64_t id, uint32_t rank,
+			   uint32_t owner, uint32_t n, struct errbuf *e)
+{
+	struct lease *l = group_lookup(eng, id);
+	struct lease_group *g;
+	int ret;
+
+	if (!l || !(id & SHARE_LEASE_BIT))
+		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not a chunk "
+				  "fill lease held now (sealed and released "
+				  "already, or never registered)", id);
+	g = l->grp;
+	if ((g->committed >> rank & 1) && g->owner[rank] == owner)
+		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32
+				  " has sealed it already; the entry is ready once "
+				  "every rank has sealed", id, rank);
+	if (!is_member(l, rank, owner))
+		return errbuf_set(e, -EPERM, "lease %#" PRIx64 ": this client (rank %"
+				  PRIu32 ") does not hold it; rank 0 registers the "
+				  "chunk, the other ranks join its fill lease "
+				  "(kvp_lease_join) before they seal", id, rank);
+	if (l->kind == LEASE_GROUP_ENDED)
+		return ended_err(eng, l, id, e); /* it leaves by its release */
+	if (n != UINT32_MAX && n != l->chunk->tokens)
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": a chunk seals "
+				  "whole: commit all %" PRIu32 " tokens, not %" PRIu32,
+				  id, l->chunk->tokens, n);
+	g->committed |= 1u << rank;
+	if (g->committed != all_ranks(eng)) {
+		g->members &= ~(1u << rank);
+		return ENGINE_COMMIT_PENDING;
+	}
+	/* The last rank: sealed and ended as share_chunk_seal does. */
+	ret = share_lease_commit(eng, l, id, l->chunk->tokens, e);
+	if (ret)
+		return ret;
+	lease_release(eng, l);
 	return 0;
 }
 

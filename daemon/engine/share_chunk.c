@@ -20,7 +20,9 @@
  *
  * A fill lease released (or its client dead) before the seal kills the
  * entry and lets its parent go: nobody ever sees half-written pages, and
- * the next registration creates it afresh.
+ * the next registration creates it afresh. In a tensor-parallel pool the
+ * fill lease is a group's (lease_group.c): every rank writes its slice of
+ * heads and seals, and the entry is READY with the last seal.
  *
  * LIMITS (share_chunk_limits.c). Creating an entry first makes room under
  * the tenant's limits, after checking that room can be made (plan, then

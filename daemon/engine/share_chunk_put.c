@@ -66,6 +66,25 @@ static void chunk_lease_out(struct engine *eng, const struct chunk *c,
 	};
 }
 
+int share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
+			 uint64_t max_pages, struct engine_lease *out,
+			 struct errbuf *e)
+{
+	const struct chunk *c = l->chunk;
+	int ret;
+
+	if (c->npages > max_pages)
+		return errbuf_set(e, -EMSGSIZE, "lease %#" PRIx64 ": its page table "
+				  "of %" PRIu32 " pages needs %zu bytes past the "
+				  "header; raise out_len (and arena_bytes)", id,
+				  c->npages, (size_t)c->npages * sizeof(int32_t));
+	ret = engine_view_reserve(eng, c->npages, e);
+	if (ret)
+		return ret;
+	chunk_lease_out(eng, c, id, c->tokens, out);
+	return 0;
+}
+
 static void reg_out(const struct chunk *c, bool created,
 		    struct share_chunk_reg *out)
 {
@@ -110,6 +129,12 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 		ret = engine_view_reserve(eng, (uint32_t)p->pages, e);
 	if (ret)
 		return ret;
+	/* A tensor-parallel pool's fill lease has a group (lease_group.c):
+	 * allocated first, kept for the next one when this one fails. */
+	if (eng->tp > 1 && !eng->grp_spare &&
+	    !(eng->grp_spare = calloc(1, sizeof(*eng->grp_spare))))
+		return errbuf_set(e, -ENOMEM, "chunk %s: out of memory for a "
+				  "group lease", sid);
 	p->c = calloc(1, sizeof(*p->c));
 	if (p->c)
 		p->c->frames = malloc(p->pages * sizeof(*p->c->frames));
@@ -169,6 +194,14 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 	}
 	l = lease_new(eng, LEASE_CHUNK_FILL, owner, &lid);
 	l->chunk = c;
+	if (eng->tp > 1) {
+		/* Rank 0's; the other ranks join it (engine_lease_join). */
+		l->grp = eng->grp_spare;
+		eng->grp_spare = NULL;
+		*l->grp = (struct lease_group){ .members = 1, .joined = 1,
+						.of = LEASE_CHUNK_FILL };
+		l->grp->owner[0] = owner;
+	}
 	c->holders = 1;
 	c->filler = owner;
 	c->fill_lease = lid;
@@ -422,6 +455,9 @@ int share_chunk_seal(struct engine *eng, uint64_t lease, uint32_t owner,
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " belongs to client "
 				  "%" PRIu32 "; only the client that registered the "
 				  "chunk may seal it", lease, l->owner);
+	if (l->grp) /* every rank seals a group's: engine_chunk_seal_rank */
+		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 " is a tensor-parallel "
+				  "group's fill lease: each rank seals it", lease);
 	ret = share_lease_commit(eng, l, lease, l->chunk->tokens, e);
 	if (ret)
 		return ret;

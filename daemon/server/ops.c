@@ -541,7 +541,11 @@ static int op_lease_join(struct op *o)
 	eng = op_lock_lease(o, q->arg);
 	ret = engine_lease_join(eng, q->arg, o->c->rank, o->c->id,
 				(o->out_len - hdr) / sizeof(int32_t), &l, o->e);
-	if (!ret) {
+	if (!ret && !op_lease_is_history(q->arg)) {
+		/* A chunk fill lease: no user, not counted (as a register's). */
+		lease_out(o, &l, hdr + (size_t)l.npages * sizeof(int32_t));
+		o->cqe->val1 = 0;
+	} else if (!ret) {
 		lease_out(o, &l, hdr + (size_t)l.npages * sizeof(int32_t));
 		engine_lease_user(eng, q->arg, &o->cqe->val1); /* not npages */
 		__atomic_add_fetch(&o->c->leases, 1, __ATOMIC_RELAXED);
@@ -596,6 +600,14 @@ static int op_commit(struct op *o)
 	if (op_group(o, q->arg))
 		return op_commit_group(o);
 	eng = op_lock_lease(o, q->arg);
+	if (o->s->tenants.tp > 1 && engine_lease_grouped(eng, q->arg)) {
+		/* A chunk fill lease's group: a commit of all its tokens is
+		 * this rank's seal (the lease ends with it). */
+		ret = engine_chunk_seal_rank(eng, q->arg, o->c->rank, o->c->id,
+					     q->n, o->e);
+		op_unlock_own(o);
+		return ret;
+	}
 	ret = lease_check_owner(o, eng, q->arg);
 
 	if (!ret)
@@ -616,6 +628,14 @@ static int op_release(struct op *o)
 	if (op_group(o, o->sqe->arg))
 		return op_release_group(o);
 	eng = op_lock_lease(o, o->sqe->arg);
+	if (o->s->tenants.tp > 1 && engine_lease_grouped(eng, o->sqe->arg)) {
+		bool left; /* a chunk fill lease: not counted */
+
+		ret = engine_release_rank(eng, o->sqe->arg, o->c->rank, o->c->id,
+					  &left, o->e);
+		op_unlock_own(o);
+		return ret;
+	}
 	ret = lease_check_owner(o, eng, o->sqe->arg);
 
 	if (!ret)

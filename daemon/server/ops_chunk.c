@@ -75,6 +75,17 @@ static int put_reg(struct op *o, struct engine *eng,
 	return reg->created ? 1 : 0;
 }
 
+/* In a tensor-parallel pool rank 0 registers; the others join its fill
+ * lease (engine.h, chunk fills as group leases). */
+static int refuse_rank(struct op *o)
+{
+	if (!o->c->rank)
+		return 0;
+	return errbuf_set(o->e, -EINVAL, "%s: rank %" PRIu32 " of a tensor-parallel "
+			  "pool: rank 0 registers chunks; join its fill lease "
+			  "with kvp_lease_join", o->name, o->c->rank);
+}
+
 int op_chunk_register(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
@@ -87,7 +98,8 @@ int op_chunk_register(struct op *o)
 	uint64_t want;
 	int ret;
 
-	if ((ret = op_input_header(o, &h, sizeof(h), 0, &in, NULL)))
+	if ((ret = refuse_rank(o)) ||
+	    (ret = op_input_header(o, &h, sizeof(h), 0, &in, NULL)))
 		return ret;
 	if (!type_valid(h.type, false))
 		return errbuf_set(o->e, -EINVAL, "%s: chunk type %" PRIu32 " is unknown; "
@@ -132,6 +144,8 @@ int op_chunk_link(struct op *o)
 	struct engine *eng;
 	int ret;
 
+	if ((ret = refuse_rank(o)))
+		return ret;
 	if (o->sqe->in_len != sizeof(h))
 		return errbuf_set(o->e, -EINVAL, "%s: the input is a name and a parent "
 				  "id, %zu bytes; in_len is %" PRIu32, o->name,
@@ -159,10 +173,18 @@ int op_chunk_link(struct op *o)
 	return ret;
 }
 
+/* A tensor-parallel pool's fill lease is a group's: every rank seals it,
+ * all but the last answered KVP_COMMIT_PENDING. */
 int op_chunk_seal(struct op *o)
 {
-	int ret = share_chunk_seal(op_lock_own(o), o->sqe->arg, o->c->id, o->e);
+	struct engine *eng = op_lock_own(o);
+	int ret;
 
+	if (o->s->tenants.tp > 1)
+		ret = engine_chunk_seal_rank(eng, o->sqe->arg, o->c->rank, o->c->id,
+					     UINT32_MAX, o->e);
+	else
+		ret = share_chunk_seal(eng, o->sqe->arg, o->c->id, o->e);
 	op_unlock_own(o);
 	return ret;
 }

@@ -324,12 +324,16 @@ class Client(_kvpool.Client):
             meta = json.dumps(meta)
         return self._chunk_register(tokens, type, meta, content)
 
-    def chunk_seal(self, reg: Any) -> None:
+    def chunk_seal(self, reg: Any) -> Optional[int]:
         """Seal what :meth:`chunk_register` / :meth:`chunk_link` created: the
-        dict they returned, or its fill Lease. Nothing to do for a hit."""
+        dict they returned, or its fill Lease (or one :meth:`join` returned
+        for a chunk's fill lease). Nothing to do for a hit (None). Returns 0,
+        or 1 (pending) while other ranks of a tensor-parallel group have yet
+        to seal."""
         lease = reg.get("lease") if isinstance(reg, dict) else reg
         if lease is not None:
-            lease.seal()
+            return lease.seal()
+        return None
 
     def chunk_list(self, type: Union[None, str, int] = None,
                    filter: Union[None, str, Dict[str, Any]] = None) -> List[Dict[str, Any]]:

@@ -349,7 +349,18 @@ static PyObject *client_join(KvpClient *self, PyObject *arg)
 		client_leave(self);
 		return NULL;
 	}
-	lease = lease_new(self, &l, LEASE_HISTORY);
+	if (id & (1ull << 31)) {
+		/* A chunk's fill lease (kvpool.h KVP_LEASE_SHARED ids): sealed
+		 * with lease.seal(), as the registration's. */
+		lease = lease_new(self, &l, LEASE_CHUNK_FILL);
+		if (lease) {
+			((KvpLease *)lease)->reg.created = 1;
+			((KvpLease *)lease)->reg.tokens = l.n_new;
+			((KvpLease *)lease)->reg.start = (uint32_t)l.start;
+		}
+	} else {
+		lease = lease_new(self, &l, LEASE_HISTORY);
+	}
 	client_leave(self);
 	return lease;
 }
@@ -687,7 +698,13 @@ PyMethodDef client_methods[] = {
 	  "returns 1 (pending) until the last rank's, which returns 0. A release\n"
 	  "or the death of any rank before that releases it for every rank: the\n"
 	  "others' commit and join raise StaleLeaseError saying which rank ended\n"
-	  "it. Rank 0 hands lease.id to the others (torch.distributed)." },
+	  "it. Rank 0 hands lease.id to the others (torch.distributed).\n\n"
+	  "A chunk's fill lease is joined the same way: rank 0 registers the\n"
+	  "chunk (chunk_register / chunk_link; ranks above 0 are refused) and\n"
+	  "hands reg['lease'].id over; the joined Lease has the entry's page\n"
+	  "table, takes this rank's appends and seal(): seal() returns 1\n"
+	  "(pending) until the last rank's, which makes the chunk ready. A\n"
+	  "release or death of any rank before that abandons the chunk." },
 	{ "commit", (PyCFunction)client_commit, METH_VARARGS,
 	  "commit($self, lease_id, n, /)\n--\n\n"
 	  "Commit the first n new tokens of a lease by id (kvp_commit). Prefer\n"

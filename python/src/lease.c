@@ -444,7 +444,9 @@ static PyObject *lease_seal(KvpLease *s, PyObject *unused)
 	s->released = 1; /* the seal ended the write lease */
 	client_live_del(c, s->l.id);
 	client_leave(c);
-	Py_RETURN_NONE;
+	/* 1 (KVP_COMMIT_PENDING): a tensor-parallel group's seal, recorded
+	 * until every rank sealed; 0: the chunk is ready. */
+	return PyLong_FromLong(ret);
 }
 
 static PyObject *lease_enter(PyObject *self, PyObject *unused)
@@ -591,7 +593,9 @@ static PyMethodDef lease_methods[] = {
 	{ "seal", (PyCFunction)lease_seal, METH_NOARGS,
 	  "seal($self, /)\n--\n\n"
 	  "A chunk this client registered and filled becomes ready and immutable\n"
-	  "(kvp_chunk_seal); this ends the write lease." },
+	  "(kvp_chunk_seal); this ends the write lease. Returns 0, or 1 (pending)\n"
+	  "for a tensor-parallel group's fill lease (Client.join) until the last\n"
+	  "rank's seal; None when there was nothing to seal." },
 	{ "__enter__", lease_enter, METH_NOARGS, "with client.prepare(...) as lease: ..." },
 	{ "__exit__", (PyCFunction)lease_exit, METH_VARARGS,
 	  "Release on exit (never commits; a filled chunk is sealed when the block\n"

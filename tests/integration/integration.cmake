@@ -92,6 +92,11 @@ if(TARGET kvpoold AND TARGET kvpool)
   # release or a SIGKILL ending the group), each rank's bytes through an
   # offload and onload of the striped tiers.
   kvpool_integration_test(test_tp_group 60)
+  # Chunks in a tensor-parallel pool: rank 0 registers, rank 1 joins the
+  # fill lease, a seal pending until every rank sealed; another pair of
+  # rank processes composes and reads each rank's bytes; a release or a
+  # SIGKILL mid-fill abandons the chunk for all.
+  kvpool_integration_test(test_tp_chunk 60)
   # A client inherited across fork(): every call in the child -ECHILD, the
   # rings untouched, the parent's lease and bytes intact; a child holding
   # the socket does not keep a closed client's attach alive.

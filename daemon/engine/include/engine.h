@@ -221,6 +221,23 @@ int engine_commit_rank(struct engine *eng, uint64_t lease, uint32_t rank,
 		       struct errbuf *e);
 int engine_release_rank(struct engine *eng, uint64_t lease, uint32_t rank,
 			uint32_t owner, bool *left, struct errbuf *e);
+/*
+ * Chunk fills are group leases too (tp > 1): rank 0 registers (the caller
+ * refuses registrations and links by ranks > 0), ranks 1..tp-1 join its
+ * fill lease (engine_lease_join: the entry's page table), each writes its
+ * slice and seals. A seal before the last answers ENGINE_COMMIT_PENDING
+ * and the rank leaves the group (its part is done); the last one makes
+ * the entry READY and ends the lease. A member's release or death before
+ * that abandons the entry for every rank (it dies unpublished, as a tp = 1
+ * fill released unsealed); the others' seals answer -ESTALE saying so.
+ * n: the tokens committed (all of the entry's), or UINT32_MAX for a seal.
+ * engine_commit_rank and engine_release_rank take chunk fill leases too;
+ * engine_lease_grouped says whether an id is a group lease (or the record
+ * of an ended one) of this engine.
+ */
+int engine_chunk_seal_rank(struct engine *eng, uint64_t lease, uint32_t rank,
+			   uint32_t owner, uint32_t n, struct errbuf *e);
+bool engine_lease_grouped(struct engine *eng, uint64_t lease);
 
 /* Release every lease of owner (a dead client); returns how many. */
 uint32_t engine_release_owner(struct engine *eng, uint32_t owner);
