@@ -50,6 +50,24 @@ int kvpc_batch_setup(struct kvp_client *c)
 		c->lane_recs = 0;
 	c->one_lane = env && !strcmp(env, "one") && c->lane_recs ?
 		      (int32_t)(c->client_id % c->nlanes) : -1;
+	c->one_max = 0;
+	if (env && !strncmp(env, "auto", 4) && c->lane_recs && c->nlanes > 1) {
+		char *end;
+		unsigned long n = KVPC_ONE_MAX;
+
+		if (env[4] == ':') {
+			errno = 0;
+			n = strtoul(env + 5, &end, 10);
+			if (errno || end == env + 5 || *end || !n || n > UINT32_MAX)
+				return kvpc_err(c, -EINVAL, "KVPOOL_BATCH=%s: auto:N "
+						"needs N a count of operations, 1 or more "
+						"(or plain auto: %u)", env, KVPC_ONE_MAX);
+		} else if (env[4]) {
+			return kvpc_err(c, -EINVAL, "KVPOOL_BATCH=%s: use 0, 1, one, "
+					"auto or auto:N", env);
+		}
+		c->one_max = (uint32_t)n;
+	}
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
 
@@ -195,8 +213,63 @@ static int push_batch(struct kvp_client *c, uint32_t lane, uint32_t n,
 	return kvpc_ring_push(c, lane, &e);
 }
 
+/* Move lane from's held operations, in order, behind lane to's (to < 0:
+ * each to its shard's lane). */
+static void held_move(struct kvp_client *c, uint32_t from, int32_t to)
+{
+	struct kvpc_lane *l = &c->lanes[from];
+
+	/* Counted first: one whose shard's lane is from goes back on it. */
+	for (uint32_t n = l->nheld; n; n--) {
+		uint32_t idx = held_pop(c, l);
+		struct kvpc_slot *s = &c->slots[idx];
+
+		s->lane = to >= 0 ? (uint32_t)to : kvpc_lane_of(c, &s->sqe);
+		kvpc_hold(c, idx);
+	}
+}
+
+/*
+ * KVPOOL_BATCH=auto: a submit of at most one_max operations goes to one
+ * lane (client id % lanes; one worker, one entry: a lone client's small
+ * batch is not split into a round trip per worker), a bigger one to its
+ * shards' lanes (every worker takes its share). Order (proto.h, LANES):
+ * every user's operations in flight must stay on one lane, so the choice
+ * changes only when each lane an operation could leave is quiet (every
+ * entry published on it seen completing: cq_owed 0). Going to one lane L,
+ * the other lanes must be quiet (what L has in flight is its own shard's,
+ * and the daemon ran everything of the others); leaving L, every lane must
+ * be (L's in flight may be any shard's). Otherwise the submit
+ * keeps the current choice, which is always safe.
+ */
+static void route(struct kvp_client *c)
+{
+	uint32_t L = c->client_id % c->nlanes, total = 0;
+	bool one;
+
+	for (uint32_t k = 0; k < c->nlanes; k++)
+		total += c->lanes[k].nheld;
+	one = total <= c->one_max;
+	if (!total || one == (c->one_lane >= 0))
+		return;
+	for (uint32_t k = 0; k < c->nlanes; k++)
+		if ((!one || k != L) && c->lanes[k].cq_owed)
+			return;
+	if (one) {
+		for (uint32_t k = 0; k < c->nlanes; k++)
+			if (k != L)
+				held_move(c, k, (int32_t)L);
+		c->one_lane = (int32_t)L;
+	} else {
+		held_move(c, L, -1); /* only L held any */
+		c->one_lane = -1;
+	}
+}
+
 int kvpc_flush(struct kvp_client *c)
 {
+	if (c->one_max)
+		route(c);
 	for (uint32_t k = 0; k < c->nlanes; k++) {
 		struct kvpc_lane *l = &c->lanes[k];
 

@@ -62,6 +62,10 @@
  * async operation of the client on one lane (client id % lanes), each
  * batch's items grouped by shard (stable: one user's stay in order), so a
  * submit is one entry for one worker, which takes each shard's lock once.
+ * KVPOOL_BATCH=auto[:N] chooses at each submit: one lane for a submit of
+ * at most N operations (default KVPC_ONE_MAX), their shards' lanes for a
+ * bigger one; it changes its choice only when that keeps every user's
+ * operations on one lane (batch_wire.c, route).
  *
  * OPERATION SLOTS AND TAGS. Every operation, sync or async, holds one of
  * sq_entries slots from SQE queueing until its CQE is reaped; that bounds
@@ -91,6 +95,7 @@
 
 #define KVPC_MIN_SLICE 256u      /* an async slot's result slice: >= KVP_ERRLEN */
 #define KVPC_LANE_BATCHES 64u    /* BATCH entries in flight per lane */
+#define KVPC_ONE_MAX 64u         /* KVPOOL_BATCH=auto: one lane up to this */
 enum { KVPC_SLOT_PLAIN, KVPC_SLOT_HELD, KVPC_SLOT_BATCH, KVPC_SLOT_EXPANDED };
 #define KVPC_DEFAULT_SPIN_US 20u /* spin before sleeping for completions */
 #define KVPC_SPIN_MAX_NS 500000ull /* adaptive spin's cap (ring.c) */
@@ -185,7 +190,9 @@ struct kvp_client {
 	uint32_t pend_head, pend_tail;/* out of BATCH completions, not reaped */
 	uint32_t lane_recs;           /* records per lane (THE BATCH RECORDS) */
 	int32_t one_lane;             /* KVPOOL_BATCH=one: every async operation
-				       * on this lane; -1: on its shard's */
+				       * on this lane; -1: on its shard's
+				       * (=auto: the current choice) */
+	uint32_t one_max;             /* KVPOOL_BATCH=auto[:N]: N (0: off) */
 	uint32_t *free_slots;         /* FIFO of free slot indices, sq_entries */
 	uint32_t free_head, free_tail;
 	uint32_t inflight;            /* slots taken: queued + submitted, unreaped */

@@ -35,7 +35,11 @@
  * 0's), so a commit or release goes to the lane of its prepare.
  *
  * Order. Every entry of one user goes to one lane, so the ring's FIFO keeps
- * that user's entries in submission order as before. Entries of different
+ * that user's entries in submission order as before. (libkvpool's
+ * KVPOOL_BATCH=one puts all of a client's async entries on one lane
+ * instead, and =auto chooses per submit, moving only when nothing is in
+ * flight on the lanes it leaves: either way a user's entries in flight
+ * are on one lane.) Entries of different
  * lanes are unordered with respect to each other; what needs them ordered
  * is fenced by the client: libkvpool only queues the single-user
  * operations (INFO, PREPARE, COMMIT, RELEASE) asynchronously, and a

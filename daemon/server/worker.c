@@ -20,6 +20,24 @@
  * and 127 clients; a worker with more, or with a client stalled on a full
  * CQ (which rings no doorbell when it reaps), sleeps 1 ms at a time.
  *
+ * SLEEPING (issue 32, item 2: workers that never cost a client). A worker
+ * spins (pause, the clock read every 64 empty passes) for spin_us after
+ * its last pass that did anything (took or ran an entry, published a
+ * completion, answered a uds request), then sleeps as above. It spins
+ * only after work: a wake-up that brings none (a kick for another
+ * client's attach or detach, a timed poll for CQ room, parked fences,
+ * deferred entries or the clients past 127) makes one pass and sleeps
+ * again at once, and a worker that has never had work (no lanes, or
+ * lanes no client submits to: more workers than lanes in use) never spins
+ * at all. Until issue 32 every wake-up started a fresh spin_us, so a
+ * worker polling a stalled client every millisecond spun spin_us of each
+ * (test_worker_idle: 5 ms of every 6 with spin_us = 5000), one with
+ * parked completions spun nearly all the time, and each attach made every
+ * worker spin once. Clients ring only the doorbells of the lanes they
+ * published to (libclient/ring.c, kvpc_ring_submit), and only when the
+ * worker set NEED_WAKEUP: a client that submits to one lane never wakes
+ * the other workers.
+ *
  * Late completions (issue 4: onload is asynchronous with respect to the
  * ring). A prepare that onloads comes back from the engine with its copy in
  * flight (ops_execute's op_wait). The worker does not wait: it parks the
@@ -779,6 +797,7 @@ static void *worker_main(void *arg)
 	uint64_t spin_ns = (uint64_t)w->s->cfg->spin_us * 1000, idle_since = 0;
 	uint32_t ctl_seen = ~__atomic_load_n(&w->ctl, __ATOMIC_ACQUIRE);
 	uint32_t idle = 0; /* empty passes since the last useful one */
+	bool spun = true;  /* no spin before this worker's first work */
 
 	/* Only this thread writes its counters (metrics.h). */
 	metrics_self = w->s->opm ? &w->s->opm[w->index] : NULL;
@@ -794,27 +813,30 @@ static void *worker_main(void *arg)
 		}
 		if (worker_pass(w, &blocked)) {
 			idle = 0;
+			spun = false;
 			continue;
 		}
 		/*
-		 * Spin, reading the clock only when going idle and every 64 empty
-		 * passes: read on every pass it was a fifth of the worker's time
-		 * under load. (Yielding here as well was measured: p99 fell, but
-		 * 4-client throughput on 2 cores lost 30%; bench/results.)
+		 * Spin only after work (top comment, SLEEPING): a wake-up that
+		 * brought none (a kick, a timed poll) goes back to sleep.
+		 * The clock is read only when going idle and every 64 empty
+		 * passes: read on every pass it was a fifth of the worker's
+		 * time under load. (Yielding here as well was measured: p99
+		 * fell, but 4-client throughput on 2 cores lost 30%;
+		 * bench/results.)
 		 */
-		if (!idle++) {
-			idle_since = mono_ns();
-			continue;
-		}
-		if (idle % 64) {
-			cpu_relax();
-			continue;
-		}
-		if (mono_ns() - idle_since < spin_ns) {
-			cpu_relax();
-			continue;
+		if (!spun) {
+			if (!idle++) {
+				idle_since = mono_ns();
+				continue;
+			}
+			if (idle % 64 || mono_ns() - idle_since < spin_ns) {
+				cpu_relax();
+				continue;
+			}
 		}
 		worker_sleep(w, ctl_seen, blocked);
+		spun = true;
 		idle = 0;
 	}
 	return NULL;

@@ -5,8 +5,9 @@
  * Every attached client has one lane (ring pair) per worker, and worker k
  * serves lane k of every client (proto.h, LANES): entries of one user come
  * on one lane and run in ring order. A worker polls while there is work,
- * spins spin_us when there is none, then sleeps in futex_waitv on its
- * lanes' doorbells and its own control word.
+ * spins spin_us after its last work, then sleeps in futex_waitv on its
+ * lanes' doorbells and its own control word; a wake-up that brings no work
+ * does not spin again (worker.c, SLEEPING).
  *
  * The workers sit below the listener (which hands them clients and uds
  * requests) and above the clients and the operations: nothing they call

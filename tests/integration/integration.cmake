@@ -111,6 +111,9 @@ if(TARGET kvpoold AND TARGET kvpool)
   kvpool_integration_test(test_dos 90)
   # A user's operations in submission order across the ring and uds modes.
   kvpool_integration_test(test_uds_order 60)
+  # A worker with nothing it can do (an idle client, a client that does not
+  # reap) sleeps: the daemon uses well under a core (issue 32, item 2).
+  kvpool_integration_test(test_worker_idle 60)
   # Every kvctl command against a fresh daemon, a fresh tenant and a full one.
   kvpool_integration_test(test_kvctl_all 300)
   # A --config kvpoold cannot read: exit 2 naming it, nothing started.

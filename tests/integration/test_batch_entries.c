@@ -22,7 +22,11 @@
  *      out as at most one entry per lane, and come back as 48 completions
  *      with their own tags and leases; their commits and releases likewise;
  *      a failing item's completion carries its message and error info;
- *      with KVPOOL_BATCH=one the same as one entry on one lane;
+ *      with KVPOOL_BATCH=one the same as one entry on one lane, and with
+ *      KVPOOL_BATCH=auto (48 <= 64 operations) too; KVPOOL_BATCH=auto:8
+ *      sends 8 or fewer to one lane and more to their shards' lanes, but
+ *      changes lanes only when every lane it leaves is quiet, and refuses
+ *      auto:x at connect;
  *   4. kvp_ring_phases: queue, execute, publish and wake samples of those
  *      prepares.
  */
@@ -334,7 +338,8 @@ static void part_library(const char *sock, const char *mode)
 	struct kvp_completion cq[NQ];
 	uint64_t lease[NQ] = { 0 };
 	struct kvp_error_info ei;
-	uint64_t ub = mode ? 6000 : 5000; /* users of this run */
+	/* this run's users */
+	uint64_t ub = !mode ? 5000 : !strcmp(mode, "one") ? 6000 : 8000;
 	uint32_t e0, e1, got = 0, max_entries;
 	int n;
 
@@ -356,7 +361,8 @@ static void part_library(const char *sock, const char *mode)
 	e1 = entries_published(c);
 	CHECK(n == (int)NQ, "submit: %d", n);
 	/* KVPOOL_BATCH=one: a single entry, on one lane. */
-	max_entries = mode && !strcmp(mode, "one") ? 1 : c->nlanes;
+	max_entries = mode && (!strcmp(mode, "one") || !strcmp(mode, "auto")) ?
+		      1 : c->nlanes;
 	CHECK(e1 - e0 <= max_entries,
 	      "%u prepares went out as %u entries over %u lanes (%s)", NQ, e1 - e0,
 	      c->nlanes, mode ? mode : "default");
@@ -482,6 +488,108 @@ static void part_phases(const char *sock)
 	kvp_close(c);
 }
 
+/* Reap n completions (leases into lease[], by tag - tag0), or fail. */
+static void reap_n(struct kvp_client *c, uint32_t n, uint64_t tag0,
+		   uint64_t *lease, const char *what)
+{
+	struct kvp_completion cq[NQ];
+
+	for (uint32_t got = 0; got < n;) {
+		int r = kvp_reap(c, cq, NQ, 1);
+
+		if (r <= 0) {
+			CHECK(0, "%s: reap: %d %s", what, r, kvp_last_error(c));
+			return;
+		}
+		for (int j = 0; j < r; j++) {
+			CHECK(cq[j].res == 0, "%s: tag %" PRIu64 ": %d %s", what,
+			      cq[j].tag, cq[j].res, cq[j].error ? cq[j].error : "");
+			if (lease && cq[j].tag - tag0 < NQ)
+				lease[cq[j].tag - tag0] = cq[j].lease.id;
+		}
+		got += (uint32_t)r;
+	}
+}
+
+/* Queue n prepares of users ub.. (tags tag0..) and submit them; true when
+ * each went to the lane the mode says (L: one lane; -1: its shard's). */
+static bool submit_on(struct kvp_client *c, uint64_t ub, uint32_t n,
+		      uint64_t tag0, int32_t L, const char *what)
+{
+	uint32_t idx[NQ], e0, e1;
+	bool ok = true;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int r = kvp_queue_prepare(c, ub + i, 0, P, tag0 + i);
+
+		CHECK(r >= 0, "%s: queue_prepare: %s", what, kvp_last_error(c));
+		idx[i] = r >= 0 ? (uint32_t)r : 0;
+	}
+	e0 = entries_published(c);
+	CHECK(kvp_submit(c) == (int)n, "%s: submit", what);
+	e1 = entries_published(c);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kvpc_slot *s = &c->slots[idx[i]];
+
+		ok &= s->lane == (L >= 0 ? (uint32_t)L :
+				   kvp_lane_of_user(s->sqe.user, c->shards, c->nlanes));
+	}
+	CHECK(ok, "%s: operations went to the wrong lane (mode %d)", what, (int)L);
+	CHECK(L < 0 || e1 - e0 == 1, "%s: %u entries on one lane", what, e1 - e0);
+	h_log("%s: %u prepares, %u entries, lane %d", what, n, e1 - e0, (int)L);
+	return ok;
+}
+
+/*
+ * KVPOOL_BATCH=auto:8: a submit of 8 or fewer goes to one lane, a bigger
+ * one to its shards' lanes; but the choice changes only when every lane
+ * the operations could leave is quiet, so no user is ever in flight on
+ * two lanes (proto.h, LANES: order).
+ */
+static void part_auto(const char *sock)
+{
+	uint64_t lease[NQ] = { 0 }, ub = 7000;
+	struct kvp_client *c;
+	int32_t L;
+
+	struct kvp_connect_opts o = { .socket = sock, .name = "batch-auto-bad" };
+	char err[KVP_ERRLEN] = "";
+	int r;
+
+	setenv("KVPOOL_BATCH", "auto:x", 1);
+	r = kvp_connect(&c, &o, err, sizeof(err));
+	CHECK(r == -EINVAL && strstr(err, "KVPOOL_BATCH=auto:x"),
+	      "KVPOOL_BATCH=auto:x: %d %s", r, err);
+	if (!r)
+		kvp_close(c);
+	setenv("KVPOOL_BATCH", "auto:8", 1);
+	c = h_connect_or_fail(sock, "batch-auto", 5000);
+	unsetenv("KVPOOL_BATCH");
+	if (!c) {
+		g_bad++;
+		return;
+	}
+	L = (int32_t)(c->client_id % c->nlanes);
+	CHECK(c->one_max == 8 && c->one_lane == -1, "auto:8: one_max %u lane %d",
+	      c->one_max, c->one_lane);
+	/* Small, all quiet: one lane. */
+	submit_on(c, ub, 4, 100, L, "4 of auto:8");
+	/* Big, but L is busy: still L. */
+	submit_on(c, ub + 4, 20, 104, L, "20 behind 4 in flight");
+	reap_n(c, 24, 100, lease, "auto 24");
+	for (uint32_t i = 0; i < 24; i++)
+		CHECK(kvp_queue_release(c, lease[i], 200 + i) == 0, "release %u", i);
+	CHECK(kvp_submit(c) == 24, "auto: submit releases");
+	reap_n(c, 24, 200, NULL, "auto releases");
+	/* Big, all quiet: every user on its shard's lane. */
+	submit_on(c, ub + 100, 20, 300, -1, "20 quiet");
+	CHECK(c->one_lane == -1, "auto: still one lane after a big quiet submit");
+	/* Small, but other lanes are busy: stays spread. */
+	submit_on(c, ub + 120, 3, 320, -1, "3 behind 20 in flight");
+	reap_n(c, 23, 300, lease, "auto 23");
+	kvp_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	struct h_daemon d;
@@ -504,6 +612,8 @@ int main(int argc, char **argv)
 	h_raw_detach(&r);
 	part_library(d.sock, NULL);
 	part_library(d.sock, "one");
+	part_library(d.sock, "auto");
+	part_auto(d.sock);
 	part_phases(d.sock);
 	return h_daemon_finish(&d, g_bad, t0);
 }
