@@ -14,7 +14,11 @@ Each rank writes its own K/V heads of every layer through the lease
 it reads back from its pool (Lease.gather: history and new tokens), and
 commits; the history grows when both ranks have committed. The prompt is
 prefilled in two steps, so the second and every decode step read history
-written by earlier steps from the pool.
+written by earlier steps from the pool. With --chunk the first step is
+another group's: two other processes register the prompt's first half as a
+chunk (rank 0 registers, rank 1 joins the fill lease, each writes its
+heads, the last seal publishes it), and the generating group reads it from
+its pools (chunk_acquire: the same frames on both ranks).
 
 The model is the Llama block written out (RMSNorm, RoPE, GQA attention,
 SwiGLU MLP), sharded Megatron-style: q/k/v and gate/up split by heads and
@@ -183,14 +187,16 @@ def _generate_memory(m: "Model", prompt: List[int], steps: int, device: torch.de
 
 
 def _generate(m: Model, kv, prompt: List[int], steps: int, device: torch.device,
-              step_begin=None, step_end=None) -> Dict[str, Any]:
+              step_begin=None, step_end=None, from_chunk: bool = False) -> Dict[str, Any]:
     """Greedy: the prompt in two steps (so the second reads history), then
-    one token per step. step_begin(past, n) / step_end() bracket each."""
+    one token per step. step_begin(past, n) / step_end() bracket each.
+    from_chunk: the first half is a chunk's already (--chunk): start at the
+    second step, past = the chunk's tokens."""
     cut = len(prompt) // 2
     chunks = [prompt[:cut], prompt[cut:]]
-    past, toks, logits = 0, [], []
+    past, toks, logits = (cut if from_chunk else 0), [], []
     with torch.no_grad():
-        for s in range(steps + 1):
+        for s in range(1 if from_chunk else 0, steps + 1):
             ids = chunks[s] if s < 2 else [toks[-1]]
             if step_begin:
                 step_begin(past, len(ids))
@@ -205,7 +211,41 @@ def _generate(m: Model, kv, prompt: List[int], steps: int, device: torch.device,
 
 
 # ---------------------------------------------------------------- TP=2 ranks
-def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None:
+def register_chunk(client: Any, m: "Model", rank: int, a: argparse.Namespace,
+                   device: torch.device) -> Dict[str, Any]:
+    """--chunk, the registering group: rank 0 registers the prompt's first
+    half as a chunk, rank 1 joins its fill lease; each rank computes and
+    writes its own heads of every layer (attending over what it reads back
+    from its pool), then seals; the chunk is published with the last seal."""
+    cut = len(a.prompt) // 2
+    box = [None, None]
+    if rank == 0:
+        reg = client.chunk_register(a.prompt[:cut], "system",
+                                    meta={"what": "tp_proof prefix"})
+        if not reg["created"]:
+            raise RuntimeError(f"chunk {reg['id']} exists already; a fresh kvpoold expected")
+        lease = reg["lease"]
+        box = [lease.id, reg["id"]]
+    dist.broadcast_object_list(box, src=0)
+    if rank != 0:
+        lease = client.join(box[0])
+
+    def kv(i: int, k: torch.Tensor, v: torch.Tensor):
+        lease.append_layer(i, k, v)
+        return lease.gather(i, len(k))
+
+    with torch.no_grad():
+        m.forward(torch.tensor(a.prompt[:cut], device=device), 0, kv)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    sealed = lease.seal()
+    dist.barrier()            # every rank sealed: the chunk is ready
+    return {"entry": box[1], "sealed": sealed, "frames": list(lease.indices),
+            "pid": os.getpid()}
+
+
+def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q,
+              role: str = "generate", entry: Optional[str] = None) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cpu = a.cpu
     if not cpu:
@@ -226,9 +266,24 @@ def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None
         client = kvpool.connect(sock, f"tp_proof-rank{rank}", rank=rank)
         assert client.tp == a.tp and client.rank == rank, (client.tp, client.rank)
         assert client.layout["kv_heads"] == cfg["kv_heads"] // a.tp, client.layout
+        if role == "register":
+            r = register_chunk(client, m, rank, a, device)
+            client.close()
+            q.put({"rank": rank, **r})
+            return
         user = a.user
         cur: Dict[str, Any] = {}
         frames_seen: List[List[int]] = []
+        prefix: List[Any] = []
+        if entry is not None:
+            # --chunk: the prompt's first half is the chunk another group
+            # registered; this group reads each rank's heads of it from its
+            # own pool (a read lease: the same frames on every rank).
+            rd = client.chunk_acquire(entry)
+            prefix = [rd.gather(i, rd.len) for i in range(cfg["layers"])]
+            chunk_frames = list(rd.indices)
+
+        base = len(a.prompt) // 2 if entry is not None else 0
 
         def step_begin(past: int, n: int) -> None:
             box = [0]
@@ -239,14 +294,17 @@ def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None
             dist.broadcast_object_list(box, src=0)
             if rank != 0:
                 lease = client.join(box[0])
-            assert lease.len == past, (lease.len, past)
+            assert lease.len == past - base, (lease.len, past, base)
             cur["lease"] = lease
             frames_seen.append(list(lease.indices))
 
         def kv(i: int, k: torch.Tensor, v: torch.Tensor):
             lease = cur["lease"]
             lease.append_layer(i, k, v)
-            return lease.gather(i)
+            K, V = lease.gather(i)
+            if prefix:
+                K, V = torch.cat([prefix[i][0], K]), torch.cat([prefix[i][1], V])
+            return K, V
 
         def step_end() -> None:
             lease = cur["lease"]
@@ -254,7 +312,11 @@ def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None
             dist.barrier()          # every rank committed: the history grew
             lease.release()
 
-        res = _generate(m, kv, a.prompt, a.steps, device, step_begin, step_end)
+        res = _generate(m, kv, a.prompt, a.steps, device, step_begin, step_end,
+                        from_chunk=entry is not None)
+        if entry is not None:
+            frames_seen.insert(0, chunk_frames)
+            rd.release()
         lat = group_latency(client, rank, a)
         # the same page table on both ranks, every step
         tables: List[Any] = [None] * a.tp
@@ -265,7 +327,7 @@ def rank_main(rank: int, a: argparse.Namespace, sock: str, port: int, q) -> None
                "logits": [x.tolist() for x in res["logits"]] if rank == 0 else None,
                "same_page_tables": all(t == tables[0] for t in tables),
                "history_len": info.len, "pages_last_step": len(frames_seen[-1]),
-               "latency_ns": lat})
+               "latency_ns": lat, "pid": os.getpid()})
     except BaseException as e:  # noqa: BLE001  (reported, then re-raised)
         q.put({"rank": rank, "error": f"{type(e).__name__}: {e}"})
         raise
@@ -307,11 +369,14 @@ def _p(xs: List[int], q: float) -> Optional[int]:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run_tp(a: argparse.Namespace, sock: str) -> List[Dict[str, Any]]:
+def run_tp(a: argparse.Namespace, sock: str, role: str = "generate",
+           entry: Optional[str] = None, port_off: int = 0) -> List[Dict[str, Any]]:
+    """One group of a.tp rank processes (its own torch.distributed group)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = 29500 + os.getpid() % 2000
-    procs = [ctx.Process(target=rank_main, args=(r, a, sock, port, q)) for r in range(a.tp)]
+    port = 29500 + os.getpid() % 2000 + port_off
+    procs = [ctx.Process(target=rank_main, args=(r, a, sock, port, q, role, entry))
+             for r in range(a.tp)]
     for p in procs:
         p.start()
     out = []
@@ -370,6 +435,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--user", type=int, default=31)
     ap.add_argument("--hf", action="store_true", help="also transformers' LlamaForCausalLM")
+    ap.add_argument("--chunk", action="store_true",
+                    help="the prompt's first half a chunk registered by another group "
+                         "of processes (group fill, seal by every rank)")
     ap.add_argument("--memory", action="store_true",
                     help="TP ranks with in-memory caches, no kvpool: the sharding alone")
     ap.add_argument("--timeout", type=float, default=300)
@@ -397,7 +465,14 @@ def main() -> None:
         dev0 = torch.device("cpu" if a.cpu else "cuda:0")
         ref = generate_tp1(CFG, w, a.prompt, a.steps, dev0)
         hf = hf_tokens(CFG, w, a.prompt, a.steps, dev0) if a.hf else None
-        ranks = run_tp(a, d.sock if d else None)
+        reg: List[Dict[str, Any]] = []
+        entry = None
+        if a.chunk and d:
+            # another group of processes registers the prompt's first half
+            reg = run_tp(a, d.sock, role="register", port_off=3000)
+            entry = reg[0].get("entry") if reg and "error" not in reg[0] else None
+        ranks = run_tp(a, d.sock if d else None, entry=entry) if (entry or not a.chunk) \
+            else reg
     finally:
         if d:
             d.stop()
@@ -414,6 +489,12 @@ def main() -> None:
         ", ".join(torch.cuda.get_device_name(i) for i in range(a.tp)) + " (NCCL, cuda backend)",
         "model": CFG, "tp": a.tp, "prompt_len": a.prompt_len, "steps": a.steps,
         "tp1_tokens": ref["tokens"], "errors": errors,
+        "chunk": ({"entry": reg[0].get("entry"),
+                   "registered_by_pids": [r.get("pid") for r in reg],
+                   "generated_by_pids": [r.get("pid") for r in ranks],
+                   "seal_answers": [r.get("sealed") for r in reg],
+                   "same_frames_on_ranks": len({tuple(r.get("frames") or ()) for r in reg}) == 1}
+                  if a.chunk and reg else None),
         "seconds": round(time.monotonic() - t0, 1),
     }
     if hf is not None:
@@ -428,7 +509,8 @@ def main() -> None:
             "ranks_agree": all(t == toks[0] for t in toks),
             "same_page_tables": all(r["same_page_tables"] for r in ranks),
             "history_len": ranks[0]["history_len"],
-            "history_len_expected": a.prompt_len + a.steps - 1,
+            "history_len_expected": a.prompt_len + a.steps - 1
+            - (a.prompt_len // 2 if a.chunk else 0),
             "max_logit_diff": float((lg - torch.stack(ref["logits"])).abs().max()),
         })
         if not a.memory:

@@ -41,3 +41,18 @@ def test_tp2_on_one_kvpool_page_table_matches_tp1() -> None:
     assert res["same_page_tables"]
     assert res["history_len"] == res["history_len_expected"]
     assert res["max_logit_diff"] < 1e-3
+
+
+def test_tp2_with_a_chunk_another_group_registered_matches_tp1() -> None:
+    """Item 5's chunks: one group of two processes registers the prompt's
+    first half as a chunk (rank 0 registers, rank 1 joins the fill lease,
+    both seal); another group reads it from its pools and generates."""
+    res = _run("--kvpoold", _find("kvpoold"), "--chunk")
+    assert res["errors"] == []
+    assert res["tp2_tokens_identical"], (res["tp1_tokens"], res["tp2_tokens"])
+    ch = res["chunk"]
+    assert sorted(ch["seal_answers"]) == [0, 1]     # one pending, the last published it
+    assert ch["same_frames_on_ranks"]
+    assert not set(ch["registered_by_pids"]) & set(ch["generated_by_pids"])
+    assert res["same_page_tables"]
+    assert res["history_len"] == res["history_len_expected"]
