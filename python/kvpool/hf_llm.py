@@ -19,13 +19,13 @@ them all. The kernel matches its torch reference on the H200 (fp32, bf16,
 fp16, GQA, shared launches, split keys; fp32 generations token-identical to
 one full prefill: bench/results/gpu-proof-2026-11-28), but it stays
 opt-in: ``HFAdapter(model, attention="paged")`` or
-``KVPOOL_ATTENTION=paged``. With ``cuda_graphs=True`` those forwards replay
-as CUDA graphs keyed by bucket (rows, new tokens, each launch's groups and
-power-of-two token capacity), captured on a key's second use. **Off by
-default:** on the H200 a graph holding the paged kernel replayed its
-capture's attention instead of re-reading its inputs
-(tests/python/test_paged_attention.py's graph tests fail there), so until
-that is found and fixed a replay could return a stale answer.
+``KVPOOL_ATTENTION=paged``. Those forwards replay as CUDA graphs keyed by
+bucket (rows, new tokens, each launch's groups and power-of-two token
+capacity), captured on a key's second use (``cuda_graphs=False``: eager).
+tools/graph_probe.py showed on the H200 that such a replay re-reads its
+inputs (the graph tests that seemed to say otherwise passed ``attend`` an
+``out`` of transposed strides, which the merge wrote in dense order; fixed,
+and tests/python/test_paged_attention.py checks it).
 
 With ``attention="sdpa"`` (the default until then), no graphs:
 
@@ -268,10 +268,9 @@ class HFAdapter(ModelAdapter):
     SDPA over the copy -- slower, but bit for bit what DynamicCache
     computes with the same chunk boundaries (the like-for-like bf16 check).
     cuda_graphs: replay paged forwards as CUDA graphs, at most
-    ``max_graphs`` of them. Off by default: see the module doc (a replay
-    of the paged kernel was seen to keep its capture's answer)."""
+    ``max_graphs`` of them."""
 
-    def __init__(self, model: Any, cuda_graphs: bool = False, max_graphs: int = 16,
+    def __init__(self, model: Any, cuda_graphs: bool = True, max_graphs: int = 16,
                  attention: Optional[str] = None) -> None:
         if attention is None:
             attention = os.environ.get("KVPOOL_ATTENTION", "sdpa")

@@ -426,8 +426,11 @@ def attend(q: torch.Tensor, cache: torch.Tensor, tables: Tables,
         total += S
     part = torch.empty(total, B, n, Hq, D, dtype=torch.float32, device=q.device)
     lse = torch.empty(total, B, n, Hq, dtype=torch.float32, device=q.device)
-    if out is None:
-        out = torch.empty(B, n, Hq, D, dtype=q.dtype, device=q.device)
+    # The merge writes [B, n, Hq, D] densely: an ``out`` of other strides
+    # (a transposed view, empty_like of one) gets the result through a
+    # copy, never written in the wrong order.
+    res = out if out is not None and out.is_contiguous() and out.dtype == q.dtype \
+        else torch.empty(B, n, Hq, D, dtype=q.dtype, device=q.device)
     sq = q.stride()
     for L, block_m, blocks_m, S, per, split0 in plans:
         grid = (S, blocks_m, L.groups * Hkv)
@@ -440,9 +443,12 @@ def attend(q: torch.Tensor, cache: torch.Tensor, tables: Tables,
             lse.stride(0), lse.stride(1), lse.stride(2),
             HKV=Hkv, REP=rep, PAGE=int(cache.shape[2]), D=D, BLOCK_M=block_m,
             BLOCK_N=block_n, IEEE=ieee, num_warps=4, num_stages=2)
-    _merge_kernel[(B * n * Hq,)](part, lse, out, total, part.stride(0), lse.stride(0),
+    _merge_kernel[(B * n * Hq,)](part, lse, res, total, part.stride(0), lse.stride(0),
                                  D=D, BLOCK_S=_pow2_at_least(total, 2))
-    return out
+    if out is not None and res is not out:
+        out.copy_(res)
+        return out
+    return res
 
 
 # ---------------------------------------------------------------- plans

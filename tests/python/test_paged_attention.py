@@ -210,10 +210,7 @@ def test_triton_equals_reference(dtype, tol, rows, n, shared, own, hq) -> None:
 
 def _capture(fn) -> "torch.cuda.CUDAGraph":
     """A CUDA graph of fn, the way kvpool.hf_llm.HFAdapter makes one: the
-    warm-up and the capture on one side stream. (Warmed up on the default
-    stream and captured on torch's own capture stream, the H200 runs of
-    2026-11-28 saw the replays keep the capture's attention: the paged
-    kernel ran once, outside the graph; bench/results/gpu-proof-2026-11-28.)"""
+    warm-up and the capture on one side stream."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -260,6 +257,26 @@ def test_graph_replays_other_lengths() -> None:
                 errs.append(f"case {i} ({tables.launches[0].max_len} tokens): {what} "
                             f"max diff {diff.max().item():.3g} at [b, t, h] {bad[:6]}")
     assert not errs, "\n".join(errs)
+
+
+@gpu
+def test_out_of_any_strides_gets_the_result() -> None:
+    """attend(out=...) with an out that is not dense [B, n, Hq, D] (empty_like
+    of a transposed query): the H200 runs of 2026-11-28 found the merge
+    writing such an out in dense order, right only at [0, 0, 0] -- what
+    the graph tests, which pass one, took for stale replays."""
+    pool = Pool(128, dtype=torch.float32, device="cuda")
+    levels, store, q, k, v = _case(pool, 1, 4, 0, [100], 4, device="cuda", seed=3)
+    plan = Plan(lambda i: pool.layer(i), 1, 4, levels, store=store)
+    plan.write(0, k, v)
+    tables = pa.build_tables(levels, 1, 4, P, plan.store, "cuda")
+    qq = q.transpose(1, 2)
+    want = pa.attend_reference(qq, pool.layer(0), tables, D ** -0.5)
+    out = torch.empty_like(qq)
+    assert not out.is_contiguous()
+    got = pa.attend(qq, pool.layer(0), tables, out=out)
+    assert got is out
+    assert (out - want).abs().max().item() <= 1e-4
 
 
 @gpu
