@@ -494,6 +494,76 @@ static int stripe_read(void *ctx, const struct tier_mem *m, uint64_t off,
 	return 0;
 }
 
+/*
+ * backend_ops.copy_peer (a move between pools, engine_move.h): another
+ * striped pool's device tier (src_ctx: the same ranks and rank page size)
+ * into this one's, rank r to rank r, with the device-to-device split (per
+ * rank, offsets and sizes / n). Each rank copies through its backend's
+ * copy_peer (cuda: peer to peer, GPU r of one pool to GPU r of the other),
+ * or with memcpy where both rank tiers are host-visible (shm).
+ */
+struct peer_call {
+	const struct tier_mem *dst, *src;
+	void *src_ctx;
+	struct errbuf *e;
+};
+
+static int flush_peer(struct split *sp, void *arg)
+{
+	struct peer_call *c = arg;
+	struct stripe *s = sp->s;
+	uint32_t r = sp->r;
+
+	if (c->dst->host_visible && c->src->host_visible) {
+		for (uint32_t i = 0; i < sp->n; i++)
+			memcpy((char *)c->dst->base + sp->out[i].dst_off,
+			       (const char *)c->src->base + sp->out[i].src_off,
+			       sp->out[i].bytes);
+		return 0;
+	}
+	if (!s->ops[r]->copy_peer)
+		return errbuf_set(c->e, -EOPNOTSUPP, "striped move: the %s backend "
+				  "of rank %" PRIu32 " cannot copy between pools",
+				  s->ops[r]->name, r);
+	return s->ops[r]->copy_peer(s->ctx[r], c->dst, c->src_ctx, c->src, sp->out,
+				    sp->n, c->e);
+}
+
+static int stripe_copy_peer(void *ctx, const struct tier_mem *dst, void *src_ctx,
+			    const struct tier_mem *src, const struct copy_run *runs,
+			    uint32_t n, struct errbuf *e)
+{
+	struct stripe *s = ctx, *o = src_ctx;
+	const struct stripe_mem *dm, *sm;
+	struct split *sp;
+	int ret = 0;
+
+	if (!o || o->n != s->n || o->rpb != s->rpb)
+		return errbuf_set(e, -EINVAL, "striped move: both pools need the "
+				  "same ranks and page size (tp %" PRIu32 ", %" PRIu64
+				  " bytes a rank page here)", s->n, s->rpb);
+	if (!is_stripe_mem(s, dst) || !is_stripe_mem(o, src))
+		return errbuf_set(e, -EINVAL, "striped move: copies device tier to "
+				  "device tier (a host tier is the engine's memcpy)");
+	ret = runs_check(s, COPY_D2D, runs, n, e);
+	if (ret)
+		return ret;
+	sp = malloc(sizeof(*sp));
+	if (!sp)
+		return errbuf_set(e, -ENOMEM, "out of memory for a striped move");
+	dm = dst->base;
+	sm = src->base;
+	for (uint32_t r = 0; r < s->n && !ret; r++) {
+		struct peer_call c = { .dst = &dm->rank[r], .src = &sm->rank[r],
+				       .src_ctx = o->ctx[r], .e = e };
+
+		*sp = (struct split){ .s = s, .dir = COPY_D2D, .r = r };
+		ret = split_rank(sp, runs, n, flush_peer, &c);
+	}
+	free(sp);
+	return ret;
+}
+
 const struct backend_ops backend_stripe = {
 	.name = "stripe",
 	.tier_alloc = stripe_tier_alloc,
@@ -506,6 +576,7 @@ const struct backend_ops backend_stripe = {
 	.fence_wait = stripe_fence_wait,
 	.fence_ns = stripe_fence_ns,
 	.read = stripe_read,
+	.copy_peer = stripe_copy_peer,
 };
 
 /* ------------------------------------------------------------ open */

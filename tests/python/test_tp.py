@@ -42,9 +42,9 @@ def check_view(c: "kvpool.Client", lease: "kvpool.Lease", rank: int,
         assert torch.equal(v, want[:, layer, 1]), f"rank {rank} layer {layer} V"
 
 
-def rank1(sock: str, conn) -> None:
+def rank1(sock: str, conn, pool: int = 0) -> None:
     """Rank 1: does what rank 0 sends, answers ("ok", value) or ("err", type, msg)."""
-    c = kvpool.connect(sock, "rank1", rank=1)
+    c = kvpool.connect(sock, "rank1", rank=1, pool=pool)
     leases = {}
     while True:
         op, *a = conn.recv()
@@ -93,11 +93,11 @@ def rank1_proc(tp_daemon):
     stop()
 
 
-def start_rank1(sock: str):
-    """Fork rank 1 on sock; (ask, stop)."""
+def start_rank1(sock: str, pool: int = 0):
+    """Fork rank 1 (of pool) on sock; (ask, stop)."""
     ctx = mp.get_context("fork")
     here, there = ctx.Pipe()
-    child = ctx.Process(target=rank1, args=(sock, there), daemon=True)
+    child = ctx.Process(target=rank1, args=(sock, there, pool), daemon=True)
     child.start()
 
     def ask(*msg):
@@ -148,6 +148,48 @@ def test_tp2_demotion_keeps_each_ranks_heads():
         c.close()
     finally:
         stop()
+        d.stop()
+
+
+def test_tp2_history_moves_to_another_tp_pool():
+    """kvctl move between two tensor-parallel pools (devices 0,1,2,3, tp 2):
+    each rank's heads land in the same rank of the other pool (the striped
+    copy_peer, rank r to rank r), at the frames of one new page table, and
+    the first pool keeps nothing."""
+    import subprocess
+    from conftest import _find
+    d = Daemon(extra=["--devices=0,1,2,3", "--tp=2"], device_mem="64K", host_mem="256K")
+    ask0, stop0 = start_rank1(d.sock, pool=0)
+    ask1, stop1 = start_rank1(d.sock, pool=1)
+    try:
+        c0 = kvpool.connect(d.sock, "rank0-pool0", rank=0, pool=0)
+        c1 = kvpool.connect(d.sock, "rank0-pool1", rank=0, pool=1)
+        lease = c0.prepare(USER, 0, N)
+        assert ask0("join", lease.id)[0] == "ok"
+        lease.append(kv_of(0, 0.5, c0.layout, N))
+        assert ask0("append", lease.id, 0.5) == ("ok", None)
+        assert lease.commit() == 1                     # pending: rank 1's is the last
+        assert ask0("commit", lease.id) == ("ok", 0)
+        lease.release()
+        assert ask0("release", lease.id) == ("ok", None)
+        r = subprocess.run([_find("kvctl"), "--socket", d.sock, "move", "--user", str(USER),
+                            "--from", "0", "--to", "1"], capture_output=True, text=True,
+                           timeout=30)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert c0.info(USER).len == 0
+        info = c1.info(USER)
+        assert info.len == N
+        back = c1.prepare(USER, info.start + info.len, 0)
+        assert ask1("join", back.id)[0] == "ok"
+        check_view(c1, back, 0)
+        assert ask1("check", back.id) == ("ok", None)
+        assert ask1("release", back.id) == ("ok", None)
+        back.release()
+        c0.close()
+        c1.close()
+    finally:
+        stop0()
+        stop1()
         d.stop()
 
 

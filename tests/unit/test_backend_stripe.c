@@ -212,6 +212,58 @@ static void test_d2d_and_bad_runs(void **state)
 	munmap(m[1], FRAMES * RPB);
 }
 
+/* A move between two striped pools (engine_move.h): pool b's device
+ * frames 1..2 and 5 into pool a's 6..7 and 0, rank r to rank r, each rank
+ * its own bytes; pools of other geometry and host tiers are refused with
+ * nothing copied. */
+static void test_copy_peer(void **state)
+{
+	struct fix *f = *state, *g;
+	struct errbuf e = { .msg = "" };
+	unsigned char *a[2] = { rank_map(f, 0), rank_map(f, 1) }, *b[2];
+	struct copy_run runs[2] = {
+		{ .dst_off = 6 * PB, .src_off = 1 * PB, .bytes = 2 * PB },
+		{ .dst_off = 0, .src_off = 5 * PB, .bytes = PB },
+	};
+	void *other = NULL;
+
+	assert_int_equal(setup_shm((void **)&g), 0);
+	b[0] = rank_map(g, 0);
+	b[1] = rank_map(g, 1);
+	for (uint32_t r = 0; r < 2; r++)
+		for (uint32_t i = 0; i < FRAMES * RPB; i++) {
+			b[r][i] = byte_of(i / RPB, r, i % RPB);
+			a[r][i] = 0;
+		}
+	assert_non_null(backend_stripe.copy_peer);
+	assert_int_equal(backend_stripe.copy_peer(f->ctx, &f->dev, g->ctx, &g->dev,
+						  runs, 2, &e), 0);
+	for (uint32_t r = 0; r < 2; r++)
+		for (uint32_t i = 0; i < RPB; i++) {
+			assert_int_equal(a[r][6 * RPB + i], byte_of(1, r, i));
+			assert_int_equal(a[r][7 * RPB + i], byte_of(2, r, i));
+			assert_int_equal(a[r][0 * RPB + i], byte_of(5, r, i));
+			assert_int_equal(a[r][1 * RPB + i], 0);
+		}
+	/* Another geometry (3 ranks), a host tier, half a frame: refused. */
+	assert_int_equal(backend_stripe_open(&backend_shm, NULL, 3, RPB, &other, &e), 0);
+	assert_int_equal(backend_stripe.copy_peer(f->ctx, &f->dev, other, &g->dev,
+						  runs, 1, &e), -EINVAL);
+	assert_non_null(strstr(e.msg, "same ranks and page size"));
+	assert_int_equal(backend_stripe.copy_peer(f->ctx, &f->host, g->ctx, &g->dev,
+						  runs, 1, &e), -EINVAL);
+	runs[0].bytes = RPB;
+	assert_int_equal(backend_stripe.copy_peer(f->ctx, &f->dev, g->ctx, &g->dev,
+						  runs, 1, &e), -EINVAL);
+	assert_int_equal(a[0][1 * RPB], 0);
+	backend_stripe_close(other);
+	for (uint32_t r = 0; r < 2; r++) {
+		munmap(a[r], FRAMES * RPB);
+		munmap(b[r], FRAMES * RPB);
+	}
+	teardown((void **)&g);
+}
+
 /* Many frames, scattered (each its own run, reversed): more rank runs
  * than one batch to a rank backend (STRIPE_RUNS, 256). */
 #define MANY 600u
@@ -350,6 +402,7 @@ int main(void)
 		cmocka_unit_test(test_open_refuses),
 		cmocka_unit_test_setup_teardown(test_d2h_h2d_runs, setup_shm, teardown),
 		cmocka_unit_test_setup_teardown(test_d2d_and_bad_runs, setup_shm, teardown),
+		cmocka_unit_test_setup_teardown(test_copy_peer, setup_shm, teardown),
 		cmocka_unit_test(test_many_runs),
 		cmocka_unit_test(test_fences),
 		cmocka_unit_test_setup_teardown(test_shm_fence_zero, setup_shm, teardown),
