@@ -20,25 +20,9 @@ from conftest import Daemon
 
 torch = pytest.importorskip("torch")
 import kvpool  # noqa: E402
+from test_tp import check_view, kv_of  # noqa: E402  (the rank bytes and their check)
 
 N = 32
-
-
-def kv_of(rank: int, salt: float, layout: dict, n: int) -> "torch.Tensor":
-    """Rank rank's K/V of n tokens: [n, layers, 2, kv_heads, head_dim]."""
-    shape = (n, layout["layers"], 2, layout["kv_heads"], layout["head_dim"])
-    return (torch.arange(torch.Size(shape).numel(), dtype=torch.float32)
-            .reshape(shape) + 1000.0 * rank + salt)
-
-
-def check_view(c: "kvpool.Client", lease: "kvpool.Lease", rank: int,
-               salt: float) -> None:
-    """Rank rank's heads of the chunk's tokens in this rank's own tier."""
-    want = kv_of(rank, salt, c.layout, lease.len)
-    for layer in range(c.layout["layers"]):
-        k, v = lease.gather(layer, lease.len)
-        assert torch.equal(k, want[:, layer, 0]), f"rank {rank} layer {layer} K"
-        assert torch.equal(v, want[:, layer, 1]), f"rank {rank} layer {layer} V"
 
 
 def peer(sock: str, name: str, rank: int, conn) -> None:
