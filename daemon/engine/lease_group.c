@@ -317,10 +317,12 @@ int engine_chunk_seal_rank(struct engine *eng, uint64_t id, uint32_t rank,
 	struct lease_group *g;
 	int ret;
 
-	if (!l || !(id & SHARE_LEASE_BIT))
+	/* Not a sequence's write lease either: l->seq is no chunk. */
+	if (!l || l->grp->of != LEASE_CHUNK_FILL)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not a chunk "
 				  "fill lease held now (sealed and released "
-				  "already, or never registered)", id);
+				  "already, never registered, or a sequence's: "
+				  "commit that)", id);
 	g = l->grp;
 	if ((g->committed >> rank & 1) && g->owner[rank] == owner)
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32

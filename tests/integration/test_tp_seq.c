@@ -7,7 +7,8 @@
  *   a. s1's kvp_seq_alloc, kvp_seq_extend and kvp_seq_create are refused
  *      (rank 0 allocates, creates and extends; the others join);
  *   b. rank 0 allocates a sequence, s1 joins its write lease and gets the
- *      same page table (rank 0's own join is refused); each rank writes its
+ *      same page table (rank 0's own join, s1's second join and its
+ *      kvp_chunk_seal of it are refused); each rank writes its
  *      own bytes; rank 0's commit is pending (the sequence has not grown),
  *      s1's makes it grow; seq_info, seq_pages and a prefix lookup give s1
  *      rank 0's frames, and each rank reads its own bytes back through them;
@@ -131,6 +132,11 @@ static int peer_do(struct kvp_client *c, char op, struct kvp_lease *cur)
 		return write_new(c, cur, m->salt);
 	case 'm':
 		return kvp_commit(c, cur->id, cur->n_new);
+	case 'S': {
+		struct kvp_chunk_reg reg = { .created = 1, .lease = *cur };
+
+		return kvp_chunk_seal(c, &reg);
+	}
 	case 'r':
 		return kvp_release(c, cur->id);
 	case 'i':
@@ -306,6 +312,11 @@ static void step_alloc(struct kvp_client *c, struct peer *s1)
 	      "rank 0's join: %d '%s'", ret, kvp_last_error(c));
 	write_commit(c, s1, &l, 0);
 	same_frames(c, s1, N1);
+	/* A sequence's write lease is no chunk to seal (the library drops
+	 * its record of the lease: s1 is done with it). */
+	ret = ask(s1, 'S');
+	CHECK(ret == -ENOENT && strstr(s1->cmd->msg, "is not a chunk fill lease"),
+	      "s1's seal of the write lease: %d '%s'", ret, s1->cmd->msg);
 	/* The published prompt: a lookup by either rank, the same frames. */
 	ret = kvp_prefix_lookup(c, tok, N1, &hit);
 	CHECK(ret > 0 && hit.npages > 0, "rank 0's prefix lookup: %d %s", ret,
