@@ -104,6 +104,18 @@ def start_peer(sock: str):
     return ask, stop, child
 
 
+def write_lease(c) -> int:
+    """The sequence's write lease; seq_info raises RuntimeError when the
+    sequence changed between its two reads (the daemon rolling the write
+    back as we look): asked again."""
+    for _ in range(100):
+        try:
+            return c.seq_info(SEQ)["write_lease"]
+        except RuntimeError:
+            time.sleep(0.005)
+    raise AssertionError("seq_info kept changing")
+
+
 @pytest.fixture
 def tp_daemon():
     d = Daemon(extra=["--devices=0,1", "--tp=2"], device_mem="32K", host_mem="128K")
@@ -169,7 +181,7 @@ def test_tp2_sequence_write_dropped_when_a_rank_dies(tp_daemon):
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and c.seq_info(SEQ)["write_lease"]:
+        while time.monotonic() < deadline and write_lease(c):
             time.sleep(0.005)
         with pytest.raises(kvpool.StaleLeaseError,
                            match="rank 1's client died.*the sequence kept only"):
