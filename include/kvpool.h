@@ -568,6 +568,16 @@ int kvp_release(struct kvp_client *c, uint64_t lease);
  * ready. A release or death of a rank that has not sealed abandons the
  * chunk for all (-ESTALE to the others' seals). Reads (kvp_chunk_acquire,
  * kvp_compose) are each rank's own: the same frames in every rank's pool.
+ *
+ * Sequence writes are group leases too: rank 0 allocates, creates and
+ * extends sequences (kvp_seq_alloc, kvp_seq_create, kvp_seq_extend by a
+ * rank > 0: -EINVAL), rank r > 0 joins the write lease with
+ * kvp_lease_join (the sequence's page table), and every rank commits it:
+ * KVP_COMMIT_PENDING until the last rank's, which grows the sequence. A
+ * release or death before that drops the new tokens for all (the sequence
+ * keeps what it had committed; -ESTALE to the others' commits). Reads
+ * (kvp_seq_info, kvp_seq_pages, kvp_seq_tokens, kvp_prefix_lookup) by any
+ * rank name the same frames.
  */
 #define KVP_COMMIT_PENDING 1
 int kvp_lease_join(struct kvp_client *c, uint64_t lease, struct kvp_lease *out);

@@ -348,7 +348,19 @@ enum kvp_opcode {
 	 * KVP_COMMIT_PENDING before the last seal, which makes it READY; a
 	 * rank's seal ends its part, so only a release or death of a rank that
 	 * has not sealed abandons the entry (nothing published; -ESTALE to
-	 * the others' seals). Other sharing leases are not joined (-EINVAL). */
+	 * the others' seals).
+	 * A sequence's write lease (LEASE_SEQ_WRITE: a KVP_LEASE_SHARED id
+	 * from SEQ_ALLOC, SEQ_CREATE or SEQ_EXTEND) is joined the same way
+	 * (answered as rank 0's lease: the sequence's page table; val1 0):
+	 * rank 0 allocates, creates and extends (those ops by a rank
+	 * > 0: -EINVAL), every rank commits as for a history (res
+	 * KVP_COMMIT_PENDING before the last, whose commit grows the
+	 * sequence); a release or death before that drops the new tokens
+	 * for every rank (the sequence keeps its committed ones; -ESTALE to
+	 * the others' commits). SEQ_INFO (kvp_seq_pages too), SEQ_TOKENS
+	 * and PREFIX_LOOKUP by any rank name the same frames (a sequence is
+	 * found by its id). Other sharing leases (chunk reads,
+	 * compositions) are not joined (-EINVAL): each rank takes its own. */
 	KVP_OP_LEASE_JOIN = 36,
 	/* v11, MOVES. user, arg the pool it is in, n the pool to move it to: the user's
 	 * history moves there (engine_move.h) -> res pages moved, val0 its

@@ -105,8 +105,8 @@ enum lease_kind {
 };
 
 /*
- * A tensor-parallel pool's history lease or chunk fill lease
- * (engine_config.tp > 1): rank 0 prepared (registered) it, ranks 1..tp-1
+ * A tensor-parallel pool's history lease, chunk fill lease or sequence
+ * write lease (engine_config.tp > 1): rank 0 prepared (registered) it, ranks 1..tp-1
  * join it, every rank commits (seals) it (lease_group.c). A rank is a member from its prepare or join until it
  * leaves (release, death, a commit with release once the group committed,
  * or hearing that the group ended).
@@ -120,7 +120,7 @@ struct lease_group {
 	uint32_t n;              /* tokens the first rank committed */
 	uint32_t ended_rank;     /* LEASE_GROUP_ENDED: whose release or death */
 	bool ended_died;         /* ... died (else released it) */
-	uint32_t of;             /* LEASE_HISTORY or LEASE_CHUNK_FILL: the
+	uint32_t of;             /* LEASE_HISTORY, _CHUNK_FILL or _SEQ_WRITE: the
 				  * kind it is (or was, once ended) */
 };
 
@@ -133,7 +133,7 @@ struct lease {
 	uint32_t next_free;
 	uint32_t owner;
 	bool committed;          /* HISTORY, SEQ_WRITE: committed; FILL: sealed */
-	/* tp > 1: a HISTORY or CHUNK_FILL lease's group (and a
+	/* tp > 1: a HISTORY, CHUNK_FILL or SEQ_WRITE lease's group (and a
 	 * LEASE_GROUP_ENDED record's); NULL otherwise */
 	struct lease_group *grp;
 	union {
@@ -273,6 +273,11 @@ struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
 			uint64_t *id);
 /* The slot is free, its id stale (and its group freed); nothing else. */
 void lease_put(struct engine *eng, struct lease *l);
+/* lease_group.c: tp > 1: eng->grp_spare allocated (before anything
+ * changes), then made new lease l's group, with owner as rank 0 (a
+ * sequence write lease's; a prepare and a chunk fill set their own). */
+int lease_group_reserve(struct engine *eng, struct errbuf *e);
+void lease_group_attach(struct engine *eng, struct lease *l, uint32_t owner);
 /* lease_group.c: a member's client is gone (lease_release_owner): whether
  * owner held l. */
 bool lease_group_owner_gone(struct engine *eng, struct lease *l, uint32_t owner);

@@ -67,5 +67,9 @@ void share_lease_end(struct engine *eng, struct lease *l);
 int share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
 			 uint64_t max_pages, struct engine_lease *out,
 			 struct errbuf *e);
+/* The same for sequence write lease l (the sequence's page table). */
+int share_seq_join_out(struct engine *eng, struct lease *l, uint64_t id,
+		       uint64_t max_pages, struct engine_lease *out,
+		       struct errbuf *e);
 
 #endif /* KVPOOL_ENGINE_SHARE_H */

@@ -79,7 +79,8 @@ struct lease *lease_new(struct engine *eng, uint32_t kind, uint32_t owner,
 	l->kind = kind;
 	l->owner = owner;
 	l->committed = false;
-	l->grp = NULL; /* prepare_lease_out and a chunk fill set a group's */
+	l->grp = NULL; /* prepare_lease_out, a chunk fill and a sequence
+			 * write (lease_group_attach) set a group's */
 	*id = lease_id(eng, l);
 	return l;
 }

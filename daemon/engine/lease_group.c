@@ -51,20 +51,41 @@ static uint32_t all_ranks(const struct engine *eng)
 	return (1u << eng->tp) - 1;
 }
 
+int lease_group_reserve(struct engine *eng, struct errbuf *e)
+{
+	if (eng->tp > 1 && !eng->grp_spare &&
+	    !(eng->grp_spare = calloc(1, sizeof(*eng->grp_spare))))
+		return errbuf_set(e, -ENOMEM, "out of memory for a group lease");
+	return 0;
+}
+
+void lease_group_attach(struct engine *eng, struct lease *l, uint32_t owner)
+{
+	if (eng->tp <= 1)
+		return;
+	l->grp = eng->grp_spare;
+	eng->grp_spare = NULL;
+	*l->grp = (struct lease_group){ .members = 1, .joined = 1,
+					.of = l->kind };
+	l->grp->owner[0] = owner;
+}
+
 /* A group lease of this engine (a history lease for an id without the
- * sharing bit, a chunk fill lease for one with it) or its ended record;
- * NULL otherwise. */
+ * sharing bit, a chunk fill or sequence write lease for one with it) or
+ * its ended record; NULL otherwise. */
 static struct lease *group_lookup(struct engine *eng, uint64_t id)
 {
 	uint32_t idx = (uint32_t)id & (LEASE_MAX - 1);
-	uint32_t of = (id & SHARE_LEASE_BIT) ? LEASE_CHUNK_FILL : LEASE_HISTORY;
+	bool shared = id & SHARE_LEASE_BIT;
 	struct lease *l;
+	uint32_t of;
 
 	if ((((uint32_t)id >> LEASE_SHARD_SHIFT) & 0x7f) != eng->shard ||
 	    idx >= eng->leases_cap)
 		return NULL;
 	l = &eng->leases[idx];
-	if (!l->grp || l->grp->of != of ||
+	of = l->grp ? l->grp->of : LEASE_FREE;
+	if (!l->grp || shared != (of != LEASE_HISTORY) ||
 	    (l->kind != of && l->kind != LEASE_GROUP_ENDED) ||
 	    l->gen != (uint32_t)(id >> 32))
 		return NULL;
@@ -83,6 +104,13 @@ static int ended_err(struct engine *eng, const struct lease *l, uint64_t id,
 		return errbuf_set(e, -ESTALE, "lease %#" PRIx64 ": released (rank %"
 				  PRIu32 "'s client %s) before every rank sealed; "
 				  "the chunk was not published; register it again",
+				  id, l->grp->ended_rank,
+				  l->grp->ended_died ? "died" : "released it");
+	if (l->grp->of == LEASE_SEQ_WRITE)
+		return errbuf_set(e, -ESTALE, "lease %#" PRIx64 ": released (rank %"
+				  PRIu32 "'s client %s) before every rank "
+				  "committed; the sequence kept only the tokens "
+				  "committed before it; rank 0 extends it again",
 				  id, l->grp->ended_rank,
 				  l->grp->ended_died ? "died" : "released it");
 	return errbuf_set(e, -ESTALE, "lease %#" PRIx64 ": released (rank %" PRIu32
@@ -131,8 +159,10 @@ static void group_end(struct engine *eng, struct lease *l, uint32_t rank,
 		eng->history_leases--; /* its pin is gone; a record now */
 		l->h = NULL;
 	} else {
-		share_lease_end(eng, l); /* the unsealed entry dies */
+		/* The unsealed entry dies; a sequence drops the new tokens. */
+		share_lease_end(eng, l);
 		l->chunk = NULL;
+		l->seq = NULL;
 	}
 	eng->st.releases++;
 	l->kind = LEASE_GROUP_ENDED;
@@ -159,10 +189,11 @@ int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
 	l = group_lookup(eng, id);
 	if (!l && (id & SHARE_LEASE_BIT) && lease_lookup(eng, id))
 		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 " is not a history "
-				  "lease nor a chunk fill lease (a sequence's, a "
-				  "chunk read's or a composition's: each rank takes "
-				  "its own); join the lease rank 0's kvp_prepare or "
-				  "kvp_chunk_register returned", id);
+				  "lease nor a chunk fill lease nor a sequence's "
+				  "write lease (a chunk read's or a composition's: "
+				  "each rank takes its own); join the lease rank "
+				  "0's kvp_prepare, kvp_chunk_register or "
+				  "kvp_seq_alloc / create / extend returned", id);
 	if (!l)
 		return errbuf_set(e, -ESTALE, "lease %#" PRIx64 " is not held "
 				  "(released, sealed, or never prepared); join rank "
@@ -176,8 +207,10 @@ int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
 	if (!(l->grp->joined & 1) || l->grp->owner[0] != l->owner)
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " was not prepared "
 				  "by rank 0 of this pool", id);
-	if (l->kind == LEASE_CHUNK_FILL) {
-		ret = share_chunk_join_out(eng, l, id, max_pages, out, e);
+	if (l->kind != LEASE_HISTORY) {
+		ret = l->kind == LEASE_CHUNK_FILL ?
+		      share_chunk_join_out(eng, l, id, max_pages, out, e) :
+		      share_seq_join_out(eng, l, id, max_pages, out, e);
 		if (ret)
 			return ret;
 		l->grp->joined |= 1u << rank;
@@ -221,12 +254,14 @@ int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
 {
 	struct lease *l = group_lookup(eng, id);
 	struct lease_group *g;
+	uint32_t of, n_new;
 
 	*left = false;
 	if (!l)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not held "
 				  "(released, or never prepared)", id);
 	g = l->grp;
+	of = g->of;
 	if (g->of == LEASE_CHUNK_FILL)
 		return engine_chunk_seal_rank(eng, id, rank, owner, n, e);
 	if (!is_member(l, rank, owner))
@@ -240,10 +275,11 @@ int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32
 				  " has already committed it; prepare again for "
 				  "more tokens", id, rank);
-	if (n > l->n_new)
+	n_new = of == LEASE_HISTORY ? l->n_new : l->seq->n_new;
+	if (n > n_new)
 		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": commit of %"
 				  PRIu32 " tokens but only %" PRIu32 " were prepared",
-				  id, n, l->n_new);
+				  id, n, n_new);
 	if (g->committed && n != g->n)
 		return errbuf_set(e, -EINVAL, "lease %#" PRIx64 ": rank %" PRIu32
 				  " commits %" PRIu32 " tokens but another rank "
@@ -256,9 +292,13 @@ int engine_commit_rank(struct engine *eng, uint64_t id, uint32_t rank,
 	*left = release;
 	if (g->committed != all_ranks(eng))
 		return ENGINE_COMMIT_PENDING;
-	/* The last rank: the group's commit takes effect, as engine_commit. */
-	engine_commit(eng, id, n, NULL);
-	for (uint32_t r = 0; r < eng->tp && l->kind == LEASE_HISTORY; r++)
+	/* The last rank: the group's commit takes effect, as engine_commit
+	 * (a sequence's as a tp = 1 commit of its write lease). */
+	if (of == LEASE_HISTORY)
+		engine_commit(eng, id, n, NULL);
+	else
+		share_lease_commit(eng, l, id, n, NULL);
+	for (uint32_t r = 0; r < eng->tp && l->kind == of; r++)
 		if ((g->leave >> r & 1) && (g->members >> r & 1))
 			member_leave(eng, l, r); /* the last frees l */
 	return 0;
@@ -277,10 +317,12 @@ int engine_chunk_seal_rank(struct engine *eng, uint64_t id, uint32_t rank,
 	struct lease_group *g;
 	int ret;
 
-	if (!l || !(id & SHARE_LEASE_BIT))
+	/* Not a sequence's write lease either: l->seq is no chunk. */
+	if (!l || l->grp->of != LEASE_CHUNK_FILL)
 		return errbuf_set(e, -ENOENT, "lease %#" PRIx64 " is not a chunk "
 				  "fill lease held now (sealed and released "
-				  "already, or never registered)", id);
+				  "already, never registered, or a sequence's: "
+				  "commit that)", id);
 	g = l->grp;
 	if ((g->committed >> rank & 1) && g->owner[rank] == owner)
 		return errbuf_set(e, -EALREADY, "lease %#" PRIx64 ": rank %" PRIu32

@@ -169,6 +169,25 @@ void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
 	};
 }
 
+int share_seq_join_out(struct engine *eng, struct lease *l, uint64_t id,
+		       uint64_t max_pages, struct engine_lease *out,
+		       struct errbuf *e)
+{
+	const struct seq *q = l->seq;
+	int ret;
+
+	if (q->npages > max_pages)
+		return errbuf_set(e, -EMSGSIZE, "lease %#" PRIx64 ": its page table "
+				  "of %" PRIu32 " pages needs %zu bytes past the "
+				  "header; raise out_len (and arena_bytes)", id,
+				  q->npages, (size_t)q->npages * sizeof(int32_t));
+	ret = engine_view_reserve(eng, q->npages, e);
+	if (ret)
+		return ret;
+	seq_lease_out(eng, q, id, q->len, out);
+	return 0;
+}
+
 struct seq *seq_new(uint64_t id, uint32_t owner)
 {
 	struct seq *q = calloc(1, sizeof(*q));
@@ -376,6 +395,8 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	if (!ret)
 		ret = lease_reserve(eng, e);
 	if (!ret)
+		ret = lease_group_reserve(eng, e);
+	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (!ret && (seq_table_reserve(&s->seqs) || !(q = seq_new(id, owner)))) {
 		ret = errbuf_set(e, -ENOMEM, "out of memory for a sequence");
@@ -410,6 +431,7 @@ int share_seq_alloc(struct engine *eng, uint64_t id, const uint32_t *tokens,
 	seq_table_insert(&s->seqs, q);
 	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 	l->seq = q;
+	lease_group_attach(eng, l, owner); /* tp > 1: ranks join it */
 	q->write_lease = lid;
 	eng->st.prepares++;
 	eng->st.hit_tokens += q->len;
@@ -468,6 +490,8 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	if (!ret)
 		ret = lease_reserve(eng, e);
 	if (!ret)
+		ret = lease_group_reserve(eng, e);
+	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (!ret && (seq_reserve_pages(q, pages) ||
 		     (tokens && q->hashable && seq_reserve_tokens(q, q->len + n_new))))
@@ -475,7 +499,8 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	if (ret)
 		return ret;
 
-	/* Commit point. A committed lease still open goes with the new one. */
+	/* Commit point. A committed lease still open goes with the new one
+	 * (in a tensor-parallel pool for every rank that still held it). */
 	if (l)
 		lease_release(eng, l);
 	evict_for_device(eng, (uint32_t)need);
@@ -490,6 +515,7 @@ int share_seq_extend(struct engine *eng, uint64_t id, uint32_t n_new,
 	q->n_new = n_new;
 	l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 	l->seq = q;
+	lease_group_attach(eng, l, owner); /* tp > 1: ranks join it */
 	q->write_lease = lid;
 	eng->st.prepares++;
 	seq_lease_out(eng, q, lid, 0, out);

@@ -290,6 +290,8 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	ret = seq_plan_frames(eng, id, pages, need, cp.unavailable, e);
 	if (!ret && n_new)
 		ret = lease_reserve(eng, e);
+	if (!ret && n_new)
+		ret = lease_group_reserve(eng, e);
 	if (!ret)
 		ret = engine_view_reserve(eng, (uint32_t)pages, e);
 	if (ret)
@@ -319,6 +321,7 @@ int share_seq_create(struct engine *eng, uint64_t id,
 	if (n_new) {
 		l = lease_new(eng, LEASE_SEQ_WRITE, owner, &lid);
 		l->seq = q;
+		lease_group_attach(eng, l, owner); /* tp > 1: ranks join it */
 		q->write_lease = lid;
 	}
 	eng->st.prepares++;

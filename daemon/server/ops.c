@@ -601,10 +601,13 @@ static int op_commit(struct op *o)
 		return op_commit_group(o);
 	eng = op_lock_lease(o, q->arg);
 	if (o->s->tenants.tp > 1 && engine_lease_grouped(eng, q->arg)) {
-		/* A chunk fill lease's group: a commit of all its tokens is
-		 * this rank's seal (the lease ends with it). */
-		ret = engine_chunk_seal_rank(eng, q->arg, o->c->rank, o->c->id,
-					     q->n, o->e);
+		bool left; /* a sharing lease: not counted */
+
+		/* A sequence write lease's group commits as a history's; a
+		 * chunk fill lease's takes a commit of all its tokens as this
+		 * rank's seal (the lease ends with it). */
+		ret = engine_commit_rank(eng, q->arg, o->c->rank, o->c->id, q->n,
+					 q->flags & KVP_SQE_RELEASE, &left, o->e);
 		op_unlock_own(o);
 		return ret;
 	}

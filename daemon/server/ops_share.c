@@ -267,6 +267,20 @@ int op_prefix_lookup(struct op *o)
 
 /* ------------------------------------------------------------ sequences */
 
+/* A tensor-parallel pool's sequences are rank 0's: it allocates, creates
+ * and extends them, the other ranks join each write lease (engine.h,
+ * sequence write leases as group leases), so every rank's slice holds the
+ * same frames. */
+static int refuse_seq_rank(struct op *o)
+{
+	if (!o->c->rank)
+		return 0;
+	return errbuf_set(o->e, -EINVAL, "%s: sequence %" PRIu64 ": rank %" PRIu32
+			  " of a tensor-parallel pool: rank 0 allocates, creates "
+			  "and extends sequences; join its write lease with "
+			  "kvp_lease_join", o->name, o->sqe->arg, o->c->rank);
+}
+
 int op_seq_alloc(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
@@ -275,7 +289,8 @@ int op_seq_alloc(struct op *o)
 	struct engine *eng;
 	int ret;
 
-	if ((ret = check_tokens(o, q->n, false)) ||
+	if ((ret = refuse_seq_rank(o)) ||
+	    (ret = check_tokens(o, q->n, false)) ||
 	    (ret = op_lease_room(o, 0, op_span_pages(o, q->n))) ||
 	    (ret = op_input(o, 0, &in, NULL)))
 		return ret;
@@ -309,6 +324,8 @@ int op_seq_create(struct op *o)
 	uint64_t fence = 0;
 	int ret;
 
+	if ((ret = refuse_seq_rank(o)))
+		return ret;
 	if (q->n > SHARE_MAX_TOKENS)
 		return errbuf_set(o->e, -EINVAL, "%s: %" PRIu32 " new tokens; at most %u",
 				  o->name, q->n, SHARE_MAX_TOKENS);
@@ -357,6 +374,8 @@ int op_seq_extend(struct op *o)
 	struct engine *eng;
 	int ret;
 
+	if ((ret = refuse_seq_rank(o)))
+		return ret;
 	/* The token ids are optional: in_len 0, or exactly n ids. */
 	if ((ret = check_tokens(o, q->in_len ? q->n : 0, true)))
 		return ret;

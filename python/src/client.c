@@ -334,22 +334,32 @@ static PyObject *client_prepare(KvpClient *self, PyObject *const *args,
 }
 
 /* A tensor-parallel rank > 0 joins rank 0's lease: a Lease as prepare's. */
-static PyObject *client_join(KvpClient *self, PyObject *arg)
+static PyObject *client_join(KvpClient *self, PyObject *args, PyObject *kw)
 {
-	uint64_t id;
+	static char *kwlist[] = { "lease_id", "seq", NULL };
+	struct int_arg id = INT_ARG("join: lease_id", UINT64_MAX);
+	PyObject *seq_o = Py_None, *lease;
+	uint64_t seq = 0;
 	struct kvp_lease l;
-	PyObject *lease;
 	int ret;
 
-	if (int_arg(arg, "join: lease_id", UINT64_MAX, &id) || client_enter(self))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$O:join", kwlist, int_conv,
+					 &id, &seq_o) ||
+	    (seq_o != Py_None && int_arg(seq_o, "join: seq", UINT64_MAX, &seq)) ||
+	    client_enter(self))
 		return NULL;
-	CALL(ret, kvp_lease_join(self->c, id, &l));
+	CALL(ret, kvp_lease_join(self->c, id.v, &l));
 	if (ret < 0) {
 		kvp_raise_client(self, ret);
 		client_leave(self);
 		return NULL;
 	}
-	if (id & (1ull << 31)) {
+	if (seq_o != Py_None) {
+		/* A sequence's write lease (seq=): committed as rank 0's. */
+		lease = lease_new(self, &l, LEASE_SEQ);
+		if (lease)
+			((KvpLease *)lease)->seq = seq;
+	} else if (id.v & (1ull << 31)) {
 		/* A chunk's fill lease (kvpool.h KVP_LEASE_SHARED ids): sealed
 		 * with lease.seal(), as the registration's. */
 		lease = lease_new(self, &l, LEASE_CHUNK_FILL);
@@ -689,8 +699,8 @@ PyMethodDef client_methods[] = {
 	  "FlashInfer's convention) and the slots of the new tokens. Write them with\n"
 	  "lease.append(...), make them part of the history with lease.commit(n),\n"
 	  "unpin with lease.release() (or use the lease as a context manager)." },
-	{ "join", (PyCFunction)client_join, METH_O,
-	  "join($self, lease_id, /)\n--\n\n"
+	{ "join", (PyCFunction)(void (*)(void))client_join, METH_VARARGS | METH_KEYWORDS,
+	  "join($self, lease_id, *, seq=None)\n--\n\n"
 	  "Join rank 0's lease in a tensor-parallel pool (kvp_lease_join): ranks\n"
 	  "above 0 never prepare. Returns a Lease as prepare does: the same page\n"
 	  "table (frame indices valid in this rank's pool), appends of this rank's\n"
@@ -704,7 +714,14 @@ PyMethodDef client_methods[] = {
 	  "hands reg['lease'].id over; the joined Lease has the entry's page\n"
 	  "table, takes this rank's appends and seal(): seal() returns 1\n"
 	  "(pending) until the last rank's, which makes the chunk ready. A\n"
-	  "release or death of any rank before that abandons the chunk." },
+	  "release or death of any rank before that abandons the chunk.\n\n"
+	  "A sequence's write lease is joined with seq= its id: rank 0\n"
+	  "allocates, creates and extends the sequence (seq_alloc, seq_create,\n"
+	  "seq_extend; ranks above 0 are refused) and hands lease.id over; the\n"
+	  "joined Lease has the sequence's page table, takes this rank's\n"
+	  "appends and commit(): 1 (pending) until the last rank's, which grows\n"
+	  "the sequence. A release or death of any rank before that drops the\n"
+	  "new tokens for all." },
 	{ "commit", (PyCFunction)client_commit, METH_VARARGS,
 	  "commit($self, lease_id, n, /)\n--\n\n"
 	  "Commit the first n new tokens of a lease by id (kvp_commit). Prefer\n"

@@ -97,6 +97,11 @@ if(TARGET kvpoold AND TARGET kvpool)
   # rank processes composes and reads each rank's bytes; a release or a
   # SIGKILL mid-fill abandons the chunk for all.
   kvpool_integration_test(test_tp_chunk 60)
+  # Sequences in a tensor-parallel pool: rank 0 allocates and extends,
+  # rank 1 joins each write lease, a commit pending until every rank
+  # committed; both ranks read the same frames (seq_info, seq_pages, a
+  # prefix lookup); a release or a SIGKILL mid-write drops the new tokens.
+  kvpool_integration_test(test_tp_seq 60)
   # A client inherited across fork(): every call in the child -ECHILD, the
   # rings untouched, the parent's lease and bytes intact; a child holding
   # the socket does not keep a closed client's attach alive.

@@ -14,7 +14,11 @@
  *    their releases 0, and then no lease is left;
  *  - a rank that committed and releases does not end the group; after the
  *    group committed each release ends one hold, the last one the lease;
- *  - a tp = 1 engine refuses joins.
+ *  - a tp = 1 engine refuses joins;
+ *  - a sequence's write lease is a group lease: joined for the same page
+ *    table, pending until both ranks committed, refused as a chunk seal;
+ *    rank 1's death rolls the extend back for both; rank 0's death after
+ *    the group committed frees the sequence and the lease rank 1 held.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -30,6 +34,7 @@
 #include "backend.h"
 #include "engine.h"
 #include "engine_helpers.h"
+#include "share.h"
 
 #define R0 11u      /* rank 0's client */
 #define R1 12u      /* rank 1's client */
@@ -246,6 +251,72 @@ static void test_committed_rank_release_keeps_the_group(void **state)
 	assert_int_equal(stats_of(eng).leases, 0);
 }
 
+static struct kvp_seq_info seq_row(struct engine *eng, uint64_t seq)
+{
+	struct errbuf e = { .msg = "" };
+	struct share_seq_state st;
+
+	if (share_seq_info(eng, seq, &st, &e))
+		fail_msg("seq_info: %s", e.msg);
+	return st.info;
+}
+
+static void test_seq_write_lease_is_a_group_lease(void **state)
+{
+	static const uint32_t tok[6] = { 1, 2, 3, 4, 5, 6 };
+	struct engine *eng = mk_tp_engine();
+	struct errbuf e = { .msg = "" };
+	struct engine_lease l, j;
+	uint32_t frames[2];
+
+	assert_int_equal(share_seq_alloc(eng, 9, tok, 6, R0, &l, &e), 0);
+	CHECK(eng);
+	assert_int_equal(l.npages, 2);
+	memcpy(frames, l.frames, sizeof(frames)); /* the view is reused */
+	j = join_ok(eng, l.id);
+	assert_int_equal(j.npages, 2);
+	assert_int_equal(j.len, 0);
+	assert_int_equal(j.n_new, 6);
+	assert_memory_equal(j.frames, frames, sizeof(frames));
+	/* No chunk to seal: refused, nothing changed. */
+	assert_int_equal(engine_chunk_seal_rank(eng, l.id, 1, R1, UINT32_MAX, &e),
+			 -ENOENT);
+	CHECK(eng);
+	assert_int_equal(commit(eng, l.id, 0, 6, &e), ENGINE_COMMIT_PENDING);
+	assert_int_equal(seq_row(eng, 9).computed, 0);
+	assert_int_equal(commit(eng, l.id, 1, 6, &e), 0);
+	assert_int_equal(seq_row(eng, 9).computed, 6);
+
+	/* An extend ends the committed lease for both ranks. */
+	assert_int_equal(share_seq_extend(eng, 9, 2, NULL, R0, &l, &e), 0);
+	CHECK(eng);
+	join_ok(eng, l.id);
+	assert_int_equal(commit(eng, l.id, 0, 2, &e), ENGINE_COMMIT_PENDING);
+	/* Rank 1 dies mid-write: the extend is rolled back for both. */
+	assert_int_equal(engine_release_owner(eng, R1), 1);
+	CHECK(eng);
+	assert_int_equal(seq_row(eng, 9).tokens, 6);
+	assert_int_equal(seq_row(eng, 9).write_lease, 0);
+	assert_int_equal(commit(eng, l.id, 0, 2, &e), -ESTALE);
+	assert_non_null(strstr(e.msg, "rank 1's client died) before every rank "
+			       "committed; the sequence kept only the tokens"));
+	assert_int_equal(release(eng, l.id, 0), 0);
+	assert_int_equal(stats_of(eng).leases, 0);
+
+	/* Rank 0 dies after the group committed: the sequence goes, and the
+	 * lease rank 1 still held with it. */
+	assert_int_equal(share_seq_extend(eng, 9, 4, NULL, R0, &l, &e), 0);
+	join_ok(eng, l.id);
+	assert_int_equal(commit(eng, l.id, 1, 4, &e), ENGINE_COMMIT_PENDING);
+	assert_int_equal(commit(eng, l.id, 0, 4, &e), 0);
+	assert_int_equal(seq_row(eng, 9).computed, 10);
+	engine_release_owner(eng, R0);
+	CHECK(eng);
+	assert_int_equal(stats_of(eng).seqs, 0);
+	assert_int_equal(stats_of(eng).leases, 0);
+	assert_int_equal(release(eng, l.id, 1), -ENOENT);
+}
+
 static void test_tp1_refuses_join(void **state)
 {
 	struct engine *eng = mk_engine(8, 8, 0);
@@ -265,6 +336,8 @@ int main(void)
 					  tp_teardown),
 		cmocka_unit_test_teardown(test_dead_owner_ends_the_group, tp_teardown),
 		cmocka_unit_test_teardown(test_committed_rank_release_keeps_the_group,
+					  tp_teardown),
+		cmocka_unit_test_teardown(test_seq_write_lease_is_a_group_lease,
 					  tp_teardown),
 		cmocka_unit_test_teardown(test_tp1_refuses_join, teardown),
 	};

@@ -234,6 +234,13 @@ int engine_release_rank(struct engine *eng, uint64_t lease, uint32_t rank,
  * engine_commit_rank and engine_release_rank take chunk fill leases too;
  * engine_lease_grouped says whether an id is a group lease (or the record
  * of an ended one) of this engine.
+ *
+ * Sequence write leases are group leases too (tp > 1): rank 0 allocates,
+ * creates and extends (the caller refuses those calls from ranks > 0),
+ * ranks 1..tp-1 join the write lease (the sequence's page table), and it
+ * commits as a history lease does: ENGINE_COMMIT_PENDING until the last
+ * rank's commit, which grows the sequence. A release or death before that
+ * drops the new tokens for all (the sequence keeps what it had).
  */
 int engine_chunk_seal_rank(struct engine *eng, uint64_t lease, uint32_t rank,
 			   uint32_t owner, uint32_t n, struct errbuf *e);
