@@ -8,7 +8,8 @@
 #    index): every per-pool /metrics series carries gpu beside pool, both
 #    pools appear, and kvctl stats and kvctl top show one row per pool with
 #    its GPU;
-#  - tp = 2 over devices 0,1: one pool whose series say gpu="0+1".
+#  - tp = 2 over devices 0,1 (listed, or all on shm): one pool whose series
+#    say gpu="0+1".
 # Usage: test_gpu_pools.sh KVPOOLD KVCTL KVBENCH. Exit 77 (skip) without curl.
 set -euo pipefail
 kvpoold=$1 kvctl=$2 kvbench=$3
@@ -137,6 +138,14 @@ curl -sf "$url" >"$dir/m" || fail "curl $url"
 grep -q '^kvpool_tier_frames{tenant="default",pool="0",gpu="0+1",tier="device",state="free"} ' \
 	"$dir/m" || fail "tp = 2: no device tier series of pool 0 labelled gpu=\"0+1\": $(grep tier_frames "$dir/m" | head -3)"
 ! grep -q 'pool="1"' "$dir/m" || fail "tp = 2 over two devices: a second pool in /metrics"
+stop
+# devices = all with tp = 2 on shm: one pool over devices 0 and 1, said in the log.
+start --devices=all --tp=2 --layout=layers=2,kv_heads=2,head_dim=64,dtype=bf16,page_tokens=16
+grep -q 'devices = all: .*one pool (devices 0 to tp-1)' "$dir/log" ||
+	fail "devices = all, tp = 2: no log line saying shm makes it one pool of devices 0 to tp-1"
+curl -sf "$url" >"$dir/m" || fail "curl $url"
+grep -q '^kvpool_tier_frames{tenant="default",pool="0",gpu="0+1",tier="device",state="free"} ' \
+	"$dir/m" || fail "devices = all, tp = 2: pool 0 is not over devices 0+1"
 stop
 echo "tp = 2: ok"
 echo PASS
