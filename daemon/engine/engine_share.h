@@ -61,15 +61,13 @@ int share_lease_commit(struct engine *eng, struct lease *l, uint64_t id,
 		       uint32_t n, struct errbuf *e);
 /* Let go of what l holds (the slot is the engine's to free). */
 void share_lease_end(struct engine *eng, struct lease *l);
-/* A rank > 0 joins chunk fill lease l (lease_group.c): *out as the
- * registration's lease (the entry's page table in eng->view); -EMSGSIZE
- * more than max_pages pages. Changes nothing on an error. */
-int share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
-			 uint64_t max_pages, struct engine_lease *out,
-			 struct errbuf *e);
+/* A rank > 0 joins chunk fill lease l (lease_group.c, which checked the
+ * page table's size and reserved eng->view for it): *out as the
+ * registration's lease, the entry's page table in eng->view. */
+void share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
+			  struct engine_lease *out);
 /* The same for sequence write lease l (the sequence's page table). */
-int share_seq_join_out(struct engine *eng, struct lease *l, uint64_t id,
-		       uint64_t max_pages, struct engine_lease *out,
-		       struct errbuf *e);
+void share_seq_join_out(struct engine *eng, struct lease *l, uint64_t id,
+			struct engine_lease *out);
 
 #endif /* KVPOOL_ENGINE_SHARE_H */

@@ -168,13 +168,47 @@ static void group_end(struct engine *eng, struct lease *l, uint32_t rank,
 	l->kind = LEASE_GROUP_ENDED;
 }
 
+/* The pages of the page table a joining rank gets: the history's (its
+ * committed tokens and the new ones), the entry's or the sequence's. */
+static uint32_t join_pages(const struct engine *eng, const struct lease *l)
+{
+	if (l->kind == LEASE_CHUNK_FILL)
+		return l->chunk->npages;
+	if (l->kind == LEASE_SEQ_WRITE)
+		return l->seq->npages;
+	return (uint32_t)pages_for(eng, l->len0 + l->n_new);
+}
+
+/* *out for a rank joining history lease l: what rank 0's prepare answered
+ * (npages of the history's page table, into eng->view, reserved). */
+static void history_join_out(struct engine *eng, const struct lease *l,
+			     uint64_t id, uint32_t npages,
+			     struct engine_lease *out)
+{
+	const struct history *h = l->h;
+
+	for (uint32_t i = 0; i < npages; i++)
+		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
+	*out = (struct engine_lease){
+		.id = id,
+		.start = h->start,
+		.len = l->len0,
+		.n_new = l->n_new,
+		.npages = npages,
+		.frames = eng->view,
+		.last_page_len = npages ?
+			(uint32_t)((l->len0 + l->n_new - 1) % eng->P) + 1 : 0,
+		.hit_tokens = l->len0,
+		.fence = h->onload_fence,
+	};
+}
+
 int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
 		      uint32_t owner, uint64_t max_pages, struct engine_lease *out,
 		      struct errbuf *e)
 {
 	struct lease *l;
-	struct history *h;
-	uint32_t view_pages;
+	uint32_t npages;
 	int ret;
 
 	if (eng->tp <= 1)
@@ -207,44 +241,24 @@ int engine_lease_join(struct engine *eng, uint64_t id, uint32_t rank,
 	if (!(l->grp->joined & 1) || l->grp->owner[0] != l->owner)
 		return errbuf_set(e, -EPERM, "lease %#" PRIx64 " was not prepared "
 				  "by rank 0 of this pool", id);
-	if (l->kind != LEASE_HISTORY) {
-		ret = l->kind == LEASE_CHUNK_FILL ?
-		      share_chunk_join_out(eng, l, id, max_pages, out, e) :
-		      share_seq_join_out(eng, l, id, max_pages, out, e);
-		if (ret)
-			return ret;
-		l->grp->joined |= 1u << rank;
-		l->grp->members |= 1u << rank;
-		l->grp->owner[rank] = owner;
-		return 0;
-	}
-	h = l->h;
-	view_pages = (uint32_t)pages_for(eng, l->len0 + l->n_new);
-	if (view_pages > max_pages)
+	npages = join_pages(eng, l);
+	if (npages > max_pages)
 		return errbuf_set(e, -EMSGSIZE, "lease %#" PRIx64 ": its page table "
 				  "of %" PRIu32 " pages needs %zu bytes past the "
 				  "header; raise out_len (and arena_bytes)", id,
-				  view_pages, (size_t)view_pages * sizeof(int32_t));
-	ret = engine_view_reserve(eng, view_pages, e);
+				  npages, (size_t)npages * sizeof(int32_t));
+	ret = engine_view_reserve(eng, npages, e);
 	if (ret)
 		return ret;
+	if (l->kind == LEASE_CHUNK_FILL)
+		share_chunk_join_out(eng, l, id, out);
+	else if (l->kind == LEASE_SEQ_WRITE)
+		share_seq_join_out(eng, l, id, out);
+	else
+		history_join_out(eng, l, id, npages, out);
 	l->grp->joined |= 1u << rank;
 	l->grp->members |= 1u << rank;
 	l->grp->owner[rank] = owner;
-	for (uint32_t i = 0; i < view_pages; i++)
-		eng->view[i] = h->pages[i].frame[KVP_TIER_DEVICE];
-	*out = (struct engine_lease){
-		.id = id,
-		.start = h->start,
-		.len = l->len0,
-		.n_new = l->n_new,
-		.npages = view_pages,
-		.frames = eng->view,
-		.last_page_len = view_pages ?
-			(uint32_t)((l->len0 + l->n_new - 1) % eng->P) + 1 : 0,
-		.hit_tokens = l->len0,
-		.fence = h->onload_fence,
-	};
 	return 0;
 }
 

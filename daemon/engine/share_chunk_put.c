@@ -66,23 +66,10 @@ static void chunk_lease_out(struct engine *eng, const struct chunk *c,
 	};
 }
 
-int share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
-			 uint64_t max_pages, struct engine_lease *out,
-			 struct errbuf *e)
+void share_chunk_join_out(struct engine *eng, struct lease *l, uint64_t id,
+			  struct engine_lease *out)
 {
-	const struct chunk *c = l->chunk;
-	int ret;
-
-	if (c->npages > max_pages)
-		return errbuf_set(e, -EMSGSIZE, "lease %#" PRIx64 ": its page table "
-				  "of %" PRIu32 " pages needs %zu bytes past the "
-				  "header; raise out_len (and arena_bytes)", id,
-				  c->npages, (size_t)c->npages * sizeof(int32_t));
-	ret = engine_view_reserve(eng, c->npages, e);
-	if (ret)
-		return ret;
-	chunk_lease_out(eng, c, id, c->tokens, out);
-	return 0;
+	chunk_lease_out(eng, l->chunk, id, l->chunk->tokens, out);
 }
 
 static void reg_out(const struct chunk *c, bool created,
@@ -131,8 +118,7 @@ static int entry_plan(struct engine *eng, uint32_t n, bool new_name,
 		return ret;
 	/* A tensor-parallel pool's fill lease has a group (lease_group.c):
 	 * allocated first, kept for the next one when this one fails. */
-	if (eng->tp > 1 && !eng->grp_spare &&
-	    !(eng->grp_spare = calloc(1, sizeof(*eng->grp_spare))))
+	if (lease_group_reserve(eng, e))
 		return errbuf_set(e, -ENOMEM, "chunk %s: out of memory for a "
 				  "group lease", sid);
 	p->c = calloc(1, sizeof(*p->c));
@@ -194,14 +180,7 @@ static void entry_commit(struct engine *eng, struct entry_plan *p,
 	}
 	l = lease_new(eng, LEASE_CHUNK_FILL, owner, &lid);
 	l->chunk = c;
-	if (eng->tp > 1) {
-		/* Rank 0's; the other ranks join it (engine_lease_join). */
-		l->grp = eng->grp_spare;
-		eng->grp_spare = NULL;
-		*l->grp = (struct lease_group){ .members = 1, .joined = 1,
-						.of = LEASE_CHUNK_FILL };
-		l->grp->owner[0] = owner;
-	}
+	lease_group_attach(eng, l, owner); /* tp > 1: ranks join it */
 	c->holders = 1;
 	c->filler = owner;
 	c->fill_lease = lid;

@@ -169,23 +169,10 @@ void seq_lease_out(struct engine *eng, const struct seq *q, uint64_t lid,
 	};
 }
 
-int share_seq_join_out(struct engine *eng, struct lease *l, uint64_t id,
-		       uint64_t max_pages, struct engine_lease *out,
-		       struct errbuf *e)
+void share_seq_join_out(struct engine *eng, struct lease *l, uint64_t id,
+			struct engine_lease *out)
 {
-	const struct seq *q = l->seq;
-	int ret;
-
-	if (q->npages > max_pages)
-		return errbuf_set(e, -EMSGSIZE, "lease %#" PRIx64 ": its page table "
-				  "of %" PRIu32 " pages needs %zu bytes past the "
-				  "header; raise out_len (and arena_bytes)", id,
-				  q->npages, (size_t)q->npages * sizeof(int32_t));
-	ret = engine_view_reserve(eng, q->npages, e);
-	if (ret)
-		return ret;
-	seq_lease_out(eng, q, id, q->len, out);
-	return 0;
+	seq_lease_out(eng, l->seq, id, l->seq->len, out);
 }
 
 struct seq *seq_new(uint64_t id, uint32_t owner)
