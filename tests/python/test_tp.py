@@ -93,24 +93,33 @@ def rank1_proc(tp_daemon):
     stop()
 
 
-def start_rank1(sock: str, pool: int = 0):
-    """Fork rank 1 (of pool) on sock; (ask, stop)."""
+def fork_peer(target, args: tuple, name: str):
+    """Fork a rank process running target(*args, conn); (ask, stop, process):
+    ask(*msg) sends a request and waits up to 20 s for its answer, stop()
+    asks it to quit, then kills it if it has not."""
     ctx = mp.get_context("fork")
     here, there = ctx.Pipe()
-    child = ctx.Process(target=rank1, args=(sock, there, pool), daemon=True)
+    child = ctx.Process(target=target, args=(*args, there), daemon=True)
     child.start()
 
     def ask(*msg):
         here.send(msg)
-        assert here.poll(20), f"rank 1 did not answer {msg}"
+        assert here.poll(20), f"{name} did not answer {msg}"
         return here.recv()
 
     def stop():
-        here.send(("quit",))
-        child.join(10)
+        if child.is_alive():
+            here.send(("quit",))
+            child.join(10)
         if child.is_alive():
             child.kill()
 
+    return ask, stop, child
+
+
+def start_rank1(sock: str, pool: int = 0):
+    """Fork rank 1 (of pool) on sock; (ask, stop)."""
+    ask, stop, _ = fork_peer(lambda s, c: rank1(s, c, pool), (sock,), "rank 1")
     return ask, stop
 
 

@@ -9,7 +9,6 @@ Rank 1 registering is refused; rank 1 killed mid-fill abandons the chunk
 (not published, no frame left)."""
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -20,7 +19,7 @@ from conftest import Daemon
 
 torch = pytest.importorskip("torch")
 import kvpool  # noqa: E402
-from test_tp import check_view, kv_of  # noqa: E402  (the rank bytes and their check)
+from test_tp import check_view, fork_peer, kv_of  # noqa: E402  (shared with test_tp)
 
 N = 32
 
@@ -59,25 +58,8 @@ def peer(sock: str, name: str, rank: int, conn) -> None:
 
 
 def start_peer(sock: str, name: str, rank: int):
-    """Fork a rank process; (ask, stop, pid)."""
-    ctx = mp.get_context("fork")
-    here, there = ctx.Pipe()
-    child = ctx.Process(target=peer, args=(sock, name, rank, there), daemon=True)
-    child.start()
-
-    def ask(*msg):
-        here.send(msg)
-        assert here.poll(20), f"{name} did not answer {msg}"
-        return here.recv()
-
-    def stop():
-        if child.is_alive():
-            here.send(("quit",))
-            child.join(10)
-        if child.is_alive():
-            child.kill()
-
-    return ask, stop, child
+    """Fork a rank process; (ask, stop, process)."""
+    return fork_peer(peer, (sock, name, rank), name)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ seq_alloc / seq_extend are refused; rank 1 killed mid-write drops the new
 tokens (the sequence as before, no frame or lease left)."""
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -20,6 +19,7 @@ from conftest import Daemon
 
 torch = pytest.importorskip("torch")
 import kvpool  # noqa: E402
+from test_tp import fork_peer  # noqa: E402  (shared with test_tp)
 
 SEQ = 41
 PROMPT = list(range(300, 320))   # 20 tokens: one full page and a partial
@@ -84,24 +84,7 @@ def peer(sock: str, conn) -> None:
 
 def start_peer(sock: str):
     """Fork rank 1; (ask, stop, process)."""
-    ctx = mp.get_context("fork")
-    here, there = ctx.Pipe()
-    child = ctx.Process(target=peer, args=(sock, there), daemon=True)
-    child.start()
-
-    def ask(*msg):
-        here.send(msg)
-        assert here.poll(20), f"s1 did not answer {msg}"
-        return here.recv()
-
-    def stop():
-        if child.is_alive():
-            here.send(("quit",))
-            child.join(10)
-        if child.is_alive():
-            child.kill()
-
-    return ask, stop, child
+    return fork_peer(peer, (sock,), "s1")
 
 
 def write_lease(c) -> int:
