@@ -108,7 +108,7 @@ int engine_create(struct engine **out, const struct engine_config *cfg,
 	eng->remote_chunk_skip = cfg->remote_chunk_skip;
 	for (int t = 0; t < KVP_TIERS; t++) {
 		if (eng->set) {
-			ret = frames_init_shared(&eng->frames[t], &eng->set->pool[t],
+			ret = frames_init_shared(&eng->frames[t], eng->set->pool[t],
 						 shard_cache_cap(eng->set, t));
 			eng->mem[t] = eng->set->mem[t]; /* the set's, not freed here */
 			if (ret)
@@ -458,7 +458,7 @@ static bool prepare_waits(struct engine *eng, uint32_t total, uint32_t onload,
 	if (!(flags & ENGINE_PREPARE_WAIT_RECLAIM) || !set)
 		return false;
 	if (!short_of_frames && onload)
-		short_of_frames = frame_pool_free(&set->pool[KVP_TIER_DEVICE]) +
+		short_of_frames = frame_pool_free(set->pool[KVP_TIER_DEVICE]) +
 				  (nfree - total) < set->rc.low[KVP_TIER_DEVICE];
 	if (!short_of_frames || !shard_reclaim_kick(set, total))
 		return false;

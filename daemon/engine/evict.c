@@ -48,7 +48,7 @@ uint64_t engine_device_avail(struct engine *eng, const struct history *h,
 			n += o->frames[KVP_TIER_DEVICE].nfree +
 			     o->lru[LRU_DEVICE].frames + share_evictable(o);
 		}
-		n += set->pool[KVP_TIER_DEVICE].nfree; /* stable: all locks held */
+		n += set->pool[KVP_TIER_DEVICE]->nfree; /* stable: all locks held */
 	} else {
 		n = frames_reserve(&eng->frames[KVP_TIER_DEVICE], need) +
 		    eng->lru[LRU_DEVICE].frames + share_evictable(eng);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bug.h"
 #include "clock.h"
 #include "mix64.h"
 #include "engine_internal.h"
@@ -44,7 +45,7 @@ uint32_t shard_cache_cap(const struct shard_set *s, int t)
 	/* Small: frames idle in one shard's cache are invisible to the
 	 * others (and to the reclaimer's watermarks), so a few dozen, enough
 	 * to batch the pool's lock, not a share of the tier. */
-	uint64_t cap = s->pool[t].total / (64ull * s->n);
+	uint64_t cap = s->pool[t]->total / (64ull * s->n);
 
 	return cap < 1 ? 1 : cap > 32 ? 32 : (uint32_t)cap;
 }
@@ -120,7 +121,7 @@ void shard_reclaim_hint(struct shard_set *s)
 	if (!rc->started)
 		return;
 	for (int t = 0; t < KVP_TIERS; t++)
-		low |= frame_pool_free(&s->pool[t]) < rc->low[t];
+		low |= frame_pool_free(s->pool[t]) < rc->low[t];
 	if (!low || __atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
 		return;
 	/* Found nothing to evict a moment ago (all pinned): not again at
@@ -154,22 +155,35 @@ bool shard_reclaim_kick(struct shard_set *s, uint32_t need)
 	return true;
 }
 
-/* The shard whose oldest evictable page of tier t is the oldest; -1: none. */
-static int reclaim_victim(struct shard_set *s, enum kvp_tier t)
+/* The sets sharing s's host tier: s alone unless pools share it. */
+static struct host_sharers *host_sharers_of(struct shard_set *s)
+{
+	return s->host_of ? &s->host_of->sharers : &s->sharers;
+}
+
+/* Of sets[0 .. n), the shard whose oldest evictable page of tier t is the
+ * oldest: false when no shard has one. */
+static bool reclaim_victim(struct shard_set *const *sets, uint32_t n,
+			   enum kvp_tier t, struct shard_set **vset,
+			   uint32_t *vshard)
 {
 	uint64_t best = UINT64_MAX;
-	int victim = -1;
 
-	for (uint32_t i = 0; i < s->n; i++) {
-		uint64_t tick = engine_oldest_tick(shard_lock(s, i), t);
+	for (uint32_t k = 0; k < n; k++) {
+		struct shard_set *s = sets[k];
 
-		shard_unlock(s, i);
-		if (tick < best) {
-			best = tick;
-			victim = (int)i;
+		for (uint32_t i = 0; i < s->n; i++) {
+			uint64_t tick = engine_oldest_tick(shard_lock(s, i), t);
+
+			shard_unlock(s, i);
+			if (tick < best) {
+				best = tick;
+				*vset = s;
+				*vshard = i;
+			}
 		}
 	}
-	return victim;
+	return best != UINT64_MAX;
 }
 
 static void reclaim_dry(struct shard_set *s, enum kvp_tier t)
@@ -202,35 +216,50 @@ static uint32_t reclaim_demote(struct shard_set *s, uint32_t i)
 }
 
 /* Free tier t's frames until `high` are free in the pool or nothing is
- * evictable; one shard's lock at a time, RECLAIM_BATCH pages per round. */
+ * evictable; one shard's lock at a time, RECLAIM_BATCH pages per round.
+ * A host tier shared by several pools' sets is freed of the oldest
+ * host-only histories of all of them (shard.h), under the sharers' lock. */
 static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 {
-	uint32_t idle = 0, target = s->rc.high[t];
+	struct host_sharers *hs = t == KVP_TIER_HOST ? host_sharers_of(s) : NULL;
+	struct shard_set *const *sets = hs ? hs->v : &s;
+	uint32_t idle = 0, nsets = 1, target = s->rc.high[t];
 
 	if (t == KVP_TIER_DEVICE)
 		target += __atomic_exchange_n(&s->rc.want, 0, __ATOMIC_RELAXED);
-	if (target > s->pool[t].total)
-		target = s->pool[t].total;
-	while (frame_pool_free(&s->pool[t]) < target) {
-		int i = reclaim_victim(s, t);
-		uint32_t freed;
+	if (target > s->pool[t]->total)
+		target = s->pool[t]->total;
+	if (hs) {
+		pthread_mutex_lock(&hs->lock);
+		nsets = hs->n;
+	}
+	for (;;) {
+		uint32_t nfree = frame_pool_free(s->pool[t]), i = 0, freed;
+		struct shard_set *vs = s;
 
-		if (i < 0) {
+		if (nfree >= target)
+			break;
+		if (!reclaim_victim(sets, nsets, t, &vs, &i)) {
 			reclaim_dry(s, t);
-			return;
+			break;
 		}
 		if (t == KVP_TIER_DEVICE) {
-			freed = reclaim_demote(s, (uint32_t)i);
+			freed = reclaim_demote(s, i);
 		} else {
-			freed = engine_reclaim_host(shard_lock(s, (uint32_t)i),
-						    RECLAIM_BATCH);
-			shard_unlock(s, (uint32_t)i);
+			/* Dropping loses data: no more than the watermark
+			 * asks, and each round from the oldest set's shard. */
+			freed = engine_reclaim_host(shard_lock(vs, i),
+						    target - nfree < RECLAIM_BATCH ?
+						    target - nfree : RECLAIM_BATCH);
+			shard_unlock(vs, i);
 		}
 		if (!freed && ++idle >= 8) {
 			reclaim_dry(s, t); /* the oldest keep getting pinned */
-			return;
+			break;
 		}
 	}
+	if (hs)
+		pthread_mutex_unlock(&hs->lock);
 }
 
 /* With a remote tier, every RECLAIM_PUBLISH_MS the reclaimer queues for
@@ -316,7 +345,7 @@ static void *reclaimer_main(void *arg)
 static void reclaimer_marks(struct shard_set *s, enum reclaim_mode mode)
 {
 	for (int t = 0; t < KVP_TIERS; t++) {
-		uint32_t total = s->pool[t].total;
+		uint32_t total = s->pool[t]->total;
 		uint32_t low = total / (t == KVP_TIER_DEVICE ? 16 : 64);
 
 		if (!total || (mode == RECLAIM_AUTO && total < RECLAIM_MIN_FRAMES)) {
@@ -369,6 +398,58 @@ static void reclaimer_stop(struct shard_set *s)
 
 /* ------------------------------------------------------------ life cycle */
 
+/* Take the host tier of cfg->host_of instead of allocating one. */
+static int host_share_take(struct shard_set *s, const struct shard_set_config *cfg,
+			   struct errbuf *e)
+{
+	const struct shard_set *o = cfg->host_of;
+
+	if (o->host_of)
+		return errbuf_set(e, -EINVAL, "a shared host tier is shared from "
+				  "the set that owns it, not a sharer");
+	if (o->own_pool[KVP_TIER_HOST].total != cfg->ec.host_frames ||
+	    o->v[0].eng->layout.page_bytes != cfg->ec.layout.page_bytes ||
+	    o->be != s->be)
+		return errbuf_set(e, -EINVAL, "a shared host tier needs the same "
+				  "backend, page size and host_frames in every pool");
+	if (o->sharers.n >= KVP_POOLS_MAX)
+		return errbuf_set(e, -EINVAL, "a host tier is shared by %u pools "
+				  "at most", KVP_POOLS_MAX);
+	s->host_of = cfg->host_of;
+	s->pool[KVP_TIER_HOST] = &s->host_of->own_pool[KVP_TIER_HOST];
+	s->mem[KVP_TIER_HOST] = s->host_of->mem[KVP_TIER_HOST]; /* not freed here */
+	return 0;
+}
+
+/* Listed, or no longer, among the sets the host reclaim walks. */
+static void host_share_join(struct shard_set *s)
+{
+	struct host_sharers *hs = host_sharers_of(s);
+
+	if (!s->host_of)
+		return; /* the owner is v[0] from the start */
+	pthread_mutex_lock(&hs->lock);
+	hs->v[hs->n++] = s;
+	pthread_mutex_unlock(&hs->lock);
+}
+
+static void host_share_leave(struct shard_set *s)
+{
+	struct host_sharers *hs = host_sharers_of(s);
+
+	if (!s->host_of)
+		return;
+	pthread_mutex_lock(&hs->lock);
+	for (uint32_t k = 1; k < hs->n; k++) {
+		if (hs->v[k] != s)
+			continue;
+		memmove(&hs->v[k], &hs->v[k + 1], (hs->n - k - 1) * sizeof(hs->v[0]));
+		hs->n--;
+		break;
+	}
+	pthread_mutex_unlock(&hs->lock);
+}
+
 int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 		     struct errbuf *e)
 {
@@ -394,9 +475,14 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 	}
 	s->be = ec->backend ? ec->backend : &backend_shm;
 	s->be_ctx = ec->backend_ctx;
-	for (int t = 0; t < KVP_TIERS; t++)
-		s->mem[t].fd = -1;
+	pthread_mutex_init(&s->sharers.lock, NULL);
+	s->sharers.v[s->sharers.n++] = s;
 	for (int t = 0; t < KVP_TIERS; t++) {
+		s->mem[t].fd = -1;
+		s->pool[t] = &s->own_pool[t];
+	}
+	for (int t = 0; t < KVP_TIERS; t++) {
+		bool shared = t == KVP_TIER_HOST && cfg->host_of;
 		uint64_t bytes;
 
 		if (__builtin_mul_overflow((uint64_t)nframes[t], ec->layout.page_bytes,
@@ -405,9 +491,15 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 					 "overflows", kvp_tier_name(t), nframes[t]);
 			goto err;
 		}
-		if (frame_pool_init(&s->pool[t], nframes[t])) {
+		if (frame_pool_init(&s->own_pool[t], shared ? 0 : nframes[t])) {
 			ret = errbuf_set(e, -ENOMEM, "out of memory for the frame pools");
 			goto err;
+		}
+		if (shared) {
+			ret = host_share_take(s, cfg, e);
+			if (ret)
+				goto err;
+			continue;
 		}
 		if (!nframes[t] || !ec->device_frames)
 			continue; /* engine_create says what is wrong with 0 */
@@ -426,6 +518,7 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 		if (ret)
 			goto err;
 	}
+	host_share_join(s);
 	if (cfg->reclaim != RECLAIM_OFF) {
 		ret = reclaimer_start(s, cfg->reclaim, e);
 		if (ret)
@@ -443,6 +536,9 @@ void shard_set_destroy(struct shard_set *s)
 	if (!s)
 		return;
 	reclaimer_stop(s);
+	host_share_leave(s);
+	KVP_BUG_ON(s->sharers.n > 1, "a host tier destroyed while another pool "
+		   "shares it");
 	/* Shard 0 first: its sequences pin other shards' histories. */
 	for (uint32_t i = 0; i < s->n; i++) {
 		if (s->v[i].eng) {
@@ -452,10 +548,13 @@ void shard_set_destroy(struct shard_set *s)
 		}
 	}
 	for (int t = 0; t < KVP_TIERS; t++) {
-		if (s->mem[t].base || s->mem[t].fd >= 0)
+		bool shared = t == KVP_TIER_HOST && s->host_of;
+
+		if (!shared && (s->mem[t].base || s->mem[t].fd >= 0))
 			s->be->tier_free(s->be_ctx, &s->mem[t]);
-		frame_pool_fini(&s->pool[t]);
+		frame_pool_fini(&s->own_pool[t]);
 	}
+	pthread_mutex_destroy(&s->sharers.lock);
 	free(s->v);
 	free(s);
 }
@@ -467,13 +566,32 @@ const struct tier_mem *shard_set_tier(const struct shard_set *s, enum kvp_tier t
 
 /* ------------------------------------------------------------ walks */
 
+/* Host frames holding pages of any set sharing s's host tier: each shard
+ * read under its lock, one at a time, the sharers' lock held first (the
+ * reclaimer's order). */
+static uint64_t host_used_by_all(struct shard_set *s)
+{
+	struct host_sharers *hs = host_sharers_of(s);
+	uint64_t used = 0;
+
+	pthread_mutex_lock(&hs->lock);
+	for (uint32_t k = 0; k < hs->n; k++) {
+		for (uint32_t i = 0; i < hs->v[k]->n; i++) {
+			used += frames_used(&shard_lock(hs->v[k], i)->frames[KVP_TIER_HOST]);
+			shard_unlock(hs->v[k], i);
+		}
+	}
+	pthread_mutex_unlock(&hs->lock);
+	return used;
+}
+
 void shard_set_stats(struct shard_set *s, struct kvp_stats *out)
 {
 	/* Everything after the tiers is a uint64_t that adds up over shards,
 	 * but for the time of the last chunk access (the latest). */
 	const size_t first = offsetof(struct kvp_stats, users) / sizeof(uint64_t);
 	const size_t last = sizeof(*out) / sizeof(uint64_t);
-	uint64_t cached[KVP_TIERS] = { 0 };
+	uint64_t cached[KVP_TIERS] = { 0 }, used[KVP_TIERS] = { 0 };
 
 	memset(out, 0, sizeof(*out));
 	for (uint32_t i = 0; i < s->n; i++) {
@@ -482,23 +600,33 @@ void shard_set_stats(struct shard_set *s, struct kvp_stats *out)
 		uint64_t acc = out->chunk_last_access_ns;
 
 		engine_stats(eng, &one);
-		for (int t = 0; t < KVP_TIERS; t++)
+		for (int t = 0; t < KVP_TIERS; t++) {
 			cached[t] += eng->frames[t].nfree;
+			used[t] += frames_used(&eng->frames[t]);
+		}
 		shard_unlock(s, i);
 		for (size_t k = first; k < last; k++)
 			((uint64_t *)out)[k] += ((const uint64_t *)&one)[k];
 		out->chunk_last_access_ns = one.chunk_last_access_ns > acc ?
 					    one.chunk_last_access_ns : acc;
 	}
+	/* Used: this set's pages. Free: what its shards may take, the pool's
+	 * and their caches; with a host tier shared by several pools' sets,
+	 * the frames none of them holds pages in (kvctl(1)). */
 	for (int t = 0; t < KVP_TIERS; t++) {
-		uint64_t total = s->pool[t].total;
-		uint64_t nfree = frame_pool_free(&s->pool[t]) + cached[t];
+		uint64_t total = s->pool[t]->total;
+		uint64_t nfree = frame_pool_free(s->pool[t]) + cached[t];
 
-		if (nfree > total)
-			nfree = total; /* the walk is not a snapshot */
+		if (t == KVP_TIER_HOST && host_sharers_of(s)->n > 1)
+			nfree = total - host_used_by_all(s);
+
+		if (used[t] > total)
+			used[t] = total; /* the walk is not a snapshot */
+		if (nfree > total - used[t])
+			nfree = total - used[t];
 		out->tier[t] = (struct kvp_tier_stats){
 			.frames_total = total,
-			.frames_used = total - nfree,
+			.frames_used = used[t],
 			.frames_free = nfree,
 			.bytes_total = total * s->v[0].eng->layout.page_bytes,
 		};
@@ -519,37 +647,67 @@ uint32_t shard_set_release_owner(struct shard_set *s, uint32_t owner)
 	return n;
 }
 
-/* Every shard's own check, then the frames across them: each frame handed
- * out by at most one shard, and pool + caches + handed out == total. */
-int shard_set_check(struct shard_set *s, struct errbuf *e)
+/* Tier t's frames across sets[0 .. n) (every shard of each locked):
+ * each frame handed out by at most one shard, and pool + caches + handed
+ * out == total. */
+static int frames_check(struct shard_set *const *sets, uint32_t n, int t,
+			struct errbuf *e)
 {
-	int ret = 0;
+	const struct frame_pool *pool = sets[0]->pool[t];
+	uint64_t sum = pool->nfree;
 
-	shard_lock_all(s);
-	for (uint32_t i = 0; i < s->n && !ret; i++)
-		ret = engine_check(s->v[i].eng, e);
-	for (int t = 0; t < KVP_TIERS && !ret; t++) {
-		uint64_t sum = s->pool[t].nfree;
-
-		for (uint32_t i = 0; i < s->n; i++) {
-			const struct frames *f = &s->v[i].eng->frames[t];
+	for (uint32_t a = 0; a < n; a++) {
+		for (uint32_t i = 0; i < sets[a]->n; i++) {
+			const struct frames *f = &sets[a]->v[i].eng->frames[t];
 
 			sum += f->nfree + frames_used(f);
-			for (uint32_t j = i + 1; j < s->n && !ret; j++)
-				for (uint32_t w = 0; w < (f->total + 63) / 64; w++)
-					if (f->used[w] & s->v[j].eng->frames[t].used[w]) {
-						ret = errbuf_set(e, -EFAULT, "%s tier: "
-							"shards %" PRIu32 " and %" PRIu32
-							" both hold a frame near %" PRIu32,
-							kvp_tier_name(t), i, j, w * 64);
-						break;
-					}
+			for (uint32_t b = a; b < n; b++) {
+				for (uint32_t j = b == a ? i + 1 : 0; j < sets[b]->n; j++) {
+					const uint64_t *u = sets[b]->v[j].eng->frames[t].used;
+
+					for (uint32_t w = 0; w < (f->total + 63) / 64; w++)
+						if (f->used[w] & u[w])
+							return errbuf_set(e, -EFAULT, "%s tier: "
+								"shards %" PRIu32 " and %" PRIu32
+								" both hold a frame near %" PRIu32,
+								kvp_tier_name(t), i, j, w * 64);
+				}
+			}
 		}
-		if (!ret && sum != s->pool[t].total)
-			ret = errbuf_set(e, -EFAULT, "%s tier: pool, caches and pages "
-					 "hold %" PRIu64 " frames of %" PRIu32,
-					 kvp_tier_name(t), sum, s->pool[t].total);
 	}
-	shard_unlock_all(s);
+	if (sum != pool->total)
+		return errbuf_set(e, -EFAULT, "%s tier: pool, caches and pages "
+				  "hold %" PRIu64 " frames of %" PRIu32,
+				  kvp_tier_name(t), sum, pool->total);
+	return 0;
+}
+
+/* Every shard's own check, then the frames across them. A host tier shared
+ * by several pools' sets is checked whole by its owner's check, with every
+ * sharing set locked (the sharers' lock first, as the reclaimer takes it;
+ * then the sets in pool order, as moves do); a sharer checks its device
+ * tier only. */
+int shard_set_check(struct shard_set *s, struct errbuf *e)
+{
+	struct host_sharers *hs = &s->sharers;
+	uint32_t nsets = 1;
+	int ret = 0;
+
+	if (!s->host_of) {
+		pthread_mutex_lock(&hs->lock);
+		nsets = hs->n;
+	}
+	for (uint32_t k = 0; k < nsets; k++)
+		shard_lock_all(s->host_of ? s : hs->v[k]);
+	for (uint32_t i = 0; i < s->n && !ret; i++)
+		ret = engine_check(s->v[i].eng, e);
+	if (!ret)
+		ret = frames_check(&s, 1, KVP_TIER_DEVICE, e);
+	if (!ret && !s->host_of)
+		ret = frames_check(hs->v, nsets, KVP_TIER_HOST, e);
+	for (uint32_t k = nsets; k-- > 0;)
+		shard_unlock_all(s->host_of ? s : hs->v[k]);
+	if (!s->host_of)
+		pthread_mutex_unlock(&hs->lock);
 	return ret;
 }

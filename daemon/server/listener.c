@@ -661,7 +661,7 @@ static void welcome_fill(struct server *s, struct client *c, struct kvp_welcome 
 		/* cuda: bytes is the whole allocation (granularity-rounded),
 		 * frames the pages in it the engine uses. */
 		w->tier_bytes[t] = shard_set_tier(tp->set, t)->bytes;
-		w->tier_frames[t] = tp->set->pool[t].total;
+		w->tier_frames[t] = tp->set->pool[t]->total;
 	}
 	if (w->tp > 1) {
 		/* Rank r maps its own slice: rank r's page of every frame. */

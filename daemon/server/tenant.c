@@ -212,11 +212,14 @@ static void remote_flush_set(struct tenants *ts, struct tenant *t,
 
 static void tenant_fini(struct tenants *ts, struct tenant *t)
 {
+	/* Every pool's flush before any pool goes; then the last pool first:
+	 * pool 0's set owns the host tier the others share (shard.h). */
 	for (uint32_t p = 0; t->pools && p < ts->npools; p++) {
 		remote_flush_set(ts, t, t->pools[p].set);
 		disk_flush_set(ts, t, t->pools[p].set);
-		shard_set_destroy(t->pools[p].set);
 	}
+	for (uint32_t p = ts->npools; t->pools && p-- > 0;)
+		shard_set_destroy(t->pools[p].set);
 	free(t->pools);
 	t->pools = NULL;
 }
@@ -273,6 +276,8 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		sc.ec.remote = ts->remote;
 		sc.ec.remote_chunk_skip = ~cfg->remote_chunk_types &
 			(1u << KVP_CHUNK_SYSTEM | 1u << KVP_CHUNK_CONTEXT | 1u << KVP_CHUNK_QUERY);
+		/* One host tier for all of the tenant's pools: pool 0's. */
+		sc.host_of = p && sc.ec.host_frames ? t->pools[0].set : NULL;
 		ret = shard_set_create(&tp->set, &sc, e);
 		if (ret) {
 			if (!plain) {
@@ -301,9 +306,10 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		else
 			log_info("tenant %s, %s: device tier %" PRIu32 " pages (%"
 				 PRIu64 " bytes mapped), host tier %" PRIu32 " pages "
-				 "of %" PRIu64 " bytes", name, where, sc.ec.device_frames,
+				 "of %" PRIu64 " bytes%s", name, where, sc.ec.device_frames,
 				 shard_set_tier(tp->set, KVP_TIER_DEVICE)->bytes,
-				 sc.ec.host_frames, cfg->layout.page_bytes);
+				 sc.ec.host_frames, cfg->layout.page_bytes,
+				 sc.host_of ? " (pool 0's, shared)" : "");
 	}
 	return 0;
 }

@@ -2,7 +2,8 @@
 /*
  * test_move - a user's history moved between pools (issue 31, kvp_move,
  * kvctl move) on a real kvpoold with devices = 0,1 on the shm backend: two
- * pools, each its own device and host memfds, 16 frames a tier.
+ * pools, each its own device memfd, one host tier for both, 16 frames a
+ * tier.
  *
  *  - bytes appended through pool 0 read back identical through pool 1's
  *    mapping after the move, the same start and length; pool 0 no longer
@@ -10,6 +11,9 @@
  *    there; no frame leaked in either
  *    pool (each pool's frames used == the pages its users hold);
  *  - pages only in pool 0's host tier land in pool 1's host tier, and back;
+ *  - the two pools share one host tier (host_mem is the tenant's, not each
+ *    pool's): offloads of both take its frames, and when they are all
+ *    taken an offload is refused with the reason;
  *  - errors change nothing: the same pool, a pool that does not exist
  *    (-EINVAL), an unknown user (-ENOENT), a prepared and uncommitted
  *    lease (-EBUSY "commit or release first"), a user pool 1 has already
@@ -98,19 +102,27 @@ static struct kvp_user_info info(struct kvp_client *c, uint64_t user)
 }
 
 /*
- * Each pool's frames add up (used + free == total per tier) and the frames
- * used are exactly the pages its users hold (the test's users are 1 to
- * USERS_MAX), with no lease left: nothing leaked in either pool. kvp_info
- * of a client answers for its own pool (kvp_users of an admin spans both).
+ * Each pool's frames add up and the frames used are exactly the pages its
+ * users hold (the test's users are 1 to USERS_MAX), with no lease left:
+ * nothing leaked in either pool. The device tier is each pool's own (used
+ * + free == total); the host tier is one, shared by both (shard.h): each
+ * pool counts its own pages as used and both show the shared tier's free
+ * frames, FRAMES less what both pools use. kvp_info of a client answers
+ * for its own pool (kvp_users of an admin spans both).
  */
 #define USERS_MAX 64
 static void no_frame_leaked(struct world *w)
 {
+	struct kvp_stats st[2];
+	uint64_t host_used = 0;
+
+	for (int p = 0; p < 2; p++) {
+		assert_int_equal(kvp_stats_pool(w->c[p], 0, (uint32_t)p, &st[p]), 0);
+		host_used += st[p].tier[KVP_TIER_HOST].frames_used;
+	}
 	for (int p = 0; p < 2; p++) {
 		uint64_t held[KVP_TIERS] = { 0 }, users = 0;
-		struct kvp_stats st;
 
-		assert_int_equal(kvp_stats_pool(w->c[p], 0, (uint32_t)p, &st), 0);
 		for (uint64_t u = 1; u <= USERS_MAX; u++) {
 			struct kvp_user_info ui = info(w->c[p], u);
 
@@ -119,19 +131,22 @@ static void no_frame_leaked(struct world *w)
 			users += ui.len > 0;
 		}
 		for (int t = 0; t < KVP_TIERS; t++) {
-			const struct kvp_tier_stats *x = &st.tier[t];
+			const struct kvp_tier_stats *x = &st[p].tier[t];
+			uint64_t free = t == KVP_TIER_HOST ? FRAMES - host_used :
+					x->frames_total - x->frames_used;
 
-			if (x->frames_used + x->frames_free != x->frames_total ||
-			    x->frames_total != FRAMES || x->frames_used != held[t])
-				fail_msg("pool %d, %s tier: %" PRIu64 " used + %" PRIu64
-					 " free of %" PRIu64 " (want %u); its users hold %"
-					 PRIu64 " pages", p, kvp_tier_name(t), x->frames_used,
-					 x->frames_free, x->frames_total, FRAMES, held[t]);
+			if (x->frames_free != free || x->frames_total != FRAMES ||
+			    x->frames_used != held[t])
+				fail_msg("pool %d, %s tier: %" PRIu64 " used, %" PRIu64
+					 " free of %" PRIu64 " (want %u, %" PRIu64 " free); "
+					 "its users hold %" PRIu64 " pages", p,
+					 kvp_tier_name(t), x->frames_used, x->frames_free,
+					 x->frames_total, FRAMES, free, held[t]);
 		}
-		if (st.users != users || st.leases)
+		if (st[p].users != users || st[p].leases)
 			fail_msg("pool %d: stats count %" PRIu64 " users and %" PRIu64
 				 " leases; %" PRIu64 " users have tokens, no lease "
-				 "should be left", p, st.users, st.leases, users);
+				 "should be left", p, st[p].users, st[p].leases, users);
 	}
 }
 
@@ -189,6 +204,59 @@ static void host_pages_move(void **state)
 	assert_int_equal(kvp_move(w->c[1], 2, 1, 0), 2);
 	assert_int_equal(info(w->c[1], 2).len, 0);
 	assert_int_equal(h_verify_user(w->c[0], SALT, 2, 0, 20, NULL), 0);
+	no_frame_leaked(w);
+}
+
+/* One host tier for both pools (kvpool.conf(5), host_mem): pages offloaded
+ * from pool 0 and from pool 1 take frames of the same FRAMES, and once
+ * they are all taken an offload from either pool is refused with the
+ * reason, changing nothing. */
+static void pools_share_the_host_tier(void **state)
+{
+	struct world *w = *state;
+	struct kvp_stats st;
+
+	/* Host copies of the earlier tests' users dropped (their device
+	 * copies stay): the tier starts empty. */
+	for (uint32_t p = 0; p < 2; p++)
+		for (uint64_t u = 1; u <= USERS_MAX; u++)
+			if (info(w->c[p], u).pages_device && info(w->c[p], u).pages_host)
+				assert_true(kvp_evict(w->c[p], u, KVP_SEL_HOST) >= 0);
+	assert_int_equal(kvp_stats_pool(w->c[0], 0, 0, &st), 0);
+	assert_int_equal(st.tier[KVP_TIER_HOST].frames_free, FRAMES);
+	/* 3 + 3 + 2 pages of each pool's users: 16 host frames in all. */
+	for (uint64_t u = 45; u <= 47; u++) {
+		uint32_t n = u == 47 ? 20 : 40;
+
+		assert_int_equal(h_append_cycle(w->c[0], SALT, u, 0, n, 0), 0);
+		assert_int_equal(h_append_cycle(w->c[1], SALT, u, 0, n, 0), 0);
+		assert_int_equal(kvp_offload(w->c[0], u), u == 47 ? 2 : 3);
+		assert_int_equal(kvp_offload(w->c[1], u), u == 47 ? 2 : 3);
+	}
+	assert_int_equal(kvp_stats_pool(w->c[1], 0, 1, &st), 0);
+	assert_int_equal(st.tier[KVP_TIER_HOST].frames_used, 8);
+	assert_int_equal(st.tier[KVP_TIER_HOST].frames_free, 0);
+	no_frame_leaked(w);
+	/* Full: pool 1's next offload finds no frame pool 1 may drop. */
+	assert_int_equal(h_append_cycle(w->c[1], SALT, 48, 0, 10, 0), 0);
+	assert_true(kvp_offload(w->c[1], 48) < 0);
+	assert_non_null(strstr(kvp_last_error(w->c[1]), "host_mem"));
+	assert_int_equal(info(w->c[1], 48).pages_host, 0);
+	/* Dropping pool 0's copies gives both pools the frames back. */
+	for (uint64_t u = 45; u <= 47; u++)
+		assert_true(kvp_evict(w->c[0], u, KVP_SEL_HOST) >= 0);
+	assert_int_equal(kvp_offload(w->c[1], 48), 1);
+	for (uint64_t u = 45; u <= 47; u++) {
+		assert_int_equal(h_verify_user(w->c[1], SALT, u, 0, u == 47 ? 20 : 40,
+					       NULL), 0);
+		assert_int_equal(h_verify_user(w->c[0], SALT, u, 0, u == 47 ? 20 : 40,
+					       NULL), 0);
+	}
+	no_frame_leaked(w);
+	/* Gone from both pools, for the tests after this one. */
+	for (uint32_t p = 0; p < 2; p++)
+		for (uint64_t u = 45; u <= 47u + p; u++)
+			assert_true(kvp_evict(w->c[p], u, KVP_SEL_ALL) >= 0);
 	no_frame_leaked(w);
 }
 
@@ -521,6 +589,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(device_history_moves),
 		cmocka_unit_test(host_pages_move),
+		cmocka_unit_test(pools_share_the_host_tier),
 		cmocka_unit_test(errors_change_nothing),
 		cmocka_unit_test(moves_race_readers),
 		cmocka_unit_test(tenants_move_their_own),

@@ -100,7 +100,7 @@ static uint64_t dev_free(struct engine *eng)
 	struct kvp_stats st;
 
 	engine_stats(eng, &st);
-	return frame_pool_free(&g_set->pool[KVP_TIER_DEVICE]) +
+	return frame_pool_free(g_set->pool[KVP_TIER_DEVICE]) +
 	       st.tier[KVP_TIER_DEVICE].frames_free;
 }
 

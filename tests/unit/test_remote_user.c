@@ -463,7 +463,7 @@ static void test_shard_short_of_host_room_keeps_the_fetch(void **state)
 	compute_and_reclaim(g_a, g_rta, u, NTOK);
 	/* Shard 1's histories on the host tier, every frame of it. */
 	e1 = shard_lock(set, 1);
-	while (frame_pool_free(&set->pool[KVP_TIER_HOST]) ||
+	while (frame_pool_free(set->pool[KVP_TIER_HOST]) ||
 	       stats_of(e1).tier[KVP_TIER_HOST].frames_free) {
 		f = user_of_shard(set, 1, f + 1);
 		put(e1, f, 0, 2 * PT);

@@ -61,6 +61,7 @@
 #include "copy.h"
 #include "engine.h"
 #include "frames.h"
+#include "kvpool.h"
 
 #define SHARDS_MAX 128u /* seven bits of a lease id */
 
@@ -84,11 +85,21 @@ struct reclaimer {
 	struct copy_batch copy;
 };
 
+/* The sets sharing one host tier (the owner's, which is v[0]). */
+struct host_sharers {
+	pthread_mutex_t lock;            /* n, v; held by a host reclaim pass */
+	uint32_t n;
+	struct shard_set *v[KVP_POOLS_MAX];
+};
+
 struct shard_set {
 	uint32_t n;
 	struct shard *v;                 /* [n] */
-	struct frame_pool pool[KVP_TIERS];
-	struct tier_mem mem[KVP_TIERS];
+	struct frame_pool *pool[KVP_TIERS]; /* own_pool[t], or host_of's host pool */
+	struct frame_pool own_pool[KVP_TIERS];
+	struct tier_mem mem[KVP_TIERS];  /* mem[host]: host_of's when it is set */
+	struct shard_set *host_of;       /* whose host tier this set shares */
+	struct host_sharers sharers;     /* the sets sharing this set's host tier */
 	const struct backend_ops *be;
 	void *be_ctx;
 	bool global;                     /* every shard's lock is held */
@@ -110,6 +121,9 @@ struct shard_set_config {
 	struct engine_config ec;         /* layout, tier sizes, backend */
 	uint32_t shards;                 /* >= 1 */
 	enum reclaim_mode reclaim;
+	/* Share this set's host tier (same page size and host_frames; NULL:
+	 * allocate one). It must outlive the new set. */
+	struct shard_set *host_of;
 };
 
 int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
