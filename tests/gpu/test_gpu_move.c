@@ -10,6 +10,14 @@
  * from the destination exactly as written (engine_read_tokens), the source
  * keeps nothing, engine_check passes on both.
  *
+ * Then one host tier shared by two pools' shard sets (shard.h: pool 0's
+ * set allocates it, pinned and portable, from its GPU's context; pool 1's
+ * set, on the other GPU, takes frames of it): a history of pool 1
+ * demoted into it by pool 1's GPU, read there, onloaded back by pool 1's
+ * GPU and read from the device, bytes as written; pool 0's history beside
+ * it in distinct frames; shard_set_check accounts for both. On GPU 0 twice
+ * and, with 2 GPUs, GPU 0's tier used by GPU 1.
+ *
  * Exits 77 (skip) with a message where no CUDA device is present.
  */
 #define _GNU_SOURCE
@@ -32,6 +40,7 @@
 #include "gpu_test_util.h"
 #include "kvp_kernels.h"
 #include "kvpool.h"
+#include "shard.h"
 
 #define CK(x) assert_int_equal((x), cudaSuccess)
 
@@ -202,11 +211,116 @@ static void test_move_between_two_gpus(void **state)
 	moves_between(1, 0);
 }
 
+static struct shard_set *set_open(int device, void **ctx, struct shard_set *host_of)
+{
+	struct shard_set_config sc = {
+		.ec = { .layout = L, .device_frames = 64, .host_frames = 64,
+			.backend = &backend_cuda },
+		.shards = 1, .reclaim = RECLAIM_OFF, .host_of = host_of,
+	};
+	struct errbuf e = { .msg = "" };
+	struct shard_set *s = NULL;
+
+	if (backend_cuda_open(device, ctx, &e))
+		fail_msg("backend_cuda_open(%d): %s", device, e.msg);
+	sc.ec.backend_ctx = *ctx;
+	if (shard_set_create(&s, &sc, &e))
+		fail_msg("shard_set_create on cuda device %d: %s", device, e.msg);
+	return s;
+}
+
+static void set_check(struct shard_set *s, int device)
+{
+	struct errbuf e = { .msg = "" };
+
+	if (shard_set_check(s, &e))
+		fail_msg("shard_set_check (device %d): %s", device, e.msg);
+}
+
+static void host_tier_shared(int a, int b)
+{
+	unsigned char *kv0 = random_kv(40), *kv1 = random_kv(40);
+	struct errbuf e = { .msg = "" };
+	struct engine_user_info u;
+	struct engine_lease l;
+	struct pool p[2] = { { .device = a }, { .device = b } };
+	struct shard_set *s[2];
+
+	gpu_test_say("move", "host tier of device %d's pool shared by device %d's",
+		     a, b);
+	s[0] = set_open(a, &p[0].ctx, NULL);
+	s[1] = set_open(b, &p[1].ctx, s[0]);
+	p[0].eng = s[0]->v[0].eng;
+	p[1].eng = s[1]->v[0].eng;
+	assert_ptr_equal(engine_tier(p[1].eng, KVP_TIER_HOST)->base,
+			 engine_tier(p[0].eng, KVP_TIER_HOST)->base);
+	put(&p[0], 1, 40, kv0);
+	put(&p[1], 2, 40, kv1);
+	for (int i = 0; i < 2; i++) {
+		uint64_t user = 1 + (uint64_t)i;
+
+		/* Demoted by its own GPU into the one host tier. */
+		assert_int_equal(engine_offload(p[i].eng, user, &e), 3);
+		assert_true(engine_evict(p[i].eng, user, KVP_SEL_DEVICE, &e) >= 0);
+		engine_info(p[i].eng, user, &u);
+		assert_int_equal(u.pages_device, 0);
+		assert_int_equal(u.pages_host, 3);
+	}
+	set_check(s[0], a); /* both sets' host frames, none held twice */
+	expect(&p[0], 1, 40, kv0, "in the shared host tier");
+	expect(&p[1], 2, 40, kv1, "in the shared host tier");
+	for (int i = 0; i < 2; i++) {
+		uint64_t user = 1 + (uint64_t)i;
+
+		/* Onloaded by its own GPU, then read from the device alone. */
+		if (engine_prepare(p[i].eng, user, 40, 0, 1, &l, &e))
+			fail_msg("onload of user %" PRIu64 ": %s", user, e.msg);
+		if (l.fence)
+			engine_fence_wait(p[i].eng, l.fence);
+		assert_int_equal(engine_release(p[i].eng, l.id, &e), 0);
+		assert_true(engine_evict(p[i].eng, user, KVP_SEL_HOST, &e) >= 0);
+		engine_info(p[i].eng, user, &u);
+		assert_int_equal(u.pages_device, 3);
+		assert_int_equal(u.pages_host, 0);
+	}
+	expect(&p[0], 1, 40, kv0, "onloaded from the shared host tier");
+	expect(&p[1], 2, 40, kv1, "onloaded from the shared host tier");
+	set_check(s[1], b);
+	set_check(s[0], a);
+	shard_set_destroy(s[1]); /* the sharer first */
+	shard_set_destroy(s[0]);
+	backend_cuda_close(p[1].ctx);
+	backend_cuda_close(p[0].ctx);
+	free(kv0);
+	free(kv1);
+}
+
+static void test_host_tier_shared_on_one_gpu(void **state)
+{
+	(void)state;
+	host_tier_shared(0, 0);
+}
+
+static void test_host_tier_shared_by_two_gpus(void **state)
+{
+	int n = 0;
+
+	(void)state;
+	CK(cudaGetDeviceCount(&n));
+	if (n < 2) {
+		gpu_test_say("move", "SKIP the two-GPU part: %d GPU", n);
+		skip();
+	}
+	host_tier_shared(0, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_move_on_one_gpu),
 		cmocka_unit_test(test_move_between_two_gpus),
+		cmocka_unit_test(test_host_tier_shared_on_one_gpu),
+		cmocka_unit_test(test_host_tier_shared_by_two_gpus),
 	};
 	char err[KVP_ERRLEN];
 
