@@ -38,6 +38,9 @@ Environment (defaults in brackets):
   SCALING_BACKEND      replay backend: shm or cuda [shm]
   SCALING_DEVICE_FRAC  replay device tier as a share of the working set [0.25]
   SCALING_REPLAY_ARGS  further replay options ["--users 1000 --first-days 2 --batch 8"]
+  SCALING_REPLAY_B     the replay again with these options, side by side in the
+                       JSON ("replay_b"; "" skips it) ["--daemon-flag=--reclaim_boost=no":
+                       the reclaimer's watermarks fixed, issue 32]
   SCALING_TOLERANCE    noise tolerance of the checks, a fraction [0.05]
 
 Quick run: SCALING_SECONDS=0.5 SCALING_CLIENTS="1 2" SCALING_WORKERS="1 2" \
@@ -64,6 +67,7 @@ pipelines=${SCALING_PIPELINES-4 8 12}
 backend=${SCALING_BACKEND:-shm}
 device_frac=${SCALING_DEVICE_FRAC:-0.25}
 replay_args=${SCALING_REPLAY_ARGS:---users 1000 --first-days 2 --batch 8}
+replay_b=${SCALING_REPLAY_B---daemon-flag=--reclaim_boost=no}
 tolerance=${SCALING_TOLERANCE:-0.05}
 
 py=/usr/bin/python3
@@ -194,6 +198,13 @@ for p in $pipelines; do
 		--device-frac "$device_frac" "${backend_args[@]}" "${replay_extra[@]}" --json
 	echo "  replay pipelines=$p ($backend): prepare p99 $(jget "$work/replay-p$p.json" \
 		systems kvpool prepare_p99_ns) ns" >&2
+	[ -n "$replay_b" ] || continue
+	read -r -a b_extra <<<"$replay_b"
+	run_json "replay-b-p$p" "$kvbench" replay --systems kvpool --pipelines "$p" \
+		--device-frac "$device_frac" "${backend_args[@]}" "${replay_extra[@]}" \
+		"${b_extra[@]}" --json
+	echo "  replay pipelines=$p ($backend) with $replay_b: prepare p99 $(jget \
+		"$work/replay-b-p$p.json" systems kvpool prepare_p99_ns) ns" >&2
 done
 
 host=$(uname -n)
@@ -209,7 +220,7 @@ fi
 export S_WORK=$work S_DATE=$date S_CMD=$cmdline S_HOST=$host S_MODEL=${model:-unknown} \
 	S_DEVICE=$device S_CORES=$cores S_CLIENTS=$clients S_WORKERS=$workers \
 	S_PIPELINES=$pipelines S_BACKEND=$backend S_TOL=$tolerance S_SECONDS=$seconds \
-	S_WARMUP=$warmup S_FRAC=$device_frac S_RARGS=$replay_args
+	S_WARMUP=$warmup S_FRAC=$device_frac S_RARGS=$replay_args S_RB=$replay_b
 "$py" - "$base.json" <<'PY'
 import json, os, sys
 
@@ -290,36 +301,43 @@ for c in clients:
     violations += [f"clients={c}: {v:.0f} ops/s with {x} workers < {1 - tol:g} x "
                    f"{bv:.0f} with {bx}" for (bx, bv), (x, v) in bad]
 
-replay = []
-for p in pipelines:
-    r = load(f"replay-p{p}")
-    k = get(r, "systems", "kvpool") or {}
-    onl = get(k, "latency", "prepare_onload") or {}
-    gpu = r.get("gpu")
-    replay.append({
-        "pipelines": p,
-        "backend": r.get("backend"),
-        "prepare_p50_ns": k.get("prepare_p50_ns"),
-        "prepare_p99_ns": k.get("prepare_p99_ns"),
-        "prepares": get(k, "latency", "prepare", "samples"),
-        "prepare_onload_p50_ns": onl.get("p50_ns") if onl.get("samples") else None,
-        "prepare_onload_p99_ns": onl.get("p99_ns") if onl.get("samples") else None,
-        "prepares_onload": onl.get("samples"),
-        "bytes_per_s": k.get("bytes_per_s"),
-        "requests_per_s": k.get("requests_per_s"),
-        "hit_rate": k.get("hit_rate"),
-        "reprepares": k.get("reprepares"),
-        "pinned_waits": k.get("pinned_waits"),
-        "stalls": stalls(k.get("pool")),
-        "working_set_pages": get(r, "pool", "working_set_pages"),
-        "device_pages": get(r, "pool", "device_pages"),
-        "host_pages": get(r, "pool", "host_pages"),
-        "offload_gbps": get(gpu, "offload_gbps"),
-        "offload_ratio": get(gpu, "offload_vs_ceiling"),
-        "prepare_phase_p99_ns": ({ph: get(k, "phases", ph, "p99_ns")
-                                  for ph in PHASES} if k.get("phases") else None),
-        "command": cmd(f"replay-p{p}"),
-    })
+def replay_rows(prefix):
+    rows = []
+    for p in pipelines:
+        if not os.path.exists(os.path.join(E["S_WORK"], f"{prefix}{p}.json")):
+            continue
+        r = load(f"{prefix}{p}")
+        k = get(r, "systems", "kvpool") or {}
+        onl = get(k, "latency", "prepare_onload") or {}
+        gpu = r.get("gpu")
+        rows.append({
+            "pipelines": p,
+            "backend": r.get("backend"),
+            "prepare_p50_ns": k.get("prepare_p50_ns"),
+            "prepare_p99_ns": k.get("prepare_p99_ns"),
+            "prepares": get(k, "latency", "prepare", "samples"),
+            "prepare_onload_p50_ns": onl.get("p50_ns") if onl.get("samples") else None,
+            "prepare_onload_p99_ns": onl.get("p99_ns") if onl.get("samples") else None,
+            "prepares_onload": onl.get("samples"),
+            "bytes_per_s": k.get("bytes_per_s"),
+            "requests_per_s": k.get("requests_per_s"),
+            "hit_rate": k.get("hit_rate"),
+            "reprepares": k.get("reprepares"),
+            "pinned_waits": k.get("pinned_waits"),
+            "stalls": stalls(k.get("pool")),
+            "working_set_pages": get(r, "pool", "working_set_pages"),
+            "device_pages": get(r, "pool", "device_pages"),
+            "host_pages": get(r, "pool", "host_pages"),
+            "offload_gbps": get(gpu, "offload_gbps"),
+            "offload_ratio": get(gpu, "offload_vs_ceiling"),
+            "prepare_phase_p99_ns": ({ph: get(k, "phases", ph, "p99_ns")
+                                      for ph in PHASES} if k.get("phases") else None),
+            "command": cmd(f"{prefix}{p}"),
+        })
+    return rows
+
+replay = replay_rows("replay-p")
+replay_b = replay_rows("replay-b-p")
 
 def worst(key, pick):
     v = [x[key] for x in replay if x[key] is not None]
@@ -361,6 +379,14 @@ res = {
                 "where it has none",
     "best_ops_per_s_at_max_clients": {"clients": top, "ops_per_s": best_top},
     "replay": replay,
+    # The same replay with SCALING_REPLAY_B's options, side by side (issue
+    # 32: the reclaimer's watermarks fixed, --reclaim_boost=no, by default).
+    "replay_b_options": E["S_RB"] or None,
+    "replay_b": replay_b,
+    "prepare_p99_ns_no_onload_b": (max(x["prepare_p99_ns"] for x in replay_b
+                                       if x["prepare_p99_ns"] is not None)
+                                   if any(x["prepare_p99_ns"] is not None
+                                          for x in replay_b) else None),
     "replay_backend": E["S_BACKEND"],
     "prepare_p99_ns_no_onload": p99_no,
     "prepare_p99_ns_onload": p99_on,

@@ -463,6 +463,7 @@ static bool prepare_waits(struct engine *eng, uint32_t total, uint32_t onload,
 	if (!short_of_frames || !shard_reclaim_kick(set, total))
 		return false;
 	if (flags & ENGINE_PREPARE_COUNT) {
+		shard_reclaim_stalled(set, total);
 		eng->st.reclaim_stalls++;
 		eng->st.reclaim_onload_stalls += onload != 0;
 	}

@@ -113,6 +113,46 @@ static bool reclaim_dry_recently(const struct reclaimer *rc)
 	       RECLAIM_DRY_NS;
 }
 
+/* A pass with no stall for this long halves the boost (shard.h). */
+#define RECLAIM_BOOST_DECAY_NS 200000000ull
+
+static uint32_t reclaim_boost(const struct reclaimer *rc, int t)
+{
+	return t == KVP_TIER_DEVICE ? __atomic_load_n(&rc->boost, __ATOMIC_RELAXED) : 0;
+}
+
+void shard_reclaim_stalled(struct shard_set *s, uint32_t need)
+{
+	struct reclaimer *rc = &s->rc;
+	uint32_t low = rc->low[KVP_TIER_DEVICE], max = 3 * low;
+	uint32_t b = __atomic_load_n(&rc->boost, __ATOMIC_RELAXED), to;
+
+	if (!rc->boost_on)
+		return;
+	__atomic_store_n(&rc->stall_ns, mono_ns(), __ATOMIC_RELAXED);
+	do {
+		uint32_t step = need > low / 4 ? need : low / 4;
+
+		to = b + step > max ? max : b + step;
+	} while (to != b && !__atomic_compare_exchange_n(&rc->boost, &b, to, false,
+							 __ATOMIC_RELAXED,
+							 __ATOMIC_RELAXED));
+}
+
+/* After a pass: no stall for RECLAIM_BOOST_DECAY_NS, half the boost. */
+static void reclaim_boost_decay(struct reclaimer *rc)
+{
+	uint64_t now = mono_ns();
+	uint32_t b = __atomic_load_n(&rc->boost, __ATOMIC_RELAXED);
+
+	if (!b || now - __atomic_load_n(&rc->stall_ns, __ATOMIC_RELAXED) <
+		  RECLAIM_BOOST_DECAY_NS)
+		return;
+	/* A stall racing this keeps its raise or loses half: either is fine. */
+	__atomic_store_n(&rc->boost, b / 2, __ATOMIC_RELAXED);
+	__atomic_store_n(&rc->stall_ns, now, __ATOMIC_RELAXED);
+}
+
 void shard_reclaim_hint(struct shard_set *s)
 {
 	struct reclaimer *rc = &s->rc;
@@ -121,7 +161,7 @@ void shard_reclaim_hint(struct shard_set *s)
 	if (!rc->started)
 		return;
 	for (int t = 0; t < KVP_TIERS; t++)
-		low |= frame_pool_free(s->pool[t]) < rc->low[t];
+		low |= frame_pool_free(s->pool[t]) < rc->low[t] + reclaim_boost(rc, t);
 	if (!low || __atomic_load_n(&rc->wake, __ATOMIC_RELAXED))
 		return;
 	/* Found nothing to evict a moment ago (all pinned): not again at
@@ -226,7 +266,8 @@ static void reclaim_tier(struct shard_set *s, enum kvp_tier t)
 	uint32_t idle = 0, nsets = 1, target = s->rc.high[t];
 
 	if (t == KVP_TIER_DEVICE)
-		target += __atomic_exchange_n(&s->rc.want, 0, __ATOMIC_RELAXED);
+		target += reclaim_boost(&s->rc, t) +
+			  __atomic_exchange_n(&s->rc.want, 0, __ATOMIC_RELAXED);
 	if (target > s->pool[t]->total)
 		target = s->pool[t]->total;
 	if (hs) {
@@ -329,6 +370,7 @@ static void *reclaimer_main(void *arg)
 		 * host pass then makes up for. */
 		reclaim_tier(s, KVP_TIER_DEVICE);
 		reclaim_tier(s, KVP_TIER_HOST);
+		reclaim_boost_decay(rc);
 		pthread_mutex_lock(&rc->lock);
 		__atomic_store_n(&rc->wake, false, __ATOMIC_RELAXED);
 	}
@@ -361,7 +403,7 @@ static void reclaimer_marks(struct shard_set *s, enum reclaim_mode mode)
 }
 
 static int reclaimer_start(struct shard_set *s, enum reclaim_mode mode,
-			   struct errbuf *e)
+			   bool no_boost, struct errbuf *e)
 {
 	struct reclaimer *rc = &s->rc;
 	int ret;
@@ -369,6 +411,7 @@ static int reclaimer_start(struct shard_set *s, enum reclaim_mode mode,
 	pthread_mutex_init(&rc->lock, NULL);
 	pthread_cond_init(&rc->cond, NULL);
 	reclaimer_marks(s, mode);
+	rc->boost_on = !no_boost;
 	ret = pthread_create(&rc->thread, NULL, reclaimer_main, s);
 	if (ret) {
 		pthread_cond_destroy(&rc->cond);
@@ -520,7 +563,7 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 	}
 	host_share_join(s);
 	if (cfg->reclaim != RECLAIM_OFF) {
-		ret = reclaimer_start(s, cfg->reclaim, e);
+		ret = reclaimer_start(s, cfg->reclaim, cfg->no_boost, e);
 		if (ret)
 			goto err;
 	}

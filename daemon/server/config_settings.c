@@ -357,6 +357,18 @@ static int set_reclaim(struct config *c, struct tenant_config *t, const char *v,
 	return 0;
 }
 
+static int set_reclaim_boost(struct config *c, struct tenant_config *t,
+			     const char *v, char *err, size_t len)
+{
+	bool on;
+	int ret = parse_bool(v, &on, err, len);
+
+	(void)t;
+	if (!ret)
+		c->reclaim_fixed = !on;
+	return ret;
+}
+
 static int set_max_pending(struct config *c, struct tenant_config *t,
 			   const char *v, char *err, size_t len)
 {
@@ -609,6 +621,9 @@ const struct setting settings[] = {
 	{ "reclaim", G | B, set_reclaim, "auto|yes|no",
 	  "demote and drop in the background to keep frames free (default auto: "
 	  "tiers of 1024 pages or more)" },
+	{ "reclaim_boost", G | B, set_reclaim_boost, "BOOL",
+	  "raise the device watermarks after a prepare waited for the reclaimer "
+	  "(default yes)" },
 	{ "sq_entries", G, set_sq_entries, "N", "default submission ring entries (default 256)" },
 	{ "arena_bytes", G, set_arena_bytes, "SIZE", "default result arena per client (default 4M)" },
 	{ "max_pending", G, set_max_pending, "N",

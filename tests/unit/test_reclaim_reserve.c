@@ -12,7 +12,9 @@
  *  - the waiting prepare, retried, succeeds once the reclaimer has freed
  *    room, and reads back the bytes it wrote before it was demoted;
  *  - without ENGINE_PREPARE_WAIT_RECLAIM (the worker's last try, after
- *    RECLAIM_WAIT_NS) an onload dips into the reserve instead of waiting.
+ *    RECLAIM_WAIT_NS) an onload dips into the reserve instead of waiting;
+ *  - a stall raises the device watermarks (the boost), which decay after
+ *    200 ms without one; reclaim_boost = no keeps them fixed.
  * The reclaimer runs only when kicked (the engine never hints it; ops.c
  * does), so the state before each call is exact.
  */
@@ -40,6 +42,7 @@
 #define WAIT (ENGINE_PREPARE_WAIT_RECLAIM | ENGINE_PREPARE_COUNT)
 
 static struct shard_set *g_set;
+static bool g_no_boost; /* shard_set_config.no_boost of the next set */
 static bool g_locked; /* a failed assert leaves shard 0 locked */
 
 static struct engine *lock0(void)
@@ -64,6 +67,7 @@ static int set_teardown(void **state)
 	if (g_set)
 		shard_set_destroy(g_set);
 	g_set = NULL;
+	g_no_boost = false;
 	return 0;
 }
 
@@ -71,7 +75,8 @@ static int set_teardown(void **state)
  * and the device pool holding exactly `free_frames` free frames. */
 static struct engine *setup_pool(uint32_t free_frames)
 {
-	struct shard_set_config sc = { .shards = 1, .reclaim = RECLAIM_ON };
+	struct shard_set_config sc = { .shards = 1, .reclaim = RECLAIM_ON,
+				       .no_boost = g_no_boost };
 	struct errbuf e = { .msg = "" };
 	struct engine *eng;
 	uint64_t u = 100;
@@ -212,6 +217,86 @@ static void onload_above_the_reserve_does_not_wait(void **state)
 	unlock0();
 }
 
+static uint32_t boost(void)
+{
+	return __atomic_load_n(&g_set->rc.boost, __ATOMIC_RELAXED);
+}
+
+/* Waits until the reclaimer is idle (woken flag down). */
+static void reclaimer_idle(void)
+{
+	struct timespec ms = { 0, 1000000 };
+	int tries = 0;
+
+	while (__atomic_load_n(&g_set->rc.wake, __ATOMIC_RELAXED)) {
+		assert_true(++tries < 5000);
+		nanosleep(&ms, NULL);
+	}
+}
+
+/*
+ * Staying ahead (shard.h): a stall raises the device watermarks by what
+ * the waiting prepare needs (3 pages; a quarter of low is 1), a hint then
+ * wakes the reclaimer at low + boost, and its pass frees up to high +
+ * boost; a pass more than RECLAIM_BOOST_DECAY_NS (200 ms) after the last
+ * stall halves the boost. Only the first try of a prepare counts: its
+ * retries do not raise it again. With no_boost (reclaim_boost = no) the
+ * watermarks stay where they are.
+ */
+static void a_stall_raises_the_watermarks_then_they_decay(void **state)
+{
+	struct timespec quarter = { 0, 250000000 };
+	struct engine *eng = setup_pool(6);
+	struct engine_lease L;
+	struct errbuf e = { .msg = "" };
+	int rc;
+
+	(void)state;
+	assert_int_equal(boost(), 0);
+	rc = engine_prepare_flags(eng, X, 3 * PT, 0, OWNER, WAIT, &L, &e);
+	assert_int_equal(rc, -EINPROGRESS);
+	assert_int_equal(engine_wait_take(), ENGINE_WAIT_RECLAIM);
+	assert_int_equal(boost(), 3);
+	/* A retry (no COUNT flag) waits without raising it again. */
+	rc = engine_prepare_flags(eng, X, 3 * PT, 0, OWNER,
+				  ENGINE_PREPARE_WAIT_RECLAIM, &L, &e);
+	if (rc == -EINPROGRESS)
+		assert_int_equal(engine_wait_take(), ENGINE_WAIT_RECLAIM);
+	else if (rc == 0)
+		release_ok(eng, L.id);
+	else
+		fail_msg("retry: %d %s", rc, e.msg);
+	assert_int_equal(boost(), 3);
+	unlock0();
+	reclaimer_idle();
+	/* Its pass freed beyond the plain high watermark of 8. */
+	assert_true(dev_free(lock0()) >= 8 + 3);
+	unlock0();
+	nanosleep(&quarter, NULL);
+	assert_true(shard_reclaim_kick(g_set, 1));
+	reclaimer_idle();
+	assert_int_equal(boost(), 1);
+	CHECK(lock0());
+	unlock0();
+}
+
+static void no_boost_keeps_the_watermarks(void **state)
+{
+	struct engine *eng;
+	struct engine_lease L;
+	struct errbuf e = { .msg = "" };
+
+	(void)state;
+	g_no_boost = true;
+	eng = setup_pool(6);
+	assert_int_equal(engine_prepare_flags(eng, X, 3 * PT, 0, OWNER, WAIT, &L, &e),
+			 -EINPROGRESS);
+	assert_int_equal(engine_wait_take(), ENGINE_WAIT_RECLAIM);
+	assert_int_equal(stalls(eng), 1);
+	assert_int_equal(boost(), 0);
+	unlock0();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -220,6 +305,9 @@ int main(void)
 		cmocka_unit_test_teardown(last_try_takes_the_reserve, set_teardown),
 		cmocka_unit_test_teardown(onload_above_the_reserve_does_not_wait,
 					  set_teardown),
+		cmocka_unit_test_teardown(a_stall_raises_the_watermarks_then_they_decay,
+					  set_teardown),
+		cmocka_unit_test_teardown(no_boost_keeps_the_watermarks, set_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -489,6 +489,8 @@ static void usage(FILE *f)
 "  --cpu N|none       pin kvbench to CPU N (default none)\n"
 "  --daemon-cpu N|none\n"
 "                     pin the kvpoold started here to CPU N (default none)\n"
+"  --daemon-flag --KEY=VALUE\n"
+"                     one more kvpoold flag for the daemon started here\n"
 KVB_USAGE_END_OPTS
 "\n"
 "Counts take k, M or G suffixes. See kvbench(1).\n");

@@ -188,6 +188,16 @@ int kvb_daemon_opt(const char *sub, int code, const char *arg,
 			return kvb_usage_error(sub, "--disk-size '%s': give bytes with an "
 					       "optional K, M or G suffix", arg);
 		return -1;
+	case KVB_OPT_DAEMON_FLAG:
+		if (strncmp(arg, "--", 2) || !strchr(arg, '=') || strlen(arg) >= 320)
+			return kvb_usage_error(sub, "--daemon-flag '%s': give one kvpoold "
+					       "flag as --KEY=VALUE (kvpoold --help "
+					       "lists them)", arg);
+		if (o->nflag >= KVB_DAEMON_EXTRA)
+			return kvb_usage_error(sub, "--daemon-flag: %d at most",
+					       KVB_DAEMON_EXTRA);
+		o->flag[o->nflag++] = arg;
+		return -1;
 	}
 	KVP_BUG("every option code in long_opts has a case here");
 }
@@ -371,22 +381,27 @@ int kvb_daemon_stop(struct kvb_daemon *d, int timeout_ms, char *err,
 	return rc;
 }
 
-int kvb_daemon_disk_flags(const struct kvb_daemon_opts *o, char (*f)[320])
+int kvb_daemon_tail_flags(const struct kvb_daemon_opts *o, char (*f)[320])
 {
-	if (!o->disk_dir)
-		return 0;
-	snprintf(f[0], sizeof(f[0]), "--disk_dir=%s", o->disk_dir);
-	/* No size given: as much disk as host and device memory together. */
-	snprintf(f[1], sizeof(f[1]), "--disk_size=%llu", (unsigned long long)
-		 (o->disk_size ? o->disk_size : o->device_mem + o->host_mem));
-	return 2;
+	int n = 0;
+
+	if (o->disk_dir) {
+		snprintf(f[n++], sizeof(f[0]), "--disk_dir=%s", o->disk_dir);
+		/* No size given: as much disk as host and device memory. */
+		snprintf(f[n++], sizeof(f[0]), "--disk_size=%llu", (unsigned long long)
+			 (o->disk_size ? o->disk_size : o->device_mem + o->host_mem));
+	}
+	/* Last: a later flag wins over one made here. */
+	for (int i = 0; i < o->nflag; i++)
+		snprintf(f[n++], sizeof(f[0]), "%s", o->flag[i]);
+	return n;
 }
 
 int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 		    const char **socket, char *err, size_t errlen)
 {
-	char path[PATH_MAX], f[8][320];
-	const char *flags[9];
+	char path[PATH_MAX], f[8 + KVB_DAEMON_EXTRA][320];
+	const char *flags[9 + KVB_DAEMON_EXTRA];
 	int n = 0, rc;
 
 	memset(d, 0, sizeof(*d));
@@ -411,7 +426,7 @@ int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 			 (unsigned long long)o->max_tokens);
 	if (o->layout)
 		snprintf(f[n++], sizeof(f[0]), "--layout=%s", o->layout);
-	n += kvb_daemon_disk_flags(o, f + n);
+	n += kvb_daemon_tail_flags(o, f + n);
 	for (int i = 0; i < n; i++)
 		flags[i] = f[i];
 	flags[n] = NULL;

@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #define KVB_DAEMON_MAX_FLAGS 16
+#define KVB_DAEMON_EXTRA 4 /* --daemon-flag, at most */
 
 struct kvb_daemon {
 	pid_t pid;                 /* 0: not running */
@@ -83,6 +84,8 @@ struct kvb_daemon_opts {
 				  * clients; 0: libkvpool's default */
 	const char *disk_dir;    /* --disk-dir: a disk tier there; NULL: none */
 	uint64_t disk_size;      /* --disk-size, bytes (with disk_dir) */
+	const char *flag[KVB_DAEMON_EXTRA]; /* --daemon-flag: passed as they are */
+	int nflag;
 };
 
 /*
@@ -94,6 +97,7 @@ struct kvb_daemon_opts {
 enum {
 	KVB_OPT_SOCKET = 1024, KVB_OPT_KVPOOLD, KVB_OPT_SPIN, KVB_OPT_CLIENT_SPIN,
 	KVB_OPT_DAEMON_CPU, KVB_OPT_WORKERS, KVB_OPT_DISK_DIR, KVB_OPT_DISK_SIZE,
+	KVB_OPT_DAEMON_FLAG,
 };
 
 #define KVB_DAEMON_LONG_OPTS						\
@@ -103,13 +107,16 @@ enum {
 	{ "client-spin-us", required_argument, NULL, KVB_OPT_CLIENT_SPIN }, \
 	{ "daemon-cpu", required_argument, NULL, KVB_OPT_DAEMON_CPU },	\
 	{ "disk-dir", required_argument, NULL, KVB_OPT_DISK_DIR },	\
-	{ "disk-size", required_argument, NULL, KVB_OPT_DISK_SIZE }
+	{ "disk-size", required_argument, NULL, KVB_OPT_DISK_SIZE },	\
+	{ "daemon-flag", required_argument, NULL, KVB_OPT_DAEMON_FLAG }
 
 /*
  * Read one of those options of subcommand sub into *o: --socket PATH,
  * --kvpoold PATH (must be executable), --spin-us US, --client-spin-us US,
  * --daemon-cpu N|none (a CPU this process may run on), --workers N,
- * --disk-dir DIR and --disk-size SIZE (the daemon's disk tier). Returns
+ * --disk-dir DIR and --disk-size SIZE (the daemon's disk tier),
+ * --daemon-flag --KEY=VALUE (any kvpoold flag, up to KVB_DAEMON_EXTRA; an
+ * A/B of one setting in one run, e.g. --reclaim_boost=no). Returns
  * -1 to go on, else KVB_EXIT_USAGE after reporting the error (kvb_opt_fn).
  */
 int kvb_daemon_opt(const char *sub, int code, const char *arg,
@@ -122,9 +129,9 @@ int kvb_daemon_opt(const char *sub, int code, const char *arg,
 int kvb_daemon_open(struct kvb_daemon *d, const struct kvb_daemon_opts *o,
 		    const char **socket, char *err, size_t errlen);
 
-/* The --disk_dir and --disk_size flags o asks for into f[0..1]: how many
- * (0 without a disk tier). */
-int kvb_daemon_disk_flags(const struct kvb_daemon_opts *o, char (*f)[320]);
+/* The --disk_dir and --disk_size flags o asks for into f[0..1], then its
+ * --daemon-flag flags: how many (at most 2 + KVB_DAEMON_EXTRA). */
+int kvb_daemon_tail_flags(const struct kvb_daemon_opts *o, char (*f)[320]);
 
 struct json;
 /* "daemon": {"started", "socket", "pid", "path", "command", "spin_us",

@@ -38,8 +38,8 @@ static void stats_delta(struct kvp_stats *d, const struct kvp_stats *a,
 static int cuda_daemon_start(struct rrun *r, struct kvb_daemon *d, char *err, size_t errlen)
 {
 	const struct kvb_daemon_opts *o = &r->o.d;
-	char path[PATH_MAX], f[8][320];
-	const char *flags[9];
+	char path[PATH_MAX], f[8 + KVB_DAEMON_EXTRA][320];
+	const char *flags[9 + KVB_DAEMON_EXTRA];
 	int n = 0, rc;
 
 	rc = kvb_daemon_find(o->kvpoold, path, sizeof(path), err, errlen);
@@ -55,7 +55,7 @@ static int cuda_daemon_start(struct rrun *r, struct kvb_daemon *d, char *err, si
 		snprintf(f[n++], sizeof(f[0]), "--spin_us=%lld", (long long)o->spin_us);
 	if (o->workers)
 		snprintf(f[n++], sizeof(f[0]), "--workers=%llu", (unsigned long long)o->workers);
-	n += kvb_daemon_disk_flags(o, f + n);
+	n += kvb_daemon_tail_flags(o, f + n);
 	for (int i = 0; i < n; i++)
 		flags[i] = f[i];
 	flags[n] = NULL;

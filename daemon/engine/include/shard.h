@@ -50,6 +50,36 @@
  * allocates from free frames; one that waits for the reclaimer counts a
  * stall (kvp_stats.reclaim_stalls, reclaim_onload_stalls for those with an
  * onload), one that must evict itself counts kvp_stats.reclaim_direct.
+ *
+ * Staying ahead (issue 32; Linux's watermark_boost_factor works alike). A
+ * stall means the reserve between the low watermark and an empty pool was
+ * too small for the burst that emptied it. Each stall raises both device
+ * watermarks by a boost (the frames the waiting prepare needs, a quarter
+ * of the low watermark at least), up to three times the low watermark
+ * (so at most a quarter of the tier, plus the gap to high); a reclaimer
+ * pass that finds no stall for RECLAIM_BOOST_DECAY_NS halves it. The
+ * reserve for prepares without an onload (engine.c) stays the plain low
+ * watermark. kvpool.conf `reclaim_boost = no` keeps the watermarks fixed.
+ *
+ * A host tier shared by several pools (issue 31). With `devices = all` a
+ * tenant has a set per GPU; host memory is the host's, not a GPU's, so
+ * the sets of one tenant share one host tier: the first set allocates it
+ * (pinned and portable: every GPU's copies reach it) and owns its frame
+ * pool, the others are made with shard_set_config.host_of pointing at it
+ * and cache frames of that pool like shards of their own. A frame belongs
+ * to the one shard (of one set) that handed it out, as before, so two
+ * pools never touch one frame. The sets sharing the tier are listed in
+ * the owner's host_sharers; a reclaimer woken for the host tier (any of
+ * them: the watermarks are the shared pool's) drops the oldest host-only
+ * histories of every sharing set, walking them under the list's lock
+ * (lock order: host_sharers.lock, then one shard lock at a time). The
+ * owner outlives its sharers (tenant.c destroys the last pool first).
+ * A pool's own direct eviction (no reclaimer: reclaim = no, or tiers of
+ * fewer than RECLAIM_MIN_FRAMES in auto) drops only its own histories.
+ *
+ *   set of pool 0 ── mem[host], own_pool[host], sharers {0, 1, ...}
+ *   set of pool 1 ── pool[host] -> pool 0's, mem[host] = pool 0's (a copy
+ *                    of the descriptor, not freed), host_of = pool 0's set
  */
 #ifndef KVPOOLD_SHARD_H
 #define KVPOOLD_SHARD_H
@@ -80,6 +110,9 @@ struct reclaimer {
 	uint32_t want;              /* device frames waiting prepares need */
 	uint32_t low[KVP_TIERS];    /* free frames below which it is woken */
 	uint32_t high[KVP_TIERS];   /* it stops once this many are free */
+	bool boost_on;              /* !shard_set_config.no_boost */
+	uint32_t boost;             /* device frames added to both marks (atomic) */
+	uint64_t stall_ns;          /* the last stall (atomic) */
 	uint64_t runs;              /* times it was woken (under lock) */
 	struct engine_demotion dem; /* the thread's own, with its copy batch */
 	struct copy_batch copy;
@@ -121,6 +154,7 @@ struct shard_set_config {
 	struct engine_config ec;         /* layout, tier sizes, backend */
 	uint32_t shards;                 /* >= 1 */
 	enum reclaim_mode reclaim;
+	bool no_boost;                   /* fixed watermarks (no boost) */
 	/* Share this set's host tier (same page size and host_frames; NULL:
 	 * allocate one). It must outlive the new set. */
 	struct shard_set *host_of;
@@ -150,6 +184,9 @@ void shard_reclaim_hint(struct shard_set *s);
  * when it is not running or found nothing to evict on a run that ended
  * less than a millisecond ago (then waiting for it would be in vain). */
 bool shard_reclaim_kick(struct shard_set *s, uint32_t need);
+/* A prepare stalled (its first wait) for need device frames: boost the
+ * device watermarks (no-op with no_boost). */
+void shard_reclaim_stalled(struct shard_set *s, uint32_t need);
 
 /* The whole set, each shard under its lock in turn (global: all held). */
 void shard_set_stats(struct shard_set *s, struct kvp_stats *out);
