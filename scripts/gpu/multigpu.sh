@@ -37,9 +37,10 @@ grep -E "tests passed|Failed|Not Run" $OUT/ctest-gpu.txt | tail -8
 # default (one batch entry per lane), KVPOOL_BATCH=auto (a small submit as
 # one entry on one lane when the lanes are quiet), one (always one lane)
 # and 0 (one entry per operation, the way before batches); the replay
-# (prepare p99 by phase) with the default only.
+# (prepare p99 by phase) with the default only, with and without the
+# reclaimer's boost (scaling.sh's replay_b). SCALING_MODES picks modes.
 if [ -n "${SCALING-1}" ]; then
-	for mode in lane auto one 0; do
+	for mode in ${SCALING_MODES:-lane auto one 0}; do
 		pipes=""; [ $mode = lane ] && pipes="4 8 12"
 		env KVPOOL_BATCH=$([ $mode = lane ] && echo 1 || echo $mode) SCALING_BACKEND=cuda \
 			SCALING_SECONDS=${SCALING_SECONDS:-1} SCALING_WARMUP=0.5 SCALING_PIPELINES="$pipes" \
