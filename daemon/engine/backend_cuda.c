@@ -54,6 +54,10 @@
  * device -> host runs (the engine makes none) is copied synchronously and
  * gets fence 0, so the one stream keeps the order.
  *
+ * Onloads are enqueued by the context's issuer thread, not the caller
+ * (backend_cuda_issue.c, issue 32): copy_async queues the runs and
+ * returns the fence; fences still land in number order.
+ *
  * Threads. One context (backend_cuda_open) serves every engine on its
  * device; engines are called from several daemon threads (one tenant mutex
  * each), and the CUDA runtime's current device is per thread, so every entry
@@ -217,6 +221,8 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 	pthread_mutex_init(&x->lock, NULL);
 	pthread_mutex_init(&x->fence_lock, NULL);
 	pthread_mutex_init(&x->out_lock, NULL);
+	pthread_cond_init(&x->issue_work, NULL);
+	pthread_cond_init(&x->issue_done, NULL);
 	ret = cuda_use(x, e);
 	if (ret)
 		goto fail;
@@ -251,6 +257,9 @@ int backend_cuda_open(int device, void **out, struct errbuf *e)
 	ret = device_uuid(x, e);
 	if (ret)
 		goto fail;
+	ret = cuda_issuer_start(x, e);
+	if (ret)
+		goto fail;
 	*out = x;
 	return 0;
 fail:
@@ -266,6 +275,7 @@ void backend_cuda_close(void *ctx)
 		return;
 	if (getenv("KVPOOL_COPY_PROFILE"))
 		d2h_prof_dump();
+	cuda_issuer_stop(x); /* everything queued on the stream first */
 	cudaSetDevice(x->device);
 	for (int d = 0; d < 2; d++)
 		if (x->stream[d])
@@ -294,6 +304,8 @@ void backend_cuda_close(void *ctx)
 	pthread_mutex_destroy(&x->lock);
 	pthread_mutex_destroy(&x->fence_lock);
 	pthread_mutex_destroy(&x->out_lock);
+	pthread_cond_destroy(&x->issue_work);
+	pthread_cond_destroy(&x->issue_done);
 	free(x);
 }
 
@@ -429,6 +441,13 @@ static int cuda_copy(void *ctx, enum copy_dir dir, const struct tier_mem *dst,
 		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
 		return ret;
 	}
+	if (dir != COPY_D2H && x->jobs) {
+		/* After every onload asked for before it, as by stream order
+		 * when onloads were enqueued inline (backend_cuda_issue.c). */
+		pthread_mutex_lock(&x->fence_lock);
+		cuda_issue_drain_locked(x, x->issued);
+		pthread_mutex_unlock(&x->fence_lock);
+	}
 	if (__atomic_load_n(&prof_env, __ATOMIC_RELAXED) < 0)
 		__atomic_store_n(&prof_env, getenv("KVPOOL_COPY_PROFILE") != NULL,
 				 __ATOMIC_RELAXED);
@@ -490,6 +509,21 @@ static void fence_sync_locked(struct cuda_ctx *x, uint64_t f)
 		x->landed = f; /* in order: every fence before f has too */
 }
 
+cudaError_t cuda_record_onload(struct cuda_ctx *x, uint64_t f,
+			       const struct tier_mem *dst,
+			       const struct tier_mem *src,
+			       const struct copy_run *runs, uint32_t n)
+{
+	cudaError_t err = cudaEventRecord(x->ev_t0[f % FENCE_RING],
+					  x->stream[COPY_H2D]);
+
+	if (err == cudaSuccess)
+		err = enqueue_runs(x, COPY_H2D, dst, src, runs, n);
+	if (err == cudaSuccess)
+		err = cudaEventRecord(x->ev[f % FENCE_RING], x->stream[COPY_H2D]);
+	return err;
+}
+
 static int cuda_copy_async(void *ctx, enum copy_dir dir,
 			   const struct tier_mem *dst, const struct tier_mem *src,
 			   const struct copy_run *runs, uint32_t n,
@@ -503,14 +537,23 @@ static int cuda_copy_async(void *ctx, enum copy_dir dir,
 	*fence = 0;
 	if (dir != COPY_H2D)
 		return cuda_copy(ctx, dir, dst, src, runs, n, e);
+	/* The issuer's (backend_cuda_issue.c): queued, enqueued by it. */
+	if (x->jobs && n <= COPY_BATCH_RUNS) {
+		pthread_mutex_lock(&x->fence_lock);
+		*fence = cuda_issue_queue(x, dst, src, runs, n);
+		pthread_mutex_unlock(&x->fence_lock);
+		return 0;
+	}
 	ret = cuda_use(x, e);
 	if (ret) {
 		fprintf(stderr, "kvpool: %s\n", e ? e->msg : "cuda copy failed");
 		return ret;
 	}
-	/* Under the lock: fences are numbered in the order their events are
-	 * recorded on the stream, which is the order they land in. */
+	/* Inline. Under the lock: fences are numbered in the order their
+	 * events are recorded on the stream, which is the order they land in;
+	 * fences the issuer holds go first. */
 	pthread_mutex_lock(&x->fence_lock);
+	cuda_issue_drain_locked(x, x->issued);
 	f = x->issued + 1;
 	/* The slot's previous fence is f - FENCE_RING: it must have landed.
 	 * Waited for with the lock held (rare: FENCE_RING onloads in flight),
@@ -522,22 +565,15 @@ static int cuda_copy_async(void *ctx, enum copy_dir dir,
 				"onload: %s\n", x->device, cudaGetErrorString(err));
 		x->landed = f - FENCE_RING;
 	}
-	err = cudaEventRecord(x->ev_t0[f % FENCE_RING], x->stream[COPY_H2D]);
-	if (err == cudaSuccess)
-		err = enqueue_runs(x, dir, dst, src, runs, n);
+	err = cuda_record_onload(x, f, dst, src, runs, n);
 	if (err != cudaSuccess) {
 		/* Nothing may stay in flight behind an error: wait it out. */
 		cudaStreamSynchronize(x->stream[COPY_H2D]);
 		pthread_mutex_unlock(&x->fence_lock);
 		return copy_failed(x, dir, n, "cudaMemcpyAsync", err, e);
 	}
-	err = cudaEventRecord(x->ev[f % FENCE_RING], x->stream[COPY_H2D]);
-	if (err != cudaSuccess) {
-		cudaStreamSynchronize(x->stream[COPY_H2D]);
-		pthread_mutex_unlock(&x->fence_lock);
-		return copy_failed(x, dir, n, "cudaEventRecord", err, e);
-	}
 	x->issued = f;
+	x->recorded = f;
 	x->slot_fence[f % FENCE_RING] = f;
 	pthread_mutex_unlock(&x->fence_lock);
 	*fence = f;
@@ -646,6 +682,11 @@ static int cuda_fence_done(void *ctx, uint64_t f)
 		pthread_mutex_unlock(&x->fence_lock);
 		return 1;
 	}
+	if (f > x->recorded) {
+		/* still queued for the issuer: not on the GPU yet */
+		pthread_mutex_unlock(&x->fence_lock);
+		return 0;
+	}
 	cudaSetDevice(x->device);
 	err = cudaEventQuery(x->ev[f % FENCE_RING]);
 	done = err != cudaErrorNotReady;
@@ -663,8 +704,11 @@ static void cuda_fence_wait(void *ctx, uint64_t f)
 	struct cuda_ctx *x = ctx;
 
 	pthread_mutex_lock(&x->fence_lock);
-	if (f > x->landed && f <= x->issued)
-		fence_sync_locked(x, f);
+	if (f > x->landed && f <= x->issued) {
+		cuda_issue_drain_locked(x, f); /* on the stream first */
+		if (f > x->landed)
+			fence_sync_locked(x, f);
+	}
 	pthread_mutex_unlock(&x->fence_lock);
 }
 

@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
+#include "copy.h"
 #include "cuda_driver.h"
 #include "list.h"
 
@@ -29,6 +30,15 @@ struct cuda_alloc {
 
 #define FENCE_RING 64
 #define OUT_RING 64   /* copy_start tickets in flight at most */
+#define ISSUE_RING 32 /* onloads queued for the issuer at most */
+
+/* An onload queued for the issuer (backend_cuda_issue.c): fence f's runs,
+ * in jobs[f % ISSUE_RING] from copy_async until the issuer recorded f. */
+struct onload_job {
+	struct tier_mem dst, src;    /* copies: the engine's may go first */
+	uint32_t n;
+	struct copy_run runs[COPY_BATCH_RUNS];
+};
 
 struct cuda_ctx {
 	int device;
@@ -43,7 +53,15 @@ struct cuda_ctx {
 	cudaEvent_t ev_t0[FENCE_RING];
 	uint64_t slot_fence[FENCE_RING];
 	uint64_t issued;             /* the last fence handed out */
+	uint64_t recorded;           /* every fence <= recorded is on the stream
+				      * (its runs and event enqueued) */
 	uint64_t landed;             /* every fence <= landed has landed */
+	/* The onload issuer (backend_cuda_issue.c), under fence_lock. */
+	struct onload_job *jobs;     /* [ISSUE_RING]; NULL: onloads inline */
+	pthread_t issuer;
+	pthread_cond_t issue_work;   /* a job queued, or stop */
+	pthread_cond_t issue_done;   /* a job recorded: room, and fence waits */
+	bool issuer_idle, issuer_stop;
 	const struct cuda_driver *cu; /* the process's driver functions */
 	/* copy_start tickets: events on the device -> host stream, ticket t
 	 * is out_ev[t % OUT_RING], handed out and waited for like fences. */
@@ -51,6 +69,24 @@ struct cuda_ctx {
 	cudaEvent_t out_ev[OUT_RING];
 	uint64_t out_issued, out_landed;
 };
+
+/* backend_cuda_issue.c: the onload issuer's thread (none with
+ * KVPOOL_ONLOAD_INLINE=1: jobs stays NULL), stopped after draining; the
+ * queue, and the wait until every queued onload is on the stream (other
+ * copies on the host -> device stream keep the order they had). All but
+ * start and stop are called with fence_lock held. */
+int cuda_issuer_start(struct cuda_ctx *x, struct errbuf *e);
+void cuda_issuer_stop(struct cuda_ctx *x);
+uint64_t cuda_issue_queue(struct cuda_ctx *x, const struct tier_mem *dst,
+			  const struct tier_mem *src, const struct copy_run *runs,
+			  uint32_t n);
+void cuda_issue_drain_locked(struct cuda_ctx *x, uint64_t upto);
+/* backend_cuda.c: enqueue fence f's runs and events on the host -> device
+ * stream (fence_lock not held; only one thread records at a time). */
+cudaError_t cuda_record_onload(struct cuda_ctx *x, uint64_t f,
+			       const struct tier_mem *dst,
+			       const struct tier_mem *src,
+			       const struct copy_run *runs, uint32_t n);
 
 /* -errno for a runtime / driver error. */
 int cuda_errno(cudaError_t err);
