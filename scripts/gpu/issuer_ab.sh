@@ -20,7 +20,7 @@ timeout ${CTEST_S:-150} ctest --test-dir /tmp/b -L gpu -E "${CTEST_SKIP:-test_ll
 	--output-on-failure > $OUT/ctest-gpu.txt 2>&1; echo "ctest gpu rc=$? ($((SECONDS - t0)) s)"
 grep -E "tests passed|Failed|Not Run|\[issuer\]" $OUT/ctest-gpu.txt | tail -8
 /tmp/b/tests/test_gpu_issuer 2>&1 | grep "\[issuer\]"
-for i in 1 2; do
+for i in ${ROUNDS:-1 2}; do
 	for mode in issuer inline; do
 		env $([ $mode = inline ] && echo KVPOOL_ONLOAD_INLINE=1) SCALING_BACKEND=cuda \
 			SCALING_SECONDS=0.5 SCALING_WARMUP=0.2 SCALING_CLIENTS=1 SCALING_WORKERS=1 \
@@ -29,3 +29,5 @@ for i in 1 2; do
 		echo "$mode$i rc=$? ($((SECONDS - t0)) s)"; grep "replay pipelines" $OUT/$mode$i.txt
 	done
 done
+# Few files come back from a device call: everything in one archive.
+(cd $OUT && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz $OUT/all.tgz)
