@@ -39,8 +39,8 @@ Environment (defaults in brackets):
   SCALING_DEVICE_FRAC  replay device tier as a share of the working set [0.25]
   SCALING_REPLAY_ARGS  further replay options ["--users 1000 --first-days 2 --batch 8"]
   SCALING_REPLAY_B     the replay again with these options, side by side in the
-                       JSON ("replay_b"; "" skips it) ["--daemon-flag=--reclaim_boost=no":
-                       the reclaimer's watermarks fixed, issue 32]
+                       JSON ("replay_b"; "" skips it) ["--daemon-flag=--reclaim_boost=yes":
+                       the reclaimer's boost, off by default, issue 32]
   SCALING_TOLERANCE    noise tolerance of the checks, a fraction [0.05]
 
 Quick run: SCALING_SECONDS=0.5 SCALING_CLIENTS="1 2" SCALING_WORKERS="1 2" \
@@ -67,7 +67,7 @@ pipelines=${SCALING_PIPELINES-4 8 12}
 backend=${SCALING_BACKEND:-shm}
 device_frac=${SCALING_DEVICE_FRAC:-0.25}
 replay_args=${SCALING_REPLAY_ARGS:---users 1000 --first-days 2 --batch 8}
-replay_b=${SCALING_REPLAY_B---daemon-flag=--reclaim_boost=no}
+replay_b=${SCALING_REPLAY_B---daemon-flag=--reclaim_boost=yes}
 tolerance=${SCALING_TOLERANCE:-0.05}
 
 py=/usr/bin/python3
@@ -380,7 +380,7 @@ res = {
     "best_ops_per_s_at_max_clients": {"clients": top, "ops_per_s": best_top},
     "replay": replay,
     # The same replay with SCALING_REPLAY_B's options, side by side (issue
-    # 32: the reclaimer's watermarks fixed, --reclaim_boost=no, by default).
+    # 32: the reclaimer's boost, --reclaim_boost=yes, by default).
     "replay_b_options": E["S_RB"] or None,
     "replay_b": replay_b,
     "prepare_p99_ns_no_onload_b": (max(x["prepare_p99_ns"] for x in replay_b

@@ -53,6 +53,25 @@ from chunk_proof import (GREEDY, LLAMA3_8B, build_model, layout_of, make_llm,  #
 from hf_proof import Daemon, determinism, device_info, find_kvpoold  # noqa: E402
 
 
+def all_identical(fp):
+    """Every comparison in chunk_proof's fp32 results says identical: the
+    dicts with an "identical" key, at any depth (persist_then_reuse nests
+    its first and reuse cases one level down); False when there are none."""
+    found = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            if "identical" in v:
+                found.append(bool(v["identical"]))
+            else:
+                for x in v.values():
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    walk(fp)
+    return bool(found) and all(found)
+
 def log(msg: str) -> None:
     print(f"[fastpath {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -277,9 +296,7 @@ def main() -> int:
         if os.path.exists(cp):
             cpr = json.load(open(cp))
             fp = cpr.get("outputs_identical", {}).get("fp32", {})
-            res["outputs_identical_fp32"] = bool(fp) and all(
-                c.get("identical", False) for v in fp.values()
-                for c in (v if isinstance(v, list) else [v]) if isinstance(c, dict))
+            res["outputs_identical_fp32"] = all_identical(fp)
             res["identity_detail"] = {"chunk_proof_ok": cpr.get("ok"),
                                       "fp32": fp, "errors": cpr.get("errors")}
         else:

@@ -94,7 +94,7 @@ struct config {
 	uint32_t workers;
 	uint32_t shards;          /* per (tenant, pool); 0: one per worker */
 	uint32_t reclaim;         /* enum reclaim_mode (shard.h) */
-	bool reclaim_fixed;       /* reclaim_boost = no (shard.h) */
+	bool reclaim_boost;       /* reclaim_boost = yes (shard.h) */
 	uint32_t sq_entries;
 	uint32_t arena_bytes;
 	/* Connections accepted that have not sent their hello yet: at most

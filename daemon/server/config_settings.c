@@ -365,7 +365,7 @@ static int set_reclaim_boost(struct config *c, struct tenant_config *t,
 
 	(void)t;
 	if (!ret)
-		c->reclaim_fixed = !on;
+		c->reclaim_boost = on;
 	return ret;
 }
 
@@ -623,7 +623,7 @@ const struct setting settings[] = {
 	  "tiers of 1024 pages or more)" },
 	{ "reclaim_boost", G | B, set_reclaim_boost, "BOOL",
 	  "raise the device watermarks after a prepare waited for the reclaimer "
-	  "(default yes)" },
+	  "(default no)" },
 	{ "sq_entries", G, set_sq_entries, "N", "default submission ring entries (default 256)" },
 	{ "arena_bytes", G, set_arena_bytes, "SIZE", "default result arena per client (default 4M)" },
 	{ "max_pending", G, set_max_pending, "N",

@@ -97,7 +97,7 @@ static int refused_globals(const struct config *o, const struct config *n)
 	CHK(o->workers != n->workers, "workers");
 	CHK(o->shards != n->shards, "shards");
 	CHK(o->reclaim != n->reclaim, "reclaim");
-	CHK(o->reclaim_fixed != n->reclaim_fixed, "reclaim_boost");
+	CHK(o->reclaim_boost != n->reclaim_boost, "reclaim_boost");
 	CHK(o->sq_entries != n->sq_entries, "sq_entries");
 	CHK(o->arena_bytes != n->arena_bytes, "arena_bytes");
 	CHK(o->max_pending != n->max_pending, "max_pending");

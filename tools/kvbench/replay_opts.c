@@ -58,7 +58,7 @@ static void usage(FILE *f)
 "                     (default: its own, 1)\n"
 "  --daemon-flag --KEY=VALUE\n"
 "                     one more kvpoold flag for it (up to 4; e.g.\n"
-"                     --daemon-flag=--reclaim_boost=no)\n"
+"                     --daemon-flag=--reclaim_boost=yes)\n"
 "  --redis HOST:PORT  use a running Redis instead of starting redis-server\n"
 "  --redis-server PATH\n"
 "                     the redis-server to start (default: redis-server on PATH)\n"

@@ -59,7 +59,9 @@
  * (so at most a quarter of the tier, plus the gap to high); a reclaimer
  * pass that finds no stall for RECLAIM_BOOST_DECAY_NS halves it. The
  * reserve for prepares without an onload (engine.c) stays the plain low
- * watermark. kvpool.conf `reclaim_boost = no` keeps the watermarks fixed.
+ * watermark. Off by default (kvpool.conf `reclaim_boost`): measured, it
+ * removes most stalls but raises the p99 of plain prepares more often
+ * than not (bench/results/scaling-2026-11-29-issuer).
  *
  * A host tier shared by several pools (issue 31). With `devices = all` a
  * tenant has a set per GPU; host memory is the host's, not a GPU's, so
