@@ -403,7 +403,7 @@ static void reclaimer_marks(struct shard_set *s, enum reclaim_mode mode)
 }
 
 static int reclaimer_start(struct shard_set *s, enum reclaim_mode mode,
-			   bool no_boost, struct errbuf *e)
+			   bool boost, struct errbuf *e)
 {
 	struct reclaimer *rc = &s->rc;
 	int ret;
@@ -411,7 +411,7 @@ static int reclaimer_start(struct shard_set *s, enum reclaim_mode mode,
 	pthread_mutex_init(&rc->lock, NULL);
 	pthread_cond_init(&rc->cond, NULL);
 	reclaimer_marks(s, mode);
-	rc->boost_on = !no_boost;
+	rc->boost_on = boost;
 	ret = pthread_create(&rc->thread, NULL, reclaimer_main, s);
 	if (ret) {
 		pthread_cond_destroy(&rc->cond);
@@ -563,7 +563,7 @@ int shard_set_create(struct shard_set **out, const struct shard_set_config *cfg,
 	}
 	host_share_join(s);
 	if (cfg->reclaim != RECLAIM_OFF) {
-		ret = reclaimer_start(s, cfg->reclaim, cfg->no_boost, e);
+		ret = reclaimer_start(s, cfg->reclaim, cfg->boost, e);
 		if (ret)
 			goto err;
 	}

@@ -243,7 +243,7 @@ static int tenant_init(struct tenants *ts, struct tenant *t, uint32_t index,
 		},
 		.shards = cfg->shards ? cfg->shards : cfg->workers,
 		.reclaim = cfg->reclaim,
-		.no_boost = !cfg->reclaim_boost,
+		.boost = cfg->reclaim_boost,
 	};
 	bool plain = ts->npools == 1 && ts->be == &backend_shm && ts->tp == 1;
 	int ret;

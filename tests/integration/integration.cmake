@@ -221,6 +221,16 @@ if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK kvpoold_integration)
 endif()
 
+# reclaim_boost (issue 32): bad values refused with the reason, on and
+# serving, a reload that changes it refused as restart-only.
+if(TARGET kvbench AND TARGET kvpoold AND TARGET kvctl)
+  add_test(NAME test_reclaim_boost
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_reclaim_boost.sh $<TARGET_FILE:kvpoold>
+            $<TARGET_FILE:kvctl> $<TARGET_FILE:kvbench>)
+  set_tests_properties(test_reclaim_boost PROPERTIES LABELS integration TIMEOUT 60
+    RESOURCE_LOCK kvpoold_integration)
+endif()
+
 # kvbench replay on a hand-made trace against a real kvpoold and a real
 # redis-server, every system, hit rates checked against the hand-computed
 # figure; then a small generated replay with eviction.

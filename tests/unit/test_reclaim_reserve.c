@@ -14,7 +14,7 @@
  *  - without ENGINE_PREPARE_WAIT_RECLAIM (the worker's last try, after
  *    RECLAIM_WAIT_NS) an onload dips into the reserve instead of waiting;
  *  - a stall raises the device watermarks (the boost), which decay after
- *    200 ms without one; reclaim_boost = no keeps them fixed.
+ *    200 ms without one (shard_set_config.boost); without it they stay fixed.
  * The reclaimer runs only when kicked (the engine never hints it; ops.c
  * does), so the state before each call is exact.
  */
@@ -42,7 +42,7 @@
 #define WAIT (ENGINE_PREPARE_WAIT_RECLAIM | ENGINE_PREPARE_COUNT)
 
 static struct shard_set *g_set;
-static bool g_no_boost; /* shard_set_config.no_boost of the next set */
+static bool g_boost; /* shard_set_config.boost of the next set */
 static bool g_locked; /* a failed assert leaves shard 0 locked */
 
 static struct engine *lock0(void)
@@ -67,7 +67,7 @@ static int set_teardown(void **state)
 	if (g_set)
 		shard_set_destroy(g_set);
 	g_set = NULL;
-	g_no_boost = false;
+	g_boost = false;
 	return 0;
 }
 
@@ -76,7 +76,7 @@ static int set_teardown(void **state)
 static struct engine *setup_pool(uint32_t free_frames)
 {
 	struct shard_set_config sc = { .shards = 1, .reclaim = RECLAIM_ON,
-				       .no_boost = g_no_boost };
+				       .boost = g_boost };
 	struct errbuf e = { .msg = "" };
 	struct engine *eng;
 	uint64_t u = 100;
@@ -240,18 +240,20 @@ static void reclaimer_idle(void)
  * wakes the reclaimer at low + boost, and its pass frees up to high +
  * boost; a pass more than RECLAIM_BOOST_DECAY_NS (200 ms) after the last
  * stall halves the boost. Only the first try of a prepare counts: its
- * retries do not raise it again. With no_boost (reclaim_boost = no) the
- * watermarks stay where they are.
+ * retries do not raise it again. Without shard_set_config.boost (kvpoold's
+ * default, reclaim_boost = no) the watermarks stay where they are.
  */
 static void a_stall_raises_the_watermarks_then_they_decay(void **state)
 {
 	struct timespec quarter = { 0, 250000000 };
-	struct engine *eng = setup_pool(6);
+	struct engine *eng;
 	struct engine_lease L;
 	struct errbuf e = { .msg = "" };
 	int rc;
 
 	(void)state;
+	g_boost = true;
+	eng = setup_pool(6);
 	assert_int_equal(boost(), 0);
 	rc = engine_prepare_flags(eng, X, 3 * PT, 0, OWNER, WAIT, &L, &e);
 	assert_int_equal(rc, -EINPROGRESS);
@@ -280,15 +282,14 @@ static void a_stall_raises_the_watermarks_then_they_decay(void **state)
 	unlock0();
 }
 
-static void no_boost_keeps_the_watermarks(void **state)
+static void without_boost_the_watermarks_stay(void **state)
 {
 	struct engine *eng;
 	struct engine_lease L;
 	struct errbuf e = { .msg = "" };
 
 	(void)state;
-	g_no_boost = true;
-	eng = setup_pool(6);
+	eng = setup_pool(6); /* shard_set_config.boost off, the default */
 	assert_int_equal(engine_prepare_flags(eng, X, 3 * PT, 0, OWNER, WAIT, &L, &e),
 			 -EINPROGRESS);
 	assert_int_equal(engine_wait_take(), ENGINE_WAIT_RECLAIM);
@@ -307,7 +308,7 @@ int main(void)
 					  set_teardown),
 		cmocka_unit_test_teardown(a_stall_raises_the_watermarks_then_they_decay,
 					  set_teardown),
-		cmocka_unit_test_teardown(no_boost_keeps_the_watermarks, set_teardown),
+		cmocka_unit_test_teardown(without_boost_the_watermarks_stay, set_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

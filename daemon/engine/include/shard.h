@@ -112,7 +112,7 @@ struct reclaimer {
 	uint32_t want;              /* device frames waiting prepares need */
 	uint32_t low[KVP_TIERS];    /* free frames below which it is woken */
 	uint32_t high[KVP_TIERS];   /* it stops once this many are free */
-	bool boost_on;              /* !shard_set_config.no_boost */
+	bool boost_on;              /* shard_set_config.boost */
 	uint32_t boost;             /* device frames added to both marks (atomic) */
 	uint64_t stall_ns;          /* the last stall (atomic) */
 	uint64_t runs;              /* times it was woken (under lock) */
@@ -156,7 +156,7 @@ struct shard_set_config {
 	struct engine_config ec;         /* layout, tier sizes, backend */
 	uint32_t shards;                 /* >= 1 */
 	enum reclaim_mode reclaim;
-	bool no_boost;                   /* fixed watermarks (no boost) */
+	bool boost;                      /* watermarks raised by stalls */
 	/* Share this set's host tier (same page size and host_frames; NULL:
 	 * allocate one). It must outlive the new set. */
 	struct shard_set *host_of;
@@ -187,7 +187,7 @@ void shard_reclaim_hint(struct shard_set *s);
  * less than a millisecond ago (then waiting for it would be in vain). */
 bool shard_reclaim_kick(struct shard_set *s, uint32_t need);
 /* A prepare stalled (its first wait) for need device frames: boost the
- * device watermarks (no-op with no_boost). */
+ * device watermarks (no-op without shard_set_config.boost). */
 void shard_reclaim_stalled(struct shard_set *s, uint32_t need);
 
 /* The whole set, each shard under its lock in turn (global: all held). */
