@@ -197,16 +197,22 @@ static void test_move_on_one_gpu(void **state)
 	moves_between(0, 0);
 }
 
-static void test_move_between_two_gpus(void **state)
+/* The two-GPU parts skip, saying so, on a machine with one. */
+static void need_two_gpus(void)
 {
 	int n = 0;
 
-	(void)state;
 	CK(cudaGetDeviceCount(&n));
 	if (n < 2) {
 		gpu_test_say("move", "SKIP the two-GPU part: %d GPU", n);
 		skip();
 	}
+}
+
+static void test_move_between_two_gpus(void **state)
+{
+	(void)state;
+	need_two_gpus();
 	moves_between(0, 1);
 	moves_between(1, 0);
 }
@@ -303,14 +309,8 @@ static void test_host_tier_shared_on_one_gpu(void **state)
 
 static void test_host_tier_shared_by_two_gpus(void **state)
 {
-	int n = 0;
-
 	(void)state;
-	CK(cudaGetDeviceCount(&n));
-	if (n < 2) {
-		gpu_test_say("move", "SKIP the two-GPU part: %d GPU", n);
-		skip();
-	}
+	need_two_gpus();
 	host_tier_shared(0, 1);
 }
 
