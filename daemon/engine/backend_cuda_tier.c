@@ -188,6 +188,14 @@ void cuda_tier_free(void *ctx, struct tier_mem *m)
 	if (!x || !m->base)
 		goto out;
 	cudaSetDevice(x->device);
+	/* No copy of this context may still read or write the tier: the
+	 * onloads the issuer holds go on the stream first, then both streams
+	 * finish (backend_cuda_issue.c). */
+	pthread_mutex_lock(&x->fence_lock);
+	cuda_issue_drain_locked(x, x->issued);
+	pthread_mutex_unlock(&x->fence_lock);
+	for (int d = 0; d < 2; d++)
+		cudaStreamSynchronize(x->stream[d]);
 	a = alloc_find(x, m->base, true);
 	if (a) {
 		/* Clients hold their own imports; the memory lives on until
