@@ -1172,6 +1172,18 @@ int kvp_chunk_clear(struct kvp_client *c, uint32_t type);
 /* Delete names not accessed for max_age_s seconds whose entries (and the
  * entries below them) are ready and unheld; returns how many. */
 int kvp_chunk_evict_unused(struct kvp_client *c, uint32_t max_age_s);
+/* Copy chunk id (an entry, or a name for its root entry) from pool `from`
+ * to pool `to` of the client's tenant, for a group that runs on `to`'s
+ * GPUs: the entry and every entry it hangs under that `to` lacks are
+ * registered there under the same ids with their pages copied (a peer
+ * copy between GPUs) and sealed; `from` keeps them. Returns the pages
+ * copied (0: `to` had them all). -ENOENT `from` does not hold it (or a
+ * linked entry's name has no ready root there), -EAGAIN an entry of the
+ * chain is being filled, -EINVAL the same pool or one the daemon does not
+ * serve, -ENOMEM / -ENOSPC no room in `to`. Entries copied before an
+ * error stay, each whole. */
+int kvp_chunk_copy(struct kvp_client *c, const struct kvp_chunk_id *id,
+		   uint32_t from, uint32_t to);
 /*
  * Set the tenant's chunk limits in the client's pool, clamped to the
  * configured ones (max_chunks < 0, memory_ratio < 0: keep), and read them

@@ -346,6 +346,16 @@ int kvp_chunk_acquire(struct kvp_client *c, const struct kvp_chunk_id *id,
 	return ret == -EAGAIN && wait_ms ? seal_timeout(c, wait_ms) : ret;
 }
 
+KVP_PUBLIC
+int kvp_chunk_copy(struct kvp_client *c, const struct kvp_chunk_id *id,
+		   uint32_t from, uint32_t to)
+{
+	struct kvp_sqe sqe = { .opcode = KVP_OP_CHUNK_COPY, .arg = from, .n = to };
+	int ret = kvpc_put_id(c, &sqe, id, "chunk_copy");
+
+	return ret ? ret : kvpc_call_res(c, &sqe);
+}
+
 /* ------------------------------------------------------------ rows */
 
 /* A call on one id whose result is one struct of size bytes. */

@@ -131,7 +131,8 @@
 			     *     and .rank, KVP_OP_LEASE_JOIN, COMMIT's res
 			     *     KVP_COMMIT_PENDING; KVP_OP_MOVE and
 			     *     server_info.pool_device; BATCH entries and
-			     *     KVP_OP_RING_PHASES (one version: they landed together) */
+			     *     KVP_OP_RING_PHASES, KVP_OP_CHUNK_COPY (one version: they
+			     *     landed together) */
 
 #define KVP_RING_MIN_ENTRIES 8u
 #define KVP_RING_MAX_ENTRIES 65536u
@@ -370,6 +371,12 @@ enum kvp_opcode {
 	 * kvp_cqe[n] (one per item); res n. BATCH below. */
 	KVP_OP_BATCH = 38,
 	KVP_OP_RING_PHASES = 39,   /* v11, admin; out: struct kvp_ring_phases */
+	/* v11: in one struct kvp_chunk_id (an entry, or a name for its root),
+	 * arg the pool it is in, n the pool to copy it to: the entry and the
+	 * entries it hangs under that pool lacks are registered there with
+	 * their pages copied (share_chunk_copy.c) -> res pages copied, val0
+	 * entries copied, val1 bytes copied. The client's tenant. */
+	KVP_OP_CHUNK_COPY = 40,
 	KVP_OP_MAX,
 };
 

@@ -106,6 +106,7 @@ static const struct op_desc descs[KVP_OP_MAX] = {
 	[KVP_OP_SEQ_TOKENS] = { "seq_tokens", op_seq_tokens, 0, NEED_TENANT, NULL },
 	[KVP_OP_LEASE_JOIN] = { "lease_join", op_lease_join, 0, NEED_TENANT, NULL },
 	[KVP_OP_MOVE] = { "move", op_move, 0, NEED_TENANT, NULL },
+	[KVP_OP_CHUNK_COPY] = { "chunk_copy", op_chunk_copy, 0, SHARE, NULL },
 	/* Run by the worker through ops_batch_*() (ops_batch.c); here only
 	 * what reaches ops_execute: the uds mode, which has no arena. */
 	[KVP_OP_BATCH] = { "batch", op_batch_refuse, 0, NEED_TENANT | TAKES_INPUT, NULL },

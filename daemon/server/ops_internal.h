@@ -72,6 +72,7 @@ int op_users(struct op *o);
 int op_clients(struct op *o);
 /* ops_move.c: a history from one pool of the tenant to another. */
 int op_move(struct op *o);
+int op_chunk_copy(struct op *o);
 
 /* The client's tenant's shards in the client's pool (shard.h). */
 struct shard_set *op_set(struct op *o);

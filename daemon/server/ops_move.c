@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ops_move.c - MOVE: a user's history from one pool (GPU) of the client's
- * tenant to another (engine_move.h; kvctl move).
+ * tenant to another (engine_move.h; kvctl move); CHUNK_COPY: a chunk entry
+ * copied into another pool (kvctl move --chunk).
  *
  * Who may: any client of the tenant, attached to any of its pools, as for
  * evict of one user: a tenant's data is in all its pools.
@@ -16,34 +17,47 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops_internal.h"
 #include "tenant.h"
 
+/* from and to: two pools this kvpoold serves, not the same one. */
+static int pools_check(struct op *o, uint64_t from, uint64_t to, const char *what)
+{
+	uint32_t np = o->s->tenants.npools;
+
+	if ((from >= np || to >= np) && np == 1)
+		return errbuf_set(o->e, -EINVAL, "%s: pool %" PRIu64 " does not "
+				  "exist; this kvpoold serves pool 0 only (devices)",
+				  what, from >= np ? from : to);
+	if (from >= np || to >= np)
+		return errbuf_set(o->e, -EINVAL, "%s: pool %" PRIu64 " does not "
+				  "exist; this kvpoold serves pools 0 to %" PRIu32,
+				  what, from >= np ? from : to, np - 1);
+	if (from == to)
+		return errbuf_set(o->e, -EINVAL, "%s: from and to are both pool %"
+				  PRIu64 "; name two pools", what, from);
+	return 0;
+}
+
 int op_move(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
 	struct tenant *t = o->c->tenant;
-	uint32_t np = o->s->tenants.npools, lo, hi, shard[2];
 	uint64_t from = q->arg, to = q->n;
+	uint32_t lo, hi, shard[2];
 	struct engine *eng[2];
 	struct shard_set *set[2];
 	struct engine_move_out mo;
+	char what[48];
 	int ret;
 
-	if ((from >= np || to >= np) && np == 1)
-		return errbuf_set(o->e, -EINVAL, "move: pool %" PRIu64 " does not "
-				  "exist; this kvpoold serves pool 0 only (devices)",
-				  from >= np ? from : to);
-	if (from >= np || to >= np)
-		return errbuf_set(o->e, -EINVAL, "move: pool %" PRIu64 " does not "
-				  "exist; this kvpoold serves pools 0 to %" PRIu32,
-				  from >= np ? from : to, np - 1);
-	if (from == to)
-		return errbuf_set(o->e, -EINVAL, "move: user %" PRIu64 ": from and "
-				  "to are both pool %" PRIu64 "; name two pools",
-				  q->user, from);
+	snprintf(what, sizeof(what), "move: user %" PRIu64, q->user);
+	ret = pools_check(o, from, to, what);
+	if (ret)
+		return ret;
 	lo = from < to ? (uint32_t)from : (uint32_t)to;
 	hi = from < to ? (uint32_t)to : (uint32_t)from;
 	set[0] = t->pools[lo].set;
@@ -68,4 +82,50 @@ int op_move(struct op *o)
 	o->cqe->val0 = mo.len;
 	o->cqe->val1 = mo.bytes;
 	return (int)mo.pages;
+}
+
+/*
+ * CHUNK_COPY: a chunk entry (and what it hangs under) copied into another
+ * pool of the tenant (share_chunk_copy.c). Chunks live in shard 0 and a
+ * registration may evict from any shard, so both sets are locked whole
+ * (global mode, as every sharing operation), the lower pool first: the
+ * order of moves, by pool, then by shard.
+ */
+int op_chunk_copy(struct op *o)
+{
+	const struct kvp_sqe *q = o->sqe;
+	struct tenant *t = o->c->tenant;
+	uint64_t from = q->arg, to = q->n;
+	struct engine_chunk_copy_out co;
+	struct shard_set *set[2];
+	struct engine *eng[2];
+	struct kvp_chunk_id id;
+	uint32_t lo, hi;
+	int ret;
+
+	if ((ret = op_input_id(o, &id)) || (ret = pools_check(o, from, to, "chunk_copy")))
+		return ret;
+	lo = from < to ? (uint32_t)from : (uint32_t)to;
+	hi = from < to ? (uint32_t)to : (uint32_t)from;
+	set[0] = t->pools[lo].set;
+	set[1] = t->pools[hi].set;
+	for (int i = 0; i < 2; i++)
+		eng[i] = shard_lock_all(set[i]);
+	ret = from < to ?
+	      engine_chunk_copy(eng[0], eng[1], &id, o->c->id, op_now_ns(), &co, o->e) :
+	      engine_chunk_copy(eng[1], eng[0], &id, o->c->id, op_now_ns(), &co, o->e);
+	for (int i = 1; i >= 0; i--) {
+		shard_unlock_all(set[i]);
+		shard_reclaim_hint(set[i]);
+	}
+	if (ret) {
+		char why[KVP_ERRLEN];
+
+		memcpy(why, o->e->msg, sizeof(why));
+		return errbuf_set(o->e, ret, "chunk copy from pool %" PRIu64 " to "
+				  "pool %" PRIu64 ": %s", from, to, why);
+	}
+	o->cqe->val0 = co.entries;
+	o->cqe->val1 = co.bytes;
+	return (int)co.pages;
 }

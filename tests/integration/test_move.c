@@ -21,6 +21,11 @@
  *  - moves back and forth while a reader in each pool reads the history:
  *    no reader sees part of it or other bytes, and at the end one pool has
  *    it whole;
+ *  - a chunk entry copied from pool 0 into pool 1 (kvp_chunk_copy) with
+ *    the entries it hangs under and its name's root: the same ids, the
+ *    same bytes through pool 1's mapping, pool 0 unchanged; a second copy
+ *    copies nothing; errors (unknown, same pool, no such pool, filling)
+ *    change nothing;
  *  - a tenant's own client (not an admin) moves its users; another
  *    tenant's client naming the same id reaches only its own (-ENOENT);
  *  - kvctl move --user U --from A --to B does it from the shell; a bad
@@ -28,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -257,6 +263,130 @@ static void pools_share_the_host_tier(void **state)
 	for (uint32_t p = 0; p < 2; p++)
 		for (uint64_t u = 45; u <= 47u + p; u++)
 			assert_true(kvp_evict(w->c[p], u, KVP_SEL_ALL) >= 0);
+	no_frame_leaked(w);
+}
+
+/* ------------------------------------------------------------ chunks */
+
+/* The fill lease's tokens from h_tokens_fill(salt), written and sealed. */
+static void fill_seal(struct kvp_client *c, struct kvp_chunk_reg *reg, uint64_t salt)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	void *kv = malloc((size_t)reg->tokens * lay->token_bytes);
+
+	assert_non_null(kv);
+	h_tokens_fill(lay, salt, 0, reg->start, reg->tokens, kv);
+	if (kvp_append(c, &reg->lease, 0, reg->tokens, kv) || kvp_chunk_seal(c, reg))
+		fail_msg("fill and seal: %s", kvp_last_error(c));
+	free(kv);
+}
+
+/* A root of n tokens (ids from base), type, filled with salt base. */
+static struct kvp_chunk_reg chunk_root(struct kvp_client *c, uint32_t base,
+				       uint32_t n, uint32_t type, bool fill)
+{
+	struct kvp_chunk_reg reg;
+	uint32_t t[64];
+
+	assert_true(n <= 64);
+	h_token_ids(t, n, base);
+	if (kvp_chunk_register(c, t, n, type, "{\"source\":\"test_move\"}", &reg))
+		fail_msg("register %u tokens from %u: %s", n, base, kvp_last_error(c));
+	assert_true(reg.created);
+	if (fill)
+		fill_seal(c, &reg, base);
+	return reg;
+}
+
+/* Entry id read through c's pool (a read lease, its pages through c's
+ * mapping) holds salt's bytes at its positions. */
+static void chunk_reads(struct kvp_client *c, const struct kvp_chunk_id *id,
+			uint64_t salt, const char *what)
+{
+	const struct kvp_layout *lay = kvp_client_layout(c);
+	const uint32_t P = lay->page_tokens;
+	struct kvp_lease l;
+	unsigned char *got, *want;
+	struct kvp_slot *slots;
+
+	if (kvp_chunk_acquire(c, id, 0, &l))
+		fail_msg("%s: acquire: %s", what, kvp_last_error(c));
+	slots = calloc(l.len, sizeof(*slots));
+	got = malloc(l.len * lay->token_bytes);
+	want = malloc(l.len * lay->token_bytes);
+	assert_true(slots && got && want);
+	for (uint32_t i = 0; i < l.len; i++)
+		slots[i] = (struct kvp_slot){ (uint32_t)l.indices[i / P], i % P };
+	kvp_read_cpu(lay, kvp_device_base(c), slots, (uint32_t)l.len, got);
+	h_tokens_fill(lay, salt, 0, l.start, (uint32_t)l.len, want);
+	if (memcmp(got, want, l.len * lay->token_bytes))
+		fail_msg("%s: the bytes differ from what the filler wrote", what);
+	assert_int_equal(kvp_release(c, l.id), 0);
+	free(slots);
+	free(got);
+	free(want);
+}
+
+static void expect_copy_error(struct kvp_client *c, const struct kvp_chunk_id *id,
+			      uint32_t from, uint32_t to, int want, const char *words)
+{
+	int rc = kvp_chunk_copy(c, id, from, to);
+
+	if (rc != want || !strstr(kvp_last_error(c), words))
+		fail_msg("chunk copy from %u to %u: %d '%s'; want %d and '%s'", from,
+			 to, rc, kvp_last_error(c), want, words);
+}
+
+/*
+ * A chunk registered through pool 0 is copied into pool 1 (kvp_chunk_copy,
+ * issue 31): a system prompt (40 tokens: 3 pages), a document's name (its
+ * root entry, 20 tokens: 2 pages) and the document linked after the
+ * prompt (2 pages). Copying the link brings the chain it hangs under and
+ * its name's root: 7 pages, read back through pool 1's mapping byte for
+ * byte under the same ids; pool 0 keeps them; a second copy copies
+ * nothing. Errors change nothing: an unknown id, the same pool, a pool
+ * that does not exist, an entry still being filled.
+ */
+static void chunks_copy_between_pools(void **state)
+{
+	struct world *w = *state;
+	struct kvp_chunk_reg sys, doc, link, filling;
+	struct kvp_chunk_id nobody;
+	struct kvp_chunk_entry_info ei;
+
+	sys = chunk_root(w->c[0], 3000, 40, KVP_CHUNK_SYSTEM, true);
+	doc = chunk_root(w->c[0], 4000, 20, KVP_CHUNK_CONTEXT, true);
+	if (kvp_chunk_link(w->c[0], &doc.name, &sys.id, 0, &link) || !link.created)
+		fail_msg("link: %s", kvp_last_error(w->c[0]));
+	fill_seal(w->c[0], &link, 0x31);
+	assert_int_equal(kvp_chunk_acquire(w->c[1], &link.id, 0, &(struct kvp_lease){ 0 }),
+			 -ENOENT);
+
+	assert_int_equal(kvp_chunk_copy(w->c[0], &link.id, 0, 1), 7);
+	chunk_reads(w->c[1], &sys.id, 3000, "the prompt in pool 1");
+	chunk_reads(w->c[1], &doc.id, 4000, "the document's root in pool 1");
+	chunk_reads(w->c[1], &link.id, 0x31, "the linked document in pool 1");
+	assert_int_equal(kvp_chunk_entry(w->c[1], &link.id, &ei), 0);
+	assert_int_equal(ei.start, 40);
+	assert_int_equal(ei.tokens, 20);
+	chunk_reads(w->c[0], &link.id, 0x31, "the linked document in pool 0");
+	/* There already: nothing to copy, either way round. */
+	assert_int_equal(kvp_chunk_copy(w->c[1], &link.id, 0, 1), 0);
+	assert_int_equal(kvp_chunk_copy(w->c[1], &sys.name, 1, 0), 0);
+
+	memset(&nobody, 0x5a, sizeof(nobody));
+	expect_copy_error(w->c[0], &nobody, 0, 1, -ENOENT, "not registered");
+	expect_copy_error(w->c[0], &sys.id, 0, 0, -EINVAL, "both pool 0");
+	expect_copy_error(w->c[0], &sys.id, 0, 5, -EINVAL, "does not exist");
+	filling = chunk_root(w->c[0], 5000, 20, KVP_CHUNK_QUERY, false);
+	expect_copy_error(w->c[0], &filling.id, 0, 1, -EAGAIN, "filling");
+	assert_int_equal(kvp_chunk_acquire(w->c[1], &filling.id, 0, &(struct kvp_lease){ 0 }),
+			 -ENOENT);
+	fill_seal(w->c[0], &filling, 5000);
+
+	/* Gone from both pools, for the tests after this one. */
+	for (int p = 0; p < 2; p++)
+		assert_true(kvp_chunk_clear(w->c[p], 0) >= 2);
 	no_frame_leaked(w);
 }
 
@@ -581,6 +711,35 @@ static void kvctl_move(void **state)
 		fail_msg("kvctl move without --to said '%s'", out);
 	assert_int_equal(kvctl(w, out, sizeof(out), (const char *[]){ "move", "--user",
 			 "6", "--from", "x", "--to", "1", NULL }), 2);
+	/* A chunk: copied, then there already. */
+	{
+		struct kvp_chunk_reg r = chunk_root(w->c[0], 6000, 20,
+						    KVP_CHUNK_SYSTEM, true);
+		char hex[65], pre[17];
+
+		/* The prefix of its name (kvctl chunks lists names: a name
+		 * copies its root entry), then the entry's full id. */
+		kvp_chunk_id_format(&r.name, hex);
+		snprintf(pre, sizeof(pre), "%.16s", hex);
+		kvp_chunk_id_format(&r.id, hex);
+		if (kvctl(w, out, sizeof(out), (const char *[]){ "move", "--chunk", pre,
+			  "--from", "0", "--to", "1", NULL }) != 0 ||
+		    !strstr(out, "2 pages copied"))
+			fail_msg("kvctl move --chunk said '%s'", out);
+		chunk_reads(w->c[1], &r.id, 6000, "the chunk kvctl copied");
+		assert_int_equal(kvctl(w, out, sizeof(out), (const char *[]){ "--json",
+				 "move", "--chunk", hex, "--from", "0", "--to", "1",
+				 NULL }), 0);
+		if (!strstr(out, "\"pages\": 0"))
+			fail_msg("kvctl --json move --chunk again said '%s'", out);
+		assert_int_equal(kvctl(w, out, sizeof(out), (const char *[]){ "move",
+				 "--chunk", hex, "--user", "6", "--from", "0", "--to",
+				 "1", NULL }), 2);
+		if (!strstr(out, "name one"))
+			fail_msg("kvctl move --chunk --user said '%s'", out);
+		for (int p = 0; p < 2; p++)
+			assert_true(kvp_chunk_clear(w->c[p], 0) >= 1);
+	}
 	no_frame_leaked(w);
 }
 
@@ -590,6 +749,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(device_history_moves),
 		cmocka_unit_test(host_pages_move),
 		cmocka_unit_test(pools_share_the_host_tier),
+		cmocka_unit_test(chunks_copy_between_pools),
 		cmocka_unit_test(errors_change_nothing),
 		cmocka_unit_test(moves_race_readers),
 		cmocka_unit_test(tenants_move_their_own),

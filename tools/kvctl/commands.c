@@ -447,11 +447,31 @@ int cmd_evict(struct kvp_client *c, const struct kvctl_args *a)
 	return KVCTL_EXIT_OK;
 }
 
+/* move --chunk: a copy, the source keeps it (kvp_chunk_copy). */
+static int copy_chunk(struct kvp_client *c, const struct kvctl_args *a)
+{
+	struct kvp_chunk_id id;
+	char hex[65];
+	int rc = chunk_resolve(c, a->chunk, &id);
+
+	if (rc != KVCTL_EXIT_OK)
+		return rc;
+	rc = kvp_chunk_copy(c, &id, a->from, a->to);
+	if (rc < 0)
+		return op_fail(c, rc, "move --chunk");
+	kvp_chunk_id_format(&id, hex);
+	render_chunk_copy(stdout, a->json, hex, a->from, a->to, (uint64_t)rc);
+	return KVCTL_EXIT_OK;
+}
+
 int cmd_move(struct kvp_client *c, const struct kvctl_args *a)
 {
 	struct op_result r = { .user = a->user };
-	int rc = kvp_move(c, a->user, a->from, a->to);
+	int rc;
 
+	if (a->has_chunk)
+		return copy_chunk(c, a);
+	rc = kvp_move(c, a->user, a->from, a->to);
 	if (rc < 0)
 		return op_fail(c, rc, "move");
 	r.count = (uint64_t)rc;

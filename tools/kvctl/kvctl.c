@@ -155,9 +155,11 @@ static const struct kvctl_cmd cmds[] = {
 	  "copy a user's device pages, or everyone's (admin), to the host tier; "
 	  "--tier disk: write them to the disk tier and free their memory",
 	  BIT(OPT_USER) | BIT(OPT_ALL) | BIT(OPT_TIER), 0, check_target, cmd_offload },
-	{ "move", "--user ID --from POOL --to POOL",
-	  "move a user's history to another pool (GPU) of your tenant, in one step",
-	  BIT(OPT_USER) | BIT(OPT_FROM) | BIT(OPT_TO), 0, check_move, cmd_move },
+	{ "move", "--user ID | --chunk ID, --from POOL --to POOL",
+	  "move a user's history to another pool (GPU) of your tenant, in one step; "
+	  "or copy a chunk there (with the entries it hangs under)",
+	  BIT(OPT_USER) | BIT(OPT_CHUNK) | BIT(OPT_FROM) | BIT(OPT_TO), 0, check_move,
+	  cmd_move },
 	{ "chunks", "[--type T] [--filter JSON|K=V,...] | --entries NAME | --clear [--type T] | "
 	  "--evict-unused SECONDS",
 	  "list the tenant's chunks (or one chunk's entries); or delete them (all, or "
@@ -550,11 +552,15 @@ static int check_move(const struct kvctl_cmd *cmd, const struct cmdline *cl,
 {
 	int rc;
 
-	if (!(cl->seen & BIT(OPT_USER)))
-		return usage_error(cmd, "say whose history: --user ID");
+	bool user = cl->seen & BIT(OPT_USER), chunk = cl->seen & BIT(OPT_CHUNK);
+
+	if (user == chunk)
+		return usage_error(cmd, user ? "--user and --chunk: name one" :
+				   "say what: --user ID (a history) or --chunk ID");
 	if (!(cl->seen & BIT(OPT_FROM)) || !(cl->seen & BIT(OPT_TO)))
 		return usage_error(cmd, "say where from and to: --from POOL --to POOL");
-	rc = user_id(cmd, "--user: ", cl->val[OPT_USER], &a->user);
+	rc = chunk ? chunk_id(cmd, "--chunk: ", cl->val[OPT_CHUNK], a) :
+		     user_id(cmd, "--user: ", cl->val[OPT_USER], &a->user);
 	if (!rc)
 		rc = pool_index(cmd, "--from: ", cl->val[OPT_FROM], &a->from);
 	if (!rc)

@@ -139,6 +139,8 @@ void render_evict(FILE *f, bool json, const struct op_result *r);
 /* kvctl move: user, from, to, pages moved (r->count). */
 void render_move(FILE *f, bool json, const struct op_result *r, uint32_t from,
 		 uint32_t to);
+void render_chunk_copy(FILE *f, bool json, const char *id, uint32_t from,
+		       uint32_t to, uint64_t pages);
 void render_offload(FILE *f, bool json, const struct op_result *r);
 
 /* Chunks only on the disk tier (kvp_stats): not listed by name (their

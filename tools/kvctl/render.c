@@ -578,6 +578,25 @@ void render_move(FILE *f, bool json, const struct op_result *r, uint32_t from,
 		r->count == 1 ? "" : "s");
 }
 
+void render_chunk_copy(FILE *f, bool json, const char *id, uint32_t from,
+		       uint32_t to, uint64_t pages)
+{
+	if (json) {
+		struct json j;
+
+		json_begin(&j, f);
+		json_str(&j, "chunk", id);
+		json_u64(&j, "from", from);
+		json_u64(&j, "to", to);
+		json_u64(&j, "pages", pages);
+		json_end(&j);
+		return;
+	}
+	fprintf(f, "copy chunk %.16s from pool %" PRIu32 " to pool %" PRIu32 ": %"
+		PRIu64 " page%s copied%s\n", id, from, to, pages, pages == 1 ? "" : "s",
+		pages ? "" : " (it was there already)");
+}
+
 void render_offload(FILE *f, bool json, const struct op_result *r)
 {
 	if (json) {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine_move.h - a user's history moved from one pool to another (issue
- * 31: one kvpoold, a pool per GPU).
+ * engine_move.h - a user's history moved from one pool to another, and a
+ * chunk copied to another (issue 31: one kvpoold, a pool per GPU).
  *
  * src and dst are two engines of one tenant in two pools (two GPUs; on shm
  * two sets of memfds): the same layout, each its own tiers. The caller holds
@@ -49,5 +49,32 @@ struct engine_move_out {
  */
 int engine_history_move(struct engine *src, struct engine *dst, uint64_t user,
 			struct engine_move_out *out, struct errbuf *e);
+
+/* What engine_chunk_copy copied. */
+struct engine_chunk_copy_out {
+	struct kvp_chunk_id id;    /* the entry asked for (a name: its root) */
+	uint32_t entries;          /* entries registered in dst */
+	uint32_t pages;            /* their pages */
+	uint64_t bytes;            /* bytes copied */
+};
+
+/*
+ * Copy chunk entry id (or, for a name, its root entry) from src into dst,
+ * with every entry it hangs under that dst lacks, root first
+ * (share_chunk_copy.c): registered under the same ids, pages copied,
+ * sealed. Both engines are shard 0 of their pools, every shard of both
+ * locked (global mode). src keeps its entries. Entries dst has already
+ * are not copied (0 entries: nothing to do). owner: the caller's client
+ * id, the fill leases' owner for the time of the copy. Errors (entries
+ * copied before the failing one stay, each whole):
+ *   -ENOENT  src does not hold it, or a linked entry's name has no ready
+ *            root entry in src to copy with it
+ *   -EAGAIN  an entry of the chain is being filled (in src or dst)
+ *   -EINVAL  the same pool, other layouts, or dst refused a registration
+ *   -ENOMEM, -E2BIG, -ENOSPC as a registration in dst; -EIO a failed copy
+ */
+int engine_chunk_copy(struct engine *src, struct engine *dst,
+		      const struct kvp_chunk_id *id, uint32_t owner, uint64_t now_ns,
+		      struct engine_chunk_copy_out *out, struct errbuf *e);
 
 #endif /* KVPOOL_ENGINE_MOVE_H */
