@@ -285,6 +285,8 @@ static void ring_sharing(void)
 	q = ring_add(&r, KVP_OP_CHUNK_LIST, 4096, &list, sizeof(list));
 	q->n = 8;
 	q = ring_add(&r, KVP_OP_CHUNK_LIMITS, 256, &lim, sizeof(lim));
+	q = ring_add(&r, KVP_OP_CHUNK_COPY, 256, NULL, 0);
+	q->in_off = reg_out, q->in_len = 32, q->arg = 0, q->n = 1;
 	q = ring_add(&r, KVP_OP_COMPOSE, 4096, &comp, sizeof(comp));
 	q->flags = KVP_SQE_PREVIEW;
 	q = ring_add(&r, KVP_OP_CHUNK_DELETE, 256, NULL, 0);
