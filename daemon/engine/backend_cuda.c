@@ -538,7 +538,7 @@ static int cuda_copy_async(void *ctx, enum copy_dir dir,
 	if (dir != COPY_H2D)
 		return cuda_copy(ctx, dir, dst, src, runs, n, e);
 	/* The issuer's (backend_cuda_issue.c): queued, enqueued by it. */
-	if (x->jobs && n <= COPY_BATCH_RUNS) {
+	if (x->jobs && n <= ISSUE_RUNS) {
 		pthread_mutex_lock(&x->fence_lock);
 		*fence = cuda_issue_queue(x, dst, src, runs, n);
 		pthread_mutex_unlock(&x->fence_lock);

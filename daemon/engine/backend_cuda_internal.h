@@ -15,7 +15,6 @@
 #include <cuda_runtime_api.h>
 
 #include "backend.h"
-#include "copy.h"
 #include "cuda_driver.h"
 #include "list.h"
 
@@ -31,13 +30,15 @@ struct cuda_alloc {
 #define FENCE_RING 64
 #define OUT_RING 64   /* copy_start tickets in flight at most */
 #define ISSUE_RING 32 /* onloads queued for the issuer at most */
+#define ISSUE_RUNS 256 /* runs of one queued onload (copy.h's batch holds as
+			* many); a longer one is enqueued inline */
 
 /* An onload queued for the issuer (backend_cuda_issue.c): fence f's runs,
  * in jobs[f % ISSUE_RING] from copy_async until the issuer recorded f. */
 struct onload_job {
 	struct tier_mem dst, src;    /* copies: the engine's may go first */
 	uint32_t n;
-	struct copy_run runs[COPY_BATCH_RUNS];
+	struct copy_run runs[ISSUE_RUNS];
 };
 
 struct cuda_ctx {
