@@ -18,6 +18,11 @@
  * it in distinct frames; shard_set_check accounts for both. On GPU 0 twice
  * and, with 2 GPUs, GPU 0's tier used by GPU 1.
  *
+ * And a chunk copied between the pools (engine_chunk_copy,
+ * share_chunk_copy.c): a root registered and filled in one, copied into the
+ * other under the same id, read there (share_chunk_read_tokens) exactly as
+ * written; a second copy copies nothing. Same pairs of devices.
+ *
  * Exits 77 (skip) with a message where no CUDA device is present.
  */
 #define _GNU_SOURCE
@@ -41,6 +46,7 @@
 #include "kvp_kernels.h"
 #include "kvpool.h"
 #include "shard.h"
+#include "share.h"
 
 #define CK(x) assert_int_equal((x), cudaSuccess)
 
@@ -191,6 +197,71 @@ static void moves_between(int a, int b)
 	free(kv2);
 }
 
+/* A chunk root of n tokens registered in p, kv written into its fill
+ * lease's pages as a client's kernel would, sealed; its id. */
+static struct kvp_chunk_id chunk_put(struct pool *p, uint32_t n, const void *kv)
+{
+	const struct tier_mem *d = engine_tier(p->eng, KVP_TIER_DEVICE);
+	struct kvp_slot *slots = malloc(n * sizeof(*slots));
+	unsigned char *img = malloc(d->bytes);
+	struct errbuf e = { .msg = "" };
+	struct share_chunk_reg reg;
+	uint32_t tok[64];
+
+	assert_true(n <= 64);
+	assert_non_null(slots);
+	assert_non_null(img);
+	for (uint32_t i = 0; i < n; i++)
+		tok[i] = 3000 + 11 * i;
+	if (share_chunk_register(p->eng, tok, n, KVP_CHUNK_SYSTEM, NULL, 1, 1, &reg, &e) ||
+	    !reg.created || engine_lease_slots(p->eng, reg.lease.id, 0, n, slots, &e))
+		fail_msg("chunk register on device %d: %s", p->device, e.msg);
+	CK(cudaSetDevice(p->device));
+	CK(cudaMemcpy(img, d->base, d->bytes, cudaMemcpyDeviceToHost));
+	kvp_append_cpu(&L, img, slots, n, kv);
+	CK(cudaMemcpy(d->base, img, d->bytes, cudaMemcpyHostToDevice));
+	CK(cudaDeviceSynchronize());
+	if (share_chunk_seal(p->eng, reg.lease.id, 1, &e))
+		fail_msg("chunk seal: %s", e.msg);
+	free(img);
+	free(slots);
+	return reg.id;
+}
+
+static void chunk_copied_between(int a, int b)
+{
+	unsigned char *kv = random_kv(40), *got;
+	size_t bytes = (size_t)40 * L.token_bytes;
+	struct engine_chunk_copy_out out;
+	struct errbuf e = { .msg = "" };
+	struct kvp_chunk_id id;
+	struct pool p[2];
+
+	gpu_test_say("move", "chunk copy device %d -> device %d", a, b);
+	pool_open(&p[0], a);
+	pool_open(&p[1], b);
+	id = chunk_put(&p[0], 40, kv);
+	if (engine_chunk_copy(p[0].eng, p[1].eng, &id, 9, 2, &out, &e))
+		fail_msg("chunk copy from device %d to %d: %s", a, b, e.msg);
+	assert_int_equal(out.entries, 1);
+	assert_int_equal(out.pages, 3);
+	got = malloc(bytes);
+	assert_non_null(got);
+	for (int i = 0; i < 2; i++) {
+		if (share_chunk_read_tokens(p[i].eng, &id, 0, 40, got, &e))
+			fail_msg("chunk read on device %d: %s", p[i].device, e.msg);
+		if (memcmp(got, kv, bytes))
+			fail_msg("the chunk's bytes on device %d differ from what was "
+				 "written", p[i].device);
+	}
+	assert_int_equal(engine_chunk_copy(p[0].eng, p[1].eng, &id, 9, 3, &out, &e), 0);
+	assert_int_equal(out.entries, 0);
+	pool_close(&p[1]);
+	pool_close(&p[0]);
+	free(got);
+	free(kv);
+}
+
 static void test_move_on_one_gpu(void **state)
 {
 	(void)state;
@@ -301,6 +372,20 @@ static void host_tier_shared(int a, int b)
 	free(kv1);
 }
 
+static void test_chunk_copy_on_one_gpu(void **state)
+{
+	(void)state;
+	chunk_copied_between(0, 0);
+}
+
+static void test_chunk_copy_between_two_gpus(void **state)
+{
+	(void)state;
+	need_two_gpus();
+	chunk_copied_between(0, 1);
+	chunk_copied_between(1, 0);
+}
+
 static void test_host_tier_shared_on_one_gpu(void **state)
 {
 	(void)state;
@@ -319,6 +404,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_move_on_one_gpu),
 		cmocka_unit_test(test_move_between_two_gpus),
+		cmocka_unit_test(test_chunk_copy_on_one_gpu),
+		cmocka_unit_test(test_chunk_copy_between_two_gpus),
 		cmocka_unit_test(test_host_tier_shared_on_one_gpu),
 		cmocka_unit_test(test_host_tier_shared_by_two_gpus),
 	};
