@@ -97,6 +97,58 @@ static PyObject *client_evict(KvpClient *self, PyObject *args, PyObject *kw)
 	return PyLong_FromLong(ret);
 }
 
+/* A pool index argument: 0 .. KVP_POOLS_MAX - 1. */
+static int pool_arg(PyObject *o, const char *what, uint32_t *out)
+{
+	uint64_t v;
+
+	if (int_arg(o, what, KVP_POOLS_MAX - 1, &v))
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static PyObject *client_move(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "user", "from_pool", "to_pool", NULL };
+	struct int_arg user = INT_ARG("move: user", UINT64_MAX);
+	PyObject *from_o, *to_o;
+	uint32_t from, to;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OO:move", kwlist, int_conv, &user,
+					 &from_o, &to_o) ||
+	    pool_arg(from_o, "move: from_pool", &from) ||
+	    pool_arg(to_o, "move: to_pool", &to) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_move(self->c, user.v, from, to));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return PyLong_FromLong(ret);
+}
+
+static PyObject *client_chunk_copy(KvpClient *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "id", "from_pool", "to_pool", NULL };
+	PyObject *id_o, *from_o, *to_o;
+	struct kvp_chunk_id id;
+	uint32_t from, to;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:chunk_copy", kwlist, &id_o,
+					 &from_o, &to_o) ||
+	    chunk_id_from_object(id_o, &id) ||
+	    pool_arg(from_o, "chunk_copy: from_pool", &from) ||
+	    pool_arg(to_o, "chunk_copy: to_pool", &to) || client_enter(self))
+		return NULL;
+	CALL(ret, kvp_chunk_copy(self->c, &id, from, to));
+	client_leave(self);
+	if (ret < 0)
+		return kvp_raise_client(self, ret);
+	return PyLong_FromLong(ret);
+}
+
 /* evict_all / evict_tenant: one optional tier argument, a count back. */
 static PyObject *evict_many(KvpClient *self, PyObject *args, PyObject *kw,
 			    const char *fmt,
@@ -373,6 +425,21 @@ PyMethodDef client_pool_methods[] = {
 	  "Evict every unleased user of this client's tenant (kvp_evict_tenant,\n"
 	  "seed 002's evict_kv_cache); leased users are skipped. Returns users\n"
 	  "affected." },
+	{ "move", (PyCFunction)(void (*)(void))client_move, METH_VARARGS | METH_KEYWORDS,
+	  "move($self, /, user, from_pool, to_pool)\n--\n\n"
+	  "Move a user's committed history to another pool (GPU) of this\n"
+	  "client's tenant in one step (kvp_move): device pages by a peer copy,\n"
+	  "host pages into the shared host tier; from_pool keeps nothing.\n"
+	  "Returns the pages moved. NotFoundError nothing there, BusyError a\n"
+	  "lease holds it, KvpoolError (errno EEXIST) to_pool has one." },
+	{ "chunk_copy", (PyCFunction)(void (*)(void))client_chunk_copy,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "chunk_copy($self, /, id, from_pool, to_pool)\n--\n\n"
+	  "Copy chunk entry id (a name: its root entry) with the entries it hangs\n"
+	  "under into another pool of the tenant, under the same ids, for the\n"
+	  "clients running on that pool's GPUs (kvp_chunk_copy); from_pool keeps\n"
+	  "them. Returns the pages copied (0: to_pool had them all). NotFoundError\n"
+	  "no such chunk in from_pool, NotReadyError an entry still being filled." },
 	{ "latency", (PyCFunction)client_latency, METH_NOARGS,
 	  "latency($self, /)\n--\n\n"
 	  "Admin: the daemon's latency histograms (kvp_latency) as\n"

@@ -378,7 +378,7 @@ def test_help_reads_like_the_man_page():
                  "chunk_get", "chunk_entry", "chunk_entries", "chunk_content", "chunk_tokens",
                  "chunk_limits", "chunk_list",
                  "chunk_delete", "chunk_clear", "chunk_evict_unused", "compose", "evict_tenant",
-                 "compose_preview", "close"):
+                 "compose_preview", "move", "chunk_copy", "close"):
         assert getattr(kvpool.Client, name).__doc__, name
     for name in ("append", "append_layers", "append_layer", "commit", "release", "seal"):
         assert getattr(kvpool.Lease, name).__doc__, name
