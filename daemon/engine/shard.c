@@ -690,32 +690,55 @@ uint32_t shard_set_release_owner(struct shard_set *s, uint32_t owner)
 	return n;
 }
 
-/* Tier t's frames across sets[0 .. n) (every shard of each locked):
- * each frame handed out by at most one shard, and pool + caches + handed
- * out == total. */
+/* The first frame both caches' bitmaps mark as handed out (a bug: a frame
+ * has one owner), or FRAME_NONE. */
+static uint32_t frames_overlap(const struct frames *x, const struct frames *y)
+{
+	for (uint32_t w = 0; w < (x->total + 63) / 64; w++)
+		if (x->used[w] & y->used[w])
+			return w * 64 + (uint32_t)__builtin_ctzll(x->used[w] & y->used[w]);
+	return FRAME_NONE;
+}
+
+/* Shard i of sets[a] shares no frame of tier t with a later shard of any
+ * of sets[a .. n). */
+static int frames_disjoint(struct shard_set *const *sets, uint32_t n, int t,
+			   uint32_t a, uint32_t i, struct errbuf *e)
+{
+	const struct frames *f = &sets[a]->v[i].eng->frames[t];
+
+	for (uint32_t b = a; b < n; b++) {
+		for (uint32_t j = b == a ? i + 1 : 0; j < sets[b]->n; j++) {
+			uint32_t x = frames_overlap(f, &sets[b]->v[j].eng->frames[t]);
+
+			if (x != FRAME_NONE)
+				return errbuf_set(e, -EFAULT, "%s tier: frame %" PRIu32
+						  " is held by shard %" PRIu32 " of set %"
+						  PRIu32 " and shard %" PRIu32 " of set %"
+						  PRIu32, kvp_tier_name(t), x, i, a, j, b);
+		}
+	}
+	return 0;
+}
+
+/* Tier t's frames across sets[0 .. n) (every shard of each locked): each
+ * frame handed out by at most one shard of one set, and pool + caches +
+ * handed out == total. */
 static int frames_check(struct shard_set *const *sets, uint32_t n, int t,
 			struct errbuf *e)
 {
 	const struct frame_pool *pool = sets[0]->pool[t];
 	uint64_t sum = pool->nfree;
+	int ret;
 
 	for (uint32_t a = 0; a < n; a++) {
 		for (uint32_t i = 0; i < sets[a]->n; i++) {
 			const struct frames *f = &sets[a]->v[i].eng->frames[t];
 
 			sum += f->nfree + frames_used(f);
-			for (uint32_t b = a; b < n; b++) {
-				for (uint32_t j = b == a ? i + 1 : 0; j < sets[b]->n; j++) {
-					const uint64_t *u = sets[b]->v[j].eng->frames[t].used;
-
-					for (uint32_t w = 0; w < (f->total + 63) / 64; w++)
-						if (f->used[w] & u[w])
-							return errbuf_set(e, -EFAULT, "%s tier: "
-								"shards %" PRIu32 " and %" PRIu32
-								" both hold a frame near %" PRIu32,
-								kvp_tier_name(t), i, j, w * 64);
-				}
-			}
+			ret = frames_disjoint(sets, n, t, a, i, e);
+			if (ret)
+				return ret;
 		}
 	}
 	if (sum != pool->total)

@@ -9,7 +9,8 @@
  *  - both sets allocate from one frame pool and one memory: histories
  *    demoted in A and in B take distinct frames, their bytes read back
  *    intact, stats count each pool's pages and the shared tier's free
- *    frames, and A's check accounts for every frame of both;
+ *    frames, and A's check accounts for every frame of both (and names
+ *    the two sets when a frame is marked in both);
  *  - a shared host tier run full by A is freed by B's reclaimer: woken
  *    for B, it drops A's oldest host-only histories (the walk spans every
  *    sharing set), and B's demotion then finds room;
@@ -30,6 +31,7 @@
 #include <cmocka.h>
 
 #include "engine_helpers.h"
+#include "engine_internal.h" /* a shard's frames, to mark one twice */
 #include "errbuf.h"
 #include "shard.h"
 
@@ -129,6 +131,19 @@ static void two_pools_take_distinct_frames_of_one_tier(void **state)
 	assert_int_equal(b.frames_free, HOST - 6);
 	check_ok(g_a); /* every frame of both sets, none held twice */
 	check_ok(g_b);
+	{
+		/* A frame of A's marked B's too: the owner's check names both. */
+		struct frames *fa = &g_a->v[0].eng->frames[KVP_TIER_HOST];
+		struct frames *fb = &g_b->v[0].eng->frames[KVP_TIER_HOST];
+		struct errbuf e = { .msg = "" };
+		uint64_t saved = fb->used[0];
+
+		fb->used[0] |= fa->used[0];
+		assert_int_equal(shard_set_check(g_a, &e), -EFAULT);
+		assert_msg_has(&e, "of set 0 and shard 0 of set 1");
+		fb->used[0] = saved;
+		check_ok(g_a);
+	}
 
 	/* Bytes on the host tier, read where they are: distinct frames. */
 	eng = shard_lock(g_a, 0);
