@@ -23,10 +23,14 @@
 #include "ops_internal.h"
 #include "tenant.h"
 
-/* from and to: two pools this kvpoold serves, not the same one. */
-static int pools_check(struct op *o, uint64_t from, uint64_t to, const char *what)
+/* from and to: two pools this kvpoold serves, not the same one; set[0]
+ * the lower's set of the client's tenant, set[1] the higher's (the lock
+ * order). */
+static int pool_pair(struct op *o, uint64_t from, uint64_t to, const char *what,
+		     struct shard_set *set[2])
 {
 	uint32_t np = o->s->tenants.npools;
+	struct tenant_pool *pools = o->c->tenant->pools;
 
 	if ((from >= np || to >= np) && np == 1)
 		return errbuf_set(o->e, -EINVAL, "%s: pool %" PRIu64 " does not "
@@ -39,29 +43,37 @@ static int pools_check(struct op *o, uint64_t from, uint64_t to, const char *wha
 	if (from == to)
 		return errbuf_set(o->e, -EINVAL, "%s: from and to are both pool %"
 				  PRIu64 "; name two pools", what, from);
+	set[0] = pools[from < to ? from : to].set;
+	set[1] = pools[from < to ? to : from].set;
 	return 0;
+}
+
+/* An engine's error, said with the two pools. */
+static int pair_error(struct op *o, int ret, const char *what, uint64_t from,
+		      uint64_t to)
+{
+	char why[KVP_ERRLEN];
+
+	memcpy(why, o->e->msg, sizeof(why));
+	return errbuf_set(o->e, ret, "%s from pool %" PRIu64 " to pool %" PRIu64
+			  ": %s", what, from, to, why);
 }
 
 int op_move(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	struct tenant *t = o->c->tenant;
 	uint64_t from = q->arg, to = q->n;
-	uint32_t lo, hi, shard[2];
-	struct engine *eng[2];
-	struct shard_set *set[2];
 	struct engine_move_out mo;
+	struct shard_set *set[2];
+	struct engine *eng[2];
+	uint32_t shard[2];
 	char what[48];
 	int ret;
 
 	snprintf(what, sizeof(what), "move: user %" PRIu64, q->user);
-	ret = pools_check(o, from, to, what);
+	ret = pool_pair(o, from, to, what, set);
 	if (ret)
 		return ret;
-	lo = from < to ? (uint32_t)from : (uint32_t)to;
-	hi = from < to ? (uint32_t)to : (uint32_t)from;
-	set[0] = t->pools[lo].set;
-	set[1] = t->pools[hi].set;
 	for (int i = 0; i < 2; i++) {
 		shard[i] = shard_of_user(set[i], q->user);
 		eng[i] = shard_lock(set[i], shard[i]);
@@ -72,13 +84,8 @@ int op_move(struct op *o)
 		shard_unlock(set[i], shard[i]);
 		shard_reclaim_hint(set[i]);
 	}
-	if (ret) {
-		char why[KVP_ERRLEN];
-
-		memcpy(why, o->e->msg, sizeof(why));
-		return errbuf_set(o->e, ret, "move from pool %" PRIu64 " to pool %"
-				  PRIu64 ": %s", from, to, why);
-	}
+	if (ret)
+		return pair_error(o, ret, "move", from, to);
 	o->cqe->val0 = mo.len;
 	o->cqe->val1 = mo.bytes;
 	return (int)mo.pages;
@@ -94,21 +101,16 @@ int op_move(struct op *o)
 int op_chunk_copy(struct op *o)
 {
 	const struct kvp_sqe *q = o->sqe;
-	struct tenant *t = o->c->tenant;
 	uint64_t from = q->arg, to = q->n;
 	struct engine_chunk_copy_out co;
 	struct shard_set *set[2];
 	struct engine *eng[2];
 	struct kvp_chunk_id id;
-	uint32_t lo, hi;
 	int ret;
 
-	if ((ret = op_input_id(o, &id)) || (ret = pools_check(o, from, to, "chunk_copy")))
+	if ((ret = op_input_id(o, &id)) ||
+	    (ret = pool_pair(o, from, to, "chunk_copy", set)))
 		return ret;
-	lo = from < to ? (uint32_t)from : (uint32_t)to;
-	hi = from < to ? (uint32_t)to : (uint32_t)from;
-	set[0] = t->pools[lo].set;
-	set[1] = t->pools[hi].set;
 	for (int i = 0; i < 2; i++)
 		eng[i] = shard_lock_all(set[i]);
 	ret = from < to ?
@@ -118,13 +120,8 @@ int op_chunk_copy(struct op *o)
 		shard_unlock_all(set[i]);
 		shard_reclaim_hint(set[i]);
 	}
-	if (ret) {
-		char why[KVP_ERRLEN];
-
-		memcpy(why, o->e->msg, sizeof(why));
-		return errbuf_set(o->e, ret, "chunk copy from pool %" PRIu64 " to "
-				  "pool %" PRIu64 ": %s", from, to, why);
-	}
+	if (ret)
+		return pair_error(o, ret, "chunk copy", from, to);
 	o->cqe->val0 = co.entries;
 	o->cqe->val1 = co.bytes;
 	return (int)co.pages;

@@ -268,17 +268,11 @@ static void pools_share_the_host_tier(void **state)
 
 /* ------------------------------------------------------------ chunks */
 
-/* The fill lease's tokens from h_tokens_fill(salt), written and sealed. */
+/* The fill lease's tokens from h_tokens_fill(salt) (h_fill_lease), sealed. */
 static void fill_seal(struct kvp_client *c, struct kvp_chunk_reg *reg, uint64_t salt)
 {
-	const struct kvp_layout *lay = kvp_client_layout(c);
-	void *kv = malloc((size_t)reg->tokens * lay->token_bytes);
-
-	assert_non_null(kv);
-	h_tokens_fill(lay, salt, 0, reg->start, reg->tokens, kv);
-	if (kvp_append(c, &reg->lease, 0, reg->tokens, kv) || kvp_chunk_seal(c, reg))
+	if (h_fill_lease(c, &reg->lease, salt, reg->tokens) || kvp_chunk_seal(c, reg))
 		fail_msg("fill and seal: %s", kvp_last_error(c));
-	free(kv);
 }
 
 /* A root of n tokens (ids from base), type, filled with salt base. */
@@ -299,32 +293,16 @@ static struct kvp_chunk_reg chunk_root(struct kvp_client *c, uint32_t base,
 }
 
 /* Entry id read through c's pool (a read lease, its pages through c's
- * mapping) holds salt's bytes at its positions. */
+ * mapping: h_same_bytes) holds what fill_seal(salt) wrote. */
 static void chunk_reads(struct kvp_client *c, const struct kvp_chunk_id *id,
 			uint64_t salt, const char *what)
 {
-	const struct kvp_layout *lay = kvp_client_layout(c);
-	const uint32_t P = lay->page_tokens;
 	struct kvp_lease l;
-	unsigned char *got, *want;
-	struct kvp_slot *slots;
 
 	if (kvp_chunk_acquire(c, id, 0, &l))
 		fail_msg("%s: acquire: %s", what, kvp_last_error(c));
-	slots = calloc(l.len, sizeof(*slots));
-	got = malloc(l.len * lay->token_bytes);
-	want = malloc(l.len * lay->token_bytes);
-	assert_true(slots && got && want);
-	for (uint32_t i = 0; i < l.len; i++)
-		slots[i] = (struct kvp_slot){ (uint32_t)l.indices[i / P], i % P };
-	kvp_read_cpu(lay, kvp_device_base(c), slots, (uint32_t)l.len, got);
-	h_tokens_fill(lay, salt, 0, l.start, (uint32_t)l.len, want);
-	if (memcmp(got, want, l.len * lay->token_bytes))
-		fail_msg("%s: the bytes differ from what the filler wrote", what);
+	assert_int_equal(h_same_bytes(c, l.indices, salt, 0, (uint32_t)l.len, what), 0);
 	assert_int_equal(kvp_release(c, l.id), 0);
-	free(slots);
-	free(got);
-	free(want);
 }
 
 static void expect_copy_error(struct kvp_client *c, const struct kvp_chunk_id *id,
