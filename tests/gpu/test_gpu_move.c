@@ -89,30 +89,39 @@ static void pool_close(struct pool *p)
 	backend_cuda_close(p->ctx);
 }
 
-/* prepare, write kv into the device tier as a client's kernel would (here
- * through a host image and the CPU reference), commit, release. */
-static void put(struct pool *p, uint64_t user, uint32_t n, const void *kv)
+/* kv written into lease's first n slots of p's device tier as a client's
+ * kernel would (here through a host image and the CPU reference). */
+static void write_lease(struct pool *p, uint64_t lease, uint32_t n, const void *kv)
 {
 	const struct tier_mem *d = engine_tier(p->eng, KVP_TIER_DEVICE);
 	struct kvp_slot *slots = malloc(n * sizeof(*slots));
 	unsigned char *img = malloc(d->bytes);
 	struct errbuf e = { .msg = "" };
-	struct engine_lease l;
 
 	assert_non_null(slots);
 	assert_non_null(img);
-	if (engine_prepare(p->eng, user, 0, n, 1, &l, &e) ||
-	    engine_lease_slots(p->eng, l.id, 0, n, slots, &e))
-		fail_msg("prepare of user %" PRIu64 ": %s", user, e.msg);
+	if (engine_lease_slots(p->eng, lease, 0, n, slots, &e))
+		fail_msg("slots of lease %#" PRIx64 ": %s", lease, e.msg);
 	CK(cudaSetDevice(p->device));
 	CK(cudaMemcpy(img, d->base, d->bytes, cudaMemcpyDeviceToHost));
 	kvp_append_cpu(&L, img, slots, n, kv);
 	CK(cudaMemcpy(d->base, img, d->bytes, cudaMemcpyHostToDevice));
 	CK(cudaDeviceSynchronize());
-	assert_int_equal(engine_commit(p->eng, l.id, n, &e), 0);
-	assert_int_equal(engine_release(p->eng, l.id, &e), 0);
 	free(img);
 	free(slots);
+}
+
+/* prepare, write kv, commit, release. */
+static void put(struct pool *p, uint64_t user, uint32_t n, const void *kv)
+{
+	struct errbuf e = { .msg = "" };
+	struct engine_lease l;
+
+	if (engine_prepare(p->eng, user, 0, n, 1, &l, &e))
+		fail_msg("prepare of user %" PRIu64 ": %s", user, e.msg);
+	write_lease(p, l.id, n, kv);
+	assert_int_equal(engine_commit(p->eng, l.id, n, &e), 0);
+	assert_int_equal(engine_release(p->eng, l.id, &e), 0);
 }
 
 static void expect(struct pool *p, uint64_t user, uint32_t n,
@@ -198,33 +207,22 @@ static void moves_between(int a, int b)
 }
 
 /* A chunk root of n tokens registered in p, kv written into its fill
- * lease's pages as a client's kernel would, sealed; its id. */
+ * lease's pages (write_lease), sealed; its id. */
 static struct kvp_chunk_id chunk_put(struct pool *p, uint32_t n, const void *kv)
 {
-	const struct tier_mem *d = engine_tier(p->eng, KVP_TIER_DEVICE);
-	struct kvp_slot *slots = malloc(n * sizeof(*slots));
-	unsigned char *img = malloc(d->bytes);
 	struct errbuf e = { .msg = "" };
 	struct share_chunk_reg reg;
 	uint32_t tok[64];
 
 	assert_true(n <= 64);
-	assert_non_null(slots);
-	assert_non_null(img);
 	for (uint32_t i = 0; i < n; i++)
 		tok[i] = 3000 + 11 * i;
 	if (share_chunk_register(p->eng, tok, n, KVP_CHUNK_SYSTEM, NULL, 1, 1, &reg, &e) ||
-	    !reg.created || engine_lease_slots(p->eng, reg.lease.id, 0, n, slots, &e))
+	    !reg.created)
 		fail_msg("chunk register on device %d: %s", p->device, e.msg);
-	CK(cudaSetDevice(p->device));
-	CK(cudaMemcpy(img, d->base, d->bytes, cudaMemcpyDeviceToHost));
-	kvp_append_cpu(&L, img, slots, n, kv);
-	CK(cudaMemcpy(d->base, img, d->bytes, cudaMemcpyHostToDevice));
-	CK(cudaDeviceSynchronize());
+	write_lease(p, reg.lease.id, n, kv);
 	if (share_chunk_seal(p->eng, reg.lease.id, 1, &e))
 		fail_msg("chunk seal: %s", e.msg);
-	free(img);
-	free(slots);
 	return reg.id;
 }
 
